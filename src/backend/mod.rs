@@ -1,0 +1,4 @@
+//! The CUDA backend core. (Being written.)
+
+/// The CUDA backend.
+pub struct CudaBackend;

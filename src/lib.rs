@@ -1,0 +1,28 @@
+//! # vyre-cuda
+//!
+//! A CUDA backend for the [vyre](https://crates.io/crates/vyre-foundation) GPU compiler.
+//!
+//! * [`codegen`] lowers a vyre [`Program`](vyre_foundation::ir::Program) to PTX text with
+//!   our own emitter. It makes no CUDA calls and is usable with no GPU at all
+//!   ([`codegen::emit_ptx`]).
+//! * [`driver`] is the only module that talks to the CUDA driver (through `cudarc`, with
+//!   `libcuda` loaded at run time, so no toolkit is needed to build).
+//! * [`backend`] holds [`CudaBackend`]: dispatch, caches and device memory.
+//! * [`adapter`] implements `vyre_driver::VyreBackend` and registers the backend id
+//!   `"cuda"` through `inventory`, so linking the crate is enough for
+//!   `vyre_driver::registered_backends()` to list it.
+//!
+//! Every successful dispatch is byte-identical to `vyre-reference`; every failure is a
+//! `BackendError` whose message carries a `Fix:` hint.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+
+pub mod adapter;
+pub mod backend;
+pub mod codegen;
+pub mod driver;
+mod error;
+
+pub use adapter::CUDA_BACKEND_ID;
+pub use backend::CudaBackend;
+pub use error::CudaError;
