@@ -1,0 +1,174 @@
+//! The kernel's launch and argument ABI, derived from the program exactly as
+//! `vyre-reference` assigns inputs and outputs.
+
+use super::kind::element_stride;
+use super::CodegenError;
+use std::ops::Range;
+use std::sync::Arc;
+use vyre_foundation::ir::{BufferAccess, DataType, Program};
+
+/// Name of the kernel entry in every emitted module.
+pub const KERNEL_ENTRY: &str = "vyre_main";
+
+/// How a storage buffer takes part in a dispatch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BindingRole {
+    /// Consumes the next input slice; not returned.
+    Input,
+    /// Consumes the next input slice and is returned (a plain `ReadWrite` buffer).
+    InputOutput,
+    /// Backend-allocated: zero-initialised, takes no input, returned.
+    Output,
+}
+
+impl BindingRole {
+    /// Whether this buffer consumes an input slice.
+    #[must_use]
+    pub fn takes_input(self) -> bool {
+        matches!(self, Self::Input | Self::InputOutput)
+    }
+
+    /// Whether this buffer is returned from a dispatch.
+    #[must_use]
+    pub fn is_returned(self) -> bool {
+        matches!(self, Self::InputOutput | Self::Output)
+    }
+}
+
+/// One storage buffer of the kernel, in program declaration order. Each becomes two kernel
+/// parameters: a global pointer (`.u64`) and an element count (`.u32`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelBinding {
+    /// Index into `Program::buffers()`.
+    pub decl_index: usize,
+    /// Buffer name.
+    pub name: Arc<str>,
+    /// Element type.
+    pub element: DataType,
+    /// Bytes per element.
+    pub element_size: u32,
+    /// Input/output role.
+    pub role: BindingRole,
+    /// For `Output` buffers: the zero-initialised byte size the reference allocates.
+    pub output_bytes: usize,
+    /// Slice of the buffer that is returned, when the declaration narrows it.
+    pub output_byte_range: Option<Range<usize>>,
+}
+
+/// Everything the host needs to launch an emitted kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelAbi {
+    /// Entry point name ([`KERNEL_ENTRY`]).
+    pub entry: &'static str,
+    /// Threads per block (the effective workgroup size).
+    pub workgroup_size: [u32; 3],
+    /// Storage buffers in declaration order.
+    pub bindings: Vec<KernelBinding>,
+    /// Static shared memory for workgroup buffers, in bytes.
+    pub shared_bytes: u32,
+    /// Whether the kernel takes a trailing `.u64` pointer to a zeroed `u32` fault word,
+    /// where it records the first run-time error the reference would also raise.
+    pub fault_word: bool,
+}
+
+impl KernelAbi {
+    /// Number of input slices a dispatch takes.
+    #[must_use]
+    pub fn input_count(&self) -> usize {
+        self.bindings.iter().filter(|b| b.role.takes_input()).count()
+    }
+
+    /// Number of buffers a dispatch returns.
+    #[must_use]
+    pub fn output_count(&self) -> usize {
+        self.bindings.iter().filter(|b| b.role.is_returned()).count()
+    }
+
+    /// Invocations per workgroup.
+    #[must_use]
+    pub fn threads_per_workgroup(&self) -> u32 {
+        self.workgroup_size.iter().product()
+    }
+}
+
+/// A workgroup (shared-memory) buffer of the kernel.
+#[derive(Debug, Clone)]
+pub(crate) struct SharedBuffer {
+    pub(crate) name: Arc<str>,
+    pub(crate) element: DataType,
+    pub(crate) count: u32,
+    pub(crate) offset: u32,
+}
+
+/// Classify the program's buffers the way the reference does.
+pub(crate) fn layout(
+    program: &Program,
+    workgroup_size: [u32; 3],
+) -> Result<(KernelAbi, Vec<SharedBuffer>), CodegenError> {
+    let mut bindings = Vec::new();
+    let mut shared = Vec::new();
+    let mut shared_bytes: u64 = 0;
+    for (decl_index, decl) in program.buffers().iter().enumerate() {
+        let element = decl.element();
+        let Some(element_size) = element_stride(&element) else {
+            return Err(CodegenError::unsupported(
+                format!("buffer element type {element}"),
+                format!("buffer `{}` has an element type the emitter does not address yet", decl.name()),
+                "use u8/i8/u16/i16/u32/i32/u64/i64/f32/bool elements",
+            ));
+        };
+        if decl.access() == BufferAccess::Workgroup {
+            let bytes = u64::from(decl.count()) * u64::from(element_size);
+            shared_bytes = shared_bytes.next_multiple_of(16);
+            let offset = u32::try_from(shared_bytes).map_err(|_| shared_too_large(shared_bytes))?;
+            shared_bytes += bytes;
+            shared.push(SharedBuffer {
+                name: Arc::from(decl.name()),
+                element,
+                count: decl.count(),
+                offset,
+            });
+            continue;
+        }
+        let role = if decl.is_backend_allocated_output() {
+            BindingRole::Output
+        } else if decl.access() == BufferAccess::ReadWrite {
+            BindingRole::InputOutput
+        } else {
+            BindingRole::Input
+        };
+        let output_bytes = if role == BindingRole::Output {
+            decl.count() as usize * element_size as usize
+        } else {
+            0
+        };
+        bindings.push(KernelBinding {
+            decl_index,
+            name: Arc::from(decl.name()),
+            element,
+            element_size,
+            role,
+            output_bytes,
+            output_byte_range: decl.output_byte_range(),
+        });
+    }
+    let shared_bytes = shared_bytes.next_multiple_of(16);
+    let shared_bytes = u32::try_from(shared_bytes).map_err(|_| shared_too_large(shared_bytes))?;
+    Ok((
+        KernelAbi {
+            entry: KERNEL_ENTRY,
+            workgroup_size,
+            bindings,
+            shared_bytes,
+            fault_word: false,
+        },
+        shared,
+    ))
+}
+
+fn shared_too_large(bytes: u64) -> CodegenError {
+    CodegenError::invalid(
+        format!("workgroup buffers need {bytes} bytes of shared memory"),
+        "shrink the workgroup buffers",
+    )
+}

@@ -1,0 +1,96 @@
+//! Run-time errors a kernel reports through its fault word, mirroring the reference's
+//! run-time `Error`s for the same operations.
+
+/// A run-time error recorded by a kernel. The discriminant is the value written to the
+/// fault word (the first fault of a dispatch wins).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum DeviceFault {
+    /// Signed division by zero.
+    SignedDivisionByZero = 1,
+    /// `i32::MIN / -1`.
+    SignedDivisionOverflow = 2,
+    /// Signed remainder by zero.
+    SignedRemainderByZero = 3,
+    /// `i32::MIN % -1`.
+    SignedRemainderOverflow = 4,
+    /// A load/store/atomic index that is not representable as u32 (e.g. a negative i32).
+    IndexNotU32 = 5,
+    /// A loop bound that is not representable as u32.
+    LoopBoundNotU32 = 6,
+    /// A checked cast whose value does not fit (e.g. a u64 above `u32::MAX` cast to u32).
+    CastOutOfRange = 7,
+    /// An atomic operand that is not representable as u32.
+    AtomicOperandNotU32 = 8,
+}
+
+impl DeviceFault {
+    const ALL: [DeviceFault; 8] = [
+        Self::SignedDivisionByZero,
+        Self::SignedDivisionOverflow,
+        Self::SignedRemainderByZero,
+        Self::SignedRemainderOverflow,
+        Self::IndexNotU32,
+        Self::LoopBoundNotU32,
+        Self::CastOutOfRange,
+        Self::AtomicOperandNotU32,
+    ];
+
+    /// The fault word value.
+    #[must_use]
+    pub const fn code(self) -> u32 {
+        self as u32
+    }
+
+    /// Decode a fault word; `None` for 0 or an unknown value.
+    #[must_use]
+    pub fn from_code(code: u32) -> Option<Self> {
+        Self::ALL.into_iter().find(|fault| fault.code() == code)
+    }
+
+    /// What went wrong, in the reference's words.
+    #[must_use]
+    pub const fn message(self) -> &'static str {
+        match self {
+            Self::SignedDivisionByZero => "i32 division by zero has undefined backend semantics",
+            Self::SignedDivisionOverflow => "i32 division overflow (i32::MIN / -1) has undefined backend semantics",
+            Self::SignedRemainderByZero => "i32 remainder by zero has undefined backend semantics",
+            Self::SignedRemainderOverflow => "i32 remainder overflow (i32::MIN % -1) has undefined backend semantics",
+            Self::IndexNotU32 => "a load, store or atomic index cannot be represented as u32",
+            Self::LoopBoundNotU32 => "a loop bound cannot be represented as u32",
+            Self::CastOutOfRange => "a cast cannot represent its value losslessly",
+            Self::AtomicOperandNotU32 => "an atomic operand cannot be represented as u32",
+        }
+    }
+
+    /// How to avoid it.
+    #[must_use]
+    pub const fn fix(self) -> &'static str {
+        match self {
+            Self::SignedDivisionByZero
+            | Self::SignedDivisionOverflow
+            | Self::SignedRemainderByZero
+            | Self::SignedRemainderOverflow => {
+                "guard the signed divisor/overflow case before dividing, or use unsigned operands"
+            }
+            Self::IndexNotU32 => "use a non-negative index within u32",
+            Self::LoopBoundNotU32 => "use in-range unsigned loop bounds",
+            Self::CastOutOfRange => "cast from an in-range value",
+            Self::AtomicOperandNotU32 => "pass u32-compatible atomic operands",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_round_trip_and_zero_means_no_fault() {
+        for fault in DeviceFault::ALL {
+            assert_eq!(DeviceFault::from_code(fault.code()), Some(fault));
+        }
+        assert_eq!(DeviceFault::from_code(0), None);
+        assert_eq!(DeviceFault::from_code(999), None);
+    }
+}

@@ -1,0 +1,78 @@
+//! The static shape of a value, mirroring `vyre-reference`'s run-time `Value` model.
+//!
+//! The reference interpreter is dynamically typed; the emitter computes, for every
+//! expression, which `Value` variant the reference would produce there, and lowers the
+//! operation the reference would run for that variant.
+
+use super::writer::RegClass;
+use vyre_foundation::ir::DataType;
+
+/// Which reference `Value` variant an expression produces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ValKind {
+    /// `Value::U32`, held in a `.b32` register.
+    U32,
+    /// `Value::I32`, held in a `.b32` register.
+    I32,
+    /// `Value::Bool`, held in a `.b32` register as 0 or 1.
+    Bool,
+    /// `Value::Float` holding a canonical f32 (NaN payloads are canonicalised lazily at
+    /// the points where bits become observable), held in a `.f32` register.
+    F32,
+    /// `Value::U64`, held in a `.b64` register.
+    U64,
+    /// `Value::Bytes` of 1..=8 little-endian bytes, zero-extended in a `.b32` (<= 4
+    /// bytes) or `.b64` register. Narrow and `I64` loads produce these.
+    Bytes(u8),
+}
+
+impl ValKind {
+    pub(crate) fn reg_class(self) -> RegClass {
+        match self {
+            Self::U32 | Self::I32 | Self::Bool => RegClass::B32,
+            Self::F32 => RegClass::F32,
+            Self::U64 => RegClass::B64,
+            Self::Bytes(width) if width <= 4 => RegClass::B32,
+            Self::Bytes(_) => RegClass::B64,
+        }
+    }
+
+
+    /// Human-readable name used in diagnostics.
+    pub(crate) fn name(self) -> String {
+        match self {
+            Self::U32 => "u32".into(),
+            Self::I32 => "i32".into(),
+            Self::Bool => "bool".into(),
+            Self::F32 => "f32".into(),
+            Self::U64 => "u64".into(),
+            Self::Bytes(width) => format!("{width}-byte raw value"),
+        }
+    }
+
+    /// What the reference's element load yields for a buffer of `element`, if this
+    /// emitter supports that element type.
+    pub(crate) fn of_load(element: &DataType) -> Option<Self> {
+        Some(match element {
+            DataType::U32 | DataType::Bool => Self::U32,
+            DataType::I32 => Self::I32,
+            DataType::F32 => Self::F32,
+            DataType::U64 => Self::U64,
+            DataType::U8 | DataType::I8 => Self::Bytes(1),
+            DataType::U16 | DataType::I16 => Self::Bytes(2),
+            DataType::I64 => Self::Bytes(8),
+            _ => return None,
+        })
+    }
+}
+
+/// The byte stride of one element of a buffer this emitter can address, if supported.
+pub(crate) fn element_stride(element: &DataType) -> Option<u32> {
+    match element {
+        DataType::U8 | DataType::I8 => Some(1),
+        DataType::U16 | DataType::I16 => Some(2),
+        DataType::U32 | DataType::I32 | DataType::F32 | DataType::Bool => Some(4),
+        DataType::U64 | DataType::I64 => Some(8),
+        _ => None,
+    }
+}

@@ -1,0 +1,993 @@
+//! The IR walker: `put_block` over statements and `put_expr` over expressions, writing
+//! PTX with one fresh virtual register per defined value.
+//!
+//! Every operation reproduces what `vyre-reference` computes for the same value
+//! variants (see `kind.rs`); cases where the reference raises a run-time error branch to
+//! an out-of-line block that records a [`DeviceFault`] and ends the invocation.
+
+use super::abi::{KernelAbi, SharedBuffer};
+use super::fault::DeviceFault;
+use super::kind::{element_stride, ValKind};
+use super::writer::{emit, Label, PtxWriter, Reg, RegClass};
+use super::CodegenError;
+use rustc_hash::FxHashMap;
+use vyre_foundation::ir::{
+    AtomicOp, DataType, Expr, MemoryOrdering, Node, Program,
+};
+
+/// Deepest expression/statement nesting the walker accepts (protects the host stack).
+const MAX_NESTING: u32 = 384;
+
+/// A lowered value: which reference variant it is and the register holding it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Val {
+    pub(crate) kind: ValKind,
+    pub(crate) reg: Reg,
+}
+
+#[derive(Clone, Copy)]
+struct Local {
+    val: Val,
+    loop_var: bool,
+}
+
+#[derive(Clone, Copy)]
+enum Space {
+    /// Global memory: base address register and element-count register.
+    Global { base: Reg, len: Reg },
+    /// Shared memory: byte offset into `vyre_shared` and static element count.
+    Shared { offset: u32, count: u32 },
+}
+
+#[derive(Clone)]
+struct BufferSlot {
+    space: Space,
+    element: DataType,
+    stride: u32,
+    /// Storage buffer the reference allows atomics on.
+    storage: bool,
+}
+
+/// Registers holding the invocation coordinates.
+struct Ids {
+    local: [Reg; 3],
+    group: [Reg; 3],
+    global: [Reg; 3],
+    linear_local: Reg,
+}
+
+pub(crate) struct Lowerer<'p> {
+    w: PtxWriter,
+    buffers: FxHashMap<&'p str, BufferSlot>,
+    binding_regs: Vec<(Reg, Reg)>,
+    shared: Vec<SharedBuffer>,
+    shared_base: Reg,
+    locals: FxHashMap<&'p str, Local>,
+    scopes: Vec<Vec<&'p str>>,
+    ids: Ids,
+    fault_ptr: Reg,
+    faults: Vec<(DeviceFault, Label)>,
+    depth: u32,
+    workgroup_size: [u32; 3],
+}
+
+impl<'p> Lowerer<'p> {
+    pub(crate) fn new(program: &'p Program, abi: &KernelAbi, shared: Vec<SharedBuffer>) -> Self {
+        let mut w = PtxWriter::default();
+        let mut buffers = FxHashMap::default();
+        let mut binding_regs = Vec::with_capacity(abi.bindings.len());
+        for binding in &abi.bindings {
+            let base = w.reg(RegClass::B64);
+            let len = w.reg(RegClass::B32);
+            binding_regs.push((base, len));
+            let decl = &program.buffers()[binding.decl_index];
+            buffers.insert(
+                decl.name(),
+                BufferSlot {
+                    space: Space::Global { base, len },
+                    element: binding.element.clone(),
+                    stride: binding.element_size,
+                    storage: true,
+                },
+            );
+        }
+        for buffer in &shared {
+            let decl = program
+                .buffers()
+                .iter()
+                .find(|decl| decl.name() == &*buffer.name);
+            if let Some(decl) = decl {
+                buffers.insert(
+                    decl.name(),
+                    BufferSlot {
+                        space: Space::Shared {
+                            offset: buffer.offset,
+                            count: buffer.count,
+                        },
+                        element: buffer.element.clone(),
+                        stride: element_stride(&buffer.element).unwrap_or(4),
+                        storage: false,
+                    },
+                );
+            }
+        }
+        let three = |w: &mut PtxWriter| {
+            [
+                w.reg(RegClass::B32),
+                w.reg(RegClass::B32),
+                w.reg(RegClass::B32),
+            ]
+        };
+        let ids = Ids {
+            local: three(&mut w),
+            group: three(&mut w),
+            global: three(&mut w),
+            linear_local: w.reg(RegClass::B32),
+        };
+        let shared_base = w.reg(RegClass::B32);
+        let fault_ptr = w.reg(RegClass::B64);
+        Self {
+            w,
+            buffers,
+            binding_regs,
+            shared,
+            shared_base,
+            locals: FxHashMap::default(),
+            scopes: vec![Vec::new()],
+            ids,
+            fault_ptr,
+            faults: Vec::new(),
+            depth: 0,
+            workgroup_size: abi.workgroup_size,
+        }
+    }
+
+    /// Lower the program body and return `(prologue + body text, uses fault word, writer)`.
+    pub(crate) fn lower_entry(mut self, entry: &'p [Node]) -> Result<LoweredBody, CodegenError> {
+        self.put_block(entry)?;
+        emit!(self.w, "exit");
+        let faults = std::mem::take(&mut self.faults);
+        for (fault, label) in &faults {
+            self.w.put_label(*label);
+            let scratch = self.w.reg(RegClass::B32);
+            emit!(
+                self.w,
+                "atom.global.cas.b32 {scratch}, [{}], 0, {}",
+                self.fault_ptr,
+                fault.code()
+            );
+            emit!(self.w, "exit");
+        }
+        let prologue = self.prologue(!faults.is_empty());
+        let decls = self.w.register_decls();
+        Ok(LoweredBody {
+            decls,
+            prologue,
+            body: self.w.into_body(),
+            fault_word: !faults.is_empty(),
+        })
+    }
+
+    fn prologue(&mut self, fault_word: bool) -> String {
+        let mut p = PtxWriter::default();
+        for (index, (base, len)) in self.binding_regs.iter().enumerate() {
+            emit!(p, "ld.param.u64 {base}, [vyre_p{index}]");
+            emit!(p, "cvta.to.global.u64 {base}, {base}");
+            emit!(p, "ld.param.u32 {len}, [vyre_n{index}]");
+        }
+        if fault_word {
+            emit!(p, "ld.param.u64 {}, [vyre_fault]", self.fault_ptr);
+            emit!(p, "cvta.to.global.u64 {0}, {0}", self.fault_ptr);
+        }
+        let axes = ["x", "y", "z"];
+        for axis in 0..3 {
+            let (l, g, gl) = (
+                self.ids.local[axis],
+                self.ids.group[axis],
+                self.ids.global[axis],
+            );
+            emit!(p, "mov.u32 {l}, %tid.{}", axes[axis]);
+            emit!(p, "mov.u32 {g}, %ctaid.{}", axes[axis]);
+            emit!(p, "mad.lo.u32 {gl}, {g}, {}, {l}", self.workgroup_size[axis]);
+        }
+        let [wx, wy, _] = self.workgroup_size;
+        let lin = self.ids.linear_local;
+        emit!(p, "mad.lo.u32 {lin}, {}, {wy}, {}", self.ids.local[2], self.ids.local[1]);
+        emit!(p, "mad.lo.u32 {lin}, {lin}, {wx}, {}", self.ids.local[0]);
+        if !self.shared.is_empty() {
+            // The reference zero-fills every workgroup buffer for each workgroup.
+            let base = self.shared_base;
+            emit!(p, "mov.u32 {base}, vyre_shared");
+            let total = self.shared_bytes();
+            let threads: u32 = self.workgroup_size.iter().product();
+            let offset = self.w.reg(RegClass::B32);
+            let addr = self.w.reg(RegClass::B32);
+            let done = self.w.reg(RegClass::Pred);
+            let (top, end) = (self.w.label(), self.w.label());
+            emit!(p, "shl.b32 {offset}, {lin}, 4");
+            p.put_label(top);
+            emit!(p, "setp.ge.u32 {done}, {offset}, {total}");
+            emit!(p, "@{done} bra {end}");
+            emit!(p, "add.u32 {addr}, {base}, {offset}");
+            emit!(p, "st.shared.v4.u32 [{addr}], {{0, 0, 0, 0}}");
+            emit!(p, "add.u32 {offset}, {offset}, {}", threads * 16);
+            emit!(p, "bra {top}");
+            p.put_label(end);
+            emit!(p, "barrier.sync 0");
+        }
+        p.into_body()
+    }
+
+    pub(crate) fn shared_bytes(&self) -> u32 {
+        self.shared
+            .last()
+            .map(|last| {
+                let bytes = last.offset
+                    + last.count * element_stride(&last.element).unwrap_or(4);
+                bytes.next_multiple_of(16)
+            })
+            .unwrap_or(0)
+    }
+
+    // ---------------------------------------------------------------- statements
+
+    fn enter(&mut self) -> Result<(), CodegenError> {
+        self.depth += 1;
+        if self.depth > MAX_NESTING {
+            return Err(CodegenError::unsupported(
+                "deeply nested IR",
+                format!("nesting deeper than {MAX_NESTING} levels"),
+                "split the expression into Let bindings",
+            ));
+        }
+        Ok(())
+    }
+
+    fn leave(&mut self) {
+        self.depth -= 1;
+    }
+
+    fn push_scope(&mut self) {
+        self.scopes.push(Vec::new());
+    }
+
+    fn pop_scope(&mut self) {
+        if let Some(names) = self.scopes.pop() {
+            for name in names {
+                self.locals.remove(name);
+            }
+        }
+    }
+
+    fn bind(&mut self, name: &'p str, val: Val, loop_var: bool) -> Result<(), CodegenError> {
+        if self.locals.contains_key(name) {
+            return Err(CodegenError::invalid(
+                format!("duplicate local binding `{name}`"),
+                "choose a unique local name; shadowing is not allowed",
+            ));
+        }
+        self.locals.insert(name, Local { val, loop_var });
+        if let Some(scope) = self.scopes.last_mut() {
+            scope.push(name);
+        }
+        Ok(())
+    }
+
+    fn put_scoped_block(&mut self, nodes: &'p [Node]) -> Result<(), CodegenError> {
+        self.push_scope();
+        let result = self.put_block(nodes);
+        self.pop_scope();
+        result
+    }
+
+    fn put_block(&mut self, nodes: &'p [Node]) -> Result<(), CodegenError> {
+        for node in nodes {
+            self.put_node(node)?;
+        }
+        Ok(())
+    }
+
+    fn put_node(&mut self, node: &'p Node) -> Result<(), CodegenError> {
+        self.enter()?;
+        let result = self.put_node_inner(node);
+        self.leave();
+        result
+    }
+
+    fn put_node_inner(&mut self, node: &'p Node) -> Result<(), CodegenError> {
+        match node {
+            Node::Let { name, value } => {
+                let value = self.put_expr(value)?;
+                let reg = self.w.reg(value.kind.reg_class());
+                self.mov(reg, value.reg);
+                self.bind(name.as_str(), Val { kind: value.kind, reg }, false)
+            }
+            Node::Assign { name, value } => {
+                let value = self.put_expr(value)?;
+                let Some(local) = self.locals.get(name.as_str()).copied() else {
+                    return Err(CodegenError::invalid(
+                        format!("assignment to undeclared variable `{name}`"),
+                        "add a Let before assigning it",
+                    ));
+                };
+                if local.loop_var {
+                    return Err(CodegenError::invalid(
+                        format!("assignment to loop variable `{name}`"),
+                        "loop variables are immutable; copy it into a Let first",
+                    ));
+                }
+                if local.val.kind != value.kind {
+                    return Err(CodegenError::unsupported(
+                        "Node::Assign changing a variable's type",
+                        format!(
+                            "`{name}` holds a {} but is assigned a {}",
+                            local.val.kind.name(),
+                            value.kind.name()
+                        ),
+                        "assign a value of the variable's own type (insert a Cast)",
+                    ));
+                }
+                self.mov(local.val.reg, value.reg);
+                Ok(())
+            }
+            Node::Store {
+                buffer,
+                index,
+                value,
+            } => {
+                let index = self.put_index(index)?;
+                let value = self.put_expr(value)?;
+                self.put_store(buffer.as_str(), index, value)
+            }
+            Node::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let cond = self.put_expr(cond)?;
+                let p = self.truthy(cond);
+                let (else_label, end_label) = (self.w.label(), self.w.label());
+                emit!(self.w, "@!{p} bra {else_label}");
+                self.put_scoped_block(then)?;
+                if otherwise.is_empty() {
+                    self.w.put_label(else_label);
+                    self.w.put_label(end_label);
+                } else {
+                    emit!(self.w, "bra {end_label}");
+                    self.w.put_label(else_label);
+                    self.put_scoped_block(otherwise)?;
+                    self.w.put_label(end_label);
+                }
+                Ok(())
+            }
+            Node::Loop {
+                var,
+                from,
+                to,
+                body,
+            } => {
+                let from = self.put_expr(from)?;
+                let from = self.to_u32_checked(from, DeviceFault::LoopBoundNotU32)?;
+                let to = self.put_expr(to)?;
+                let to = self.to_u32_checked(to, DeviceFault::LoopBoundNotU32)?;
+                let counter = self.w.reg(RegClass::B32);
+                let bound = self.w.reg(RegClass::B32);
+                self.mov(counter, from);
+                self.mov(bound, to);
+                let done = self.w.reg(RegClass::Pred);
+                let (top, end) = (self.w.label(), self.w.label());
+                self.w.put_label(top);
+                emit!(self.w, "setp.ge.u32 {done}, {counter}, {bound}");
+                emit!(self.w, "@{done} bra {end}");
+                self.push_scope();
+                // The body sees an immutable copy, so nothing in it can steer the loop.
+                let var_reg = self.w.reg(RegClass::B32);
+                self.mov(var_reg, counter);
+                let result = self
+                    .bind(
+                        var.as_str(),
+                        Val {
+                            kind: ValKind::U32,
+                            reg: var_reg,
+                        },
+                        true,
+                    )
+                    .and_then(|()| self.put_block(body));
+                self.pop_scope();
+                result?;
+                emit!(self.w, "add.u32 {counter}, {counter}, 1");
+                emit!(self.w, "bra {top}");
+                self.w.put_label(end);
+                Ok(())
+            }
+            Node::Return => {
+                emit!(self.w, "exit");
+                Ok(())
+            }
+            Node::Barrier { ordering } => {
+                if *ordering == MemoryOrdering::GridSync {
+                    return Err(CodegenError::unsupported(
+                        "Barrier(GridSync)",
+                        "a grid-wide barrier needs a split launch",
+                        "acquire the backend through vyre_driver::acquire(\"cuda\"), whose wrapper splits the program at GridSync barriers",
+                    ));
+                }
+                // Non-`.aligned` form: lanes that returned earlier have exited and are not
+                // waited for, exactly as the reference releases a barrier once every live
+                // lane reached it.
+                emit!(self.w, "barrier.sync 0");
+                Ok(())
+            }
+            Node::Block(nodes) => self.put_scoped_block(nodes),
+            Node::Region { body, .. } => self.put_scoped_block(body),
+            Node::IndirectDispatch { .. } => Err(unsupported_node("Node::IndirectDispatch")),
+            Node::AsyncLoad { .. } => Err(unsupported_node("Node::AsyncLoad")),
+            Node::AsyncStore { .. } => Err(unsupported_node("Node::AsyncStore")),
+            Node::AsyncWait { .. } => Err(unsupported_node("Node::AsyncWait")),
+            Node::Trap { .. } => Err(unsupported_node("Node::Trap")),
+            Node::Resume { .. } => Err(unsupported_node("Node::Resume")),
+            Node::AllReduce { .. } => Err(unsupported_node("Node::AllReduce")),
+            Node::AllGather { .. } => Err(unsupported_node("Node::AllGather")),
+            Node::ReduceScatter { .. } => Err(unsupported_node("Node::ReduceScatter")),
+            Node::Broadcast { .. } => Err(unsupported_node("Node::Broadcast")),
+            Node::Opaque(ext) => Err(CodegenError::unsupported(
+                format!("Node::Opaque({})", ext.extension_kind()),
+                "opaque node extensions have no PTX lowering",
+                "lower the extension to core IR before dispatch",
+            )),
+            _ => Err(unsupported_node("an unknown Node variant")),
+        }
+    }
+
+    fn put_store(&mut self, buffer: &str, index: Reg, value: Val) -> Result<(), CodegenError> {
+        let slot = self.slot(buffer)?;
+        let Some(payload) = self.store_payload(&slot.element, value)? else {
+            return Err(CodegenError::unsupported(
+                format!("Store of a {} into a {} buffer", value.kind.name(), slot.element),
+                "this value/element combination is not lowered",
+                "Cast the value to the buffer's element type before storing",
+            ));
+        };
+        let (in_bounds, addr) = self.element_address(&slot, index);
+        let space = match slot.space {
+            Space::Global { .. } => "global",
+            Space::Shared { .. } => "shared",
+        };
+        let width = match slot.stride {
+            1 => "u8",
+            2 => "u16",
+            4 => "u32",
+            _ => "u64",
+        };
+        emit!(self.w, "@{in_bounds} st.{space}.{width} [{addr}], {payload}");
+        Ok(())
+    }
+
+    /// The register to write for `value` into an element of `element`, following the
+    /// reference's `write_element`: F32 elements canonicalise floats (and reinterpret u32
+    /// bits); every other element receives the value's little-endian bytes truncated or
+    /// zero-padded to the element width (a Float contributes its f64 bytes).
+    fn store_payload(&mut self, element: &DataType, value: Val) -> Result<Option<Reg>, CodegenError> {
+        let stride = element_stride(element).unwrap_or(4);
+        if *element == DataType::F32 {
+            let reg = match value.kind {
+                ValKind::F32 => self.canonical_f32_bits(value.reg),
+                ValKind::U32 => {
+                    let f = self.w.reg(RegClass::F32);
+                    emit!(self.w, "mov.b32 {f}, {}", value.reg);
+                    let f = self.flush_subnormal(f);
+                    self.canonical_f32_bits(f)
+                }
+                // The reference writes 0.0 for any other value variant.
+                _ => self.imm_b32(0),
+            };
+            return Ok(Some(reg));
+        }
+        let bytes = match value.kind {
+            ValKind::F32 => {
+                // Value::Float is an f64; its little-endian bytes are what gets written.
+                let bits = self.canonical_f32_bits(value.reg);
+                let f = self.w.reg(RegClass::F32);
+                emit!(self.w, "mov.b32 {f}, {bits}");
+                let d = self.w.reg(RegClass::F64);
+                emit!(self.w, "cvt.f64.f32 {d}, {f}");
+                let wide = self.w.reg(RegClass::B64);
+                emit!(self.w, "mov.b64 {wide}, {d}");
+                // A canonical NaN widens to the canonical f64 NaN.
+                let nan = self.w.reg(RegClass::Pred);
+                emit!(self.w, "testp.nan.f32 {nan}, {f}");
+                emit!(self.w, "selp.b64 {wide}, 0x7FF8000000000000, {wide}, {nan}");
+                Val {
+                    kind: ValKind::U64,
+                    reg: wide,
+                }
+            }
+            _ => value,
+        };
+        let reg = match (stride, bytes.reg.class()) {
+            (8, RegClass::B64) => bytes.reg,
+            (8, _) => {
+                let wide = self.w.reg(RegClass::B64);
+                emit!(self.w, "cvt.u64.u32 {wide}, {}", bytes.reg);
+                wide
+            }
+            (_, RegClass::B64) => {
+                let narrow = self.w.reg(RegClass::B32);
+                emit!(self.w, "cvt.u32.u64 {narrow}, {}", bytes.reg);
+                narrow
+            }
+            (_, RegClass::B32) => bytes.reg,
+            _ => return Ok(None),
+        };
+        Ok(Some(reg))
+    }
+
+    // ---------------------------------------------------------------- expressions
+
+    pub(crate) fn put_expr(&mut self, expr: &'p Expr) -> Result<Val, CodegenError> {
+        self.enter()?;
+        let result = self.put_expr_inner(expr);
+        self.leave();
+        result
+    }
+
+    fn put_expr_inner(&mut self, expr: &'p Expr) -> Result<Val, CodegenError> {
+        match expr {
+            Expr::LitU32(v) => Ok(self.lit_b32(ValKind::U32, *v)),
+            Expr::LitI32(v) => Ok(self.lit_b32(ValKind::I32, *v as u32)),
+            Expr::LitBool(v) => Ok(self.lit_b32(ValKind::Bool, u32::from(*v))),
+            Expr::LitF32(v) => {
+                let bits = canonical_f32_bits_host(*v);
+                let reg = self.w.reg(RegClass::F32);
+                emit!(self.w, "mov.b32 {reg}, 0f{bits:08X}");
+                Ok(Val {
+                    kind: ValKind::F32,
+                    reg,
+                })
+            }
+            Expr::Var(name) => self
+                .locals
+                .get(name.as_str())
+                .map(|local| local.val)
+                .ok_or_else(|| {
+                    CodegenError::invalid(
+                        format!("reference to undeclared variable `{name}`"),
+                        "add a Let before this use",
+                    )
+                }),
+            Expr::Load { buffer, index } => {
+                let index = self.put_index(index)?;
+                self.put_load(buffer.as_str(), index)
+            }
+            Expr::BufLen { buffer } => {
+                let slot = self.slot(buffer.as_str())?;
+                let reg = self.w.reg(RegClass::B32);
+                match slot.space {
+                    Space::Global { len, .. } => self.mov(reg, len),
+                    Space::Shared { count, .. } => emit!(self.w, "mov.u32 {reg}, {count}"),
+                }
+                Ok(Val {
+                    kind: ValKind::U32,
+                    reg,
+                })
+            }
+            Expr::InvocationId { axis } => self.id_axis(*axis, |ids| &ids.global),
+            Expr::WorkgroupId { axis } => self.id_axis(*axis, |ids| &ids.group),
+            Expr::LocalId { axis } => self.id_axis(*axis, |ids| &ids.local),
+            Expr::BinOp { op, left, right } => {
+                let left = self.put_expr(left)?;
+                let right = self.put_expr(right)?;
+                self.put_binop(*op, left, right)
+            }
+            Expr::UnOp { op, operand } => {
+                let operand = self.put_expr(operand)?;
+                self.put_unop(op, operand)
+            }
+            Expr::Select {
+                cond,
+                true_val,
+                false_val,
+            } => {
+                let cond = self.put_expr(cond)?;
+                let p = self.truthy(cond);
+                // The reference evaluates both arms (side effects included), then picks.
+                let t = self.put_expr(true_val)?;
+                let f = self.put_expr(false_val)?;
+                if t.kind != f.kind {
+                    return Err(CodegenError::unsupported(
+                        "Expr::Select with arms of different types",
+                        format!("arms are {} and {}", t.kind.name(), f.kind.name()),
+                        "Cast both arms to one type",
+                    ));
+                }
+                let reg = self.w.reg(t.kind.reg_class());
+                emit!(self.w, "selp.{} {reg}, {}, {}, {p}", sel_type(t.reg), t.reg, f.reg);
+                Ok(Val { kind: t.kind, reg })
+            }
+            Expr::Cast { target, value } => {
+                let value = self.put_expr(value)?;
+                self.put_cast(target, value)
+            }
+            Expr::Fma { a, b, c } => {
+                let a = self.put_expr(a)?;
+                let b = self.put_expr(b)?;
+                let c = self.put_expr(c)?;
+                if [a.kind, b.kind, c.kind] != [ValKind::F32; 3] {
+                    return Err(CodegenError::unsupported(
+                        "Expr::Fma on non-f32 operands",
+                        "fma is lowered for f32 operands only",
+                        "Cast the operands to f32",
+                    ));
+                }
+                let reg = self.w.reg(RegClass::F32);
+                emit!(self.w, "fma.rn.f32 {reg}, {}, {}, {}", a.reg, b.reg, c.reg);
+                Ok(Val {
+                    kind: ValKind::F32,
+                    reg: self.flush_subnormal(reg),
+                })
+            }
+            Expr::Atomic {
+                op,
+                buffer,
+                index,
+                expected,
+                value,
+                ordering,
+            } => self.put_atomic(*op, buffer.as_str(), index, expected.as_deref(), value, *ordering),
+            Expr::Call { op_id, .. } => Err(CodegenError::unsupported(
+                format!("Expr::Call({op_id})"),
+                "calls are not inlined by vyre-cuda yet",
+                "inline the call with vyre_foundation::ir::inline_calls before dispatch",
+            )),
+            Expr::SubgroupBallot { .. }
+            | Expr::SubgroupShuffle { .. }
+            | Expr::SubgroupReduce { .. }
+            | Expr::SubgroupLocalId
+            | Expr::SubgroupSize => Err(CodegenError::unsupported(
+                "subgroup operations",
+                "subgroup ballot/shuffle/reduce are not lowered yet",
+                "express the reduction with workgroup memory and barriers",
+            )),
+            Expr::Opaque(ext) => Err(CodegenError::unsupported(
+                format!("Expr::Opaque({})", ext.extension_kind()),
+                "opaque expression extensions have no PTX lowering",
+                "lower the extension to core IR before dispatch",
+            )),
+            _ => Err(CodegenError::unsupported(
+                "an unknown Expr variant",
+                "this vyre IR expression is newer than vyre-cuda",
+                "upgrade vyre-cuda",
+            )),
+        }
+    }
+
+    fn put_load(&mut self, buffer: &str, index: Reg) -> Result<Val, CodegenError> {
+        let slot = self.slot(buffer)?;
+        let Some(kind) = ValKind::of_load(&slot.element) else {
+            return Err(CodegenError::unsupported(
+                format!("Load from a {} buffer", slot.element),
+                "element type not lowered",
+                "use a supported element type",
+            ));
+        };
+        let (in_bounds, addr) = self.element_address(&slot, index);
+        let space = match slot.space {
+            Space::Global { .. } => "global",
+            Space::Shared { .. } => "shared",
+        };
+        let reg = self.w.reg(kind.reg_class());
+        let (width, zero) = match (slot.stride, kind) {
+            (_, ValKind::F32) => ("f32", "0f00000000"),
+            (1, _) => ("u8", "0"),
+            (2, _) => ("u16", "0"),
+            (4, _) => ("u32", "0"),
+            _ => ("u64", "0"),
+        };
+        // Out-of-bounds loads read the typed zero, never another element.
+        emit!(self.w, "mov.{} {reg}, {zero}", sel_type(reg));
+        emit!(self.w, "@{in_bounds} ld.{space}.{width} {reg}, [{addr}]");
+        let reg = if kind == ValKind::F32 {
+            self.flush_subnormal(reg)
+        } else {
+            reg
+        };
+        Ok(Val { kind, reg })
+    }
+
+    /// `(in-bounds predicate, address register)` for `slot[index]`.
+    fn element_address(&mut self, slot: &BufferSlot, index: Reg) -> (Reg, Reg) {
+        let p = self.w.reg(RegClass::Pred);
+        match slot.space {
+            Space::Global { base, len } => {
+                emit!(self.w, "setp.lt.u32 {p}, {index}, {len}");
+                let offset = self.w.reg(RegClass::B64);
+                emit!(self.w, "mul.wide.u32 {offset}, {index}, {}", slot.stride);
+                let addr = self.w.reg(RegClass::B64);
+                emit!(self.w, "add.s64 {addr}, {base}, {offset}");
+                (p, addr)
+            }
+            Space::Shared { offset, count } => {
+                emit!(self.w, "setp.lt.u32 {p}, {index}, {count}");
+                let addr = self.w.reg(RegClass::B32);
+                emit!(self.w, "mad.lo.u32 {addr}, {index}, {}, {}", slot.stride, self.shared_base);
+                if offset != 0 {
+                    emit!(self.w, "add.u32 {addr}, {addr}, {offset}");
+                }
+                (p, addr)
+            }
+        }
+    }
+
+    fn id_axis(&mut self, axis: u8, pick: impl Fn(&Ids) -> &[Reg; 3]) -> Result<Val, CodegenError> {
+        let Some(reg) = pick(&self.ids).get(axis as usize).copied() else {
+            return Err(CodegenError::invalid(
+                format!("invocation/workgroup ID axis {axis} out of range"),
+                "use axis 0, 1, or 2",
+            ));
+        };
+        Ok(Val {
+            kind: ValKind::U32,
+            reg,
+        })
+    }
+
+    fn put_atomic(
+        &mut self,
+        op: AtomicOp,
+        buffer: &str,
+        index: &'p Expr,
+        expected: Option<&'p Expr>,
+        value: &'p Expr,
+        ordering: MemoryOrdering,
+    ) -> Result<Val, CodegenError> {
+        let opcode = match op {
+            AtomicOp::Add => "add.u32",
+            AtomicOp::Or => "or.b32",
+            AtomicOp::And => "and.b32",
+            AtomicOp::Xor => "xor.b32",
+            AtomicOp::Min => "min.u32",
+            AtomicOp::Max | AtomicOp::LruUpdate => "max.u32",
+            AtomicOp::Exchange => "exch.b32",
+            AtomicOp::CompareExchange => "cas.b32",
+            other => {
+                return Err(CodegenError::unsupported(
+                    format!("AtomicOp::{other:?}"),
+                    "the reference defines no semantics for this atomic",
+                    "use Add, Or, And, Xor, Min, Max, Exchange, CompareExchange or LruUpdate",
+                ))
+            }
+        };
+        match (op, expected.is_some()) {
+            (AtomicOp::CompareExchange, false) => {
+                return Err(CodegenError::invalid(
+                    "compare-exchange atomic is missing its expected value",
+                    "set Expr::Atomic.expected for AtomicOp::CompareExchange",
+                ))
+            }
+            (AtomicOp::CompareExchange, true) | (_, false) => {}
+            (_, true) => {
+                return Err(CodegenError::invalid(
+                    "non-compare-exchange atomic includes an expected value",
+                    "use Expr::Atomic.expected only with AtomicOp::CompareExchange",
+                ))
+            }
+        }
+        let slot = self.slot(buffer)?;
+        let Space::Global { base, len } = slot.space else {
+            return Err(CodegenError::invalid(
+                format!("atomic target `{buffer}` is workgroup memory"),
+                "atomics only support ReadWrite storage buffers",
+            ));
+        };
+        if !slot.storage || slot.stride != 4 {
+            return Err(CodegenError::unsupported(
+                format!("atomic on a {} buffer", slot.element),
+                "atomics are lowered for 4-byte storage elements",
+                "use a u32 storage buffer",
+            ));
+        }
+        let index = self.put_index(index)?;
+        let expected = match expected {
+            Some(expr) => {
+                let v = self.put_expr(expr)?;
+                Some(self.to_u32_checked(v, DeviceFault::AtomicOperandNotU32)?)
+            }
+            None => None,
+        };
+        let value = self.put_expr(value)?;
+        let value = self.to_u32_checked(value, DeviceFault::AtomicOperandNotU32)?;
+        let slot = BufferSlot {
+            space: Space::Global { base, len },
+            ..slot
+        };
+        let (in_bounds, addr) = self.element_address(&slot, index);
+        let old = self.w.reg(RegClass::B32);
+        let sem = match ordering {
+            MemoryOrdering::Relaxed => "relaxed",
+            MemoryOrdering::Acquire => "acquire",
+            MemoryOrdering::Release => "release",
+            _ => "acq_rel",
+        };
+        // An out-of-bounds atomic returns 0 and writes nothing.
+        emit!(self.w, "mov.u32 {old}, 0");
+        match expected {
+            Some(expected) => emit!(
+                self.w,
+                "@{in_bounds} atom.{sem}.gpu.global.{opcode} {old}, [{addr}], {expected}, {value}"
+            ),
+            None => emit!(
+                self.w,
+                "@{in_bounds} atom.{sem}.gpu.global.{opcode} {old}, [{addr}], {value}"
+            ),
+        }
+        Ok(Val {
+            kind: ValKind::U32,
+            reg: old,
+        })
+    }
+
+    // ---------------------------------------------------------------- helpers
+
+    fn slot(&self, buffer: &str) -> Result<BufferSlot, CodegenError> {
+        self.buffers.get(buffer).cloned().ok_or_else(|| {
+            CodegenError::invalid(
+                format!("missing buffer `{buffer}`"),
+                "declare every buffer the program reads or writes",
+            )
+        })
+    }
+
+    pub(crate) fn mov(&mut self, dst: Reg, src: Reg) {
+        emit!(self.w, "mov.{} {dst}, {src}", sel_type(dst));
+    }
+
+    pub(crate) fn lit_b32(&mut self, kind: ValKind, bits: u32) -> Val {
+        let reg = self.imm_b32(bits);
+        Val { kind, reg }
+    }
+
+    pub(crate) fn imm_b32(&mut self, bits: u32) -> Reg {
+        let reg = self.w.reg(RegClass::B32);
+        emit!(self.w, "mov.b32 {reg}, {bits}");
+        reg
+    }
+
+    pub(crate) fn b32(&mut self) -> Reg {
+        self.w.reg(RegClass::B32)
+    }
+
+    pub(crate) fn pred(&mut self) -> Reg {
+        self.w.reg(RegClass::Pred)
+    }
+
+    pub(crate) fn reg(&mut self, class: RegClass) -> Reg {
+        self.w.reg(class)
+    }
+
+    pub(crate) fn writer(&mut self) -> &mut PtxWriter {
+        &mut self.w
+    }
+
+    /// Branch to the out-of-line block for `fault` when `p` holds.
+    pub(crate) fn fault_if(&mut self, p: Reg, fault: DeviceFault) {
+        let label = match self.faults.iter().find(|(f, _)| *f == fault) {
+            Some((_, label)) => *label,
+            None => {
+                let label = self.w.label();
+                self.faults.push((fault, label));
+                label
+            }
+        };
+        emit!(self.w, "@{p} bra {label}");
+    }
+
+    /// Predicate that is true when the reference's `truthy()` holds for `value`.
+    pub(crate) fn truthy(&mut self, value: Val) -> Reg {
+        let p = self.pred();
+        match value.kind {
+            ValKind::F32 => emit!(self.w, "setp.neu.f32 {p}, {}, 0f00000000", value.reg),
+            ValKind::U64 => emit!(self.w, "setp.ne.u64 {p}, {}, 0", value.reg),
+            // A raw value wider than 4 bytes has no u32 reading, which the reference
+            // treats as true.
+            ValKind::Bytes(width) if width > 4 => emit!(self.w, "setp.eq.u32 {p}, 0, 0"),
+            _ => emit!(self.w, "setp.ne.u32 {p}, {}, 0", value.reg),
+        }
+        p
+    }
+
+    fn put_index(&mut self, index: &'p Expr) -> Result<Reg, CodegenError> {
+        let value = self.put_expr(index)?;
+        self.to_u32_checked(value, DeviceFault::IndexNotU32)
+    }
+
+    /// The reference's `try_as_u32`, raising `fault` where it yields `None`.
+    pub(crate) fn to_u32_checked(&mut self, value: Val, fault: DeviceFault) -> Result<Reg, CodegenError> {
+        Ok(match value.kind {
+            ValKind::U32 | ValKind::Bool => value.reg,
+            ValKind::Bytes(width) if width <= 4 => value.reg,
+            ValKind::I32 => {
+                let p = self.pred();
+                emit!(self.w, "setp.lt.s32 {p}, {}, 0", value.reg);
+                self.fault_if(p, fault);
+                value.reg
+            }
+            ValKind::U64 | ValKind::Bytes(_) => {
+                let p = self.pred();
+                emit!(self.w, "setp.gt.u64 {p}, {}, 4294967295", value.reg);
+                self.fault_if(p, fault);
+                let r = self.b32();
+                emit!(self.w, "cvt.u32.u64 {r}, {}", value.reg);
+                r
+            }
+            ValKind::F32 => {
+                // Finite, >= 0 and <= u32::MAX, then truncated.
+                let (ok, too_big) = (self.pred(), self.pred());
+                emit!(self.w, "setp.ge.f32 {ok}, {}, 0f00000000", value.reg);
+                emit!(self.w, "setp.lt.f32 {too_big}, {}, 0f4F800000", value.reg);
+                emit!(self.w, "and.pred {ok}, {ok}, {too_big}");
+                let bad = self.pred();
+                emit!(self.w, "not.pred {bad}, {ok}");
+                self.fault_if(bad, fault);
+                let r = self.b32();
+                emit!(self.w, "cvt.rzi.u32.f32 {r}, {}", value.reg);
+                r
+            }
+        })
+    }
+
+    /// Flush a subnormal f32 to a zero of the same sign (the reference's canonical form).
+    /// `x + -0.0` with `.ftz` is exact for every other input, including ±0 and infinities.
+    pub(crate) fn flush_subnormal(&mut self, f: Reg) -> Reg {
+        let out = self.w.reg(RegClass::F32);
+        emit!(self.w, "add.rn.ftz.f32 {out}, {f}, 0f80000000");
+        out
+    }
+
+    /// The bits the reference stores for a float register: NaN becomes `0x7FC00000`.
+    pub(crate) fn canonical_f32_bits(&mut self, f: Reg) -> Reg {
+        let bits = self.b32();
+        emit!(self.w, "mov.b32 {bits}, {f}");
+        let nan = self.pred();
+        emit!(self.w, "testp.nan.f32 {nan}, {f}");
+        emit!(self.w, "selp.b32 {bits}, 0x7FC00000, {bits}, {nan}");
+        bits
+    }
+}
+
+/// Output of [`Lowerer::lower_entry`].
+pub(crate) struct LoweredBody {
+    pub(crate) decls: String,
+    pub(crate) prologue: String,
+    pub(crate) body: String,
+    pub(crate) fault_word: bool,
+}
+
+/// `selp`/`mov` type suffix for a register.
+pub(crate) fn sel_type(reg: Reg) -> &'static str {
+    match reg.class() {
+        RegClass::Pred => "pred",
+        RegClass::B32 => "b32",
+        RegClass::B64 => "b64",
+        RegClass::F32 => "f32",
+        RegClass::F64 => "f64",
+    }
+}
+
+/// The reference canonicalises every f32 literal: NaN to `0x7FC00000`, subnormals to ±0.
+pub(crate) fn canonical_f32_bits_host(value: f32) -> u32 {
+    if value.is_nan() {
+        0x7FC0_0000
+    } else if value.is_subnormal() {
+        value.to_bits() & 0x8000_0000
+    } else {
+        value.to_bits()
+    }
+}
+
+fn unsupported_node(name: &str) -> CodegenError {
+    CodegenError::unsupported(
+        name,
+        "this statement is not lowered by vyre-cuda yet",
+        "remove it or lower it to core IR before dispatch",
+    )
+}

@@ -1,0 +1,160 @@
+//! Text sink for one PTX kernel body: virtual registers, labels and instruction lines.
+//!
+//! Registers are allocated per class and declared in bulk when the kernel is finished,
+//! so the walker can mint a fresh register for every value it defines.
+
+use std::fmt::{self, Write as _};
+
+/// A PTX register class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RegClass {
+    Pred,
+    B32,
+    B64,
+    F32,
+    F64,
+}
+
+impl RegClass {
+    const ALL: [RegClass; 5] = [Self::Pred, Self::B32, Self::B64, Self::F32, Self::F64];
+
+    fn prefix(self) -> &'static str {
+        match self {
+            Self::Pred => "%p",
+            Self::B32 => "%r",
+            Self::B64 => "%rd",
+            Self::F32 => "%f",
+            Self::F64 => "%fd",
+        }
+    }
+
+    fn decl_type(self) -> &'static str {
+        match self {
+            Self::Pred => ".pred",
+            Self::B32 => ".b32",
+            Self::B64 => ".b64",
+            Self::F32 => ".f32",
+            Self::F64 => ".f64",
+        }
+    }
+
+    fn slot(self) -> usize {
+        self as usize
+    }
+}
+
+/// One virtual register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Reg {
+    class: RegClass,
+    index: u32,
+}
+
+impl Reg {
+    pub(crate) fn class(self) -> RegClass {
+        self.class
+    }
+}
+
+impl fmt::Display for Reg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}{}", self.class.prefix(), self.index)
+    }
+}
+
+/// A branch target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Label(u32);
+
+impl fmt::Display for Label {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "$L__{}", self.0)
+    }
+}
+
+/// Accumulates a kernel body.
+#[derive(Default)]
+pub(crate) struct PtxWriter {
+    body: String,
+    counts: [u32; 5],
+    labels: u32,
+}
+
+impl PtxWriter {
+    pub(crate) fn reg(&mut self, class: RegClass) -> Reg {
+        let slot = &mut self.counts[class.slot()];
+        let reg = Reg {
+            class,
+            index: *slot,
+        };
+        *slot += 1;
+        reg
+    }
+
+    pub(crate) fn label(&mut self) -> Label {
+        self.labels += 1;
+        Label(self.labels)
+    }
+
+    /// One instruction line; the `;` is added here.
+    pub(crate) fn inst(&mut self, args: fmt::Arguments<'_>) {
+        self.body.push('\t');
+        // Writing into a String cannot fail.
+        let _ = self.body.write_fmt(args);
+        self.body.push_str(";\n");
+    }
+
+    pub(crate) fn put_label(&mut self, label: Label) {
+        let _ = writeln!(self.body, "{label}:");
+    }
+
+    /// Register declarations for everything minted so far.
+    pub(crate) fn register_decls(&self) -> String {
+        let mut out = String::new();
+        for class in RegClass::ALL {
+            let count = self.counts[class.slot()];
+            if count > 0 {
+                let _ = writeln!(
+                    out,
+                    "\t.reg {} {}<{}>;",
+                    class.decl_type(),
+                    class.prefix(),
+                    count
+                );
+            }
+        }
+        out
+    }
+
+    pub(crate) fn into_body(self) -> String {
+        self.body
+    }
+}
+
+/// `emit!(w, "add.u32 {}, {}, {}", d, a, b)` writes one instruction line.
+macro_rules! emit {
+    ($w:expr, $($arg:tt)*) => {
+        $w.inst(format_args!($($arg)*))
+    };
+}
+pub(crate) use emit;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registers_are_numbered_per_class_and_declared_once() {
+        let mut w = PtxWriter::default();
+        let a = w.reg(RegClass::B32);
+        let b = w.reg(RegClass::B32);
+        let p = w.reg(RegClass::Pred);
+        emit!(w, "add.u32 {a}, {a}, {b}");
+        assert_eq!((a.to_string(), b.to_string(), p.to_string()), ("%r0".into(), "%r1".into(), "%p0".into()));
+        let decls = w.register_decls();
+        assert!(decls.contains(".reg .b32 %r<2>;"));
+        assert!(decls.contains(".reg .pred %p<1>;"));
+        assert!(!decls.contains("%rd"));
+        assert_eq!(w.into_body(), "\tadd.u32 %r0, %r0, %r1;\n");
+    }
+}
