@@ -75,13 +75,19 @@ impl KernelAbi {
     /// Number of input slices a dispatch takes.
     #[must_use]
     pub fn input_count(&self) -> usize {
-        self.bindings.iter().filter(|b| b.role.takes_input()).count()
+        self.bindings
+            .iter()
+            .filter(|b| b.role.takes_input())
+            .count()
     }
 
     /// Number of buffers a dispatch returns.
     #[must_use]
     pub fn output_count(&self) -> usize {
-        self.bindings.iter().filter(|b| b.role.is_returned()).count()
+        self.bindings
+            .iter()
+            .filter(|b| b.role.is_returned())
+            .count()
     }
 
     /// Invocations per workgroup.
@@ -113,7 +119,10 @@ pub(crate) fn layout(
         let Some(element_size) = element_stride(&element) else {
             return Err(CodegenError::unsupported(
                 format!("buffer element type {element}"),
-                format!("buffer `{}` has an element type the emitter does not address yet", decl.name()),
+                format!(
+                    "buffer `{}` has an element type the emitter does not address yet",
+                    decl.name()
+                ),
                 "use u8/i8/u16/i16/u32/i32/u64/i64/f32/bool elements",
             ));
         };

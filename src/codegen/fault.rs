@@ -53,9 +53,13 @@ impl DeviceFault {
     pub const fn message(self) -> &'static str {
         match self {
             Self::SignedDivisionByZero => "i32 division by zero has undefined backend semantics",
-            Self::SignedDivisionOverflow => "i32 division overflow (i32::MIN / -1) has undefined backend semantics",
+            Self::SignedDivisionOverflow => {
+                "i32 division overflow (i32::MIN / -1) has undefined backend semantics"
+            }
             Self::SignedRemainderByZero => "i32 remainder by zero has undefined backend semantics",
-            Self::SignedRemainderOverflow => "i32 remainder overflow (i32::MIN % -1) has undefined backend semantics",
+            Self::SignedRemainderOverflow => {
+                "i32 remainder overflow (i32::MIN % -1) has undefined backend semantics"
+            }
             Self::IndexNotU32 => "a load, store or atomic index cannot be represented as u32",
             Self::LoopBoundNotU32 => "a loop bound cannot be represented as u32",
             Self::CastOutOfRange => "a cast cannot represent its value losslessly",

@@ -37,7 +37,6 @@ impl ValKind {
         }
     }
 
-
     /// Human-readable name used in diagnostics.
     pub(crate) fn name(self) -> String {
         match self {

@@ -11,9 +11,7 @@ use super::kind::{element_stride, ValKind};
 use super::writer::{emit, Label, PtxWriter, Reg, RegClass};
 use super::CodegenError;
 use rustc_hash::FxHashMap;
-use vyre_foundation::ir::{
-    AtomicOp, DataType, Expr, MemoryOrdering, Node, Program,
-};
+use vyre_foundation::ir::{AtomicOp, DataType, Expr, MemoryOrdering, Node, Program};
 
 /// Deepest expression/statement nesting the walker accepts (protects the host stack).
 const MAX_NESTING: u32 = 384;
@@ -188,11 +186,20 @@ impl<'p> Lowerer<'p> {
             );
             emit!(p, "mov.u32 {l}, %tid.{}", axes[axis]);
             emit!(p, "mov.u32 {g}, %ctaid.{}", axes[axis]);
-            emit!(p, "mad.lo.u32 {gl}, {g}, {}, {l}", self.workgroup_size[axis]);
+            emit!(
+                p,
+                "mad.lo.u32 {gl}, {g}, {}, {l}",
+                self.workgroup_size[axis]
+            );
         }
         let [wx, wy, _] = self.workgroup_size;
         let lin = self.ids.linear_local;
-        emit!(p, "mad.lo.u32 {lin}, {}, {wy}, {}", self.ids.local[2], self.ids.local[1]);
+        emit!(
+            p,
+            "mad.lo.u32 {lin}, {}, {wy}, {}",
+            self.ids.local[2],
+            self.ids.local[1]
+        );
         emit!(p, "mad.lo.u32 {lin}, {lin}, {wx}, {}", self.ids.local[0]);
         if !self.shared.is_empty() {
             // The reference zero-fills every workgroup buffer for each workgroup.
@@ -222,8 +229,7 @@ impl<'p> Lowerer<'p> {
         self.shared
             .last()
             .map(|last| {
-                let bytes = last.offset
-                    + last.count * element_stride(&last.element).unwrap_or(4);
+                let bytes = last.offset + last.count * element_stride(&last.element).unwrap_or(4);
                 bytes.next_multiple_of(16)
             })
             .unwrap_or(0)
@@ -300,7 +306,14 @@ impl<'p> Lowerer<'p> {
                 let value = self.put_expr(value)?;
                 let reg = self.w.reg(value.kind.reg_class());
                 self.mov(reg, value.reg);
-                self.bind(name.as_str(), Val { kind: value.kind, reg }, false)
+                self.bind(
+                    name.as_str(),
+                    Val {
+                        kind: value.kind,
+                        reg,
+                    },
+                    false,
+                )
             }
             Node::Assign { name, value } => {
                 let value = self.put_expr(value)?;
@@ -443,7 +456,11 @@ impl<'p> Lowerer<'p> {
         let slot = self.slot(buffer)?;
         let Some(payload) = self.store_payload(&slot.element, value)? else {
             return Err(CodegenError::unsupported(
-                format!("Store of a {} into a {} buffer", value.kind.name(), slot.element),
+                format!(
+                    "Store of a {} into a {} buffer",
+                    value.kind.name(),
+                    slot.element
+                ),
                 "this value/element combination is not lowered",
                 "Cast the value to the buffer's element type before storing",
             ));
@@ -459,7 +476,10 @@ impl<'p> Lowerer<'p> {
             4 => "u32",
             _ => "u64",
         };
-        emit!(self.w, "@{in_bounds} st.{space}.{width} [{addr}], {payload}");
+        emit!(
+            self.w,
+            "@{in_bounds} st.{space}.{width} [{addr}], {payload}"
+        );
         Ok(())
     }
 
@@ -467,7 +487,11 @@ impl<'p> Lowerer<'p> {
     /// reference's `write_element`: F32 elements canonicalise floats (and reinterpret u32
     /// bits); every other element receives the value's little-endian bytes truncated or
     /// zero-padded to the element width (a Float contributes its f64 bytes).
-    fn store_payload(&mut self, element: &DataType, value: Val) -> Result<Option<Reg>, CodegenError> {
+    fn store_payload(
+        &mut self,
+        element: &DataType,
+        value: Val,
+    ) -> Result<Option<Reg>, CodegenError> {
         let stride = element_stride(element).unwrap_or(4);
         if *element == DataType::F32 {
             let reg = match value.kind {
@@ -495,7 +519,7 @@ impl<'p> Lowerer<'p> {
                 emit!(self.w, "mov.b64 {wide}, {d}");
                 // A canonical NaN widens to the canonical f64 NaN.
                 let nan = self.w.reg(RegClass::Pred);
-                emit!(self.w, "testp.nan.f32 {nan}, {f}");
+                emit!(self.w, "testp.notanumber.f32 {nan}, {f}");
                 emit!(self.w, "selp.b64 {wide}, 0x7FF8000000000000, {wide}, {nan}");
                 Val {
                     kind: ValKind::U64,
@@ -601,7 +625,13 @@ impl<'p> Lowerer<'p> {
                     ));
                 }
                 let reg = self.w.reg(t.kind.reg_class());
-                emit!(self.w, "selp.{} {reg}, {}, {}, {p}", sel_type(t.reg), t.reg, f.reg);
+                emit!(
+                    self.w,
+                    "selp.{} {reg}, {}, {}, {p}",
+                    sel_type(t.reg),
+                    t.reg,
+                    f.reg
+                );
                 Ok(Val { kind: t.kind, reg })
             }
             Expr::Cast { target, value } => {
@@ -633,7 +663,14 @@ impl<'p> Lowerer<'p> {
                 expected,
                 value,
                 ordering,
-            } => self.put_atomic(*op, buffer.as_str(), index, expected.as_deref(), value, *ordering),
+            } => self.put_atomic(
+                *op,
+                buffer.as_str(),
+                index,
+                expected.as_deref(),
+                value,
+                *ordering,
+            ),
             Expr::Call { op_id, .. } => Err(CodegenError::unsupported(
                 format!("Expr::Call({op_id})"),
                 "calls are not inlined by vyre-cuda yet",
@@ -709,7 +746,12 @@ impl<'p> Lowerer<'p> {
             Space::Shared { offset, count } => {
                 emit!(self.w, "setp.lt.u32 {p}, {index}, {count}");
                 let addr = self.w.reg(RegClass::B32);
-                emit!(self.w, "mad.lo.u32 {addr}, {index}, {}, {}", slot.stride, self.shared_base);
+                emit!(
+                    self.w,
+                    "mad.lo.u32 {addr}, {index}, {}, {}",
+                    slot.stride,
+                    self.shared_base
+                );
                 if offset != 0 {
                     emit!(self.w, "add.u32 {addr}, {addr}, {offset}");
                 }
@@ -901,7 +943,11 @@ impl<'p> Lowerer<'p> {
     }
 
     /// The reference's `try_as_u32`, raising `fault` where it yields `None`.
-    pub(crate) fn to_u32_checked(&mut self, value: Val, fault: DeviceFault) -> Result<Reg, CodegenError> {
+    pub(crate) fn to_u32_checked(
+        &mut self,
+        value: Val,
+        fault: DeviceFault,
+    ) -> Result<Reg, CodegenError> {
         Ok(match value.kind {
             ValKind::U32 | ValKind::Bool => value.reg,
             ValKind::Bytes(width) if width <= 4 => value.reg,
@@ -948,7 +994,7 @@ impl<'p> Lowerer<'p> {
         let bits = self.b32();
         emit!(self.w, "mov.b32 {bits}, {f}");
         let nan = self.pred();
-        emit!(self.w, "testp.nan.f32 {nan}, {f}");
+        emit!(self.w, "testp.notanumber.f32 {nan}, {f}");
         emit!(self.w, "selp.b32 {bits}, 0x7FC00000, {bits}, {nan}");
         bits
     }

@@ -110,7 +110,12 @@ fn check_workgroup(size: [u32; 3]) -> Result<(), CodegenError> {
     }
 }
 
-fn compose(program: &Program, abi: &KernelAbi, target: PtxTarget, body: &lower::LoweredBody) -> String {
+fn compose(
+    program: &Program,
+    abi: &KernelAbi,
+    target: PtxTarget,
+    body: &lower::LoweredBody,
+) -> String {
     let mut out = String::with_capacity(body.body.len() + body.prologue.len() + 1024);
     let digest = program.fingerprint();
     let _ = writeln!(
@@ -132,12 +137,21 @@ fn compose(program: &Program, abi: &KernelAbi, target: PtxTarget, body: &lower::
     if abi.fault_word {
         params.push("\t.param .u64 vyre_fault".to_string());
     }
-    let _ = writeln!(out, ".visible .entry {}(\n{}\n)", abi.entry, params.join(",\n"));
+    let _ = writeln!(
+        out,
+        ".visible .entry {}(\n{}\n)",
+        abi.entry,
+        params.join(",\n")
+    );
     let [x, y, z] = abi.workgroup_size;
     let _ = writeln!(out, ".reqntid {x}, {y}, {z}\n{{");
     out.push_str(&body.decls);
     if abi.shared_bytes > 0 {
-        let _ = writeln!(out, "\t.shared .align 16 .b8 vyre_shared[{}];", abi.shared_bytes);
+        let _ = writeln!(
+            out,
+            "\t.shared .align 16 .b8 vyre_shared[{}];",
+            abi.shared_bytes
+        );
     }
     out.push_str(&body.prologue);
     out.push_str(&body.body);

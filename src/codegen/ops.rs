@@ -120,7 +120,10 @@ impl Lowerer<'_> {
     fn int_binop(&mut self, op: BinOp, a: Reg, b: Reg, t: Int) -> Result<Val, CodegenError> {
         let (ty, bits) = (t.ty(), t.bits());
         let d = self.reg(t.class());
-        let value = |reg| Val { kind: t.kind(), reg };
+        let value = |reg| Val {
+            kind: t.kind(),
+            reg,
+        };
         if let Some(cmp) = cmp_suffix(op) {
             let p = self.pred();
             emit!(self.writer(), "setp.{cmp}.{ty} {p}, {a}, {b}");
@@ -138,9 +141,15 @@ impl Lowerer<'_> {
                     let (zero, min, neg_one) = (self.pred(), self.pred(), self.pred());
                     emit!(self.writer(), "setp.eq.s32 {zero}, {b}, 0");
                     let (by_zero, overflow) = if is_div {
-                        (DeviceFault::SignedDivisionByZero, DeviceFault::SignedDivisionOverflow)
+                        (
+                            DeviceFault::SignedDivisionByZero,
+                            DeviceFault::SignedDivisionOverflow,
+                        )
                     } else {
-                        (DeviceFault::SignedRemainderByZero, DeviceFault::SignedRemainderOverflow)
+                        (
+                            DeviceFault::SignedRemainderByZero,
+                            DeviceFault::SignedRemainderOverflow,
+                        )
                     };
                     self.fault_if(zero, by_zero);
                     emit!(self.writer(), "setp.eq.s32 {min}, {a}, -2147483648");
@@ -167,7 +176,11 @@ impl Lowerer<'_> {
                 let count = self.b32();
                 if t == Int::U64 {
                     emit!(self.writer(), "cvt.u32.u64 {count}, {b}");
-                    emit!(self.writer(), "and.b32 {count}, {count}, {}", t.shift_mask());
+                    emit!(
+                        self.writer(),
+                        "and.b32 {count}, {count}, {}",
+                        t.shift_mask()
+                    );
                 } else {
                     emit!(self.writer(), "and.b32 {count}, {b}, {}", t.shift_mask());
                 }
@@ -196,7 +209,11 @@ impl Lowerer<'_> {
                 let lo = self.reg(t.class());
                 emit!(self.writer(), "max.{ty} {d}, {a}, {b}");
                 emit!(self.writer(), "min.{ty} {lo}, {a}, {b}");
-                emit!(self.writer(), "sub.{bits} {d}, {d}, {lo}");
+                emit!(
+                    self.writer(),
+                    "sub.{} {d}, {d}, {lo}",
+                    if t == Int::U64 { "u64" } else { "u32" }
+                );
                 if t == Int::I32 {
                     // i32 abs_diff is a u32 in the reference.
                     return Ok(Val {
@@ -206,14 +223,22 @@ impl Lowerer<'_> {
                 }
             }
             BinOp::SaturatingAdd | BinOp::SaturatingSub if t == Int::I32 => {
-                let opcode = if op == BinOp::SaturatingAdd { "add" } else { "sub" };
+                let opcode = if op == BinOp::SaturatingAdd {
+                    "add"
+                } else {
+                    "sub"
+                };
                 emit!(self.writer(), "{opcode}.sat.s32 {d}, {a}, {b}");
             }
             BinOp::SaturatingAdd => {
                 let overflow = self.pred();
                 emit!(self.writer(), "add.{ty} {d}, {a}, {b}");
                 emit!(self.writer(), "setp.lt.{ty} {overflow}, {d}, {a}");
-                emit!(self.writer(), "selp.{bits} {d}, {}, {d}, {overflow}", t.unsigned_max());
+                emit!(
+                    self.writer(),
+                    "selp.{bits} {d}, {}, {d}, {overflow}",
+                    t.unsigned_max()
+                );
             }
             BinOp::SaturatingSub => {
                 let underflow = self.pred();
@@ -233,7 +258,11 @@ impl Lowerer<'_> {
                 emit!(self.writer(), "mul.hi.{ty} {hi}, {a}, {b}");
                 emit!(self.writer(), "mul.lo.{ty} {d}, {a}, {b}");
                 emit!(self.writer(), "setp.ne.{ty} {overflow}, {hi}, 0");
-                emit!(self.writer(), "selp.{bits} {d}, {}, {d}, {overflow}", t.unsigned_max());
+                emit!(
+                    self.writer(),
+                    "selp.{bits} {d}, {}, {d}, {overflow}",
+                    t.unsigned_max()
+                );
             }
             BinOp::MulHigh if t != Int::I32 => emit!(self.writer(), "mul.hi.{ty} {d}, {a}, {b}"),
             _ => return Err(unsupported_binop(op, t.kind())),
@@ -296,7 +325,7 @@ impl Lowerer<'_> {
                 let (b_wins, a_nan) = (self.pred(), self.pred());
                 let cmp = if op == BinOp::Min { "lt" } else { "gt" };
                 emit!(self.writer(), "setp.{cmp}.f32 {b_wins}, {b}, {a}");
-                emit!(self.writer(), "testp.nan.f32 {a_nan}, {a}");
+                emit!(self.writer(), "testp.notanumber.f32 {a_nan}, {a}");
                 emit!(self.writer(), "or.pred {b_wins}, {b_wins}, {a_nan}");
                 emit!(self.writer(), "selp.f32 {d}, {b}, {a}, {b_wins}");
                 d
@@ -347,7 +376,11 @@ impl Lowerer<'_> {
         let d = self.reg(t.class());
         let wide = t == Int::U64;
         match op {
-            UnOp::Negate => emit!(self.writer(), "neg.{} {d}, {a}", if wide { "s64" } else { "s32" }),
+            UnOp::Negate => emit!(
+                self.writer(),
+                "neg.{} {d}, {a}",
+                if wide { "s64" } else { "s32" }
+            ),
             UnOp::BitNot => emit!(self.writer(), "not.{bits} {d}, {a}"),
             UnOp::LogicalNot => {
                 let p = self.pred();
@@ -378,7 +411,10 @@ impl Lowerer<'_> {
             UnOp::ReverseBits => emit!(self.writer(), "brev.{bits} {d}, {a}"),
             _ => return Err(unsupported_unop(op, v.kind)),
         }
-        Ok(Val { kind: v.kind, reg: d })
+        Ok(Val {
+            kind: v.kind,
+            reg: d,
+        })
     }
 
     fn f32_unop(&mut self, op: &UnOp, a: Reg) -> Result<Val, CodegenError> {
@@ -425,12 +461,12 @@ impl Lowerer<'_> {
                 emit!(self.writer(), "selp.f32 {d}, {one}, 0f00000000, {pos}");
                 emit!(self.writer(), "@{neg} mov.f32 {d}, 0fBF800000");
                 let nan = self.pred();
-                emit!(self.writer(), "testp.nan.f32 {nan}, {a}");
+                emit!(self.writer(), "testp.notanumber.f32 {nan}, {a}");
                 emit!(self.writer(), "@{nan} mov.f32 {d}, {a}");
             }
             UnOp::IsNan | UnOp::IsInf | UnOp::IsFinite => {
                 let test = match op {
-                    UnOp::IsNan => "nan",
+                    UnOp::IsNan => "notanumber",
                     UnOp::IsInf => "infinite",
                     _ => "finite",
                 };

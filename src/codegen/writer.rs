@@ -150,7 +150,10 @@ mod tests {
         let b = w.reg(RegClass::B32);
         let p = w.reg(RegClass::Pred);
         emit!(w, "add.u32 {a}, {a}, {b}");
-        assert_eq!((a.to_string(), b.to_string(), p.to_string()), ("%r0".into(), "%r1".into(), "%p0".into()));
+        assert_eq!(
+            (a.to_string(), b.to_string(), p.to_string()),
+            ("%r0".into(), "%r1".into(), "%p0".into())
+        );
         let decls = w.register_decls();
         assert!(decls.contains(".reg .b32 %r<2>;"));
         assert!(decls.contains(".reg .pred %p<1>;"));

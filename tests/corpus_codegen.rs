@@ -1,0 +1,62 @@
+//! Offline gate over the vyre-primitives fixture corpus: every program either lowers to
+//! PTX that `ptxas` accepts for sm_80 and sm_90, or is rejected with a named construct.
+//! Runs in CI with no GPU.
+
+mod common;
+
+use std::collections::BTreeMap;
+use vyre_cuda::codegen::{emit_ptx, PtxIsa, PtxTarget};
+use vyre_driver::DispatchConfig;
+
+fn targets() -> [PtxTarget; 3] {
+    [
+        PtxTarget::sm80(),
+        PtxTarget::sm90(),
+        PtxTarget::new(90, PtxIsa::new(9, 0)).expect("sm_90 at PTX 9.0"),
+    ]
+}
+
+#[test]
+fn primitive_corpus_lowers_and_assembles() {
+    let ptxas = common::ptxas::require_ptxas();
+    let mut emitted = 0usize;
+    let mut rejected: BTreeMap<String, Vec<&'static str>> = BTreeMap::new();
+    let mut failures = Vec::new();
+    for entry in vyre_primitives::harness::all_entries() {
+        let program = (entry.build)();
+        for target in targets() {
+            match emit_ptx(&program, &DispatchConfig::default(), target) {
+                Ok(kernel) => {
+                    emitted += 1;
+                    if let Some(ptxas) = &ptxas {
+                        if let Err(error) = common::ptxas::assemble_for(ptxas, &kernel.ptx) {
+                            failures.push(format!("{} for {target}: {error}", entry.id));
+                        }
+                    }
+                }
+                Err(error) => {
+                    let construct = error.construct().unwrap_or("invalid").to_string();
+                    assert!(error.to_string().contains("Fix:"), "{error}");
+                    if target == PtxTarget::sm80() {
+                        rejected.entry(construct).or_default().push(entry.id);
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("corpus: {emitted} kernels emitted across 3 targets");
+    for (construct, ids) in &rejected {
+        eprintln!(
+            "rejected {} program(s) for {construct}: {:?}",
+            ids.len(),
+            &ids[..ids.len().min(4)]
+        );
+    }
+    assert!(
+        failures.is_empty(),
+        "{} kernels failed ptxas:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+    assert!(emitted > 0, "the corpus produced no kernels");
+}
