@@ -1,0 +1,343 @@
+//! The host side of the dispatch ABI: which input feeds which buffer, how big every
+//! device buffer is, how many workgroups run, and how outputs are shaped. Pure code,
+//! mirroring `vyre-reference`'s `run_hashmap_reference` exactly; testable without a GPU.
+
+use crate::codegen::{BindingRole, KernelAbi};
+use crate::error::CudaError;
+use vyre_driver::DispatchConfig;
+use vyre_foundation::ir::Program;
+
+/// Device limits the plan must respect.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GridLimits {
+    pub(crate) max_grid_dim: [u32; 3],
+    pub(crate) max_buffer_bytes: u64,
+}
+
+/// One binding's bytes for one dispatch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BindingBytes {
+    /// Byte length of the device buffer (input length, or the zeroed output size).
+    pub(crate) len: usize,
+    /// Element count passed to the kernel (`BufLen` and bounds checks).
+    pub(crate) elements: u32,
+    /// Index into the caller's inputs, for bindings that consume one.
+    pub(crate) input: Option<usize>,
+}
+
+/// Everything one launch needs that depends on the inputs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DispatchPlan {
+    pub(crate) bindings: Vec<BindingBytes>,
+    pub(crate) grid: [u32; 3],
+}
+
+impl DispatchPlan {
+    /// Build the plan for `inputs` (their byte lengths) or fail with a clear error before
+    /// anything touches the device.
+    pub(crate) fn new(
+        program: &Program,
+        abi: &KernelAbi,
+        input_lens: &[usize],
+        config: &DispatchConfig,
+        limits: GridLimits,
+    ) -> Result<Self, CudaError> {
+        let expected = abi.input_count();
+        if input_lens.len() != expected {
+            let names: Vec<&str> = abi
+                .bindings
+                .iter()
+                .filter(|b| b.role.takes_input())
+                .map(|b| &*b.name)
+                .collect();
+            return Err(CudaError::invalid_input(
+                format!(
+                    "program takes {expected} input(s) ({}) but {} were supplied",
+                    names.join(", "),
+                    input_lens.len()
+                ),
+                "pass one byte slice per non-output, non-workgroup buffer, in Program::buffers() order",
+            ));
+        }
+        let mut next_input = 0usize;
+        let mut bindings = Vec::with_capacity(abi.bindings.len());
+        let (mut max_returned, mut max_other) = (0u32, 1u32);
+        for binding in &abi.bindings {
+            let decl = &program.buffers()[binding.decl_index];
+            let stride = binding.element_size as usize;
+            let (len, input) = if binding.role.takes_input() {
+                let index = next_input;
+                next_input += 1;
+                let len = input_lens[index];
+                let required = decl.count() as usize * stride;
+                if len < required {
+                    return Err(CudaError::invalid_input(
+                        format!(
+                            "input {index} for buffer `{}` has {len} bytes but the buffer declares {} elements of {} ({required} bytes)",
+                            binding.name,
+                            decl.count(),
+                            binding.element
+                        ),
+                        "provide at least the declared number of bytes",
+                    ));
+                }
+                if len % stride != 0 {
+                    return Err(CudaError::invalid_input(
+                        format!(
+                            "input {index} for buffer `{}` has {len} bytes, not a multiple of its {stride}-byte {} elements",
+                            binding.name, binding.element
+                        ),
+                        "pass whole elements",
+                    ));
+                }
+                (len, Some(index))
+            } else {
+                (binding.output_bytes, None)
+            };
+            if len as u64 > limits.max_buffer_bytes {
+                return Err(CudaError::invalid_input(
+                    format!(
+                        "buffer `{}` needs {len} bytes, more than the device's {} bytes",
+                        binding.name, limits.max_buffer_bytes
+                    ),
+                    "split the dispatch into smaller buffers",
+                ));
+            }
+            let elements = u32::try_from(len / stride).map_err(|_| {
+                CudaError::invalid_input(
+                    format!("buffer `{}` holds more than u32::MAX elements", binding.name),
+                    "split the dispatch so every buffer is indexable with u32",
+                )
+            })?;
+            if binding.role.is_returned() {
+                max_returned = max_returned.max(elements);
+            } else {
+                max_other = max_other.max(elements);
+            }
+            bindings.push(BindingBytes {
+                len,
+                elements,
+                input,
+            });
+        }
+        let grid = match config.grid_override {
+            Some(grid) => grid,
+            None => reference_grid(program, abi, max_returned, max_other, config),
+        };
+        check_grid(grid, abi.workgroup_size, limits)?;
+        Ok(Self { bindings, grid })
+    }
+}
+
+/// The reference's grid: enough workgroups for `dispatch_elements`, spread over the
+/// workgroup's active axes by a ceil'd n-th root.
+fn reference_grid(
+    program: &Program,
+    abi: &KernelAbi,
+    max_returned: u32,
+    max_other: u32,
+    config: &DispatchConfig,
+) -> [u32; 3] {
+    let has_returned = abi.bindings.iter().any(|b| b.role.is_returned());
+    let has_workgroup_buffer = abi.shared_bytes > 0
+        || program
+            .buffers()
+            .iter()
+            .any(|decl| decl.access() == vyre_foundation::ir::BufferAccess::Workgroup);
+    let force_full_span = has_workgroup_buffer || program.stats().atomic_op_count > 0;
+    let program_graph_nodes = program
+        .buffers()
+        .iter()
+        .find(|decl| decl.binding() == 0 && decl.name() == "pg_nodes")
+        .map_or(0, |decl| decl.count());
+    let dispatch_elements = max_returned
+        .max(program_graph_nodes)
+        .max(1)
+        .max(if !has_returned || force_full_span {
+            max_other
+        } else {
+            1
+        })
+        .max(config.dispatch_elements.unwrap_or(0));
+    let per_group = abi
+        .workgroup_size
+        .iter()
+        .copied()
+        .fold(1u32, u32::saturating_mul)
+        .max(1);
+    let total = dispatch_elements.div_ceil(per_group).max(1);
+    let active: Vec<usize> = (0..3).filter(|&axis| abi.workgroup_size[axis] > 1).collect();
+    let mut grid = [1u32, 1, 1];
+    if active.is_empty() {
+        grid[0] = total;
+    } else {
+        let base = (f64::from(total)).powf(1.0 / active.len() as f64).ceil() as u32;
+        for axis in active {
+            grid[axis] = base.max(1);
+        }
+    }
+    grid
+}
+
+fn check_grid(grid: [u32; 3], workgroup: [u32; 3], limits: GridLimits) -> Result<(), CudaError> {
+    for axis in 0..3 {
+        if grid[axis] == 0 {
+            return Err(CudaError::invalid_input(
+                format!("grid {grid:?} has a zero dimension"),
+                "every grid_override dimension must be >= 1",
+            ));
+        }
+        if grid[axis] > limits.max_grid_dim[axis] {
+            return Err(CudaError::invalid_input(
+                format!(
+                    "grid {grid:?} exceeds the device's grid limit {:?}",
+                    limits.max_grid_dim
+                ),
+                "dispatch fewer workgroups per axis (use a larger workgroup or split the work)",
+            ));
+        }
+        // The reference errors when a global invocation id overflows u32.
+        let last = u64::from(grid[axis]) * u64::from(workgroup[axis]) - 1;
+        if last > u64::from(u32::MAX) {
+            return Err(CudaError::invalid_input(
+                format!("grid {grid:?} x workgroup {workgroup:?} overflows u32 invocation ids"),
+                "reduce the grid so every global invocation id fits in u32",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Cut a returned buffer down to its declared `output_byte_range`, as the reference does.
+pub(crate) fn shape_output(bytes: &mut Vec<u8>, range: Option<&std::ops::Range<usize>>) {
+    if let Some(range) = range {
+        if range.start <= range.end && range.end <= bytes.len() {
+            bytes.truncate(range.end);
+            bytes.drain(..range.start);
+        }
+    }
+}
+
+/// Whether a binding's device buffer starts zeroed (outputs) rather than with input bytes.
+pub(crate) fn starts_zeroed(role: BindingRole) -> bool {
+    role == BindingRole::Output
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codegen::{emit_ptx, PtxTarget};
+    use vyre_foundation::ir::{BufferAccess, BufferDecl, DataType, Expr, Node};
+
+    const LIMITS: GridLimits = GridLimits {
+        max_grid_dim: [i32::MAX as u32, 65535, 65535],
+        max_buffer_bytes: 1 << 34,
+    };
+
+    fn plan(program: &Program, inputs: &[usize], config: &DispatchConfig) -> Result<DispatchPlan, CudaError> {
+        let kernel = emit_ptx(program, config, PtxTarget::sm90()).unwrap();
+        DispatchPlan::new(program, &kernel.abi, inputs, config, LIMITS)
+    }
+
+    fn copy_program(workgroup: [u32; 3]) -> Program {
+        Program::wrapped(
+            vec![
+                BufferDecl::read("a", 0, DataType::U32),
+                BufferDecl::output("out", 1, DataType::U32).with_count(100),
+            ],
+            workgroup,
+            vec![Node::store("out", Expr::gid_x(), Expr::load("a", Expr::gid_x()))],
+        )
+    }
+
+    #[test]
+    fn one_dimensional_grid_covers_the_largest_output() {
+        let p = plan(&copy_program([64, 1, 1]), &[400], &DispatchConfig::default()).unwrap();
+        assert_eq!(p.grid, [2, 1, 1]);
+        assert_eq!(p.bindings[0], BindingBytes { len: 400, elements: 100, input: Some(0) });
+        assert_eq!(p.bindings[1], BindingBytes { len: 400, elements: 100, input: None });
+    }
+
+    #[test]
+    fn multi_axis_workgroups_use_the_reference_cube_root_spread() {
+        let program = Program::wrapped(
+            vec![BufferDecl::output("out", 0, DataType::U32).with_count(10000)],
+            [32, 2, 1],
+            vec![Node::store("out", Expr::gid_x(), Expr::u32(1))],
+        );
+        let p = plan(&program, &[], &DispatchConfig::default()).unwrap();
+        assert_eq!(p.grid, [13, 13, 1]);
+        let program = Program::wrapped(
+            vec![BufferDecl::output("out", 0, DataType::U32).with_count(1000)],
+            [4, 4, 4],
+            vec![Node::store("out", Expr::gid_x(), Expr::u32(1))],
+        );
+        assert_eq!(plan(&program, &[], &DispatchConfig::default()).unwrap().grid, [3, 3, 3]);
+    }
+
+    #[test]
+    fn grid_override_and_dispatch_elements_are_honoured() {
+        let mut config = DispatchConfig::default();
+        config.grid_override = Some([5, 1, 1]);
+        assert_eq!(plan(&copy_program([64, 1, 1]), &[400], &config).unwrap().grid, [5, 1, 1]);
+        let mut config = DispatchConfig::default();
+        config.dispatch_elements = Some(1000);
+        assert_eq!(plan(&copy_program([64, 1, 1]), &[400], &config).unwrap().grid, [16, 1, 1]);
+    }
+
+    #[test]
+    fn longer_inputs_are_accepted_and_counted_like_the_reference() {
+        let p = plan(&copy_program([64, 1, 1]), &[800], &DispatchConfig::default()).unwrap();
+        assert_eq!(p.bindings[0].elements, 200);
+        // Only returned buffers size the grid when the program has outputs.
+        assert_eq!(p.grid, [2, 1, 1]);
+    }
+
+    #[test]
+    fn bad_inputs_are_rejected_with_a_fix() {
+        let program = copy_program([64, 1, 1]);
+        for inputs in [&[][..], &[400, 400][..], &[399][..], &[398][..]] {
+            let error = plan(&program, inputs, &DispatchConfig::default()).unwrap_err();
+            let backend: vyre_driver::BackendError = error.into();
+            assert!(backend.to_string().contains("Fix:"), "{backend}");
+        }
+        let mut config = DispatchConfig::default();
+        config.grid_override = Some([0, 1, 1]);
+        assert!(plan(&program, &[400], &config).is_err());
+        config.grid_override = Some([1, 70000, 1]);
+        assert!(plan(&program, &[400], &config).is_err());
+    }
+
+    #[test]
+    fn read_write_buffers_are_inputs_and_outputs() {
+        let program = Program::wrapped(
+            vec![
+                BufferDecl::read("in0", 3, DataType::U32),
+                BufferDecl::output("res", 0, DataType::U32).with_count(4),
+                BufferDecl::storage("rw", 1, BufferAccess::ReadWrite, DataType::U32),
+                BufferDecl::read("in1", 2, DataType::U32),
+            ],
+            [1, 1, 1],
+            vec![Node::store("res", Expr::u32(0), Expr::u32(1))],
+        );
+        let kernel = emit_ptx(&program, &DispatchConfig::default(), PtxTarget::sm90()).unwrap();
+        let roles: Vec<_> = kernel.abi.bindings.iter().map(|b| b.role).collect();
+        assert_eq!(
+            roles,
+            [BindingRole::Input, BindingRole::Output, BindingRole::InputOutput, BindingRole::Input]
+        );
+        let p = DispatchPlan::new(&program, &kernel.abi, &[8, 12, 16], &DispatchConfig::default(), LIMITS).unwrap();
+        let inputs: Vec<_> = p.bindings.iter().map(|b| b.input).collect();
+        assert_eq!(inputs, [Some(0), None, Some(1), Some(2)]);
+    }
+
+    #[test]
+    fn output_byte_range_is_applied_only_when_valid() {
+        let mut bytes = vec![1, 2, 3, 4, 5];
+        shape_output(&mut bytes, Some(&(1..3)));
+        assert_eq!(bytes, [2, 3]);
+        let mut bytes = vec![1, 2, 3];
+        shape_output(&mut bytes, Some(&(1..9)));
+        assert_eq!(bytes, [1, 2, 3]);
+    }
+}

@@ -1,0 +1,539 @@
+//! Hand-written programs that exercise every construct the emitter lowers, each with
+//! edge-value inputs. The CPU gate assembles all of them with ptxas; the GPU tests run
+//! them and compare with vyre-reference byte for byte.
+
+#![allow(dead_code)]
+
+use super::gpu::{f32_bytes, u32_bytes, Rng};
+use std::sync::Arc;
+use vyre_driver::DispatchConfig;
+use vyre_foundation::ir::{
+    AtomicOp, BinOp, BufferAccess, BufferDecl, DataType, Expr, MemoryOrdering, Node, Program, UnOp,
+};
+
+/// One program with its inputs.
+pub struct Case {
+    pub name: String,
+    pub program: Program,
+    pub inputs: Vec<Vec<u8>>,
+    pub config: DispatchConfig,
+    /// The reference must fail on this case, and so must the GPU.
+    pub expect_error: bool,
+}
+
+impl Case {
+    fn new(name: impl Into<String>, program: Program, inputs: Vec<Vec<u8>>) -> Self {
+        Self {
+            name: name.into(),
+            program,
+            inputs,
+            config: DispatchConfig::default(),
+            expect_error: false,
+        }
+    }
+
+    fn failing(mut self) -> Self {
+        self.expect_error = true;
+        self
+    }
+}
+
+const N: u32 = 256;
+
+fn bin(op: BinOp, l: Expr, r: Expr) -> Expr {
+    Expr::BinOp {
+        op,
+        left: Box::new(l),
+        right: Box::new(r),
+    }
+}
+
+fn un(op: UnOp, v: Expr) -> Expr {
+    Expr::UnOp {
+        op,
+        operand: Box::new(v),
+    }
+}
+
+fn cast(target: DataType, v: Expr) -> Expr {
+    Expr::Cast {
+        target,
+        value: Box::new(v),
+    }
+}
+
+fn gid() -> Expr {
+    Expr::InvocationId { axis: 0 }
+}
+
+fn ld(buffer: &str) -> Expr {
+    Expr::load(buffer, gid())
+}
+
+/// `out[i] = body(i)` for `i < n`, with the given input buffers.
+fn elementwise(inputs: &[(&str, DataType)], out: DataType, n: u32, value: Expr) -> Program {
+    let mut buffers: Vec<BufferDecl> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, (name, ty))| BufferDecl::read(*name, i as u32, ty.clone()).with_count(n))
+        .collect();
+    buffers.push(BufferDecl::output("out", inputs.len() as u32, out).with_count(n));
+    Program::wrapped(
+        buffers,
+        [64, 1, 1],
+        vec![Node::if_then(
+            bin(BinOp::Lt, gid(), Expr::u32(n)),
+            vec![Node::store("out", gid(), value)],
+        )],
+    )
+}
+
+fn edge_u32(rng: &mut Rng, n: u32) -> Vec<u32> {
+    let edges = [0, 1, 2, 3, 7, 31, 32, 33, 63, 64, 0x7FFF_FFFF, 0x8000_0000, 0xFFFF_FFFE, u32::MAX];
+    (0..n as usize)
+        .map(|i| if i < edges.len() * 2 { edges[i % edges.len()] } else { rng.next_u32() })
+        .collect()
+}
+
+fn edge_u32_rotated(rng: &mut Rng, n: u32) -> Vec<u32> {
+    let mut v = edge_u32(rng, n);
+    // Pair every edge value with every other one in the first rows.
+    v[..28].rotate_left(3);
+    v
+}
+
+fn edge_f32(rng: &mut Rng, n: u32) -> Vec<f32> {
+    let bits = [
+        0x0000_0000u32, 0x8000_0000, 0x3F80_0000, 0xBF80_0000, 0x7FC0_0000, 0xFFC0_1234,
+        0x7F80_0000, 0xFF80_0000, 0x0000_0001, 0x8000_0001, 0x007F_FFFF, 0x0080_0000,
+        0x8080_0000, 0x7F7F_FFFF, 0x3F00_0000, 0xBF00_0000, 0x4020_0000, 0xC020_0000,
+        0x3FC0_0000, 0x1E3C_E508, 0x2000_0000, 0x0100_0000, 0x4B00_0001, 0x4F80_0000,
+        0xCF00_0000, 0x4EFF_FFFF, 0x3EFF_FFFF, 0x7F00_0000,
+    ];
+    (0..n as usize)
+        .map(|i| {
+            if i < bits.len() * 4 {
+                f32::from_bits(bits[i % bits.len()])
+            } else {
+                // Random finite values across many exponents.
+                let raw = rng.next_u32();
+                f32::from_bits((raw & 0x8FFF_FFFF) | ((raw % 200 + 20) << 23) & 0x7F80_0000)
+            }
+        })
+        .collect()
+}
+
+fn edge_f32_other(rng: &mut Rng, n: u32) -> Vec<f32> {
+    let mut v = edge_f32(rng, n);
+    // Offset so every special value meets many others.
+    v[..112].rotate_left(29);
+    v
+}
+
+fn edge_i32(rng: &mut Rng, n: u32) -> Vec<u32> {
+    let edges = [0i32, 1, -1, 2, -2, 7, -7, 31, 33, i32::MAX, i32::MIN, i32::MIN + 1, 1000, -1000];
+    (0..n as usize)
+        .map(|i| if i < edges.len() * 2 { edges[i % edges.len()] as u32 } else { rng.next_u32() })
+        .collect()
+}
+
+/// Every u32 BinOp over edge values.
+pub fn u32_binops() -> Vec<Case> {
+    use BinOp::*;
+    let mut rng = Rng::new(1);
+    let a = u32_bytes(&edge_u32(&mut rng, N));
+    let b = u32_bytes(&edge_u32_rotated(&mut rng, N));
+    [
+        Add, Sub, Mul, Div, Mod, BitAnd, BitOr, BitXor, Shl, Shr, Eq, Ne, Lt, Gt, Le, Ge, And, Or,
+        AbsDiff, Min, Max, SaturatingAdd, SaturatingSub, SaturatingMul, MulHigh, RotateLeft,
+        RotateRight, WrappingAdd, WrappingSub,
+    ]
+    .into_iter()
+    .map(|op| {
+        let program = elementwise(
+            &[("a", DataType::U32), ("b", DataType::U32)],
+            DataType::U32,
+            N,
+            bin(op, ld("a"), ld("b")),
+        );
+        Case::new(format!("u32 {op:?}"), program, vec![a.clone(), b.clone()])
+    })
+    .collect()
+}
+
+/// i32 BinOps (divisors made non-zero and MIN/-1 avoided where the reference errors).
+pub fn i32_binops() -> Vec<Case> {
+    use BinOp::*;
+    let mut rng = Rng::new(2);
+    let a_vals = edge_i32(&mut rng, N);
+    let mut b_vals = edge_i32(&mut rng, N);
+    b_vals[..28].rotate_left(5);
+    let safe_b: Vec<u32> = a_vals
+        .iter()
+        .zip(&b_vals)
+        .map(|(a, b)| {
+            if *b == 0 || (*a == i32::MIN as u32 && *b == u32::MAX) { 3 } else { *b }
+        })
+        .collect();
+    let (a, b, safe) = (u32_bytes(&a_vals), u32_bytes(&b_vals), u32_bytes(&safe_b));
+    [
+        Add, Sub, Mul, Div, Mod, BitAnd, BitOr, BitXor, Eq, Ne, Lt, Gt, Le, Ge, And, Or, AbsDiff,
+        Min, Max, SaturatingAdd, SaturatingSub, SaturatingMul, WrappingAdd, WrappingSub,
+    ]
+    .into_iter()
+    .map(|op| {
+        let divisor = if matches!(op, Div | Mod) { safe.clone() } else { b.clone() };
+        let out = if matches!(op, Eq | Ne | Lt | Gt | Le | Ge | And | Or | AbsDiff) {
+            DataType::U32
+        } else {
+            DataType::I32
+        };
+        let program = elementwise(
+            &[("a", DataType::I32), ("b", DataType::I32)],
+            out,
+            N,
+            bin(op, ld("a"), ld("b")),
+        );
+        Case::new(format!("i32 {op:?}"), program, vec![a.clone(), divisor])
+    })
+    .collect()
+}
+
+/// f32 BinOps over NaN, ±0, ±inf, subnormals, boundary and random values.
+pub fn f32_binops() -> Vec<Case> {
+    use BinOp::*;
+    let mut rng = Rng::new(3);
+    let a = f32_bytes(&edge_f32(&mut rng, N));
+    let b = f32_bytes(&edge_f32_other(&mut rng, N));
+    [Add, Sub, Mul, Div, Min, Max, Eq, Ne, Lt, Gt, Le, Ge]
+        .into_iter()
+        .map(|op| {
+            let out = if matches!(op, Eq | Ne | Lt | Gt | Le | Ge) { DataType::U32 } else { DataType::F32 };
+            let program = elementwise(
+                &[("a", DataType::F32), ("b", DataType::F32)],
+                out,
+                N,
+                bin(op, ld("a"), ld("b")),
+            );
+            Case::new(format!("f32 {op:?}"), program, vec![a.clone(), b.clone()])
+        })
+        .collect()
+}
+
+/// Integer and float unary operators.
+pub fn unops() -> Vec<Case> {
+    use UnOp::*;
+    let mut rng = Rng::new(4);
+    let ints = u32_bytes(&edge_u32(&mut rng, N));
+    let floats = f32_bytes(&edge_f32(&mut rng, N));
+    let mut cases = Vec::new();
+    for op in [Negate, BitNot, LogicalNot, Popcount, Clz, Ctz, ReverseBits, Unpack4Low, Unpack4High, Unpack8Low, Unpack8High] {
+        let program = elementwise(&[("a", DataType::U32)], DataType::U32, N, un(op.clone(), ld("a")));
+        cases.push(Case::new(format!("u32 {op:?}"), program, vec![ints.clone()]));
+    }
+    for op in [BitNot, Popcount, Clz, Ctz, ReverseBits] {
+        let program = elementwise(&[("a", DataType::I32)], DataType::I32, N, un(op.clone(), ld("a")));
+        cases.push(Case::new(format!("i32 {op:?}"), program, vec![ints.clone()]));
+    }
+    for op in [Negate, Abs, Sqrt, InverseSqrt, Reciprocal, Floor, Ceil, Round, Trunc, Sign] {
+        let program = elementwise(&[("a", DataType::F32)], DataType::F32, N, un(op.clone(), ld("a")));
+        cases.push(Case::new(format!("f32 {op:?}"), program, vec![floats.clone()]));
+    }
+    for op in [IsNan, IsInf, IsFinite] {
+        let program = elementwise(&[("a", DataType::F32)], DataType::U32, N, un(op.clone(), ld("a")));
+        cases.push(Case::new(format!("f32 {op:?}"), program, vec![floats.clone()]));
+    }
+    cases
+}
+
+/// Casts among u32, i32, f32, bool and the narrow types.
+pub fn casts() -> Vec<Case> {
+    let mut rng = Rng::new(5);
+    let ints = u32_bytes(&edge_u32(&mut rng, N));
+    let floats = f32_bytes(&edge_f32(&mut rng, N));
+    let mut cases = Vec::new();
+    let pairs: [(DataType, DataType, DataType); 16] = [
+        (DataType::U32, DataType::I32, DataType::I32),
+        (DataType::I32, DataType::U32, DataType::U32),
+        (DataType::U32, DataType::F32, DataType::F32),
+        (DataType::I32, DataType::F32, DataType::F32),
+        (DataType::F32, DataType::U32, DataType::U32),
+        (DataType::F32, DataType::I32, DataType::I32),
+        (DataType::F32, DataType::Bool, DataType::U32),
+        (DataType::U32, DataType::Bool, DataType::U32),
+        (DataType::I32, DataType::Bool, DataType::U32),
+        (DataType::U32, DataType::U8, DataType::U32),
+        (DataType::U32, DataType::U16, DataType::U32),
+        (DataType::U32, DataType::I8, DataType::I32),
+        (DataType::U32, DataType::I16, DataType::I32),
+        (DataType::Bool, DataType::U32, DataType::U32),
+        (DataType::Bool, DataType::F32, DataType::F32),
+        (DataType::I32, DataType::I32, DataType::I32),
+    ];
+    for (from, to, out) in pairs {
+        let data = if from == DataType::F32 { floats.clone() } else { ints.clone() };
+        let program = elementwise(&[("a", from.clone())], out, N, cast(to.clone(), ld("a")));
+        cases.push(Case::new(format!("cast {from} -> {to}"), program, vec![data]));
+    }
+    // Narrow loads are raw bytes: zero-extended by a direct cast, sign-extended via I8.
+    let bytes: Vec<u8> = (0..N).map(|i| (i as u8).wrapping_mul(37).wrapping_add(200)).collect();
+    cases.push(Case::new(
+        "u8 load zero-extends",
+        elementwise(&[("a", DataType::U8)], DataType::U32, N, cast(DataType::U32, ld("a"))),
+        vec![bytes.clone()],
+    ));
+    cases.push(Case::new(
+        "i8 load then I8 cast sign-extends",
+        elementwise(
+            &[("a", DataType::I8)],
+            DataType::I32,
+            N,
+            cast(DataType::I32, cast(DataType::I8, ld("a"))),
+        ),
+        vec![bytes.clone()],
+    ));
+    cases.push(Case::new(
+        "u16 load stores its raw bytes",
+        elementwise(&[("a", DataType::U16)], DataType::U16, N / 2, ld("a")),
+        vec![bytes[..N as usize].to_vec()],
+    ));
+    cases.push(Case::new(
+        "u32 stored into u8 keeps the low byte",
+        elementwise(&[("a", DataType::U32)], DataType::U8, N, ld("a")),
+        vec![ints.clone()],
+    ));
+    cases.push(Case::new(
+        "bool buffer loads raw words",
+        elementwise(&[("a", DataType::Bool)], DataType::U32, N, cast(DataType::U32, ld("a"))),
+        vec![ints],
+    ));
+    cases
+}
+
+/// Select, Fma, Let/Assign, If, Loop, Block, early Return, OOB access.
+pub fn control_and_memory() -> Vec<Case> {
+    let mut rng = Rng::new(6);
+    let ints = u32_bytes(&edge_u32(&mut rng, N));
+    let f1 = f32_bytes(&edge_f32(&mut rng, N));
+    let f2 = f32_bytes(&edge_f32_other(&mut rng, N));
+    let mut cases = Vec::new();
+    cases.push(Case::new(
+        "select",
+        elementwise(
+            &[("a", DataType::U32)],
+            DataType::U32,
+            N,
+            Expr::select(bin(BinOp::Gt, ld("a"), Expr::u32(1000)), ld("a"), Expr::u32(7)),
+        ),
+        vec![ints.clone()],
+    ));
+    cases.push(Case::new(
+        "fma is fused once, not contracted elsewhere",
+        elementwise(
+            &[("a", DataType::F32), ("b", DataType::F32)],
+            DataType::F32,
+            N,
+            bin(
+                BinOp::Add,
+                Expr::Fma {
+                    a: Box::new(ld("a")),
+                    b: Box::new(ld("b")),
+                    c: Box::new(ld("a")),
+                },
+                bin(BinOp::Mul, ld("a"), ld("b")),
+            ),
+        ),
+        vec![f1.clone(), f2.clone()],
+    ));
+    // Loop with Let/Assign accumulation and an early return inside the loop body.
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(N),
+            BufferDecl::output("out", 1, DataType::U32).with_count(N),
+        ],
+        [64, 1, 1],
+        vec![
+            Node::let_bind("acc", Expr::u32(0)),
+            Node::loop_for(
+                "k",
+                Expr::u32(0),
+                bin(BinOp::BitAnd, gid(), Expr::u32(15)),
+                vec![
+                    Node::assign("acc", bin(BinOp::Add, Expr::var("acc"), Expr::var("k"))),
+                    Node::if_then(
+                        bin(BinOp::Eq, Expr::var("k"), Expr::u32(9)),
+                        vec![Node::store("out", gid(), Expr::u32(0xDEAD)), Node::Return],
+                    ),
+                ],
+            ),
+            Node::Block(vec![
+                Node::let_bind("scoped", bin(BinOp::Mul, Expr::var("acc"), Expr::u32(3))),
+                Node::store("out", gid(), bin(BinOp::Add, Expr::var("scoped"), ld("a"))),
+            ]),
+        ],
+    );
+    cases.push(Case::new("loop, let/assign, early return in loop, block", program, vec![ints.clone()]));
+    // Empty and reversed loop ranges run nothing.
+    let program = Program::wrapped(
+        vec![BufferDecl::output("out", 0, DataType::U32).with_count(4)],
+        [1, 1, 1],
+        vec![
+            Node::let_bind("c", Expr::u32(0)),
+            Node::loop_for("k", Expr::u32(5), Expr::u32(3), vec![Node::assign("c", Expr::u32(99))]),
+            Node::loop_for("j", Expr::u32(2), Expr::u32(5), vec![Node::assign("c", bin(BinOp::Add, Expr::var("c"), Expr::var("j")))]),
+            Node::store("out", Expr::u32(0), Expr::var("c")),
+        ],
+    );
+    cases.push(Case::new("loop bounds are exclusive; reversed range is empty", program, vec![]));
+    // Out-of-bounds loads read zero, out-of-bounds stores are dropped.
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(8),
+            BufferDecl::output("out", 1, DataType::U32).with_count(16),
+        ],
+        [16, 1, 1],
+        vec![
+            Node::store("out", gid(), bin(BinOp::Add, Expr::load("a", gid()), Expr::u32(1))),
+            Node::store("out", bin(BinOp::Add, gid(), Expr::u32(1000)), Expr::u32(77)),
+        ],
+    );
+    cases.push(Case::new("out-of-bounds load reads 0, store is dropped", program, vec![u32_bytes(&[9, 8, 7, 6, 5, 4, 3, 2])]));
+    // BufLen reports the supplied length of a runtime-sized input.
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32),
+            BufferDecl::output("out", 1, DataType::U32).with_count(1),
+        ],
+        [1, 1, 1],
+        vec![Node::store("out", Expr::u32(0), Expr::buf_len("a"))],
+    );
+    cases.push(Case::new("buf_len", program, vec![u32_bytes(&[1, 2, 3, 4, 5])]));
+    cases
+}
+
+/// Workgroup memory (zeroed per workgroup), barriers, 2D workgroups, atomics.
+pub fn workgroup_cases() -> Vec<Case> {
+    let mut rng = Rng::new(7);
+    let ints = u32_bytes(&edge_u32(&mut rng, N));
+    let mut cases = Vec::new();
+    let lid = Expr::LocalId { axis: 0 };
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(N),
+            BufferDecl::output("out", 1, DataType::U32).with_count(N),
+            BufferDecl::workgroup("tile", 64, DataType::U32),
+        ],
+        [64, 1, 1],
+        vec![
+            // Read-before-write sees the zero fill.
+            Node::let_bind("before", Expr::load("tile", lid.clone())),
+            Node::barrier_with_ordering(MemoryOrdering::SeqCst),
+            Node::store("tile", lid.clone(), bin(BinOp::Add, ld("a"), Expr::var("before"))),
+            Node::barrier_with_ordering(MemoryOrdering::SeqCst),
+            Node::store(
+                "out",
+                gid(),
+                Expr::load("tile", bin(BinOp::Sub, Expr::u32(63), lid.clone())),
+            ),
+        ],
+    );
+    cases.push(Case::new("workgroup reverse through shared memory and barriers", program, vec![ints.clone()]));
+    let program = Program::wrapped(
+        vec![BufferDecl::output("out", 0, DataType::U32).with_count(24 * 24)],
+        [8, 8, 1],
+        vec![Node::if_then(
+            bin(
+                BinOp::And,
+                bin(BinOp::Lt, Expr::InvocationId { axis: 0 }, Expr::u32(24)),
+                bin(BinOp::Lt, Expr::InvocationId { axis: 1 }, Expr::u32(24)),
+            ),
+            vec![Node::store(
+                "out",
+                bin(
+                    BinOp::Add,
+                    Expr::InvocationId { axis: 0 },
+                    bin(BinOp::Mul, Expr::InvocationId { axis: 1 }, Expr::u32(24)),
+                ),
+                bin(
+                    BinOp::BitOr,
+                    bin(BinOp::Shl, Expr::WorkgroupId { axis: 1 }, Expr::u32(16)),
+                    bin(BinOp::BitOr, bin(BinOp::Shl, Expr::LocalId { axis: 1 }, Expr::u32(8)), Expr::LocalId { axis: 0 }),
+                ),
+            )],
+        )],
+    );
+    cases.push(Case::new("2D workgroup ids", program, vec![]));
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(N),
+            BufferDecl::storage("hist", 1, BufferAccess::ReadWrite, DataType::U32).with_count(8),
+        ],
+        [64, 1, 1],
+        vec![Node::let_bind(
+            "old",
+            Expr::Atomic {
+                op: AtomicOp::Add,
+                buffer: "hist".into(),
+                index: Box::new(bin(BinOp::BitAnd, ld("a"), Expr::u32(7))),
+                expected: None,
+                value: Box::new(Expr::u32(1)),
+                ordering: MemoryOrdering::Relaxed,
+            },
+        )],
+    );
+    cases.push(Case::new("atomic add histogram", program, vec![ints.clone(), vec![0; 32]]));
+    cases
+}
+
+/// Run-time errors the reference raises; the GPU must fail too.
+pub fn fault_cases() -> Vec<Case> {
+    let a = u32_bytes(&[10, 20, 30, 40]);
+    let zero_at_2 = u32_bytes(&[1, 2, 0, 4]);
+    let div = elementwise(
+        &[("a", DataType::I32), ("b", DataType::I32)],
+        DataType::I32,
+        4,
+        bin(BinOp::Div, ld("a"), ld("b")),
+    );
+    let rem = elementwise(
+        &[("a", DataType::I32), ("b", DataType::I32)],
+        DataType::I32,
+        4,
+        bin(BinOp::Mod, ld("a"), ld("b")),
+    );
+    let overflow = elementwise(
+        &[("a", DataType::I32), ("b", DataType::I32)],
+        DataType::I32,
+        1,
+        bin(BinOp::Div, ld("a"), ld("b")),
+    );
+    let negative_index = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::I32).with_count(4),
+            BufferDecl::output("out", 1, DataType::U32).with_count(4),
+        ],
+        [4, 1, 1],
+        vec![Node::store("out", ld("a"), Expr::u32(1))],
+    );
+    vec![
+        Case::new("i32 division by zero", div, vec![a.clone(), zero_at_2.clone()]).failing(),
+        Case::new("i32 remainder by zero", rem, vec![a, zero_at_2]).failing(),
+        Case::new("i32 MIN / -1", overflow, vec![u32_bytes(&[i32::MIN as u32]), u32_bytes(&[u32::MAX])]).failing(),
+        Case::new("negative store index", negative_index, vec![u32_bytes(&[0, 1, (-2i32) as u32, 3])]).failing(),
+    ]
+}
+
+/// Every hand-written case.
+pub fn all_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    cases.extend(u32_binops());
+    cases.extend(i32_binops());
+    cases.extend(f32_binops());
+    cases.extend(unops());
+    cases.extend(casts());
+    cases.extend(control_and_memory());
+    cases.extend(workgroup_cases());
+    cases.extend(fault_cases());
+    let _ = Arc::<str>::from("");
+    cases
+}
