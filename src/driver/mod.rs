@@ -1,12 +1,164 @@
-//! CUDA driver layer: the only module with `unsafe` FFI. (Being written.)
+//! CUDA driver layer: the only module of the crate with `unsafe` FFI.
+//!
+//! Thin RAII types over `cudarc::driver::{result, sys}` (cudarc's `safe` layer is not used):
+//! [`Device`] (retained primary context), [`DeviceAlloc`], [`PinnedHostBuffer`], [`Stream`],
+//! [`Event`], [`Module`] and [`Function`].
+//!
+//! `libcuda` is loaded at run time. cudarc panics when the library or one of its symbols is
+//! missing, so every entry point first checks [`driver_library_present`] (computed once:
+//! library loadable *and* every entry point used here resolvable) and returns a
+//! [`DriverError`] instead.
+//!
+//! Resources remember the device's *generation*; [`Device::reset_after_fault`] bumps it, after
+//! which older resources are dead: their operations fail with `CUDA_ERROR_CONTEXT_IS_DESTROYED`
+//! and their `Drop` makes no driver call (the reset already destroyed them).
 
-/// A failed CUDA driver call.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("CUDA driver error")]
-pub struct DriverError;
+mod device;
+mod error;
+mod memory;
+mod module;
+mod stream;
 
-impl From<DriverError> for vyre_driver::BackendError {
-    fn from(e: DriverError) -> Self {
-        vyre_driver::BackendError::new(e.to_string())
+pub use device::{Device, DeviceInfo};
+pub use error::DriverError;
+pub use memory::{DeviceAlloc, PinnedHostBuffer};
+pub use module::{Function, Module};
+pub use stream::{Event, Stream};
+
+use cudarc::driver::{result, sys};
+use std::sync::OnceLock;
+
+/// Every libcuda entry point this module calls (directly or through `cudarc::driver::result`).
+/// cudarc resolves symbols lazily and panics on a missing one, so they are all checked once.
+const REQUIRED_SYMBOLS: &[&str] = &[
+    "cuInit",
+    "cuDriverGetVersion",
+    "cuGetErrorName",
+    "cuGetErrorString",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetName",
+    "cuDeviceGetAttribute",
+    "cuDeviceTotalMem_v2",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuDevicePrimaryCtxReset_v2",
+    "cuCtxSetCurrent",
+    "cuCtxSynchronize",
+    "cuMemGetInfo_v2",
+    "cuMemAlloc_v2",
+    "cuMemFree_v2",
+    "cuMemHostRegister_v2",
+    "cuMemHostUnregister",
+    "cuStreamCreate",
+    "cuStreamDestroy_v2",
+    "cuStreamSynchronize",
+    "cuStreamQuery",
+    "cuMemcpyHtoDAsync_v2",
+    "cuMemcpyDtoHAsync_v2",
+    "cuMemcpyDtoDAsync_v2",
+    "cuMemsetD8Async",
+    "cuMemsetD32Async",
+    "cuLaunchKernel",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuEventQuery",
+    "cuEventSynchronize",
+    "cuEventElapsedTime",
+    "cuEventDestroy_v2",
+    "cuModuleLoadDataEx",
+    "cuModuleGetFunction",
+    "cuModuleUnload",
+    "cuFuncGetAttribute",
+    "cuFuncSetAttribute",
+];
+
+/// `Ok` when libcuda is loaded and has every entry point we use; cached for the process.
+fn library_status() -> &'static Result<(), DriverError> {
+    static STATUS: OnceLock<Result<(), DriverError>> = OnceLock::new();
+    STATUS.get_or_init(|| {
+        // SAFETY: `is_culib_present` only tries to dlopen the candidate library names; running
+        // libcuda's initialisers is the documented way to use the driver.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(DriverError::library_missing());
+        }
+        // SAFETY: the library is present, so `culib` loads it (the same candidate order as
+        // `is_culib_present`) instead of panicking. Looking a symbol up never calls it; the
+        // placeholder fn-pointer type is only used to ask whether the symbol exists.
+        let lib = unsafe { sys::culib() };
+        for symbol in REQUIRED_SYMBOLS {
+            // SAFETY: see above; the returned symbol is dropped unused.
+            if unsafe { lib.get::<unsafe extern "C" fn()>(symbol.as_bytes()) }.is_err() {
+                return Err(DriverError::library_too_old(symbol));
+            }
+        }
+        Ok(())
+    })
+}
+
+/// True when libcuda can be loaded and exports every entry point this crate needs.
+/// Never panics; the answer is computed once per process.
+pub fn driver_library_present() -> bool {
+    library_status().is_ok()
+}
+
+/// Loads libcuda (checked) and runs `cuInit(0)` once per process.
+pub(crate) fn init() -> Result<(), DriverError> {
+    static INIT: OnceLock<Result<(), DriverError>> = OnceLock::new();
+    library_status().clone()?;
+    INIT.get_or_init(|| result::init().check("cuInit")).clone()
+}
+
+/// Number of CUDA devices visible to this process (`cuInit(0)` then `cuDeviceGetCount`).
+///
+/// `Ok(0)` when the driver is installed but reports no device (`CUDA_ERROR_NO_DEVICE`);
+/// `Err` when libcuda is missing or the driver fails otherwise.
+pub fn device_count() -> Result<usize, DriverError> {
+    match init() {
+        Err(e) if e.code() == Some(sys::CUresult::CUDA_ERROR_NO_DEVICE as u32) => return Ok(0),
+        other => other?,
+    }
+    let count = result::device::get_count().check("cuDeviceGetCount")?;
+    Ok(usize::try_from(count).unwrap_or(0))
+}
+
+/// Converts a driver result into ours, naming the failed entry point.
+pub(crate) trait Check<T> {
+    fn check(self, call: &'static str) -> Result<T, DriverError>;
+}
+
+impl<T> Check<T> for Result<T, result::DriverError> {
+    #[inline]
+    fn check(self, call: &'static str) -> Result<T, DriverError> {
+        self.map_err(|e| DriverError::from_cuda(call, e))
+    }
+}
+
+impl Check<()> for sys::CUresult {
+    #[inline]
+    fn check(self, call: &'static str) -> Result<(), DriverError> {
+        self.result().check(call)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_driver_means_errors_not_panics() {
+        if driver_library_present() {
+            return; // covered by tests/driver_smoke.rs on machines with a driver
+        }
+        assert!(device_count().is_err());
+        let err = Device::open(0).expect_err("no libcuda, so no device");
+        assert!(
+            err.to_string().contains("libcuda could not be loaded"),
+            "{err}"
+        );
+        assert!(err.fix_hint().contains("NVIDIA driver"));
+        assert!(err.fix_hint().contains("LD_LIBRARY_PATH"));
+        let backend: vyre_driver::BackendError = err.into();
+        assert!(backend.to_string().contains("Fix: install"), "{backend}");
     }
 }

@@ -1,0 +1,179 @@
+//! [`Module`] (PTX JIT-loaded with `cuModuleLoadDataEx`) and its kernels ([`Function`]).
+
+use super::{Check, Device, DriverError};
+use cudarc::driver::{result, sys};
+use std::ffi::{c_void, CString};
+use std::sync::Arc;
+
+/// Size of the buffer that receives the PTX JIT error log.
+const JIT_LOG_BYTES: usize = 16 * 1024;
+
+/// A loaded CUDA module, unloaded on drop. `Send + Sync`.
+#[derive(Debug)]
+pub struct Module {
+    device: Arc<Device>,
+    raw: sys::CUmodule,
+    generation: u64,
+}
+
+// SAFETY: module handles may be used from any thread; operations bind the context first.
+unsafe impl Send for Module {}
+// SAFETY: see `Send`; no operation mutates Rust-side state.
+unsafe impl Sync for Module {}
+
+impl Module {
+    /// JIT-compiles and loads PTX text. On failure the driver's JIT error log is attached to
+    /// the error ([`DriverError::log`]). PTX containing a NUL byte is rejected without a
+    /// driver call.
+    pub fn load_ptx(device: &Arc<Device>, ptx: &str) -> Result<Arc<Module>, DriverError> {
+        let image = CString::new(ptx).map_err(|e| {
+            DriverError::invalid_ptx_text(format!(
+                "the PTX text contains a NUL byte at offset {}",
+                e.nul_position()
+            ))
+        })?;
+        let generation = device.generation();
+        device.bind_live(generation, "cuModuleLoadDataEx")?;
+        let mut log = vec![0u8; JIT_LOG_BYTES];
+        let mut options = [
+            sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+            sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        ];
+        // The size option's value is the integer itself, cast to a pointer (driver ABI); the
+        // driver overwrites it with the number of bytes written.
+        let mut values: [*mut c_void; 2] = [log.as_mut_ptr().cast(), JIT_LOG_BYTES as *mut c_void];
+        let mut raw: sys::CUmodule = std::ptr::null_mut();
+        // SAFETY: `image` is a NUL-terminated PTX string; `options`/`values` have 2 entries;
+        // the log buffer is writable for `JIT_LOG_BYTES` bytes and outlives the call (the
+        // JIT is synchronous). The context is current.
+        let status = unsafe {
+            sys::cuModuleLoadDataEx(
+                &mut raw,
+                image.as_ptr().cast(),
+                options.len() as u32,
+                options.as_mut_ptr(),
+                values.as_mut_ptr(),
+            )
+        };
+        if let Err(e) = status.check("cuModuleLoadDataEx") {
+            let written = (values[1] as usize).min(JIT_LOG_BYTES);
+            let text = &log[..written];
+            let end = text.iter().position(|&b| b == 0).unwrap_or(text.len());
+            return Err(e.with_log(String::from_utf8_lossy(&text[..end]).into_owned()));
+        }
+        Ok(Arc::new(Module {
+            device: Arc::clone(device),
+            raw,
+            generation,
+        }))
+    }
+
+    /// Looks up the kernel `name` (`cuModuleGetFunction`); the [`Function`] keeps the module
+    /// loaded.
+    pub fn function(self: &Arc<Self>, name: &str) -> Result<Function, DriverError> {
+        let c_name = CString::new(name).map_err(|_| {
+            DriverError::from_code(
+                "cuModuleGetFunction",
+                sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32,
+            )
+            .with_description(format!("kernel name {name:?} contains a NUL byte"))
+        })?;
+        self.enter("cuModuleGetFunction")?;
+        // SAFETY: `raw` is a live module of the current context.
+        let raw = unsafe { result::module::get_function(self.raw, c_name) }.map_err(|e| {
+            DriverError::from_cuda("cuModuleGetFunction", e)
+                .with_description(format!("no kernel named `{name}` in the module"))
+        })?;
+        Ok(Function {
+            module: Arc::clone(self),
+            raw,
+        })
+    }
+
+    /// The device the module is loaded on.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    #[inline]
+    fn enter(&self, call: &'static str) -> Result<(), DriverError> {
+        self.device.bind_live(self.generation, call)
+    }
+}
+
+impl Drop for Module {
+    fn drop(&mut self) {
+        if let Err(e) = self.enter("cuModuleUnload") {
+            tracing::debug!(%e, "module not unloaded");
+            return;
+        }
+        // SAFETY: `raw` is a live module, unloaded once; every `Function` holds an
+        // `Arc<Module>`, so none outlives it.
+        if let Err(e) = unsafe { result::module::unload(self.raw) }.check("cuModuleUnload") {
+            tracing::warn!(%e, "unloading a CUDA module failed");
+        }
+    }
+}
+
+/// A kernel of a loaded [`Module`]; keeps the module alive. `Send + Sync`.
+#[derive(Debug, Clone)]
+pub struct Function {
+    module: Arc<Module>,
+    raw: sys::CUfunction,
+}
+
+// SAFETY: function handles may be used from any thread; operations bind the context first,
+// and the `Arc<Module>` keeps the handle valid.
+unsafe impl Send for Function {}
+// SAFETY: see `Send`.
+unsafe impl Sync for Function {}
+
+impl Function {
+    /// The module this kernel belongs to.
+    pub fn module(&self) -> &Arc<Module> {
+        &self.module
+    }
+
+    pub(crate) fn raw(&self) -> sys::CUfunction {
+        self.raw
+    }
+
+    /// Fails if a device reset destroyed the module.
+    pub(crate) fn check_live(&self, call: &'static str) -> Result<(), DriverError> {
+        self.module.enter(call)
+    }
+
+    fn attribute(&self, attribute: sys::CUfunction_attribute) -> Result<u32, DriverError> {
+        self.check_live("cuFuncGetAttribute")?;
+        // SAFETY: `raw` is a live function of the current context.
+        let value = unsafe { result::function::get_function_attribute(self.raw, attribute) }
+            .check("cuFuncGetAttribute")?;
+        Ok(u32::try_from(value).unwrap_or(0))
+    }
+
+    /// The largest block size this kernel can be launched with (register-limited).
+    pub fn max_threads_per_block(&self) -> Result<u32, DriverError> {
+        self.attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+    }
+
+    /// Registers per thread.
+    pub fn num_registers(&self) -> Result<u32, DriverError> {
+        self.attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS)
+    }
+
+    /// Allows launches with up to `bytes` of dynamic shared memory (needed above 48 KiB, up
+    /// to [`DeviceInfo::max_shared_memory_per_block_optin`](super::DeviceInfo)).
+    pub fn set_max_dynamic_shared_bytes(&self, bytes: u32) -> Result<(), DriverError> {
+        self.check_live("cuFuncSetAttribute")?;
+        let value = i32::try_from(bytes).unwrap_or(i32::MAX);
+        // SAFETY: `raw` is a live function of the current context.
+        unsafe {
+            result::function::set_function_attribute(
+                self.raw,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                value,
+            )
+        }
+        .check("cuFuncSetAttribute")
+    }
+}

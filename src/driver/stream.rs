@@ -1,0 +1,318 @@
+//! [`Stream`] (copies, memsets, launches) and [`Event`] (completion and timing).
+
+use super::{Check, Device, DriverError, Function};
+use cudarc::driver::{result, sys};
+use std::ffi::c_void;
+use std::sync::Arc;
+
+/// A non-blocking CUDA stream (`CU_STREAM_NON_BLOCKING`), destroyed on drop. `Send + Sync`.
+#[derive(Debug)]
+pub struct Stream {
+    device: Arc<Device>,
+    raw: sys::CUstream,
+    generation: u64,
+}
+
+// SAFETY: CUDA stream handles may be used from any thread (the driver API is thread-safe);
+// every operation first binds the owning context on the calling thread.
+unsafe impl Send for Stream {}
+// SAFETY: see `Send`; no operation mutates Rust-side state.
+unsafe impl Sync for Stream {}
+
+/// Maps `CUDA_ERROR_NOT_READY` to `Ok(false)` and success to `Ok(true)`.
+fn ready(status: sys::CUresult, call: &'static str) -> Result<bool, DriverError> {
+    match status {
+        sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        other => other.check(call).map(|()| true),
+    }
+}
+
+impl Stream {
+    /// Creates a stream that does not synchronise with the legacy default stream.
+    pub fn new(device: &Arc<Device>) -> Result<Stream, DriverError> {
+        let generation = device.generation();
+        device.bind_live(generation, "cuStreamCreate")?;
+        let raw = result::stream::create(result::stream::StreamKind::NonBlocking)
+            .check("cuStreamCreate")?;
+        Ok(Stream {
+            device: Arc::clone(device),
+            raw,
+            generation,
+        })
+    }
+
+    /// The device the stream belongs to.
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    /// The raw handle, for FFI inside this crate's driver layer.
+    pub fn raw(&self) -> sys::CUstream {
+        self.raw
+    }
+
+    #[inline]
+    fn enter(&self, call: &'static str) -> Result<(), DriverError> {
+        self.device.bind_live(self.generation, call)
+    }
+
+    /// Blocks until all work queued on the stream is done.
+    pub fn synchronize(&self) -> Result<(), DriverError> {
+        self.enter("cuStreamSynchronize")?;
+        // SAFETY: `raw` is a live stream of the current context.
+        unsafe { result::stream::synchronize(self.raw) }.check("cuStreamSynchronize")
+    }
+
+    /// True when all queued work is done (`cuStreamQuery`; `NOT_READY` gives `Ok(false)`).
+    pub fn query_idle(&self) -> Result<bool, DriverError> {
+        self.enter("cuStreamQuery")?;
+        // SAFETY: `raw` is a live stream of the current context.
+        ready(unsafe { sys::cuStreamQuery(self.raw) }, "cuStreamQuery")
+    }
+
+    /// Host-to-device copy of `src` into the device address `dst_ptr`, ordered on this stream.
+    ///
+    /// For pageable `src` (ordinary Rust memory) the driver stages the bytes before returning,
+    /// so `src` may be dropped or reused right after. If `src` is page-locked (e.g. a
+    /// [`PinnedHostBuffer`](super::PinnedHostBuffer)), the copy is truly asynchronous: do not
+    /// modify it before the stream is synchronised. Zero bytes make no driver call.
+    pub fn copy_to_device(&self, dst_ptr: u64, src: &[u8]) -> Result<(), DriverError> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.enter("cuMemcpyHtoDAsync_v2")?;
+        // SAFETY: `src` is valid for reads of its length for the duration of the call, which is
+        // all the driver needs for pageable memory (see above). The device range is the
+        // caller's responsibility; a bad address is reported by the driver, not host UB.
+        unsafe { result::memcpy_htod_async(dst_ptr, src, self.raw) }.check("cuMemcpyHtoDAsync_v2")
+    }
+
+    /// Host-to-device copy from `len` bytes at `src`, without staging.
+    ///
+    /// # Safety
+    /// `src` must be valid for reads of `len` bytes and must neither be freed nor modified
+    /// until the copy completes (synchronise the stream or an event recorded after it).
+    pub unsafe fn copy_to_device_async_raw(
+        &self,
+        dst_ptr: u64,
+        src: *const u8,
+        len: usize,
+    ) -> Result<(), DriverError> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.enter("cuMemcpyHtoDAsync_v2")?;
+        // SAFETY: the caller guarantees `src` stays valid and unmodified until completion.
+        unsafe { sys::cuMemcpyHtoDAsync_v2(dst_ptr, src.cast(), len, self.raw) }
+            .check("cuMemcpyHtoDAsync_v2")
+    }
+
+    /// Device-to-host copy into `dst`, then waits for the stream, so `dst` holds the data (and
+    /// all earlier work on the stream is done) when this returns. Zero bytes make no call.
+    pub fn copy_to_host_blocking(&self, dst: &mut [u8], src_ptr: u64) -> Result<(), DriverError> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        self.enter("cuMemcpyDtoHAsync_v2")?;
+        // SAFETY: `dst` is exclusively borrowed until we return. Into pageable memory the
+        // driver completes the copy before `cuMemcpyDtoHAsync` returns; into page-locked
+        // memory it completes by the stream synchronisation below, and if that reports an
+        // error the context is faulted and the driver abandons the pending work.
+        unsafe { result::memcpy_dtoh_async(dst, src_ptr, self.raw) }
+            .check("cuMemcpyDtoHAsync_v2")?;
+        self.synchronize()
+    }
+
+    /// Device-to-host copy into `len` bytes at `dst` (normally page-locked memory).
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes and must not be read, freed or otherwise
+    /// accessed until the copy completes (synchronise the stream or an event recorded after
+    /// it).
+    pub unsafe fn copy_to_host_async(
+        &self,
+        dst: *mut u8,
+        len: usize,
+        src_ptr: u64,
+    ) -> Result<(), DriverError> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.enter("cuMemcpyDtoHAsync_v2")?;
+        // SAFETY: the caller guarantees `dst` stays valid and untouched until completion.
+        unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src_ptr, len, self.raw) }
+            .check("cuMemcpyDtoHAsync_v2")
+    }
+
+    /// Device-to-device copy of `len` bytes, ordered on this stream. Zero bytes make no call.
+    pub fn copy_device_to_device(
+        &self,
+        dst_ptr: u64,
+        src_ptr: u64,
+        len: usize,
+    ) -> Result<(), DriverError> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.enter("cuMemcpyDtoDAsync_v2")?;
+        // SAFETY: only device memory is accessed; bad addresses are reported by the driver.
+        unsafe { result::memcpy_dtod_async(dst_ptr, src_ptr, len, self.raw) }
+            .check("cuMemcpyDtoDAsync_v2")
+    }
+
+    /// Zero-fills `len` bytes at `dst_ptr` (32-bit stores when address and length allow).
+    pub fn memset_zero(&self, dst_ptr: u64, len: usize) -> Result<(), DriverError> {
+        if len == 0 {
+            return Ok(());
+        }
+        if dst_ptr % 4 == 0 && len % 4 == 0 {
+            self.enter("cuMemsetD32Async")?;
+            // SAFETY: only device memory is accessed; bad addresses are reported by the driver.
+            unsafe { sys::cuMemsetD32Async(dst_ptr, 0, len / 4, self.raw) }
+                .check("cuMemsetD32Async")
+        } else {
+            self.enter("cuMemsetD8Async")?;
+            // SAFETY: as above.
+            unsafe { result::memset_d8_async(dst_ptr, 0, len, self.raw) }.check("cuMemsetD8Async")
+        }
+    }
+
+    /// Launches `function` on this stream (`cuLaunchKernel`).
+    ///
+    /// # Safety
+    /// `params` must hold one pointer per kernel parameter, in declaration order, each
+    /// pointing to a value of exactly the parameter's type and size (read during this call).
+    /// Device addresses passed in them must stay allocated until the kernel completes, and the
+    /// kernel must not access memory outside of allocations it was given.
+    pub unsafe fn launch(
+        &self,
+        function: &Function,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_bytes: u32,
+        params: &mut [*mut c_void],
+    ) -> Result<(), DriverError> {
+        self.enter("cuLaunchKernel")?;
+        function.check_live("cuLaunchKernel")?;
+        let params_ptr = if params.is_empty() {
+            std::ptr::null_mut()
+        } else {
+            params.as_mut_ptr()
+        };
+        // SAFETY: the function and stream belong to the current context (checked live); the
+        // caller guarantees the parameter array matches the kernel signature.
+        unsafe {
+            sys::cuLaunchKernel(
+                function.raw(),
+                grid[0],
+                grid[1],
+                grid[2],
+                block[0],
+                block[1],
+                block[2],
+                shared_bytes,
+                self.raw,
+                params_ptr,
+                std::ptr::null_mut(),
+            )
+        }
+        .check("cuLaunchKernel")
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        if let Err(e) = self.enter("cuStreamDestroy_v2") {
+            tracing::debug!(%e, "stream not destroyed");
+            return;
+        }
+        // SAFETY: `raw` is a live stream, destroyed once. Pending work still completes.
+        if let Err(e) = unsafe { result::stream::destroy(self.raw) }.check("cuStreamDestroy_v2") {
+            tracing::warn!(%e, "destroying a CUDA stream failed");
+        }
+    }
+}
+
+/// A CUDA event for completion tracking and (optionally) timing. `Send + Sync`.
+#[derive(Debug)]
+pub struct Event {
+    device: Arc<Device>,
+    raw: sys::CUevent,
+    generation: u64,
+}
+
+// SAFETY: CUDA event handles may be used from any thread; operations bind the context first.
+unsafe impl Send for Event {}
+// SAFETY: see `Send`.
+unsafe impl Sync for Event {}
+
+impl Event {
+    /// Creates an event; `timing == false` creates it with `CU_EVENT_DISABLE_TIMING`, which
+    /// makes recording and querying cheaper.
+    pub fn new(device: &Arc<Device>, timing: bool) -> Result<Event, DriverError> {
+        let generation = device.generation();
+        device.bind_live(generation, "cuEventCreate")?;
+        let flags = if timing {
+            sys::CUevent_flags::CU_EVENT_DEFAULT
+        } else {
+            sys::CUevent_flags::CU_EVENT_DISABLE_TIMING
+        };
+        let raw = result::event::create(flags).check("cuEventCreate")?;
+        Ok(Event {
+            device: Arc::clone(device),
+            raw,
+            generation,
+        })
+    }
+
+    #[inline]
+    fn enter(&self, call: &'static str) -> Result<(), DriverError> {
+        self.device.bind_live(self.generation, call)
+    }
+
+    /// Records the event at the current tail of `stream`.
+    pub fn record(&self, stream: &Stream) -> Result<(), DriverError> {
+        self.enter("cuEventRecord")?;
+        stream.enter("cuEventRecord")?;
+        // SAFETY: both handles are live in the current context.
+        unsafe { result::event::record(self.raw, stream.raw) }.check("cuEventRecord")
+    }
+
+    /// True once the recorded work is done (`NOT_READY` gives `Ok(false)`).
+    pub fn is_complete(&self) -> Result<bool, DriverError> {
+        self.enter("cuEventQuery")?;
+        // SAFETY: `raw` is a live event.
+        ready(unsafe { sys::cuEventQuery(self.raw) }, "cuEventQuery")
+    }
+
+    /// Blocks until the recorded work is done.
+    pub fn synchronize(&self) -> Result<(), DriverError> {
+        self.enter("cuEventSynchronize")?;
+        // SAFETY: `raw` is a live event.
+        unsafe { result::event::synchronize(self.raw) }.check("cuEventSynchronize")
+    }
+
+    /// Nanoseconds from `start` to `self` (both recorded, completed, and created with
+    /// `timing == true`). Resolution is about half a microsecond; negative spans give 0.
+    pub fn elapsed_ns_since(&self, start: &Event) -> Result<u64, DriverError> {
+        self.enter("cuEventElapsedTime")?;
+        start.enter("cuEventElapsedTime")?;
+        // SAFETY: both events are live in the current context.
+        let ms =
+            unsafe { result::event::elapsed(start.raw, self.raw) }.check("cuEventElapsedTime")?;
+        Ok((f64::from(ms.max(0.0)) * 1.0e6).round() as u64)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        if let Err(e) = self.enter("cuEventDestroy_v2") {
+            tracing::debug!(%e, "event not destroyed");
+            return;
+        }
+        // SAFETY: `raw` is a live event, destroyed once.
+        if let Err(e) = unsafe { result::event::destroy(self.raw) }.check("cuEventDestroy_v2") {
+            tracing::warn!(%e, "destroying a CUDA event failed");
+        }
+    }
+}
