@@ -73,7 +73,8 @@ impl VyreBackend for CudaBackend {
         config: &DispatchConfig,
         outputs: &mut OutputBuffers,
     ) -> Result<(), BackendError> {
-        CudaBackend::dispatch_borrowed_into(self, program, inputs, config, outputs).map_err(Into::into)
+        CudaBackend::dispatch_borrowed_into(self, program, inputs, config, outputs)
+            .map_err(Into::into)
     }
 
     fn backend_metric_snapshot(&self) -> Vec<(&'static str, u64)> {

@@ -52,7 +52,15 @@ impl CudaBackend {
             }
         };
         let result = self.launch_and_read(
-            &block, &stream, &kernel, &plan, &offsets, fault_offset, inputs, launches, outputs,
+            &block,
+            &stream,
+            &kernel,
+            &plan,
+            &offsets,
+            fault_offset,
+            inputs,
+            launches,
+            outputs,
         );
         match result {
             Ok(()) => {
@@ -107,8 +115,10 @@ impl CudaBackend {
         }
 
         // Kernel arguments: every buffer pointer, every element count, the fault word.
-        let mut pointers: smallvec::SmallVec<[u64; 8]> = offsets.iter().map(|o| base + *o as u64).collect();
-        let mut counts: smallvec::SmallVec<[u32; 8]> = plan.bindings.iter().map(|b| b.elements).collect();
+        let mut pointers: smallvec::SmallVec<[u64; 8]> =
+            offsets.iter().map(|o| base + *o as u64).collect();
+        let mut counts: smallvec::SmallVec<[u32; 8]> =
+            plan.bindings.iter().map(|b| b.elements).collect();
         let mut fault_ptr = base + fault_offset as u64;
         let mut params: smallvec::SmallVec<[*mut c_void; 17]> = smallvec::SmallVec::new();
         for pointer in pointers.iter_mut() {
@@ -128,7 +138,13 @@ impl CudaBackend {
                 // value of the declared width; every buffer address lies inside `block`,
                 // which outlives the launch because we synchronise before returning.
                 unsafe {
-                    stream.launch(&kernel.function, plan.grid, abi.workgroup_size, 0, &mut params)?;
+                    stream.launch(
+                        &kernel.function,
+                        plan.grid,
+                        abi.workgroup_size,
+                        0,
+                        &mut params,
+                    )?;
                 }
             }
         }
@@ -197,9 +213,12 @@ fn check_config(config: &DispatchConfig) -> Result<u32, CudaError> {
     }
     if config.persistent_thread == Some(PersistentThreadMode::Force) {
         return Err(CudaError::Rejected(BackendError::UnsupportedFeature {
-            name: "forced persistent-thread dispatch (Fix: use PersistentThreadMode::Auto or Disable)".to_string(),
+            name:
+                "forced persistent-thread dispatch (Fix: use PersistentThreadMode::Auto or Disable)"
+                    .to_string(),
             backend: crate::adapter::CUDA_BACKEND_ID.to_string(),
         }));
     }
-    vyre_driver::resolve_fixpoint_iterations(config, crate::adapter::CUDA_BACKEND_ID).map_err(CudaError::Rejected)
+    vyre_driver::resolve_fixpoint_iterations(config, crate::adapter::CUDA_BACKEND_ID)
+        .map_err(CudaError::Rejected)
 }

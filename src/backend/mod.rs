@@ -103,7 +103,11 @@ impl CudaBackend {
     }
 
     /// The PTX this backend would load for `program` (no device work).
-    pub fn emit(&self, program: &Program, config: &DispatchConfig) -> Result<EmittedKernel, CudaError> {
+    pub fn emit(
+        &self,
+        program: &Program,
+        config: &DispatchConfig,
+    ) -> Result<EmittedKernel, CudaError> {
         validate(program)?;
         Ok(emit_ptx(program, config, self.target)?)
     }
@@ -166,7 +170,11 @@ impl CudaBackend {
 
     /// The loaded kernel for `program` under `config`, generating and loading it on the
     /// first request only.
-    fn kernel(&self, program: &Program, config: &DispatchConfig) -> Result<Arc<LoadedKernel>, CudaError> {
+    fn kernel(
+        &self,
+        program: &Program,
+        config: &DispatchConfig,
+    ) -> Result<Arc<LoadedKernel>, CudaError> {
         let workgroup = config
             .workgroup_override
             .unwrap_or_else(|| program.workgroup_size());

@@ -105,7 +105,10 @@ impl DispatchPlan {
             }
             let elements = u32::try_from(len / stride).map_err(|_| {
                 CudaError::invalid_input(
-                    format!("buffer `{}` holds more than u32::MAX elements", binding.name),
+                    format!(
+                        "buffer `{}` holds more than u32::MAX elements",
+                        binding.name
+                    ),
                     "split the dispatch so every buffer is indexable with u32",
                 )
             })?;
@@ -166,7 +169,9 @@ fn reference_grid(
         .fold(1u32, u32::saturating_mul)
         .max(1);
     let total = dispatch_elements.div_ceil(per_group).max(1);
-    let active: Vec<usize> = (0..3).filter(|&axis| abi.workgroup_size[axis] > 1).collect();
+    let active: Vec<usize> = (0..3)
+        .filter(|&axis| abi.workgroup_size[axis] > 1)
+        .collect();
     let mut grid = [1u32, 1, 1];
     if active.is_empty() {
         grid[0] = total;
@@ -234,7 +239,11 @@ mod tests {
         max_buffer_bytes: 1 << 34,
     };
 
-    fn plan(program: &Program, inputs: &[usize], config: &DispatchConfig) -> Result<DispatchPlan, CudaError> {
+    fn plan(
+        program: &Program,
+        inputs: &[usize],
+        config: &DispatchConfig,
+    ) -> Result<DispatchPlan, CudaError> {
         let kernel = emit_ptx(program, config, PtxTarget::sm90()).unwrap();
         DispatchPlan::new(program, &kernel.abi, inputs, config, LIMITS)
     }
@@ -246,16 +255,39 @@ mod tests {
                 BufferDecl::output("out", 1, DataType::U32).with_count(100),
             ],
             workgroup,
-            vec![Node::store("out", Expr::gid_x(), Expr::load("a", Expr::gid_x()))],
+            vec![Node::store(
+                "out",
+                Expr::gid_x(),
+                Expr::load("a", Expr::gid_x()),
+            )],
         )
     }
 
     #[test]
     fn one_dimensional_grid_covers_the_largest_output() {
-        let p = plan(&copy_program([64, 1, 1]), &[400], &DispatchConfig::default()).unwrap();
+        let p = plan(
+            &copy_program([64, 1, 1]),
+            &[400],
+            &DispatchConfig::default(),
+        )
+        .unwrap();
         assert_eq!(p.grid, [2, 1, 1]);
-        assert_eq!(p.bindings[0], BindingBytes { len: 400, elements: 100, input: Some(0) });
-        assert_eq!(p.bindings[1], BindingBytes { len: 400, elements: 100, input: None });
+        assert_eq!(
+            p.bindings[0],
+            BindingBytes {
+                len: 400,
+                elements: 100,
+                input: Some(0)
+            }
+        );
+        assert_eq!(
+            p.bindings[1],
+            BindingBytes {
+                len: 400,
+                elements: 100,
+                input: None
+            }
+        );
     }
 
     #[test]
@@ -272,22 +304,42 @@ mod tests {
             [4, 4, 4],
             vec![Node::store("out", Expr::gid_x(), Expr::u32(1))],
         );
-        assert_eq!(plan(&program, &[], &DispatchConfig::default()).unwrap().grid, [3, 3, 3]);
+        assert_eq!(
+            plan(&program, &[], &DispatchConfig::default())
+                .unwrap()
+                .grid,
+            [3, 3, 3]
+        );
     }
 
     #[test]
     fn grid_override_and_dispatch_elements_are_honoured() {
         let mut config = DispatchConfig::default();
         config.grid_override = Some([5, 1, 1]);
-        assert_eq!(plan(&copy_program([64, 1, 1]), &[400], &config).unwrap().grid, [5, 1, 1]);
+        assert_eq!(
+            plan(&copy_program([64, 1, 1]), &[400], &config)
+                .unwrap()
+                .grid,
+            [5, 1, 1]
+        );
         let mut config = DispatchConfig::default();
         config.dispatch_elements = Some(1000);
-        assert_eq!(plan(&copy_program([64, 1, 1]), &[400], &config).unwrap().grid, [16, 1, 1]);
+        assert_eq!(
+            plan(&copy_program([64, 1, 1]), &[400], &config)
+                .unwrap()
+                .grid,
+            [16, 1, 1]
+        );
     }
 
     #[test]
     fn longer_inputs_are_accepted_and_counted_like_the_reference() {
-        let p = plan(&copy_program([64, 1, 1]), &[800], &DispatchConfig::default()).unwrap();
+        let p = plan(
+            &copy_program([64, 1, 1]),
+            &[800],
+            &DispatchConfig::default(),
+        )
+        .unwrap();
         assert_eq!(p.bindings[0].elements, 200);
         // Only returned buffers size the grid when the program has outputs.
         assert_eq!(p.grid, [2, 1, 1]);
@@ -324,9 +376,21 @@ mod tests {
         let roles: Vec<_> = kernel.abi.bindings.iter().map(|b| b.role).collect();
         assert_eq!(
             roles,
-            [BindingRole::Input, BindingRole::Output, BindingRole::InputOutput, BindingRole::Input]
+            [
+                BindingRole::Input,
+                BindingRole::Output,
+                BindingRole::InputOutput,
+                BindingRole::Input
+            ]
         );
-        let p = DispatchPlan::new(&program, &kernel.abi, &[8, 12, 16], &DispatchConfig::default(), LIMITS).unwrap();
+        let p = DispatchPlan::new(
+            &program,
+            &kernel.abi,
+            &[8, 12, 16],
+            &DispatchConfig::default(),
+            LIMITS,
+        )
+        .unwrap();
         let inputs: Vec<_> = p.bindings.iter().map(|b| b.input).collect();
         assert_eq!(inputs, [Some(0), None, Some(1), Some(2)]);
     }

@@ -177,15 +177,14 @@ impl<'p> Lowerer<'p> {
             emit!(p, "ld.param.u64 {}, [vyre_fault]", self.fault_ptr);
             emit!(p, "cvta.to.global.u64 {0}, {0}", self.fault_ptr);
         }
-        let axes = ["x", "y", "z"];
-        for axis in 0..3 {
+        for (axis, name) in ["x", "y", "z"].into_iter().enumerate() {
             let (l, g, gl) = (
                 self.ids.local[axis],
                 self.ids.group[axis],
                 self.ids.global[axis],
             );
-            emit!(p, "mov.u32 {l}, %tid.{}", axes[axis]);
-            emit!(p, "mov.u32 {g}, %ctaid.{}", axes[axis]);
+            emit!(p, "mov.u32 {l}, %tid.{name}");
+            emit!(p, "mov.u32 {g}, %ctaid.{name}");
             emit!(
                 p,
                 "mad.lo.u32 {gl}, {g}, {}, {l}",
@@ -380,9 +379,9 @@ impl<'p> Lowerer<'p> {
                 body,
             } => {
                 let from = self.put_expr(from)?;
-                let from = self.to_u32_checked(from, DeviceFault::LoopBoundNotU32)?;
+                let from = self.u32_checked(from, DeviceFault::LoopBoundNotU32)?;
                 let to = self.put_expr(to)?;
-                let to = self.to_u32_checked(to, DeviceFault::LoopBoundNotU32)?;
+                let to = self.u32_checked(to, DeviceFault::LoopBoundNotU32)?;
                 let counter = self.w.reg(RegClass::B32);
                 let bound = self.w.reg(RegClass::B32);
                 self.mov(counter, from);
@@ -832,12 +831,12 @@ impl<'p> Lowerer<'p> {
         let expected = match expected {
             Some(expr) => {
                 let v = self.put_expr(expr)?;
-                Some(self.to_u32_checked(v, DeviceFault::AtomicOperandNotU32)?)
+                Some(self.u32_checked(v, DeviceFault::AtomicOperandNotU32)?)
             }
             None => None,
         };
         let value = self.put_expr(value)?;
-        let value = self.to_u32_checked(value, DeviceFault::AtomicOperandNotU32)?;
+        let value = self.u32_checked(value, DeviceFault::AtomicOperandNotU32)?;
         let slot = BufferSlot {
             space: Space::Global { base, len },
             ..slot
@@ -939,11 +938,11 @@ impl<'p> Lowerer<'p> {
 
     fn put_index(&mut self, index: &'p Expr) -> Result<Reg, CodegenError> {
         let value = self.put_expr(index)?;
-        self.to_u32_checked(value, DeviceFault::IndexNotU32)
+        self.u32_checked(value, DeviceFault::IndexNotU32)
     }
 
     /// The reference's `try_as_u32`, raising `fault` where it yields `None`.
-    pub(crate) fn to_u32_checked(
+    pub(crate) fn u32_checked(
         &mut self,
         value: Val,
         fault: DeviceFault,

@@ -526,7 +526,7 @@ impl Lowerer<'_> {
                         emit!(self.writer(), "cvt.rzi.{sign}.f32 {reg}, {a}");
                         reg
                     }
-                    _ => self.to_u32_checked(v, DeviceFault::CastOutOfRange)?,
+                    _ => self.u32_checked(v, DeviceFault::CastOutOfRange)?,
                 };
                 Val { kind, reg }
             }
@@ -549,7 +549,7 @@ impl Lowerer<'_> {
                     ValKind::I32 => emit!(self.writer(), "cvt.rn.f32.s32 {reg}, {a}"),
                     ValKind::U64 => emit!(self.writer(), "cvt.rn.f32.u64 {reg}, {a}"),
                     _ => {
-                        let bits = self.to_u32_checked(v, DeviceFault::CastOutOfRange)?;
+                        let bits = self.u32_checked(v, DeviceFault::CastOutOfRange)?;
                         emit!(self.writer(), "cvt.rn.f32.u32 {reg}, {bits}");
                     }
                 }

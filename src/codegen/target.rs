@@ -124,7 +124,7 @@ impl PtxTarget {
             .max()
             .ok_or_else(|| CodegenError::Target {
                 detail: format!("compute capability {major}.{minor} is older than sm_{OLDEST_SM}"),
-                fix: format!("run on a GPU of compute capability 7.0 or newer"),
+                fix: "run on a GPU of compute capability 7.0 or newer".to_string(),
             })?;
         let driver_isa = DRIVER_MAX_ISA
             .iter()

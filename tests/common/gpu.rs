@@ -71,7 +71,9 @@ impl Rng {
     }
 
     pub fn bytes_u32(&mut self, count: usize) -> Vec<u8> {
-        (0..count).flat_map(|_| self.next_u32().to_le_bytes()).collect()
+        (0..count)
+            .flat_map(|_| self.next_u32().to_le_bytes())
+            .collect()
     }
 }
 

@@ -5,7 +5,6 @@
 #![allow(dead_code)]
 
 use super::gpu::{f32_bytes, u32_bytes, Rng};
-use std::sync::Arc;
 use vyre_driver::DispatchConfig;
 use vyre_foundation::ir::{
     AtomicOp, BinOp, BufferAccess, BufferDecl, DataType, Expr, MemoryOrdering, Node, Program, UnOp,
@@ -75,7 +74,7 @@ fn elementwise(inputs: &[(&str, DataType)], out: DataType, n: u32, value: Expr) 
     let mut buffers: Vec<BufferDecl> = inputs
         .iter()
         .enumerate()
-        .map(|(i, (name, ty))| BufferDecl::read(*name, i as u32, ty.clone()).with_count(n))
+        .map(|(i, (name, ty))| BufferDecl::read(name, i as u32, ty.clone()).with_count(n))
         .collect();
     buffers.push(BufferDecl::output("out", inputs.len() as u32, out).with_count(n));
     Program::wrapped(
@@ -89,9 +88,30 @@ fn elementwise(inputs: &[(&str, DataType)], out: DataType, n: u32, value: Expr) 
 }
 
 fn edge_u32(rng: &mut Rng, n: u32) -> Vec<u32> {
-    let edges = [0, 1, 2, 3, 7, 31, 32, 33, 63, 64, 0x7FFF_FFFF, 0x8000_0000, 0xFFFF_FFFE, u32::MAX];
+    let edges = [
+        0,
+        1,
+        2,
+        3,
+        7,
+        31,
+        32,
+        33,
+        63,
+        64,
+        0x7FFF_FFFF,
+        0x8000_0000,
+        0xFFFF_FFFE,
+        u32::MAX,
+    ];
     (0..n as usize)
-        .map(|i| if i < edges.len() * 2 { edges[i % edges.len()] } else { rng.next_u32() })
+        .map(|i| {
+            if i < edges.len() * 2 {
+                edges[i % edges.len()]
+            } else {
+                rng.next_u32()
+            }
+        })
         .collect()
 }
 
@@ -104,11 +124,34 @@ fn edge_u32_rotated(rng: &mut Rng, n: u32) -> Vec<u32> {
 
 fn edge_f32(rng: &mut Rng, n: u32) -> Vec<f32> {
     let bits = [
-        0x0000_0000u32, 0x8000_0000, 0x3F80_0000, 0xBF80_0000, 0x7FC0_0000, 0xFFC0_1234,
-        0x7F80_0000, 0xFF80_0000, 0x0000_0001, 0x8000_0001, 0x007F_FFFF, 0x0080_0000,
-        0x8080_0000, 0x7F7F_FFFF, 0x3F00_0000, 0xBF00_0000, 0x4020_0000, 0xC020_0000,
-        0x3FC0_0000, 0x1E3C_E508, 0x2000_0000, 0x0100_0000, 0x4B00_0001, 0x4F80_0000,
-        0xCF00_0000, 0x4EFF_FFFF, 0x3EFF_FFFF, 0x7F00_0000,
+        0x0000_0000u32,
+        0x8000_0000,
+        0x3F80_0000,
+        0xBF80_0000,
+        0x7FC0_0000,
+        0xFFC0_1234,
+        0x7F80_0000,
+        0xFF80_0000,
+        0x0000_0001,
+        0x8000_0001,
+        0x007F_FFFF,
+        0x0080_0000,
+        0x8080_0000,
+        0x7F7F_FFFF,
+        0x3F00_0000,
+        0xBF00_0000,
+        0x4020_0000,
+        0xC020_0000,
+        0x3FC0_0000,
+        0x1E3C_E508,
+        0x2000_0000,
+        0x0100_0000,
+        0x4B00_0001,
+        0x4F80_0000,
+        0xCF00_0000,
+        0x4EFF_FFFF,
+        0x3EFF_FFFF,
+        0x7F00_0000,
     ];
     (0..n as usize)
         .map(|i| {
@@ -131,9 +174,30 @@ fn edge_f32_other(rng: &mut Rng, n: u32) -> Vec<f32> {
 }
 
 fn edge_i32(rng: &mut Rng, n: u32) -> Vec<u32> {
-    let edges = [0i32, 1, -1, 2, -2, 7, -7, 31, 33, i32::MAX, i32::MIN, i32::MIN + 1, 1000, -1000];
+    let edges = [
+        0i32,
+        1,
+        -1,
+        2,
+        -2,
+        7,
+        -7,
+        31,
+        33,
+        i32::MAX,
+        i32::MIN,
+        i32::MIN + 1,
+        1000,
+        -1000,
+    ];
     (0..n as usize)
-        .map(|i| if i < edges.len() * 2 { edges[i % edges.len()] as u32 } else { rng.next_u32() })
+        .map(|i| {
+            if i < edges.len() * 2 {
+                edges[i % edges.len()] as u32
+            } else {
+                rng.next_u32()
+            }
+        })
         .collect()
 }
 
@@ -144,9 +208,35 @@ pub fn u32_binops() -> Vec<Case> {
     let a = u32_bytes(&edge_u32(&mut rng, N));
     let b = u32_bytes(&edge_u32_rotated(&mut rng, N));
     [
-        Add, Sub, Mul, Div, Mod, BitAnd, BitOr, BitXor, Shl, Shr, Eq, Ne, Lt, Gt, Le, Ge, And, Or,
-        AbsDiff, Min, Max, SaturatingAdd, SaturatingSub, SaturatingMul, MulHigh, RotateLeft,
-        RotateRight, WrappingAdd, WrappingSub,
+        Add,
+        Sub,
+        Mul,
+        Div,
+        Mod,
+        BitAnd,
+        BitOr,
+        BitXor,
+        Shl,
+        Shr,
+        Eq,
+        Ne,
+        Lt,
+        Gt,
+        Le,
+        Ge,
+        And,
+        Or,
+        AbsDiff,
+        Min,
+        Max,
+        SaturatingAdd,
+        SaturatingSub,
+        SaturatingMul,
+        MulHigh,
+        RotateLeft,
+        RotateRight,
+        WrappingAdd,
+        WrappingSub,
     ]
     .into_iter()
     .map(|op| {
@@ -172,17 +262,47 @@ pub fn i32_binops() -> Vec<Case> {
         .iter()
         .zip(&b_vals)
         .map(|(a, b)| {
-            if *b == 0 || (*a == i32::MIN as u32 && *b == u32::MAX) { 3 } else { *b }
+            if *b == 0 || (*a == i32::MIN as u32 && *b == u32::MAX) {
+                3
+            } else {
+                *b
+            }
         })
         .collect();
     let (a, b, safe) = (u32_bytes(&a_vals), u32_bytes(&b_vals), u32_bytes(&safe_b));
     [
-        Add, Sub, Mul, Div, Mod, BitAnd, BitOr, BitXor, Eq, Ne, Lt, Gt, Le, Ge, And, Or, AbsDiff,
-        Min, Max, SaturatingAdd, SaturatingSub, SaturatingMul, WrappingAdd, WrappingSub,
+        Add,
+        Sub,
+        Mul,
+        Div,
+        Mod,
+        BitAnd,
+        BitOr,
+        BitXor,
+        Eq,
+        Ne,
+        Lt,
+        Gt,
+        Le,
+        Ge,
+        And,
+        Or,
+        AbsDiff,
+        Min,
+        Max,
+        SaturatingAdd,
+        SaturatingSub,
+        SaturatingMul,
+        WrappingAdd,
+        WrappingSub,
     ]
     .into_iter()
     .map(|op| {
-        let divisor = if matches!(op, Div | Mod) { safe.clone() } else { b.clone() };
+        let divisor = if matches!(op, Div | Mod) {
+            safe.clone()
+        } else {
+            b.clone()
+        };
         let out = if matches!(op, Eq | Ne | Lt | Gt | Le | Ge | And | Or | AbsDiff) {
             DataType::U32
         } else {
@@ -208,7 +328,11 @@ pub fn f32_binops() -> Vec<Case> {
     [Add, Sub, Mul, Div, Min, Max, Eq, Ne, Lt, Gt, Le, Ge]
         .into_iter()
         .map(|op| {
-            let out = if matches!(op, Eq | Ne | Lt | Gt | Le | Ge) { DataType::U32 } else { DataType::F32 };
+            let out = if matches!(op, Eq | Ne | Lt | Gt | Le | Ge) {
+                DataType::U32
+            } else {
+                DataType::F32
+            };
             let program = elementwise(
                 &[("a", DataType::F32), ("b", DataType::F32)],
                 out,
@@ -227,21 +351,80 @@ pub fn unops() -> Vec<Case> {
     let ints = u32_bytes(&edge_u32(&mut rng, N));
     let floats = f32_bytes(&edge_f32(&mut rng, N));
     let mut cases = Vec::new();
-    for op in [Negate, BitNot, LogicalNot, Popcount, Clz, Ctz, ReverseBits, Unpack4Low, Unpack4High, Unpack8Low, Unpack8High] {
-        let program = elementwise(&[("a", DataType::U32)], DataType::U32, N, un(op.clone(), ld("a")));
-        cases.push(Case::new(format!("u32 {op:?}"), program, vec![ints.clone()]));
+    for op in [
+        Negate,
+        BitNot,
+        LogicalNot,
+        Popcount,
+        Clz,
+        Ctz,
+        ReverseBits,
+        Unpack4Low,
+        Unpack4High,
+        Unpack8Low,
+        Unpack8High,
+    ] {
+        let program = elementwise(
+            &[("a", DataType::U32)],
+            DataType::U32,
+            N,
+            un(op.clone(), ld("a")),
+        );
+        cases.push(Case::new(
+            format!("u32 {op:?}"),
+            program,
+            vec![ints.clone()],
+        ));
     }
     for op in [BitNot, Popcount, Clz, Ctz, ReverseBits] {
-        let program = elementwise(&[("a", DataType::I32)], DataType::I32, N, un(op.clone(), ld("a")));
-        cases.push(Case::new(format!("i32 {op:?}"), program, vec![ints.clone()]));
+        let program = elementwise(
+            &[("a", DataType::I32)],
+            DataType::I32,
+            N,
+            un(op.clone(), ld("a")),
+        );
+        cases.push(Case::new(
+            format!("i32 {op:?}"),
+            program,
+            vec![ints.clone()],
+        ));
     }
-    for op in [Negate, Abs, Sqrt, InverseSqrt, Reciprocal, Floor, Ceil, Round, Trunc, Sign] {
-        let program = elementwise(&[("a", DataType::F32)], DataType::F32, N, un(op.clone(), ld("a")));
-        cases.push(Case::new(format!("f32 {op:?}"), program, vec![floats.clone()]));
+    for op in [
+        Negate,
+        Abs,
+        Sqrt,
+        InverseSqrt,
+        Reciprocal,
+        Floor,
+        Ceil,
+        Round,
+        Trunc,
+        Sign,
+    ] {
+        let program = elementwise(
+            &[("a", DataType::F32)],
+            DataType::F32,
+            N,
+            un(op.clone(), ld("a")),
+        );
+        cases.push(Case::new(
+            format!("f32 {op:?}"),
+            program,
+            vec![floats.clone()],
+        ));
     }
     for op in [IsNan, IsInf, IsFinite] {
-        let program = elementwise(&[("a", DataType::F32)], DataType::U32, N, un(op.clone(), ld("a")));
-        cases.push(Case::new(format!("f32 {op:?}"), program, vec![floats.clone()]));
+        let program = elementwise(
+            &[("a", DataType::F32)],
+            DataType::U32,
+            N,
+            un(op.clone(), ld("a")),
+        );
+        cases.push(Case::new(
+            format!("f32 {op:?}"),
+            program,
+            vec![floats.clone()],
+        ));
     }
     cases
 }
@@ -271,15 +454,30 @@ pub fn casts() -> Vec<Case> {
         (DataType::I32, DataType::I32, DataType::I32),
     ];
     for (from, to, out) in pairs {
-        let data = if from == DataType::F32 { floats.clone() } else { ints.clone() };
+        let data = if from == DataType::F32 {
+            floats.clone()
+        } else {
+            ints.clone()
+        };
         let program = elementwise(&[("a", from.clone())], out, N, cast(to.clone(), ld("a")));
-        cases.push(Case::new(format!("cast {from} -> {to}"), program, vec![data]));
+        cases.push(Case::new(
+            format!("cast {from} -> {to}"),
+            program,
+            vec![data],
+        ));
     }
     // Narrow loads are raw bytes: zero-extended by a direct cast, sign-extended via I8.
-    let bytes: Vec<u8> = (0..N).map(|i| (i as u8).wrapping_mul(37).wrapping_add(200)).collect();
+    let bytes: Vec<u8> = (0..N)
+        .map(|i| (i as u8).wrapping_mul(37).wrapping_add(200))
+        .collect();
     cases.push(Case::new(
         "u8 load zero-extends",
-        elementwise(&[("a", DataType::U8)], DataType::U32, N, cast(DataType::U32, ld("a"))),
+        elementwise(
+            &[("a", DataType::U8)],
+            DataType::U32,
+            N,
+            cast(DataType::U32, ld("a")),
+        ),
         vec![bytes.clone()],
     ));
     cases.push(Case::new(
@@ -304,7 +502,12 @@ pub fn casts() -> Vec<Case> {
     ));
     cases.push(Case::new(
         "bool buffer loads raw words",
-        elementwise(&[("a", DataType::Bool)], DataType::U32, N, cast(DataType::U32, ld("a"))),
+        elementwise(
+            &[("a", DataType::Bool)],
+            DataType::U32,
+            N,
+            cast(DataType::U32, ld("a")),
+        ),
         vec![ints],
     ));
     cases
@@ -323,7 +526,11 @@ pub fn control_and_memory() -> Vec<Case> {
             &[("a", DataType::U32)],
             DataType::U32,
             N,
-            Expr::select(bin(BinOp::Gt, ld("a"), Expr::u32(1000)), ld("a"), Expr::u32(7)),
+            Expr::select(
+                bin(BinOp::Gt, ld("a"), Expr::u32(1000)),
+                ld("a"),
+                Expr::u32(7),
+            ),
         ),
         vec![ints.clone()],
     ));
@@ -372,19 +579,40 @@ pub fn control_and_memory() -> Vec<Case> {
             ]),
         ],
     );
-    cases.push(Case::new("loop, let/assign, early return in loop, block", program, vec![ints.clone()]));
+    cases.push(Case::new(
+        "loop, let/assign, early return in loop, block",
+        program,
+        vec![ints.clone()],
+    ));
     // Empty and reversed loop ranges run nothing.
     let program = Program::wrapped(
         vec![BufferDecl::output("out", 0, DataType::U32).with_count(4)],
         [1, 1, 1],
         vec![
             Node::let_bind("c", Expr::u32(0)),
-            Node::loop_for("k", Expr::u32(5), Expr::u32(3), vec![Node::assign("c", Expr::u32(99))]),
-            Node::loop_for("j", Expr::u32(2), Expr::u32(5), vec![Node::assign("c", bin(BinOp::Add, Expr::var("c"), Expr::var("j")))]),
+            Node::loop_for(
+                "k",
+                Expr::u32(5),
+                Expr::u32(3),
+                vec![Node::assign("c", Expr::u32(99))],
+            ),
+            Node::loop_for(
+                "j",
+                Expr::u32(2),
+                Expr::u32(5),
+                vec![Node::assign(
+                    "c",
+                    bin(BinOp::Add, Expr::var("c"), Expr::var("j")),
+                )],
+            ),
             Node::store("out", Expr::u32(0), Expr::var("c")),
         ],
     );
-    cases.push(Case::new("loop bounds are exclusive; reversed range is empty", program, vec![]));
+    cases.push(Case::new(
+        "loop bounds are exclusive; reversed range is empty",
+        program,
+        vec![],
+    ));
     // Out-of-bounds loads read zero, out-of-bounds stores are dropped.
     let program = Program::wrapped(
         vec![
@@ -393,11 +621,23 @@ pub fn control_and_memory() -> Vec<Case> {
         ],
         [16, 1, 1],
         vec![
-            Node::store("out", gid(), bin(BinOp::Add, Expr::load("a", gid()), Expr::u32(1))),
-            Node::store("out", bin(BinOp::Add, gid(), Expr::u32(1000)), Expr::u32(77)),
+            Node::store(
+                "out",
+                gid(),
+                bin(BinOp::Add, Expr::load("a", gid()), Expr::u32(1)),
+            ),
+            Node::store(
+                "out",
+                bin(BinOp::Add, gid(), Expr::u32(1000)),
+                Expr::u32(77),
+            ),
         ],
     );
-    cases.push(Case::new("out-of-bounds load reads 0, store is dropped", program, vec![u32_bytes(&[9, 8, 7, 6, 5, 4, 3, 2])]));
+    cases.push(Case::new(
+        "out-of-bounds load reads 0, store is dropped",
+        program,
+        vec![u32_bytes(&[9, 8, 7, 6, 5, 4, 3, 2])],
+    ));
     // BufLen reports the supplied length of a runtime-sized input.
     let program = Program::wrapped(
         vec![
@@ -407,7 +647,11 @@ pub fn control_and_memory() -> Vec<Case> {
         [1, 1, 1],
         vec![Node::store("out", Expr::u32(0), Expr::buf_len("a"))],
     );
-    cases.push(Case::new("buf_len", program, vec![u32_bytes(&[1, 2, 3, 4, 5])]));
+    cases.push(Case::new(
+        "buf_len",
+        program,
+        vec![u32_bytes(&[1, 2, 3, 4, 5])],
+    ));
     cases
 }
 
@@ -428,7 +672,11 @@ pub fn workgroup_cases() -> Vec<Case> {
             // Read-before-write sees the zero fill.
             Node::let_bind("before", Expr::load("tile", lid.clone())),
             Node::barrier_with_ordering(MemoryOrdering::SeqCst),
-            Node::store("tile", lid.clone(), bin(BinOp::Add, ld("a"), Expr::var("before"))),
+            Node::store(
+                "tile",
+                lid.clone(),
+                bin(BinOp::Add, ld("a"), Expr::var("before")),
+            ),
             Node::barrier_with_ordering(MemoryOrdering::SeqCst),
             Node::store(
                 "out",
@@ -437,7 +685,11 @@ pub fn workgroup_cases() -> Vec<Case> {
             ),
         ],
     );
-    cases.push(Case::new("workgroup reverse through shared memory and barriers", program, vec![ints.clone()]));
+    cases.push(Case::new(
+        "workgroup reverse through shared memory and barriers",
+        program,
+        vec![ints.clone()],
+    ));
     let program = Program::wrapped(
         vec![BufferDecl::output("out", 0, DataType::U32).with_count(24 * 24)],
         [8, 8, 1],
@@ -457,7 +709,11 @@ pub fn workgroup_cases() -> Vec<Case> {
                 bin(
                     BinOp::BitOr,
                     bin(BinOp::Shl, Expr::WorkgroupId { axis: 1 }, Expr::u32(16)),
-                    bin(BinOp::BitOr, bin(BinOp::Shl, Expr::LocalId { axis: 1 }, Expr::u32(8)), Expr::LocalId { axis: 0 }),
+                    bin(
+                        BinOp::BitOr,
+                        bin(BinOp::Shl, Expr::LocalId { axis: 1 }, Expr::u32(8)),
+                        Expr::LocalId { axis: 0 },
+                    ),
                 ),
             )],
         )],
@@ -481,7 +737,11 @@ pub fn workgroup_cases() -> Vec<Case> {
             },
         )],
     );
-    cases.push(Case::new("atomic add histogram", program, vec![ints.clone(), vec![0; 32]]));
+    cases.push(Case::new(
+        "atomic add histogram",
+        program,
+        vec![ints.clone(), vec![0; 32]],
+    ));
     cases
 }
 
@@ -516,10 +776,25 @@ pub fn fault_cases() -> Vec<Case> {
         vec![Node::store("out", ld("a"), Expr::u32(1))],
     );
     vec![
-        Case::new("i32 division by zero", div, vec![a.clone(), zero_at_2.clone()]).failing(),
+        Case::new(
+            "i32 division by zero",
+            div,
+            vec![a.clone(), zero_at_2.clone()],
+        )
+        .failing(),
         Case::new("i32 remainder by zero", rem, vec![a, zero_at_2]).failing(),
-        Case::new("i32 MIN / -1", overflow, vec![u32_bytes(&[i32::MIN as u32]), u32_bytes(&[u32::MAX])]).failing(),
-        Case::new("negative store index", negative_index, vec![u32_bytes(&[0, 1, (-2i32) as u32, 3])]).failing(),
+        Case::new(
+            "i32 MIN / -1",
+            overflow,
+            vec![u32_bytes(&[i32::MIN as u32]), u32_bytes(&[u32::MAX])],
+        )
+        .failing(),
+        Case::new(
+            "negative store index",
+            negative_index,
+            vec![u32_bytes(&[0, 1, (-2i32) as u32, 3])],
+        )
+        .failing(),
     ]
 }
 
@@ -534,6 +809,5 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(control_and_memory());
     cases.extend(workgroup_cases());
     cases.extend(fault_cases());
-    let _ = Arc::<str>::from("");
     cases
 }
