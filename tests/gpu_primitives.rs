@@ -12,7 +12,7 @@ fn primitive_fixtures_match_the_reference() {
     let Some(backend) = common::gpu::backend() else {
         return;
     };
-    let (mut cases, mut passed) = (0usize, 0usize);
+    let (mut cases, mut passed, mut both_fail) = (0usize, 0usize, 0usize);
     let mut rejected: BTreeMap<String, Vec<&str>> = BTreeMap::new();
     let mut failures = Vec::new();
     for entry in vyre_primitives::harness::all_entries() {
@@ -38,11 +38,8 @@ fn primitive_fixtures_match_the_reference() {
             match (want, got) {
                 (Ok(want), Ok(got)) if want == got => passed += 1,
                 (Ok(_), Ok(_)) => failures.push(format!("{} case {index}: bytes differ", entry.id)),
-                (Err(w), Err(_)) => {
-                    // Both fail: the reference's error is reproduced.
-                    passed += 1;
-                    let _ = w;
-                }
+                // Both fail: the reference's run-time error is reproduced.
+                (Err(_), Err(_)) => both_fail += 1,
                 (w, g) => failures.push(format!(
                     "{} case {index}: reference {:?} / gpu {:?}",
                     entry.id,
@@ -53,7 +50,10 @@ fn primitive_fixtures_match_the_reference() {
         }
     }
     let rejected_programs: usize = rejected.values().map(Vec::len).sum();
-    println!("primitive fixtures: {cases} cases run, {passed} byte-identical, {} failed; {rejected_programs} programs rejected", failures.len());
+    println!(
+        "primitive fixtures: {cases} cases run, {passed} byte-identical, {both_fail} failing on both sides, {} mismatched; {rejected_programs} programs rejected",
+        failures.len()
+    );
     for (construct, ids) in &rejected {
         println!("  rejected for {construct}: {ids:?}");
     }

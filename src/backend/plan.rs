@@ -43,7 +43,10 @@ impl DispatchPlan {
         limits: GridLimits,
     ) -> Result<Self, CudaError> {
         let expected = abi.input_count();
-        if input_lens.len() != expected {
+        // The reference's legacy form: one slice per non-workgroup buffer, where the
+        // slices at backend-allocated outputs are ignored (those still start zeroed).
+        let legacy = input_lens.len() == abi.bindings.len() && input_lens.len() != expected;
+        if input_lens.len() != expected && !legacy {
             let names: Vec<&str> = abi
                 .bindings
                 .iter()
@@ -56,7 +59,7 @@ impl DispatchPlan {
                     names.join(", "),
                     input_lens.len()
                 ),
-                "pass one byte slice per non-output, non-workgroup buffer, in Program::buffers() order",
+                "pass one byte slice per non-output, non-workgroup buffer, in Program::buffers() order (or, as the reference also accepts, one per non-workgroup buffer)",
             ));
         }
         let mut next_input = 0usize;
@@ -92,6 +95,9 @@ impl DispatchPlan {
                 }
                 (len, Some(index))
             } else {
+                if legacy {
+                    next_input += 1;
+                }
                 (binding.output_bytes, None)
             };
             if len as u64 > limits.max_buffer_bytes {
@@ -348,7 +354,7 @@ mod tests {
     #[test]
     fn bad_inputs_are_rejected_with_a_fix() {
         let program = copy_program([64, 1, 1]);
-        for inputs in [&[][..], &[400, 400][..], &[399][..], &[398][..]] {
+        for inputs in [&[][..], &[400, 400, 4][..], &[399][..], &[398][..]] {
             let error = plan(&program, inputs, &DispatchConfig::default()).unwrap_err();
             let backend: vyre_driver::BackendError = error.into();
             assert!(backend.to_string().contains("Fix:"), "{backend}");
@@ -358,6 +364,25 @@ mod tests {
         assert!(plan(&program, &[400], &config).is_err());
         config.grid_override = Some([1, 70000, 1]);
         assert!(plan(&program, &[400], &config).is_err());
+    }
+
+    #[test]
+    fn legacy_form_skips_the_output_slots_like_the_reference() {
+        let p = plan(
+            &copy_program([64, 1, 1]),
+            &[400, 12],
+            &DispatchConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(p.bindings[0].input, Some(0));
+        assert_eq!(
+            p.bindings[1],
+            BindingBytes {
+                len: 400,
+                elements: 100,
+                input: None
+            }
+        );
     }
 
     #[test]

@@ -526,6 +526,8 @@ impl Lowerer<'_> {
                         emit!(self.writer(), "cvt.rzi.{sign}.f32 {reg}, {a}");
                         reg
                     }
+                    // i32 <-> u32 reinterpret the bits (`as`); the rest use try_as_u32.
+                    ValKind::I32 => a,
                     _ => self.u32_checked(v, DeviceFault::CastOutOfRange)?,
                 };
                 Val { kind, reg }
