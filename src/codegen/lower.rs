@@ -37,6 +37,16 @@ enum Space {
     Shared { offset: u32, count: u32 },
 }
 
+impl Space {
+    /// The PTX state-space qualifier for `ld`/`st`.
+    fn state_space(self) -> &'static str {
+        match self {
+            Self::Global { .. } => "global",
+            Self::Shared { .. } => "shared",
+        }
+    }
+}
+
 #[derive(Clone)]
 struct BufferSlot {
     space: Space,
@@ -465,10 +475,7 @@ impl<'p> Lowerer<'p> {
             ));
         };
         let (in_bounds, addr) = self.element_address(&slot, index);
-        let space = match slot.space {
-            Space::Global { .. } => "global",
-            Space::Shared { .. } => "shared",
-        };
+        let space = slot.space.state_space();
         let width = match slot.stride {
             1 => "u8",
             2 => "u16",
@@ -707,10 +714,7 @@ impl<'p> Lowerer<'p> {
             ));
         };
         let (in_bounds, addr) = self.element_address(&slot, index);
-        let space = match slot.space {
-            Space::Global { .. } => "global",
-            Space::Shared { .. } => "shared",
-        };
+        let space = slot.space.state_space();
         let reg = self.w.reg(kind.reg_class());
         let (width, zero) = match (slot.stride, kind) {
             (_, ValKind::F32) => ("f32", "0f00000000"),
