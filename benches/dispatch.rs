@@ -47,7 +47,11 @@ fn vadd(n: u32, salt: u32) -> Program {
         ],
         [256, 1, 1],
         vec![Node::if_then(
-            Expr::BinOp { op: BinOp::Lt, left: Box::new(i.clone()), right: Box::new(Expr::u32(n)) },
+            Expr::BinOp {
+                op: BinOp::Lt,
+                left: Box::new(i.clone()),
+                right: Box::new(Expr::u32(n)),
+            },
             vec![Node::store("out", i, sum)],
         )],
     )
@@ -66,20 +70,25 @@ fn random(count: u32, seed: u64) -> Vec<u8> {
 }
 
 fn check(backend: &CudaBackend, program: &Program, inputs: &[Vec<u8>]) {
-    let values: Vec<vyre_reference::value::Value> = inputs.iter().cloned().map(Into::into).collect();
+    let values: Vec<vyre_reference::value::Value> =
+        inputs.iter().cloned().map(Into::into).collect();
     let want: Vec<Vec<u8>> = vyre_reference::reference_eval(program, &values)
         .expect("reference")
         .iter()
         .map(|v| v.to_bytes())
         .collect();
-    let got = backend.dispatch(program, inputs, &DispatchConfig::default()).expect("dispatch");
+    let got = backend
+        .dispatch(program, inputs, &DispatchConfig::default())
+        .expect("dispatch");
     assert_eq!(want, got, "FAIL: GPU output differs from vyre-reference");
 }
 
 fn main() {
     let config = DispatchConfig::default();
     // Emitter cost over the vyre-primitives corpus (CPU only).
-    let programs: Vec<Program> = vyre_primitives::harness::all_entries().map(|e| (e.build)()).collect();
+    let programs: Vec<Program> = vyre_primitives::harness::all_entries()
+        .map(|e| (e.build)())
+        .collect();
     let mut emit_samples = Vec::new();
     for program in &programs {
         let started = Instant::now();
@@ -95,7 +104,11 @@ fn main() {
             return;
         }
     };
-    println!("device: {} / {}", backend.device_info().name, backend.target());
+    println!(
+        "device: {} / {}",
+        backend.device_info().name,
+        backend.target()
+    );
 
     // tiny: one element, the per-dispatch floor.
     let tiny = vadd(1, 7);
@@ -104,12 +117,16 @@ fn main() {
     let mut out = Vec::new();
     let borrowed: Vec<&[u8]> = tiny_inputs.iter().map(Vec::as_slice).collect();
     for _ in 0..50 {
-        backend.dispatch_borrowed_into(&tiny, &borrowed, &config, &mut out).unwrap();
+        backend
+            .dispatch_borrowed_into(&tiny, &borrowed, &config, &mut out)
+            .unwrap();
     }
     let samples = (0..500)
         .map(|_| {
             let started = Instant::now();
-            backend.dispatch_borrowed_into(&tiny, &borrowed, &config, &mut out).unwrap();
+            backend
+                .dispatch_borrowed_into(&tiny, &borrowed, &config, &mut out)
+                .unwrap();
             started.elapsed()
         })
         .collect();
@@ -124,11 +141,17 @@ fn main() {
         let samples = (0..30)
             .map(|_| {
                 let started = Instant::now();
-                backend.dispatch_borrowed_into(&program, &borrowed, &config, &mut out).unwrap();
+                backend
+                    .dispatch_borrowed_into(&program, &borrowed, &config, &mut out)
+                    .unwrap();
                 started.elapsed()
             })
             .collect();
-        row(&format!("vadd_u32 2^{log2} end to end"), samples, Some(3 * n as usize * 4));
+        row(
+            &format!("vadd_u32 2^{log2} end to end"),
+            samples,
+            Some(3 * n as usize * 4),
+        );
     }
 
     // Cold compile: first dispatch of a never-seen program (new constant each time).

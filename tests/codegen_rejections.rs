@@ -33,7 +33,10 @@ fn transcendentals_without_an_exact_lowering_are_rejected() {
         let body = vec![Node::store(
             "out",
             Expr::gid_x(),
-            Expr::UnOp { op: op.clone(), operand: Box::new(Expr::load("a", Expr::gid_x())) },
+            Expr::UnOp {
+                op: op.clone(),
+                operand: Box::new(Expr::load("a", Expr::gid_x())),
+            },
         )];
         assert_rejected(&program_with(body, [4, 1, 1]), &format!("UnOp::{op:?}"));
     }
@@ -50,19 +53,27 @@ fn calls_and_subgroup_ops_are_rejected() {
     let call = vec![Node::store(
         "out",
         Expr::gid_x(),
-        Expr::Call { op_id: "some.op".into(), args: vec![] },
+        Expr::Call {
+            op_id: "some.op".into(),
+            args: vec![],
+        },
     )];
     assert_rejected(&program_with(call, [4, 1, 1]), "Expr::Call(some.op)");
     let ballot = vec![Node::let_bind(
         "b",
-        Expr::SubgroupBallot { cond: Box::new(Expr::bool(true)) },
+        Expr::SubgroupBallot {
+            cond: Box::new(Expr::bool(true)),
+        },
     )];
     assert_rejected(&program_with(ballot, [32, 1, 1]), "subgroup operations");
 }
 
 #[test]
 fn trap_and_async_nodes_are_rejected() {
-    let trap = vec![Node::Trap { address: Box::new(Expr::u32(0)), tag: "t".into() }];
+    let trap = vec![Node::Trap {
+        address: Box::new(Expr::u32(0)),
+        tag: "t".into(),
+    }];
     assert_rejected(&program_with(trap, [4, 1, 1]), "Node::Trap");
 }
 
@@ -83,14 +94,22 @@ fn unsupported_element_types_are_rejected_up_front() {
         vec![],
     );
     let error = emit(&program).expect_err("f16 buffers are not lowered yet");
-    assert!(error.construct().is_some_and(|c| c.contains("f16") || c.contains("F16")), "{error}");
+    assert!(
+        error
+            .construct()
+            .is_some_and(|c| c.contains("f16") || c.contains("F16")),
+        "{error}"
+    );
 }
 
 #[test]
 fn deep_nesting_is_an_error_not_a_stack_overflow() {
     let mut value = Expr::load("a", Expr::gid_x());
     for _ in 0..5000 {
-        value = Expr::UnOp { op: UnOp::Negate, operand: Box::new(value) };
+        value = Expr::UnOp {
+            op: UnOp::Negate,
+            operand: Box::new(value),
+        };
     }
     let body = vec![Node::store("out", Expr::gid_x(), value)];
     let program = program_with(body, [4, 1, 1]);

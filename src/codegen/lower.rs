@@ -8,9 +8,11 @@
 use super::abi::{KernelAbi, SharedBuffer};
 use super::fault::DeviceFault;
 use super::kind::{element_stride, ValKind};
+use super::libm::{self, Libm};
 use super::writer::{emit, Label, PtxWriter, Reg, RegClass};
 use super::CodegenError;
 use rustc_hash::FxHashMap;
+use std::collections::BTreeSet;
 use vyre_foundation::ir::{AtomicOp, DataType, Expr, MemoryOrdering, Node, Program};
 
 /// Deepest expression/statement nesting the walker accepts (protects the host stack).
@@ -77,6 +79,7 @@ pub(crate) struct Lowerer<'p> {
     faults: Vec<(DeviceFault, Label)>,
     depth: u32,
     workgroup_size: [u32; 3],
+    libm_used: BTreeSet<Libm>,
 }
 
 impl<'p> Lowerer<'p> {
@@ -147,6 +150,7 @@ impl<'p> Lowerer<'p> {
             faults: Vec::new(),
             depth: 0,
             workgroup_size: abi.workgroup_size,
+            libm_used: BTreeSet::new(),
         }
     }
 
@@ -169,6 +173,7 @@ impl<'p> Lowerer<'p> {
         let prologue = self.prologue(!faults.is_empty());
         let decls = self.w.register_decls();
         Ok(LoweredBody {
+            functions: libm::module_text(&self.libm_used),
             decls,
             prologue,
             body: self.w.into_body(),
@@ -984,6 +989,21 @@ impl<'p> Lowerer<'p> {
         })
     }
 
+    /// `f(a)` through the bit-exact libm port, as the reference's `canonical_*` wrappers
+    /// compute it (the result is flushed like every f32 result).
+    pub(crate) fn call_libm(&mut self, f: Libm, a: Reg) -> Reg {
+        self.libm_used.insert(f);
+        let d = self.w.reg(RegClass::F32);
+        self.w.open_scope();
+        emit!(self.w, ".param .f32 vyre_arg");
+        emit!(self.w, ".param .f32 vyre_ret");
+        emit!(self.w, "st.param.f32 [vyre_arg], {a}");
+        emit!(self.w, "call (vyre_ret), {}, (vyre_arg)", f.symbol());
+        emit!(self.w, "ld.param.f32 {d}, [vyre_ret]");
+        self.w.close_scope();
+        self.flush_subnormal(d)
+    }
+
     /// Flush a subnormal f32 to a zero of the same sign (the reference's canonical form).
     /// `x + -0.0` with `.ftz` is exact for every other input, including ±0 and infinities.
     pub(crate) fn flush_subnormal(&mut self, f: Reg) -> Reg {
@@ -1005,6 +1025,8 @@ impl<'p> Lowerer<'p> {
 
 /// Output of [`Lowerer::lower_entry`].
 pub(crate) struct LoweredBody {
+    /// `.func` definitions the kernel calls (the libm ports).
+    pub(crate) functions: String,
     pub(crate) decls: String,
     pub(crate) prologue: String,
     pub(crate) body: String,

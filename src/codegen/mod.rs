@@ -37,6 +37,7 @@ mod abi;
 mod error;
 mod fault;
 mod kind;
+mod libm;
 mod lower;
 mod ops;
 mod target;
@@ -137,6 +138,7 @@ fn compose(
     if abi.fault_word {
         params.push("\t.param .u64 vyre_fault".to_string());
     }
+    out.push_str(&body.functions);
     let _ = writeln!(
         out,
         ".visible .entry {}(\n{}\n)",

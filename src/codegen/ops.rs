@@ -2,6 +2,7 @@
 
 use super::fault::DeviceFault;
 use super::kind::ValKind;
+use super::libm::Libm;
 use super::lower::{Lowerer, Val};
 use super::writer::{emit, Reg, RegClass};
 use super::CodegenError;
@@ -445,7 +446,11 @@ impl Lowerer<'_> {
             UnOp::Round => {
                 // Ties away from zero (Rust f32::round), not PTX's ties-to-even `.rni`:
                 // t = trunc(x); if |x - t| >= 0.5 { t += copysign(1, x) }. x - t is exact.
-                let (frac, step, away) = (self.reg(RegClass::F32), self.reg(RegClass::F32), self.pred());
+                let (frac, step, away) = (
+                    self.reg(RegClass::F32),
+                    self.reg(RegClass::F32),
+                    self.pred(),
+                );
                 emit!(self.writer(), "cvt.rzi.f32.f32 {d}, {a}");
                 emit!(self.writer(), "sub.rn.f32 {frac}, {a}, {d}");
                 emit!(self.writer(), "abs.f32 {frac}, {frac}");
@@ -487,11 +492,14 @@ impl Lowerer<'_> {
             | UnOp::Exp2
             | UnOp::Log
             | UnOp::Log2 => {
+                if let Some(f) = Libm::for_unop(op).filter(|f| f.is_ported()) {
+                    return Ok(float(self.call_libm(f, a)));
+                }
                 return Err(CodegenError::unsupported(
                     format!("UnOp::{op:?}"),
                     "no bit-exact PTX port of the reference's libm routine exists in vyre-cuda yet, and approximate intrinsics would not match the reference",
                     "compute the transcendental on the host or avoid it in GPU programs for now",
-                ))
+                ));
             }
             _ => return Err(unsupported_unop(op, ValKind::F32)),
         }

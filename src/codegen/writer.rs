@@ -104,6 +104,15 @@ impl PtxWriter {
         self.body.push_str(";\n");
     }
 
+    /// `{` opening a nested PTX scope (for call parameters).
+    pub(crate) fn open_scope(&mut self) {
+        self.body.push_str("\t{\n");
+    }
+
+    pub(crate) fn close_scope(&mut self) {
+        self.body.push_str("\t}\n");
+    }
+
     pub(crate) fn put_label(&mut self, label: Label) {
         let _ = writeln!(self.body, "{label}:");
     }
