@@ -93,6 +93,11 @@ impl VyreBackend for CudaBackend {
         self.device_info().max_threads_per_block
     }
 
+    fn supports_subgroup_ops(&self) -> bool {
+        // Ballot, shuffle and reduce are lowered natively (vote/shfl/redux.sync).
+        true
+    }
+
     fn subgroup_size(&self) -> Option<u32> {
         Some(self.device_info().warp_size)
     }
@@ -108,6 +113,8 @@ impl VyreBackend for CudaBackend {
     fn device_profile(&self) -> vyre_driver::DeviceProfile {
         let info = self.device_info();
         let mut profile = vyre_driver::DeviceProfile::conservative(CUDA_BACKEND_ID);
+        profile.supports_subgroup_ops = true;
+        profile.has_subgroup_shuffle = true;
         profile.has_mul_high = true;
         profile.has_shared_memory = true;
         profile.max_native_int_width = 64;

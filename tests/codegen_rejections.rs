@@ -49,32 +49,76 @@ fn grid_sync_through_the_direct_api_is_rejected() {
 }
 
 #[test]
-fn calls_and_subgroup_ops_are_rejected() {
+fn unresolvable_calls_are_rejected() {
     let call = vec![Node::store(
         "out",
         Expr::gid_x(),
         Expr::Call {
-            op_id: "some.op".into(),
+            op_id: "some.unknown.op".into(),
             args: vec![],
         },
     )];
-    assert_rejected(&program_with(call, [4, 1, 1]), "Expr::Call(some.op)");
-    let ballot = vec![Node::let_bind(
-        "b",
-        Expr::SubgroupBallot {
-            cond: Box::new(Expr::bool(true)),
-        },
-    )];
-    assert_rejected(&program_with(ballot, [32, 1, 1]), "subgroup operations");
+    assert_rejected(&program_with(call, [4, 1, 1]), "Expr::Call");
 }
 
 #[test]
-fn trap_and_async_nodes_are_rejected() {
-    let trap = vec![Node::Trap {
-        address: Box::new(Expr::u32(0)),
-        tag: "t".into(),
-    }];
-    assert_rejected(&program_with(trap, [4, 1, 1]), "Node::Trap");
+fn subgroup_ops_need_a_converged_subgroup() {
+    let ballot = || Expr::SubgroupBallot {
+        cond: Box::new(Expr::bool(true)),
+    };
+    let lane_is_3 = || Expr::BinOp {
+        op: vyre_foundation::ir::BinOp::Eq,
+        left: Box::new(Expr::gid_x()),
+        right: Box::new(Expr::u32(3)),
+    };
+    // After an early Return the reference still reads the returned lanes.
+    let after_return = vec![
+        Node::if_then(lane_is_3(), vec![Node::Return]),
+        Node::let_bind("b", ballot()),
+    ];
+    assert_rejected(
+        &program_with(after_return, [32, 1, 1]),
+        "subgroup operation in a program with Return",
+    );
+    // Inside a branch whose condition differs per lane.
+    let divergent = vec![Node::if_then(
+        lane_is_3(),
+        vec![Node::let_bind("b", ballot())],
+    )];
+    assert_rejected(
+        &program_with(divergent, [32, 1, 1]),
+        "subgroup operation in divergent control flow",
+    );
+    // In uniform control flow it lowers.
+    let uniform = vec![Node::if_then(
+        Expr::BinOp {
+            op: vyre_foundation::ir::BinOp::Eq,
+            left: Box::new(Expr::buf_len("a")),
+            right: Box::new(Expr::u32(4)),
+        },
+        vec![Node::let_bind("b", ballot())],
+    )];
+    assert!(emit(&program_with(uniform, [32, 1, 1])).is_ok());
+}
+
+#[test]
+fn barrier_loops_need_uniform_bounds() {
+    let body = vec![Node::loop_for(
+        "k",
+        Expr::u32(0),
+        Expr::gid_x(),
+        vec![Node::barrier_with_ordering(MemoryOrdering::SeqCst)],
+    )];
+    assert_rejected(
+        &program_with(body, [32, 1, 1]),
+        "Barrier in a loop with non-uniform bounds",
+    );
+}
+
+#[test]
+fn async_nodes_are_rejected() {
+    let body = vec![Node::AsyncWait { tag: "t".into() }];
+    assert_rejected(&program_with(body, [4, 1, 1]), "Node::AsyncWait");
 }
 
 #[test]

@@ -19,7 +19,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use vyre_driver::{BackendError, DispatchConfig};
 use vyre_foundation::ir::Program;
-use vyre_foundation::validate::{validate::validate_with_options, ValidationOptions};
+use vyre_foundation::validate::{
+    validate::validate_with_options, BackendCapabilities, ValidationOptions,
+};
 
 /// Environment variable naming the CUDA device ordinal to use (default 0).
 pub const DEVICE_ENV: &str = "VYRE_CUDA_DEVICE";
@@ -288,10 +290,13 @@ impl CudaBackend {
 }
 
 /// vyre's validator with the options the reference interpreter uses (subgroup operations
-/// off until the emitter lowers them), so the backend rejects exactly what the reference
-/// rejects.
+/// allowed), so the backend rejects exactly what the reference rejects.
 fn validate(program: &Program) -> Result<(), CudaError> {
-    let report = validate_with_options(program, ValidationOptions::default());
+    let options = ValidationOptions::default().with_backend_capabilities(BackendCapabilities {
+        supports_subgroup_ops: true,
+        ..Default::default()
+    });
+    let report = validate_with_options(program, options);
     if report.errors.is_empty() {
         return Ok(());
     }

@@ -22,10 +22,19 @@ pub enum DeviceFault {
     CastOutOfRange = 7,
     /// An atomic operand that is not representable as u32.
     AtomicOperandNotU32 = 8,
+    /// `Node::Trap` was reached.
+    Trap = 9,
+    /// A construct the reference interpreter rejects whenever it runs (`Resume`,
+    /// `IndirectDispatch`, `SubgroupLocalId`, `SubgroupSize`).
+    RejectedByReference = 10,
+    /// A barrier inside an `If` whose condition differed across the workgroup.
+    DivergentBarrier = 11,
+    /// A subgroup shuffle lane that is not representable as u32.
+    SubgroupLaneNotU32 = 12,
 }
 
 impl DeviceFault {
-    const ALL: [DeviceFault; 8] = [
+    const ALL: [DeviceFault; 12] = [
         Self::SignedDivisionByZero,
         Self::SignedDivisionOverflow,
         Self::SignedRemainderByZero,
@@ -34,6 +43,10 @@ impl DeviceFault {
         Self::LoopBoundNotU32,
         Self::CastOutOfRange,
         Self::AtomicOperandNotU32,
+        Self::Trap,
+        Self::RejectedByReference,
+        Self::DivergentBarrier,
+        Self::SubgroupLaneNotU32,
     ];
 
     /// The fault word value.
@@ -64,6 +77,10 @@ impl DeviceFault {
             Self::LoopBoundNotU32 => "a loop bound cannot be represented as u32",
             Self::CastOutOfRange => "a cast cannot represent its value losslessly",
             Self::AtomicOperandNotU32 => "an atomic operand cannot be represented as u32",
+            Self::Trap => "the program reached Node::Trap (the reference dispatch traps)",
+            Self::RejectedByReference => "the program reached a construct the reference interpreter cannot execute (Resume, IndirectDispatch, SubgroupLocalId or SubgroupSize)",
+            Self::DivergentBarrier => "program violates uniform-control-flow rule: a Barrier appears inside an If whose condition differs across the workgroup",
+            Self::SubgroupLaneNotU32 => "subgroup_shuffle lane index is not a u32",
         }
     }
 
@@ -81,6 +98,12 @@ impl DeviceFault {
             Self::LoopBoundNotU32 => "use in-range unsigned loop bounds",
             Self::CastOutOfRange => "cast from an in-range value",
             Self::AtomicOperandNotU32 => "pass u32-compatible atomic operands",
+            Self::Trap => "handle the trap condition before dispatch",
+            Self::RejectedByReference => "lower these constructs before dispatch",
+            Self::DivergentBarrier => {
+                "make the condition uniform or move the Barrier outside the branch"
+            }
+            Self::SubgroupLaneNotU32 => "use a scalar u32 lane argument",
         }
     }
 }

@@ -9,6 +9,7 @@ use super::abi::{KernelAbi, SharedBuffer};
 use super::fault::DeviceFault;
 use super::kind::{element_stride, ValKind};
 use super::libm::{self, Libm};
+use super::uniform::Uniformity;
 use super::writer::{emit, Label, PtxWriter, Reg, RegClass};
 use super::CodegenError;
 use rustc_hash::FxHashMap;
@@ -80,10 +81,21 @@ pub(crate) struct Lowerer<'p> {
     depth: u32,
     workgroup_size: [u32; 3],
     libm_used: BTreeSet<Libm>,
+    uniformity: Uniformity<'p>,
+    /// Target architecture (`redux.sync` needs sm_80).
+    pub(crate) sm: u32,
+    /// Lanes present in this invocation's 32-lane subgroup, and their member mask.
+    pub(crate) subgroup_lanes: Reg,
+    pub(crate) subgroup_mask: Reg,
 }
 
 impl<'p> Lowerer<'p> {
-    pub(crate) fn new(program: &'p Program, abi: &KernelAbi, shared: Vec<SharedBuffer>) -> Self {
+    pub(crate) fn new(
+        program: &'p Program,
+        abi: &KernelAbi,
+        shared: Vec<SharedBuffer>,
+        sm: u32,
+    ) -> Self {
         let mut w = PtxWriter::default();
         let mut buffers = FxHashMap::default();
         let mut binding_regs = Vec::with_capacity(abi.bindings.len());
@@ -137,6 +149,8 @@ impl<'p> Lowerer<'p> {
         };
         let shared_base = w.reg(RegClass::B32);
         let fault_ptr = w.reg(RegClass::B64);
+        let subgroup_lanes = w.reg(RegClass::B32);
+        let subgroup_mask = w.reg(RegClass::B32);
         Self {
             w,
             buffers,
@@ -151,6 +165,10 @@ impl<'p> Lowerer<'p> {
             depth: 0,
             workgroup_size: abi.workgroup_size,
             libm_used: BTreeSet::new(),
+            uniformity: Uniformity::analyse(program),
+            sm,
+            subgroup_lanes,
+            subgroup_mask,
         }
     }
 
@@ -215,6 +233,16 @@ impl<'p> Lowerer<'p> {
             self.ids.local[1]
         );
         emit!(p, "mad.lo.u32 {lin}, {lin}, {wx}, {}", self.ids.local[0]);
+        // Subgroups are 32-lane chunks of the linear local index (as hardware warps are);
+        // the last one is short when the workgroup is not a multiple of 32.
+        let (lanes, mask) = (self.subgroup_lanes, self.subgroup_mask);
+        let threads: u32 = self.workgroup_size.iter().product();
+        emit!(p, "and.b32 {lanes}, {lin}, -32");
+        emit!(p, "sub.u32 {lanes}, {threads}, {lanes}");
+        emit!(p, "min.u32 {lanes}, {lanes}, 32");
+        // shl by 32 yields 0 in PTX, so a full subgroup gets 0xFFFFFFFF.
+        emit!(p, "shl.b32 {mask}, 1, {lanes}");
+        emit!(p, "sub.u32 {mask}, {mask}, 1");
         if !self.shared.is_empty() {
             // The reference zero-fills every workgroup buffer for each workgroup.
             let base = self.shared_base;
@@ -371,8 +399,20 @@ impl<'p> Lowerer<'p> {
                 then,
                 otherwise,
             } => {
+                let cond_expr = cond;
                 let cond = self.put_expr(cond)?;
                 let p = self.truthy(cond);
+                let has_barrier = then.iter().chain(otherwise.iter()).any(contains_barrier);
+                if has_barrier && !self.uniformity.is_uniform(cond_expr) {
+                    // The reference fails when live lanes disagree on a branch holding a
+                    // barrier; check agreement with barrier reductions (every live lane is
+                    // here: enclosing branches with barriers were checked the same way).
+                    let (all, any) = (self.pred(), self.pred());
+                    emit!(self.w, "barrier.red.and.pred {all}, 0, {p}");
+                    emit!(self.w, "barrier.red.or.pred {any}, 0, {p}");
+                    emit!(self.w, "xor.pred {all}, {all}, {any}");
+                    self.fault_if(all, DeviceFault::DivergentBarrier);
+                }
                 let (else_label, end_label) = (self.w.label(), self.w.label());
                 emit!(self.w, "@!{p} bra {else_label}");
                 self.put_scoped_block(then)?;
@@ -447,12 +487,20 @@ impl<'p> Lowerer<'p> {
             }
             Node::Block(nodes) => self.put_scoped_block(nodes),
             Node::Region { body, .. } => self.put_scoped_block(body),
-            Node::IndirectDispatch { .. } => Err(unsupported_node("Node::IndirectDispatch")),
+            Node::IndirectDispatch { .. } | Node::Resume { .. } => {
+                // The reference rejects these whenever it reaches them.
+                self.fault_always(DeviceFault::RejectedByReference);
+                Ok(())
+            }
             Node::AsyncLoad { .. } => Err(unsupported_node("Node::AsyncLoad")),
             Node::AsyncStore { .. } => Err(unsupported_node("Node::AsyncStore")),
             Node::AsyncWait { .. } => Err(unsupported_node("Node::AsyncWait")),
-            Node::Trap { .. } => Err(unsupported_node("Node::Trap")),
-            Node::Resume { .. } => Err(unsupported_node("Node::Resume")),
+            Node::Trap { address, .. } => {
+                let address = self.put_expr(address)?;
+                self.u32_checked(address, DeviceFault::Trap)?;
+                self.fault_always(DeviceFault::Trap);
+                Ok(())
+            }
             Node::AllReduce { .. } => Err(unsupported_node("Node::AllReduce")),
             Node::AllGather { .. } => Err(unsupported_node("Node::AllGather")),
             Node::ReduceScatter { .. } => Err(unsupported_node("Node::ReduceScatter")),
@@ -687,15 +735,33 @@ impl<'p> Lowerer<'p> {
                 "calls are not inlined by vyre-cuda yet",
                 "inline the call with vyre_foundation::ir::inline_calls before dispatch",
             )),
-            Expr::SubgroupBallot { .. }
-            | Expr::SubgroupShuffle { .. }
-            | Expr::SubgroupReduce { .. }
-            | Expr::SubgroupLocalId
-            | Expr::SubgroupSize => Err(CodegenError::unsupported(
-                "subgroup operations",
-                "subgroup ballot/shuffle/reduce are not lowered yet",
-                "express the reduction with workgroup memory and barriers",
-            )),
+            Expr::SubgroupBallot { cond } => {
+                let cond = self.put_expr(cond)?;
+                let p = self.truthy(cond);
+                let reg = self.b32();
+                emit!(
+                    self.w,
+                    "vote.sync.ballot.b32 {reg}, {p}, {}",
+                    self.subgroup_mask
+                );
+                Ok(Val {
+                    kind: ValKind::U32,
+                    reg,
+                })
+            }
+            Expr::SubgroupShuffle { value, lane } => {
+                let value = self.put_expr(value)?;
+                let lane = self.put_expr(lane)?;
+                self.put_shuffle(value, lane)
+            }
+            Expr::SubgroupReduce { op, value } => {
+                let value = self.put_expr(value)?;
+                self.put_subgroup_reduce(*op, value)
+            }
+            Expr::SubgroupLocalId | Expr::SubgroupSize => {
+                self.fault_always(DeviceFault::RejectedByReference);
+                Ok(self.lit_b32(ValKind::U32, 0))
+            }
             Expr::Opaque(ext) => Err(CodegenError::unsupported(
                 format!("Expr::Opaque({})", ext.extension_kind()),
                 "opaque expression extensions have no PTX lowering",
@@ -931,6 +997,13 @@ impl<'p> Lowerer<'p> {
         emit!(self.w, "@{p} bra {label}");
     }
 
+    /// Branch to the fault block unconditionally (the reference always errors here).
+    pub(crate) fn fault_always(&mut self, fault: DeviceFault) {
+        let p = self.pred();
+        emit!(self.w, "setp.eq.u32 {p}, 0, 0");
+        self.fault_if(p, fault);
+    }
+
     /// Predicate that is true when the reference's `truthy()` holds for `value`.
     pub(crate) fn truthy(&mut self, value: Val) -> Reg {
         let p = self.pred();
@@ -1052,6 +1125,18 @@ pub(crate) fn canonical_f32_bits_host(value: f32) -> u32 {
         value.to_bits() & 0x8000_0000
     } else {
         value.to_bits()
+    }
+}
+
+pub(crate) fn contains_barrier(node: &Node) -> bool {
+    match node {
+        Node::Barrier { .. } => true,
+        Node::If {
+            then, otherwise, ..
+        } => then.iter().chain(otherwise.iter()).any(contains_barrier),
+        Node::Loop { body, .. } | Node::Block(body) => body.iter().any(contains_barrier),
+        Node::Region { body, .. } => body.iter().any(contains_barrier),
+        _ => false,
     }
 }
 

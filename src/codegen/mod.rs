@@ -40,7 +40,10 @@ mod kind;
 mod libm;
 mod lower;
 mod ops;
+mod prepare;
+mod subgroup;
 mod target;
+mod uniform;
 mod writer;
 
 pub use abi::{BindingRole, KernelAbi, KernelBinding, KERNEL_ENTRY};
@@ -84,8 +87,11 @@ pub fn emit_ptx(
         .workgroup_override
         .unwrap_or_else(|| program.workgroup_size());
     check_workgroup(workgroup_size)?;
+    let program = prepare::prepare(program)?;
+    let program = program.as_ref();
+    uniform::check(program)?;
     let (mut abi, shared) = abi::layout(program, workgroup_size)?;
-    let lowerer = lower::Lowerer::new(program, &abi, shared);
+    let lowerer = lower::Lowerer::new(program, &abi, shared, target.sm());
     let shared_bytes = lowerer.shared_bytes();
     let lowered = lowerer.lower_entry(program.entry())?;
     abi.fault_word = lowered.fault_word;

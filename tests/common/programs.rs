@@ -7,7 +7,8 @@
 use super::gpu::{f32_bytes, u32_bytes, Rng};
 use vyre_driver::DispatchConfig;
 use vyre_foundation::ir::{
-    AtomicOp, BinOp, BufferAccess, BufferDecl, DataType, Expr, MemoryOrdering, Node, Program, UnOp,
+    AtomicOp, BinOp, BufferAccess, BufferDecl, DataType, Expr, MemoryOrdering, Node, Program,
+    SubgroupReduceOp, UnOp,
 };
 
 /// One program with its inputs.
@@ -751,6 +752,174 @@ pub fn workgroup_cases() -> Vec<Case> {
     cases
 }
 
+/// `out[gid] = value` over `n` invocations of `workgroup`-sized groups, no bounds guard
+/// (subgroup operations need every lane present).
+fn subgroup_program(
+    inputs: &[(&str, DataType)],
+    out: DataType,
+    n: u32,
+    workgroup: u32,
+    value: Expr,
+) -> Program {
+    let mut buffers: Vec<BufferDecl> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, (name, ty))| BufferDecl::read(name, i as u32, ty.clone()).with_count(n))
+        .collect();
+    buffers.push(BufferDecl::output("out", inputs.len() as u32, out).with_count(n));
+    Program::wrapped(
+        buffers,
+        [workgroup, 1, 1],
+        vec![Node::store("out", gid(), value)],
+    )
+}
+
+/// Ballot, shuffle and reduce over full and short (48-lane workgroup) subgroups.
+pub fn subgroup_cases() -> Vec<Case> {
+    let mut rng = Rng::new(8);
+    let mut cases = Vec::new();
+    for workgroup in [64u32, 48] {
+        let n = workgroup * 2;
+        let ints = u32_bytes(
+            &(0..n)
+                .map(|_| rng.next_u32() % 1000 + 1)
+                .collect::<Vec<_>>(),
+        );
+        let lanes = u32_bytes(&(0..n).map(|i| (i * 7) % 40).collect::<Vec<_>>());
+        let floats = f32_bytes(&edge_f32(&mut rng, n));
+        let mut big_small: Vec<f32> = (0..n)
+            .map(|i| match i % 32 {
+                0 => 1e8,
+                31 => -1e8,
+                _ => 1.0,
+            })
+            .collect();
+        big_small[5] = -0.0;
+        let big_small = f32_bytes(&big_small);
+        let odd = bin(
+            BinOp::Eq,
+            bin(BinOp::BitAnd, ld("a"), Expr::u32(1)),
+            Expr::u32(1),
+        );
+        cases.push(Case::new(
+            format!("subgroup ballot, workgroup {workgroup}"),
+            subgroup_program(
+                &[("a", DataType::U32)],
+                DataType::U32,
+                n,
+                workgroup,
+                Expr::SubgroupBallot {
+                    cond: Box::new(odd),
+                },
+            ),
+            vec![ints.clone()],
+        ));
+        for (name, ty, data) in [
+            ("u32", DataType::U32, ints.clone()),
+            ("f32", DataType::F32, floats.clone()),
+        ] {
+            cases.push(Case::new(
+                format!("subgroup shuffle {name}, workgroup {workgroup}"),
+                subgroup_program(
+                    &[("a", ty.clone()), ("lane", DataType::U32)],
+                    ty.clone(),
+                    n,
+                    workgroup,
+                    Expr::SubgroupShuffle {
+                        value: Box::new(ld("a")),
+                        lane: Box::new(ld("lane")),
+                    },
+                ),
+                vec![data, lanes.clone()],
+            ));
+        }
+        for op in [
+            SubgroupReduceOp::Add,
+            SubgroupReduceOp::Mul,
+            SubgroupReduceOp::Min,
+            SubgroupReduceOp::Max,
+            SubgroupReduceOp::And,
+            SubgroupReduceOp::Or,
+            SubgroupReduceOp::Xor,
+        ] {
+            cases.push(Case::new(
+                format!("subgroup reduce {op:?} u32, workgroup {workgroup}"),
+                subgroup_program(
+                    &[("a", DataType::U32)],
+                    DataType::U32,
+                    n,
+                    workgroup,
+                    Expr::SubgroupReduce {
+                        op,
+                        value: Box::new(ld("a")),
+                    },
+                ),
+                vec![ints.clone()],
+            ));
+        }
+        for op in [
+            SubgroupReduceOp::Add,
+            SubgroupReduceOp::Mul,
+            SubgroupReduceOp::Min,
+            SubgroupReduceOp::Max,
+        ] {
+            for (label, data) in [
+                ("edge", floats.clone()),
+                ("order-sensitive", big_small.clone()),
+            ] {
+                cases.push(Case::new(
+                    format!("subgroup reduce {op:?} f32 {label}, workgroup {workgroup}"),
+                    subgroup_program(
+                        &[("a", DataType::F32)],
+                        DataType::F32,
+                        n,
+                        workgroup,
+                        Expr::SubgroupReduce {
+                            op,
+                            value: Box::new(ld("a")),
+                        },
+                    ),
+                    vec![data],
+                ));
+            }
+        }
+    }
+    // A barrier inside a branch the analysis cannot prove uniform, which is uniform at
+    // run time: the run-time agreement check passes and the barrier synchronises.
+    let lid = Expr::LocalId { axis: 0 };
+    let always = bin(
+        BinOp::Eq,
+        bin(BinOp::BitAnd, gid(), Expr::u32(0)),
+        Expr::u32(0),
+    );
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(64),
+            BufferDecl::output("out", 1, DataType::U32).with_count(64),
+            BufferDecl::workgroup("tile", 64, DataType::U32),
+        ],
+        [64, 1, 1],
+        vec![Node::if_then(
+            always,
+            vec![
+                Node::store("tile", lid.clone(), ld("a")),
+                Node::barrier_with_ordering(MemoryOrdering::AcqRel),
+                Node::store(
+                    "out",
+                    gid(),
+                    Expr::load("tile", bin(BinOp::Sub, Expr::u32(63), lid)),
+                ),
+            ],
+        )],
+    );
+    cases.push(Case::new(
+        "barrier in a run-time-uniform branch",
+        program,
+        vec![u32_bytes(&(0..64).map(|i| i * 3 + 1).collect::<Vec<_>>())],
+    ));
+    cases
+}
+
 /// Run-time errors the reference raises; the GPU must fail too.
 pub fn fault_cases() -> Vec<Case> {
     let a = u32_bytes(&[10, 20, 30, 40]);
@@ -781,7 +950,46 @@ pub fn fault_cases() -> Vec<Case> {
         [4, 1, 1],
         vec![Node::store("out", ld("a"), Expr::u32(1))],
     );
+    let trap = Program::wrapped(
+        vec![BufferDecl::output("out", 0, DataType::U32).with_count(4)],
+        [4, 1, 1],
+        vec![
+            Node::store("out", gid(), Expr::u32(1)),
+            Node::if_then(
+                bin(BinOp::Eq, gid(), Expr::u32(2)),
+                vec![Node::Trap {
+                    address: Box::new(Expr::u32(5)),
+                    tag: "t".into(),
+                }],
+            ),
+        ],
+    );
+    let divergent_barrier = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(32),
+            BufferDecl::output("out", 1, DataType::U32).with_count(32),
+        ],
+        [32, 1, 1],
+        vec![Node::if_then(
+            bin(
+                BinOp::Eq,
+                bin(BinOp::BitAnd, ld("a"), Expr::u32(1)),
+                Expr::u32(1),
+            ),
+            vec![
+                Node::barrier_with_ordering(MemoryOrdering::SeqCst),
+                Node::store("out", gid(), Expr::u32(1)),
+            ],
+        )],
+    );
     vec![
+        Case::new("trap", trap, vec![]).failing(),
+        Case::new(
+            "barrier in a branch that diverges at run time",
+            divergent_barrier,
+            vec![u32_bytes(&(0..32).collect::<Vec<_>>())],
+        )
+        .failing(),
         Case::new(
             "i32 division by zero",
             div,
@@ -814,6 +1022,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(casts());
     cases.extend(control_and_memory());
     cases.extend(workgroup_cases());
+    cases.extend(subgroup_cases());
     cases.extend(fault_cases());
     cases
 }

@@ -1,0 +1,168 @@
+//! Subgroup ballot, shuffle and reduce with the reference's lane order.
+//!
+//! Subgroups are the 32-lane chunks of the linear local index, which is how hardware
+//! forms warps; `uniform.rs` guarantees the whole chunk is converged at the operation.
+//! Reductions fold lane 0 upward from the operator's identity, exactly as the reference
+//! does (order matters for f32), except for the integer operators `redux.sync` computes
+//! exactly on sm_80+.
+
+use super::fault::DeviceFault;
+use super::kind::ValKind;
+use super::lower::{Lowerer, Val};
+use super::writer::{emit, RegClass};
+use super::CodegenError;
+use vyre_foundation::ir::{BinOp, SubgroupReduceOp};
+
+fn unsupported_lane_kind(what: &str, kind: ValKind) -> CodegenError {
+    CodegenError::unsupported(
+        format!("{what} of {} lanes", kind.name()),
+        "the reference accepts only u32 and f32 lanes here",
+        "Cast the value to u32 or f32 first",
+    )
+}
+
+fn unknown_reduce(op: SubgroupReduceOp) -> CodegenError {
+    CodegenError::unsupported(
+        format!("SubgroupReduce::{op:?}"),
+        "this reduction operator is newer than vyre-cuda",
+        "upgrade vyre-cuda",
+    )
+}
+
+impl Lowerer<'_> {
+    pub(crate) fn put_shuffle(&mut self, value: Val, lane: Val) -> Result<Val, CodegenError> {
+        if !matches!(value.kind, ValKind::U32 | ValKind::F32) {
+            return Err(unsupported_lane_kind("SubgroupShuffle", value.kind));
+        }
+        let source = self.u32_checked(lane, DeviceFault::SubgroupLaneNotU32)?;
+        let (lanes, mask) = (self.subgroup_lanes, self.subgroup_mask);
+        let d = self.reg(value.kind.reg_class());
+        let present = self.pred();
+        emit!(
+            self.writer(),
+            "shfl.sync.idx.b32 {d}, {}, {source}, 31, {mask}",
+            value.reg
+        );
+        // A source lane outside the subgroup reads 0 in the reference.
+        emit!(self.writer(), "setp.lt.u32 {present}, {source}, {lanes}");
+        if value.kind == ValKind::F32 {
+            emit!(self.writer(), "selp.f32 {d}, {d}, 0f00000000, {present}");
+        } else {
+            emit!(self.writer(), "selp.b32 {d}, {d}, 0, {present}");
+        }
+        Ok(Val {
+            kind: value.kind,
+            reg: d,
+        })
+    }
+
+    pub(crate) fn put_subgroup_reduce(
+        &mut self,
+        op: SubgroupReduceOp,
+        value: Val,
+    ) -> Result<Val, CodegenError> {
+        let mask = self.subgroup_mask;
+        match value.kind {
+            ValKind::U32 => {
+                let redux = match op {
+                    SubgroupReduceOp::Add => Some("add.u32"),
+                    SubgroupReduceOp::Min => Some("min.u32"),
+                    SubgroupReduceOp::Max => Some("max.u32"),
+                    SubgroupReduceOp::And => Some("and.b32"),
+                    SubgroupReduceOp::Or => Some("or.b32"),
+                    SubgroupReduceOp::Xor => Some("xor.b32"),
+                    _ => None,
+                };
+                if let Some(redux) = redux.filter(|_| self.sm >= 80) {
+                    let d = self.b32();
+                    emit!(
+                        self.writer(),
+                        "redux.sync.{redux} {d}, {}, {mask}",
+                        value.reg
+                    );
+                    return Ok(Val {
+                        kind: ValKind::U32,
+                        reg: d,
+                    });
+                }
+                let (identity, binop) = match op {
+                    SubgroupReduceOp::Add => (0, BinOp::Add),
+                    SubgroupReduceOp::Mul => (1, BinOp::Mul),
+                    SubgroupReduceOp::Min => (u32::MAX, BinOp::Min),
+                    SubgroupReduceOp::Max => (0, BinOp::Max),
+                    SubgroupReduceOp::And => (u32::MAX, BinOp::BitAnd),
+                    SubgroupReduceOp::Or => (0, BinOp::BitOr),
+                    SubgroupReduceOp::Xor => (0, BinOp::BitXor),
+                    other => return Err(unknown_reduce(other)),
+                };
+                let acc = self.lit_b32(ValKind::U32, identity);
+                self.fold_lanes(acc, value, binop)
+            }
+            ValKind::F32 => {
+                let (identity, binop) = match op {
+                    SubgroupReduceOp::Add => (0.0f32, BinOp::Add),
+                    SubgroupReduceOp::Mul => (1.0, BinOp::Mul),
+                    SubgroupReduceOp::Min => (f32::INFINITY, BinOp::Min),
+                    SubgroupReduceOp::Max => (f32::NEG_INFINITY, BinOp::Max),
+                    SubgroupReduceOp::And | SubgroupReduceOp::Or | SubgroupReduceOp::Xor => {
+                        return Err(CodegenError::unsupported(
+                            format!("SubgroupReduce::{op:?} of f32 lanes"),
+                            "bitwise subgroup reductions require integer lanes",
+                            "use an integer value or Add/Mul/Min/Max",
+                        ))
+                    }
+                    other => return Err(unknown_reduce(other)),
+                };
+                let reg = self.reg(RegClass::F32);
+                emit!(self.writer(), "mov.b32 {reg}, 0f{:08X}", identity.to_bits());
+                self.fold_lanes(
+                    Val {
+                        kind: ValKind::F32,
+                        reg,
+                    },
+                    value,
+                    binop,
+                )
+            }
+            other => Err(unsupported_lane_kind("SubgroupReduce", other)),
+        }
+    }
+
+    /// `acc = op(acc, lane[k])` for k = 0, 1, ... over the lanes present, in order.
+    fn fold_lanes(&mut self, acc: Val, value: Val, op: BinOp) -> Result<Val, CodegenError> {
+        let (lanes, mask) = (self.subgroup_lanes, self.subgroup_mask);
+        let result = self.reg(acc.kind.reg_class());
+        self.mov(result, acc.reg);
+        for k in 0..32u32 {
+            let lane_value = self.reg(value.kind.reg_class());
+            emit!(
+                self.writer(),
+                "shfl.sync.idx.b32 {lane_value}, {}, {k}, 31, {mask}",
+                value.reg
+            );
+            let combined = self.put_binop(
+                op,
+                Val {
+                    kind: acc.kind,
+                    reg: result,
+                },
+                Val {
+                    kind: value.kind,
+                    reg: lane_value,
+                },
+            )?;
+            let present = self.pred();
+            emit!(self.writer(), "setp.lt.u32 {present}, {k}, {lanes}");
+            emit!(
+                self.writer(),
+                "@{present} mov.{} {result}, {}",
+                super::lower::sel_type(result),
+                combined.reg
+            );
+        }
+        Ok(Val {
+            kind: acc.kind,
+            reg: result,
+        })
+    }
+}

@@ -1,0 +1,324 @@
+//! A conservative uniformity analysis: which values are provably the same for every
+//! invocation of a workgroup.
+//!
+//! The reference evaluates a subgroup operation over a snapshot of *every* lane of the
+//! 32-lane chunk, including lanes that returned or took another branch. Hardware can only
+//! reproduce that when the whole subgroup is converged at the operation, so the emitter
+//! accepts subgroup operations only in provably uniform control flow in programs without
+//! `Return`. Loops containing barriers must have provably uniform bounds too (a lane
+//! that leaves early would otherwise make the reference fail while hardware runs on).
+
+use super::CodegenError;
+use rustc_hash::FxHashSet;
+use vyre_foundation::ir::{Expr, Node, Program};
+
+/// Facts about one program.
+pub(crate) struct Uniformity<'p> {
+    /// Variables that may differ between invocations.
+    divergent_vars: FxHashSet<&'p str>,
+    /// Buffers the program writes (their loads may differ over time).
+    written: FxHashSet<&'p str>,
+}
+
+impl<'p> Uniformity<'p> {
+    pub(crate) fn analyse(program: &'p Program) -> Self {
+        let mut written = FxHashSet::default();
+        collect_written(program.entry(), &mut written);
+        let mut facts = Self {
+            divergent_vars: FxHashSet::default(),
+            written,
+        };
+        // Iterate to a fixpoint: a variable becomes divergent when any assignment to it is
+        // divergent or sits in divergent control flow.
+        loop {
+            let before = facts.divergent_vars.len();
+            facts.mark(program.entry(), true);
+            if facts.divergent_vars.len() == before {
+                break;
+            }
+        }
+        facts
+    }
+
+    fn mark(&mut self, nodes: &'p [Node], uniform_ctx: bool) {
+        for node in nodes {
+            match node {
+                Node::Let { name, value } | Node::Assign { name, value } => {
+                    if !uniform_ctx || !self.is_uniform(value) {
+                        self.divergent_vars.insert(name.as_str());
+                    }
+                }
+                Node::If {
+                    cond,
+                    then,
+                    otherwise,
+                } => {
+                    let inner = uniform_ctx && self.is_uniform(cond);
+                    self.mark(then, inner);
+                    self.mark(otherwise, inner);
+                }
+                Node::Loop {
+                    var,
+                    from,
+                    to,
+                    body,
+                } => {
+                    let inner = uniform_ctx && self.is_uniform(from) && self.is_uniform(to);
+                    if !inner {
+                        self.divergent_vars.insert(var.as_str());
+                    }
+                    self.mark(body, inner);
+                }
+                Node::Block(body) => self.mark(body, uniform_ctx),
+                Node::Region { body, .. } => self.mark(body, uniform_ctx),
+                _ => {}
+            }
+        }
+    }
+
+    /// Whether `expr` is provably the same for every invocation of a workgroup.
+    pub(crate) fn is_uniform(&self, expr: &Expr) -> bool {
+        match expr {
+            Expr::LitU32(_)
+            | Expr::LitI32(_)
+            | Expr::LitF32(_)
+            | Expr::LitBool(_)
+            | Expr::BufLen { .. }
+            | Expr::WorkgroupId { .. }
+            | Expr::SubgroupSize => true,
+            Expr::Var(name) => !self.divergent_vars.contains(name.as_str()),
+            Expr::Load { buffer, index } => {
+                !self.written.contains(buffer.as_str()) && self.is_uniform(index)
+            }
+            Expr::BinOp { left, right, .. } => self.is_uniform(left) && self.is_uniform(right),
+            Expr::UnOp { operand, .. } => self.is_uniform(operand),
+            Expr::Cast { value, .. } => self.is_uniform(value),
+            Expr::Select {
+                cond,
+                true_val,
+                false_val,
+            } => self.is_uniform(cond) && self.is_uniform(true_val) && self.is_uniform(false_val),
+            Expr::Fma { a, b, c } => self.is_uniform(a) && self.is_uniform(b) && self.is_uniform(c),
+            _ => false,
+        }
+    }
+}
+
+/// Reject programs whose subgroup operations or barrier loops the hardware cannot run
+/// with the reference's semantics.
+pub(crate) fn check(program: &Program) -> Result<(), CodegenError> {
+    let has_subgroup = program.entry().iter().any(node_has_subgroup);
+    let has_barrier_loop = program.entry().iter().any(node_has_barrier_loop);
+    if !has_subgroup && !has_barrier_loop {
+        return Ok(());
+    }
+    if has_subgroup && program.entry().iter().any(node_has_return) {
+        return Err(CodegenError::unsupported(
+            "subgroup operation in a program with Return",
+            "the reference still reads returned lanes' values in subgroup operations, which hardware cannot reproduce",
+            "replace the early Return with an If around the remaining work",
+        ));
+    }
+    let facts = Uniformity::analyse(program);
+    walk_check(&facts, program.entry(), true)
+}
+
+fn walk_check(
+    facts: &Uniformity<'_>,
+    nodes: &[Node],
+    uniform_ctx: bool,
+) -> Result<(), CodegenError> {
+    for node in nodes {
+        match node {
+            Node::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let inner = uniform_ctx && facts.is_uniform(cond);
+                walk_check(facts, then, inner)?;
+                walk_check(facts, otherwise, inner)?;
+            }
+            Node::Loop { from, to, body, .. } => {
+                let inner = uniform_ctx && facts.is_uniform(from) && facts.is_uniform(to);
+                if !inner && body.iter().any(contains_barrier) {
+                    return Err(CodegenError::unsupported(
+                        "Barrier in a loop with non-uniform bounds",
+                        "every lane must run the same number of iterations to meet at the barrier",
+                        "compute the loop bounds from values uniform across the workgroup",
+                    ));
+                }
+                walk_check(facts, body, inner)?;
+            }
+            Node::Block(body) => walk_check(facts, body, uniform_ctx)?,
+            Node::Region { body, .. } => walk_check(facts, body, uniform_ctx)?,
+            _ => {}
+        }
+        if !uniform_ctx && node_direct_subgroup(node) {
+            return Err(CodegenError::unsupported(
+                "subgroup operation in divergent control flow",
+                "the enclosing If/Loop condition is not provably uniform, so the subgroup may not be converged",
+                "move the subgroup operation out of the data-dependent branch",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn collect_written<'p>(nodes: &'p [Node], out: &mut FxHashSet<&'p str>) {
+    for node in nodes {
+        match node {
+            Node::Store { buffer, .. } => {
+                out.insert(buffer.as_str());
+            }
+            Node::If {
+                then, otherwise, ..
+            } => {
+                collect_written(then, out);
+                collect_written(otherwise, out);
+            }
+            Node::Loop { body, .. } | Node::Block(body) => collect_written(body, out),
+            Node::Region { body, .. } => collect_written(body, out),
+            Node::AsyncLoad { destination, .. } | Node::AsyncStore { destination, .. } => {
+                out.insert(destination.as_str());
+            }
+            _ => {}
+        }
+        for_each_expr(node, &mut |expr| collect_atomic_targets(expr, out));
+    }
+}
+
+fn collect_atomic_targets<'p>(expr: &'p Expr, out: &mut FxHashSet<&'p str>) {
+    if let Expr::Atomic { buffer, .. } = expr {
+        out.insert(buffer.as_str());
+    }
+    for_each_child(expr, &mut |child| collect_atomic_targets(child, out));
+}
+
+/// Visit the expressions directly owned by `node` (not those of nested statements).
+fn for_each_expr<'p>(node: &'p Node, f: &mut impl FnMut(&'p Expr)) {
+    match node {
+        Node::Let { value, .. } | Node::Assign { value, .. } => f(value),
+        Node::Store { index, value, .. } => {
+            f(index);
+            f(value);
+        }
+        Node::If { cond, .. } => f(cond),
+        Node::Loop { from, to, .. } => {
+            f(from);
+            f(to);
+        }
+        Node::Trap { address, .. } => f(address),
+        Node::AsyncLoad { offset, size, .. } | Node::AsyncStore { offset, size, .. } => {
+            f(offset);
+            f(size);
+        }
+        _ => {}
+    }
+}
+
+fn for_each_child<'p>(expr: &'p Expr, f: &mut impl FnMut(&'p Expr)) {
+    match expr {
+        Expr::Load { index, .. } => f(index),
+        Expr::BinOp { left, right, .. } => {
+            f(left);
+            f(right);
+        }
+        Expr::UnOp { operand, .. } => f(operand),
+        Expr::Select {
+            cond,
+            true_val,
+            false_val,
+        } => {
+            f(cond);
+            f(true_val);
+            f(false_val);
+        }
+        Expr::Cast { value, .. } => f(value),
+        Expr::Fma { a, b, c } => {
+            f(a);
+            f(b);
+            f(c);
+        }
+        Expr::Atomic {
+            index,
+            expected,
+            value,
+            ..
+        } => {
+            f(index);
+            if let Some(expected) = expected {
+                f(expected);
+            }
+            f(value);
+        }
+        Expr::SubgroupBallot { cond } => f(cond),
+        Expr::SubgroupShuffle { value, lane } => {
+            f(value);
+            f(lane);
+        }
+        Expr::SubgroupReduce { value, .. } => f(value),
+        Expr::Call { args, .. } => args.iter().for_each(f),
+        _ => {}
+    }
+}
+
+fn expr_has_subgroup(expr: &Expr) -> bool {
+    if matches!(
+        expr,
+        Expr::SubgroupBallot { .. } | Expr::SubgroupShuffle { .. } | Expr::SubgroupReduce { .. }
+    ) {
+        return true;
+    }
+    let mut found = false;
+    for_each_child(expr, &mut |child| found |= expr_has_subgroup(child));
+    found
+}
+
+/// A subgroup operation in the node's own expressions.
+fn node_direct_subgroup(node: &Node) -> bool {
+    let mut found = false;
+    for_each_expr(node, &mut |expr| found |= expr_has_subgroup(expr));
+    found
+}
+
+fn node_has_subgroup(node: &Node) -> bool {
+    node_direct_subgroup(node)
+        || children(node)
+            .iter()
+            .any(|body| body.iter().any(node_has_subgroup))
+}
+
+fn node_has_return(node: &Node) -> bool {
+    matches!(node, Node::Return)
+        || children(node)
+            .iter()
+            .any(|body| body.iter().any(node_has_return))
+}
+
+fn contains_barrier(node: &Node) -> bool {
+    matches!(node, Node::Barrier { .. })
+        || children(node)
+            .iter()
+            .any(|body| body.iter().any(contains_barrier))
+}
+
+fn node_has_barrier_loop(node: &Node) -> bool {
+    match node {
+        Node::Loop { body, .. } if body.iter().any(contains_barrier) => true,
+        _ => children(node)
+            .iter()
+            .any(|body| body.iter().any(node_has_barrier_loop)),
+    }
+}
+
+fn children(node: &Node) -> Vec<&[Node]> {
+    match node {
+        Node::If {
+            then, otherwise, ..
+        } => vec![then, otherwise],
+        Node::Loop { body, .. } | Node::Block(body) => vec![body],
+        Node::Region { body, .. } => vec![body],
+        _ => Vec::new(),
+    }
+}
