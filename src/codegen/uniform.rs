@@ -43,10 +43,10 @@ impl<'p> Uniformity<'p> {
     fn mark(&mut self, nodes: &'p [Node], uniform_ctx: bool) {
         for node in nodes {
             match node {
-                Node::Let { name, value } | Node::Assign { name, value } => {
-                    if !uniform_ctx || !self.is_uniform(value) {
-                        self.divergent_vars.insert(name.as_str());
-                    }
+                Node::Let { name, value } | Node::Assign { name, value }
+                    if !uniform_ctx || !self.is_uniform(value) =>
+                {
+                    self.divergent_vars.insert(name.as_str());
                 }
                 Node::If {
                     cond,
