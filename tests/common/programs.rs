@@ -884,39 +884,6 @@ pub fn subgroup_cases() -> Vec<Case> {
             }
         }
     }
-    // A barrier inside a branch the analysis cannot prove uniform, which is uniform at
-    // run time: the run-time agreement check passes and the barrier synchronises.
-    let lid = Expr::LocalId { axis: 0 };
-    let always = bin(
-        BinOp::Eq,
-        bin(BinOp::BitAnd, gid(), Expr::u32(0)),
-        Expr::u32(0),
-    );
-    let program = Program::wrapped(
-        vec![
-            BufferDecl::read("a", 0, DataType::U32).with_count(64),
-            BufferDecl::output("out", 1, DataType::U32).with_count(64),
-            BufferDecl::workgroup("tile", 64, DataType::U32),
-        ],
-        [64, 1, 1],
-        vec![Node::if_then(
-            always,
-            vec![
-                Node::store("tile", lid.clone(), ld("a")),
-                Node::barrier_with_ordering(MemoryOrdering::AcqRel),
-                Node::store(
-                    "out",
-                    gid(),
-                    Expr::load("tile", bin(BinOp::Sub, Expr::u32(63), lid)),
-                ),
-            ],
-        )],
-    );
-    cases.push(Case::new(
-        "barrier in a run-time-uniform branch",
-        program,
-        vec![u32_bytes(&(0..64).map(|i| i * 3 + 1).collect::<Vec<_>>())],
-    ));
     cases
 }
 
