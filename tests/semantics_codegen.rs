@@ -45,3 +45,16 @@ fn emitted_kernels_are_deterministic() {
         assert_eq!(a, b, "{}", case.name);
     }
 }
+
+#[test]
+fn every_semantic_case_is_valid_for_the_reference() {
+    // A case the reference rejects would make the GPU comparison vacuous.
+    let mut invalid = Vec::new();
+    for case in common::programs::all_cases() {
+        let result = common::gpu::reference(&case.program, &case.inputs);
+        if result.is_err() != case.expect_error {
+            invalid.push(format!("{}: {:?}", case.name, result.err()));
+        }
+    }
+    assert!(invalid.is_empty(), "{}", invalid.join("\n"));
+}

@@ -19,6 +19,9 @@ pub(crate) enum ValKind {
     /// `Value::Float` holding a canonical f32 (NaN payloads are canonicalised lazily at
     /// the points where bits become observable), held in a `.f32` register.
     F32,
+    /// `Value::Float` holding an f64 that need not be an f32 (loaded from an `F64`
+    /// buffer), held in a `.f64` register. Float operators round it to f32 first.
+    F64,
     /// `Value::U64`, held in a `.b64` register.
     U64,
     /// `Value::Bytes` of 1..=8 little-endian bytes, zero-extended in a `.b32` (<= 4
@@ -31,9 +34,19 @@ impl ValKind {
         match self {
             Self::U32 | Self::I32 | Self::Bool => RegClass::B32,
             Self::F32 => RegClass::F32,
+            Self::F64 => RegClass::F64,
             Self::U64 => RegClass::B64,
             Self::Bytes(width) if width <= 4 => RegClass::B32,
             Self::Bytes(_) => RegClass::B64,
+        }
+    }
+
+    /// Length of the reference's `to_bytes()` for this value (a Float is an f64).
+    pub(crate) fn byte_len(self) -> u8 {
+        match self {
+            Self::U32 | Self::I32 | Self::Bool => 4,
+            Self::F32 | Self::F64 | Self::U64 => 8,
+            Self::Bytes(width) => width,
         }
     }
 
@@ -44,6 +57,7 @@ impl ValKind {
             Self::I32 => "i32".into(),
             Self::Bool => "bool".into(),
             Self::F32 => "f32".into(),
+            Self::F64 => "f64".into(),
             Self::U64 => "u64".into(),
             Self::Bytes(width) => format!("{width}-byte raw value"),
         }
@@ -56,10 +70,11 @@ impl ValKind {
             DataType::U32 | DataType::Bool => Self::U32,
             DataType::I32 => Self::I32,
             DataType::F32 => Self::F32,
+            DataType::F64 => Self::F64,
             DataType::U64 => Self::U64,
             DataType::U8 | DataType::I8 => Self::Bytes(1),
-            DataType::U16 | DataType::I16 => Self::Bytes(2),
-            DataType::I64 => Self::Bytes(8),
+            DataType::U16 | DataType::I16 | DataType::F16 | DataType::BF16 => Self::Bytes(2),
+            DataType::I64 | DataType::Vec2U32 => Self::Bytes(8),
             _ => return None,
         })
     }
@@ -69,9 +84,9 @@ impl ValKind {
 pub(crate) fn element_stride(element: &DataType) -> Option<u32> {
     match element {
         DataType::U8 | DataType::I8 => Some(1),
-        DataType::U16 | DataType::I16 => Some(2),
+        DataType::U16 | DataType::I16 | DataType::F16 | DataType::BF16 => Some(2),
         DataType::U32 | DataType::I32 | DataType::F32 | DataType::Bool => Some(4),
-        DataType::U64 | DataType::I64 => Some(8),
+        DataType::U64 | DataType::I64 | DataType::F64 | DataType::Vec2U32 => Some(8),
         _ => None,
     }
 }

@@ -555,6 +555,10 @@ impl<'p> Lowerer<'p> {
         if *element == DataType::F32 {
             let reg = match value.kind {
                 ValKind::F32 => self.canonical_f32_bits(value.reg),
+                ValKind::F64 => {
+                    let f = self.float_operand(value).reg;
+                    self.canonical_f32_bits(f)
+                }
                 ValKind::U32 => {
                     let f = self.w.reg(RegClass::F32);
                     emit!(self.w, "mov.b32 {f}, {}", value.reg);
@@ -567,24 +571,10 @@ impl<'p> Lowerer<'p> {
             return Ok(Some(reg));
         }
         let bytes = match value.kind {
-            ValKind::F32 => {
-                // Value::Float is an f64; its little-endian bytes are what gets written.
-                let bits = self.canonical_f32_bits(value.reg);
-                let f = self.w.reg(RegClass::F32);
-                emit!(self.w, "mov.b32 {f}, {bits}");
-                let d = self.w.reg(RegClass::F64);
-                emit!(self.w, "cvt.f64.f32 {d}, {f}");
-                let wide = self.w.reg(RegClass::B64);
-                emit!(self.w, "mov.b64 {wide}, {d}");
-                // A canonical NaN widens to the canonical f64 NaN.
-                let nan = self.w.reg(RegClass::Pred);
-                emit!(self.w, "testp.notanumber.f32 {nan}, {f}");
-                emit!(self.w, "selp.b64 {wide}, 0x7FF8000000000000, {wide}, {nan}");
-                Val {
-                    kind: ValKind::U64,
-                    reg: wide,
-                }
-            }
+            ValKind::F32 | ValKind::F64 => Val {
+                kind: ValKind::U64,
+                reg: self.float_bytes(value),
+            },
             _ => value,
         };
         let reg = match (stride, bytes.reg.class()) {
@@ -701,6 +691,11 @@ impl<'p> Lowerer<'p> {
                 let a = self.put_expr(a)?;
                 let b = self.put_expr(b)?;
                 let c = self.put_expr(c)?;
+                let (a, b, c) = (
+                    self.float_operand(a),
+                    self.float_operand(b),
+                    self.float_operand(c),
+                );
                 if [a.kind, b.kind, c.kind] != [ValKind::F32; 3] {
                     return Err(CodegenError::unsupported(
                         "Expr::Fma on non-f32 operands",
@@ -789,6 +784,7 @@ impl<'p> Lowerer<'p> {
         let reg = self.w.reg(kind.reg_class());
         let (width, zero) = match (slot.stride, kind) {
             (_, ValKind::F32) => ("f32", "0f00000000"),
+            (_, ValKind::F64) => ("f64", "0d0000000000000000"),
             (1, _) => ("u8", "0"),
             (2, _) => ("u16", "0"),
             (4, _) => ("u32", "0"),
@@ -997,6 +993,38 @@ impl<'p> Lowerer<'p> {
         emit!(self.w, "@{p} bra {label}");
     }
 
+    /// The eight little-endian bytes of a `Value::Float` (an f64), as a `.b64` register:
+    /// an f32 value widens exactly (its NaN to the canonical f64 NaN), an f64 value keeps
+    /// its bits.
+    pub(crate) fn float_bytes(&mut self, value: Val) -> Reg {
+        let wide = self.w.reg(RegClass::B64);
+        if value.kind == ValKind::F64 {
+            emit!(self.w, "mov.b64 {wide}, {}", value.reg);
+            return wide;
+        }
+        let d = self.w.reg(RegClass::F64);
+        emit!(self.w, "cvt.f64.f32 {d}, {}", value.reg);
+        emit!(self.w, "mov.b64 {wide}, {d}");
+        let nan = self.w.reg(RegClass::Pred);
+        emit!(self.w, "testp.notanumber.f32 {nan}, {}", value.reg);
+        emit!(self.w, "selp.b64 {wide}, 0x7FF8000000000000, {wide}, {nan}");
+        wide
+    }
+
+    /// A float operand as the reference's f32 operators see it: an f64 value is rounded
+    /// to f32 (`as f32`) and canonicalised.
+    pub(crate) fn float_operand(&mut self, value: Val) -> Val {
+        if value.kind != ValKind::F64 {
+            return value;
+        }
+        let f = self.w.reg(RegClass::F32);
+        emit!(self.w, "cvt.rn.f32.f64 {f}, {}", value.reg);
+        Val {
+            kind: ValKind::F32,
+            reg: self.flush_subnormal(f),
+        }
+    }
+
     /// Branch to the fault block unconditionally (the reference always errors here).
     pub(crate) fn fault_always(&mut self, fault: DeviceFault) {
         let p = self.pred();
@@ -1009,6 +1037,11 @@ impl<'p> Lowerer<'p> {
         let p = self.pred();
         match value.kind {
             ValKind::F32 => emit!(self.w, "setp.neu.f32 {p}, {}, 0f00000000", value.reg),
+            ValKind::F64 => emit!(
+                self.w,
+                "setp.neu.f64 {p}, {}, 0d0000000000000000",
+                value.reg
+            ),
             ValKind::U64 => emit!(self.w, "setp.ne.u64 {p}, {}, 0", value.reg),
             // A raw value wider than 4 bytes has no u32 reading, which the reference
             // treats as true.
@@ -1038,7 +1071,33 @@ impl<'p> Lowerer<'p> {
                 self.fault_if(p, fault);
                 value.reg
             }
-            ValKind::U64 | ValKind::Bytes(_) => {
+            ValKind::Bytes(_) => {
+                // More than four raw bytes never read as a u32 in the reference.
+                self.fault_always(fault);
+                self.imm_b32(0)
+            }
+            ValKind::F64 => {
+                // Finite, >= 0 and <= u32::MAX (in f64), then truncated.
+                let (ok, small) = (self.pred(), self.pred());
+                emit!(
+                    self.w,
+                    "setp.ge.f64 {ok}, {}, 0d0000000000000000",
+                    value.reg
+                );
+                emit!(
+                    self.w,
+                    "setp.le.f64 {small}, {}, 0d41EFFFFFFFE00000",
+                    value.reg
+                );
+                emit!(self.w, "and.pred {ok}, {ok}, {small}");
+                let bad = self.pred();
+                emit!(self.w, "not.pred {bad}, {ok}");
+                self.fault_if(bad, fault);
+                let r = self.b32();
+                emit!(self.w, "cvt.rzi.u32.f64 {r}, {}", value.reg);
+                r
+            }
+            ValKind::U64 => {
                 let p = self.pred();
                 emit!(self.w, "setp.gt.u64 {p}, {}, 4294967295", value.reg);
                 self.fault_if(p, fault);

@@ -101,6 +101,13 @@ impl Lowerer<'_> {
     }
 
     pub(crate) fn put_binop(&mut self, op: BinOp, l: Val, r: Val) -> Result<Val, CodegenError> {
+        // Every `Value::Float` (f32 or f64-held) meets the f32 operators as an f32.
+        let is_float = |v: Val| matches!(v.kind, ValKind::F32 | ValKind::F64);
+        let (l, r) = if is_float(l) && is_float(r) {
+            (self.float_operand(l), self.float_operand(r))
+        } else {
+            (l, r)
+        };
         if l.kind != r.kind {
             return Err(CodegenError::unsupported(
                 format!("BinOp::{op:?} on mismatched operands"),
@@ -114,7 +121,7 @@ impl Lowerer<'_> {
             ValKind::U64 => self.int_binop(op, l.reg, r.reg, Int::U64),
             ValKind::Bool => self.bool_binop(op, l.reg, r.reg),
             ValKind::F32 => self.f32_binop(op, l.reg, r.reg),
-            ValKind::Bytes(_) => Err(unsupported_binop(op, l.kind)),
+            ValKind::F64 | ValKind::Bytes(_) => Err(unsupported_binop(op, l.kind)),
         }
     }
 
@@ -367,6 +374,10 @@ impl Lowerer<'_> {
                 _ => Err(unsupported_unop(op, v.kind)),
             },
             ValKind::F32 => self.f32_unop(op, v.reg),
+            ValKind::F64 => {
+                let v = self.float_operand(v);
+                self.f32_unop(op, v.reg)
+            }
             ValKind::Bytes(_) => Err(unsupported_unop(op, v.kind)),
         }
     }
@@ -509,9 +520,15 @@ impl Lowerer<'_> {
     pub(crate) fn put_cast(&mut self, target: &DataType, v: Val) -> Result<Val, CodegenError> {
         let float_ok = matches!(
             target,
-            DataType::U32 | DataType::I32 | DataType::Bool | DataType::F32
+            DataType::U32
+                | DataType::I32
+                | DataType::Bool
+                | DataType::F32
+                | DataType::Vec2U32
+                | DataType::Vec4U32
+                | DataType::Bytes
         );
-        if v.kind == ValKind::F32 && !float_ok {
+        if matches!(v.kind, ValKind::F32 | ValKind::F64) && !float_ok {
             return Err(CodegenError::unsupported(
                 format!("Cast from f32 to {target}"),
                 "the reference defines float casts only to u32, i32, bool and f32",
@@ -527,11 +544,12 @@ impl Lowerer<'_> {
                     ValKind::I32
                 };
                 let reg = match v.kind {
-                    ValKind::F32 => {
+                    ValKind::F32 | ValKind::F64 => {
                         // Truncate toward zero, saturate, NaN -> 0: exactly Rust's `as`.
                         let reg = self.b32();
                         let sign = if kind == ValKind::U32 { "u32" } else { "s32" };
-                        emit!(self.writer(), "cvt.rzi.{sign}.f32 {reg}, {a}");
+                        let from = if v.kind == ValKind::F32 { "f32" } else { "f64" };
+                        emit!(self.writer(), "cvt.rzi.{sign}.{from} {reg}, {a}");
                         reg
                     }
                     // i32 <-> u32 reinterpret the bits (`as`); the rest use try_as_u32.
@@ -552,6 +570,8 @@ impl Lowerer<'_> {
                     reg,
                 }
             }
+            // A Float stays the same Float (an f64-held value is not rounded here).
+            DataType::F32 if v.kind == ValKind::F64 => v,
             DataType::F32 => {
                 let reg = self.reg(RegClass::F32);
                 match v.kind {
@@ -595,11 +615,38 @@ impl Lowerer<'_> {
                 };
                 Val { kind, reg }
             }
+            DataType::Vec2U32 => {
+                // The value's bytes, zero-padded or truncated to eight.
+                let reg = match v.kind {
+                    ValKind::F32 | ValKind::F64 => self.float_bytes(v),
+                    ValKind::U64 | ValKind::Bytes(5..) => a,
+                    _ => {
+                        let wide = self.reg(RegClass::B64);
+                        emit!(self.writer(), "cvt.u64.u32 {wide}, {a}");
+                        wide
+                    }
+                };
+                Val {
+                    kind: ValKind::Bytes(8),
+                    reg,
+                }
+            }
+            // The reference's catch-all: the value's own bytes, unconverted.
+            DataType::Bytes | DataType::F16 | DataType::BF16 | DataType::F64 => {
+                let reg = match v.kind {
+                    ValKind::F32 | ValKind::F64 => self.float_bytes(v),
+                    _ => a,
+                };
+                Val {
+                    kind: ValKind::Bytes(v.kind.byte_len()),
+                    reg,
+                }
+            }
             other => {
                 return Err(CodegenError::unsupported(
                     format!("Cast to {other}"),
                     "this cast target is not lowered yet",
-                    "cast to a scalar integer, f32 or bool",
+                    "cast to a scalar integer, f32, bool or a raw byte type",
                 ))
             }
         })

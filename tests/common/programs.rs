@@ -887,6 +887,112 @@ pub fn subgroup_cases() -> Vec<Case> {
     cases
 }
 
+/// F16/BF16/F64/I64/U64/Vec2U32 buffers and the reference's raw-byte casts.
+pub fn wide_and_raw_type_cases() -> Vec<Case> {
+    let mut rng = Rng::new(9);
+    let n = 64u32;
+    let raw16: Vec<u8> = (0..n * 2)
+        .map(|i| (i as u8).wrapping_mul(29).wrapping_add(3))
+        .collect();
+    let doubles: Vec<f64> = [
+        0.0,
+        -0.0,
+        1.0,
+        -1.5,
+        1e300,
+        -1e300,
+        1e-300,
+        4294967295.0,
+        4294967296.0,
+        -1.0,
+        3.4e38,
+        3.5e38,
+        1e-40,
+        0.1,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+    ]
+    .iter()
+    .copied()
+    .chain([
+        f64::from_bits(0x7FF8_0000_0000_1234),
+        f64::from_bits(0xFFF0_0000_0000_0001),
+    ])
+    .cycle()
+    .take(n as usize)
+    .collect();
+    let doubles: Vec<u8> = doubles.iter().flat_map(|d| d.to_le_bytes()).collect();
+    let wide: Vec<u8> = (0..n * 2)
+        .flat_map(|_| rng.next_u32().to_le_bytes())
+        .collect();
+    let ints = u32_bytes(&edge_u32(&mut rng, n));
+    let mut cases = vec![
+        Case::new(
+            "f16 buffer copies raw bytes",
+            elementwise(&[("a", DataType::F16)], DataType::F16, n, ld("a")),
+            vec![raw16.clone()],
+        ),
+        Case::new(
+            "f64 buffer copies raw bits",
+            elementwise(&[("a", DataType::F64)], DataType::F64, n, ld("a")),
+            vec![doubles.clone()],
+        ),
+        Case::new(
+            "vec2u32 buffer copies",
+            elementwise(&[("a", DataType::Vec2U32)], DataType::Vec2U32, n, ld("a")),
+            vec![wide.clone()],
+        ),
+        Case::new(
+            "u32 cast to vec2u32 zero-pads",
+            elementwise(
+                &[("a", DataType::U32)],
+                DataType::Vec2U32,
+                n,
+                cast(DataType::Vec2U32, ld("a")),
+            ),
+            vec![ints.clone()],
+        ),
+        Case::new(
+            "i64 load widened to u64",
+            elementwise(
+                &[("a", DataType::I64)],
+                DataType::U64,
+                n,
+                cast(DataType::U64, ld("a")),
+            ),
+            vec![wide.clone()],
+        ),
+        Case::new(
+            "i32 sign-extends to u64",
+            elementwise(
+                &[("a", DataType::I32)],
+                DataType::U64,
+                n,
+                cast(DataType::U64, ld("a")),
+            ),
+            vec![ints.clone()],
+        ),
+    ];
+    for op in [BinOp::Lt, BinOp::Eq] {
+        let out = if matches!(op, BinOp::Lt | BinOp::Eq) {
+            DataType::U32
+        } else {
+            DataType::U64
+        };
+        cases.push(Case::new(
+            format!("u64 {op:?}"),
+            elementwise(
+                &[("a", DataType::U64), ("b", DataType::U64)],
+                out,
+                n,
+                bin(op, ld("a"), ld("b")),
+            ),
+            vec![wide.clone(), wide.iter().rev().copied().collect()],
+        ));
+    }
+    cases
+}
+
 /// Run-time errors the reference raises; the GPU must fail too.
 pub fn fault_cases() -> Vec<Case> {
     let a = u32_bytes(&[10, 20, 30, 40]);
@@ -990,6 +1096,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(control_and_memory());
     cases.extend(workgroup_cases());
     cases.extend(subgroup_cases());
+    cases.extend(wide_and_raw_type_cases());
     cases.extend(fault_cases());
     cases
 }
