@@ -43,9 +43,20 @@ fn transcendentals_without_an_exact_lowering_are_rejected() {
 }
 
 #[test]
-fn grid_sync_through_the_direct_api_is_rejected() {
-    let body = vec![Node::barrier_with_ordering(MemoryOrdering::GridSync)];
-    assert_rejected(&program_with(body, [4, 1, 1]), "Barrier(GridSync)");
+fn top_level_grid_sync_splits_the_kernel_into_ordered_entries() {
+    let body = vec![
+        Node::store("out", Expr::gid_x(), Expr::f32(1.0)),
+        Node::barrier_with_ordering(MemoryOrdering::GridSync),
+        Node::store("out", Expr::gid_x(), Expr::f32(2.0)),
+    ];
+    let kernel = emit_ptx(
+        &program_with(body, [4, 1, 1]),
+        &DispatchConfig::default(),
+        PtxTarget::sm90(),
+    )
+    .unwrap();
+    assert_eq!(kernel.abi.segments, 2);
+    assert_eq!(kernel.abi.entry_name(1), "vyre_main_1");
 }
 
 #[test]
@@ -133,15 +144,13 @@ fn impossible_workgroups_are_invalid() {
 #[test]
 fn unsupported_element_types_are_rejected_up_front() {
     let program = Program::wrapped(
-        vec![BufferDecl::output("out", 0, DataType::F16).with_count(4)],
+        vec![BufferDecl::output("out", 0, DataType::Vec4U32).with_count(4)],
         [4, 1, 1],
         vec![],
     );
-    let error = emit(&program).expect_err("f16 buffers are not lowered yet");
+    let error = emit(&program).expect_err("vec4<u32> buffers are not lowered yet");
     assert!(
-        error
-            .construct()
-            .is_some_and(|c| c.contains("f16") || c.contains("F16")),
+        error.construct().is_some_and(|c| c.contains("vec4")),
         "{error}"
     );
 }

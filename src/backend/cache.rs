@@ -30,7 +30,8 @@ impl KernelKey {
 /// A kernel ready to launch.
 pub(crate) struct LoadedKernel {
     pub(crate) abi: KernelAbi,
-    pub(crate) function: Function,
+    /// One entry per segment, launched in order (see `KernelAbi::segments`).
+    pub(crate) functions: Vec<Function>,
 }
 
 #[derive(Default)]

@@ -132,19 +132,18 @@ impl CudaBackend {
         }
         {
             let _span = tracing::trace_span!("vyre_cuda.launch", grid = ?plan.grid).entered();
+            // Segments (split at grid-wide barriers) run in stream order, so each sees
+            // every write of the one before.
             for _ in 0..launches {
-                // SAFETY: `params` holds one pointer per kernel parameter, in the order the
-                // emitter declared them (see `codegen::compose`), each pointing at a live
-                // value of the declared width; every buffer address lies inside `block`,
-                // which outlives the launch because we synchronise before returning.
-                unsafe {
-                    stream.launch(
-                        &kernel.function,
-                        plan.grid,
-                        abi.workgroup_size,
-                        0,
-                        &mut params,
-                    )?;
+                for function in &kernel.functions {
+                    // SAFETY: `params` holds one pointer per kernel parameter, in the order
+                    // the emitter declared them (see `codegen::compose`, identical for every
+                    // segment), each pointing at a live value of the declared width; every
+                    // buffer address lies inside `block`, which outlives the launch because
+                    // we synchronise before returning.
+                    unsafe {
+                        stream.launch(function, plan.grid, abi.workgroup_size, 0, &mut params)?;
+                    }
                 }
             }
         }

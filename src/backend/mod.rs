@@ -205,10 +205,12 @@ impl CudaBackend {
         }
         let module = Module::load_ptx(&self.device, &emitted.ptx)?;
         Metrics::bump(&self.metrics.module_loads);
-        let function = module.function(emitted.abi.entry)?;
+        let functions = (0..emitted.abi.segments)
+            .map(|segment| module.function(&emitted.abi.entry_name(segment)))
+            .collect::<Result<Vec<_>, _>>()?;
         let kernel = Arc::new(LoadedKernel {
             abi: emitted.abi,
-            function,
+            functions,
         });
         Ok(self.kernels.insert(key, kernel))
     }

@@ -58,8 +58,11 @@ pub struct KernelBinding {
 /// Everything the host needs to launch an emitted kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KernelAbi {
-    /// Entry point name ([`KERNEL_ENTRY`]).
+    /// Entry point name ([`KERNEL_ENTRY`]) of the first segment.
     pub entry: &'static str,
+    /// Number of entries to launch in order, on the same arguments: 1, or one per segment
+    /// of a program split at top-level grid-wide barriers.
+    pub segments: u32,
     /// Threads per block (the effective workgroup size).
     pub workgroup_size: [u32; 3],
     /// Storage buffers in declaration order.
@@ -72,6 +75,16 @@ pub struct KernelAbi {
 }
 
 impl KernelAbi {
+    /// Entry name of segment `index` (`vyre_main`, `vyre_main_1`, ...).
+    #[must_use]
+    pub fn entry_name(&self, index: u32) -> String {
+        if index == 0 {
+            self.entry.to_string()
+        } else {
+            format!("{}_{index}", self.entry)
+        }
+    }
+
     /// Number of input slices a dispatch takes.
     #[must_use]
     pub fn input_count(&self) -> usize {
@@ -123,7 +136,7 @@ pub(crate) fn layout(
                     "buffer `{}` has an element type the emitter does not address yet",
                     decl.name()
                 ),
-                "use u8/i8/u16/i16/u32/i32/u64/i64/f32/bool elements",
+                "use u8/i8/u16/i16/f16/bf16/u32/i32/f32/bool/u64/i64/f64/vec2<u32> elements",
             ));
         };
         if decl.access() == BufferAccess::Workgroup {
@@ -166,6 +179,7 @@ pub(crate) fn layout(
     Ok((
         KernelAbi {
             entry: KERNEL_ENTRY,
+            segments: 1,
             workgroup_size,
             bindings,
             shared_bytes,

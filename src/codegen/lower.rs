@@ -8,7 +8,7 @@
 use super::abi::{KernelAbi, SharedBuffer};
 use super::fault::DeviceFault;
 use super::kind::{element_stride, ValKind};
-use super::libm::{self, Libm};
+use super::libm::Libm;
 use super::uniform::Uniformity;
 use super::writer::{emit, Label, PtxWriter, Reg, RegClass};
 use super::CodegenError;
@@ -191,7 +191,7 @@ impl<'p> Lowerer<'p> {
         let prologue = self.prologue(!faults.is_empty());
         let decls = self.w.register_decls();
         Ok(LoweredBody {
-            functions: libm::module_text(&self.libm_used),
+            libm_used: std::mem::take(&mut self.libm_used),
             decls,
             prologue,
             body: self.w.into_body(),
@@ -471,14 +471,9 @@ impl<'p> Lowerer<'p> {
                 emit!(self.w, "exit");
                 Ok(())
             }
-            Node::Barrier { ordering } => {
-                if *ordering == MemoryOrdering::GridSync {
-                    return Err(CodegenError::unsupported(
-                        "Barrier(GridSync)",
-                        "a grid-wide barrier needs a split launch",
-                        "acquire the backend through vyre_driver::acquire(\"cuda\"), whose wrapper splits the program at GridSync barriers",
-                    ));
-                }
+            Node::Barrier { .. } => {
+                // Top-level GridSyncs split the kernel into entries (grid_sync.rs); one
+                // left inside If/Loop is a workgroup barrier, as in the reference.
                 // Non-`.aligned` form: lanes that returned earlier have exited and are not
                 // waited for, exactly as the reference releases a barrier once every live
                 // lane reached it.
@@ -1157,8 +1152,8 @@ impl<'p> Lowerer<'p> {
 
 /// Output of [`Lowerer::lower_entry`].
 pub(crate) struct LoweredBody {
-    /// `.func` definitions the kernel calls (the libm ports).
-    pub(crate) functions: String,
+    /// Libm ports the entry calls (their `.func`s are emitted once per module).
+    pub(crate) libm_used: BTreeSet<Libm>,
     pub(crate) decls: String,
     pub(crate) prologue: String,
     pub(crate) body: String,

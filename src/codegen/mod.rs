@@ -36,6 +36,7 @@
 mod abi;
 mod error;
 mod fault;
+mod grid_sync;
 mod kind;
 mod libm;
 mod lower;
@@ -91,12 +92,25 @@ pub fn emit_ptx(
     let program = program.as_ref();
     uniform::check(program)?;
     let (mut abi, shared) = abi::layout(program, workgroup_size)?;
-    let lowerer = lower::Lowerer::new(program, &abi, shared, target.sm());
-    let shared_bytes = lowerer.shared_bytes();
-    let lowered = lowerer.lower_entry(program.entry())?;
-    abi.fault_word = lowered.fault_word;
-    abi.shared_bytes = shared_bytes;
-    let ptx = compose(program, &abi, target, &lowered);
+    let flattened;
+    let segments: Vec<&[vyre_foundation::ir::Node]> =
+        if grid_sync::contains_grid_sync(program.entry()) {
+            let mut nodes = Vec::new();
+            grid_sync::flatten(program.entry(), &mut nodes);
+            flattened = nodes;
+            grid_sync::split(&flattened)
+        } else {
+            vec![program.entry()]
+        };
+    let mut bodies = Vec::with_capacity(segments.len());
+    for segment in segments {
+        let lowerer = lower::Lowerer::new(program, &abi, shared.clone(), target.sm());
+        abi.shared_bytes = lowerer.shared_bytes();
+        bodies.push(lowerer.lower_entry(segment)?);
+    }
+    abi.fault_word = bodies.iter().any(|body| body.fault_word);
+    abi.segments = bodies.len() as u32;
+    let ptx = compose(program, &abi, target, &bodies);
     Ok(EmittedKernel { ptx, abi, target })
 }
 
@@ -121,9 +135,10 @@ fn compose(
     program: &Program,
     abi: &KernelAbi,
     target: PtxTarget,
-    body: &lower::LoweredBody,
+    bodies: &[lower::LoweredBody],
 ) -> String {
-    let mut out = String::with_capacity(body.body.len() + body.prologue.len() + 1024);
+    let size: usize = bodies.iter().map(|b| b.body.len() + b.prologue.len()).sum();
+    let mut out = String::with_capacity(size + 1024);
     let digest = program.fingerprint();
     let _ = writeln!(
         out,
@@ -134,6 +149,11 @@ fn compose(
     let _ = writeln!(out, ".version {}", target.isa());
     let _ = writeln!(out, ".target sm_{}", target.sm());
     let _ = writeln!(out, ".address_size 64\n");
+    let libm_used: std::collections::BTreeSet<_> = bodies
+        .iter()
+        .flat_map(|b| b.libm_used.iter().copied())
+        .collect();
+    out.push_str(&libm::module_text(&libm_used));
     let mut params: Vec<String> = Vec::with_capacity(abi.bindings.len() * 2 + 1);
     for index in 0..abi.bindings.len() {
         params.push(format!("\t.param .u64 vyre_p{index}"));
@@ -144,25 +164,26 @@ fn compose(
     if abi.fault_word {
         params.push("\t.param .u64 vyre_fault".to_string());
     }
-    out.push_str(&body.functions);
-    let _ = writeln!(
-        out,
-        ".visible .entry {}(\n{}\n)",
-        abi.entry,
-        params.join(",\n")
-    );
+    let params = params.join(",\n");
     let [x, y, z] = abi.workgroup_size;
-    let _ = writeln!(out, ".reqntid {x}, {y}, {z}\n{{");
-    out.push_str(&body.decls);
-    if abi.shared_bytes > 0 {
+    for (index, body) in bodies.iter().enumerate() {
         let _ = writeln!(
             out,
-            "\t.shared .align 16 .b8 vyre_shared[{}];",
-            abi.shared_bytes
+            ".visible .entry {}(\n{params}\n)",
+            abi.entry_name(index as u32)
         );
+        let _ = writeln!(out, ".reqntid {x}, {y}, {z}\n{{");
+        out.push_str(&body.decls);
+        if abi.shared_bytes > 0 {
+            let _ = writeln!(
+                out,
+                "\t.shared .align 16 .b8 vyre_shared[{}];",
+                abi.shared_bytes
+            );
+        }
+        out.push_str(&body.prologue);
+        out.push_str(&body.body);
+        out.push_str("}\n\n");
     }
-    out.push_str(&body.prologue);
-    out.push_str(&body.body);
-    out.push_str("}\n");
     out
 }

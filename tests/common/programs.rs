@@ -726,6 +726,34 @@ pub fn workgroup_cases() -> Vec<Case> {
         )],
     );
     cases.push(Case::new("2D workgroup ids", program, vec![]));
+    // Two passes across workgroups: the second reads what other workgroups wrote in the
+    // first, which needs a grid-wide barrier (a split launch).
+    let n = 256u32;
+    let shifted = bin(
+        BinOp::Mod,
+        bin(BinOp::Add, gid(), Expr::u32(100)),
+        Expr::u32(n),
+    );
+    let two_pass = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(n),
+            BufferDecl::storage("tmp", 1, BufferAccess::ReadWrite, DataType::U32).with_count(n),
+            BufferDecl::output("out", 2, DataType::U32).with_count(n),
+        ],
+        [64, 1, 1],
+        vec![
+            Node::let_bind("x", bin(BinOp::Mul, ld("a"), Expr::u32(3))),
+            Node::store("tmp", gid(), Expr::var("x")),
+            Node::barrier_with_ordering(MemoryOrdering::GridSync),
+            Node::let_bind("y", Expr::load("tmp", shifted)),
+            Node::store("out", gid(), bin(BinOp::Add, Expr::var("y"), ld("a"))),
+        ],
+    );
+    cases.push(Case::new(
+        "grid-wide barrier splits into ordered launches",
+        two_pass,
+        vec![ints.clone(), vec![0; n as usize * 4]],
+    ));
     let program = Program::wrapped(
         vec![
             BufferDecl::read("a", 0, DataType::U32).with_count(N),
