@@ -127,9 +127,24 @@ fn barrier_loops_need_uniform_bounds() {
 }
 
 #[test]
-fn async_nodes_are_rejected() {
-    let body = vec![Node::AsyncWait { tag: "t".into() }];
-    assert_rejected(&program_with(body, [4, 1, 1]), "Node::AsyncWait");
+fn unpaired_or_disturbed_async_copies_are_rejected() {
+    let wait = || Node::AsyncWait { tag: "t".into() };
+    let load = || Node::AsyncLoad {
+        source: "a".into(),
+        destination: "out".into(),
+        offset: Box::new(Expr::u32(0)),
+        size: Box::new(Expr::u32(8)),
+        tag: "t".into(),
+    };
+    assert_rejected(&program_with(vec![wait()], [4, 1, 1]), "async copy");
+    assert_rejected(&program_with(vec![load()], [4, 1, 1]), "async copy");
+    let disturbed = vec![
+        load(),
+        Node::store("a", Expr::u32(0), Expr::f32(1.0)),
+        wait(),
+    ];
+    assert_rejected(&program_with(disturbed, [4, 1, 1]), "async copy");
+    assert!(emit(&program_with(vec![load(), wait()], [4, 1, 1])).is_ok());
 }
 
 #[test]

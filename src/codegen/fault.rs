@@ -31,10 +31,12 @@ pub enum DeviceFault {
     DivergentBarrier = 11,
     /// A subgroup shuffle lane that is not representable as u32.
     SubgroupLaneNotU32 = 12,
+    /// An async copy offset or size that is not representable as u64.
+    AsyncByteCountNotU64 = 13,
 }
 
 impl DeviceFault {
-    const ALL: [DeviceFault; 12] = [
+    const ALL: [DeviceFault; 13] = [
         Self::SignedDivisionByZero,
         Self::SignedDivisionOverflow,
         Self::SignedRemainderByZero,
@@ -47,6 +49,7 @@ impl DeviceFault {
         Self::RejectedByReference,
         Self::DivergentBarrier,
         Self::SubgroupLaneNotU32,
+        Self::AsyncByteCountNotU64,
     ];
 
     /// The fault word value.
@@ -81,6 +84,7 @@ impl DeviceFault {
             Self::RejectedByReference => "the program reached a construct the reference interpreter cannot execute (Resume, IndirectDispatch, SubgroupLocalId or SubgroupSize)",
             Self::DivergentBarrier => "program violates uniform-control-flow rule: a Barrier appears inside an If whose condition differs across the workgroup",
             Self::SubgroupLaneNotU32 => "subgroup_shuffle lane index is not a u32",
+            Self::AsyncByteCountNotU64 => "an async copy offset or size cannot be represented as u64",
         }
     }
 
@@ -104,6 +108,7 @@ impl DeviceFault {
                 "make the condition uniform or move the Barrier outside the branch"
             }
             Self::SubgroupLaneNotU32 => "use a scalar u32 lane argument",
+            Self::AsyncByteCountNotU64 => "use an in-range non-negative byte count",
         }
     }
 }

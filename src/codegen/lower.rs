@@ -6,6 +6,7 @@
 //! an out-of-line block that records a [`DeviceFault`] and ends the invocation.
 
 use super::abi::{KernelAbi, SharedBuffer};
+use super::async_copy::{self, PendingCopy};
 use super::fault::DeviceFault;
 use super::kind::{element_stride, ValKind};
 use super::libm::Libm;
@@ -87,6 +88,16 @@ pub(crate) struct Lowerer<'p> {
     /// Lanes present in this invocation's 32-lane subgroup, and their member mask.
     pub(crate) subgroup_lanes: Reg,
     pub(crate) subgroup_mask: Reg,
+    /// Async copies started and not yet waited for, by tag.
+    pub(crate) pending_copies: FxHashMap<&'p str, PendingCopy<'p>>,
+}
+
+/// Where a buffer's bytes start.
+#[derive(Clone, Copy)]
+pub(crate) enum ByteBase {
+    Global(Reg),
+    /// Byte offset of the buffer inside `vyre_shared`.
+    Shared(u32),
 }
 
 impl<'p> Lowerer<'p> {
@@ -169,6 +180,7 @@ impl<'p> Lowerer<'p> {
             sm,
             subgroup_lanes,
             subgroup_mask,
+            pending_copies: FxHashMap::default(),
         }
     }
 
@@ -329,6 +341,14 @@ impl<'p> Lowerer<'p> {
     }
 
     fn put_block(&mut self, nodes: &'p [Node]) -> Result<(), CodegenError> {
+        if nodes.iter().any(|n| {
+            matches!(
+                n,
+                Node::AsyncLoad { .. } | Node::AsyncStore { .. } | Node::AsyncWait { .. }
+            )
+        }) {
+            async_copy::check_block(nodes)?;
+        }
         for node in nodes {
             self.put_node(node)?;
         }
@@ -487,9 +507,35 @@ impl<'p> Lowerer<'p> {
                 self.fault_always(DeviceFault::RejectedByReference);
                 Ok(())
             }
-            Node::AsyncLoad { .. } => Err(unsupported_node("Node::AsyncLoad")),
-            Node::AsyncStore { .. } => Err(unsupported_node("Node::AsyncStore")),
-            Node::AsyncWait { .. } => Err(unsupported_node("Node::AsyncWait")),
+            Node::AsyncLoad {
+                source,
+                destination,
+                offset,
+                size,
+                tag,
+            } => self.start_copy(
+                false,
+                source.as_str(),
+                destination.as_str(),
+                offset,
+                size,
+                tag.as_str(),
+            ),
+            Node::AsyncStore {
+                source,
+                destination,
+                offset,
+                size,
+                tag,
+            } => self.start_copy(
+                true,
+                source.as_str(),
+                destination.as_str(),
+                offset,
+                size,
+                tag.as_str(),
+            ),
+            Node::AsyncWait { tag } => self.finish_copy(tag.as_str()),
             Node::Trap { address, .. } => {
                 let address = self.put_expr(address)?;
                 self.u32_checked(address, DeviceFault::Trap)?;
@@ -794,6 +840,52 @@ impl<'p> Lowerer<'p> {
             reg
         };
         Ok(Val { kind, reg })
+    }
+
+    /// A buffer's byte base and byte length (`.b64`).
+    pub(crate) fn byte_range_of(&mut self, buffer: &str) -> Result<(ByteBase, Reg), CodegenError> {
+        let slot = self.slot(buffer)?;
+        let bytes = self.w.reg(RegClass::B64);
+        Ok(match slot.space {
+            Space::Global { base, len } => {
+                emit!(self.w, "mul.wide.u32 {bytes}, {len}, {}", slot.stride);
+                (ByteBase::Global(base), bytes)
+            }
+            Space::Shared { offset, count } => {
+                emit!(
+                    self.w,
+                    "mov.u64 {bytes}, {}",
+                    u64::from(count) * u64::from(slot.stride)
+                );
+                (ByteBase::Shared(offset), bytes)
+            }
+        })
+    }
+
+    /// `@p ld/st.u8` of `byte` at byte `at` of a buffer.
+    pub(crate) fn byte_access(&mut self, p: Reg, base: ByteBase, at: Reg, byte: Reg, store: bool) {
+        match base {
+            ByteBase::Global(base) => {
+                let addr = self.w.reg(RegClass::B64);
+                emit!(self.w, "add.s64 {addr}, {base}, {at}");
+                if store {
+                    emit!(self.w, "@{p} st.global.u8 [{addr}], {byte}");
+                } else {
+                    emit!(self.w, "@{p} ld.global.u8 {byte}, [{addr}]");
+                }
+            }
+            ByteBase::Shared(offset) => {
+                let addr = self.w.reg(RegClass::B32);
+                emit!(self.w, "cvt.u32.u64 {addr}, {at}");
+                emit!(self.w, "add.u32 {addr}, {addr}, {}", self.shared_base);
+                emit!(self.w, "add.u32 {addr}, {addr}, {offset}");
+                if store {
+                    emit!(self.w, "@{p} st.shared.u8 [{addr}], {byte}");
+                } else {
+                    emit!(self.w, "@{p} ld.shared.u8 {byte}, [{addr}]");
+                }
+            }
+        }
     }
 
     /// `(in-bounds predicate, address register)` for `slot[index]`.

@@ -34,6 +34,7 @@
 //! [`CodegenError`] naming the construct.
 
 mod abi;
+mod async_copy;
 mod error;
 mod fault;
 mod grid_sync;

@@ -1021,6 +1021,58 @@ pub fn wide_and_raw_type_cases() -> Vec<Case> {
     cases
 }
 
+/// Async copies: zero-fill past the source's end, truncation at the destination's end.
+pub fn async_copy_cases() -> Vec<Case> {
+    let source = u32_bytes(&(0..16).map(|i| 0x0101_0101 * (i + 1)).collect::<Vec<_>>());
+    let copy = |store: bool, offset: u32, size: u32| {
+        let start = if store {
+            Node::AsyncStore {
+                source: "a".into(),
+                destination: "out".into(),
+                offset: Box::new(Expr::u32(offset)),
+                size: Box::new(Expr::u32(size)),
+                tag: "t".into(),
+            }
+        } else {
+            Node::AsyncLoad {
+                source: "a".into(),
+                destination: "out".into(),
+                offset: Box::new(Expr::u32(offset)),
+                size: Box::new(Expr::u32(size)),
+                tag: "t".into(),
+            }
+        };
+        Program::wrapped(
+            vec![
+                BufferDecl::read("a", 0, DataType::U32).with_count(16),
+                BufferDecl::output("out", 1, DataType::U32).with_count(8),
+            ],
+            [4, 1, 1],
+            vec![Node::if_then(
+                bin(BinOp::Eq, gid(), Expr::u32(0)),
+                vec![start, Node::AsyncWait { tag: "t".into() }],
+            )],
+        )
+    };
+    vec![
+        Case::new(
+            "async load past the source end zero-fills",
+            copy(false, 52, 40),
+            vec![source.clone()],
+        ),
+        Case::new(
+            "async load inside the source",
+            copy(false, 3, 17),
+            vec![source.clone()],
+        ),
+        Case::new(
+            "async store truncates at the destination end",
+            copy(true, 6, 30),
+            vec![source],
+        ),
+    ]
+}
+
 /// Run-time errors the reference raises; the GPU must fail too.
 pub fn fault_cases() -> Vec<Case> {
     let a = u32_bytes(&[10, 20, 30, 40]);
@@ -1125,6 +1177,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(workgroup_cases());
     cases.extend(subgroup_cases());
     cases.extend(wide_and_raw_type_cases());
+    cases.extend(async_copy_cases());
     cases.extend(fault_cases());
     cases
 }

@@ -1,0 +1,253 @@
+//! `AsyncLoad` / `AsyncStore` / `AsyncWait`: per-invocation byte copies the reference
+//! captures at the start node and applies at the matching wait.
+//!
+//! The emitter performs the copy at the wait. That is exact when nothing between the
+//! start and the wait can change the source bytes or end the invocation, so it accepts a
+//! start only when its wait follows in the same statement list with no intervening store
+//! or atomic to the source, barrier, `Return` or reuse of the tag; anything else is
+//! rejected rather than approximated.
+
+use super::fault::DeviceFault;
+use super::lower::{Lowerer, Val};
+use super::writer::{emit, Reg, RegClass};
+use super::CodegenError;
+use vyre_foundation::ir::{Expr, Node};
+
+/// A started copy, waiting for its `AsyncWait`.
+#[derive(Clone, Copy)]
+pub(crate) struct PendingCopy<'p> {
+    /// `AsyncStore` (source from byte 0 into `destination[offset..]`) rather than
+    /// `AsyncLoad` (`source[offset..]` into `destination` from byte 0).
+    pub(crate) store: bool,
+    pub(crate) source: &'p str,
+    pub(crate) destination: &'p str,
+    pub(crate) offset: Reg,
+    pub(crate) size: Reg,
+}
+
+fn rejected(detail: impl Into<String>) -> CodegenError {
+    CodegenError::unsupported(
+        "async copy",
+        detail,
+        "put the AsyncWait right after its AsyncLoad/AsyncStore in the same block, with nothing in between that writes the source, synchronises or returns",
+    )
+}
+
+/// Check the start/wait pairing of one statement list (see the module docs).
+pub(crate) fn check_block(nodes: &[Node]) -> Result<(), CodegenError> {
+    for (index, node) in nodes.iter().enumerate() {
+        let (source, tag) = match node {
+            Node::AsyncLoad { source, tag, .. } | Node::AsyncStore { source, tag, .. } => {
+                (source, tag)
+            }
+            Node::AsyncWait { tag } => {
+                let started = nodes[..index].iter().rev().any(|earlier| match earlier {
+                    Node::AsyncLoad { tag: t, .. } | Node::AsyncStore { tag: t, .. } => t == tag,
+                    _ => false,
+                });
+                if !started {
+                    return Err(rejected(format!(
+                        "AsyncWait `{tag}` has no AsyncLoad/AsyncStore before it in the same block"
+                    )));
+                }
+                continue;
+            }
+            _ => continue,
+        };
+        let Some(wait) = nodes[index + 1..]
+            .iter()
+            .position(|later| matches!(later, Node::AsyncWait { tag: t } if t == tag))
+        else {
+            return Err(rejected(format!(
+                "async transfer `{tag}` has no AsyncWait after it in the same block"
+            )));
+        };
+        for between in &nodes[index + 1..index + 1 + wait] {
+            if disturbs(between, source.as_str(), tag.as_str()) {
+                return Err(rejected(format!(
+                    "a statement between async transfer `{tag}` and its wait may change its source, synchronise or return"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn disturbs(node: &Node, source: &str, tag: &str) -> bool {
+    let writes_source = |expr: &Expr| expr_writes(expr, source);
+    match node {
+        Node::Store {
+            buffer,
+            index,
+            value,
+        } => buffer.as_str() == source || writes_source(index) || writes_source(value),
+        Node::Let { value, .. } | Node::Assign { value, .. } => writes_source(value),
+        Node::AsyncLoad {
+            destination,
+            tag: t,
+            ..
+        }
+        | Node::AsyncStore {
+            destination,
+            tag: t,
+            ..
+        } => destination.as_str() == source || t.as_str() == tag,
+        Node::AsyncWait { .. } => false,
+        // Anything with nested statements, barriers, returns, traps: be conservative.
+        _ => true,
+    }
+}
+
+fn expr_writes(expr: &Expr, buffer: &str) -> bool {
+    match expr {
+        Expr::Atomic { buffer: b, .. } if b.as_str() == buffer => true,
+        Expr::Atomic {
+            index,
+            expected,
+            value,
+            ..
+        } => {
+            expr_writes(index, buffer)
+                || expected.as_deref().is_some_and(|e| expr_writes(e, buffer))
+                || expr_writes(value, buffer)
+        }
+        Expr::Load { index, .. } => expr_writes(index, buffer),
+        Expr::BinOp { left, right, .. } => expr_writes(left, buffer) || expr_writes(right, buffer),
+        Expr::UnOp { operand, .. } => expr_writes(operand, buffer),
+        Expr::Cast { value, .. } => expr_writes(value, buffer),
+        Expr::Select {
+            cond,
+            true_val,
+            false_val,
+        } => {
+            expr_writes(cond, buffer)
+                || expr_writes(true_val, buffer)
+                || expr_writes(false_val, buffer)
+        }
+        Expr::Fma { a, b, c } => {
+            expr_writes(a, buffer) || expr_writes(b, buffer) || expr_writes(c, buffer)
+        }
+        Expr::SubgroupBallot { cond } => expr_writes(cond, buffer),
+        Expr::SubgroupShuffle { value, lane } => {
+            expr_writes(value, buffer) || expr_writes(lane, buffer)
+        }
+        Expr::SubgroupReduce { value, .. } => expr_writes(value, buffer),
+        _ => false,
+    }
+}
+
+impl<'p> Lowerer<'p> {
+    /// Evaluate a start node's byte counts and remember the copy for its wait.
+    pub(crate) fn start_copy(
+        &mut self,
+        store: bool,
+        source: &'p str,
+        destination: &'p str,
+        offset: &'p Expr,
+        size: &'p Expr,
+        tag: &'p str,
+    ) -> Result<(), CodegenError> {
+        self.byte_range_of(source)?;
+        self.byte_range_of(destination)?;
+        let offset = self.put_expr(offset)?;
+        let offset = self.u64_checked(offset, DeviceFault::AsyncByteCountNotU64)?;
+        let size = self.put_expr(size)?;
+        let size = self.u64_checked(size, DeviceFault::AsyncByteCountNotU64)?;
+        self.pending_copies.insert(
+            tag,
+            PendingCopy {
+                store,
+                source,
+                destination,
+                offset,
+                size,
+            },
+        );
+        Ok(())
+    }
+
+    /// Apply the copy started under `tag`: zero-fill past the source's end, truncate at
+    /// the destination's end.
+    pub(crate) fn finish_copy(&mut self, tag: &str) -> Result<(), CodegenError> {
+        let Some(copy) = self.pending_copies.remove(tag) else {
+            return Err(rejected(format!(
+                "AsyncWait `{tag}` has no pending transfer"
+            )));
+        };
+        let (src_base, src_len) = self.byte_range_of(copy.source)?;
+        let (dst_base, dst_len) = self.byte_range_of(copy.destination)?;
+        let zero = self.reg(RegClass::B64);
+        emit!(self.writer(), "mov.u64 {zero}, 0");
+        let (src_start, dst_start) = if copy.store {
+            (zero, copy.offset)
+        } else {
+            (copy.offset, zero)
+        };
+        let i = self.reg(RegClass::B64);
+        emit!(self.writer(), "mov.u64 {i}, 0");
+        let (top, end) = (self.writer().label(), self.writer().label());
+        let (done, in_src, in_dst) = (self.pred(), self.pred(), self.pred());
+        let (src_at, dst_at, byte) = (self.reg(RegClass::B64), self.reg(RegClass::B64), self.b32());
+        self.writer().put_label(top);
+        emit!(self.writer(), "setp.ge.u64 {done}, {i}, {}", copy.size);
+        emit!(self.writer(), "@{done} bra {end}");
+        emit!(self.writer(), "add.u64 {src_at}, {src_start}, {i}");
+        emit!(self.writer(), "add.u64 {dst_at}, {dst_start}, {i}");
+        // Once past the destination's end nothing more is written.
+        emit!(self.writer(), "setp.ge.u64 {done}, {dst_at}, {dst_len}");
+        emit!(self.writer(), "@{done} bra {end}");
+        emit!(self.writer(), "setp.lt.u64 {in_src}, {src_at}, {src_len}");
+        emit!(self.writer(), "mov.u32 {byte}, 0");
+        self.byte_access(in_src, src_base, src_at, byte, false);
+        emit!(self.writer(), "setp.lt.u64 {in_dst}, {dst_at}, {dst_len}");
+        self.byte_access(in_dst, dst_base, dst_at, byte, true);
+        emit!(self.writer(), "add.u64 {i}, {i}, 1");
+        emit!(self.writer(), "bra {top}");
+        self.writer().put_label(end);
+        Ok(())
+    }
+
+    /// The reference's `try_as_u64`, raising `fault` where it yields `None`.
+    pub(crate) fn u64_checked(
+        &mut self,
+        value: Val,
+        fault: DeviceFault,
+    ) -> Result<Reg, CodegenError> {
+        use super::kind::ValKind;
+        let wide = self.reg(RegClass::B64);
+        match value.kind {
+            ValKind::U64 | ValKind::Bytes(5..) => self.mov(wide, value.reg),
+            ValKind::I32 => {
+                let negative = self.pred();
+                emit!(self.writer(), "setp.lt.s32 {negative}, {}, 0", value.reg);
+                self.fault_if(negative, fault);
+                emit!(self.writer(), "cvt.u64.u32 {wide}, {}", value.reg);
+            }
+            ValKind::F32 | ValKind::F64 => {
+                let as_f64 = self.reg(RegClass::F64);
+                if value.kind == ValKind::F32 {
+                    emit!(self.writer(), "cvt.f64.f32 {as_f64}, {}", value.reg);
+                } else {
+                    self.mov(as_f64, value.reg);
+                }
+                // Finite, >= 0 and < 2^64, then truncated.
+                let (ok, small) = (self.pred(), self.pred());
+                emit!(
+                    self.writer(),
+                    "setp.ge.f64 {ok}, {as_f64}, 0d0000000000000000"
+                );
+                emit!(
+                    self.writer(),
+                    "setp.lt.f64 {small}, {as_f64}, 0d43F0000000000000"
+                );
+                emit!(self.writer(), "and.pred {ok}, {ok}, {small}");
+                let bad = self.pred();
+                emit!(self.writer(), "not.pred {bad}, {ok}");
+                self.fault_if(bad, fault);
+                emit!(self.writer(), "cvt.rzi.u64.f64 {wide}, {as_f64}");
+            }
+            _ => emit!(self.writer(), "cvt.u64.u32 {wide}, {}", value.reg),
+        }
+        Ok(wide)
+    }
+}
