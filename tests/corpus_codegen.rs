@@ -1,4 +1,4 @@
-//! Offline gate over the vyre-primitives fixture corpus: every program either lowers to
+//! Offline gate over the vyre-primitives and vyre-intrinsics fixture corpora: every program either lowers to
 //! PTX that `ptxas` accepts for sm_80 and sm_90, or is rejected with a named construct.
 //! Runs in CI with no GPU.
 
@@ -22,7 +22,7 @@ fn primitive_corpus_lowers_and_assembles() {
     let mut emitted = 0usize;
     let mut rejected: BTreeMap<String, Vec<&'static str>> = BTreeMap::new();
     let mut failures = Vec::new();
-    for entry in vyre_primitives::harness::all_entries() {
+    for entry in common::corpus::fixtures() {
         let program = (entry.build)();
         for target in targets() {
             match emit_ptx(&program, &DispatchConfig::default(), target) {

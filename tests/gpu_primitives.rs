@@ -1,6 +1,6 @@
-//! GPU: every vyre-primitives `OpEntry` fixture (features `inventory-registry`,
-//! `all-lego`) that the emitter lowers runs byte-identical to vyre-reference. Programs
-//! using constructs not lowered yet are rejected up front with a named construct.
+//! GPU: every fixture of the vyre-primitives and vyre-intrinsics corpora that the
+//! emitter lowers runs byte-identical to vyre-reference. Programs using constructs not
+//! lowered yet are rejected up front with a named construct.
 
 mod common;
 
@@ -51,7 +51,7 @@ fn primitive_fixtures_match_the_reference() {
     }
     let rejected_programs: usize = rejected.values().map(Vec::len).sum();
     println!(
-        "primitive fixtures: {cases} cases run, {passed} byte-identical, {both_fail} failing on both sides, {} mismatched; {rejected_programs} programs rejected",
+        "corpus fixtures: {cases} cases run, {passed} byte-identical, {both_fail} failing on both sides, {} mismatched; {rejected_programs} programs rejected",
         failures.len()
     );
     for (construct, ids) in &rejected {

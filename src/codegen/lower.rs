@@ -90,6 +90,10 @@ pub(crate) struct Lowerer<'p> {
     pub(crate) subgroup_mask: Reg,
     /// Async copies started and not yet waited for, by tag.
     pub(crate) pending_copies: FxHashMap<&'p str, PendingCopy<'p>>,
+    /// How many data-dependent branches enclose the current statement.
+    divergence: u32,
+    /// Subgroup operations already computed at their enclosing divergent branch.
+    hoisted: FxHashMap<*const Expr, Val>,
 }
 
 /// Where a buffer's bytes start.
@@ -181,6 +185,8 @@ impl<'p> Lowerer<'p> {
             subgroup_lanes,
             subgroup_mask,
             pending_copies: FxHashMap::default(),
+            divergence: 0,
+            hoisted: FxHashMap::default(),
         }
     }
 
@@ -433,19 +439,37 @@ impl<'p> Lowerer<'p> {
                     emit!(self.w, "xor.pred {all}, {all}, {any}");
                     self.fault_if(all, DeviceFault::DivergentBarrier);
                 }
+                let divergent = !self.uniformity.is_uniform(cond_expr);
+                if divergent && self.divergence == 0 {
+                    // The reference evaluates subgroup operations over every lane of the
+                    // chunk, in or out of the branch; compute them here, converged.
+                    let ops: Vec<&'p Expr> = self
+                        .uniformity
+                        .hoistable(then)
+                        .into_iter()
+                        .chain(self.uniformity.hoistable(otherwise))
+                        .flatten()
+                        .collect();
+                    for op in ops {
+                        let value = self.put_expr(op)?;
+                        self.hoisted.insert(op as *const Expr, value);
+                    }
+                }
+                self.divergence += u32::from(divergent);
                 let (else_label, end_label) = (self.w.label(), self.w.label());
                 emit!(self.w, "@!{p} bra {else_label}");
-                self.put_scoped_block(then)?;
+                let mut result = self.put_scoped_block(then);
                 if otherwise.is_empty() {
                     self.w.put_label(else_label);
                     self.w.put_label(end_label);
                 } else {
                     emit!(self.w, "bra {end_label}");
                     self.w.put_label(else_label);
-                    self.put_scoped_block(otherwise)?;
+                    result = result.and_then(|()| self.put_scoped_block(otherwise));
                     self.w.put_label(end_label);
                 }
-                Ok(())
+                self.divergence -= u32::from(divergent);
+                result
             }
             Node::Loop {
                 var,
@@ -453,6 +477,8 @@ impl<'p> Lowerer<'p> {
                 to,
                 body,
             } => {
+                let divergent =
+                    !(self.uniformity.is_uniform(from) && self.uniformity.is_uniform(to));
                 let from = self.put_expr(from)?;
                 let from = self.u32_checked(from, DeviceFault::LoopBoundNotU32)?;
                 let to = self.put_expr(to)?;
@@ -467,6 +493,7 @@ impl<'p> Lowerer<'p> {
                 emit!(self.w, "setp.ge.u32 {done}, {counter}, {bound}");
                 emit!(self.w, "@{done} bra {end}");
                 self.push_scope();
+                self.divergence += u32::from(divergent);
                 // The body sees an immutable copy, so nothing in it can steer the loop.
                 let var_reg = self.w.reg(RegClass::B32);
                 self.mov(var_reg, counter);
@@ -480,6 +507,7 @@ impl<'p> Lowerer<'p> {
                         true,
                     )
                     .and_then(|()| self.put_block(body));
+                self.divergence -= u32::from(divergent);
                 self.pop_scope();
                 result?;
                 emit!(self.w, "add.u32 {counter}, {counter}, 1");
@@ -771,6 +799,13 @@ impl<'p> Lowerer<'p> {
                 "calls are not inlined by vyre-cuda yet",
                 "inline the call with vyre_foundation::ir::inline_calls before dispatch",
             )),
+            Expr::SubgroupBallot { .. }
+            | Expr::SubgroupShuffle { .. }
+            | Expr::SubgroupReduce { .. }
+                if self.hoisted.contains_key(&(expr as *const Expr)) =>
+            {
+                Ok(self.hoisted[&(expr as *const Expr)])
+            }
             Expr::SubgroupBallot { cond } => {
                 let cond = self.put_expr(cond)?;
                 let p = self.truthy(cond);

@@ -18,15 +18,21 @@ pub(crate) struct Uniformity<'p> {
     divergent_vars: FxHashSet<&'p str>,
     /// Buffers the program writes (their loads may differ over time).
     written: FxHashSet<&'p str>,
+    /// Variables that are ever `Assign`ed, or bound by more than one `Let`/loop.
+    mutable_vars: FxHashSet<&'p str>,
 }
 
 impl<'p> Uniformity<'p> {
     pub(crate) fn analyse(program: &'p Program) -> Self {
         let mut written = FxHashSet::default();
         collect_written(program.entry(), &mut written);
+        let mut bound = FxHashSet::default();
+        let mut mutable_vars = FxHashSet::default();
+        collect_mutable(program.entry(), &mut bound, &mut mutable_vars);
         let mut facts = Self {
             divergent_vars: FxHashSet::default(),
             written,
+            mutable_vars,
         };
         // Iterate to a fixpoint: a variable becomes divergent when any assignment to it is
         // divergent or sits in divergent control flow.
@@ -104,6 +110,176 @@ impl<'p> Uniformity<'p> {
     }
 }
 
+impl Uniformity<'_> {
+    /// Whether `expr` has the same value whenever a lane evaluates it (no writes to what
+    /// it reads, no mutable variables, no side effects), so a subgroup operation over it
+    /// may run early, at the enclosing divergent branch, with the whole subgroup.
+    pub(crate) fn is_time_invariant(&self, expr: &Expr, bound_inside: &FxHashSet<&str>) -> bool {
+        match expr {
+            Expr::LitU32(_)
+            | Expr::LitI32(_)
+            | Expr::LitF32(_)
+            | Expr::LitBool(_)
+            | Expr::BufLen { .. }
+            | Expr::WorkgroupId { .. }
+            | Expr::LocalId { .. }
+            | Expr::InvocationId { .. } => true,
+            Expr::Var(name) => {
+                !self.mutable_vars.contains(name.as_str()) && !bound_inside.contains(name.as_str())
+            }
+            Expr::Load { buffer, index } => {
+                !self.written.contains(buffer.as_str())
+                    && self.is_time_invariant(index, bound_inside)
+            }
+            Expr::BinOp { left, right, .. } => {
+                self.is_time_invariant(left, bound_inside)
+                    && self.is_time_invariant(right, bound_inside)
+            }
+            Expr::UnOp { operand, .. } => self.is_time_invariant(operand, bound_inside),
+            Expr::Cast { value, .. } => self.is_time_invariant(value, bound_inside),
+            Expr::Select {
+                cond,
+                true_val,
+                false_val,
+            } => {
+                self.is_time_invariant(cond, bound_inside)
+                    && self.is_time_invariant(true_val, bound_inside)
+                    && self.is_time_invariant(false_val, bound_inside)
+            }
+            Expr::Fma { a, b, c } => {
+                self.is_time_invariant(a, bound_inside)
+                    && self.is_time_invariant(b, bound_inside)
+                    && self.is_time_invariant(c, bound_inside)
+            }
+            _ => false,
+        }
+    }
+
+    /// Subgroup operations inside `nodes` (a divergent branch) that can be hoisted to the
+    /// branch point, or `None` when one of them cannot (it sits in a loop, or reads
+    /// something that may change).
+    pub(crate) fn hoistable<'e>(&self, nodes: &'e [Node]) -> Option<Vec<&'e Expr>> {
+        let mut bound_inside = FxHashSet::default();
+        collect_bound(nodes, &mut bound_inside);
+        let mut found = Vec::new();
+        self.collect_hoistable(nodes, &bound_inside, &mut found)
+            .then_some(found)
+    }
+
+    fn collect_hoistable<'e>(
+        &self,
+        nodes: &'e [Node],
+        bound_inside: &FxHashSet<&str>,
+        found: &mut Vec<&'e Expr>,
+    ) -> bool {
+        for node in nodes {
+            let mut ok = true;
+            for_each_expr(node, &mut |expr| {
+                ok &= self.collect_ops(expr, bound_inside, found);
+            });
+            if !ok {
+                return false;
+            }
+            if matches!(node, Node::Loop { body, .. } if body.iter().any(node_has_subgroup)) {
+                return false;
+            }
+            if !matches!(node, Node::Loop { .. })
+                && !children(node)
+                    .into_iter()
+                    .all(|body| self.collect_hoistable(body, bound_inside, found))
+            {
+                return false;
+            }
+        }
+        true
+    }
+
+    fn collect_ops<'e>(
+        &self,
+        expr: &'e Expr,
+        bound_inside: &FxHashSet<&str>,
+        found: &mut Vec<&'e Expr>,
+    ) -> bool {
+        let operands_ok = match expr {
+            Expr::SubgroupBallot { cond } => Some(self.is_time_invariant(cond, bound_inside)),
+            Expr::SubgroupShuffle { value, lane } => Some(
+                self.is_time_invariant(value, bound_inside)
+                    && self.is_time_invariant(lane, bound_inside),
+            ),
+            Expr::SubgroupReduce { value, .. } => Some(self.is_time_invariant(value, bound_inside)),
+            _ => None,
+        };
+        match operands_ok {
+            Some(true) => {
+                found.push(expr);
+                true
+            }
+            Some(false) => false,
+            None => {
+                let mut ok = true;
+                for_each_child(expr, &mut |child| {
+                    ok &= self.collect_ops(child, bound_inside, found)
+                });
+                ok
+            }
+        }
+    }
+}
+
+fn collect_bound<'p>(nodes: &'p [Node], out: &mut FxHashSet<&'p str>) {
+    for node in nodes {
+        match node {
+            Node::Let { name, .. } => {
+                out.insert(name.as_str());
+            }
+            Node::Loop { var, body, .. } => {
+                out.insert(var.as_str());
+                collect_bound(body, out);
+            }
+            Node::If {
+                then, otherwise, ..
+            } => {
+                collect_bound(then, out);
+                collect_bound(otherwise, out);
+            }
+            Node::Block(body) => collect_bound(body, out),
+            Node::Region { body, .. } => collect_bound(body, out),
+            _ => {}
+        }
+    }
+}
+
+fn collect_mutable<'p>(
+    nodes: &'p [Node],
+    bound: &mut FxHashSet<&'p str>,
+    out: &mut FxHashSet<&'p str>,
+) {
+    for node in nodes {
+        match node {
+            Node::Let { name, .. } if !bound.insert(name.as_str()) => {
+                out.insert(name.as_str());
+            }
+            Node::Assign { name, .. } => {
+                out.insert(name.as_str());
+            }
+            Node::Loop { var, body, .. } => {
+                // Loop variables change every iteration.
+                out.insert(var.as_str());
+                collect_mutable(body, bound, out);
+            }
+            Node::If {
+                then, otherwise, ..
+            } => {
+                collect_mutable(then, bound, out);
+                collect_mutable(otherwise, bound, out);
+            }
+            Node::Block(body) => collect_mutable(body, bound, out),
+            Node::Region { body, .. } => collect_mutable(body, bound, out),
+            _ => {}
+        }
+    }
+}
+
 /// Reject programs whose subgroup operations or barrier loops the hardware cannot run
 /// with the reference's semantics.
 pub(crate) fn check(program: &Program) -> Result<(), CodegenError> {
@@ -136,6 +312,22 @@ fn walk_check(
                 otherwise,
             } => {
                 let inner = uniform_ctx && facts.is_uniform(cond);
+                if uniform_ctx && !inner {
+                    // The outermost divergent branch: its subgroup operations run early,
+                    // at the branch, with every lane (as the reference reads every lane).
+                    let hoistable = facts.hoistable(then).zip(facts.hoistable(otherwise));
+                    if hoistable.is_none() {
+                        return Err(CodegenError::unsupported(
+                            "subgroup operation in divergent control flow",
+                            "the operation sits in a loop or reads values that may change inside a data-dependent branch, so the subgroup cannot evaluate it for every lane",
+                            "move the subgroup operation out of the branch, or make its operands depend only on immutable values",
+                        ));
+                    }
+                    // Barrier loops still need checking inside.
+                    walk_barrier_loops(then)?;
+                    walk_barrier_loops(otherwise)?;
+                    continue;
+                }
                 walk_check(facts, then, inner)?;
                 walk_check(facts, otherwise, inner)?;
             }
@@ -160,6 +352,24 @@ fn walk_check(
                 "the enclosing If/Loop condition is not provably uniform, so the subgroup may not be converged",
                 "move the subgroup operation out of the data-dependent branch",
             ));
+        }
+    }
+    Ok(())
+}
+
+fn walk_barrier_loops(nodes: &[Node]) -> Result<(), CodegenError> {
+    for node in nodes {
+        if let Node::Loop { body, .. } = node {
+            if body.iter().any(contains_barrier) {
+                return Err(CodegenError::unsupported(
+                    "Barrier in a loop with non-uniform bounds",
+                    "every lane must run the same number of iterations to meet at the barrier",
+                    "compute the loop bounds from values uniform across the workgroup",
+                ));
+            }
+        }
+        for body in children(node) {
+            walk_barrier_loops(body)?;
         }
     }
     Ok(())

@@ -912,6 +912,70 @@ pub fn subgroup_cases() -> Vec<Case> {
             }
         }
     }
+    // Collectives inside data-dependent branches: the reference reads every lane of the
+    // chunk (from its snapshot), in or out of the branch.
+    let n = 64u32;
+    let vals = u32_bytes(&(0..n).map(|i| i * 5 + 1).collect::<Vec<_>>());
+    let fvals = f32_bytes(&(0..n).map(|i| 1.0 / (i as f32 + 1.0)).collect::<Vec<_>>());
+    let guarded = |value: Expr, ty: DataType, cond: Expr| {
+        Program::wrapped(
+            vec![
+                BufferDecl::read("a", 0, ty.clone()).with_count(n),
+                BufferDecl::output("out", 1, ty).with_count(n),
+            ],
+            [64, 1, 1],
+            vec![
+                Node::let_bind("idx", gid()),
+                Node::let_bind("v", Expr::load("a", Expr::var("idx"))),
+                Node::if_then(cond, vec![Node::store("out", Expr::var("idx"), value)]),
+            ],
+        )
+    };
+    let below_40 = bin(BinOp::Lt, Expr::var("idx"), Expr::u32(40));
+    let every_third = bin(
+        BinOp::Eq,
+        bin(BinOp::Mod, Expr::var("idx"), Expr::u32(3)),
+        Expr::u32(0),
+    );
+    cases.push(Case::new(
+        "ballot inside a bounds guard reads every lane",
+        guarded(
+            Expr::SubgroupBallot {
+                cond: Box::new(bin(
+                    BinOp::Eq,
+                    bin(BinOp::BitAnd, Expr::var("v"), Expr::u32(2)),
+                    Expr::u32(2),
+                )),
+            },
+            DataType::U32,
+            below_40.clone(),
+        ),
+        vec![vals.clone()],
+    ));
+    cases.push(Case::new(
+        "shuffle inside a data-dependent branch",
+        guarded(
+            Expr::SubgroupShuffle {
+                value: Box::new(Expr::var("v")),
+                lane: Box::new(bin(BinOp::BitXor, Expr::var("idx"), Expr::u32(5))),
+            },
+            DataType::U32,
+            every_third.clone(),
+        ),
+        vec![vals],
+    ));
+    cases.push(Case::new(
+        "f32 reduce inside a data-dependent branch",
+        guarded(
+            Expr::SubgroupReduce {
+                op: SubgroupReduceOp::Add,
+                value: Box::new(Expr::var("v")),
+            },
+            DataType::F32,
+            every_third,
+        ),
+        vec![fvals],
+    ));
     cases
 }
 
