@@ -15,21 +15,16 @@ use vyre_foundation::ir::{OpId, Program};
 /// Backend id under which vyre-cuda registers.
 pub const CUDA_BACKEND_ID: &str = "cuda";
 
-/// Statement-level op ids the emitter lowers. Indirect dispatch, async copies and traps
-/// are absent: programs using them are rejected before any launch.
+/// Statement-level op ids the emitter accepts: vyre's default set plus `Trap` (a kernel
+/// fault, as in the reference) and `vyre.node.unknown`, the id vyre-driver's validator
+/// gives `AsyncStore` (contract §7.2). Indirect dispatch and `Resume` are accepted because
+/// the reference defines them as run-time errors, which the kernel reproduces.
 pub fn supported_ops() -> &'static HashSet<OpId> {
     static OPS: OnceLock<HashSet<OpId>> = OnceLock::new();
     OPS.get_or_init(|| {
-        const UNSUPPORTED: [&str; 3] = [
-            "vyre.node.indirect_dispatch",
-            "vyre.node.async_load",
-            "vyre.node.async_wait",
-        ];
-        vyre_driver::backend::default_supported_ops()
-            .iter()
-            .filter(|op| !UNSUPPORTED.contains(&op.as_ref()))
-            .cloned()
-            .collect()
+        let mut ops = vyre_driver::backend::default_supported_ops_with_trap().clone();
+        ops.insert(OpId::from("vyre.node.unknown"));
+        ops
     })
 }
 
@@ -93,6 +88,16 @@ impl VyreBackend for CudaBackend {
         self.device_info().max_threads_per_block
     }
 
+    fn supports_f16(&self) -> bool {
+        // The reference gives F16/BF16 no arithmetic: loads, stores and raw-byte casts,
+        // all of which the emitter lowers natively.
+        true
+    }
+
+    fn supports_bf16(&self) -> bool {
+        true
+    }
+
     fn supports_subgroup_ops(&self) -> bool {
         // Ballot, shuffle and reduce are lowered natively (vote/shfl/redux.sync).
         true
@@ -114,6 +119,9 @@ impl VyreBackend for CudaBackend {
         let info = self.device_info();
         let mut profile = vyre_driver::DeviceProfile::conservative(CUDA_BACKEND_ID);
         profile.supports_subgroup_ops = true;
+        profile.supports_f16 = true;
+        profile.supports_bf16 = true;
+        profile.supports_trap_propagation = true;
         profile.has_subgroup_shuffle = true;
         profile.has_mul_high = true;
         profile.has_shared_memory = true;
