@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Run the bundle made by scripts/device-bundle.sh on a GPU machine. Every test runs with
+# VYRE_CUDA_REQUIRE_GPU=1, so a missing device fails instead of skipping. Logs go to
+# $OUT (or ./device-logs). Pass names to run a subset: bash scripts/device-run.sh gpu_semantics
+set -uo pipefail
+cd "$(dirname "$0")/.."
+[ -d .devrun ] || { echo "no .devrun bundle: run scripts/device-bundle.sh first" >&2; exit 2; }
+out="${OUT:-device-logs}"; mkdir -p "$out"
+export VYRE_CUDA_REQUIRE_GPU=1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
+status=0
+for bin in $(cut -d' ' -f1 .devrun/manifest); do
+  if [ $# -gt 0 ] && [[ " $* " != *" $bin "* ]]; then continue; fi
+  echo "=== $bin"
+  case "$bin" in
+    example_*|bench_*) ./.devrun/"$bin" > "$out/$bin.log" 2>&1 ;;
+    *) ./.devrun/"$bin" --nocapture --test-threads=1 > "$out/$bin.log" 2>&1 ;;
+  esac
+  rc=$?
+  [ $rc -eq 0 ] || status=1
+  echo "rc=$rc"
+  grep -E "test result|cases run|fixtures:|rejected for|panicked|skipped|match|p50|fuzz:|libm sweep" "$out/$bin.log" | head -40
+done
+exit $status
