@@ -153,7 +153,7 @@ impl Machine {
                     put(&mut regs, *d, v);
                 }
                 Inst::Setp { cmp, ty, d, a, b } => {
-                    let class = a.class_hint().or(b.class_hint()).unwrap_or(Class::B32);
+                    let class = a.class().or(b.class()).unwrap_or(Class::B32);
                     let (a, b) = (val(&regs, *a, class), val(&regs, *b, class));
                     let v = match ty {
                         CmpTy::Float => {
@@ -218,21 +218,6 @@ impl Machine {
                     locals[*arr][i] = get(&regs, *v);
                 }
             }
-        }
-    }
-}
-
-trait ClassHint {
-    fn class_hint(&self) -> Option<Class>;
-}
-
-impl ClassHint for Op {
-    fn class_hint(&self) -> Option<Class> {
-        match self {
-            Op::Reg(r) => Some(r.class),
-            Op::F32(_) => Some(Class::F32),
-            Op::F64(_) => Some(Class::F64),
-            Op::Int(_) => None,
         }
     }
 }

@@ -91,7 +91,8 @@ impl From<R> for Op {
 }
 
 impl Op {
-    fn class(self) -> Option<Class> {
+    /// The operand's class (`None` for an integer immediate, which takes the instruction's).
+    pub(crate) fn class(self) -> Option<Class> {
         match self {
             Op::Reg(r) => Some(r.class),
             Op::F32(_) => Some(Class::F32),
@@ -724,7 +725,7 @@ impl Func {
         for class in Class::ALL {
             let n = self.counts[class.slot()];
             if n > 0 {
-                let _ = writeln!(out, "\t.reg .{} {}<{n}>;", decl_ty(class), class.prefix());
+                let _ = writeln!(out, "\t.reg .{} {}<{n}>;", class.ty(), class.prefix());
             }
         }
         for local in &self.locals {
@@ -899,11 +900,6 @@ impl Func {
         };
         let _ = writeln!(out, "\t{line}");
     }
-}
-
-/// `.reg` declaration type of a class.
-fn decl_ty(class: Class) -> &'static str {
-    class.ty()
 }
 
 /// The address operand of `symbol[idx]`, emitting the arithmetic it needs into `out`.
