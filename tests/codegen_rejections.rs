@@ -28,21 +28,6 @@ fn assert_rejected(program: &Program, construct: &str) {
 }
 
 #[test]
-fn transcendentals_without_an_exact_lowering_are_rejected() {
-    for op in [UnOp::Sin, UnOp::Cos, UnOp::Exp, UnOp::Log, UnOp::Tanh] {
-        let body = vec![Node::store(
-            "out",
-            Expr::gid_x(),
-            Expr::UnOp {
-                op: op.clone(),
-                operand: Box::new(Expr::load("a", Expr::gid_x())),
-            },
-        )];
-        assert_rejected(&program_with(body, [4, 1, 1]), &format!("UnOp::{op:?}"));
-    }
-}
-
-#[test]
 fn top_level_grid_sync_splits_the_kernel_into_ordered_entries() {
     let body = vec![
         Node::store("out", Expr::gid_x(), Expr::f32(1.0)),

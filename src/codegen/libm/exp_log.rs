@@ -1,0 +1,366 @@
+//! `expf`, `exp2f`, `logf`, `log2f` (libm 0.2.16, from FreeBSD `e_expf.c`, `s_exp2f.c`,
+//! `e_logf.c`, `e_log2f.c`). On x86_64 with SSE2 libm takes the generic code (the x87
+//! variants are for i586 only). `exp2f` evaluates its polynomial in f64 with a table;
+//! the others are all f32.
+
+use super::ptx::{f32b, f32c, f64c, int, Class, Cmp, Cvt, Func, Op, Table, R};
+use super::scalbn::scalbn;
+
+pub(super) const EXPF: &str = "vyre_libm_expf";
+
+fn ret(f: &mut Func, v: R) {
+    f.ret(&[Op::Reg(v)]);
+}
+
+/// `expf`.
+pub(super) fn expf() -> Func {
+    const LN2_HI: f32 = 6.9314575195e-01; /* 0x3f317200 */
+    const LN2_LO: f32 = 1.4286067653e-06; /* 0x35bfbe8e */
+    const INV_LN2: f32 = 1.4426950216e+00; /* 0x3fb8aa3b */
+    const P1: f32 = 1.6666625440e-1; /*  0xaaaa8f.0p-26 */
+    const P2: f32 = -2.7667332906e-3; /* -0xb55215.0p-32 */
+    const X1P127: u32 = 0x7f00_0000;
+    let mut f = Func::new(EXPF, &[Class::F32], &[Class::F32]);
+    let x0 = f.param(0);
+    let bits = f.bits(x0);
+    let sign = f.shr_u(bits, int(31)); // sign bit of x (0 or 1)
+    let signb = f.scmp(Cmp::Ne, sign, int(0));
+    let hx = f.and(bits, int(0x7fff_ffff)); // high word of |x|
+
+    // special cases: if |x| >= -87.33655f or NaN
+    let special = f.ucmp(Cmp::Ge, hx, int(0x42ae_ac50));
+    f.when(special, |f| {
+        let nan = f.ucmp(Cmp::Gt, hx, int(0x7f80_0000));
+        f.when(nan, |f| ret(f, x0));
+        // x >= 88.722839f: overflow
+        let big = f.ucmp(Cmp::Ge, hx, int(0x42b1_7218));
+        let positive = f.scmp(Cmp::Eq, sign, int(0));
+        f.when(big, |f| {
+            f.when(positive, |f| {
+                let y = f.mul(x0, f32b(X1P127));
+                ret(f, y);
+            });
+        });
+        // underflow: x <= -103.972084f
+        f.when(signb, |f| {
+            let zero = f.ucmp(Cmp::Ge, hx, int(0x42cf_f1b5));
+            f.when(zero, |f| f.ret(&[f32c(0.0)]));
+        });
+    });
+
+    // argument reduction
+    let x = f.copy(Class::F32, x0);
+    let k = f.reg(Class::B32);
+    let hi = f.reg(Class::F32);
+    let lo = f.reg(Class::F32);
+    // if |x| > 0.5 ln2
+    let reduce = f.ucmp(Cmp::Gt, hx, int(0x3eb1_7218));
+    f.if_else(
+        reduce,
+        |f| {
+            // if |x| > 1.5 ln2
+            let far = f.ucmp(Cmp::Gt, hx, int(0x3f85_1592));
+            f.if_else(
+                far,
+                |f| {
+                    // k = (INV_LN2 * x + HALF[sign]) as i32
+                    let half = f.selp(signb, f32c(-0.5), f32c(0.5));
+                    let t = f.mul(f32c(INV_LN2), x);
+                    let t = f.add(t, half);
+                    let t = f.cvt(Cvt::S32F32, t);
+                    f.set(k, t);
+                },
+                |f| {
+                    // k = 1 - sign - sign
+                    let t = f.isub(int(1), sign);
+                    let t = f.isub(t, sign);
+                    f.set(k, t);
+                },
+            );
+            let kf = f.cvt(Cvt::F32S32, k);
+            // hi = x - kf * LN2_HI (exact here); lo = kf * LN2_LO; x = hi - lo
+            let t = f.mul(kf, f32c(LN2_HI));
+            let t = f.sub(x, t);
+            f.set(hi, t);
+            let t = f.mul(kf, f32c(LN2_LO));
+            f.set(lo, t);
+            let t = f.sub(hi, lo);
+            f.set(x, t);
+        },
+        |f| {
+            // |x| > 2**-14
+            let above = f.ucmp(Cmp::Gt, hx, int(0x3900_0000));
+            f.if_else(
+                above,
+                |f| {
+                    f.set(k, int(0));
+                    f.set(hi, x);
+                    f.set(lo, f32c(0.0));
+                },
+                |f| {
+                    // 1. + x
+                    let y = f.add(f32c(1.0), x);
+                    ret(f, y);
+                },
+            );
+        },
+    );
+
+    // x is now in primary range
+    let xx = f.mul(x, x);
+    // c = x - xx * (P1 + xx * P2)
+    let t = f.mul(xx, f32c(P2));
+    let t = f.add(f32c(P1), t);
+    let t = f.mul(xx, t);
+    let c = f.sub(x, t);
+    // y = 1. + (x * c / (2. - c) - lo + hi)
+    let t = f.mul(x, c);
+    let u = f.sub(f32c(2.0), c);
+    let t = f.div(t, u);
+    let t = f.sub(t, lo);
+    let t = f.add(t, hi);
+    let y = f.add(f32c(1.0), t);
+    let k_zero = f.scmp(Cmp::Eq, k, int(0));
+    f.when(k_zero, |f| ret(f, y));
+    let y = scalbn(&mut f, y, k);
+    ret(&mut f, y);
+    f
+}
+
+static EXP2FT: Table = Table {
+    name: "vyre_libm_exp2ft",
+    class: Class::F64,
+    data: &[
+        0x3fe6a09e667f3bcd,
+        0x3fe7a11473eb0187,
+        0x3fe8ace5422aa0db,
+        0x3fe9c49182a3f090,
+        0x3feae89f995ad3ad,
+        0x3fec199bdd85529c,
+        0x3fed5818dcfba487,
+        0x3feea4afa2a490da,
+        0x3ff0000000000000,
+        0x3ff0b5586cf9890f,
+        0x3ff172b83c7d517b,
+        0x3ff2387a6e756238,
+        0x3ff306fe0a31b715,
+        0x3ff3dea64c123422,
+        0x3ff4bfdad5362a27,
+        0x3ff5ab07dd485429,
+    ],
+};
+
+/// `exp2f`.
+pub(super) fn exp2f() -> Func {
+    const TBLSIZE: u32 = 16;
+    let redux = f32::from_bits(0x4b40_0000) / TBLSIZE as f32;
+    let p1 = f32::from_bits(0x3f31_7218);
+    let p2 = f32::from_bits(0x3e75_fdf0);
+    let p3 = f32::from_bits(0x3d63_59a4);
+    let p4 = f32::from_bits(0x3c1d_964e);
+    const X1P127: u32 = 0x7f00_0000;
+    let mut f = Func::new("vyre_libm_exp2f", &[Class::F32], &[Class::F32]);
+    let x = f.param(0);
+    // Filter out exceptional cases.
+    let ui = f.bits(x);
+    let ix = f.and(ui, int(0x7fff_ffff));
+    let big = f.ucmp(Cmp::Gt, ix, int(0x42fc_0000));
+    f.if_else(
+        big,
+        |f| {
+            // |x| > 126
+            let nan = f.ucmp(Cmp::Gt, ix, int(0x7f80_0000));
+            f.when(nan, |f| ret(f, x));
+            // x >= 128 (0x43000000 <= ui < 0x80000000)
+            let ge_128 = f.ucmp(Cmp::Ge, ui, int(0x4300_0000));
+            let positive = f.ucmp(Cmp::Lt, ui, int(0x8000_0000));
+            f.when(ge_128, |f| {
+                f.when(positive, |f| {
+                    let y = f.mul(x, f32b(X1P127));
+                    ret(f, y);
+                });
+            });
+            // x <= -150
+            let le_m150 = f.ucmp(Cmp::Ge, ui, int(0xc316_0000));
+            f.when(le_m150, |f| f.ret(&[f32c(0.0)]));
+        },
+        |f| {
+            // |x| <= 0x1p-25
+            let tiny = f.ucmp(Cmp::Le, ix, int(0x3300_0000));
+            f.when(tiny, |f| {
+                let y = f.add(f32c(1.0), x);
+                ret(f, y);
+            });
+        },
+    );
+
+    // Reduce x, computing z, i0, and k.
+    let t = f.add(x, f32c(redux));
+    let ui = f.bits(t);
+    let i0 = f.iadd(ui, int(i64::from(TBLSIZE / 2)));
+    let k = f.shr_u(i0, int(4)); // i0 / TBLSIZE
+                                 // ukf = f64::from_bits(((0x3ff + k) as u64) << 52)
+    let t = f.iadd(k, int(0x3ff));
+    let t = f.cvt(Cvt::U64U32, t);
+    let t = f.shl(t, int(52));
+    let ukf = f.bits(t);
+    let i0 = f.and(i0, int(i64::from(TBLSIZE - 1)));
+    let uf = f.bits(ui);
+    let uf = f.sub(uf, f32c(redux));
+    let z = f.sub(x, uf);
+    let z = f.cvt(Cvt::F64F32, z);
+    // Compute r = exp2(y) = exp2ft[i0] * p(z).
+    let r = f.ld_table(&EXP2FT, i0);
+    let t = f.mul(r, z);
+    // r + t * (p1 + z * p2) + t * (z * z) * (p3 + z * p4)
+    let a = f.mul(z, f64c(f64::from(p2)));
+    let a = f.add(f64c(f64::from(p1)), a);
+    let a = f.mul(t, a);
+    let a = f.add(r, a);
+    let zz = f.mul(z, z);
+    let b = f.mul(t, zz);
+    let c = f.mul(z, f64c(f64::from(p4)));
+    let c = f.add(f64c(f64::from(p3)), c);
+    let b = f.mul(b, c);
+    let r = f.add(a, b);
+    // Scale by 2**k
+    let y = f.mul(r, ukf);
+    let y = f.cvt(Cvt::F32F64, y);
+    ret(&mut f, y);
+    f
+}
+
+const LG1: f32 = 0.66666662693; /*  0xaaaaaa.0p-24*/
+const LG2: f32 = 0.40000972152; /*  0xccce13.0p-25 */
+const LG3: f32 = 0.28498786688; /*  0x91e9ee.0p-25 */
+const LG4: f32 = 0.24279078841; /*  0xf89e26.0p-26 */
+
+/// The shared front of logf/log2f: special cases, then `(x, k)` reduced into
+/// [sqrt(2)/2, sqrt(2)].
+fn log_reduce(f: &mut Func) -> (R, R) {
+    let x1p25 = f32b(0x4c00_0000);
+    let x0 = f.param(0);
+    let ix = f.bits(x0);
+    let ix = f.copy(Class::B32, ix);
+    let x = f.copy(Class::F32, x0);
+    let k = f.copy(Class::B32, int(0));
+    let negative = f.scmp(Cmp::Lt, ix, int(0));
+    let subnormal = f.ucmp(Cmp::Lt, ix, int(0x0080_0000));
+    let low = f.copy(Class::Pred, negative);
+    f.when(subnormal, |f| f.set(low, subnormal));
+    f.if_else(
+        low,
+        |f| {
+            // x < 2**-126
+            let twice = f.shl(ix, int(1));
+            let zero = f.scmp(Cmp::Eq, twice, int(0));
+            f.when(zero, |f| {
+                // log(+-0) = -inf: -1. / (x * x)
+                let t = f.mul(x, x);
+                let y = f.div(f32c(-1.0), t);
+                ret(f, y);
+            });
+            f.when(negative, |f| {
+                // log(-#) = NaN: (x - x) / 0.
+                let t = f.sub(x, x);
+                let y = f.div(t, f32c(0.0));
+                ret(f, y);
+            });
+            // subnormal number, scale up x
+            f.set(k, int(-25));
+            let t = f.mul(x, x1p25);
+            f.set(x, t);
+            let t = f.bits(x);
+            f.set(ix, t);
+        },
+        |f| {
+            let special = f.ucmp(Cmp::Ge, ix, int(0x7f80_0000));
+            f.when(special, |f| ret(f, x));
+            let one = f.ucmp(Cmp::Eq, ix, int(0x3f80_0000));
+            f.when(one, |f| f.ret(&[f32c(0.0)]));
+        },
+    );
+    // reduce x into [sqrt(2)/2, sqrt(2)]
+    let ix = f.iadd(ix, int(0x3f80_0000 - 0x3f35_04f3));
+    let e = f.shr_u(ix, int(23));
+    let e = f.isub(e, int(0x7f));
+    let k = f.iadd(k, e);
+    let m = f.and(ix, int(0x007f_ffff));
+    let m = f.iadd(m, int(0x3f35_04f3));
+    let x = f.bits(m);
+    (x, k)
+}
+
+/// `(f, s, hfsq, r)` of the log kernels.
+fn log_kernel(f: &mut Func, x: R) -> (R, R, R, R) {
+    let fm = f.sub(x, f32c(1.0));
+    let t = f.add(f32c(2.0), fm);
+    let s = f.div(fm, t);
+    let z = f.mul(s, s);
+    let w = f.mul(z, z);
+    // t1 = w * (LG2 + w * LG4)
+    let t = f.mul(w, f32c(LG4));
+    let t = f.add(f32c(LG2), t);
+    let t1 = f.mul(w, t);
+    // t2 = z * (LG1 + w * LG3)
+    let t = f.mul(w, f32c(LG3));
+    let t = f.add(f32c(LG1), t);
+    let t2 = f.mul(z, t);
+    let r = f.add(t2, t1);
+    // hfsq = 0.5 * f * f
+    let t = f.mul(f32c(0.5), fm);
+    let hfsq = f.mul(t, fm);
+    (fm, s, hfsq, r)
+}
+
+/// `logf`.
+pub(super) fn logf() -> Func {
+    const LN2_HI: f32 = 6.9313812256e-01; /* 0x3f317180 */
+    const LN2_LO: f32 = 9.0580006145e-06; /* 0x3717f7d1 */
+    let mut f = Func::new("vyre_libm_logf", &[Class::F32], &[Class::F32]);
+    let (x, k) = log_reduce(&mut f);
+    let (fm, s, hfsq, r) = log_kernel(&mut f, x);
+    let dk = f.cvt(Cvt::F32S32, k);
+    // s * (hfsq + r) + dk * LN2_LO - hfsq + f + dk * LN2_HI
+    let t = f.add(hfsq, r);
+    let t = f.mul(s, t);
+    let u = f.mul(dk, f32c(LN2_LO));
+    let t = f.add(t, u);
+    let t = f.sub(t, hfsq);
+    let t = f.add(t, fm);
+    let u = f.mul(dk, f32c(LN2_HI));
+    let y = f.add(t, u);
+    ret(&mut f, y);
+    f
+}
+
+/// `log2f`.
+pub(super) fn log2f() -> Func {
+    const IVLN2HI: f32 = 1.4428710938e+00; /* 0x3fb8b000 */
+    const IVLN2LO: f32 = -1.7605285393e-04; /* 0xb9389ad4 */
+    let mut f = Func::new("vyre_libm_log2f", &[Class::F32], &[Class::F32]);
+    let (x, k) = log_reduce(&mut f);
+    let (fm, s, hfsq, r) = log_kernel(&mut f, x);
+    // hi = f - hfsq, with the low 12 bits cleared
+    let hi = f.sub(fm, hfsq);
+    let ui = f.bits(hi);
+    let ui = f.and(ui, int(0xffff_f000));
+    let hi = f.bits(ui);
+    // lo = f - hi - hfsq + s * (hfsq + r)
+    let t = f.sub(fm, hi);
+    let t = f.sub(t, hfsq);
+    let u = f.add(hfsq, r);
+    let u = f.mul(s, u);
+    let lo = f.add(t, u);
+    // (lo + hi) * IVLN2LO + lo * IVLN2HI + hi * IVLN2HI + k as f32
+    let t = f.add(lo, hi);
+    let t = f.mul(t, f32c(IVLN2LO));
+    let u = f.mul(lo, f32c(IVLN2HI));
+    let t = f.add(t, u);
+    let u = f.mul(hi, f32c(IVLN2HI));
+    let t = f.add(t, u);
+    let kf = f.cvt(Cvt::F32S32, k);
+    let y = f.add(t, kf);
+    ret(&mut f, y);
+    f
+}

@@ -1,0 +1,369 @@
+//! `sinhf`, `coshf`, `tanhf` (libm 0.2.16, from musl `sinhf.c`, `coshf.c`, `tanhf.c`) and
+//! their helpers `expm1f` (FreeBSD `s_expm1f.c`, an internal `.func`) and `k_expo2f`
+//! (inlined). All f32.
+
+use super::ptx::{f32b, f32c, int, Class, Cmp, Cvt, Func, Op, R};
+
+pub(super) const EXPM1F: &str = "vyre_libm_expm1f";
+
+fn ret(f: &mut Func, v: R) {
+    f.ret(&[Op::Reg(v)]);
+}
+
+/// `expm1f` (not a vyre op itself; sinhf, coshf and tanhf call it).
+pub(super) fn expm1f() -> Func {
+    const LN2_HI: f32 = 6.9313812256e-01; /* 0x3f317180 */
+    const LN2_LO: f32 = 9.0580006145e-06; /* 0x3717f7d1 */
+    const INV_LN2: f32 = 1.4426950216e+00; /* 0x3fb8aa3b */
+    const Q1: f32 = -3.3333212137e-2; /* -0x888868.0p-28 */
+    const Q2: f32 = 1.5807170421e-3; /*  0xcf3010.0p-33 */
+    const X1P127: u32 = 0x7f00_0000;
+    let mut f = Func::new(EXPM1F, &[Class::F32], &[Class::F32]);
+    let x0 = f.param(0);
+    let bits = f.bits(x0);
+    let sign = f.scmp(Cmp::Lt, bits, int(0));
+    let hx = f.and(bits, int(0x7fff_ffff));
+
+    // filter out huge and non-finite argument: if |x| >= 27*ln2
+    let huge = f.ucmp(Cmp::Ge, hx, int(0x4195_b844));
+    f.when(huge, |f| {
+        let nan = f.ucmp(Cmp::Gt, hx, int(0x7f80_0000));
+        f.when(nan, |f| ret(f, x0));
+        f.when(sign, |f| f.ret(&[f32c(-1.0)]));
+        // x > log(FLT_MAX)
+        let over = f.ucmp(Cmp::Gt, hx, int(0x42b1_7217));
+        f.when(over, |f| {
+            let y = f.mul(x0, f32b(X1P127));
+            ret(f, y);
+        });
+    });
+
+    let x = f.copy(Class::F32, x0);
+    let k = f.reg(Class::B32);
+    let c = f.copy(Class::F32, f32c(0.0));
+    // argument reduction: if |x| > 0.5 ln2
+    let reduce = f.ucmp(Cmp::Gt, hx, int(0x3eb1_7218));
+    f.if_else(
+        reduce,
+        |f| {
+            let hi = f.reg(Class::F32);
+            let lo = f.reg(Class::F32);
+            // and |x| < 1.5 ln2
+            let near = f.ucmp(Cmp::Lt, hx, int(0x3F85_1592));
+            f.if_else(
+                near,
+                |f| {
+                    f.if_else(
+                        sign,
+                        |f| {
+                            let t = f.add(x, f32c(LN2_HI));
+                            f.set(hi, t);
+                            f.set(lo, f32c(-LN2_LO));
+                            f.set(k, int(-1));
+                        },
+                        |f| {
+                            let t = f.sub(x, f32c(LN2_HI));
+                            f.set(hi, t);
+                            f.set(lo, f32c(LN2_LO));
+                            f.set(k, int(1));
+                        },
+                    );
+                },
+                |f| {
+                    // k = (INV_LN2 * x + (if sign { -0.5 } else { 0.5 })) as i32
+                    let half = f.selp(sign, f32c(-0.5), f32c(0.5));
+                    let t = f.mul(f32c(INV_LN2), x);
+                    let t = f.add(t, half);
+                    let kk = f.cvt(Cvt::S32F32, t);
+                    f.set(k, kk);
+                    let t = f.cvt(Cvt::F32S32, k);
+                    // hi = x - t * LN2_HI (exact here); lo = t * LN2_LO
+                    let u = f.mul(t, f32c(LN2_HI));
+                    let u = f.sub(x, u);
+                    f.set(hi, u);
+                    let u = f.mul(t, f32c(LN2_LO));
+                    f.set(lo, u);
+                },
+            );
+            // x = hi - lo; c = (hi - x) - lo
+            let t = f.sub(hi, lo);
+            f.set(x, t);
+            let t = f.sub(hi, x);
+            let t = f.sub(t, lo);
+            f.set(c, t);
+        },
+        |f| {
+            // when |x|<2**-25, return x
+            let tiny = f.ucmp(Cmp::Lt, hx, int(0x3300_0000));
+            f.when(tiny, |f| ret(f, x0));
+            f.set(k, int(0));
+        },
+    );
+
+    // x is now in primary range
+    let hfx = f.mul(f32c(0.5), x);
+    let hxs = f.mul(x, hfx);
+    // r1 = 1. + hxs * (Q1 + hxs * Q2)
+    let t = f.mul(hxs, f32c(Q2));
+    let t = f.add(f32c(Q1), t);
+    let t = f.mul(hxs, t);
+    let r1 = f.add(f32c(1.0), t);
+    // t = 3. - r1 * hfx
+    let t = f.mul(r1, hfx);
+    let t = f.sub(f32c(3.0), t);
+    // e = hxs * ((r1 - t) / (6. - x * t))
+    let a = f.sub(r1, t);
+    let b = f.mul(x, t);
+    let b = f.sub(f32c(6.0), b);
+    let e = f.div(a, b);
+    let e = f.mul(hxs, e);
+    let k_zero = f.scmp(Cmp::Eq, k, int(0));
+    f.when(k_zero, |f| {
+        // x - (x * e - hxs)
+        let t = f.mul(x, e);
+        let t = f.sub(t, hxs);
+        let y = f.sub(x, t);
+        ret(f, y);
+    });
+    // e = x * (e - c) - c; e -= hxs
+    let t = f.sub(e, c);
+    let t = f.mul(x, t);
+    let t = f.sub(t, c);
+    let e = f.sub(t, hxs);
+    // exp(x) ~ 2^k (x_reduced - e + 1)
+    let k_m1 = f.scmp(Cmp::Eq, k, int(-1));
+    f.when(k_m1, |f| {
+        // 0.5 * (x - e) - 0.5
+        let t = f.sub(x, e);
+        let t = f.mul(f32c(0.5), t);
+        let y = f.sub(t, f32c(0.5));
+        ret(f, y);
+    });
+    let k_1 = f.scmp(Cmp::Eq, k, int(1));
+    f.when(k_1, |f| {
+        let low = f.fcmp(Cmp::Lt, x, f32c(-0.25));
+        f.when(low, |f| {
+            // -2. * (e - (x + 0.5))
+            let t = f.add(x, f32c(0.5));
+            let t = f.sub(e, t);
+            let y = f.mul(f32c(-2.0), t);
+            ret(f, y);
+        });
+        // 1. + 2. * (x - e)
+        let t = f.sub(x, e);
+        let t = f.mul(f32c(2.0), t);
+        let y = f.add(f32c(1.0), t);
+        ret(f, y);
+    });
+    // twopk = f32::from_bits(((0x7f + k) << 23) as u32)
+    let t = f.iadd(k, int(0x7f));
+    let t = f.shl(t, int(23));
+    let twopk = f.bits(t);
+    let negative = f.scmp(Cmp::Lt, k, int(0));
+    let past = f.scmp(Cmp::Gt, k, int(56));
+    let outside = f.copy(Class::Pred, negative);
+    f.when(past, |f| f.set(outside, past));
+    f.when(outside, |f| {
+        // suffice to return exp(x)-1
+        let t = f.sub(x, e);
+        let y = f.add(t, f32c(1.0));
+        let k_128 = f.scmp(Cmp::Eq, k, int(128));
+        let scaled = f.reg(Class::F32);
+        f.if_else(
+            k_128,
+            |f| {
+                // y * 2. * x1p127
+                let t = f.mul(y, f32c(2.0));
+                let t = f.mul(t, f32b(X1P127));
+                f.set(scaled, t);
+            },
+            |f| {
+                let t = f.mul(y, twopk);
+                f.set(scaled, t);
+            },
+        );
+        let r = f.sub(scaled, f32c(1.0));
+        ret(f, r);
+    });
+    // uf = f32::from_bits(((0x7f - k) << 23) as u32) (2^-k)
+    let t = f.isub(int(0x7f), k);
+    let t = f.shl(t, int(23));
+    let uf = f.bits(t);
+    let lt_23 = f.scmp(Cmp::Lt, k, int(23));
+    f.when(lt_23, |f| {
+        // (x - e + (1. - uf)) * twopk
+        let t = f.sub(x, e);
+        let u = f.sub(f32c(1.0), uf);
+        let t = f.add(t, u);
+        let y = f.mul(t, twopk);
+        ret(f, y);
+    });
+    // (x - (e + uf) + 1.) * twopk
+    let t = f.add(e, uf);
+    let t = f.sub(x, t);
+    let t = f.add(t, f32c(1.0));
+    let y = f.mul(t, twopk);
+    ret(&mut f, y);
+    f
+}
+
+/// `k_expo2f(x)`: `expf(x - k*ln2) * 2^(k/2) * 2^(k/2)` with `k = 235`.
+fn k_expo2f(f: &mut Func, expf: &Func, x: R) -> R {
+    const K: u32 = 235;
+    let k_ln2 = f32b(0x4322_e3bc);
+    // note that k is odd and scale*scale overflows
+    let scale = f32b((0x7f + K / 2) << 23);
+    let t = f.sub(x, k_ln2);
+    let e = f.call(expf, &[t.into()])[0];
+    let t = f.mul(e, scale);
+    f.mul(t, scale)
+}
+
+/// `sinhf`.
+pub(super) fn sinhf(expm1f: &Func, expf: &Func) -> Func {
+    let mut f = Func::new("vyre_libm_sinhf", &[Class::F32], &[Class::F32]);
+    let x = f.param(0);
+    let bits = f.bits(x);
+    let sign = f.scmp(Cmp::Lt, bits, int(0));
+    let h = f.selp(sign, f32c(-0.5), f32c(0.5));
+    // |x|
+    let ix = f.and(bits, int(0x7fff_ffff));
+    let absx = f.bits(ix);
+    // |x| < log(FLT_MAX)
+    let finite = f.ucmp(Cmp::Lt, ix, int(0x42b1_7217));
+    f.when(finite, |f| {
+        let t = f.call(expm1f, &[absx.into()])[0];
+        let lt_one = f.ucmp(Cmp::Lt, ix, int(0x3f80_0000));
+        f.when(lt_one, |f| {
+            let tiny = f.ucmp(Cmp::Lt, ix, int(0x3f80_0000 - (12 << 23)));
+            f.when(tiny, |f| ret(f, x));
+            // h * (2. * t - t * t / (t + 1.))
+            let a = f.mul(f32c(2.0), t);
+            let b = f.mul(t, t);
+            let c = f.add(t, f32c(1.0));
+            let b = f.div(b, c);
+            let a = f.sub(a, b);
+            let y = f.mul(h, a);
+            ret(f, y);
+        });
+        // h * (t + t / (t + 1.))
+        let c = f.add(t, f32c(1.0));
+        let b = f.div(t, c);
+        let a = f.add(t, b);
+        let y = f.mul(h, a);
+        ret(f, y);
+    });
+    // |x| > logf(FLT_MAX) or nan: 2. * h * k_expo2f(absx)
+    let two_h = f.mul(f32c(2.0), h);
+    let e = k_expo2f(&mut f, expf, absx);
+    let y = f.mul(two_h, e);
+    ret(&mut f, y);
+    f
+}
+
+/// `coshf`.
+pub(super) fn coshf(expm1f: &Func, expf: &Func) -> Func {
+    let mut f = Func::new("vyre_libm_coshf", &[Class::F32], &[Class::F32]);
+    let x0 = f.param(0);
+    let bits = f.bits(x0);
+    // |x|
+    let ix = f.and(bits, int(0x7fff_ffff));
+    let x = f.bits(ix);
+    // |x| < log(2)
+    let small = f.ucmp(Cmp::Lt, ix, int(0x3f31_7217));
+    f.when(small, |f| {
+        let tiny = f.ucmp(Cmp::Lt, ix, int(0x3f80_0000 - (12 << 23)));
+        f.when(tiny, |f| f.ret(&[f32c(1.0)]));
+        // 1. + t * t / (2. * (1. + t))
+        let t = f.call(expm1f, &[x.into()])[0];
+        let a = f.mul(t, t);
+        let b = f.add(f32c(1.0), t);
+        let b = f.mul(f32c(2.0), b);
+        let a = f.div(a, b);
+        let y = f.add(f32c(1.0), a);
+        ret(f, y);
+    });
+    // |x| < log(FLT_MAX)
+    let finite = f.ucmp(Cmp::Lt, ix, int(0x42b1_7217));
+    f.when(finite, |f| {
+        // 0.5 * (t + 1. / t)
+        let t = f.call(expf, &[x.into()])[0];
+        let a = f.div(f32c(1.0), t);
+        let a = f.add(t, a);
+        let y = f.mul(f32c(0.5), a);
+        ret(f, y);
+    });
+    // |x| > log(FLT_MAX) or nan
+    let y = k_expo2f(&mut f, expf, x);
+    ret(&mut f, y);
+    f
+}
+
+/// `tanhf`.
+pub(super) fn tanhf(expm1f: &Func) -> Func {
+    let mut f = Func::new("vyre_libm_tanhf", &[Class::F32], &[Class::F32]);
+    let x0 = f.param(0);
+    let bits = f.bits(x0);
+    let sign = f.scmp(Cmp::Lt, bits, int(0));
+    // x = |x|
+    let ix = f.and(bits, int(0x7fff_ffff));
+    let x = f.bits(ix);
+    let tt = f.reg(Class::F32);
+    let done = f.label();
+    // |x| > log(3)/2 ~= 0.5493 or nan
+    let big = f.ucmp(Cmp::Gt, ix, int(0x3f0c_9f54));
+    f.when(big, |f| {
+        let huge = f.ucmp(Cmp::Gt, ix, int(0x4120_0000));
+        f.if_else(
+            huge,
+            |f| {
+                // |x| > 10: 1. + 0. / x
+                let t = f.div(f32c(0.0), x);
+                let t = f.add(f32c(1.0), t);
+                f.set(tt, t);
+            },
+            |f| {
+                // 1. - 2. / (t + 2.) with t = expm1f(2. * x)
+                let a = f.mul(f32c(2.0), x);
+                let t = f.call(expm1f, &[a.into()])[0];
+                let b = f.add(t, f32c(2.0));
+                let b = f.div(f32c(2.0), b);
+                let b = f.sub(f32c(1.0), b);
+                f.set(tt, b);
+            },
+        );
+        f.bra(done);
+    });
+    // |x| > log(5/3)/2 ~= 0.2554
+    let mid = f.ucmp(Cmp::Gt, ix, int(0x3e82_c578));
+    f.when(mid, |f| {
+        // t / (t + 2.) with t = expm1f(2. * x)
+        let a = f.mul(f32c(2.0), x);
+        let t = f.call(expm1f, &[a.into()])[0];
+        let b = f.add(t, f32c(2.0));
+        let b = f.div(t, b);
+        f.set(tt, b);
+        f.bra(done);
+    });
+    // |x| >= 0x1p-126
+    let normal = f.ucmp(Cmp::Ge, ix, int(0x0080_0000));
+    f.if_else(
+        normal,
+        |f| {
+            // -t / (t + 2.) with t = expm1f(-2. * x)
+            let a = f.mul(f32c(-2.0), x);
+            let t = f.call(expm1f, &[a.into()])[0];
+            let n = f.neg(t);
+            let b = f.add(t, f32c(2.0));
+            let b = f.div(n, b);
+            f.set(tt, b);
+        },
+        // |x| is subnormal
+        |f| f.set(tt, x),
+    );
+    f.place(done);
+    let neg = f.neg(tt);
+    let y = f.selp(sign, neg, tt);
+    ret(&mut f, y);
+    f
+}

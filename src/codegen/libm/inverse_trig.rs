@@ -1,0 +1,316 @@
+//! `asinf`, `acosf`, `atanf` (libm 0.2.16, from FreeBSD `e_asinf.c`, `e_acosf.c`,
+//! `s_atanf.c`). `asinf` finishes in f64 (libm's `sqrt` is `sqrtsd`: correctly rounded);
+//! `acosf` and `atanf` are all f32.
+
+use super::ptx::{f32b, f32c, f64b, f64c, int, Class, Cmp, Cvt, Func, Op, Table, R};
+
+const P_S0: f32 = 1.6666586697e-01;
+const P_S1: f32 = -4.2743422091e-02;
+const P_S2: f32 = -8.6563630030e-03;
+const Q_S1: f32 = -7.0662963390e-01;
+
+/// `r(z)` of asinf/acosf: `z*(P_S0 + z*(P_S1 + z*P_S2)) / (1 + z*Q_S1)` in f32.
+fn r(f: &mut Func, z: R) -> R {
+    let t = f.mul(z, f32c(P_S2));
+    let t = f.add(f32c(P_S1), t);
+    let t = f.mul(z, t);
+    let t = f.add(f32c(P_S0), t);
+    let p = f.mul(z, t);
+    let t = f.mul(z, f32c(Q_S1));
+    let q = f.add(f32c(1.0), t);
+    f.div(p, q)
+}
+
+fn ret(f: &mut Func, v: R) {
+    f.ret(&[Op::Reg(v)]);
+}
+
+/// `asinf`.
+pub(super) fn asinf() -> Func {
+    const PIO2: f64 = 1.570796326794896558e+00;
+    const X1P_120: u64 = 0x3870_0000_0000_0000; // 2^-120 as f64
+    let mut f = Func::new("vyre_libm_asinf", &[Class::F32], &[Class::F32]);
+    let x = f.param(0);
+    let hx = f.bits(x);
+    let ix = f.and(hx, int(0x7fff_ffff));
+    let ge_one = f.ucmp(Cmp::Ge, ix, int(0x3f80_0000));
+    f.when(ge_one, |f| {
+        // |x| == 1: ((x as f64) * PIO2 + x1p_120) as f32
+        let one = f.ucmp(Cmp::Eq, ix, int(0x3f80_0000));
+        f.when(one, |f| {
+            let x64 = f.cvt(Cvt::F64F32, x);
+            let t = f.mul(x64, f64c(PIO2));
+            let t = f.add(t, f64b(X1P_120));
+            let y = f.cvt(Cvt::F32F64, t);
+            ret(f, y);
+        });
+        // asin(|x|>1) is NaN: 0. / (x - x)
+        let d = f.sub(x, x);
+        let y = f.div(f32c(0.0), d);
+        ret(f, y);
+    });
+    let lt_half = f.ucmp(Cmp::Lt, ix, int(0x3f00_0000));
+    f.when(lt_half, |f| {
+        // if 0x1p-126 <= |x| < 0x1p-12, avoid raising underflow
+        let normal = f.ucmp(Cmp::Ge, ix, int(0x0080_0000));
+        let tiny = f.ucmp(Cmp::Lt, ix, int(0x3980_0000));
+        f.when(normal, |f| f.when(tiny, |f| ret(f, x)));
+        // x + x * r(x * x)
+        let xx = f.mul(x, x);
+        let t = r(f, xx);
+        let t = f.mul(x, t);
+        let y = f.add(x, t);
+        ret(f, y);
+    });
+    // 1 > |x| >= 0.5
+    let ax = f.abs(x);
+    let t = f.sub(f32c(1.0), ax);
+    let z = f.mul(t, f32c(0.5));
+    let z64 = f.cvt(Cvt::F64F32, z);
+    let s = f.sqrt(z64);
+    // x = (PIO2 - 2. * (s + s * (r(z) as f64))) as f32
+    let rz = r(&mut f, z);
+    let rz = f.cvt(Cvt::F64F32, rz);
+    let t = f.mul(s, rz);
+    let t = f.add(s, t);
+    let t = f.mul(f64c(2.0), t);
+    let t = f.sub(f64c(PIO2), t);
+    let y = f.cvt(Cvt::F32F64, t);
+    let neg = f.neg(y);
+    let sign = f.scmp(Cmp::Lt, hx, int(0));
+    let y = f.selp(sign, neg, y);
+    ret(&mut f, y);
+    f
+}
+
+/// `acosf`.
+pub(super) fn acosf() -> Func {
+    const PIO2_HI: f32 = 1.5707962513e+00; /* 0x3fc90fda */
+    const PIO2_LO: f32 = 7.5497894159e-08; /* 0x33a22168 */
+    const X1P_120: u32 = 0x0380_0000; // 2^-120 as f32
+    let mut f = Func::new("vyre_libm_acosf", &[Class::F32], &[Class::F32]);
+    let x = f.param(0);
+    let hx = f.bits(x);
+    let ix = f.and(hx, int(0x7fff_ffff));
+    let sign = f.scmp(Cmp::Lt, hx, int(0));
+    // |x| >= 1 or nan
+    let ge_one = f.ucmp(Cmp::Ge, ix, int(0x3f80_0000));
+    f.when(ge_one, |f| {
+        let one = f.ucmp(Cmp::Eq, ix, int(0x3f80_0000));
+        f.when(one, |f| {
+            f.when(sign, |f| {
+                // 2. * PIO2_HI + x1p_120
+                let t = f.mul(f32c(2.0), f32c(PIO2_HI));
+                let y = f.add(t, f32b(X1P_120));
+                ret(f, y);
+            });
+            f.ret(&[f32c(0.0)]);
+        });
+        // 0. / (x - x)
+        let d = f.sub(x, x);
+        let y = f.div(f32c(0.0), d);
+        ret(f, y);
+    });
+    // |x| < 0.5
+    let lt_half = f.ucmp(Cmp::Lt, ix, int(0x3f00_0000));
+    f.when(lt_half, |f| {
+        // |x| < 2**-26
+        let tiny = f.ucmp(Cmp::Le, ix, int(0x3280_0000));
+        f.when(tiny, |f| {
+            let y = f.add(f32c(PIO2_HI), f32b(X1P_120));
+            ret(f, y);
+        });
+        // PIO2_HI - (x - (PIO2_LO - x * r(x * x)))
+        let xx = f.mul(x, x);
+        let t = r(f, xx);
+        let t = f.mul(x, t);
+        let t = f.sub(f32c(PIO2_LO), t);
+        let t = f.sub(x, t);
+        let y = f.sub(f32c(PIO2_HI), t);
+        ret(f, y);
+    });
+    // x < -0.5
+    f.when(sign, |f| {
+        let t = f.add(f32c(1.0), x);
+        let z = f.mul(t, f32c(0.5));
+        let s = f.sqrt(z);
+        // w = r(z) * s - PIO2_LO; 2. * (PIO2_HI - (s + w))
+        let t = r(f, z);
+        let t = f.mul(t, s);
+        let w = f.sub(t, f32c(PIO2_LO));
+        let t = f.add(s, w);
+        let t = f.sub(f32c(PIO2_HI), t);
+        let y = f.mul(f32c(2.0), t);
+        ret(f, y);
+    });
+    // x > 0.5
+    let t = f.sub(f32c(1.0), x);
+    let z = f.mul(t, f32c(0.5));
+    let s = f.sqrt(z);
+    let sb = f.bits(s);
+    let dfb = f.and(sb, int(0xffff_f000));
+    let df = f.bits(dfb);
+    // c = (z - df * df) / (s + df)
+    let t = f.mul(df, df);
+    let t = f.sub(z, t);
+    let u = f.add(s, df);
+    let c = f.div(t, u);
+    // w = r(z) * s + c; 2. * (df + w)
+    let t = r(&mut f, z);
+    let t = f.mul(t, s);
+    let w = f.add(t, c);
+    let t = f.add(df, w);
+    let y = f.mul(f32c(2.0), t);
+    ret(&mut f, y);
+    f
+}
+
+const fn f32_bits(v: f32) -> u64 {
+    v.to_bits() as u64
+}
+
+static ATAN_HI: Table = Table {
+    name: "vyre_libm_atan_hi",
+    class: Class::F32,
+    data: &[
+        f32_bits(4.6364760399e-01), /* atan(0.5)hi 0x3eed6338 */
+        f32_bits(7.8539812565e-01), /* atan(1.0)hi 0x3f490fda */
+        f32_bits(9.8279368877e-01), /* atan(1.5)hi 0x3f7b985e */
+        f32_bits(1.5707962513e+00), /* atan(inf)hi 0x3fc90fda */
+    ],
+};
+
+static ATAN_LO: Table = Table {
+    name: "vyre_libm_atan_lo",
+    class: Class::F32,
+    data: &[
+        f32_bits(5.0121582440e-09), /* atan(0.5)lo 0x31ac3769 */
+        f32_bits(3.7748947079e-08), /* atan(1.0)lo 0x33222168 */
+        f32_bits(3.4473217170e-08), /* atan(1.5)lo 0x33140fb4 */
+        f32_bits(7.5497894159e-08), /* atan(inf)lo 0x33a22168 */
+    ],
+};
+
+/// `atanf`.
+pub(super) fn atanf() -> Func {
+    const A_T: [f32; 5] = [
+        3.3333328366e-01,
+        -1.9999158382e-01,
+        1.4253635705e-01,
+        -1.0648017377e-01,
+        6.1687607318e-02,
+    ];
+    const X1P_120: u32 = 0x0380_0000; // 2^-120 as f32
+    let mut f = Func::new("vyre_libm_atanf", &[Class::F32], &[Class::F32]);
+    let x0 = f.param(0);
+    let bits = f.bits(x0);
+    let sign = f.scmp(Cmp::Lt, bits, int(0));
+    let ix = f.and(bits, int(0x7fff_ffff));
+    // if |x| >= 2**26
+    let huge = f.ucmp(Cmp::Ge, ix, int(0x4c80_0000));
+    f.when(huge, |f| {
+        let nan = f.fcmp(Cmp::Ne, x0, x0);
+        f.when(nan, |f| ret(f, x0));
+        let hi = f.ld_table(&ATAN_HI, int(3));
+        let z = f.add(hi, f32b(X1P_120));
+        let neg = f.neg(z);
+        let y = f.selp(sign, neg, z);
+        ret(f, y);
+    });
+    let x = f.copy(Class::F32, x0);
+    let id = f.reg(Class::B32);
+    let small = f.ucmp(Cmp::Lt, ix, int(0x3ee0_0000));
+    f.if_else(
+        small,
+        |f| {
+            // |x| < 0.4375; |x| < 2**-12 returns x
+            let tiny = f.ucmp(Cmp::Lt, ix, int(0x3980_0000));
+            f.when(tiny, |f| ret(f, x0));
+            f.set(id, int(-1));
+        },
+        |f| {
+            let ax = f.abs(x);
+            f.set(x, ax);
+            let lt_19_16 = f.ucmp(Cmp::Lt, ix, int(0x3f98_0000));
+            f.if_else(
+                lt_19_16,
+                |f| {
+                    let lt_11_16 = f.ucmp(Cmp::Lt, ix, int(0x3f30_0000));
+                    f.if_else(
+                        lt_11_16,
+                        |f| {
+                            // 7/16 <= |x| < 11/16: x = (2. * x - 1.) / (2. + x)
+                            let t = f.mul(f32c(2.0), x);
+                            let t = f.sub(t, f32c(1.0));
+                            let u = f.add(f32c(2.0), x);
+                            let v = f.div(t, u);
+                            f.set(x, v);
+                            f.set(id, int(0));
+                        },
+                        |f| {
+                            // 11/16 <= |x| < 19/16: x = (x - 1.) / (x + 1.)
+                            let t = f.sub(x, f32c(1.0));
+                            let u = f.add(x, f32c(1.0));
+                            let v = f.div(t, u);
+                            f.set(x, v);
+                            f.set(id, int(1));
+                        },
+                    );
+                },
+                |f| {
+                    let lt_39_16 = f.ucmp(Cmp::Lt, ix, int(0x401c_0000));
+                    f.if_else(
+                        lt_39_16,
+                        |f| {
+                            // |x| < 2.4375: x = (x - 1.5) / (1. + 1.5 * x)
+                            let t = f.sub(x, f32c(1.5));
+                            let u = f.mul(f32c(1.5), x);
+                            let u = f.add(f32c(1.0), u);
+                            let v = f.div(t, u);
+                            f.set(x, v);
+                            f.set(id, int(2));
+                        },
+                        |f| {
+                            // 2.4375 <= |x| < 2**26: x = -1. / x
+                            let v = f.div(f32c(-1.0), x);
+                            f.set(x, v);
+                            f.set(id, int(3));
+                        },
+                    );
+                },
+            );
+        },
+    );
+    // end of argument reduction
+    let z = f.mul(x, x);
+    let w = f.mul(z, z);
+    // s1 = z * (A_T[0] + w * (A_T[2] + w * A_T[4]))
+    let t = f.mul(w, f32c(A_T[4]));
+    let t = f.add(f32c(A_T[2]), t);
+    let t = f.mul(w, t);
+    let t = f.add(f32c(A_T[0]), t);
+    let s1 = f.mul(z, t);
+    // s2 = w * (A_T[1] + w * A_T[3])
+    let t = f.mul(w, f32c(A_T[3]));
+    let t = f.add(f32c(A_T[1]), t);
+    let s2 = f.mul(w, t);
+    let s = f.add(s1, s2);
+    let no_id = f.scmp(Cmp::Lt, id, int(0));
+    f.when(no_id, |f| {
+        // x - x * (s1 + s2)
+        let t = f.mul(x, s);
+        let y = f.sub(x, t);
+        ret(f, y);
+    });
+    // z = ATAN_HI[id] - ((x * (s1 + s2) - ATAN_LO[id]) - x)
+    let hi = f.ld_table(&ATAN_HI, id);
+    let lo = f.ld_table(&ATAN_LO, id);
+    let t = f.mul(x, s);
+    let t = f.sub(t, lo);
+    let t = f.sub(t, x);
+    let z = f.sub(hi, t);
+    let neg = f.neg(z);
+    let y = f.selp(sign, neg, z);
+    ret(&mut f, y);
+    f
+}

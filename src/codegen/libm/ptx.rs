@@ -1,0 +1,950 @@
+//! A tiny typed builder for the libm `.func`s.
+//!
+//! A routine is written as Rust calls that mirror the original source line by line
+//! (`let z = f.mul(x, x);`); the builder records typed instructions on virtual registers
+//! and prints them as PTX. Every float instruction carries an explicit `.rn` (so ptxas
+//! never contracts a multiply and an add into an fma) and none carries `.ftz` (the Rust
+//! code runs with subnormals). In tests the same instruction list is executed by
+//! [`super::interp`], so a port can be checked against `libm` without a GPU.
+
+use std::fmt::Write as _;
+
+/// A register class (the PTX `.reg` type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Class {
+    Pred,
+    B32,
+    B64,
+    F32,
+    F64,
+}
+
+impl Class {
+    pub(crate) const ALL: [Class; 5] = [Self::Pred, Self::B32, Self::B64, Self::F32, Self::F64];
+
+    pub(crate) fn slot(self) -> usize {
+        self as usize
+    }
+
+    fn prefix(self) -> &'static str {
+        match self {
+            Self::Pred => "%p",
+            Self::B32 => "%r",
+            Self::B64 => "%rd",
+            Self::F32 => "%f",
+            Self::F64 => "%fd",
+        }
+    }
+
+    /// The type suffix of `mov`, `ld`, `st`, `selp` and `.param` for this class.
+    fn ty(self) -> &'static str {
+        match self {
+            Self::Pred => "pred",
+            Self::B32 => "b32",
+            Self::B64 => "b64",
+            Self::F32 => "f32",
+            Self::F64 => "f64",
+        }
+    }
+
+    fn bytes(self) -> u32 {
+        match self {
+            Self::Pred | Self::B32 | Self::F32 => 4,
+            Self::B64 | Self::F64 => 8,
+        }
+    }
+
+    fn is_float(self) -> bool {
+        matches!(self, Self::F32 | Self::F64)
+    }
+}
+
+/// A virtual register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct R {
+    pub(crate) class: Class,
+    pub(crate) id: u32,
+}
+
+impl std::fmt::Display for R {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}", self.class.prefix(), self.id)
+    }
+}
+
+/// An instruction operand: a register or an immediate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    Reg(R),
+    /// f32 immediate, by its bits.
+    F32(u32),
+    /// f64 immediate, by its bits.
+    F64(u64),
+    /// Integer immediate (two's complement in the instruction's width).
+    Int(i64),
+}
+
+impl From<R> for Op {
+    fn from(r: R) -> Self {
+        Op::Reg(r)
+    }
+}
+
+impl Op {
+    /// The operand's class (`None` for an integer immediate, which takes the instruction's).
+    pub(crate) fn class(self) -> Option<Class> {
+        match self {
+            Op::Reg(r) => Some(r.class),
+            Op::F32(_) => Some(Class::F32),
+            Op::F64(_) => Some(Class::F64),
+            Op::Int(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Op {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Op::Reg(r) => write!(f, "{r}"),
+            Op::F32(bits) => write!(f, "0f{bits:08X}"),
+            Op::F64(bits) => write!(f, "0d{bits:016X}"),
+            Op::Int(v) if (0..10).contains(v) || *v < 0 => write!(f, "{v}"),
+            Op::Int(v) => write!(f, "0x{v:X}"),
+        }
+    }
+}
+
+/// f32 immediate with the value of a Rust `f32` (literal parsing is correctly rounded in
+/// both rustc and here, so `f32c(0.1)` has the bits of the libm constant `0.1f32`).
+pub(crate) fn f32c(v: f32) -> Op {
+    Op::F32(v.to_bits())
+}
+
+/// f64 immediate with the value of a Rust `f64`.
+pub(crate) fn f64c(v: f64) -> Op {
+    Op::F64(v.to_bits())
+}
+
+/// f32 immediate from its bits (`f32::from_bits`).
+pub(crate) fn f32b(bits: u32) -> Op {
+    Op::F32(bits)
+}
+
+/// f64 immediate from its bits (`f64::from_bits`).
+pub(crate) fn f64b(bits: u64) -> Op {
+    Op::F64(bits)
+}
+
+/// Integer immediate.
+pub(crate) fn int(v: i64) -> Op {
+    Op::Int(v)
+}
+
+/// `.rn` float arithmetic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+/// Wrapping integer arithmetic and bit operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IOp {
+    Add,
+    Sub,
+    Mul,
+    DivS,
+    And,
+    Or,
+    Shl,
+    ShrU,
+    ShrS,
+}
+
+/// Conversions (each the exact PTX counterpart of a Rust `as`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cvt {
+    /// `f32 as f64` (exact).
+    F64F32,
+    /// `f64 as f32` (round to nearest even, subnormals kept).
+    F32F64,
+    /// `f32 as i32` (toward zero, saturating, NaN -> 0).
+    S32F32,
+    /// `f64 as i32` (toward zero, saturating, NaN -> 0).
+    S32F64,
+    /// `i32 as f32`.
+    F32S32,
+    /// `i32 as f64` (exact).
+    F64S32,
+    /// `f64::floor`.
+    FloorF64,
+    /// `u32 as u64`.
+    U64U32,
+}
+
+/// Comparison. Float comparisons are ordered (false on NaN) except `Ne`, which is true on
+/// NaN like Rust's `!=`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cmp {
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Eq,
+    Ne,
+}
+
+/// How the operands of a comparison are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CmpTy {
+    Float,
+    Signed,
+    Unsigned,
+}
+
+/// A constant table, emitted as a module-level `.const` array.
+#[derive(Debug)]
+pub(crate) struct Table {
+    pub(crate) name: &'static str,
+    /// Element class: `B32`/`F32` (4 bytes) or `F64` (8 bytes).
+    pub(crate) class: Class,
+    /// Element bits (the low 32 bits for 4-byte elements).
+    pub(crate) data: &'static [u64],
+}
+
+/// A function-local array in `.local` memory.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Local {
+    pub(crate) name: &'static str,
+    pub(crate) class: Class,
+    pub(crate) len: u32,
+}
+
+/// One instruction.
+#[derive(Debug, Clone)]
+pub(crate) enum Inst {
+    F {
+        op: FOp,
+        d: R,
+        a: Op,
+        b: Op,
+    },
+    Sqrt {
+        d: R,
+        a: Op,
+    },
+    Neg {
+        d: R,
+        a: Op,
+    },
+    Abs {
+        d: R,
+        a: Op,
+    },
+    I {
+        op: IOp,
+        d: R,
+        a: Op,
+        b: Op,
+    },
+    Cvt {
+        op: Cvt,
+        d: R,
+        a: R,
+    },
+    Mov {
+        d: R,
+        a: Op,
+    },
+    Setp {
+        cmp: Cmp,
+        ty: CmpTy,
+        d: R,
+        a: Op,
+        b: Op,
+    },
+    Selp {
+        d: R,
+        a: Op,
+        b: Op,
+        p: R,
+    },
+    Bra {
+        to: u32,
+        /// Branch only when the predicate is `.1` (true) or `.0` (false).
+        when: Option<(R, bool)>,
+    },
+    Label(u32),
+    Ret(Vec<R>),
+    Call {
+        callee: &'static str,
+        args: Vec<R>,
+        rets: Vec<R>,
+    },
+    LdTable {
+        d: R,
+        table: &'static Table,
+        idx: Op,
+        tmp: [R; 2],
+    },
+    LdLocal {
+        d: R,
+        arr: usize,
+        idx: Op,
+        tmp: [R; 2],
+    },
+    StLocal {
+        arr: usize,
+        idx: Op,
+        v: R,
+        tmp: [R; 2],
+    },
+}
+
+/// One `.func` under construction.
+#[derive(Debug, Clone)]
+pub(crate) struct Func {
+    pub(crate) name: &'static str,
+    pub(crate) params: Vec<R>,
+    pub(crate) rets: Vec<Class>,
+    pub(crate) body: Vec<Inst>,
+    pub(crate) locals: Vec<Local>,
+    pub(crate) counts: [u32; 5],
+    labels: u32,
+}
+
+/// A branch target inside one function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Label(u32);
+
+impl Func {
+    pub(crate) fn new(name: &'static str, params: &[Class], rets: &[Class]) -> Self {
+        let mut f = Func {
+            name,
+            params: Vec::new(),
+            rets: rets.to_vec(),
+            body: Vec::new(),
+            locals: Vec::new(),
+            counts: [0; 5],
+            labels: 0,
+        };
+        f.params = params.iter().map(|&c| f.reg(c)).collect();
+        f
+    }
+
+    /// The register holding parameter `i` (loaded at entry).
+    pub(crate) fn param(&self, i: usize) -> R {
+        self.params[i]
+    }
+
+    /// A fresh register.
+    pub(crate) fn reg(&mut self, class: Class) -> R {
+        let slot = &mut self.counts[class.slot()];
+        let r = R { class, id: *slot };
+        *slot += 1;
+        r
+    }
+
+    fn float_class(a: Op, b: Op) -> Class {
+        let class = a
+            .class()
+            .or(b.class())
+            .expect("float op needs a typed operand");
+        assert!(class.is_float(), "float op on {class:?}");
+        if let Some(other) = b.class() {
+            assert_eq!(class, other, "mixed float widths");
+        }
+        class
+    }
+
+    /// `a` in a register when `b` is an immediate too (PTX wants one register operand).
+    fn reg_operand(&mut self, a: Op, b: Op, class: Class) -> Op {
+        match (a, b) {
+            (Op::Reg(_), _) | (_, Op::Reg(_)) => a,
+            _ => Op::Reg(self.copy(class, a)),
+        }
+    }
+
+    fn fop(&mut self, op: FOp, a: impl Into<Op>, b: impl Into<Op>) -> R {
+        let (a, b) = (a.into(), b.into());
+        let class = Self::float_class(a, b);
+        let a = self.reg_operand(a, b, class);
+        let d = self.reg(class);
+        self.body.push(Inst::F { op, d, a, b });
+        d
+    }
+
+    /// `a + b` (`add.rn`).
+    pub(crate) fn add(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
+        self.fop(FOp::Add, a, b)
+    }
+
+    /// `a - b` (`sub.rn`).
+    pub(crate) fn sub(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
+        self.fop(FOp::Sub, a, b)
+    }
+
+    /// `a * b` (`mul.rn`).
+    pub(crate) fn mul(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
+        self.fop(FOp::Mul, a, b)
+    }
+
+    /// `a / b` (`div.rn`, IEEE).
+    pub(crate) fn div(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
+        self.fop(FOp::Div, a, b)
+    }
+
+    /// Correctly rounded square root (`sqrt.rn`; SSE `sqrtss`/`sqrtsd`).
+    pub(crate) fn sqrt(&mut self, a: impl Into<Op>) -> R {
+        let a = a.into();
+        let d = self.reg(Self::float_class(a, a));
+        self.body.push(Inst::Sqrt { d, a });
+        d
+    }
+
+    /// `-a` (sign flip).
+    pub(crate) fn neg(&mut self, a: impl Into<Op>) -> R {
+        let a = a.into();
+        let d = self.reg(Self::float_class(a, a));
+        self.body.push(Inst::Neg { d, a });
+        d
+    }
+
+    /// `a.abs()` (sign clear).
+    pub(crate) fn abs(&mut self, a: impl Into<Op>) -> R {
+        let a = a.into();
+        let d = self.reg(Self::float_class(a, a));
+        self.body.push(Inst::Abs { d, a });
+        d
+    }
+
+    fn iop(&mut self, op: IOp, a: impl Into<Op>, b: impl Into<Op>) -> R {
+        let (a, b) = (a.into(), b.into());
+        let class = a.class().or(b.class()).unwrap_or(Class::B32);
+        assert!(
+            matches!(class, Class::B32 | Class::B64),
+            "int op on {class:?}"
+        );
+        let a = self.reg_operand(a, b, class);
+        let d = self.reg(class);
+        self.body.push(Inst::I { op, d, a, b });
+        d
+    }
+
+    /// Wrapping `a + b`.
+    pub(crate) fn iadd(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
+        self.iop(IOp::Add, a, b)
+    }
+
+    /// Wrapping `a - b`.
+    pub(crate) fn isub(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
+        self.iop(IOp::Sub, a, b)
+    }
+
+    /// Wrapping `a * b` (low half).
+    pub(crate) fn imul(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
+        self.iop(IOp::Mul, a, b)
+    }
+
+    /// Signed division, truncating (Rust `/` on `i32`; never by zero here).
+    pub(crate) fn idiv_s(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
+        self.iop(IOp::DivS, a, b)
+    }
+
+    pub(crate) fn and(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
+        self.iop(IOp::And, a, b)
+    }
+
+    pub(crate) fn or(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
+        self.iop(IOp::Or, a, b)
+    }
+
+    /// `a << b` (PTX clamps counts above the width; the ports only shift in range).
+    pub(crate) fn shl(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
+        self.iop(IOp::Shl, a, b)
+    }
+
+    /// Logical `a >> b` (`u32`).
+    pub(crate) fn shr_u(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
+        self.iop(IOp::ShrU, a, b)
+    }
+
+    /// Arithmetic `a >> b` (`i32`).
+    pub(crate) fn shr_s(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
+        self.iop(IOp::ShrS, a, b)
+    }
+
+    /// A conversion.
+    pub(crate) fn cvt(&mut self, op: Cvt, a: R) -> R {
+        let (from, to) = match op {
+            Cvt::F64F32 => (Class::F32, Class::F64),
+            Cvt::F32F64 => (Class::F64, Class::F32),
+            Cvt::S32F32 => (Class::F32, Class::B32),
+            Cvt::S32F64 => (Class::F64, Class::B32),
+            Cvt::F32S32 => (Class::B32, Class::F32),
+            Cvt::F64S32 => (Class::B32, Class::F64),
+            Cvt::FloorF64 => (Class::F64, Class::F64),
+            Cvt::U64U32 => (Class::B32, Class::B64),
+        };
+        assert_eq!(a.class, from, "{op:?} of {a}");
+        let d = self.reg(to);
+        self.body.push(Inst::Cvt { op, d, a });
+        d
+    }
+
+    /// `f32::to_bits` / `f64::to_bits` (and the reverse for integer registers).
+    pub(crate) fn bits(&mut self, a: R) -> R {
+        let class = match a.class {
+            Class::F32 => Class::B32,
+            Class::F64 => Class::B64,
+            Class::B32 => Class::F32,
+            Class::B64 => Class::F64,
+            Class::Pred => panic!("bits of a predicate"),
+        };
+        let d = self.reg(class);
+        self.body.push(Inst::Mov { d, a: a.into() });
+        d
+    }
+
+    /// A fresh register holding `a`.
+    pub(crate) fn copy(&mut self, class: Class, a: impl Into<Op>) -> R {
+        let d = self.reg(class);
+        self.set(d, a);
+        d
+    }
+
+    /// `d = a` (a mutable variable's update).
+    pub(crate) fn set(&mut self, d: R, a: impl Into<Op>) {
+        let a = a.into();
+        if let Some(class) = a.class() {
+            assert_eq!(class.bytes(), d.class.bytes(), "mov size mismatch");
+        }
+        self.body.push(Inst::Mov { d, a });
+    }
+
+    /// A comparison.
+    pub(crate) fn setp(&mut self, cmp: Cmp, ty: CmpTy, a: impl Into<Op>, b: impl Into<Op>) -> R {
+        let (a, b) = (a.into(), b.into());
+        let d = self.reg(Class::Pred);
+        self.body.push(Inst::Setp { cmp, ty, d, a, b });
+        d
+    }
+
+    /// Float comparison (`Ne` is unordered, the rest ordered, as in Rust).
+    pub(crate) fn fcmp(&mut self, cmp: Cmp, a: impl Into<Op>, b: impl Into<Op>) -> R {
+        self.setp(cmp, CmpTy::Float, a, b)
+    }
+
+    /// Unsigned integer comparison.
+    pub(crate) fn ucmp(&mut self, cmp: Cmp, a: impl Into<Op>, b: impl Into<Op>) -> R {
+        self.setp(cmp, CmpTy::Unsigned, a, b)
+    }
+
+    /// Signed integer comparison.
+    pub(crate) fn scmp(&mut self, cmp: Cmp, a: impl Into<Op>, b: impl Into<Op>) -> R {
+        self.setp(cmp, CmpTy::Signed, a, b)
+    }
+
+    /// `if p { a } else { b }`.
+    pub(crate) fn selp(&mut self, p: R, a: impl Into<Op>, b: impl Into<Op>) -> R {
+        let (a, b) = (a.into(), b.into());
+        let class = a.class().or(b.class()).unwrap_or(Class::B32);
+        let d = self.reg(class);
+        self.body.push(Inst::Selp { d, a, b, p });
+        d
+    }
+
+    /// A new label (placed with [`Func::place`]).
+    pub(crate) fn label(&mut self) -> Label {
+        self.labels += 1;
+        Label(self.labels)
+    }
+
+    pub(crate) fn place(&mut self, l: Label) {
+        self.body.push(Inst::Label(l.0));
+    }
+
+    pub(crate) fn bra(&mut self, l: Label) {
+        self.body.push(Inst::Bra {
+            to: l.0,
+            when: None,
+        });
+    }
+
+    /// Branch to `l` when `p` is `value`.
+    pub(crate) fn bra_if(&mut self, p: R, value: bool, l: Label) {
+        self.body.push(Inst::Bra {
+            to: l.0,
+            when: Some((p, value)),
+        });
+    }
+
+    /// `if p { body }`.
+    pub(crate) fn when(&mut self, p: R, body: impl FnOnce(&mut Self)) {
+        let skip = self.label();
+        self.bra_if(p, false, skip);
+        body(self);
+        self.place(skip);
+    }
+
+    /// `if p { then } else { otherwise }`.
+    pub(crate) fn if_else(
+        &mut self,
+        p: R,
+        then: impl FnOnce(&mut Self),
+        otherwise: impl FnOnce(&mut Self),
+    ) {
+        let other = self.label();
+        let done = self.label();
+        self.bra_if(p, false, other);
+        then(self);
+        self.bra(done);
+        self.place(other);
+        otherwise(self);
+        self.place(done);
+    }
+
+    fn materialize(&mut self, v: Op, class: Class) -> R {
+        match v {
+            Op::Reg(r) => {
+                assert_eq!(r.class, class, "value of the wrong class");
+                r
+            }
+            imm => self.copy(class, imm),
+        }
+    }
+
+    /// `return vals` (one value per declared return).
+    pub(crate) fn ret(&mut self, vals: &[Op]) {
+        assert_eq!(vals.len(), self.rets.len(), "{}: return arity", self.name);
+        let regs = vals
+            .iter()
+            .zip(self.rets.clone())
+            .map(|(&v, class)| self.materialize(v, class))
+            .collect();
+        self.body.push(Inst::Ret(regs));
+    }
+
+    /// Call another `.func` of the module.
+    pub(crate) fn call(&mut self, callee: &Func, args: &[Op]) -> Vec<R> {
+        assert_eq!(args.len(), callee.params.len(), "{}: arity", callee.name);
+        let args = args
+            .iter()
+            .zip(callee.params.iter().map(|p| p.class))
+            .map(|(&v, class)| self.materialize(v, class))
+            .collect();
+        let rets: Vec<R> = callee.rets.iter().map(|&c| self.reg(c)).collect();
+        self.body.push(Inst::Call {
+            callee: callee.name,
+            args,
+            rets: rets.clone(),
+        });
+        rets
+    }
+
+    /// `table[idx]` (idx: a non-negative `B32` value or an immediate).
+    pub(crate) fn ld_table(&mut self, table: &'static Table, idx: impl Into<Op>) -> R {
+        let d = self.reg(table.class);
+        let tmp = [self.reg(Class::B64), self.reg(Class::B64)];
+        self.body.push(Inst::LdTable {
+            d,
+            table,
+            idx: idx.into(),
+            tmp,
+        });
+        d
+    }
+
+    /// Declare a `.local` array; returns its handle.
+    pub(crate) fn local(&mut self, name: &'static str, class: Class, len: u32) -> usize {
+        self.locals.push(Local { name, class, len });
+        self.locals.len() - 1
+    }
+
+    /// `arr[idx]`.
+    pub(crate) fn ld_local(&mut self, arr: usize, idx: impl Into<Op>) -> R {
+        let d = self.reg(self.locals[arr].class);
+        let tmp = [self.reg(Class::B64), self.reg(Class::B64)];
+        self.body.push(Inst::LdLocal {
+            d,
+            arr,
+            idx: idx.into(),
+            tmp,
+        });
+        d
+    }
+
+    /// `arr[idx] = v`.
+    pub(crate) fn st_local(&mut self, arr: usize, idx: impl Into<Op>, v: impl Into<Op>) {
+        let class = self.locals[arr].class;
+        let v = self.materialize(v.into(), class);
+        let tmp = [self.reg(Class::B64), self.reg(Class::B64)];
+        self.body.push(Inst::StLocal {
+            arr,
+            idx: idx.into(),
+            v,
+            tmp,
+        });
+    }
+
+    /// The tables this function reads.
+    pub(crate) fn tables(&self) -> Vec<&'static Table> {
+        let mut out: Vec<&'static Table> = Vec::new();
+        for inst in &self.body {
+            if let Inst::LdTable { table, .. } = inst {
+                if !out.iter().any(|t| t.name == table.name) {
+                    out.push(table);
+                }
+            }
+        }
+        out
+    }
+
+    /// The `.func` prototype line (without the trailing body).
+    fn header(&self) -> String {
+        let rets = if self.rets.len() == 1 {
+            format!(".param .{} vyre_ret", self.rets[0].ty())
+        } else {
+            format!(".param .align 8 .b8 vyre_ret[{}]", 8 * self.rets.len())
+        };
+        let params: Vec<String> = self
+            .params
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!(".param .{} vyre_a{i}", p.class.ty()))
+            .collect();
+        format!(".func ({rets}) {}({})", self.name, params.join(", "))
+    }
+
+    /// The PTX definition.
+    pub(crate) fn to_ptx(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "{}\n{{", self.header());
+        for class in Class::ALL {
+            let n = self.counts[class.slot()];
+            if n > 0 {
+                let _ = writeln!(out, "\t.reg .{} {}<{n}>;", class.ty(), class.prefix());
+            }
+        }
+        for local in &self.locals {
+            let _ = writeln!(
+                out,
+                "\t.local .align 8 .b8 {}[{}];",
+                local.name,
+                local.len * local.class.bytes()
+            );
+        }
+        for (i, p) in self.params.iter().enumerate() {
+            let _ = writeln!(out, "\tld.param.{} {p}, [vyre_a{i}];", p.class.ty());
+        }
+        for inst in &self.body {
+            self.print(&mut out, inst);
+        }
+        out.push_str("}\n");
+        out
+    }
+
+    fn ret_slot(&self, i: usize) -> String {
+        if self.rets.len() == 1 {
+            "[vyre_ret]".into()
+        } else {
+            format!("[vyre_ret+{}]", 8 * i)
+        }
+    }
+
+    fn print(&self, out: &mut String, inst: &Inst) {
+        let line = match inst {
+            Inst::F { op, d, a, b } => {
+                let name = match op {
+                    FOp::Add => "add",
+                    FOp::Sub => "sub",
+                    FOp::Mul => "mul",
+                    FOp::Div => "div",
+                };
+                format!("{name}.rn.{} {d}, {a}, {b};", d.class.ty())
+            }
+            Inst::Sqrt { d, a } => format!("sqrt.rn.{} {d}, {a};", d.class.ty()),
+            Inst::Neg { d, a } => format!("neg.{} {d}, {a};", d.class.ty()),
+            Inst::Abs { d, a } => format!("abs.{} {d}, {a};", d.class.ty()),
+            Inst::I { op, d, a, b } => {
+                let wide = d.class == Class::B64;
+                let (s, b_, u) = if wide {
+                    ("s64", "b64", "u64")
+                } else {
+                    ("s32", "b32", "u32")
+                };
+                match op {
+                    IOp::Add => format!("add.{s} {d}, {a}, {b};"),
+                    IOp::Sub => format!("sub.{s} {d}, {a}, {b};"),
+                    IOp::Mul => format!("mul.lo.{s} {d}, {a}, {b};"),
+                    IOp::DivS => format!("div.{s} {d}, {a}, {b};"),
+                    IOp::And => format!("and.{b_} {d}, {a}, {b};"),
+                    IOp::Or => format!("or.{b_} {d}, {a}, {b};"),
+                    IOp::Shl => format!("shl.{b_} {d}, {a}, {b};"),
+                    IOp::ShrU => format!("shr.{u} {d}, {a}, {b};"),
+                    IOp::ShrS => format!("shr.{s} {d}, {a}, {b};"),
+                }
+            }
+            Inst::Cvt { op, d, a } => {
+                let name = match op {
+                    Cvt::F64F32 => "cvt.f64.f32",
+                    Cvt::F32F64 => "cvt.rn.f32.f64",
+                    Cvt::S32F32 => "cvt.rzi.s32.f32",
+                    Cvt::S32F64 => "cvt.rzi.s32.f64",
+                    Cvt::F32S32 => "cvt.rn.f32.s32",
+                    Cvt::F64S32 => "cvt.rn.f64.s32",
+                    Cvt::FloorF64 => "cvt.rmi.f64.f64",
+                    Cvt::U64U32 => "cvt.u64.u32",
+                };
+                format!("{name} {d}, {a};")
+            }
+            Inst::Mov { d, a } => {
+                let ty = match a {
+                    Op::Reg(r) if r.class != d.class => {
+                        if d.class.bytes() == 8 {
+                            "b64"
+                        } else {
+                            "b32"
+                        }
+                    }
+                    _ => d.class.ty(),
+                };
+                format!("mov.{ty} {d}, {a};")
+            }
+            Inst::Setp { cmp, ty, d, a, b } => {
+                let class = a.class().or(b.class()).unwrap_or(Class::B32);
+                let wide = class.bytes() == 8;
+                let t = match (ty, wide) {
+                    (CmpTy::Float, _) => class.ty(),
+                    (CmpTy::Signed, false) => "s32",
+                    (CmpTy::Signed, true) => "s64",
+                    (CmpTy::Unsigned, false) => "u32",
+                    (CmpTy::Unsigned, true) => "u64",
+                };
+                let c = match cmp {
+                    Cmp::Lt => "lt",
+                    Cmp::Le => "le",
+                    Cmp::Gt => "gt",
+                    Cmp::Ge => "ge",
+                    Cmp::Eq => "eq",
+                    Cmp::Ne if *ty == CmpTy::Float => "neu",
+                    Cmp::Ne => "ne",
+                };
+                format!("setp.{c}.{t} {d}, {a}, {b};")
+            }
+            Inst::Selp { d, a, b, p } => format!("selp.{} {d}, {a}, {b}, {p};", d.class.ty()),
+            Inst::Bra { to, when } => match when {
+                None => format!("bra.uni $Lv{to};"),
+                Some((p, true)) => format!("@{p} bra $Lv{to};"),
+                Some((p, false)) => format!("@!{p} bra $Lv{to};"),
+            },
+            Inst::Label(l) => {
+                let _ = writeln!(out, "$Lv{l}:");
+                return;
+            }
+            Inst::Ret(vals) => {
+                let mut s = String::new();
+                for (i, v) in vals.iter().enumerate() {
+                    let _ = write!(
+                        s,
+                        "st.param.{} {}, {v};\n\t",
+                        v.class.ty(),
+                        self.ret_slot(i)
+                    );
+                }
+                s.push_str("ret;");
+                s
+            }
+            Inst::Call { callee, args, rets } => {
+                let mut s = String::from("{\n");
+                for (i, a) in args.iter().enumerate() {
+                    let _ = writeln!(s, "\t.param .{} vyre_ca{i};", a.class.ty());
+                }
+                if rets.len() == 1 {
+                    let _ = writeln!(s, "\t.param .{} vyre_cr;", rets[0].class.ty());
+                } else {
+                    let _ = writeln!(s, "\t.param .align 8 .b8 vyre_cr[{}];", 8 * rets.len());
+                }
+                for (i, a) in args.iter().enumerate() {
+                    let _ = writeln!(s, "\tst.param.{} [vyre_ca{i}], {a};", a.class.ty());
+                }
+                let names: Vec<String> = (0..args.len()).map(|i| format!("vyre_ca{i}")).collect();
+                let _ = writeln!(s, "\tcall (vyre_cr), {callee}, ({});", names.join(", "));
+                for (i, r) in rets.iter().enumerate() {
+                    let slot = if rets.len() == 1 {
+                        "[vyre_cr]".to_string()
+                    } else {
+                        format!("[vyre_cr+{}]", 8 * i)
+                    };
+                    let _ = writeln!(s, "\tld.param.{} {r}, {slot};", r.class.ty());
+                }
+                s.push_str("\t}");
+                s
+            }
+            Inst::LdTable { d, table, idx, tmp } => {
+                let addr = address(out, table.name, table.class.bytes(), *idx, *tmp);
+                format!("ld.const.{} {d}, {addr};", d.class.ty())
+            }
+            Inst::LdLocal { d, arr, idx, tmp } => {
+                let local = self.locals[*arr];
+                let addr = address(out, local.name, local.class.bytes(), *idx, *tmp);
+                format!("ld.local.{} {d}, {addr};", d.class.ty())
+            }
+            Inst::StLocal { arr, idx, v, tmp } => {
+                let local = self.locals[*arr];
+                let addr = address(out, local.name, local.class.bytes(), *idx, *tmp);
+                format!("st.local.{} {addr}, {v};", v.class.ty())
+            }
+        };
+        let _ = writeln!(out, "\t{line}");
+    }
+}
+
+/// The address operand of `symbol[idx]`, emitting the arithmetic it needs into `out`.
+fn address(out: &mut String, symbol: &str, size: u32, idx: Op, tmp: [R; 2]) -> String {
+    match idx {
+        Op::Int(i) => format!("[{symbol}+{}]", i * i64::from(size)),
+        Op::Reg(r) => {
+            assert_eq!(r.class, Class::B32, "index register");
+            let shift = size.trailing_zeros();
+            let [base, off] = tmp;
+            let _ = writeln!(out, "\tmov.u64 {base}, {symbol};");
+            let _ = writeln!(out, "\tcvt.u64.u32 {off}, {r};");
+            let _ = writeln!(out, "\tshl.b64 {off}, {off}, {shift};");
+            let _ = writeln!(out, "\tadd.s64 {base}, {base}, {off};");
+            format!("[{base}]")
+        }
+        other => panic!("bad index {other:?}"),
+    }
+}
+
+/// The module-level definition of a table.
+pub(crate) fn table_ptx(table: &Table) -> String {
+    let (align, ty) = if table.class.bytes() == 8 {
+        (8, "b64")
+    } else {
+        (4, "b32")
+    };
+    let mut out = format!(
+        ".const .align {align} .{ty} {}[{}] = {{",
+        table.name,
+        table.data.len()
+    );
+    for (i, v) in table.data.iter().enumerate() {
+        if i % 8 == 0 {
+            out.push_str("\n\t");
+        }
+        if table.class.bytes() == 8 {
+            let _ = write!(out, "0x{v:016X}");
+        } else {
+            let _ = write!(out, "0x{:08X}", *v as u32);
+        }
+        if i + 1 < table.data.len() {
+            out.push_str(", ");
+        }
+    }
+    out.push_str("\n};\n");
+    out
+}

@@ -1,0 +1,311 @@
+//! `sinf`, `cosf`, `tanf` (libm 0.2.16, from FreeBSD `s_sinf.c`, `s_cosf.c`, `s_tanf.c`)
+//! with their f64 kernels `k_sinf`, `k_cosf`, `k_tanf` inlined.
+
+use super::ptx::{f32c, f64c, int, Class, Cmp, Cvt, Func, Op, R};
+use core::f64::consts::FRAC_PI_2;
+
+/* Small multiples of pi/2 rounded to double precision. */
+const PIO2_1: f64 = 1. * FRAC_PI_2;
+const PIO2_2: f64 = 2. * FRAC_PI_2;
+const PIO2_3: f64 = 3. * FRAC_PI_2;
+const PIO2_4: f64 = 4. * FRAC_PI_2;
+
+/// `k_sinf(x)`: |sin(x)/x - s(x)| < 2**-37.5 on [-pi/4, pi/4].
+fn k_sinf(f: &mut Func, x: R) -> R {
+    const S1: f64 = -0.166666666416265235595; /* -0x15555554cbac77.0p-55 */
+    const S2: f64 = 0.0083333293858894631756; /*  0x111110896efbb2.0p-59 */
+    const S3: f64 = -0.000198393348360966317347; /* -0x1a00f9e2cae774.0p-65 */
+    const S4: f64 = 0.0000027183114939898219064; /*  0x16cd878c3b46a7.0p-71 */
+    let z = f.mul(x, x);
+    let w = f.mul(z, z);
+    let t = f.mul(z, f64c(S4));
+    let r = f.add(f64c(S3), t);
+    let s = f.mul(z, x);
+    // ((x + s * (S1 + z * S2)) + s * w * r) as f32
+    let t = f.mul(z, f64c(S2));
+    let t = f.add(f64c(S1), t);
+    let t = f.mul(s, t);
+    let a = f.add(x, t);
+    let t = f.mul(s, w);
+    let t = f.mul(t, r);
+    let y = f.add(a, t);
+    f.cvt(Cvt::F32F64, y)
+}
+
+/// `k_cosf(x)`: |cos(x) - c(x)| < 2**-34.1 on [-pi/4, pi/4].
+fn k_cosf(f: &mut Func, x: R) -> R {
+    const C0: f64 = -0.499999997251031003120; /* -0x1ffffffd0c5e81.0p-54 */
+    const C1: f64 = 0.0416666233237390631894; /*  0x155553e1053a42.0p-57 */
+    const C2: f64 = -0.00138867637746099294692; /* -0x16c087e80f1e27.0p-62 */
+    const C3: f64 = 0.0000243904487962774090654; /*  0x199342e0ee5069.0p-68 */
+    let z = f.mul(x, x);
+    let w = f.mul(z, z);
+    let t = f.mul(z, f64c(C3));
+    let r = f.add(f64c(C2), t);
+    // (((1.0 + z * C0) + w * C1) + (w * z) * r) as f32
+    let t = f.mul(z, f64c(C0));
+    let a = f.add(f64c(1.0), t);
+    let t = f.mul(w, f64c(C1));
+    let a = f.add(a, t);
+    let t = f.mul(w, z);
+    let t = f.mul(t, r);
+    let y = f.add(a, t);
+    f.cvt(Cvt::F32F64, y)
+}
+
+/// `k_tanf(x, odd)`: |tan(x)/x - t(x)| < 2**-25.5 on [-pi/4, pi/4]; `odd` is a predicate.
+fn k_tanf(f: &mut Func, x: R, odd: Option<R>) -> R {
+    const T: [f64; 6] = [
+        0.333331395030791399758,   /* 0x15554d3418c99f.0p-54 */
+        0.133392002712976742718,   /* 0x1112fd38999f72.0p-55 */
+        0.0533812378445670393523,  /* 0x1b54c91d865afe.0p-57 */
+        0.0245283181166547278873,  /* 0x191df3908c33ce.0p-58 */
+        0.00297435743359967304927, /* 0x185dadfcecf44e.0p-61 */
+        0.00946564784943673166728, /* 0x1362b9bf971bcd.0p-59 */
+    ];
+    let z = f.mul(x, x);
+    let t = f.mul(z, f64c(T[5]));
+    let r = f.add(f64c(T[4]), t);
+    let t = f.mul(z, f64c(T[3]));
+    let t = f.add(f64c(T[2]), t);
+    let w = f.mul(z, z);
+    let s = f.mul(z, x);
+    let u = f.mul(z, f64c(T[1]));
+    let u = f.add(f64c(T[0]), u);
+    // r = (x + s * u) + (s * w) * (t + w * r)
+    let a = f.mul(s, u);
+    let a = f.add(x, a);
+    let b = f.mul(s, w);
+    let c = f.mul(w, r);
+    let c = f.add(t, c);
+    let b = f.mul(b, c);
+    let r = f.add(a, b);
+    // (if odd { -1. / r } else { r }) as f32
+    let r = match odd {
+        Some(odd) => {
+            let inv = f.div(f64c(-1.0), r);
+            f.selp(odd, inv, r)
+        }
+        None => r,
+    };
+    f.cvt(Cvt::F32F64, r)
+}
+
+/// The common prologue: `(x, x as f64, |x| bits, sign)`.
+fn prologue(f: &mut Func) -> (R, R, R, R) {
+    let x = f.param(0);
+    let x64 = f.cvt(Cvt::F64F32, x);
+    let bits = f.bits(x);
+    let sign = f.scmp(Cmp::Lt, bits, int(0));
+    let ix = f.and(bits, int(0x7fff_ffff));
+    (x, x64, ix, sign)
+}
+
+/// `if sign { x64 + c } else { x64 - c }`.
+fn toward_zero(f: &mut Func, sign: R, x64: R, c: f64) -> R {
+    let plus = f.add(x64, f64c(c));
+    let minus = f.sub(x64, f64c(c));
+    f.selp(sign, plus, minus)
+}
+
+/// `(n, y) = rem_pio2f(x)`.
+fn rem_pio2f(f: &mut Func, rem: &Func, x: R) -> (R, R) {
+    let out = f.call(rem, &[x.into()]);
+    (out[1], out[0])
+}
+
+fn ret(f: &mut Func, v: R) {
+    f.ret(&[Op::Reg(v)]);
+}
+
+/// `sinf`.
+pub(super) fn sinf(rem: &Func) -> Func {
+    let mut f = Func::new("vyre_libm_sinf", &[Class::F32], &[Class::F32]);
+    let (x, x64, ix, sign) = prologue(&mut f);
+    let small = f.ucmp(Cmp::Le, ix, int(0x3f49_0fda));
+    f.when(small, |f| {
+        // |x| ~<= pi/4
+        let tiny = f.ucmp(Cmp::Lt, ix, int(0x3980_0000));
+        f.when(tiny, |f| ret(f, x));
+        let y = k_sinf(f, x64);
+        ret(f, y);
+    });
+    let le_5pio4 = f.ucmp(Cmp::Le, ix, int(0x407b_53d1));
+    f.when(le_5pio4, |f| {
+        let le_3pio4 = f.ucmp(Cmp::Le, ix, int(0x4016_cbe3));
+        f.when(le_3pio4, |f| {
+            // if sign { -k_cosf(x64 + S1_PIO2) } else { k_cosf(x64 - S1_PIO2) }
+            let arg = toward_zero(f, sign, x64, PIO2_1);
+            let c = k_cosf(f, arg);
+            let neg = f.neg(c);
+            let y = f.selp(sign, neg, c);
+            ret(f, y);
+        });
+        // k_sinf(if sign { -(x64 + S2_PIO2) } else { -(x64 - S2_PIO2) })
+        let arg = toward_zero(f, sign, x64, PIO2_2);
+        let arg = f.neg(arg);
+        let y = k_sinf(f, arg);
+        ret(f, y);
+    });
+    let le_9pio4 = f.ucmp(Cmp::Le, ix, int(0x40e2_31d5));
+    f.when(le_9pio4, |f| {
+        let le_7pio4 = f.ucmp(Cmp::Le, ix, int(0x40af_eddf));
+        f.when(le_7pio4, |f| {
+            // if sign { k_cosf(x64 + S3_PIO2) } else { -k_cosf(x64 - S3_PIO2) }
+            let arg = toward_zero(f, sign, x64, PIO2_3);
+            let c = k_cosf(f, arg);
+            let neg = f.neg(c);
+            let y = f.selp(sign, c, neg);
+            ret(f, y);
+        });
+        let arg = toward_zero(f, sign, x64, PIO2_4);
+        let y = k_sinf(f, arg);
+        ret(f, y);
+    });
+    // sin(Inf or NaN) is NaN
+    let special = f.ucmp(Cmp::Ge, ix, int(0x7f80_0000));
+    f.when(special, |f| {
+        let y = f.sub(x, x);
+        ret(f, y);
+    });
+    // general argument reduction needed
+    let (n, y) = rem_pio2f(&mut f, rem, x);
+    let quadrant = f.and(n, int(3));
+    let even = f.and(quadrant, int(1));
+    let even = f.scmp(Cmp::Eq, even, int(0));
+    f.when(even, |f| {
+        // 0 => k_sinf(y), 2 => k_sinf(-y)
+        let second = f.scmp(Cmp::Eq, quadrant, int(2));
+        let neg = f.neg(y);
+        let arg = f.selp(second, neg, y);
+        let v = k_sinf(f, arg);
+        ret(f, v);
+    });
+    // 1 => k_cosf(y), _ => -k_cosf(y)
+    let c = k_cosf(&mut f, y);
+    let neg = f.neg(c);
+    let first = f.scmp(Cmp::Eq, quadrant, int(1));
+    let v = f.selp(first, c, neg);
+    ret(&mut f, v);
+    f
+}
+
+/// `cosf`.
+pub(super) fn cosf(rem: &Func) -> Func {
+    let mut f = Func::new("vyre_libm_cosf", &[Class::F32], &[Class::F32]);
+    let (x, x64, ix, sign) = prologue(&mut f);
+    let small = f.ucmp(Cmp::Le, ix, int(0x3f49_0fda));
+    f.when(small, |f| {
+        // |x| ~<= pi/4
+        let tiny = f.ucmp(Cmp::Lt, ix, int(0x3980_0000));
+        f.when(tiny, |f| f.ret(&[f32c(1.0)]));
+        let y = k_cosf(f, x64);
+        ret(f, y);
+    });
+    let le_5pio4 = f.ucmp(Cmp::Le, ix, int(0x407b_53d1));
+    f.when(le_5pio4, |f| {
+        let gt_3pio4 = f.ucmp(Cmp::Gt, ix, int(0x4016_cbe3));
+        f.when(gt_3pio4, |f| {
+            // -k_cosf(if sign { x64 + C2_PIO2 } else { x64 - C2_PIO2 })
+            let arg = toward_zero(f, sign, x64, PIO2_2);
+            let c = k_cosf(f, arg);
+            let y = f.neg(c);
+            ret(f, y);
+        });
+        // if sign { k_sinf(x64 + C1_PIO2) } else { k_sinf(C1_PIO2 - x64) }
+        let plus = f.add(x64, f64c(PIO2_1));
+        let minus = f.sub(f64c(PIO2_1), x64);
+        let arg = f.selp(sign, plus, minus);
+        let y = k_sinf(f, arg);
+        ret(f, y);
+    });
+    let le_9pio4 = f.ucmp(Cmp::Le, ix, int(0x40e2_31d5));
+    f.when(le_9pio4, |f| {
+        let gt_7pio4 = f.ucmp(Cmp::Gt, ix, int(0x40af_eddf));
+        f.when(gt_7pio4, |f| {
+            // k_cosf(if sign { x64 + C4_PIO2 } else { x64 - C4_PIO2 })
+            let arg = toward_zero(f, sign, x64, PIO2_4);
+            let y = k_cosf(f, arg);
+            ret(f, y);
+        });
+        // if sign { k_sinf(-x64 - C3_PIO2) } else { k_sinf(x64 - C3_PIO2) }
+        let nx = f.neg(x64);
+        let plus = f.sub(nx, f64c(PIO2_3));
+        let minus = f.sub(x64, f64c(PIO2_3));
+        let arg = f.selp(sign, plus, minus);
+        let y = k_sinf(f, arg);
+        ret(f, y);
+    });
+    // cos(Inf or NaN) is NaN
+    let special = f.ucmp(Cmp::Ge, ix, int(0x7f80_0000));
+    f.when(special, |f| {
+        let y = f.sub(x, x);
+        ret(f, y);
+    });
+    // general argument reduction needed
+    let (n, y) = rem_pio2f(&mut f, rem, x);
+    let quadrant = f.and(n, int(3));
+    let odd = f.and(quadrant, int(1));
+    let odd = f.scmp(Cmp::Ne, odd, int(0));
+    f.when(odd, |f| {
+        // 1 => k_sinf(-y), _ => k_sinf(y)
+        let first = f.scmp(Cmp::Eq, quadrant, int(1));
+        let neg = f.neg(y);
+        let arg = f.selp(first, neg, y);
+        let v = k_sinf(f, arg);
+        ret(f, v);
+    });
+    // 0 => k_cosf(y), 2 => -k_cosf(y)
+    let c = k_cosf(&mut f, y);
+    let neg = f.neg(c);
+    let zero = f.scmp(Cmp::Eq, quadrant, int(0));
+    let v = f.selp(zero, c, neg);
+    ret(&mut f, v);
+    f
+}
+
+/// `tanf`.
+pub(super) fn tanf(rem: &Func) -> Func {
+    let mut f = Func::new("vyre_libm_tanf", &[Class::F32], &[Class::F32]);
+    let (x, x64, ix, sign) = prologue(&mut f);
+    let small = f.ucmp(Cmp::Le, ix, int(0x3f49_0fda));
+    f.when(small, |f| {
+        // |x| ~<= pi/4
+        let tiny = f.ucmp(Cmp::Lt, ix, int(0x3980_0000));
+        f.when(tiny, |f| ret(f, x));
+        let y = k_tanf(f, x64, None);
+        ret(f, y);
+    });
+    let le_5pio4 = f.ucmp(Cmp::Le, ix, int(0x407b_53d1));
+    f.when(le_5pio4, |f| {
+        let le_3pio4 = f.ucmp(Cmp::Le, ix, int(0x4016_cbe3));
+        // odd: k_tanf(x64 -+ T1_PIO2, true); even: k_tanf(x64 -+ T2_PIO2, false)
+        let a1 = toward_zero(f, sign, x64, PIO2_1);
+        let a2 = toward_zero(f, sign, x64, PIO2_2);
+        let arg = f.selp(le_3pio4, a1, a2);
+        let y = k_tanf(f, arg, Some(le_3pio4));
+        ret(f, y);
+    });
+    let le_9pio4 = f.ucmp(Cmp::Le, ix, int(0x40e2_31d5));
+    f.when(le_9pio4, |f| {
+        let le_7pio4 = f.ucmp(Cmp::Le, ix, int(0x40af_eddf));
+        let a3 = toward_zero(f, sign, x64, PIO2_3);
+        let a4 = toward_zero(f, sign, x64, PIO2_4);
+        let arg = f.selp(le_7pio4, a3, a4);
+        let y = k_tanf(f, arg, Some(le_7pio4));
+        ret(f, y);
+    });
+    // tan(Inf or NaN) is NaN
+    let special = f.ucmp(Cmp::Ge, ix, int(0x7f80_0000));
+    f.when(special, |f| {
+        let y = f.sub(x, x);
+        ret(f, y);
+    });
+    // argument reduction
+    let (n, y) = rem_pio2f(&mut f, rem, x);
+    let odd = f.and(n, int(1));
+    let odd = f.scmp(Cmp::Ne, odd, int(0));
+    let v = k_tanf(&mut f, y, Some(odd));
+    ret(&mut f, v);
+    f
+}

@@ -1,0 +1,153 @@
+//! CPU gate for the bit-exact libm ports: a kernel applying each transcendental `UnOp`
+//! elementwise (and one applying all of them) lowers and assembles with ptxas for sm_80 at
+//! PTX 7.0, sm_90 at 7.8 and sm_90 at 9.0. No approximate intrinsic appears in the PTX.
+
+mod common;
+
+use vyre_cuda::codegen::{emit_ptx, PtxIsa, PtxTarget};
+use vyre_driver::DispatchConfig;
+use vyre_foundation::ir::{BinOp, BufferDecl, DataType, Expr, Node, Program, UnOp};
+
+const N: u32 = 1024;
+
+fn transcendentals() -> [(UnOp, &'static str); 13] {
+    [
+        (UnOp::Sin, "vyre_libm_sinf"),
+        (UnOp::Cos, "vyre_libm_cosf"),
+        (UnOp::Tan, "vyre_libm_tanf"),
+        (UnOp::Asin, "vyre_libm_asinf"),
+        (UnOp::Acos, "vyre_libm_acosf"),
+        (UnOp::Atan, "vyre_libm_atanf"),
+        (UnOp::Sinh, "vyre_libm_sinhf"),
+        (UnOp::Cosh, "vyre_libm_coshf"),
+        (UnOp::Tanh, "vyre_libm_tanhf"),
+        (UnOp::Exp, "vyre_libm_expf"),
+        (UnOp::Exp2, "vyre_libm_exp2f"),
+        (UnOp::Log, "vyre_libm_logf"),
+        (UnOp::Log2, "vyre_libm_log2f"),
+    ]
+}
+
+/// `out_j[i] = ops[j](a[i])` for `i < N`.
+fn program(ops: &[UnOp]) -> Program {
+    let gid = Expr::InvocationId { axis: 0 };
+    let mut buffers = vec![BufferDecl::read("a", 0, DataType::F32).with_count(N)];
+    let mut stores = Vec::new();
+    for (j, op) in ops.iter().enumerate() {
+        let name = format!("out{j}");
+        buffers.push(BufferDecl::output(&name, j as u32 + 1, DataType::F32).with_count(N));
+        stores.push(Node::store(
+            &name,
+            gid.clone(),
+            Expr::UnOp {
+                op: op.clone(),
+                operand: Box::new(Expr::load("a", gid.clone())),
+            },
+        ));
+    }
+    Program::wrapped(
+        buffers,
+        [64, 1, 1],
+        vec![Node::if_then(
+            Expr::BinOp {
+                op: BinOp::Lt,
+                left: Box::new(gid),
+                right: Box::new(Expr::u32(N)),
+            },
+            stores,
+        )],
+    )
+}
+
+fn targets() -> [PtxTarget; 3] {
+    [
+        PtxTarget::sm80(),
+        PtxTarget::sm90(),
+        PtxTarget::new(90, PtxIsa::new(9, 0)).expect("sm_90 at PTX 9.0"),
+    ]
+}
+
+/// Emits `program` for every target, checks the text, and assembles it.
+fn gate(name: &str, program: &Program, symbols: &[&str], failures: &mut Vec<String>) {
+    let ptxas = common::ptxas::require_ptxas();
+    for target in targets() {
+        let kernel = match emit_ptx(program, &DispatchConfig::default(), target) {
+            Ok(kernel) => kernel,
+            Err(error) => {
+                failures.push(format!("{name} for {target}: rejected: {error}"));
+                continue;
+            }
+        };
+        let ptx = &kernel.ptx;
+        for symbol in symbols {
+            if ptx.matches(&format!(") {symbol}(")).count() != 1 {
+                failures.push(format!("{name} for {target}: {symbol} not defined once"));
+            }
+            if !ptx.contains(&format!("call (vyre_ret), {symbol}, (vyre_arg)")) {
+                failures.push(format!(
+                    "{name} for {target}: the kernel never calls {symbol}"
+                ));
+            }
+        }
+        if ptx.contains(".approx") || ptx.contains(".ftz.f64") {
+            failures.push(format!(
+                "{name} for {target}: approximate instruction in the PTX"
+            ));
+        }
+        if let Some(ptxas) = &ptxas {
+            if let Err(error) = common::ptxas::assemble_for(ptxas, ptx) {
+                failures.push(format!("{name} for {target}: {error}"));
+            }
+        }
+    }
+}
+
+#[test]
+fn each_transcendental_lowers_and_assembles() {
+    let mut failures = Vec::new();
+    for (op, symbol) in transcendentals() {
+        gate(
+            &format!("{op:?}"),
+            &program(std::slice::from_ref(&op)),
+            &[symbol],
+            &mut failures,
+        );
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn all_transcendentals_in_one_kernel_share_their_helpers() {
+    let all = transcendentals();
+    let ops: Vec<UnOp> = all.iter().map(|(op, _)| op.clone()).collect();
+    let symbols: Vec<&str> = all.iter().map(|(_, s)| *s).collect();
+    let mut failures = Vec::new();
+    gate("all", &program(&ops), &symbols, &mut failures);
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    let ptx = emit_ptx(
+        &program(&ops),
+        &DispatchConfig::default(),
+        PtxTarget::sm90(),
+    )
+    .expect("lowers")
+    .ptx;
+    for helper in ["vyre_libm_rem_pio2f", "vyre_libm_expm1f"] {
+        assert_eq!(ptx.matches(&format!(") {helper}(")).count(), 1, "{helper}");
+    }
+    assert_eq!(
+        ptx.matches(".const .align 4 .b32 vyre_libm_ipio2[").count(),
+        1
+    );
+}
+
+#[test]
+fn a_kernel_without_transcendentals_carries_no_libm_code() {
+    let ptx = emit_ptx(
+        &program(&[UnOp::Sqrt]),
+        &DispatchConfig::default(),
+        PtxTarget::sm90(),
+    )
+    .expect("lowers")
+    .ptx;
+    assert!(!ptx.contains("vyre_libm_"));
+}
