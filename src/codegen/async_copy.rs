@@ -216,7 +216,11 @@ impl<'p> Lowerer<'p> {
         use super::kind::ValKind;
         let wide = self.reg(RegClass::B64);
         match value.kind {
-            ValKind::U64 | ValKind::Bytes(5..) => self.mov(wide, value.reg),
+            ValKind::U64 | ValKind::Bytes(5..=8) => self.mov(wide, value.reg),
+            ValKind::Bytes(_) if matches!(value.kind, ValKind::Bytes(9..)) => {
+                self.fault_always(fault);
+                emit!(self.writer(), "mov.u64 {wide}, 0");
+            }
             ValKind::I32 => {
                 let negative = self.pred();
                 emit!(self.writer(), "setp.lt.s32 {negative}, {}, 0", value.reg);

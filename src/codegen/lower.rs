@@ -94,6 +94,8 @@ pub(crate) struct Lowerer<'p> {
     divergence: u32,
     /// Subgroup operations already computed at their enclosing divergent branch.
     hoisted: FxHashMap<*const Expr, Val>,
+    /// High halves of 16-byte values, keyed by their low register.
+    wide_hi: FxHashMap<Reg, Reg>,
 }
 
 /// Where a buffer's bytes start.
@@ -187,6 +189,7 @@ impl<'p> Lowerer<'p> {
             pending_copies: FxHashMap::default(),
             divergence: 0,
             hoisted: FxHashMap::default(),
+            wide_hi: FxHashMap::default(),
         }
     }
 
@@ -374,6 +377,12 @@ impl<'p> Lowerer<'p> {
                 let value = self.put_expr(value)?;
                 let reg = self.w.reg(value.kind.reg_class());
                 self.mov(reg, value.reg);
+                if value.kind == ValKind::Bytes(16) {
+                    let hi = self.w.reg(RegClass::B64);
+                    let source_hi = self.high_half(value);
+                    self.mov(hi, source_hi);
+                    self.wide_hi.insert(reg, hi);
+                }
                 self.bind(
                     name.as_str(),
                     Val {
@@ -409,6 +418,10 @@ impl<'p> Lowerer<'p> {
                     ));
                 }
                 self.mov(local.val.reg, value.reg);
+                if value.kind == ValKind::Bytes(16) {
+                    let (dst, src) = (self.high_half(local.val), self.high_half(value));
+                    self.mov(dst, src);
+                }
                 Ok(())
             }
             Node::Store {
@@ -598,6 +611,15 @@ impl<'p> Lowerer<'p> {
         };
         let (in_bounds, addr) = self.element_address(&slot, index);
         let space = slot.space.state_space();
+        if slot.stride == 16 {
+            // The value's bytes, zero-padded to sixteen.
+            let hi = self.high_half(value);
+            emit!(
+                self.w,
+                "@{in_bounds} st.{space}.v2.u64 [{addr}], {{{payload}, {hi}}}"
+            );
+            return Ok(());
+        }
         let width = match slot.stride {
             1 => "u8",
             2 => "u16",
@@ -647,8 +669,8 @@ impl<'p> Lowerer<'p> {
             _ => value,
         };
         let reg = match (stride, bytes.reg.class()) {
-            (8, RegClass::B64) => bytes.reg,
-            (8, _) => {
+            (8 | 16, RegClass::B64) => bytes.reg,
+            (8 | 16, _) => {
                 let wide = self.w.reg(RegClass::B64);
                 emit!(self.w, "cvt.u64.u32 {wide}, {}", bytes.reg);
                 wide
@@ -750,6 +772,12 @@ impl<'p> Lowerer<'p> {
                     t.reg,
                     f.reg
                 );
+                if t.kind == ValKind::Bytes(16) {
+                    let (t_hi, f_hi) = (self.high_half(t), self.high_half(f));
+                    let hi = self.w.reg(RegClass::B64);
+                    emit!(self.w, "selp.b64 {hi}, {t_hi}, {f_hi}, {p}");
+                    self.wide_hi.insert(reg, hi);
+                }
                 Ok(Val { kind: t.kind, reg })
             }
             Expr::Cast { target, value } => {
@@ -858,6 +886,17 @@ impl<'p> Lowerer<'p> {
         let (in_bounds, addr) = self.element_address(&slot, index);
         let space = slot.space.state_space();
         let reg = self.w.reg(kind.reg_class());
+        if slot.stride == 16 {
+            let hi = self.w.reg(RegClass::B64);
+            emit!(self.w, "mov.u64 {reg}, 0");
+            emit!(self.w, "mov.u64 {hi}, 0");
+            emit!(
+                self.w,
+                "@{in_bounds} ld.{space}.v2.u64 {{{reg}, {hi}}}, [{addr}]"
+            );
+            self.wide_hi.insert(reg, hi);
+            return Ok(Val { kind, reg });
+        }
         let (width, zero) = match (slot.stride, kind) {
             (_, ValKind::F32) => ("f32", "0f00000000"),
             (_, ValKind::F64) => ("f64", "0d0000000000000000"),
@@ -1145,6 +1184,24 @@ impl<'p> Lowerer<'p> {
             kind: ValKind::F32,
             reg: self.flush_subnormal(f),
         }
+    }
+
+    /// Bytes 8..16 of a value as a `.b64` register: the tracked high half of a 16-byte
+    /// value, zero for anything shorter.
+    pub(crate) fn high_half(&mut self, value: Val) -> Reg {
+        if value.kind == ValKind::Bytes(16) {
+            if let Some(hi) = self.wide_hi.get(&value.reg) {
+                return *hi;
+            }
+        }
+        let zero = self.w.reg(RegClass::B64);
+        emit!(self.w, "mov.u64 {zero}, 0");
+        zero
+    }
+
+    /// Record `hi` as the high half of the 16-byte value whose low half is `lo`.
+    pub(crate) fn set_high_half(&mut self, lo: Reg, hi: Reg) {
+        self.wide_hi.insert(lo, hi);
     }
 
     /// Branch to the fault block unconditionally (the reference always errors here).

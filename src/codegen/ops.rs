@@ -562,7 +562,12 @@ impl Lowerer<'_> {
                 let reg = self.reg(RegClass::B64);
                 match v.kind {
                     ValKind::I32 => emit!(self.writer(), "cvt.s64.s32 {reg}, {a}"),
-                    ValKind::U64 | ValKind::Bytes(5..) => self.mov(reg, a),
+                    ValKind::U64 | ValKind::Bytes(5..=8) => self.mov(reg, a),
+                    // More than eight raw bytes never read as a u64 in the reference.
+                    ValKind::Bytes(_) => {
+                        self.fault_always(DeviceFault::CastOutOfRange);
+                        emit!(self.writer(), "mov.u64 {reg}, 0");
+                    }
                     _ => emit!(self.writer(), "cvt.u64.u32 {reg}, {a}"),
                 }
                 Val {
@@ -614,6 +619,26 @@ impl Lowerer<'_> {
                     ValKind::I32
                 };
                 Val { kind, reg }
+            }
+            DataType::Vec4U32 => {
+                // The value's bytes, zero-padded to sixteen.
+                let lo = match v.kind {
+                    ValKind::F32 | ValKind::F64 => self.float_bytes(v),
+                    ValKind::U64 | ValKind::Bytes(5..) => a,
+                    _ => {
+                        let wide = self.reg(RegClass::B64);
+                        emit!(self.writer(), "cvt.u64.u32 {wide}, {a}");
+                        wide
+                    }
+                };
+                let hi = self.high_half(v);
+                let reg = self.reg(RegClass::B64);
+                self.mov(reg, lo);
+                self.set_high_half(reg, hi);
+                Val {
+                    kind: ValKind::Bytes(16),
+                    reg,
+                }
             }
             DataType::Vec2U32 => {
                 // The value's bytes, zero-padded or truncated to eight.
