@@ -78,7 +78,13 @@ pub(crate) struct Lowerer<'p> {
     scopes: Vec<Vec<&'p str>>,
     ids: Ids,
     fault_ptr: Reg,
-    faults: Vec<(DeviceFault, Label)>,
+    /// Faults that end every lane of the workgroup (out-of-line record-and-exit blocks).
+    exit_faults: Vec<(DeviceFault, Label)>,
+    /// Whether any fault is recorded at all (the kernel then takes a fault word).
+    uses_fault_word: bool,
+    /// Set once this lane has recorded a fault: its later results are discarded anyway,
+    /// so it leaves data-dependent loops early.
+    faulted: Reg,
     depth: u32,
     workgroup_size: [u32; 3],
     libm_used: BTreeSet<Libm>,
@@ -166,6 +172,7 @@ impl<'p> Lowerer<'p> {
         };
         let shared_base = w.reg(RegClass::B32);
         let fault_ptr = w.reg(RegClass::B64);
+        let faulted = w.reg(RegClass::Pred);
         let subgroup_lanes = w.reg(RegClass::B32);
         let subgroup_mask = w.reg(RegClass::B32);
         Self {
@@ -178,7 +185,9 @@ impl<'p> Lowerer<'p> {
             scopes: vec![Vec::new()],
             ids,
             fault_ptr,
-            faults: Vec::new(),
+            exit_faults: Vec::new(),
+            uses_fault_word: false,
+            faulted,
             depth: 0,
             workgroup_size: abi.workgroup_size,
             libm_used: BTreeSet::new(),
@@ -197,9 +206,8 @@ impl<'p> Lowerer<'p> {
     pub(crate) fn lower_entry(mut self, entry: &'p [Node]) -> Result<LoweredBody, CodegenError> {
         self.put_block(entry)?;
         emit!(self.w, "exit");
-        let faults = std::mem::take(&mut self.faults);
-        for (fault, label) in &faults {
-            self.w.put_label(*label);
+        for (fault, label) in std::mem::take(&mut self.exit_faults) {
+            self.w.put_label(label);
             let scratch = self.w.reg(RegClass::B32);
             emit!(
                 self.w,
@@ -209,14 +217,15 @@ impl<'p> Lowerer<'p> {
             );
             emit!(self.w, "exit");
         }
-        let prologue = self.prologue(!faults.is_empty());
+        let fault_word = self.uses_fault_word;
+        let prologue = self.prologue(fault_word);
         let decls = self.w.register_decls();
         Ok(LoweredBody {
             libm_used: std::mem::take(&mut self.libm_used),
             decls,
             prologue,
             body: self.w.into_body(),
-            fault_word: !faults.is_empty(),
+            fault_word,
         })
     }
 
@@ -231,6 +240,7 @@ impl<'p> Lowerer<'p> {
             emit!(p, "ld.param.u64 {}, [vyre_fault]", self.fault_ptr);
             emit!(p, "cvta.to.global.u64 {0}, {0}", self.fault_ptr);
         }
+        emit!(p, "setp.ne.u32 {}, 0, 0", self.faulted);
         for (axis, name) in ["x", "y", "z"].into_iter().enumerate() {
             let (l, g, gl) = (
                 self.ids.local[axis],
@@ -450,7 +460,8 @@ impl<'p> Lowerer<'p> {
                     emit!(self.w, "barrier.red.and.pred {all}, 0, {p}");
                     emit!(self.w, "barrier.red.or.pred {any}, 0, {p}");
                     emit!(self.w, "xor.pred {all}, {all}, {any}");
-                    self.fault_if(all, DeviceFault::DivergentBarrier);
+                    // `all` is the same in every lane (a barrier reduction), so all exit.
+                    self.fault_exit_if(all, DeviceFault::DivergentBarrier);
                 }
                 let divergent = !self.uniformity.is_uniform(cond_expr);
                 if divergent && self.divergence == 0 {
@@ -504,6 +515,15 @@ impl<'p> Lowerer<'p> {
                 let (top, end) = (self.w.label(), self.w.label());
                 self.w.put_label(top);
                 emit!(self.w, "setp.ge.u32 {done}, {counter}, {bound}");
+                if !body
+                    .iter()
+                    .any(|n| contains_barrier(n) || super::uniform::node_has_subgroup(n))
+                {
+                    // A lane that recorded a fault stops iterating (its results are
+                    // discarded); never in loops with barriers or subgroup operations,
+                    // where every lane must stay in step.
+                    emit!(self.w, "or.pred {done}, {done}, {}", self.faulted);
+                }
                 emit!(self.w, "@{done} bra {end}");
                 self.push_scope();
                 self.divergence += u32::from(divergent);
@@ -1141,13 +1161,32 @@ impl<'p> Lowerer<'p> {
         &mut self.w
     }
 
-    /// Branch to the out-of-line block for `fault` when `p` holds.
+    /// Record `fault` in the fault word when `p` holds (the first fault of a dispatch
+    /// wins) and carry on: the dispatch fails, so what the lane computes afterwards is
+    /// discarded, and callers substitute safe operands. Recording inline instead of
+    /// branching to exit blocks also keeps clear of a ptxas 13.0 sm_90 miscompile that
+    /// merged such blocks into a wrongly predicated `EXIT`.
     pub(crate) fn fault_if(&mut self, p: Reg, fault: DeviceFault) {
-        let label = match self.faults.iter().find(|(f, _)| *f == fault) {
+        self.uses_fault_word = true;
+        let scratch = self.w.reg(RegClass::B32);
+        emit!(
+            self.w,
+            "@{p} atom.global.cas.b32 {scratch}, [{}], 0, {}",
+            self.fault_ptr,
+            fault.code()
+        );
+        emit!(self.w, "or.pred {0}, {0}, {p}", self.faulted);
+    }
+
+    /// Record `fault` and end the invocation when `p` holds. Only for predicates uniform
+    /// across the workgroup, so no lane is left waiting at a later barrier.
+    pub(crate) fn fault_exit_if(&mut self, p: Reg, fault: DeviceFault) {
+        self.uses_fault_word = true;
+        let label = match self.exit_faults.iter().find(|(f, _)| *f == fault) {
             Some((_, label)) => *label,
             None => {
                 let label = self.w.label();
-                self.faults.push((fault, label));
+                self.exit_faults.push((fault, label));
                 label
             }
         };
@@ -1204,7 +1243,14 @@ impl<'p> Lowerer<'p> {
         self.wide_hi.insert(lo, hi);
     }
 
-    /// Branch to the fault block unconditionally (the reference always errors here).
+    /// `p ? 0 : r`: the safe operand substituted after a recorded fault.
+    pub(crate) fn zero_if(&mut self, p: Reg, r: Reg) -> Reg {
+        let out = self.w.reg(r.class());
+        emit!(self.w, "selp.{} {out}, 0, {r}, {p}", sel_type(r));
+        out
+    }
+
+    /// Record `fault` unconditionally (the reference always errors here).
     pub(crate) fn fault_always(&mut self, fault: DeviceFault) {
         let p = self.pred();
         emit!(self.w, "setp.eq.u32 {p}, 0, 0");
@@ -1248,7 +1294,7 @@ impl<'p> Lowerer<'p> {
                 let p = self.pred();
                 emit!(self.w, "setp.lt.s32 {p}, {}, 0", value.reg);
                 self.fault_if(p, fault);
-                value.reg
+                self.zero_if(p, value.reg)
             }
             ValKind::Bytes(_) => {
                 // More than four raw bytes never read as a u32 in the reference.
@@ -1274,7 +1320,7 @@ impl<'p> Lowerer<'p> {
                 self.fault_if(bad, fault);
                 let r = self.b32();
                 emit!(self.w, "cvt.rzi.u32.f64 {r}, {}", value.reg);
-                r
+                self.zero_if(bad, r)
             }
             ValKind::U64 => {
                 let p = self.pred();
@@ -1282,7 +1328,7 @@ impl<'p> Lowerer<'p> {
                 self.fault_if(p, fault);
                 let r = self.b32();
                 emit!(self.w, "cvt.u32.u64 {r}, {}", value.reg);
-                r
+                self.zero_if(p, r)
             }
             ValKind::F32 => {
                 // Finite, >= 0 and <= u32::MAX, then truncated.
@@ -1295,7 +1341,7 @@ impl<'p> Lowerer<'p> {
                 self.fault_if(bad, fault);
                 let r = self.b32();
                 emit!(self.w, "cvt.rzi.u32.f32 {r}, {}", value.reg);
-                r
+                self.zero_if(bad, r)
             }
         })
     }

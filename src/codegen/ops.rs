@@ -164,7 +164,11 @@ impl Lowerer<'_> {
                     emit!(self.writer(), "setp.eq.s32 {neg_one}, {b}, -1");
                     emit!(self.writer(), "and.pred {min}, {min}, {neg_one}");
                     self.fault_if(min, overflow);
-                    emit!(self.writer(), "{opcode}.s32 {d}, {a}, {b}");
+                    // After a recorded fault divide by 1 instead (the result is discarded).
+                    emit!(self.writer(), "or.pred {zero}, {zero}, {min}");
+                    let safe = self.reg(RegClass::B32);
+                    emit!(self.writer(), "selp.b32 {safe}, 1, {b}, {zero}");
+                    emit!(self.writer(), "{opcode}.s32 {d}, {a}, {safe}");
                 } else {
                     // Unsigned: x / 0 = MAX, x % 0 = 0 (PTX leaves both unspecified).
                     let zero = self.pred();
@@ -610,8 +614,17 @@ impl Lowerer<'_> {
                 match target {
                     DataType::U8 => emit!(self.writer(), "and.b32 {reg}, {low}, 255"),
                     DataType::U16 => emit!(self.writer(), "and.b32 {reg}, {low}, 65535"),
-                    DataType::I8 => emit!(self.writer(), "bfe.s32 {reg}, {low}, 0, 8"),
-                    _ => emit!(self.writer(), "bfe.s32 {reg}, {low}, 0, 16"),
+                    // Sign-extend with shl + shr.s32, not bfe.s32: ptxas 13.0 (sm_90)
+                    // folds a bfe.s32 feeding an unsigned int->float conversion into a
+                    // signed I2F.S8/S16, which is wrong (found by the fuzzer).
+                    DataType::I8 => {
+                        emit!(self.writer(), "shl.b32 {reg}, {low}, 24");
+                        emit!(self.writer(), "shr.s32 {reg}, {reg}, 24");
+                    }
+                    _ => {
+                        emit!(self.writer(), "shl.b32 {reg}, {low}, 16");
+                        emit!(self.writer(), "shr.s32 {reg}, {reg}, 16");
+                    }
                 }
                 let kind = if matches!(target, DataType::U8 | DataType::U16) {
                     ValKind::U32
