@@ -85,6 +85,12 @@ pub(crate) struct Lowerer<'p> {
     /// Set once this lane has recorded a fault: its later results are discarded anyway,
     /// so it leaves data-dependent loops early.
     faulted: Reg,
+    /// Zero that ptxas cannot prove is zero (`%dynamic_smem_size`; kernels are always
+    /// launched without dynamic shared memory). ORed into f32 constants and into the
+    /// inputs of int->float conversions, it keeps ptxas 13.0 (sm_90) from constant-folding
+    /// f32 arithmetic with the wrong rounding, folding `-0.0` away, and fusing sign
+    /// extensions or byte extractions into wrong `I2F` forms (all found by the fuzzer).
+    opaque_zero: Reg,
     depth: u32,
     workgroup_size: [u32; 3],
     libm_used: BTreeSet<Libm>,
@@ -173,6 +179,7 @@ impl<'p> Lowerer<'p> {
         let shared_base = w.reg(RegClass::B32);
         let fault_ptr = w.reg(RegClass::B64);
         let faulted = w.reg(RegClass::Pred);
+        let opaque_zero = w.reg(RegClass::B32);
         let subgroup_lanes = w.reg(RegClass::B32);
         let subgroup_mask = w.reg(RegClass::B32);
         Self {
@@ -188,6 +195,7 @@ impl<'p> Lowerer<'p> {
             exit_faults: Vec::new(),
             uses_fault_word: false,
             faulted,
+            opaque_zero,
             depth: 0,
             workgroup_size: abi.workgroup_size,
             libm_used: BTreeSet::new(),
@@ -241,6 +249,7 @@ impl<'p> Lowerer<'p> {
             emit!(p, "cvta.to.global.u64 {0}, {0}", self.fault_ptr);
         }
         emit!(p, "setp.ne.u32 {}, 0, 0", self.faulted);
+        emit!(p, "mov.u32 {}, %dynamic_smem_size", self.opaque_zero);
         for (axis, name) in ["x", "y", "z"].into_iter().enumerate() {
             let (l, g, gl) = (
                 self.ids.local[axis],
@@ -720,15 +729,10 @@ impl<'p> Lowerer<'p> {
             Expr::LitU32(v) => Ok(self.lit_b32(ValKind::U32, *v)),
             Expr::LitI32(v) => Ok(self.lit_b32(ValKind::I32, *v as u32)),
             Expr::LitBool(v) => Ok(self.lit_b32(ValKind::Bool, u32::from(*v))),
-            Expr::LitF32(v) => {
-                let bits = canonical_f32_bits_host(*v);
-                let reg = self.w.reg(RegClass::F32);
-                emit!(self.w, "mov.b32 {reg}, 0f{bits:08X}");
-                Ok(Val {
-                    kind: ValKind::F32,
-                    reg,
-                })
-            }
+            Expr::LitF32(v) => Ok(Val {
+                kind: ValKind::F32,
+                reg: self.f32_const(canonical_f32_bits_host(*v)),
+            }),
             Expr::Var(name) => self
                 .locals
                 .get(name.as_str())
@@ -1243,6 +1247,30 @@ impl<'p> Lowerer<'p> {
         self.wide_hi.insert(lo, hi);
     }
 
+    /// An f32 constant ptxas cannot fold (see `opaque_zero`).
+    pub(crate) fn f32_const(&mut self, bits: u32) -> Reg {
+        let raw = self.w.reg(RegClass::B32);
+        emit!(self.w, "or.b32 {raw}, {}, {bits}", self.opaque_zero);
+        let f = self.w.reg(RegClass::F32);
+        emit!(self.w, "mov.b32 {f}, {raw}");
+        f
+    }
+
+    /// `r` passed through the opaque zero, so ptxas cannot fuse what produced it into the
+    /// instruction that consumes it.
+    pub(crate) fn opaque(&mut self, r: Reg) -> Reg {
+        let out = self.w.reg(r.class());
+        match r.class() {
+            RegClass::B64 => {
+                let wide = self.w.reg(RegClass::B64);
+                emit!(self.w, "cvt.u64.u32 {wide}, {}", self.opaque_zero);
+                emit!(self.w, "or.b64 {out}, {r}, {wide}");
+            }
+            _ => emit!(self.w, "or.b32 {out}, {r}, {}", self.opaque_zero),
+        }
+        out
+    }
+
     /// `p ? 0 : r`: the safe operand substituted after a recorded fault.
     pub(crate) fn zero_if(&mut self, p: Reg, r: Reg) -> Reg {
         let out = self.w.reg(r.class());
@@ -1364,8 +1392,9 @@ impl<'p> Lowerer<'p> {
     /// Flush a subnormal f32 to a zero of the same sign (the reference's canonical form).
     /// `x + -0.0` with `.ftz` is exact for every other input, including ±0 and infinities.
     pub(crate) fn flush_subnormal(&mut self, f: Reg) -> Reg {
+        let minus_zero = self.f32_const(0x8000_0000);
         let out = self.w.reg(RegClass::F32);
-        emit!(self.w, "add.rn.ftz.f32 {out}, {f}, 0f80000000");
+        emit!(self.w, "add.rn.ftz.f32 {out}, {f}, {minus_zero}");
         out
     }
 

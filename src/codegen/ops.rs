@@ -439,10 +439,19 @@ impl Lowerer<'_> {
             kind: ValKind::F32,
             reg,
         };
-        let one = "0f3F800000";
+        let one = self.f32_const(0x3F80_0000);
         match op {
-            UnOp::Negate => emit!(self.writer(), "neg.f32 {d}, {a}"),
-            UnOp::Abs => emit!(self.writer(), "abs.f32 {d}, {a}"),
+            // Sign-bit operations on the bits: ptxas 13.0 folds `neg.f32` of a zero into +0.
+            UnOp::Negate | UnOp::Abs => {
+                let (bits, out) = (self.b32(), self.b32());
+                emit!(self.writer(), "mov.b32 {bits}, {a}");
+                if matches!(op, UnOp::Negate) {
+                    emit!(self.writer(), "xor.b32 {out}, {bits}, 0x80000000");
+                } else {
+                    emit!(self.writer(), "and.b32 {out}, {bits}, 0x7FFFFFFF");
+                }
+                emit!(self.writer(), "mov.b32 {d}, {out}");
+            }
             // Correctly rounded, like libm's sqrtf; never subnormal for normal input.
             UnOp::Sqrt => emit!(self.writer(), "sqrt.rn.f32 {d}, {a}"),
             UnOp::InverseSqrt => {
@@ -466,20 +475,26 @@ impl Lowerer<'_> {
                     self.reg(RegClass::F32),
                     self.pred(),
                 );
+                let (bits, sign, half) = (self.b32(), self.b32(), self.f32_const(0x3F00_0000));
                 emit!(self.writer(), "cvt.rzi.f32.f32 {d}, {a}");
                 emit!(self.writer(), "sub.rn.f32 {frac}, {a}, {d}");
                 emit!(self.writer(), "abs.f32 {frac}, {frac}");
-                emit!(self.writer(), "setp.ge.f32 {away}, {frac}, 0f3F000000");
-                emit!(self.writer(), "copysign.f32 {step}, {a}, {one}");
+                emit!(self.writer(), "setp.ge.f32 {away}, {frac}, {half}");
+                // copysign(1, x) on the bits.
+                emit!(self.writer(), "mov.b32 {bits}, {a}");
+                emit!(self.writer(), "and.b32 {sign}, {bits}, 0x80000000");
+                emit!(self.writer(), "or.b32 {sign}, {sign}, 0x3F800000");
+                emit!(self.writer(), "mov.b32 {step}, {sign}");
                 emit!(self.writer(), "@{away} add.rn.f32 {d}, {d}, {step}");
             }
             UnOp::Sign => {
                 // NaN -> NaN, > 0 -> 1, < 0 -> -1, ±0 -> +0.
                 let (pos, neg) = (self.pred(), self.pred());
-                emit!(self.writer(), "setp.gt.f32 {pos}, {a}, 0f00000000");
-                emit!(self.writer(), "setp.lt.f32 {neg}, {a}, 0f00000000");
-                emit!(self.writer(), "selp.f32 {d}, {one}, 0f00000000, {pos}");
-                emit!(self.writer(), "@{neg} mov.f32 {d}, 0fBF800000");
+                let (zero, minus_one) = (self.f32_const(0), self.f32_const(0xBF80_0000));
+                emit!(self.writer(), "setp.gt.f32 {pos}, {a}, {zero}");
+                emit!(self.writer(), "setp.lt.f32 {neg}, {a}, {zero}");
+                emit!(self.writer(), "selp.f32 {d}, {one}, {zero}, {pos}");
+                emit!(self.writer(), "@{neg} mov.f32 {d}, {minus_one}");
                 let nan = self.pred();
                 emit!(self.writer(), "testp.notanumber.f32 {nan}, {a}");
                 emit!(self.writer(), "@{nan} mov.f32 {d}, {a}");
@@ -585,10 +600,19 @@ impl Lowerer<'_> {
                 let reg = self.reg(RegClass::F32);
                 match v.kind {
                     ValKind::F32 => self.mov(reg, a),
-                    ValKind::I32 => emit!(self.writer(), "cvt.rn.f32.s32 {reg}, {a}"),
-                    ValKind::U64 => emit!(self.writer(), "cvt.rn.f32.u64 {reg}, {a}"),
+                    // Inputs pass through the opaque zero: ptxas 13.0 fuses sign
+                    // extensions and byte extractions into wrong I2F forms otherwise.
+                    ValKind::I32 => {
+                        let a = self.opaque(a);
+                        emit!(self.writer(), "cvt.rn.f32.s32 {reg}, {a}");
+                    }
+                    ValKind::U64 => {
+                        let a = self.opaque(a);
+                        emit!(self.writer(), "cvt.rn.f32.u64 {reg}, {a}");
+                    }
                     _ => {
                         let bits = self.u32_checked(v, DeviceFault::CastOutOfRange)?;
+                        let bits = self.opaque(bits);
                         emit!(self.writer(), "cvt.rn.f32.u32 {reg}, {bits}");
                     }
                 }
