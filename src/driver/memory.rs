@@ -201,3 +201,101 @@ fn host_oom(bytes: usize) -> DriverError {
         "cannot allocate {bytes} bytes of host memory to pin"
     ))
 }
+
+/// Device memory from the device's stream-ordered pool (`cuMemAllocAsync`).
+///
+/// Return it with [`StreamOrderedAlloc::free_on`] (`cuMemFreeAsync`, ordered after the work
+/// already queued on that stream, no host wait); dropping it instead frees it with
+/// `cuMemFree`, which waits for outstanding work first. `Send + Sync`.
+#[derive(Debug)]
+pub struct StreamOrderedAlloc {
+    device: Arc<Device>,
+    ptr: sys::CUdeviceptr,
+    len: usize,
+    generation: u64,
+}
+
+impl StreamOrderedAlloc {
+    /// Allocates `bytes` (at least 1) ordered on `stream`: the memory may be used by work
+    /// queued on `stream` after this call.
+    pub fn new(stream: &super::Stream, bytes: usize) -> Result<Self, DriverError> {
+        let device = stream.device();
+        let generation = device.generation();
+        stream.enter("cuMemAllocAsync")?;
+        let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: the context is current and `stream` is live; `ptr` is a valid out pointer.
+        unsafe { sys::cuMemAllocAsync(&mut ptr, bytes.max(1), stream.raw()) }
+            .check("cuMemAllocAsync")?;
+        Ok(Self {
+            device: Arc::clone(device),
+            ptr,
+            len: bytes,
+            generation,
+        })
+    }
+
+    /// Keeps up to `bytes` of freed memory in the device's default stream-ordered pool
+    /// instead of returning it to the driver at every synchronisation
+    /// (`CU_MEMPOOL_ATTR_RELEASE_THRESHOLD`).
+    pub fn set_release_threshold(device: &Arc<Device>, bytes: u64) -> Result<(), DriverError> {
+        device.bind()?;
+        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: `pool` is a valid out pointer; the device handle is valid.
+        unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, device.raw()) }
+            .check("cuDeviceGetDefaultMemPool")?;
+        let mut value: u64 = bytes;
+        // SAFETY: the release threshold attribute takes a pointer to a `cuuint64_t`.
+        unsafe {
+            sys::cuMemPoolSetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut value as *mut u64).cast(),
+            )
+        }
+        .check("cuMemPoolSetAttribute")
+    }
+
+    /// The device address.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-byte request (which still holds a 1-byte allocation).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Frees the memory ordered after the work queued on `stream` (`cuMemFreeAsync`). If that
+    /// fails, dropping `self` frees it synchronously instead.
+    pub fn free_on(mut self, stream: &super::Stream) -> Result<(), DriverError> {
+        self.device.bind_live(self.generation, "cuMemFreeAsync")?;
+        stream.enter("cuMemFreeAsync")?;
+        // SAFETY: `ptr` came from `cuMemAllocAsync` in this live context; on success it is
+        // cleared so that `Drop` does not free it again.
+        unsafe { sys::cuMemFreeAsync(self.ptr, stream.raw()) }.check("cuMemFreeAsync")?;
+        self.ptr = 0;
+        Ok(())
+    }
+}
+
+impl Drop for StreamOrderedAlloc {
+    fn drop(&mut self) {
+        if self.ptr == 0 {
+            return;
+        }
+        if let Err(e) = self.device.bind_live(self.generation, "cuMemFree_v2") {
+            tracing::debug!(%e, "stream-ordered allocation not freed");
+            return;
+        }
+        // SAFETY: `ptr` came from `cuMemAllocAsync` in this live context and is freed once;
+        // cuMemFree accepts stream-ordered memory and waits for outstanding work.
+        if let Err(e) = unsafe { result::free_sync(self.ptr) }.check("cuMemFree_v2") {
+            tracing::warn!(%e, bytes = self.len, "freeing stream-ordered device memory failed");
+        }
+    }
+}

@@ -52,8 +52,21 @@ impl Stream {
     }
 
     #[inline]
-    fn enter(&self, call: &'static str) -> Result<(), DriverError> {
+    pub(super) fn enter(&self, call: &'static str) -> Result<(), DriverError> {
         self.device.bind_live(self.generation, call)
+    }
+
+    pub(super) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Makes all later work on this stream wait until `event` (as last recorded) completes
+    /// (`cuStreamWaitEvent`); the host does not block.
+    pub fn wait_event(&self, event: &Event) -> Result<(), DriverError> {
+        self.enter("cuStreamWaitEvent")?;
+        event.enter("cuStreamWaitEvent")?;
+        // SAFETY: both handles are live in the current context.
+        unsafe { sys::cuStreamWaitEvent(self.raw, event.raw, 0) }.check("cuStreamWaitEvent")
     }
 
     /// Blocks until all work queued on the stream is done.
@@ -175,6 +188,20 @@ impl Stream {
             // SAFETY: as above.
             unsafe { result::memset_d8_async(dst_ptr, 0, len, self.raw) }.check("cuMemsetD8Async")
         }
+    }
+
+    /// Fills `len` bytes at `dst_ptr` with `value` (`cuMemsetD8Async`), ordered on this
+    /// stream. Zero bytes make no call.
+    pub fn memset_u8(&self, dst_ptr: u64, value: u8, len: usize) -> Result<(), DriverError> {
+        if len == 0 {
+            return Ok(());
+        }
+        if value == 0 {
+            return self.memset_zero(dst_ptr, len);
+        }
+        self.enter("cuMemsetD8Async")?;
+        // SAFETY: only device memory is accessed; bad addresses are reported by the driver.
+        unsafe { result::memset_d8_async(dst_ptr, value, len, self.raw) }.check("cuMemsetD8Async")
     }
 
     /// Launches `function` on this stream (`cuLaunchKernel`).
