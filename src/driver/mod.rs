@@ -23,7 +23,7 @@ mod stream;
 pub use device::{Device, DeviceInfo};
 pub use error::DriverError;
 pub use graph::{Graph, GraphExec};
-pub use memory::{DeviceAlloc, PinnedHostBuffer, StreamOrderedAlloc};
+pub use memory::{DeviceAlloc, PinnedHostBuffer, StagingBuffer, StreamOrderedAlloc};
 pub use module::{Function, Module};
 pub use stream::{Event, Stream};
 
