@@ -342,7 +342,10 @@ impl VyreBackend for CudaBackend {
         true
     }
 
-    fn allocate_device_buffer(&self, byte_len: usize) -> Result<Box<dyn DeviceBuffer>, BackendError> {
+    fn allocate_device_buffer(
+        &self,
+        byte_len: usize,
+    ) -> Result<Box<dyn DeviceBuffer>, BackendError> {
         CudaBackend::allocate_device_buffer(self, byte_len)
             .map(|buffer| Box::new(buffer) as Box<dyn DeviceBuffer>)
             .map_err(err)

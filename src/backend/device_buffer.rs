@@ -87,12 +87,22 @@ fn foreign(index: usize, what: &str) -> CudaError {
 
 impl CudaBackend {
     /// Our `CudaDeviceBuffer` behind `buffer`, checked to belong to this backend instance.
-    fn own<'b>(&self, buffer: &'b dyn DeviceBuffer, index: usize) -> Result<&'b CudaDeviceBuffer, CudaError> {
-        vyre_driver::validate_buffer_ownership(CUDA_BACKEND_ID, [buffer]).map_err(CudaError::Rejected)?;
+    fn own<'b>(
+        &self,
+        buffer: &'b dyn DeviceBuffer,
+        index: usize,
+    ) -> Result<&'b CudaDeviceBuffer, CudaError> {
+        vyre_driver::validate_buffer_ownership(CUDA_BACKEND_ID, [buffer])
+            .map_err(CudaError::Rejected)?;
         let ours = buffer
             .as_any()
             .downcast_ref::<CudaDeviceBuffer>()
-            .ok_or_else(|| foreign(index, "claims backend `cuda` but was not created by vyre-cuda"))?;
+            .ok_or_else(|| {
+                foreign(
+                    index,
+                    "claims backend `cuda` but was not created by vyre-cuda",
+                )
+            })?;
         if !ours.owned_by(self.core()) {
             return Err(foreign(index, "belongs to another CudaBackend instance"));
         }
@@ -111,7 +121,11 @@ impl CudaBackend {
     }
 
     /// Uploads exactly `buffer.byte_len()` bytes.
-    pub fn upload_device_buffer(&self, buffer: &dyn DeviceBuffer, bytes: &[u8]) -> Result<(), CudaError> {
+    pub fn upload_device_buffer(
+        &self,
+        buffer: &dyn DeviceBuffer,
+        bytes: &[u8],
+    ) -> Result<(), CudaError> {
         let ours = self.own(buffer, 0)?;
         self.upload_resident(&ours.resource(), bytes)
     }

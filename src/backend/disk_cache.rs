@@ -10,7 +10,9 @@
 //! place, so readers never see half a record.
 
 use super::cache::KernelKey;
-use crate::codegen::{BindingRole, EmittedKernel, KernelAbi, KernelBinding, PtxTarget, KERNEL_ENTRY};
+use crate::codegen::{
+    BindingRole, EmittedKernel, KernelAbi, KernelBinding, PtxTarget, KERNEL_ENTRY,
+};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use vyre_foundation::ir::{BufferAccess, Program};
@@ -149,10 +151,14 @@ impl<'a> Reader<'a> {
         Ok(self.take(1)?[0])
     }
     fn u32(&mut self) -> Result<u32, String> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap_or([0; 4])))
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().unwrap_or([0; 4]),
+        ))
     }
     fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap_or([0; 8])))
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().unwrap_or([0; 8]),
+        ))
     }
     fn usize(&mut self) -> Result<usize, String> {
         usize::try_from(self.u64()?).map_err(|_| "a length does not fit usize".to_string())
@@ -290,7 +296,10 @@ mod tests {
         let kernel = emit_ptx(&program, &DispatchConfig::default(), target).unwrap();
         let key = KernelKey::new(&program, kernel.abi.workgroup_size, target);
         let cache = DiskCache::new(temp_dir("round-trip"));
-        assert!(matches!(cache.load(&key, &program, target), Err(Miss::Absent)));
+        assert!(matches!(
+            cache.load(&key, &program, target),
+            Err(Miss::Absent)
+        ));
         cache.store(&key, &kernel).unwrap();
         let loaded = cache.load(&key, &program, target).unwrap();
         assert_eq!(*loaded, kernel);
@@ -313,20 +322,30 @@ mod tests {
         let last = flipped.len() - 10;
         flipped[last] ^= 0x20;
         std::fs::write(&path, &flipped).unwrap();
-        assert!(matches!(cache.load(&key, &program, target), Err(Miss::Corrupt(r)) if r.contains("checksum")));
+        assert!(
+            matches!(cache.load(&key, &program, target), Err(Miss::Corrupt(r)) if r.contains("checksum"))
+        );
 
         // Truncated.
         std::fs::write(&path, &good[..good.len() / 2]).unwrap();
-        assert!(matches!(cache.load(&key, &program, target), Err(Miss::Corrupt(_))));
+        assert!(matches!(
+            cache.load(&key, &program, target),
+            Err(Miss::Corrupt(_))
+        ));
 
         // Garbage.
         std::fs::write(&path, b"not a record").unwrap();
-        assert!(matches!(cache.load(&key, &program, target), Err(Miss::Corrupt(_))));
+        assert!(matches!(
+            cache.load(&key, &program, target),
+            Err(Miss::Corrupt(_))
+        ));
 
         // A valid record stored under the wrong file name.
         let other = KernelKey::new(&program, [8, 1, 1], target);
         std::fs::write(cache.path(&other), &good).unwrap();
-        assert!(matches!(cache.load(&other, &program, target), Err(Miss::Corrupt(r)) if r.contains("another kernel key")));
+        assert!(
+            matches!(cache.load(&other, &program, target), Err(Miss::Corrupt(r)) if r.contains("another kernel key"))
+        );
 
         // Storing again repairs the record.
         cache.store(&key, &kernel).unwrap();

@@ -7,7 +7,7 @@ use super::metrics::Metrics;
 use super::plan::{shape_output, starts_zeroed, DispatchPlan};
 use super::pool::{Block, StreamSlot};
 use super::staging::{DeviceToHost, HostToDevice};
-use super::{CudaBackend, Core};
+use super::{Core, CudaBackend};
 use crate::codegen::DeviceFault;
 use crate::error::CudaError;
 use std::sync::Arc;
@@ -111,7 +111,10 @@ impl Core {
     ) -> Result<(), crate::driver::DriverError> {
         let abi = &flight.kernel.abi;
         let base = flight.block.as_ref().map_or(0, Block::ptr);
-        let slot = flight.slot.as_ref().expect("a started dispatch has a stream");
+        let slot = flight
+            .slot
+            .as_ref()
+            .expect("a started dispatch has a stream");
         let stream = &slot.stream;
         {
             let _span = tracing::trace_span!("vyre_cuda.upload").entered();
@@ -287,7 +290,11 @@ impl InFlight {
 }
 
 /// Decodes the fault word; a non-zero one fails the dispatch with the reference's error.
-pub(crate) fn check_fault(core: &Core, code: u32, outputs: &mut Vec<Vec<u8>>) -> Result<(), CudaError> {
+pub(crate) fn check_fault(
+    core: &Core,
+    code: u32,
+    outputs: &mut Vec<Vec<u8>>,
+) -> Result<(), CudaError> {
     if code == 0 {
         return Ok(());
     }

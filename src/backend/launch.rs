@@ -19,7 +19,9 @@ fn mismatch(what: &str) -> DriverError {
         "cuLaunchKernel",
         cudarc::driver::sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32,
     )
-    .with_description(format!("vyre-cuda launch arguments do not match the kernel ABI: {what}"))
+    .with_description(format!(
+        "vyre-cuda launch arguments do not match the kernel ABI: {what}"
+    ))
 }
 
 /// Enqueues `launches` back-to-back launches of `kernel` on `stream`.
@@ -62,13 +64,7 @@ pub(crate) fn enqueue(
         // device memory the caller keeps allocated until the launch completes, and the
         // kernel bounds-checks every access against the element counts it is given.
         unsafe {
-            stream.launch(
-                &kernel.function,
-                grid,
-                abi.workgroup_size,
-                0,
-                &mut params,
-            )?;
+            stream.launch(&kernel.function, grid, abi.workgroup_size, 0, &mut params)?;
         }
     }
     Ok(())

@@ -387,14 +387,6 @@ impl Core {
         &self.metrics
     }
 
-    pub(crate) fn device_info(&self) -> &DeviceInfo {
-        self.device.info()
-    }
-
-    pub(crate) fn target(&self) -> PtxTarget {
-        self.target
-    }
-
     fn lost_cause(&self) -> Option<String> {
         self.lost.lock().ok().and_then(|l| l.clone())
     }
@@ -501,7 +493,13 @@ impl Core {
             .workgroup_override
             .unwrap_or_else(|| program.workgroup_size());
         let key = KernelKey::new(program, workgroup, self.target);
-        if let Some(kernel) = self.kernels.modules.lock().ok().and_then(|mut m| m.get(&key)) {
+        if let Some(kernel) = self
+            .kernels
+            .modules
+            .lock()
+            .ok()
+            .and_then(|mut m| m.get(&key))
+        {
             Metrics::bump(&self.metrics.kernel_cache_hits);
             return Ok(kernel);
         }
@@ -554,23 +552,24 @@ impl Core {
         }
         validate(program)?;
         self.check_launch_shape(workgroup)?;
-        let from_disk = self.disk.as_ref().and_then(|disk| {
-            match disk.load(key, program, self.target) {
-                Ok(emitted) => {
-                    Metrics::bump(&self.metrics.disk_cache_hits);
-                    Some(emitted)
-                }
-                Err(Miss::Absent) => {
-                    Metrics::bump(&self.metrics.disk_cache_misses);
-                    None
-                }
-                Err(Miss::Corrupt(reason)) => {
-                    tracing::debug!(%reason, "PTX disk cache record rejected");
-                    Metrics::bump(&self.metrics.disk_cache_errors);
-                    None
-                }
-            }
-        });
+        let from_disk =
+            self.disk
+                .as_ref()
+                .and_then(|disk| match disk.load(key, program, self.target) {
+                    Ok(emitted) => {
+                        Metrics::bump(&self.metrics.disk_cache_hits);
+                        Some(emitted)
+                    }
+                    Err(Miss::Absent) => {
+                        Metrics::bump(&self.metrics.disk_cache_misses);
+                        None
+                    }
+                    Err(Miss::Corrupt(reason)) => {
+                        tracing::debug!(%reason, "PTX disk cache record rejected");
+                        Metrics::bump(&self.metrics.disk_cache_errors);
+                        None
+                    }
+                });
         let emitted = match from_disk {
             Some(emitted) => emitted,
             None => {

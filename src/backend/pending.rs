@@ -4,7 +4,7 @@
 
 use super::dispatch::InFlight;
 use super::metrics::Metrics;
-use super::{CudaBackend, Core};
+use super::{Core, CudaBackend};
 use crate::error::CudaError;
 use std::sync::{Arc, Mutex};
 use vyre_driver::DispatchConfig;
@@ -53,7 +53,12 @@ impl CudaPendingDispatch {
         let flight = self
             .flight
             .lock()
-            .map_err(|_| CudaError::invalid_input("the pending dispatch's lock is poisoned", "dispatch again"))?
+            .map_err(|_| {
+                CudaError::invalid_input(
+                    "the pending dispatch's lock is poisoned",
+                    "dispatch again",
+                )
+            })?
             .take();
         let Some(flight) = flight else {
             return Err(CudaError::invalid_input(

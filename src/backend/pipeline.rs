@@ -23,7 +23,9 @@ pub struct CudaPipeline {
 
 impl std::fmt::Debug for CudaPipeline {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CudaPipeline").field("id", &self.id).finish()
+        f.debug_struct("CudaPipeline")
+            .field("id", &self.id)
+            .finish()
     }
 }
 
@@ -54,7 +56,14 @@ impl CudaPipeline {
         outputs: &mut Vec<Vec<u8>>,
     ) -> Result<(), CudaError> {
         self.core
-            .run(&self.program, inputs, config, self.kernel_for(config), false, outputs)
+            .run(
+                &self.program,
+                inputs,
+                config,
+                self.kernel_for(config),
+                false,
+                outputs,
+            )
             .map(|_| ())
     }
 
@@ -101,7 +110,10 @@ impl CudaPipeline {
         config: &DispatchConfig,
     ) -> Result<Vec<Vec<u8>>, CudaError> {
         let launches = super::dispatch::check_config(config)?;
-        let handles: Vec<u64> = resources.iter().map(resident_id).collect::<Result<_, _>>()?;
+        let handles: Vec<u64> = resources
+            .iter()
+            .map(resident_id)
+            .collect::<Result<_, _>>()?;
         let abi = &self.kernel.abi;
         let order = super::plan::binding_order(&self.program, abi);
         // Outputs in declaration order: binding `order[k]` is bound to `handles[k]`.
@@ -157,7 +169,9 @@ impl CudaBackend {
     ) -> Result<CudaPipeline, CudaError> {
         let core = self.core();
         core.usable()?;
-        let kernel = core.kernel(&program, config).map_err(|e| core.classify(e))?;
+        let kernel = core
+            .kernel(&program, config)
+            .map_err(|e| core.classify(e))?;
         Ok(CudaPipeline {
             id: format!("cuda:{}", kernel.key.hex()),
             core: Arc::clone(core),

@@ -510,9 +510,14 @@ mod tests {
         assert!(p.bindings.iter().all(|b| b.input.is_none()));
         assert_eq!(p.grid, [16, 1, 1]);
         // The borrowed path with the same lengths gives the same grid rule.
-        let borrowed =
-            DispatchPlan::new(&program, &kernel.abi, &[40, 8, 4], &DispatchConfig::default(), LIMITS)
-                .unwrap();
+        let borrowed = DispatchPlan::new(
+            &program,
+            &kernel.abi,
+            &[40, 8, 4],
+            &DispatchConfig::default(),
+            LIMITS,
+        )
+        .unwrap();
         assert_eq!(borrowed.grid, [1, 1, 1]);
         let error = DispatchPlan::resident(
             &program,
@@ -523,7 +528,10 @@ mod tests {
         )
         .unwrap_err();
         let text = vyre_driver::BackendError::from(error).to_string();
-        assert!(text.contains("res, rw, in1, in0") && text.contains("Fix:"), "{text}");
+        assert!(
+            text.contains("res, rw, in1, in0") && text.contains("Fix:"),
+            "{text}"
+        );
         // Zero-length resident buffers are legal: every access is out of bounds.
         let p = DispatchPlan::resident(
             &program,

@@ -205,8 +205,14 @@ mod tests {
 
     #[test]
     fn pool_kind_parses_its_names() {
-        assert_eq!(PoolKind::parse("stream-ordered"), Some(PoolKind::StreamOrdered));
-        assert_eq!(PoolKind::parse(" size-classes "), Some(PoolKind::SizeClasses));
+        assert_eq!(
+            PoolKind::parse("stream-ordered"),
+            Some(PoolKind::StreamOrdered)
+        );
+        assert_eq!(
+            PoolKind::parse(" size-classes "),
+            Some(PoolKind::SizeClasses)
+        );
         assert_eq!(PoolKind::parse("bogus"), None);
     }
 }

@@ -2,12 +2,13 @@
 //! content-addressed cache of static uploads. Pure bookkeeping over handles (no device
 //! calls), so it is tested without a GPU; the dispatcher frees whatever these return.
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// Freed resident handles kept by exact byte size for reuse, bounded in idle bytes.
 #[derive(Debug)]
 pub(crate) struct FreeLists {
     lists: FxHashMap<usize, Vec<u64>>,
+    idle: FxHashSet<u64>,
     idle_bytes: u64,
     max_idle_bytes: u64,
 }
@@ -16,6 +17,7 @@ impl FreeLists {
     pub(crate) fn new(max_idle_bytes: u64) -> Self {
         Self {
             lists: FxHashMap::default(),
+            idle: FxHashSet::default(),
             idle_bytes: 0,
             max_idle_bytes,
         }
@@ -24,8 +26,14 @@ impl FreeLists {
     /// An idle handle of exactly `byte_len` bytes.
     pub(crate) fn take(&mut self, byte_len: usize) -> Option<u64> {
         let handle = self.lists.get_mut(&byte_len)?.pop()?;
+        self.idle.remove(&handle);
         self.idle_bytes -= byte_len as u64;
         Some(handle)
+    }
+
+    /// Whether `handle` is idle here (freed by its user, kept for reuse).
+    pub(crate) fn contains(&self, handle: u64) -> bool {
+        self.idle.contains(&handle)
     }
 
     /// Keeps `handle` for reuse; returns it back when the idle bound is reached (the caller
@@ -35,6 +43,7 @@ impl FreeLists {
             return Some(handle);
         }
         self.idle_bytes += byte_len as u64;
+        self.idle.insert(handle);
         self.lists.entry(byte_len).or_default().push(handle);
         None
     }
@@ -42,7 +51,11 @@ impl FreeLists {
     /// Every idle handle (the caller frees them).
     pub(crate) fn drain(&mut self) -> Vec<u64> {
         self.idle_bytes = 0;
-        self.lists.drain().flat_map(|(_, handles)| handles).collect()
+        self.idle.clear();
+        self.lists
+            .drain()
+            .flat_map(|(_, handles)| handles)
+            .collect()
     }
 
     pub(crate) fn idle_bytes(&self) -> u64 {
@@ -190,7 +203,9 @@ mod tests {
         assert_eq!(lists.take(16), None);
         assert_eq!(lists.put(16, 1), None);
         assert_eq!(lists.put(32, 2), None);
+        assert!(lists.contains(2) && lists.contains(1));
         assert_eq!(lists.take(32), Some(2));
+        assert!(!lists.contains(2));
         assert_eq!(lists.take(32), None);
         assert_eq!(lists.put(90, 3), Some(3), "over the bound: caller frees it");
         assert_eq!(lists.idle_bytes(), 16);

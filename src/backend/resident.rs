@@ -283,7 +283,10 @@ mod tests {
         assert_eq!(*table.get(a).unwrap(), "a");
         assert_eq!(*table.remove(a).unwrap(), "a");
         assert_eq!(table.get(a).unwrap_err(), HandleError::Freed { handle: a });
-        assert_eq!(table.remove(a).unwrap_err(), HandleError::Freed { handle: a });
+        assert_eq!(
+            table.remove(a).unwrap_err(),
+            HandleError::Freed { handle: a }
+        );
         // The slot is reused with a new generation: the old handle stays dead.
         let c = table.insert("c").unwrap();
         assert_eq!(c & INDEX_MASK, a & INDEX_MASK);
@@ -301,10 +304,20 @@ mod tests {
         let foreign = theirs.insert(2u32).unwrap();
         assert!(matches!(
             ours.get(foreign),
-            Err(HandleError::Foreign { tag: 2, ours: 1, .. })
+            Err(HandleError::Foreign {
+                tag: 2,
+                ours: 1,
+                ..
+            })
         ));
-        assert!(matches!(ours.get(0), Err(HandleError::Foreign { tag: 0, .. })));
-        assert!(matches!(ours.get(u64::MAX), Err(HandleError::Foreign { .. })));
+        assert!(matches!(
+            ours.get(0),
+            Err(HandleError::Foreign { tag: 0, .. })
+        ));
+        assert!(matches!(
+            ours.get(u64::MAX),
+            Err(HandleError::Foreign { .. })
+        ));
         // Our tag, a slot never issued.
         let forged = (1u64 << TAG_SHIFT) | 12345;
         assert_eq!(
@@ -319,7 +332,11 @@ mod tests {
         );
         assert_eq!(*ours.get(mine).unwrap(), 1);
         for error in [
-            HandleError::Foreign { handle: 1, tag: 2, ours: 1 },
+            HandleError::Foreign {
+                handle: 1,
+                tag: 2,
+                ours: 1,
+            },
             HandleError::Unknown { handle: 1 },
             HandleError::Freed { handle: 1 },
             HandleError::Exhausted,
@@ -350,7 +367,11 @@ mod tests {
         let last = table.pack(0, GENERATION_MASK);
         table.remove(last).unwrap();
         let next = table.insert(1).unwrap();
-        assert_ne!(next & INDEX_MASK, 0, "the exhausted slot must not be reused");
+        assert_ne!(
+            next & INDEX_MASK,
+            0,
+            "the exhausted slot must not be reused"
+        );
         assert!(table.get(first).is_err() && table.get(last).is_err());
     }
 
@@ -397,7 +418,10 @@ mod tests {
                 })
             })
             .collect();
-        let mut all: Vec<u64> = threads.into_iter().flat_map(|t| t.join().unwrap()).collect();
+        let mut all: Vec<u64> = threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect();
         let count = all.len();
         all.sort_unstable();
         all.dedup();

@@ -239,7 +239,12 @@ impl Core {
                 launch::enqueue(stream, &step.kernel, step.grid, &args, step.launches)
             };
             {
-                let _span = tracing::trace_span!("vyre_cuda.launch", steps = prefix.len() + repeated.len(), repeats = batch.repeat_count).entered();
+                let _span = tracing::trace_span!(
+                    "vyre_cuda.launch",
+                    steps = prefix.len() + repeated.len(),
+                    repeats = batch.repeat_count
+                )
+                .entered();
                 for step in &prefix {
                     launch_one(stream, step)?;
                     Metrics::add(&self.metrics.launches, u64::from(step.launches));
@@ -256,10 +261,7 @@ impl Core {
                         let exec = graph.instantiate()?;
                         Metrics::bump(&self.metrics.graph_captures);
                         launch::replay(stream, &exec, batch.repeat_count)?;
-                        Metrics::add(
-                            &self.metrics.graph_launches,
-                            u64::from(batch.repeat_count),
-                        );
+                        Metrics::add(&self.metrics.graph_launches, u64::from(batch.repeat_count));
                         // `exec` may be destroyed with replays in flight; the driver
                         // finishes them.
                     } else {
@@ -355,8 +357,7 @@ impl Core {
             .map(|&handle| self.resident(handle))
             .collect::<Result<Vec<_>, _>>()?;
         let mut lens: smallvec::SmallVec<[usize; 8]> = smallvec::smallvec![0; abi.bindings.len()];
-        let mut pointers: smallvec::SmallVec<[u64; 8]> =
-            smallvec::smallvec![0; abi.bindings.len()];
+        let mut pointers: smallvec::SmallVec<[u64; 8]> = smallvec::smallvec![0; abi.bindings.len()];
         if buffers.len() == abi.bindings.len() {
             for (position, buffer) in order.iter().zip(&buffers) {
                 lens[*position] = buffer.len();
@@ -433,7 +434,9 @@ impl CudaBackend {
     /// Refused with [`CudaError::OutOfMemory`] when it would exceed the resident budget
     /// or the device's free memory.
     pub fn allocate_resident(&self, byte_len: usize) -> Result<Resource, CudaError> {
-        self.core().allocate_resident(byte_len).map(Resource::Resident)
+        self.core()
+            .allocate_resident(byte_len)
+            .map(Resource::Resident)
     }
 
     /// Frees a resident buffer. The handle is dead afterwards (using it is an error); a
@@ -609,7 +612,10 @@ impl CudaBackend {
             .inspect_err(|_| Metrics::bump(&core.metrics().dispatch_errors))?;
         Metrics::bump(&core.metrics().timed_dispatches);
         Metrics::add(&core.metrics().timed_wall_ns, timing.wall_ns);
-        Metrics::add(&core.metrics().timed_device_ns, timing.device_ns.unwrap_or(0));
+        Metrics::add(
+            &core.metrics().timed_device_ns,
+            timing.device_ns.unwrap_or(0),
+        );
         Ok(TimedDispatchResult {
             outputs: Vec::new(),
             wall_ns: timing.wall_ns,

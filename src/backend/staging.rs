@@ -118,7 +118,9 @@ impl Staging {
             .ok()
             .and_then(|mut idle| idle.pop())
             .unwrap_or_else(|| Lane {
-                slots: (0..2 * self.config.workers).map(|_| Slot::default()).collect(),
+                slots: (0..2 * self.config.workers)
+                    .map(|_| Slot::default())
+                    .collect(),
             })
     }
 
@@ -325,8 +327,7 @@ fn download_worker(
     pieces: Vec<DeviceToHost<'_>>,
 ) -> Result<(), DriverError> {
     // Destinations waiting for each slot's copies: (offset in the slot, destination).
-    let mut waiting: Vec<Vec<(usize, &mut [u8])>> =
-        (0..slots.len()).map(|_| Vec::new()).collect();
+    let mut waiting: Vec<Vec<(usize, &mut [u8])>> = (0..slots.len()).map(|_| Vec::new()).collect();
     fn drain(slot: &mut Slot, entries: &mut Vec<(usize, &mut [u8])>) -> Result<(), DriverError> {
         if let Some(buffer) = slot.buffer.as_mut() {
             for (at, dst) in entries.drain(..) {

@@ -421,9 +421,7 @@ impl StagingBuffer {
         }
         // SAFETY: the region is inside the pinned buffer and is not read or rewritten by
         // the host until the event recorded below completes (`read`, `restart`, `Drop`).
-        unsafe {
-            stream.copy_to_host_async(self.buffer.as_mut_ptr().add(offset), len, src)?
-        };
+        unsafe { stream.copy_to_host_async(self.buffer.as_mut_ptr().add(offset), len, src)? };
         self.event.record(stream)?;
         self.in_flight = true;
         Ok(offset)
