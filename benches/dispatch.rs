@@ -5,9 +5,9 @@
 
 use std::time::{Duration, Instant};
 use vyre_cuda::codegen::{emit_ptx, PtxTarget};
-use vyre_cuda::CudaBackend;
-use vyre_driver::DispatchConfig;
-use vyre_foundation::ir::{BinOp, BufferDecl, DataType, Expr, Node, Program};
+use vyre_cuda::{CudaBackend, CudaOptions, PoolKind};
+use vyre_driver::{DispatchConfig, ResidentDispatchStep, Resource};
+use vyre_foundation::ir::{BinOp, BufferAccess, BufferDecl, DataType, Expr, Node, Program};
 
 fn stats(mut samples: Vec<Duration>) -> (Duration, Duration, Duration) {
     samples.sort();
@@ -55,6 +55,46 @@ fn vadd(n: u32, salt: u32) -> Program {
             vec![Node::store("out", i, sum)],
         )],
     )
+}
+
+/// `x[i] = x[i] * 3 + 1`, in place over the whole (runtime-sized) buffer.
+fn affine() -> Program {
+    let i = Expr::InvocationId { axis: 0 };
+    let bin = |op, l, r| Expr::BinOp {
+        op,
+        left: Box::new(l),
+        right: Box::new(r),
+    };
+    Program::wrapped(
+        vec![BufferDecl::storage(
+            "x",
+            0,
+            BufferAccess::ReadWrite,
+            DataType::U32,
+        )],
+        [256, 1, 1],
+        vec![Node::if_then(
+            bin(BinOp::Lt, i.clone(), Expr::buf_len("x")),
+            vec![Node::store(
+                "x",
+                i.clone(),
+                bin(
+                    BinOp::Add,
+                    bin(BinOp::Mul, Expr::load("x", i), Expr::u32(3)),
+                    Expr::u32(1),
+                ),
+            )],
+        )],
+    )
+}
+
+fn ns_row(name: &str, mut samples: Vec<u64>, bytes: Option<usize>) {
+    samples.sort_unstable();
+    row(
+        name,
+        samples.into_iter().map(Duration::from_nanos).collect(),
+        bytes,
+    );
 }
 
 fn random(count: u32, seed: u64) -> Vec<u8> {
@@ -174,6 +214,197 @@ fn main() {
         })
         .collect();
     row("warm re-dispatch, 1024 elements", samples, None);
+
+    // Resident vadd: kernel time from CUDA events, no host transfers.
+    for log2 in [24u32, 26] {
+        let n = 1u32 << log2;
+        let program = vadd(n, 3);
+        let inputs = [random(n, 31), random(n, 32)];
+        let want = {
+            let values: Vec<vyre_reference::value::Value> =
+                inputs.iter().cloned().map(Into::into).collect();
+            vyre_reference::reference_eval(&program, &values).expect("reference")[0].to_bytes()
+        };
+        let ra = backend.allocate_resident(inputs[0].len()).unwrap();
+        let rb = backend.allocate_resident(inputs[1].len()).unwrap();
+        let out = backend.allocate_resident(n as usize * 4).unwrap();
+        let started = Instant::now();
+        backend
+            .upload_resident_many(&[(&ra, &inputs[0][..]), (&rb, &inputs[1][..])])
+            .unwrap();
+        let upload = started.elapsed();
+        // vadd's bindings: a 0, b 1, out 2.
+        let handles: Vec<Resource> = vec![ra.clone(), rb.clone(), out.clone()];
+        backend
+            .dispatch_resident_timed(&program, &handles, &config)
+            .unwrap();
+        let started = Instant::now();
+        let got = backend.download_resident(&out).unwrap();
+        let download = started.elapsed();
+        assert_eq!(got, want, "FAIL: resident vadd differs from vyre-reference");
+        let mut device = Vec::new();
+        let mut wall = Vec::new();
+        for _ in 0..30 {
+            let timed = backend
+                .dispatch_resident_timed(&program, &handles, &config)
+                .unwrap();
+            device.push(timed.device_ns.unwrap());
+            wall.push(timed.wall_ns);
+        }
+        ns_row(
+            &format!("resident vadd 2^{log2} device"),
+            device,
+            Some(3 * n as usize * 4),
+        );
+        ns_row(&format!("resident vadd 2^{log2} wall"), wall, None);
+        row(
+            &format!("upload_resident_many 2x2^{log2} u32"),
+            vec![upload],
+            Some(2 * n as usize * 4),
+        );
+        row(
+            &format!("download_resident 2^{log2} u32"),
+            vec![download],
+            Some(n as usize * 4),
+        );
+        for r in [ra, rb, out] {
+            backend.free_resident(r).unwrap();
+        }
+    }
+
+    // Pinned staging bandwidth: 256 MiB host <-> resident, repeated.
+    {
+        let bytes = random(1 << 26, 41);
+        let r = backend.allocate_resident(bytes.len()).unwrap();
+        let mut back = Vec::new();
+        let up: Vec<Duration> = (0..8)
+            .map(|_| {
+                let started = Instant::now();
+                backend.upload_resident(&r, &bytes).unwrap();
+                started.elapsed()
+            })
+            .collect();
+        let down: Vec<Duration> = (0..8)
+            .map(|_| {
+                let started = Instant::now();
+                backend.download_resident_into(&r, &mut back).unwrap();
+                started.elapsed()
+            })
+            .collect();
+        assert!(back == bytes, "FAIL: resident round trip");
+        row("upload 256 MiB (pinned, chunked)", up, Some(bytes.len()));
+        row(
+            "download 256 MiB (pinned, chunked)",
+            down,
+            Some(bytes.len()),
+        );
+        backend.free_resident(r).unwrap();
+    }
+
+    // A 100-step resident sequence on 2^20 elements: graph replay vs direct launches.
+    {
+        let n = 1u32 << 20;
+        let program = affine();
+        let x0 = random(n, 51);
+        let x = backend.allocate_resident(x0.len()).unwrap();
+        let xs = [x.clone()];
+        let step = ResidentDispatchStep {
+            program: &program,
+            resources: &xs,
+            grid_override: None,
+            workgroup_override: None,
+        };
+        let mut want = x0.clone();
+        for _ in 0..100 {
+            let values = vec![vyre_reference::value::Value::from(want)];
+            want =
+                vyre_reference::reference_eval(&program, &values).expect("reference")[0].to_bytes();
+        }
+        let mut got = Vec::new();
+        let ranges = [vyre_driver::ResidentReadRange {
+            resource: &x,
+            byte_offset: 0,
+            byte_len: x0.len(),
+        }];
+        backend.upload_resident(&x, &x0).unwrap();
+        backend
+            .dispatch_resident_repeated_sequence_read_ranges_into(
+                &[],
+                std::slice::from_ref(&step),
+                100,
+                &ranges,
+                &mut [&mut got],
+            )
+            .unwrap();
+        assert!(
+            got == want,
+            "FAIL: 100-step sequence differs from vyre-reference"
+        );
+        let (mut graph_device, mut graph_wall) = (Vec::new(), Vec::new());
+        for _ in 0..20 {
+            let t = backend
+                .dispatch_resident_repeated_sequence_read_ranges_into(
+                    &[],
+                    std::slice::from_ref(&step),
+                    100,
+                    &[],
+                    &mut [],
+                )
+                .unwrap();
+            graph_device.push(t.device_ns.unwrap() / 100);
+            graph_wall.push(t.wall_ns / 100);
+        }
+        let steps: Vec<ResidentDispatchStep<'_>> = (0..100)
+            .map(|_| ResidentDispatchStep {
+                program: &program,
+                resources: &xs,
+                grid_override: None,
+                workgroup_override: None,
+            })
+            .collect();
+        let (mut direct_device, mut direct_wall) = (Vec::new(), Vec::new());
+        for _ in 0..20 {
+            let t = backend
+                .dispatch_resident_sequence_read_ranges_timed_into(&steps, &[], &mut [])
+                .unwrap();
+            direct_device.push(t.device_ns.unwrap() / 100);
+            direct_wall.push(t.wall_ns / 100);
+        }
+        ns_row("100-step seq 2^20, graph, device/step", graph_device, None);
+        ns_row("100-step seq 2^20, graph, wall/step", graph_wall, None);
+        ns_row(
+            "100-step seq 2^20, direct, device/step",
+            direct_device,
+            None,
+        );
+        ns_row("100-step seq 2^20, direct, wall/step", direct_wall, None);
+        backend.free_resident(x).unwrap();
+    }
+
+    // Transient pools compared: size classes vs the driver's stream-ordered pool.
+    for kind in [PoolKind::SizeClasses, PoolKind::StreamOrdered] {
+        let mut options = CudaOptions::from_env().unwrap();
+        options.pool = kind;
+        let pooled = CudaBackend::with_options(options).unwrap();
+        for log2 in [10u32, 20] {
+            let n = 1u32 << log2;
+            let program = vadd(n, 1000);
+            let inputs = vec![random(n, 61), random(n, 62)];
+            check(&pooled, &program, &inputs);
+            let borrowed: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+            let samples = (0..200)
+                .map(|_| {
+                    let started = Instant::now();
+                    pooled
+                        .dispatch_borrowed_into(&program, &borrowed, &config, &mut out)
+                        .unwrap();
+                    started.elapsed()
+                })
+                .collect();
+            row(&format!("pool {kind:?} vadd 2^{log2}"), samples, None);
+        }
+    }
+
     for (name, value) in backend.metric_snapshot() {
         println!("metric {name} = {value}");
     }

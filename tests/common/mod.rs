@@ -2,5 +2,6 @@
 //! and compiles them separately, so items a given file does not use are `allow(dead_code)`.
 
 pub mod gpu;
+pub mod kernels;
 pub mod programs;
 pub mod ptxas;
