@@ -109,7 +109,7 @@ fn random(count: u32, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-fn check(backend: &CudaBackend, program: &Program, inputs: &[Vec<u8>]) {
+fn check(backend: &CudaBackend, program: &Program, inputs: &[Vec<u8>]) -> Vec<Vec<u8>> {
     let values: Vec<vyre_reference::value::Value> =
         inputs.iter().cloned().map(Into::into).collect();
     let want: Vec<Vec<u8>> = vyre_reference::reference_eval(program, &values)
@@ -121,6 +121,7 @@ fn check(backend: &CudaBackend, program: &Program, inputs: &[Vec<u8>]) {
         .dispatch(program, inputs, &DispatchConfig::default())
         .expect("dispatch");
     assert_eq!(want, got, "FAIL: GPU output differs from vyre-reference");
+    want
 }
 
 fn main() {
@@ -153,7 +154,7 @@ fn main() {
     // tiny: one element, the per-dispatch floor.
     let tiny = vadd(1, 7);
     let tiny_inputs = vec![random(1, 1), random(1, 2)];
-    check(&backend, &tiny, &tiny_inputs);
+    let _ = check(&backend, &tiny, &tiny_inputs);
     let mut out = Vec::new();
     let borrowed: Vec<&[u8]> = tiny_inputs.iter().map(Vec::as_slice).collect();
     for _ in 0..50 {
@@ -172,11 +173,13 @@ fn main() {
         .collect();
     row("tiny dispatch (1 element)", samples, None);
 
+    // Reference-checked outputs of the end-to-end rows, reused by the resident rows.
+    let mut checked = std::collections::HashMap::new();
     for log2 in [16u32, 20, 24, 26] {
         let n = 1u32 << log2;
         let program = vadd(n, 3);
         let inputs = vec![random(n, 11), random(n, 12)];
-        check(&backend, &program, &inputs);
+        let mut want = check(&backend, &program, &inputs);
         let borrowed: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
         let samples = (0..30)
             .map(|_| {
@@ -192,6 +195,7 @@ fn main() {
             samples,
             Some(3 * n as usize * 4),
         );
+        checked.insert(log2, (inputs, want.remove(0)));
     }
 
     // Cold compile: first dispatch of a never-seen program (new constant each time).
@@ -215,33 +219,36 @@ fn main() {
         .collect();
     row("warm re-dispatch, 1024 elements", samples, None);
 
-    // Resident vadd: kernel time from CUDA events, no host transfers.
+    // Resident vadd: kernel time from CUDA events, no host transfers. Same program and
+    // inputs as the end-to-end rows, so the reference-checked output is reused.
     for log2 in [24u32, 26] {
         let n = 1u32 << log2;
         let program = vadd(n, 3);
-        let inputs = [random(n, 31), random(n, 32)];
-        let want = {
-            let values: Vec<vyre_reference::value::Value> =
-                inputs.iter().cloned().map(Into::into).collect();
-            vyre_reference::reference_eval(&program, &values).expect("reference")[0].to_bytes()
-        };
+        let (inputs, want) = checked.remove(&log2).expect("checked above");
         let ra = backend.allocate_resident(inputs[0].len()).unwrap();
         let rb = backend.allocate_resident(inputs[1].len()).unwrap();
         let out = backend.allocate_resident(n as usize * 4).unwrap();
-        let started = Instant::now();
-        backend
-            .upload_resident_many(&[(&ra, &inputs[0][..]), (&rb, &inputs[1][..])])
-            .unwrap();
-        let upload = started.elapsed();
+        let mut back = Vec::new();
+        let (mut up, mut down) = (Vec::new(), Vec::new());
         // vadd's bindings: a 0, b 1, out 2.
         let handles: Vec<Resource> = vec![ra.clone(), rb.clone(), out.clone()];
-        backend
-            .dispatch_resident_timed(&program, &handles, &config)
-            .unwrap();
-        let started = Instant::now();
-        let got = backend.download_resident(&out).unwrap();
-        let download = started.elapsed();
-        assert_eq!(got, want, "FAIL: resident vadd differs from vyre-reference");
+        for _ in 0..6 {
+            let started = Instant::now();
+            backend
+                .upload_resident_many(&[(&ra, &inputs[0][..]), (&rb, &inputs[1][..])])
+                .unwrap();
+            up.push(started.elapsed());
+            backend
+                .dispatch_resident_timed(&program, &handles, &config)
+                .unwrap();
+            let started = Instant::now();
+            backend.download_resident_into(&out, &mut back).unwrap();
+            down.push(started.elapsed());
+            assert!(
+                back == want,
+                "FAIL: resident vadd differs from vyre-reference"
+            );
+        }
         let mut device = Vec::new();
         let mut wall = Vec::new();
         for _ in 0..30 {
@@ -259,12 +266,12 @@ fn main() {
         ns_row(&format!("resident vadd 2^{log2} wall"), wall, None);
         row(
             &format!("upload_resident_many 2x2^{log2} u32"),
-            vec![upload],
+            up.split_off(1),
             Some(2 * n as usize * 4),
         );
         row(
-            &format!("download_resident 2^{log2} u32"),
-            vec![download],
+            &format!("download_resident_into 2^{log2} u32"),
+            down.split_off(1),
             Some(n as usize * 4),
         );
         for r in [ra, rb, out] {
@@ -277,6 +284,8 @@ fn main() {
         let bytes = random(1 << 26, 41);
         let r = backend.allocate_resident(bytes.len()).unwrap();
         let mut back = Vec::new();
+        backend.upload_resident(&r, &bytes).unwrap();
+        backend.download_resident_into(&r, &mut back).unwrap();
         let up: Vec<Duration> = (0..8)
             .map(|_| {
                 let started = Instant::now();
@@ -314,11 +323,30 @@ fn main() {
             grid_override: None,
             workgroup_override: None,
         };
+        // One step is checked against vyre-reference; the 100-step result against the
+        // same function applied on the host (x * 3 + 1, wrapping).
+        let one = vyre_reference::reference_eval(
+            &program,
+            &[vyre_reference::value::Value::from(x0.clone())],
+        )
+        .expect("reference")[0]
+            .to_bytes();
+        let step_host = |bytes: &[u8]| -> Vec<u8> {
+            bytes
+                .chunks_exact(4)
+                .flat_map(|c| {
+                    let v = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                    v.wrapping_mul(3).wrapping_add(1).to_le_bytes()
+                })
+                .collect()
+        };
+        assert!(
+            one == step_host(&x0),
+            "FAIL: host model differs from vyre-reference"
+        );
         let mut want = x0.clone();
         for _ in 0..100 {
-            let values = vec![vyre_reference::value::Value::from(want)];
-            want =
-                vyre_reference::reference_eval(&program, &values).expect("reference")[0].to_bytes();
+            want = step_host(&want);
         }
         let mut got = Vec::new();
         let ranges = [vyre_driver::ResidentReadRange {
@@ -390,7 +418,7 @@ fn main() {
             let n = 1u32 << log2;
             let program = vadd(n, 1000);
             let inputs = vec![random(n, 61), random(n, 62)];
-            check(&pooled, &program, &inputs);
+            let _ = check(&pooled, &program, &inputs);
             let borrowed: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
             let samples = (0..200)
                 .map(|_| {

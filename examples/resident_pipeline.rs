@@ -10,8 +10,8 @@ use vyre_cuda::CudaBackend;
 use vyre_driver::{ResidentDispatchStep, ResidentReadRange};
 use vyre_foundation::ir::{BinOp, BufferAccess, BufferDecl, DataType, Expr, Node, Program};
 
-const N: u32 = 1 << 22;
-const ROUNDS: u32 = 50;
+const N: u32 = 1 << 18;
+const ROUNDS: u32 = 20;
 
 fn bin(op: BinOp, l: Expr, r: Expr) -> Expr {
     Expr::BinOp {
@@ -151,8 +151,8 @@ fn main() {
     let ok = head == racc[..4096] && tail == rx[rx.len() - 4096..];
     let steps = 2 * ROUNDS;
     println!(
-        "{steps} resident dispatches over 2 x {} MiB: device {:.3} ms ({:.1} us/step), wall {:.3} ms, upload {:.3} ms",
-        x0.len() >> 20,
+        "{steps} resident dispatches over 2 x {} KiB: device {:.3} ms ({:.1} us/step), wall {:.3} ms, upload {:.3} ms",
+        x0.len() >> 10,
         timing.device_ns.unwrap_or(0) as f64 / 1e6,
         timing.device_ns.unwrap_or(0) as f64 / 1e3 / f64::from(steps),
         timing.wall_ns as f64 / 1e6,

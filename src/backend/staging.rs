@@ -1,7 +1,7 @@
 //! Host <-> device transfers through pooled, page-locked staging buffers.
 //!
 //! Copies from or to ordinary (pageable) Rust memory are cut into pieces of at most one
-//! chunk (8 MiB by default) and packed into pinned chunk buffers ("slots"). Each worker owns
+//! chunk (4 MiB by default) and packed into pinned chunk buffers ("slots"). Each worker owns
 //! two slots and alternates between them, so the host `memcpy` of piece k+1 overlaps the
 //! DMA of piece k: an upload copies into one slot while the other is on the bus; a download
 //! lets the device fill one slot while the host drains the other. Every slot has an event
@@ -50,13 +50,13 @@ impl StagingConfig {
         Self {
             chunk: chunk.max(64 * 1024),
             workers: workers.clamp(1, 16),
-            max_idle_lanes: 4,
+            max_idle_lanes: 16,
         }
     }
 
-    /// Workers for `total` bytes: one per two chunks, at most `workers`.
+    /// Workers for `total` bytes: one per chunk, at most `workers`.
     fn workers_for(&self, total: usize) -> usize {
-        (total / (2 * self.chunk)).clamp(1, self.workers)
+        (total / self.chunk).clamp(1, self.workers)
     }
 }
 
@@ -386,7 +386,7 @@ mod tests {
     fn workers_scale_with_size() {
         let config = StagingConfig::new(8 << 20, 4);
         assert_eq!(config.workers_for(1 << 20), 1);
-        assert_eq!(config.workers_for(32 << 20), 2);
+        assert_eq!(config.workers_for(16 << 20), 2);
         assert_eq!(config.workers_for(1 << 30), 4);
         assert_eq!(StagingConfig::new(1, 0).workers, 1);
     }
