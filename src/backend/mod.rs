@@ -750,3 +750,29 @@ fn validate(program: &Program) -> Result<(), CudaError> {
         ),
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_public_runtime_types_are_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<CudaBackend>();
+        assert_send_sync::<CudaPendingDispatch>();
+        assert_send_sync::<CudaPipeline>();
+        assert_send_sync::<CudaDeviceBuffer>();
+        assert_send_sync::<crate::CudaOptimizerDispatcher>();
+    }
+
+    #[test]
+    fn options_parse_the_environment_names() {
+        assert_eq!(
+            PoolKind::parse("stream-ordered"),
+            Some(PoolKind::StreamOrdered)
+        );
+        let defaults = CudaOptions::default();
+        assert_eq!(defaults.pool, PoolKind::SizeClasses);
+        assert!(defaults.copy_threads >= 1 && defaults.staging_chunk_bytes >= 64 << 10);
+    }
+}
