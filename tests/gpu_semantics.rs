@@ -118,19 +118,24 @@ fn programs_differing_only_in_a_zero_sign_do_not_share_a_kernel() {
     let Some(backend) = common::gpu::backend() else {
         return;
     };
+    // (A literal zero divisor would be rejected by vyre's validator, so store the zero
+    // itself, and its sum with 0.0, whose sign depends on both signs.)
     let reciprocal_of = |zero: f32| {
         Program::wrapped(
-            vec![BufferDecl::output("out", 0, DataType::F32).with_count(1)],
+            vec![BufferDecl::output("out", 0, DataType::F32).with_count(2)],
             [1, 1, 1],
-            vec![Node::store(
-                "out",
-                Expr::u32(0),
-                Expr::BinOp {
-                    op: BinOp::Div,
-                    left: Box::new(Expr::f32(1.0)),
-                    right: Box::new(Expr::f32(zero)),
-                },
-            )],
+            vec![
+                Node::store("out", Expr::u32(0), Expr::f32(zero)),
+                Node::store(
+                    "out",
+                    Expr::u32(1),
+                    Expr::BinOp {
+                        op: BinOp::Add,
+                        left: Box::new(Expr::f32(zero)),
+                        right: Box::new(Expr::f32(-0.0)),
+                    },
+                ),
+            ],
         )
     };
     for zero in [0.0f32, -0.0, 0.0] {
