@@ -166,7 +166,8 @@ fn reference_grid_matches_the_reference() {
     let config = GenConfig::default();
     for i in 0..100 {
         let case = generate(program_seed(17, i), &config).case;
-        let grid = fuzz::gen::reference_grid(&case.program, &case.inputs);
+        let floor = case.config.dispatch_elements.unwrap_or(0);
+        let grid = fuzz::gen::reference_grid(&case.program, &case.inputs, floor);
         let wg = case.program.workgroup_size();
         let total: u32 = (0..3).map(|a| grid[a] * wg[a]).product();
         assert!(total >= 1);
@@ -202,7 +203,7 @@ fn reference_grid_matches_the_reference() {
             seed: 0,
             program,
             inputs,
-            config: Default::default(),
+            config: case.config.clone(),
         };
         let Outcome::Ok(out) = reference(&probe) else {
             panic!("probe failed")
@@ -210,8 +211,12 @@ fn reference_grid_matches_the_reference() {
         let counted = u32::from_le_bytes(out.last().unwrap()[..4].try_into().unwrap());
         // The probe has an atomic, so inputs count toward the grid as well: compare with
         // the generator's rule applied to the probe itself.
-        let probe_grid = fuzz::gen::reference_grid(&probe.program, &probe.inputs);
+        let probe_grid = fuzz::gen::reference_grid(&probe.program, &probe.inputs, floor);
         let expected: u32 = (0..3).map(|a| probe_grid[a] * wg[a]).product();
-        assert_eq!(counted, expected, "seed {:#x}", case.seed);
+        assert_eq!(
+            counted, expected,
+            "seed {:#x}: wg {wg:?} grid {probe_grid:?} floor {floor} config {:?}",
+            case.seed, probe.config.dispatch_elements
+        );
     }
 }

@@ -10,7 +10,7 @@
 //! * `VYRE_CUDA_FUZZ_BACKEND_CHUNK` — programs per `CudaBackend` (a fresh backend per
 //!   chunk bounds the number of loaded modules; default 4000);
 //! * `VYRE_CUDA_FUZZ_SHRINK` — failures to shrink (default 12), `VYRE_CUDA_FUZZ_SHRINK_SECONDS`
-//!   — time per shrink (default 30);
+//!   — time per shrink (default 30), `VYRE_CUDA_FUZZ_SHRINK_TOTAL_SECONDS` — for all (180);
 //! * `VYRE_CUDA_FUZZ_SAVE_DIR` — where shrunk failures are written.
 //!
 //! Without a device it prints `skipped: no CUDA device` (or fails under
@@ -91,6 +91,68 @@ impl Rotating {
     }
 }
 
+/// Hang detection: a dispatch that never returns would hold the whole run (and the
+/// device session), so the watchdog saves the program and exits the process.
+struct Watch {
+    slots: Vec<(AtomicU64, AtomicU64)>,
+    done: AtomicBool,
+    start: Instant,
+}
+
+impl Watch {
+    fn begin(&self, slot: usize, seed: u64) {
+        self.slots[slot].0.store(seed, Ordering::Relaxed);
+        self.slots[slot].1.store(
+            self.start.elapsed().as_millis() as u64 + 1,
+            Ordering::Relaxed,
+        );
+    }
+
+    fn end(&self, slot: usize) {
+        self.slots[slot].1.store(0, Ordering::Relaxed);
+    }
+}
+
+fn spawn_watchdog(watch: Arc<Watch>, config: GenConfig) {
+    std::thread::spawn(move || {
+        while !watch.done.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(500));
+            let now = watch.start.elapsed().as_millis() as u64;
+            for (slot, (seed, since)) in watch.slots.iter().enumerate() {
+                let since = since.load(Ordering::Relaxed);
+                if since == 0 || now.saturating_sub(since) <= HANG.as_millis() as u64 {
+                    continue;
+                }
+                let seed = seed.load(Ordering::Relaxed);
+                let found = Found {
+                    seed,
+                    case: generate(seed, &config).case,
+                    failure: Failure::new("hang", format!("a dispatch ran longer than {HANG:?}")),
+                };
+                let note = if slot + 1 == watch.slots.len() {
+                    "the hang happened while shrinking this program; the process exits on a hang"
+                } else {
+                    "the process exits on a hang"
+                };
+                let path = save_raw(&found, note);
+                println!("fuzz: HANG on seed {seed:#x}; saved {path}; exiting");
+                std::process::exit(3);
+            }
+        }
+    });
+}
+
+/// The failure with numbers and quoted values blanked (groups one bug's instances).
+fn signature(failure: &Failure) -> String {
+    let detail: String = failure
+        .detail
+        .chars()
+        .map(|c| if c.is_ascii_digit() { '#' } else { c })
+        .take(70)
+        .collect();
+    format!("{}: {detail}", failure.kind)
+}
+
 fn save_raw(found: &Found, note: &str) -> String {
     let name = format!(
         "gpu-{}-{:016x}",
@@ -123,6 +185,8 @@ fn gpu_fuzz_matches_the_reference() {
         .max(1);
     let shrink_max = env_u64("VYRE_CUDA_FUZZ_SHRINK").unwrap_or(12);
     let shrink_seconds = env_u64("VYRE_CUDA_FUZZ_SHRINK_SECONDS").unwrap_or(30);
+    let shrink_total =
+        Duration::from_secs(env_u64("VYRE_CUDA_FUZZ_SHRINK_TOTAL_SECONDS").unwrap_or(180));
     println!(
         "fuzz: device {} ({}), {programs} programs from base seed {base:#x}, {threads} threads",
         shared.device_info().name,
@@ -146,44 +210,22 @@ fn gpu_fuzz_matches_the_reference() {
     let rejected_by: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
     let mut fatal: Option<String> = None;
     let fatal_slot: Mutex<Option<String>> = Mutex::new(None);
-    // Per worker: seed in flight and when it started (ms since `start`), 0 = idle.
-    let in_flight: Vec<(AtomicU64, AtomicU64)> = (0..threads)
-        .map(|_| (AtomicU64::new(0), AtomicU64::new(0)))
-        .collect();
-    let done = AtomicBool::new(false);
+    // Per worker (plus one slot for the shrinker): seed in flight and when its dispatch
+    // started (ms since `start` + 1), 0 = idle.
+    let watch = Arc::new(Watch {
+        slots: (0..=threads)
+            .map(|_| (AtomicU64::new(0), AtomicU64::new(0)))
+            .collect(),
+        done: AtomicBool::new(false),
+        start,
+    });
+    spawn_watchdog(Arc::clone(&watch), config.clone());
+    let watch_ref: &Watch = &watch;
 
     std::thread::scope(|scope| {
-        // Watchdog: a dispatch that never returns would hold the whole run.
-        scope.spawn(|| {
-            while !done.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(500));
-                let now = start.elapsed().as_millis() as u64;
-                for (seed, since) in &in_flight {
-                    let since = since.load(Ordering::Relaxed);
-                    if since != 0 && now.saturating_sub(since) > HANG.as_millis() as u64 {
-                        let seed = seed.load(Ordering::Relaxed);
-                        let case = generate(seed, &config).case;
-                        let found = Found {
-                            seed,
-                            case,
-                            failure: Failure::new(
-                                "hang",
-                                format!("a dispatch ran longer than {HANG:?}"),
-                            ),
-                        };
-                        let path = save_raw(&found, "the process exits on a hang");
-                        println!(
-                            "fuzz: HANG on seed {seed:#x} after {} programs; saved {path}; exiting",
-                            counters.run.load(Ordering::Relaxed)
-                        );
-                        std::process::exit(3);
-                    }
-                }
-            }
-        });
         let mut workers = Vec::new();
         for worker in 0..threads as usize {
-            let (next, stop, counters, found, rejected_by, backends, config, in_flight, fatal_slot) = (
+            let (next, stop, counters, found, rejected_by, backends, config, watch, fatal_slot) = (
                 &next,
                 &stop,
                 &counters,
@@ -191,7 +233,7 @@ fn gpu_fuzz_matches_the_reference() {
                 &rejected_by,
                 &backends,
                 &config,
-                &in_flight,
+                watch_ref,
                 &fatal_slot,
             );
             workers.push(scope.spawn(move || loop {
@@ -215,12 +257,9 @@ fn gpu_fuzz_matches_the_reference() {
                     continue;
                 }
                 let backend = backends.get(i);
-                in_flight[worker].0.store(seed, Ordering::Relaxed);
-                in_flight[worker]
-                    .1
-                    .store(start.elapsed().as_millis() as u64 + 1, Ordering::Relaxed);
+                watch.begin(worker, seed);
                 let result = gpu_check(&backend, &case, &verdict);
-                in_flight[worker].1.store(0, Ordering::Relaxed);
+                watch.end(worker);
                 match result {
                     GpuVerdict::Pass => {
                         counters.passed.fetch_add(1, Ordering::Relaxed);
@@ -233,14 +272,16 @@ fn gpu_fuzz_matches_the_reference() {
                         *rejected_by.lock().unwrap().entry(construct).or_default() += 1;
                     }
                     GpuVerdict::Fail(failure) => {
-                        counters.failed.fetch_add(1, Ordering::Relaxed);
+                        let nth = counters.failed.fetch_add(1, Ordering::Relaxed);
                         let sticky =
                             failure.kind == "gpu-error: driver-sticky" || backend.device_lost();
-                        println!(
-                            "fuzz: FAIL seed {seed:#x}: {}: {}",
-                            failure.kind,
-                            failure.detail.chars().take(400).collect::<String>()
-                        );
+                        if nth < 100 {
+                            println!(
+                                "fuzz: FAIL seed {seed:#x}: {}: {}",
+                                failure.kind,
+                                failure.detail.chars().take(400).collect::<String>()
+                            );
+                        }
                         found.lock().unwrap().push(Found {
                             seed,
                             case,
@@ -259,7 +300,6 @@ fn gpu_fuzz_matches_the_reference() {
         for w in workers {
             let _ = w.join();
         }
-        done.store(true, Ordering::Relaxed);
     });
     if let Some(f) = fatal_slot.lock().unwrap().take() {
         fatal = Some(f);
@@ -276,18 +316,32 @@ fn gpu_fuzz_matches_the_reference() {
             order.push(i);
         }
     }
+    // Then one per distinct signature (kind + the detail with numbers blanked), so that
+    // one frequent bug does not use up the whole shrink budget.
+    let mut signatures = std::collections::BTreeSet::new();
+    for (i, f) in found.iter().enumerate() {
+        if signatures.insert(signature(&f.failure)) && !order.contains(&i) {
+            order.push(i);
+        }
+    }
     for i in 0..found.len() {
         if !order.contains(&i) {
             order.push(i);
         }
     }
     let mut saved = Vec::new();
+    let (mut raw_saved, mut raw_signatures) = (0, std::collections::BTreeSet::new());
     let mut shrunk_programs = std::collections::BTreeSet::new();
     let backend = backends.get(0);
     for (n, &i) in order.iter().enumerate() {
         let f = &found[i];
-        if fatal.is_some() || n as u64 >= shrink_max || backend.device_lost() {
-            if n < 40 {
+        if fatal.is_some()
+            || n as u64 >= shrink_max
+            || backend.device_lost()
+            || run_time + shrink_total <= start.elapsed()
+        {
+            if raw_saved < 10 && raw_signatures.insert(signature(&f.failure)) {
+                raw_saved += 1;
                 saved.push(save_raw(
                     f,
                     "shrinking skipped (limit reached or device unusable)",
@@ -295,7 +349,16 @@ fn gpu_fuzz_matches_the_reference() {
             }
             continue;
         }
-        let mut predicate = gpu_still_fails(&backend, &f.failure.kind);
+        let mut inner = gpu_still_fails(&backend, &f.failure.kind);
+        let shrink_slot = watch.slots.len() - 1;
+        let seed = f.seed;
+        let watch_ref = &watch;
+        let mut predicate = move |case: &FuzzCase| {
+            watch_ref.begin(shrink_slot, seed);
+            let result = inner(case);
+            watch_ref.end(shrink_slot);
+            result
+        };
         if !predicate(&f.case) {
             saved.push(save_raw(
                 f,
@@ -373,6 +436,7 @@ fn gpu_fuzz_matches_the_reference() {
         }
     }
 
+    watch.done.store(true, Ordering::Relaxed);
     let c = &counters;
     let run = c.run.load(Ordering::Relaxed);
     let failed = c.failed.load(Ordering::Relaxed);

@@ -10,6 +10,7 @@
 //! seed: 0x1234              # generator seed it came from (informational)
 //! workgroup-override: none  # or x,y,z
 //! grid-override: none       # or x,y,z
+//! dispatch-elements: none   # or N (DispatchConfig::dispatch_elements)
 //! program: 56495230...      # Program::to_wire(), hex
 //! input: 0100000002000000   # one line per input buffer, hex (may be empty)
 //! ```
@@ -109,6 +110,13 @@ pub fn render(case: &FuzzCase, kind: &str, status: &str, comments: &str) -> Resu
         dims(case.config.workgroup_override)
     );
     let _ = writeln!(out, "grid-override: {}", dims(case.config.grid_override));
+    let _ = writeln!(
+        out,
+        "dispatch-elements: {}",
+        case.config
+            .dispatch_elements
+            .map_or_else(|| "none".to_string(), |n| n.to_string())
+    );
     let _ = writeln!(out, "program: {}", hex(&wire));
     for input in &case.inputs {
         let _ = writeln!(out, "input: {}", hex(input));
@@ -147,6 +155,15 @@ pub fn parse(path: &Path, text: &str) -> Result<SavedCase, String> {
             }
             "workgroup-override" => config.workgroup_override = parse_dims(value).map_err(at)?,
             "grid-override" => config.grid_override = parse_dims(value).map_err(at)?,
+            "dispatch-elements" => {
+                config.dispatch_elements = match value {
+                    "none" => None,
+                    n => Some(
+                        n.parse()
+                            .map_err(|e: std::num::ParseIntError| at(e.to_string()))?,
+                    ),
+                }
+            }
             "program" => {
                 let bytes = unhex(value).map_err(at)?;
                 program = Some(Program::from_wire(&bytes).map_err(|e| at(e.to_string()))?);
@@ -188,8 +205,12 @@ pub fn load_dir(dir: &Path) -> Result<Vec<SavedCase>, String> {
         .collect()
 }
 
-/// The checked-in regression directory.
+/// The checked-in regression directory (`$VYRE_CUDA_FUZZ_REGRESSION_DIR` overrides it,
+/// e.g. for test binaries copied to another machine).
 pub fn regression_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("VYRE_CUDA_FUZZ_REGRESSION_DIR").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz_regressions")
 }
 

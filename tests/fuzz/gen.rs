@@ -1649,9 +1649,15 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
         .map(|b| values::buffer_bytes(rng, &b.element, b.len as usize))
         .collect();
 
+    // Sometimes a `dispatch_elements` floor launches more invocations than the buffers
+    // ask for (`reference_eval_with_dispatch` on the reference side).
+    let mut config = DispatchConfig::default();
+    if rng.chance(6) {
+        config.dispatch_elements = Some(rng.range(1, 300));
+    }
     // The grid the reference launches, from the final program's shape.
     let draft = Program::wrapped(decls.clone(), workgroup, body.clone());
-    let grid = reference_grid(&draft, &inputs);
+    let grid = reference_grid(&draft, &inputs, config.dispatch_elements.unwrap_or(0));
     let extent = [
         grid[0] * workgroup[0],
         grid[1] * workgroup[1],
@@ -1697,13 +1703,14 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
         seed,
         program: Program::wrapped(decls, workgroup, entry),
         inputs,
-        config: DispatchConfig::default(),
+        config,
     }
 }
 
-/// The grid `vyre-reference` launches for `program` with `inputs` (its
-/// `run_hashmap_reference` rule; the backend's plan computes the same).
-pub fn reference_grid(program: &Program, inputs: &[Vec<u8>]) -> [u32; 3] {
+/// The grid `vyre-reference` launches for `program` with `inputs` and a
+/// `dispatch_elements` floor (its `run_hashmap_reference` rule; the backend's plan
+/// computes the same).
+pub fn reference_grid(program: &Program, inputs: &[Vec<u8>], floor: u32) -> [u32; 3] {
     let mut next_input = 0usize;
     let (mut max_returned, mut max_other) = (0u32, 1u32);
     let mut has_returned = false;
@@ -1730,11 +1737,14 @@ pub fn reference_grid(program: &Program, inputs: &[Vec<u8>]) -> [u32; 3] {
         }
     }
     let full_span = has_shared || program.stats().atomic_op_count > 0;
-    let elements = max_returned.max(1).max(if !has_returned || full_span {
-        max_other
-    } else {
-        1
-    });
+    let elements = max_returned
+        .max(1)
+        .max(if !has_returned || full_span {
+            max_other
+        } else {
+            1
+        })
+        .max(floor);
     let wg = program.workgroup_size();
     let per_group = wg.iter().product::<u32>().max(1);
     let total = elements.div_ceil(per_group).max(1);
