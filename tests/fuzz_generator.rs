@@ -220,3 +220,19 @@ fn reference_grid_matches_the_reference() {
         );
     }
 }
+
+#[test]
+#[ignore]
+fn dump_case_ptx() {
+    let path = std::env::var("CASE").unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let saved = fuzz::case::parse(std::path::Path::new(&path), &text).unwrap();
+    let k = vyre_cuda::codegen::emit_ptx(
+        &saved.case.program,
+        &saved.case.config,
+        vyre_cuda::codegen::PtxTarget::sm90(),
+    )
+    .unwrap();
+    println!("{}", k.ptx);
+    println!("{:?}", reference(&saved.case));
+}

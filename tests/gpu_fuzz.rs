@@ -11,6 +11,11 @@
 //!   chunk bounds the number of loaded modules; default 4000);
 //! * `VYRE_CUDA_FUZZ_SHRINK` — failures to shrink (default 12), `VYRE_CUDA_FUZZ_SHRINK_SECONDS`
 //!   — time per shrink (default 30), `VYRE_CUDA_FUZZ_SHRINK_TOTAL_SECONDS` — for all (180);
+//! * `VYRE_CUDA_FUZZ_SHARD` — `k/n`: run only programs `i` with `i % n == k` (several
+//!   processes share the device; the driver's JIT compiles one module at a time per
+//!   process, so processes scale where threads do not);
+//! * `VYRE_CUDA_FUZZ_SKIP_SHRINK` — `|`-separated substrings: failures whose kind or
+//!   detail contains one (known, already saved bugs) are counted but not shrunk;
 //! * `VYRE_CUDA_FUZZ_SAVE_DIR` — where shrunk failures are written.
 //!
 //! Without a device it prints `skipped: no CUDA device` (or fails under
@@ -144,12 +149,17 @@ fn spawn_watchdog(watch: Arc<Watch>, config: GenConfig) {
 
 /// The failure with numbers and quoted values blanked (groups one bug's instances).
 fn signature(failure: &Failure) -> String {
-    let detail: String = failure
+    let mut detail: String = failure
         .detail
         .chars()
         .map(|c| if c.is_ascii_digit() { '#' } else { c })
-        .take(70)
         .collect();
+    for cut in ["Bytes(", "U64(", "I32(", " got ", "`"] {
+        if let Some(at) = detail.find(cut) {
+            detail.truncate(at);
+        }
+    }
+    detail.truncate(detail.len().min(90));
     format!("{}: {detail}", failure.kind)
 }
 
@@ -183,12 +193,28 @@ fn gpu_fuzz_matches_the_reference() {
     let chunk = env_u64("VYRE_CUDA_FUZZ_BACKEND_CHUNK")
         .unwrap_or(4000)
         .max(1);
+    let (shard, shards) = std::env::var("VYRE_CUDA_FUZZ_SHARD")
+        .ok()
+        .and_then(|v| {
+            let (k, n) = v.split_once('/')?;
+            Some((k.trim().parse::<u64>().ok()?, n.trim().parse::<u64>().ok()?))
+        })
+        .filter(|(k, n)| k < n)
+        .unwrap_or((0, 1));
+    let skip_shrink: Vec<String> = std::env::var("VYRE_CUDA_FUZZ_SKIP_SHRINK")
+        .map(|v| {
+            v.split('|')
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
     let shrink_max = env_u64("VYRE_CUDA_FUZZ_SHRINK").unwrap_or(12);
     let shrink_seconds = env_u64("VYRE_CUDA_FUZZ_SHRINK_SECONDS").unwrap_or(30);
     let shrink_total =
         Duration::from_secs(env_u64("VYRE_CUDA_FUZZ_SHRINK_TOTAL_SECONDS").unwrap_or(180));
     println!(
-        "fuzz: device {} ({}), {programs} programs from base seed {base:#x}, {threads} threads",
+        "fuzz: device {} ({}), {programs} programs from base seed {base:#x} (shard {shard}/{shards}), {threads} threads",
         shared.device_info().name,
         shared.target()
     );
@@ -240,7 +266,8 @@ fn gpu_fuzz_matches_the_reference() {
                 if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
                     break;
                 }
-                let i = next.fetch_add(1, Ordering::Relaxed);
+                let local = next.fetch_add(1, Ordering::Relaxed);
+                let i = local * shards + shard;
                 if i >= programs {
                     break;
                 }
@@ -256,7 +283,7 @@ fn gpu_fuzz_matches_the_reference() {
                     counters.lane_dependent.fetch_add(1, Ordering::Relaxed);
                     continue;
                 }
-                let backend = backends.get(i);
+                let backend = backends.get(local);
                 watch.begin(worker, seed);
                 let result = gpu_check(&backend, &case, &verdict);
                 watch.end(worker);
@@ -309,10 +336,15 @@ fn gpu_fuzz_matches_the_reference() {
     // Shrink a sample of the failures (distinct kinds first) and save them.
     let mut found = found.into_inner().unwrap();
     found.sort_by_key(|f| f.seed);
+    let skipped = |f: &Found| {
+        skip_shrink
+            .iter()
+            .any(|s| f.failure.kind.contains(s.as_str()) || f.failure.detail.contains(s.as_str()))
+    };
     let mut order: Vec<usize> = Vec::new();
     let mut kinds = std::collections::BTreeSet::new();
     for (i, f) in found.iter().enumerate() {
-        if kinds.insert(f.failure.kind.clone()) {
+        if !skipped(f) && kinds.insert(f.failure.kind.clone()) {
             order.push(i);
         }
     }
@@ -320,14 +352,15 @@ fn gpu_fuzz_matches_the_reference() {
     // one frequent bug does not use up the whole shrink budget.
     let mut signatures = std::collections::BTreeSet::new();
     for (i, f) in found.iter().enumerate() {
-        if signatures.insert(signature(&f.failure)) && !order.contains(&i) {
+        if !skipped(f) && signatures.insert(signature(&f.failure)) && !order.contains(&i) {
             order.push(i);
         }
     }
-    for i in 0..found.len() {
-        if !order.contains(&i) {
-            order.push(i);
-        }
+    let listed: std::collections::BTreeSet<usize> = order.iter().copied().collect();
+    order.extend((0..found.len()).filter(|i| !listed.contains(i) && !skipped(&found[*i])));
+    let not_shrunk = found.iter().filter(|f| skipped(f)).count();
+    if not_shrunk > 0 {
+        println!("fuzz: {not_shrunk} failures match VYRE_CUDA_FUZZ_SKIP_SHRINK (known bugs): counted, not shrunk");
     }
     let mut saved = Vec::new();
     let (mut raw_saved, mut raw_signatures) = (0, std::collections::BTreeSet::new());
