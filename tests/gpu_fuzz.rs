@@ -5,6 +5,8 @@
 //! Knobs (environment):
 //! * `VYRE_CUDA_FUZZ_PROGRAMS` — programs to run (default 2000; e.g. 100000 for the big run);
 //! * `VYRE_CUDA_FUZZ_SEED` — base seed (program i uses `program_seed(base, i)`);
+//! * `VYRE_CUDA_FUZZ_SEEDS` — comma-separated program seeds to run instead (e.g. to
+//!   re-run and shrink failures reported by an earlier run);
 //! * `VYRE_CUDA_FUZZ_SECONDS` — stop taking new programs after this many seconds;
 //! * `VYRE_CUDA_FUZZ_THREADS` — worker threads (default: all cores);
 //! * `VYRE_CUDA_FUZZ_BACKEND_CHUNK` — programs per `CudaBackend` (a fresh backend per
@@ -201,6 +203,15 @@ fn gpu_fuzz_matches_the_reference() {
         })
         .filter(|(k, n)| k < n)
         .unwrap_or((0, 1));
+    let explicit: Option<Vec<u64>> = std::env::var("VYRE_CUDA_FUZZ_SEEDS").ok().map(|v| {
+        v.split(',')
+            .filter_map(|s| {
+                let s = s.trim();
+                u64::from_str_radix(s.trim_start_matches("0x"), 16).ok()
+            })
+            .collect()
+    });
+    let programs = explicit.as_ref().map_or(programs, |s| s.len() as u64);
     let skip_shrink: Vec<String> = std::env::var("VYRE_CUDA_FUZZ_SKIP_SHRINK")
         .map(|v| {
             v.split('|')
@@ -251,6 +262,7 @@ fn gpu_fuzz_matches_the_reference() {
     std::thread::scope(|scope| {
         let mut workers = Vec::new();
         for worker in 0..threads as usize {
+            let explicit = &explicit;
             let (next, stop, counters, found, rejected_by, backends, config, watch, fatal_slot) = (
                 &next,
                 &stop,
@@ -271,7 +283,13 @@ fn gpu_fuzz_matches_the_reference() {
                 if i >= programs {
                     break;
                 }
-                let seed = program_seed(base, i);
+                let seed = match &explicit {
+                    Some(seeds) => match seeds.get(i as usize) {
+                        Some(seed) => *seed,
+                        None => break,
+                    },
+                    None => program_seed(base, i),
+                };
                 let generated = generate(seed, config);
                 counters
                     .drafts
@@ -402,6 +420,7 @@ fn gpu_fuzz_matches_the_reference() {
         let budget = fuzz::shrink::Budget {
             max_evaluations: 3000,
             max_time: Duration::from_secs(shrink_seconds),
+            freeze_own_indices: true,
         };
         let (small, stats) = fuzz::shrink::shrink(&f.case, &mut predicate, budget);
         let text = fuzz::case::pretty(&small.program);

@@ -19,6 +19,12 @@ use vyre_foundation::ir::{BufferAccess, BufferDecl, Expr, Node, Program};
 pub struct Budget {
     pub max_evaluations: u32,
     pub max_time: Duration,
+    /// Never edit the index of a store, an atomic, or a load from a read-write, output
+    /// or workgroup buffer, and never shrink the workgroup. Generated programs touch
+    /// those buffers only at the invocation's own slots; an edited index (say `lin * 2`
+    /// -> `2`) makes invocations race, which the reference's one-lane-at-a-time order
+    /// hides even when run lane-reversed. Set for GPU shrinking.
+    pub freeze_own_indices: bool,
 }
 
 impl Default for Budget {
@@ -26,6 +32,7 @@ impl Default for Budget {
         Self {
             max_evaluations: 4000,
             max_time: Duration::from_secs(60),
+            freeze_own_indices: false,
         }
     }
 }
@@ -260,22 +267,49 @@ fn list_len(nodes: &mut Vec<Node>, n: usize) -> usize {
     len
 }
 
-/// Calls `f` on the `n`-th expression (pre-order over statements, then operands).
-fn with_expr(nodes: &mut [Node], n: &mut usize, f: &mut dyn FnMut(&mut Expr)) -> bool {
+/// Which expressions the search may edit.
+#[derive(Clone, Copy)]
+struct Scope<'a> {
+    /// Buffers whose load indices must not change (they select an invocation's own
+    /// slot; editing them can introduce cross-invocation races the reference's
+    /// sequential order hides). When set, store and atomic indices are frozen too.
+    frozen: Option<&'a std::collections::BTreeSet<String>>,
+}
+
+/// Calls `f(expr, in_loop_bound)` on the `n`-th editable expression (pre-order over
+/// statements, then operands).
+fn with_expr(
+    nodes: &mut [Node],
+    n: &mut usize,
+    scope: Scope<'_>,
+    f: &mut dyn FnMut(&mut Expr, bool),
+) -> bool {
+    let frozen_index = scope.frozen.is_some();
     for node in nodes.iter_mut() {
         let done = match node {
-            Node::Let { value, .. } | Node::Assign { value, .. } => in_expr(value, n, f),
-            Node::Store { index, value, .. } => in_expr(index, n, f) || in_expr(value, n, f),
+            Node::Let { value, .. } | Node::Assign { value, .. } => {
+                in_expr(value, n, scope, false, f)
+            }
+            Node::Store { index, value, .. } => {
+                (!frozen_index && in_expr(index, n, scope, false, f))
+                    || in_expr(value, n, scope, false, f)
+            }
             Node::If {
                 cond,
                 then,
                 otherwise,
-            } => in_expr(cond, n, f) || with_expr(then, n, f) || with_expr(otherwise, n, f),
-            Node::Loop { from, to, body, .. } => {
-                in_expr(from, n, f) || in_expr(to, n, f) || with_expr(body, n, f)
+            } => {
+                in_expr(cond, n, scope, false, f)
+                    || with_expr(then, n, scope, f)
+                    || with_expr(otherwise, n, scope, f)
             }
-            Node::Block(body) => with_expr(body, n, f),
-            Node::Region { body, .. } => with_expr(Arc::make_mut(body).as_mut_slice(), n, f),
+            Node::Loop { from, to, body, .. } => {
+                in_expr(from, n, scope, true, f)
+                    || in_expr(to, n, scope, true, f)
+                    || with_expr(body, n, scope, f)
+            }
+            Node::Block(body) => with_expr(body, n, scope, f),
+            Node::Region { body, .. } => with_expr(Arc::make_mut(body).as_mut_slice(), n, scope, f),
             _ => false,
         };
         if done {
@@ -285,41 +319,55 @@ fn with_expr(nodes: &mut [Node], n: &mut usize, f: &mut dyn FnMut(&mut Expr)) ->
     false
 }
 
-fn in_expr(e: &mut Expr, n: &mut usize, f: &mut dyn FnMut(&mut Expr)) -> bool {
+fn in_expr(
+    e: &mut Expr,
+    n: &mut usize,
+    scope: Scope<'_>,
+    bound: bool,
+    f: &mut dyn FnMut(&mut Expr, bool),
+) -> bool {
     if *n == 0 {
-        f(e);
+        f(e, bound);
         return true;
     }
     *n -= 1;
+    let mut go = |e: &mut Expr, n: &mut usize| in_expr(e, n, scope, bound, f);
     match e {
-        Expr::Load { index, .. } => in_expr(index, n, f),
-        Expr::BinOp { left, right, .. } => in_expr(left, n, f) || in_expr(right, n, f),
-        Expr::UnOp { operand, .. } => in_expr(operand, n, f),
+        Expr::Load { buffer, index } => {
+            let frozen = scope
+                .frozen
+                .is_some_and(|set| set.contains(buffer.as_str()));
+            !frozen && go(index, n)
+        }
+        Expr::BinOp { left, right, .. } => go(left, n) || go(right, n),
+        Expr::UnOp { operand, .. } => go(operand, n),
         Expr::Select {
             cond,
             true_val,
             false_val,
-        } => in_expr(cond, n, f) || in_expr(true_val, n, f) || in_expr(false_val, n, f),
-        Expr::Cast { value, .. } => in_expr(value, n, f),
-        Expr::Fma { a, b, c } => in_expr(a, n, f) || in_expr(b, n, f) || in_expr(c, n, f),
+        } => go(cond, n) || go(true_val, n) || go(false_val, n),
+        Expr::Cast { value, .. } => go(value, n),
+        Expr::Fma { a, b, c } => go(a, n) || go(b, n) || go(c, n),
         Expr::Atomic {
             index,
             expected,
             value,
             ..
         } => {
-            in_expr(index, n, f)
-                || expected.as_deref_mut().is_some_and(|x| in_expr(x, n, f))
-                || in_expr(value, n, f)
+            (scope.frozen.is_none() && go(index, n))
+                || expected.as_deref_mut().is_some_and(|x| go(x, n))
+                || go(value, n)
         }
         _ => false,
     }
 }
 
-fn get_expr(nodes: &mut [Node], n: usize) -> Option<Expr> {
+fn get_expr(nodes: &mut [Node], n: usize, scope: Scope<'_>) -> Option<(Expr, bool)> {
     let mut out = None;
     let mut k = n;
-    with_expr(nodes, &mut k, &mut |e| out = Some(e.clone()));
+    with_expr(nodes, &mut k, scope, &mut |e, bound| {
+        out = Some((e.clone(), bound))
+    });
     out
 }
 
@@ -401,7 +449,16 @@ impl Search<'_> {
             let mut i = list_len(&mut w.entry, list);
             while i > 0 && !self.exhausted() {
                 i -= 1;
-                // Delete statement i.
+                // Delete statement i (never a barrier when indices are frozen: the
+                // reference's lockstep stepping would hide the race that opens).
+                let mut is_barrier = false;
+                let mut k = list;
+                with_list(&mut w.entry, &mut k, &mut |l| {
+                    is_barrier = matches!(l.get(i), Some(Node::Barrier { .. }));
+                });
+                if is_barrier && self.budget.freeze_own_indices {
+                    continue;
+                }
                 let mut c = w.clone();
                 let mut k = list;
                 with_list(&mut c.entry, &mut k, &mut |l| {
@@ -462,32 +519,53 @@ impl Search<'_> {
     fn expressions(&mut self, w: &mut Work) -> bool {
         let mut progress = false;
         let mut n = 0;
+        let frozen = self.budget.freeze_own_indices.then(|| {
+            w.buffers
+                .iter()
+                .filter(|d| {
+                    d.access() == BufferAccess::Workgroup
+                        || d.is_backend_allocated_output()
+                        || d.access() == BufferAccess::ReadWrite
+                })
+                .map(|d| d.name().to_string())
+                .collect::<std::collections::BTreeSet<_>>()
+        });
+        let scope = Scope {
+            frozen: frozen.as_ref(),
+        };
         loop {
             if self.exhausted() {
                 break;
             }
-            let Some(e) = get_expr(&mut w.entry, n) else {
+            let Some((e, bound)) = get_expr(&mut w.entry, n, scope) else {
                 break;
             };
             let mut candidates: Vec<Expr> = Vec::new();
-            let mut children = Vec::new();
-            expr_children(&e, &mut children);
-            candidates.extend(children.into_iter().cloned());
-            candidates.extend([
-                Expr::LitU32(0),
-                Expr::LitU32(1),
-                Expr::LitI32(0),
-                Expr::LitI32(1),
-                Expr::LitF32(0.0),
-                Expr::LitF32(1.0),
-                Expr::LitBool(false),
-                Expr::LitBool(true),
-            ]);
+            if bound {
+                // Loop bounds only shrink to literals: an operand could be a huge count.
+                candidates.extend([Expr::LitU32(0), Expr::LitU32(1)]);
+            } else {
+                let mut children = Vec::new();
+                expr_children(&e, &mut children);
+                candidates.extend(children.into_iter().cloned());
+                candidates.extend([
+                    Expr::LitU32(0),
+                    Expr::LitU32(1),
+                    Expr::LitI32(0),
+                    Expr::LitI32(1),
+                    Expr::LitF32(0.0),
+                    Expr::LitF32(1.0),
+                    Expr::LitBool(false),
+                    Expr::LitBool(true),
+                ]);
+            }
             let mut accepted = false;
             for candidate in candidates {
                 let mut c = w.clone();
                 let mut k = n;
-                with_expr(&mut c.entry, &mut k, &mut |slot| *slot = candidate.clone());
+                with_expr(&mut c.entry, &mut k, scope, &mut |slot, _| {
+                    *slot = candidate.clone()
+                });
                 if self.attempt(w, c) {
                     progress = true;
                     accepted = true;
@@ -573,6 +651,10 @@ impl Search<'_> {
 
     fn workgroup(&mut self, w: &mut Work) -> bool {
         let mut progress = false;
+        if self.budget.freeze_own_indices {
+            // A new shape changes the grid `lin` was computed for.
+            return false;
+        }
         let mut c = w.clone();
         c.workgroup = [1, 1, 1];
         progress |= self.attempt(w, c);
