@@ -245,3 +245,35 @@ fn fuzz_codegen_emits_assembles_and_never_panics() {
         failures.first()
     );
 }
+
+/// Tooling: `SEED=0x.. cargo test --release --test fuzz_codegen -- --ignored shrink_seed`
+/// shrinks one generated program whose kernel ptxas rejects or crashes on (for sm_90)
+/// and saves it as a regression case.
+#[test]
+#[ignore]
+fn shrink_seed() {
+    let seed = std::env::var("SEED").expect("SEED=0x...");
+    let seed = u64::from_str_radix(seed.trim_start_matches("0x"), 16).expect("hex seed");
+    let ptxas = common::ptxas::require_ptxas();
+    let kind = std::env::var("KIND").unwrap_or_else(|_| "ptxas-sm_90".into());
+    let case = generate(seed, &GenConfig::default()).case;
+    let mut predicate = cpu_still_fails(&kind, ptxas, true);
+    assert!(predicate(&case), "seed {seed:#x} does not fail with {kind}");
+    let budget = fuzz::shrink::Budget {
+        max_time: std::time::Duration::from_secs(600),
+        max_evaluations: 20000,
+        ..Default::default()
+    };
+    let (small, stats) = fuzz::shrink::shrink(&case, &mut predicate, budget);
+    let comments = format!(
+        "found by tests/gpu_fuzz.rs (seed {seed:#x}); shrunk on the CPU {:?} -> {:?} in {} evaluations\n{kind}",
+        stats.before, stats.after, stats.evaluations
+    );
+    let path =
+        fuzz::case::save(&small, &format!("cpu-{kind}-{seed:016x}"), &kind, &comments).unwrap();
+    println!(
+        "saved {}\n{}",
+        path.display(),
+        fuzz::case::pretty(&small.program)
+    );
+}

@@ -160,6 +160,79 @@ fn the_shrinker_minimises_while_the_predicate_holds() {
 }
 
 #[test]
+fn gpu_shrinking_keeps_own_slot_indices_and_the_lin_binding() {
+    // Under `freeze_own_indices` the shrinker must not open cross-invocation races: the
+    // `lin` binding and every store index survive unchanged.
+    let config = GenConfig::default();
+    let mut predicate = |case: &fuzz::case::FuzzCase| {
+        validate(&case.program).is_ok()
+            && vyre_cuda::codegen::emit_ptx(
+                &case.program,
+                &case.config,
+                vyre_cuda::codegen::PtxTarget::sm90(),
+            )
+            .is_ok_and(|k| k.ptx.contains("st.global"))
+    };
+    let budget = fuzz::shrink::Budget {
+        freeze_own_indices: true,
+        ..Default::default()
+    };
+    fn stores(nodes: &[vyre_foundation::ir::Node], out: &mut Vec<String>) {
+        use vyre_foundation::ir::Node;
+        for n in nodes {
+            match n {
+                Node::Store { buffer, index, .. } => {
+                    out.push(format!("{}[{}]", &**buffer, fuzz::case::expr(index)))
+                }
+                Node::If {
+                    then, otherwise, ..
+                } => {
+                    stores(then, out);
+                    stores(otherwise, out);
+                }
+                Node::Loop { body, .. } | Node::Block(body) => stores(body, out),
+                Node::Region { body, .. } => stores(body, out),
+                _ => {}
+            }
+        }
+    }
+    let mut checked = 0;
+    for i in 0..200 {
+        let case = generate(program_seed(23, i), &config).case;
+        if !predicate(&case) {
+            continue;
+        }
+        let (small, _) = fuzz::shrink::shrink(&case, &mut predicate, budget);
+        let lin = |c: &fuzz::case::FuzzCase| {
+            fuzz::case::pretty(&c.program)
+                .lines()
+                .find(|l| l.contains("let lin ="))
+                .map(str::to_string)
+        };
+        assert_eq!(lin(&small), lin(&case), "seed {:#x}", case.seed);
+        assert_eq!(
+            small.program.workgroup_size(),
+            case.program.workgroup_size()
+        );
+        let (mut before, mut after) = (Vec::new(), Vec::new());
+        stores(case.program.entry(), &mut before);
+        stores(small.program.entry(), &mut after);
+        for s in &after {
+            assert!(
+                before.contains(s),
+                "seed {:#x}: new store index {s}",
+                case.seed
+            );
+        }
+        checked += 1;
+        if checked == 5 {
+            break;
+        }
+    }
+    assert_eq!(checked, 5);
+}
+
+#[test]
 fn reference_grid_matches_the_reference() {
     // `lin` relies on the generator knowing the exact grid: every invocation must see a
     // distinct lin, and the largest lin + 1 must be the number of invocations.
@@ -235,4 +308,27 @@ fn dump_case_ptx() {
     .unwrap();
     println!("{}", k.ptx);
     println!("{:?}", reference(&saved.case));
+}
+
+#[test]
+#[ignore]
+fn dump_shard_ptx() {
+    // Writes the sm_90 / PTX 9.0 kernels of one shard's first programs to /tmp/shard.
+    let base =
+        u64::from_str_radix(std::env::var("BASE").unwrap().trim_start_matches("0x"), 16).unwrap();
+    let shard: u64 = std::env::var("SHARD").unwrap().parse().unwrap();
+    let shards: u64 = std::env::var("SHARDS").unwrap().parse().unwrap();
+    let count: u64 = std::env::var("COUNT").unwrap().parse().unwrap();
+    let dir = std::path::Path::new("/tmp/shard");
+    std::fs::create_dir_all(dir).unwrap();
+    let target =
+        vyre_cuda::codegen::PtxTarget::new(90, vyre_cuda::codegen::PtxIsa::new(9, 0)).unwrap();
+    for local in 0..count {
+        let i = local * shards + shard;
+        let seed = program_seed(base, i);
+        let case = generate(seed, &GenConfig::default()).case;
+        if let Ok(k) = vyre_cuda::codegen::emit_ptx(&case.program, &case.config, target) {
+            std::fs::write(dir.join(format!("{local:05}-{seed:016x}.ptx")), k.ptx).unwrap();
+        }
+    }
 }

@@ -20,7 +20,8 @@ pub struct Budget {
     pub max_evaluations: u32,
     pub max_time: Duration,
     /// Never edit the index of a store, an atomic, or a load from a read-write, output
-    /// or workgroup buffer, and never shrink the workgroup. Generated programs touch
+    /// or workgroup buffer, nor the `lin`/`lid` bindings, never delete a barrier, and
+    /// never shrink the workgroup. Generated programs touch
     /// those buffers only at the invocation's own slots; an edited index (say `lin * 2`
     /// -> `2`) makes invocations race, which the reference's one-lane-at-a-time order
     /// hides even when run lane-reversed. Set for GPU shrinking.
@@ -287,6 +288,8 @@ fn with_expr(
     let frozen_index = scope.frozen.is_some();
     for node in nodes.iter_mut() {
         let done = match node {
+            // `lin` / `lid` index the invocation's own slots: frozen with the indices.
+            Node::Let { name, .. } if frozen_index && is_slot_var(name) => false,
             Node::Let { value, .. } | Node::Assign { value, .. } => {
                 in_expr(value, n, scope, false, f)
             }
@@ -360,6 +363,11 @@ fn in_expr(
         }
         _ => false,
     }
+}
+
+/// The generator's per-invocation slot variables.
+fn is_slot_var(name: &str) -> bool {
+    matches!(name, "lin" | "lid")
 }
 
 fn get_expr(nodes: &mut [Node], n: usize, scope: Scope<'_>) -> Option<(Expr, bool)> {
@@ -449,12 +457,17 @@ impl Search<'_> {
             let mut i = list_len(&mut w.entry, list);
             while i > 0 && !self.exhausted() {
                 i -= 1;
-                // Delete statement i (never a barrier when indices are frozen: the
-                // reference's lockstep stepping would hide the race that opens).
+                // Delete statement i (never a barrier or the `lin`/`lid` binding when
+                // indices are frozen: the reference's lockstep stepping would hide the
+                // race that opens).
                 let mut is_barrier = false;
                 let mut k = list;
                 with_list(&mut w.entry, &mut k, &mut |l| {
-                    is_barrier = matches!(l.get(i), Some(Node::Barrier { .. }));
+                    is_barrier = match l.get(i) {
+                        Some(Node::Barrier { .. }) => true,
+                        Some(Node::Let { name, .. }) => is_slot_var(name),
+                        _ => false,
+                    };
                 });
                 if is_barrier && self.budget.freeze_own_indices {
                     continue;
