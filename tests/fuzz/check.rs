@@ -1,0 +1,227 @@
+//! What counts as a failure, on the CPU (emitter + reference) and on the GPU (backend vs
+//! reference), and the predicates the shrinker keeps true.
+
+use super::case::FuzzCase;
+use super::oracle::{self, catch_quiet, Outcome, Verdict};
+use vyre_cuda::codegen::{emit_ptx, CodegenError, EmittedKernel, PtxTarget};
+use vyre_cuda::{CudaBackend, CudaError};
+use vyre_driver::BackendError;
+
+/// The two targets every kernel is emitted and assembled for.
+pub fn targets() -> [(PtxTarget, &'static str); 2] {
+    [(PtxTarget::sm80(), "sm_80"), (PtxTarget::sm90(), "sm_90")]
+}
+
+/// A finding: `kind` is stable (used to keep a shrink on the same failure), `detail`
+/// says what happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub kind: String,
+    pub detail: String,
+}
+
+impl Failure {
+    pub fn new(kind: impl Into<String>, detail: impl Into<String>) -> Self {
+        Self {
+            kind: kind.into(),
+            detail: detail.into(),
+        }
+    }
+}
+
+/// The emitter's answer for one target.
+pub enum Emitted {
+    Kernel(Box<EmittedKernel>),
+    /// `CodegenError::Unsupported`: an honest rejection, named by its construct.
+    Rejected(String),
+    Failed(Failure),
+}
+
+/// First line of a panic message (panics carry locations and values that vary).
+pub fn panic_key(message: &str) -> String {
+    let line = message.lines().next().unwrap_or("");
+    line.chars().take(120).collect()
+}
+
+/// Emit `case` for `target`, checking that it neither panics nor fails without a `Fix:`.
+/// `valid`: the program passed vyre's validator, so `Invalid` errors are findings too.
+pub fn emit(case: &FuzzCase, target: PtxTarget, name: &str, valid: bool) -> Emitted {
+    match catch_quiet(|| emit_ptx(&case.program, &case.config, target)) {
+        Err(p) => Emitted::Failed(Failure::new(
+            format!("emitter-panic: {}", panic_key(&p)),
+            format!("emit_ptx for {name} panicked: {p}"),
+        )),
+        Ok(Ok(kernel)) => Emitted::Kernel(Box::new(kernel)),
+        Ok(Err(error)) => {
+            let text = BackendError::from(error.clone()).to_string();
+            if !text.contains("Fix:") {
+                return Emitted::Failed(Failure::new(
+                    "missing-fix",
+                    format!("emit_ptx for {name}: error without a Fix: hint: {text}"),
+                ));
+            }
+            match &error {
+                CodegenError::Unsupported { construct, .. } => Emitted::Rejected(construct.clone()),
+                _ if valid => Emitted::Failed(Failure::new(
+                    "emitter-invalid",
+                    format!(
+                        "emit_ptx for {name} refused a program vyre's validator accepts: {error}"
+                    ),
+                )),
+                _ => Emitted::Rejected(format!("invalid: {error}")),
+            }
+        }
+    }
+}
+
+/// The outcome of a GPU dispatch.
+pub enum GpuVerdict {
+    Pass,
+    /// The backend refused the program with an `Unsupported` codegen error.
+    Rejected(String),
+    Fail(Failure),
+}
+
+/// A short, stable-ish description of an error for classification.
+fn error_class(error: &CudaError) -> &'static str {
+    match error {
+        CudaError::Codegen(_) => "codegen",
+        CudaError::Driver(e) if e.is_sticky() => "driver-sticky",
+        CudaError::Driver(_) => "driver",
+        CudaError::InvalidInput { .. } => "invalid-input",
+        CudaError::Rejected(_) => "rejected",
+        CudaError::KernelRuntime { .. } => "kernel-runtime",
+        CudaError::OutOfMemory { .. } => "out-of-memory",
+    }
+}
+
+/// Whether a failed dispatch poisoned the device for the rest of the process.
+pub fn is_sticky(error: &CudaError) -> bool {
+    matches!(error, CudaError::Driver(e) if e.is_sticky())
+}
+
+/// The backend's outputs or error for `case` (a panic becomes an error text).
+pub fn dispatch(
+    backend: &CudaBackend,
+    case: &FuzzCase,
+) -> Result<Result<Vec<Vec<u8>>, CudaError>, String> {
+    catch_quiet(|| backend.dispatch(&case.program, &case.inputs, &case.config))
+}
+
+/// Compare the backend with the reference verdict.
+pub fn gpu_check(backend: &CudaBackend, case: &FuzzCase, verdict: &Verdict) -> GpuVerdict {
+    let got = match dispatch(backend, case) {
+        Err(p) => {
+            return GpuVerdict::Fail(Failure::new(
+                format!("backend-panic: {}", panic_key(&p)),
+                format!("CudaBackend::dispatch panicked: {p}"),
+            ))
+        }
+        Ok(got) => got,
+    };
+    match (&verdict.outcome, got) {
+        (Outcome::Ok(want), Ok(got)) if *want == got => GpuVerdict::Pass,
+        (Outcome::Ok(want), Ok(got)) => GpuVerdict::Fail(Failure::new(
+            "mismatch",
+            oracle::first_difference(&case.program, want, &got),
+        )),
+        (Outcome::Ok(_), Err(CudaError::Codegen(CodegenError::Unsupported { construct, .. }))) => {
+            GpuVerdict::Rejected(construct)
+        }
+        (Outcome::Ok(_), Err(error)) => GpuVerdict::Fail(Failure::new(
+            format!("gpu-error: {}", error_class(&error)),
+            format!("the reference succeeds but the backend fails: {error}"),
+        )),
+        (Outcome::Err(_), Err(error)) => {
+            let text = BackendError::from(error.clone()).to_string();
+            if text.contains("Fix:") {
+                GpuVerdict::Pass
+            } else {
+                GpuVerdict::Fail(Failure::new(
+                    "missing-fix",
+                    format!("backend error without a Fix: hint: {text}"),
+                ))
+            }
+        }
+        (Outcome::Err(reference), Ok(_)) => GpuVerdict::Fail(Failure::new(
+            "missed-error",
+            format!("the reference fails ({reference}) but the backend returns outputs"),
+        )),
+        (Outcome::Panic(p), _) => GpuVerdict::Fail(Failure::new(
+            format!("reference-panic: {}", panic_key(p)),
+            format!("vyre-reference panicked: {p}"),
+        )),
+    }
+}
+
+/// The shrink predicate for GPU findings: still valid, still lane-order independent,
+/// still failing with the same kind.
+pub fn gpu_still_fails<'b>(
+    backend: &'b CudaBackend,
+    kind: &str,
+) -> impl FnMut(&FuzzCase) -> bool + 'b {
+    let kind = kind.to_string();
+    move |case| {
+        if oracle::validate(&case.program).is_err() {
+            return false;
+        }
+        let verdict = oracle::judge(case);
+        if verdict.lane_order_dependent {
+            return false;
+        }
+        matches!(gpu_check(backend, case, &verdict), GpuVerdict::Fail(f) if f.kind == kind)
+    }
+}
+
+/// All CPU-side findings for `case`: emitter panics, `Fix:`-less errors, `Invalid`
+/// errors on valid programs, reference panics. Kernels that emitted are returned for
+/// assembly, per target.
+pub fn cpu_check(case: &FuzzCase, valid: bool) -> (Vec<Failure>, Vec<Option<String>>, Vec<String>) {
+    let mut failures = Vec::new();
+    let mut kernels = Vec::new();
+    let mut rejected = Vec::new();
+    for (target, name) in targets() {
+        match emit(case, target, name, valid) {
+            Emitted::Kernel(k) => kernels.push(Some(k.ptx)),
+            Emitted::Rejected(construct) => {
+                rejected.push(construct);
+                kernels.push(None);
+            }
+            Emitted::Failed(f) => {
+                failures.push(f);
+                kernels.push(None);
+            }
+        }
+    }
+    (failures, kernels, rejected)
+}
+
+/// The shrink predicate for CPU findings of `kind` (`ptxas-sm_NN` kinds assemble).
+pub fn cpu_still_fails(
+    kind: &str,
+    ptxas: Option<std::path::PathBuf>,
+    require_valid: bool,
+) -> impl FnMut(&FuzzCase) -> bool {
+    let kind = kind.to_string();
+    move |case| {
+        let valid = oracle::validate(&case.program).is_ok();
+        if require_valid && !valid {
+            return false;
+        }
+        if let Some(arch) = kind.strip_prefix("ptxas-") {
+            let index = targets().iter().position(|(_, n)| *n == arch).unwrap_or(1);
+            let (target, name) = targets()[index];
+            return match emit(case, target, name, valid) {
+                Emitted::Kernel(k) => ptxas
+                    .as_deref()
+                    .is_some_and(|p| super::ptxas_batch::assemble_one(p, &k.ptx, arch).is_err()),
+                _ => false,
+            };
+        }
+        if kind.starts_with("reference-panic") {
+            return matches!(oracle::reference(case), Outcome::Panic(p) if format!("reference-panic: {}", panic_key(&p)) == kind);
+        }
+        let (failures, _, _) = cpu_check(case, valid);
+        failures.iter().any(|f| f.kind == kind)
+    }
+}

@@ -1,0 +1,1762 @@
+//! The seeded generator of random, well-typed, terminating, race-free Programs.
+//!
+//! Every program it returns passes vyre's validator (rejected drafts are regenerated and
+//! counted) and runs on `vyre-reference` in bounded time. Determinism across lanes is by
+//! construction:
+//!
+//! * each invocation computes `lin`, its linear global index over the exact grid the
+//!   reference (and the backend) launch, and stores only into its own slots
+//!   `lin * k + c` (`c < k`) of the read-write and output buffers, or out of bounds;
+//!   it reads those buffers only at its own slots;
+//! * read-only inputs are read anywhere, in or out of bounds;
+//! * workgroup memory is written only at the invocation's own slot (`lid`), then a
+//!   barrier, then read anywhere, then a barrier, and only in workgroup-uniform control
+//!   flow (top level, uniform `If`s and constant-bound loops);
+//! * shared counters are touched only by atomics of one commutative operator per buffer
+//!   whose results are discarded; atomics on the invocation's own slots may use any
+//!   operator and their results.
+//!
+//! Loops have small constant or clamped data-dependent trip counts, and the product of
+//! trip counts along any nesting is bounded, so every program terminates quickly.
+//!
+//! What is generated is driven by [`Features`], a table of enabled operators, element
+//! types, statements and workgroup shapes: to cover a construct the emitter learns to
+//! lower, add it to the table in [`Features::lowered`].
+
+use super::case::FuzzCase;
+use super::rng::Rng;
+use super::values;
+use vyre_driver::DispatchConfig;
+use vyre_foundation::ir::{
+    AtomicOp, BinOp, BufferAccess, BufferDecl, DataType, Expr, MemoryOrdering, Node, Program, UnOp,
+};
+
+/// The value types expressions are generated at. (The reference's run-time value and
+/// vyre's static type agree for every expression the generator builds at these types.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Ty {
+    U32,
+    I32,
+    F32,
+    Bool,
+}
+
+/// Statement kinds, weighted in [`Features::statements`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Stmt {
+    Let,
+    Assign,
+    Store,
+    If,
+    UniformIf,
+    Loop,
+    Block,
+    Region,
+    EarlyReturn,
+    CounterAtomic,
+    SharedPhase,
+    Barrier,
+}
+
+/// The table of enabled constructs.
+#[derive(Debug, Clone)]
+pub struct Features {
+    /// u32 x u32 -> u32 operators.
+    pub u32_binops: Vec<BinOp>,
+    /// i32 x i32 -> i32 operators that vyre's validator types as i32.
+    pub i32_binops: Vec<BinOp>,
+    /// i32 x i32 -> i32 operators that the validator types as u32 (the reference keeps
+    /// i32): generated as `Cast(I32, op(a, b))`.
+    pub i32_recast_binops: Vec<BinOp>,
+    pub f32_binops: Vec<BinOp>,
+    pub compare_ops: Vec<BinOp>,
+    pub u32_unops: Vec<UnOp>,
+    pub i32_unops: Vec<UnOp>,
+    pub f32_unops: Vec<UnOp>,
+    /// f32 -> bool tests.
+    pub f32_tests: Vec<UnOp>,
+    /// Atomics on an invocation's own slot (any operator; the old value is used).
+    pub own_atomics: Vec<AtomicOp>,
+    /// Atomics on shared counters (commutative operators only; results discarded).
+    pub counter_atomics: Vec<AtomicOp>,
+    /// Element types of read-only inputs.
+    pub input_elements: Vec<DataType>,
+    /// Element types of read-write and output buffers.
+    pub output_elements: Vec<DataType>,
+    /// Element types of workgroup buffers.
+    pub shared_elements: Vec<DataType>,
+    pub workgroups: Vec<[u32; 3]>,
+    pub statements: Vec<(Stmt, u32)>,
+    /// `U8/U16/I8/I16` casts.
+    pub narrow_casts: bool,
+    /// `U64/I64` casts and u64 unary ops/comparisons.
+    pub wide_casts: bool,
+    /// i32 / f32 / bool typed load indices (negative ones are run-time errors).
+    pub odd_indices: bool,
+    /// Percentage of i32 `Div`/`Mod` whose divisor is not guarded against 0 (run-time
+    /// errors in the reference and fault words on the GPU).
+    pub unguarded_division: u32,
+}
+
+impl Features {
+    /// Everything the emitter lowers today (README "What is lowered").
+    pub fn lowered() -> Self {
+        use BinOp as B;
+        use UnOp as U;
+        Self {
+            u32_binops: vec![
+                B::Add,
+                B::Sub,
+                B::Mul,
+                B::Div,
+                B::Mod,
+                B::WrappingAdd,
+                B::WrappingSub,
+                B::BitAnd,
+                B::BitOr,
+                B::BitXor,
+                B::Shl,
+                B::Shr,
+                B::RotateLeft,
+                B::RotateRight,
+                B::AbsDiff,
+                B::Min,
+                B::Max,
+                B::SaturatingAdd,
+                B::SaturatingSub,
+                B::SaturatingMul,
+                B::MulHigh,
+            ],
+            i32_binops: vec![B::Add, B::Sub, B::Mul, B::Div, B::Min, B::Max],
+            i32_recast_binops: vec![
+                B::Mod,
+                B::BitAnd,
+                B::BitOr,
+                B::BitXor,
+                B::WrappingAdd,
+                B::WrappingSub,
+            ],
+            f32_binops: vec![B::Add, B::Sub, B::Mul, B::Div, B::Min, B::Max],
+            compare_ops: vec![B::Eq, B::Ne, B::Lt, B::Gt, B::Le, B::Ge],
+            u32_unops: vec![
+                U::Negate,
+                U::BitNot,
+                U::Popcount,
+                U::Clz,
+                U::Ctz,
+                U::ReverseBits,
+                U::Unpack4Low,
+                U::Unpack4High,
+                U::Unpack8Low,
+                U::Unpack8High,
+            ],
+            i32_unops: vec![U::BitNot, U::Popcount, U::Clz, U::Ctz, U::ReverseBits],
+            f32_unops: vec![
+                U::Negate,
+                U::Abs,
+                U::Sqrt,
+                U::InverseSqrt,
+                U::Reciprocal,
+                U::Floor,
+                U::Ceil,
+                U::Round,
+                U::Trunc,
+                U::Sign,
+            ],
+            f32_tests: vec![U::IsNan, U::IsInf, U::IsFinite],
+            own_atomics: vec![
+                AtomicOp::Add,
+                AtomicOp::Or,
+                AtomicOp::And,
+                AtomicOp::Xor,
+                AtomicOp::Min,
+                AtomicOp::Max,
+                AtomicOp::Exchange,
+                AtomicOp::CompareExchange,
+                AtomicOp::LruUpdate,
+            ],
+            counter_atomics: vec![
+                AtomicOp::Add,
+                AtomicOp::Or,
+                AtomicOp::And,
+                AtomicOp::Xor,
+                AtomicOp::Min,
+                AtomicOp::Max,
+                AtomicOp::LruUpdate,
+            ],
+            input_elements: vec![
+                DataType::U32,
+                DataType::U32,
+                DataType::I32,
+                DataType::F32,
+                DataType::F32,
+                DataType::Bool,
+                DataType::U8,
+                DataType::I8,
+                DataType::U16,
+                DataType::I16,
+                DataType::U64,
+                DataType::I64,
+            ],
+            output_elements: vec![
+                DataType::U32,
+                DataType::U32,
+                DataType::I32,
+                DataType::F32,
+                DataType::F32,
+                DataType::Bool,
+                DataType::U8,
+                DataType::I8,
+                DataType::U16,
+                DataType::I16,
+                DataType::U64,
+            ],
+            shared_elements: vec![DataType::U32, DataType::I32, DataType::F32],
+            workgroups: vec![
+                [1, 1, 1],
+                [2, 1, 1],
+                [3, 1, 1],
+                [4, 1, 1],
+                [7, 1, 1],
+                [8, 1, 1],
+                [16, 1, 1],
+                [31, 1, 1],
+                [32, 1, 1],
+                [33, 1, 1],
+                [64, 1, 1],
+                [128, 1, 1],
+                [1, 4, 1],
+                [2, 2, 1],
+                [4, 2, 1],
+                [3, 5, 1],
+                [8, 4, 1],
+                [16, 2, 1],
+                [1, 1, 3],
+                [2, 1, 2],
+                [2, 2, 2],
+                [4, 2, 2],
+                [3, 2, 4],
+            ],
+            statements: vec![
+                (Stmt::Let, 26),
+                (Stmt::Assign, 10),
+                (Stmt::Store, 24),
+                (Stmt::If, 9),
+                (Stmt::UniformIf, 2),
+                (Stmt::Loop, 7),
+                (Stmt::Block, 3),
+                (Stmt::Region, 3),
+                (Stmt::EarlyReturn, 3),
+                (Stmt::CounterAtomic, 5),
+                (Stmt::SharedPhase, 6),
+                (Stmt::Barrier, 1),
+            ],
+            narrow_casts: true,
+            wide_casts: true,
+            odd_indices: true,
+            unguarded_division: 5,
+        }
+    }
+
+    /// Only u32/i32/f32/bool buffers and no narrow or 64-bit casts.
+    pub fn core() -> Self {
+        let wide = [
+            DataType::U32,
+            DataType::U32,
+            DataType::I32,
+            DataType::F32,
+            DataType::F32,
+            DataType::Bool,
+        ];
+        Self {
+            input_elements: wide.to_vec(),
+            output_elements: wide.to_vec(),
+            narrow_casts: false,
+            wide_casts: false,
+            ..Self::lowered()
+        }
+    }
+}
+
+/// Size limits of generated programs.
+#[derive(Debug, Clone)]
+pub struct GenConfig {
+    pub features: Features,
+    /// Statements per program (at most; nested ones included).
+    pub max_statements: u32,
+    pub max_expr_depth: u32,
+    /// Upper bound on the product of loop trip counts along any nesting.
+    pub max_trip_product: u32,
+    /// Largest declared element count of a buffer.
+    pub max_count: u32,
+}
+
+impl Default for GenConfig {
+    fn default() -> Self {
+        Self {
+            features: Features::lowered(),
+            max_statements: 28,
+            max_expr_depth: 3,
+            max_trip_product: 24,
+            max_count: 200,
+        }
+    }
+}
+
+/// A generated program plus how many drafts vyre's validator rejected on the way.
+pub struct Generated {
+    pub case: FuzzCase,
+    pub rejected_drafts: u32,
+    /// The validator message of the last rejected draft (to spot generator bugs).
+    pub last_rejection: Option<String>,
+}
+
+/// Generate the program for `seed`: drafts until one passes the validator.
+pub fn generate(seed: u64, config: &GenConfig) -> Generated {
+    let mut rng = Rng::new(seed);
+    let mut rejected_drafts = 0;
+    let mut last_rejection = None;
+    loop {
+        let case = draft(&mut rng, config, seed);
+        match super::oracle::validate(&case.program) {
+            Ok(()) => {
+                return Generated {
+                    case,
+                    rejected_drafts,
+                    last_rejection,
+                }
+            }
+            Err(message) => {
+                rejected_drafts += 1;
+                last_rejection = Some(message);
+                if rejected_drafts > 1000 {
+                    panic!("generator produced 1000 invalid drafts for seed {seed:#x}: {last_rejection:?}");
+                }
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ buffers
+
+#[derive(Debug, Clone, PartialEq)]
+enum Role {
+    Input,
+    /// ReadWrite storage, consumes an input, returned; `k` slots per invocation.
+    InOut {
+        k: u32,
+    },
+    /// Backend-allocated output; `k` slots per invocation.
+    Output {
+        k: u32,
+    },
+    /// u32 ReadWrite counter hit only by `op` atomics.
+    Counter(AtomicOp),
+    Shared,
+}
+
+#[derive(Debug, Clone)]
+struct GBuf {
+    name: String,
+    element: DataType,
+    role: Role,
+    /// Declared element count (0 = runtime-sized input).
+    count: u32,
+    /// Elements actually passed (inputs) or allocated (outputs, shared).
+    len: u32,
+    uniform: bool,
+    /// Own-slot u32 buffer used by atomics. vyre's validator rejects plain reads and
+    /// atomics of one buffer in sibling statements (a fusion hazard), so such a buffer
+    /// is never loaded non-atomically.
+    atomic: bool,
+}
+
+impl GBuf {
+    fn own_k(&self) -> Option<u32> {
+        match self.role {
+            Role::InOut { k } | Role::Output { k } => Some(k),
+            _ => None,
+        }
+    }
+
+    fn takes_input(&self) -> bool {
+        matches!(
+            self.role,
+            Role::Input | Role::InOut { .. } | Role::Counter(_)
+        )
+    }
+
+    fn returned(&self) -> bool {
+        matches!(
+            self.role,
+            Role::InOut { .. } | Role::Output { .. } | Role::Counter(_)
+        )
+    }
+}
+
+const COUNTS: &[u32] = &[
+    1, 1, 2, 3, 4, 5, 7, 8, 8, 12, 16, 16, 24, 31, 32, 33, 40, 48, 64, 64, 96, 100, 128, 200,
+];
+
+fn pick_count(rng: &mut Rng, max: u32) -> u32 {
+    loop {
+        let c = *rng.pick(COUNTS);
+        if c <= max {
+            return c;
+        }
+    }
+}
+
+// ------------------------------------------------------------------ generator state
+
+#[derive(Debug, Clone)]
+struct Var {
+    name: String,
+    ty: Ty,
+    assignable: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Ctx {
+    /// Every invocation of the workgroup reaches this point together (barriers allowed).
+    uniform: bool,
+    depth: u32,
+    trip: u32,
+    top_level: bool,
+}
+
+struct Gen<'a> {
+    rng: &'a mut Rng,
+    cfg: &'a GenConfig,
+    bufs: Vec<GBuf>,
+    scopes: Vec<Vec<Var>>,
+    next_name: u32,
+    budget: i32,
+    threads: u32,
+}
+
+fn lit_u32(v: u32) -> Expr {
+    Expr::LitU32(v)
+}
+
+fn bin(op: BinOp, l: Expr, r: Expr) -> Expr {
+    Expr::BinOp {
+        op,
+        left: Box::new(l),
+        right: Box::new(r),
+    }
+}
+
+fn un(op: UnOp, v: Expr) -> Expr {
+    Expr::UnOp {
+        op,
+        operand: Box::new(v),
+    }
+}
+
+fn cast(target: DataType, v: Expr) -> Expr {
+    Expr::Cast {
+        target,
+        value: Box::new(v),
+    }
+}
+
+fn select(c: Expr, t: Expr, f: Expr) -> Expr {
+    Expr::Select {
+        cond: Box::new(c),
+        true_val: Box::new(t),
+        false_val: Box::new(f),
+    }
+}
+
+fn var(name: &str) -> Expr {
+    Expr::Var(name.into())
+}
+
+fn load(buffer: &str, index: Expr) -> Expr {
+    Expr::Load {
+        buffer: buffer.into(),
+        index: Box::new(index),
+    }
+}
+
+/// Mirrors vyre's V044 check: a literal (possibly cast) zero.
+fn static_zero(e: &Expr) -> bool {
+    match e {
+        Expr::LitU32(0) | Expr::LitI32(0) => true,
+        // The wire format (and the reference) flush subnormal literals to zero.
+        Expr::LitF32(v) => *v == 0.0 || v.is_subnormal(),
+        Expr::Cast { value, .. } => static_zero(value),
+        _ => false,
+    }
+}
+
+const ORDERINGS: &[MemoryOrdering] = &[
+    MemoryOrdering::Relaxed,
+    MemoryOrdering::Acquire,
+    MemoryOrdering::Release,
+    MemoryOrdering::AcqRel,
+    MemoryOrdering::SeqCst,
+];
+
+const BARRIER_ORDERINGS: &[MemoryOrdering] = &[
+    MemoryOrdering::Acquire,
+    MemoryOrdering::Release,
+    MemoryOrdering::AcqRel,
+    MemoryOrdering::SeqCst,
+];
+
+impl Gen<'_> {
+    fn fresh(&mut self, prefix: &str) -> String {
+        self.next_name += 1;
+        format!("{prefix}{}", self.next_name)
+    }
+
+    fn vars_of(&self, ty: Ty) -> Vec<&Var> {
+        self.scopes
+            .iter()
+            .flatten()
+            .filter(|v| v.ty == ty)
+            .collect()
+    }
+
+    fn declare(&mut self, name: String, ty: Ty, assignable: bool) {
+        if let Some(scope) = self.scopes.last_mut() {
+            scope.push(Var {
+                name,
+                ty,
+                assignable,
+            });
+        }
+    }
+
+    fn bufs_where(&self, f: impl Fn(&GBuf) -> bool) -> Vec<usize> {
+        (0..self.bufs.len()).filter(|&i| f(&self.bufs[i])).collect()
+    }
+
+    // ---------------------------------------------------------------- literals
+
+    fn lit(&mut self, ty: Ty) -> Expr {
+        match ty {
+            Ty::U32 => Expr::LitU32(values::u32_edge(self.rng)),
+            Ty::I32 => Expr::LitI32(values::i32_edge(self.rng)),
+            Ty::F32 => {
+                let v = values::f32_edge(self.rng);
+                // vyre's wire format (and so `Program::fingerprint`) folds -0.0 and
+                // negative subnormal literals into +0.0; spell them as `-(+x)` so saved
+                // regression cases keep their meaning.
+                if v.is_sign_negative() && (v == 0.0 || v.is_subnormal()) {
+                    un(UnOp::Negate, Expr::LitF32(-v))
+                } else {
+                    Expr::LitF32(v)
+                }
+            }
+            Ty::Bool => Expr::LitBool(self.rng.chance(50)),
+        }
+    }
+
+    fn nonzero_lit(&mut self, ty: Ty) -> Expr {
+        loop {
+            let e = self.lit(ty);
+            if !static_zero(&e) {
+                return e;
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- indices
+
+    /// The invocation's own slot `c` of a `k`-slot buffer: `lin * k + c`.
+    fn own_slot(&mut self, k: u32) -> Expr {
+        let base = if k == 1 {
+            var("lin")
+        } else {
+            bin(BinOp::Mul, var("lin"), lit_u32(k))
+        };
+        let c = self.rng.below(k);
+        if c == 0 {
+            base
+        } else {
+            bin(BinOp::Add, base, lit_u32(c))
+        }
+    }
+
+    /// An index into buffer `b` that only this invocation uses (or that is out of
+    /// bounds for every invocation).
+    fn own_index(&mut self, b: usize) -> Expr {
+        let k = self.bufs[b].own_k().unwrap_or(1);
+        let len = self.bufs[b].len.max(self.bufs[b].count);
+        match self.rng.below(20) {
+            0..=13 => self.own_slot(k),
+            14..=15 if k > 1 && k.is_power_of_two() => {
+                // Data-dependent slot inside the invocation's own k-slot window.
+                let base = bin(BinOp::Mul, var("lin"), lit_u32(k));
+                let sel = self.expr(Ty::U32, 1);
+                bin(BinOp::Add, base, bin(BinOp::BitAnd, sel, lit_u32(k - 1)))
+            }
+            16..=17 => {
+                // Own slot or an index past the end.
+                let c = self.cond(1);
+                let own = self.own_slot(k);
+                let oob = *self
+                    .rng
+                    .pick(&[len, len + 1, len + 17, 0x8000_0000, u32::MAX]);
+                if self.rng.chance(50) {
+                    select(c, own, lit_u32(oob))
+                } else {
+                    select(c, lit_u32(oob), own)
+                }
+            }
+            _ => {
+                // Always out of bounds (lin * k + c < 2^31).
+                let own = self.own_slot(k);
+                bin(BinOp::BitOr, own, lit_u32(0x8000_0000))
+            }
+        }
+    }
+
+    /// Any index into a read-only buffer: in or out of bounds, data-dependent or not.
+    fn any_index(&mut self, b: usize, depth: u32) -> Expr {
+        let len = self.bufs[b].len.max(1);
+        let cfg: &GenConfig = self.cfg;
+        let f = &cfg.features;
+        if f.odd_indices && self.rng.chance(1) {
+            // i32 / f32 / bool index: negative and fractional ones are run-time errors.
+            let ty = *self.rng.pick(&[Ty::I32, Ty::F32, Ty::Bool]);
+            return self.expr(ty, depth.min(1));
+        }
+        match self.rng.below(36) {
+            0..=13 => var("lin"),
+            14..=16 => bin(BinOp::Add, var("lin"), lit_u32(self.rng.range(1, 5))),
+            17..=22 => {
+                lit_u32(
+                    *self
+                        .rng
+                        .pick(&[0, len - 1, len, len + 1, len / 2, 0x8000_0000, u32::MAX]),
+                )
+            }
+            23..=27 => {
+                let e = self.expr(Ty::U32, depth.min(1));
+                if self.rng.chance(50) {
+                    bin(BinOp::Mod, e, lit_u32(len))
+                } else {
+                    e
+                }
+            }
+            28..=30 => {
+                let vars: Vec<String> = self
+                    .vars_of(Ty::U32)
+                    .iter()
+                    .map(|v| v.name.clone())
+                    .collect();
+                match vars.is_empty() {
+                    true => var("lin"),
+                    false => var(self.rng.pick::<String>(&vars)),
+                }
+            }
+            31..=32 => bin(
+                BinOp::Sub,
+                lit_u32(len.saturating_sub(1)),
+                bin(BinOp::Mod, var("lin"), lit_u32(len)),
+            ),
+            _ => cast(DataType::U32, self.expr(Ty::I32, depth.min(1))),
+        }
+    }
+
+    // ---------------------------------------------------------------- loads
+
+    /// `Load(b, index)` converted to `ty`, if `b`'s element type can produce `ty`.
+    fn load_as(&mut self, ty: Ty, b: usize, index: Expr) -> Option<Expr> {
+        let name = self.bufs[b].name.clone();
+        let element = self.bufs[b].element.clone();
+        let l = load(&name, index);
+        let narrow = self.cfg.features.narrow_casts;
+        Some(match (ty, element) {
+            (Ty::U32, DataType::U32) | (Ty::I32, DataType::I32) | (Ty::F32, DataType::F32) => l,
+            (Ty::U32, DataType::Bool) => cast(DataType::U32, l),
+            (Ty::Bool, DataType::Bool) => cast(DataType::Bool, l),
+            (Ty::U32, DataType::U8 | DataType::U16) => cast(DataType::U32, l),
+            (Ty::U32, DataType::I8 | DataType::I16) if self.rng.chance(50) => {
+                cast(DataType::U32, l)
+            }
+            (Ty::I32, DataType::I8) => {
+                if self.rng.chance(70) && narrow {
+                    cast(DataType::I32, cast(DataType::I8, l))
+                } else {
+                    cast(DataType::I32, l)
+                }
+            }
+            (Ty::I32, DataType::I16) => {
+                if self.rng.chance(70) && narrow {
+                    cast(DataType::I32, cast(DataType::I16, l))
+                } else {
+                    cast(DataType::I32, l)
+                }
+            }
+            // Checked: a run-time error where the value does not fit in u32 (for an
+            // I64 element, a raw 8-byte value, always in the reference).
+            (Ty::U32, DataType::U64) if self.rng.chance(10) => cast(DataType::U32, l),
+            (Ty::U32, DataType::I64) if self.rng.chance(3) => cast(DataType::U32, l),
+            (Ty::U32, DataType::U64 | DataType::I64) if narrow => {
+                cast(DataType::U32, cast(DataType::U16, l))
+            }
+            (Ty::I32, DataType::I64) if self.rng.chance(3) => cast(DataType::I32, l),
+            (Ty::I32, DataType::I64) => cast(DataType::I32, cast(DataType::I16, l)),
+            (Ty::Bool, DataType::U64 | DataType::I64 | DataType::U8 | DataType::I16) => {
+                cast(DataType::Bool, l)
+            }
+            _ => return None,
+        })
+    }
+
+    fn load_input(&mut self, ty: Ty, depth: u32) -> Option<Expr> {
+        let candidates = self.bufs_where(|b| b.role == Role::Input);
+        if candidates.is_empty() {
+            return None;
+        }
+        for _ in 0..4 {
+            let b = *self.rng.pick(&candidates);
+            if !can_load_as(ty, &self.bufs[b].element) {
+                continue;
+            }
+            let index = self.any_index(b, depth);
+            if let Some(e) = self.load_as(ty, b, index) {
+                return Some(e);
+            }
+        }
+        None
+    }
+
+    fn load_own(&mut self, ty: Ty) -> Option<Expr> {
+        let candidates =
+            self.bufs_where(|b| b.own_k().is_some() && !b.atomic && can_load_as(ty, &b.element));
+        if candidates.is_empty() {
+            return None;
+        }
+        let b = *self.rng.pick(&candidates);
+        let index = self.own_index(b);
+        self.load_as(ty, b, index)
+    }
+
+    fn atomic_own(&mut self, depth: u32) -> Option<Expr> {
+        let candidates = self.bufs_where(|b| b.own_k().is_some() && b.atomic);
+        if candidates.is_empty() || self.cfg.features.own_atomics.is_empty() {
+            return None;
+        }
+        let b = *self.rng.pick(&candidates);
+        let cfg: &GenConfig = self.cfg;
+        let op = *self.rng.pick(&cfg.features.own_atomics);
+        let index = self.own_index(b);
+        let expected =
+            (op == AtomicOp::CompareExchange).then(|| Box::new(self.expr(Ty::U32, depth.min(1))));
+        let value = self.expr(Ty::U32, depth.min(1));
+        Some(Expr::Atomic {
+            op,
+            buffer: self.bufs[b].name.as_str().into(),
+            index: Box::new(index),
+            expected,
+            value: Box::new(value),
+            ordering: *self.rng.pick(ORDERINGS),
+        })
+    }
+
+    // ---------------------------------------------------------------- expressions
+
+    /// `BufLen` of a buffer that atomics do not touch (vyre's validator counts BufLen
+    /// as a read in its fusion-hazard check).
+    fn buf_len(&mut self) -> Expr {
+        let plain = self.bufs_where(|b| !b.atomic);
+        match plain.is_empty() {
+            true => var("lin"),
+            false => {
+                let b = *self.rng.pick(&plain);
+                Expr::BufLen {
+                    buffer: self.bufs[b].name.as_str().into(),
+                }
+            }
+        }
+    }
+
+    fn leaf(&mut self, ty: Ty) -> Expr {
+        for _ in 0..8 {
+            let choice = self.rng.below(100);
+            let picked = match choice {
+                0..=24 => Some(self.lit(ty)),
+                25..=49 => {
+                    let vars: Vec<String> =
+                        self.vars_of(ty).iter().map(|v| v.name.clone()).collect();
+                    (!vars.is_empty()).then(|| var(self.rng.pick::<String>(&vars)))
+                }
+                50..=71 => self.load_input(ty, 0),
+                72..=81 => self.load_own(ty),
+                82..=95 if ty == Ty::U32 => Some(match self.rng.below(7) {
+                    0 | 1 => var("lin"),
+                    2 => Expr::InvocationId {
+                        axis: self.rng.below(3) as u8,
+                    },
+                    3 => Expr::LocalId {
+                        axis: self.rng.below(3) as u8,
+                    },
+                    4 => Expr::WorkgroupId {
+                        axis: self.rng.below(3) as u8,
+                    },
+                    _ => self.buf_len(),
+                }),
+                96..=99 if ty == Ty::U32 => self.atomic_own(0),
+                _ => None,
+            };
+            if let Some(e) = picked {
+                return e;
+            }
+        }
+        self.lit(ty)
+    }
+
+    fn expr(&mut self, ty: Ty, depth: u32) -> Expr {
+        if depth == 0 || self.rng.chance(30) {
+            return self.leaf(ty);
+        }
+        let d = depth - 1;
+        match ty {
+            Ty::U32 => self.u32_expr(d),
+            Ty::I32 => self.i32_expr(d),
+            Ty::F32 => self.f32_expr(d),
+            Ty::Bool => self.bool_expr(d),
+        }
+    }
+
+    fn other_ty(&mut self, choices: &[Ty], d: u32) -> Expr {
+        let t = *self.rng.pick(choices);
+        self.expr(t, d)
+    }
+
+    fn divisor(&mut self, ty: Ty, d: u32) -> Expr {
+        let e = self.expr(ty, d);
+        if static_zero(&e) {
+            return self.nonzero_lit(ty);
+        }
+        if ty == Ty::I32 && !self.rng.chance(self.cfg.features.unguarded_division) {
+            // Guard against 0 (a reference run-time error). Evaluated twice, so keep it
+            // side-effect free: a leaf.
+            let leaf = match e {
+                Expr::LitI32(_) | Expr::Var(_) => e,
+                _ => self.leaf(Ty::I32),
+            };
+            if static_zero(&leaf) {
+                return self.nonzero_lit(ty);
+            }
+            return select(
+                bin(BinOp::Eq, leaf.clone(), Expr::LitI32(0)),
+                Expr::LitI32(*self.rng.pick(&[1, -1, 3])),
+                leaf,
+            );
+        }
+        e
+    }
+
+    fn u32_expr(&mut self, d: u32) -> Expr {
+        let cfg: &GenConfig = self.cfg;
+        let f = &cfg.features;
+        let weights = [
+            32,                                 // binop
+            10,                                 // unop
+            2,                                  // unpack of i32
+            6,                                  // select
+            8,                                  // cast
+            if f.narrow_casts { 4 } else { 0 }, // narrow round trip
+            if f.wide_casts { 3 } else { 0 },   // u64 detour
+            3,                                  // own atomic
+        ];
+        match self.rng.weighted(&weights) {
+            0 if !f.u32_binops.is_empty() => {
+                let op = *self.rng.pick(&f.u32_binops);
+                let l = self.expr(Ty::U32, d);
+                let r = if matches!(op, BinOp::Div | BinOp::Mod) {
+                    self.divisor(Ty::U32, d)
+                } else {
+                    self.expr(Ty::U32, d)
+                };
+                bin(op, l, r)
+            }
+            1 if !f.u32_unops.is_empty() => {
+                let op = self.rng.pick(&f.u32_unops).clone();
+                un(op, self.expr(Ty::U32, d))
+            }
+            2 => {
+                let op = self
+                    .rng
+                    .pick(&[
+                        UnOp::Unpack4Low,
+                        UnOp::Unpack4High,
+                        UnOp::Unpack8Low,
+                        UnOp::Unpack8High,
+                    ])
+                    .clone();
+                un(op, self.expr(Ty::I32, d))
+            }
+            3 => {
+                let c = self.cond(d);
+                select(c, self.expr(Ty::U32, d), self.expr(Ty::U32, d))
+            }
+            4 => cast(
+                DataType::U32,
+                self.other_ty(&[Ty::I32, Ty::F32, Ty::Bool], d),
+            ),
+            5 => {
+                let target = self
+                    .rng
+                    .pick(&[DataType::U8, DataType::U16, DataType::I8, DataType::I16])
+                    .clone();
+                let inner = self.other_ty(&[Ty::U32, Ty::I32], d);
+                cast(DataType::U32, cast(target, inner))
+            }
+            6 => {
+                let inner = self.other_ty(&[Ty::U32, Ty::I32], d);
+                let wide = cast(DataType::U64, inner);
+                match self.rng.below(3) {
+                    // Checked u64 -> u32: a run-time error for negative i32 sources.
+                    0 => {
+                        let t = self.rng.pick(&[DataType::U64, DataType::I64]).clone();
+                        let Expr::Cast { value, .. } = wide else {
+                            unreachable!()
+                        };
+                        cast(DataType::U32, cast(t, *value))
+                    }
+                    1 => {
+                        let op = self
+                            .rng
+                            .pick(&[UnOp::Popcount, UnOp::Clz, UnOp::Ctz])
+                            .clone();
+                        cast(DataType::U32, un(op, wide))
+                    }
+                    _ => {
+                        let op = self.rng.pick(&[UnOp::BitNot, UnOp::ReverseBits]).clone();
+                        cast(DataType::U32, cast(DataType::U16, un(op, wide)))
+                    }
+                }
+            }
+            7 => self.atomic_own(d).unwrap_or_else(|| self.leaf(Ty::U32)),
+            _ => self.leaf(Ty::U32),
+        }
+    }
+
+    fn i32_expr(&mut self, d: u32) -> Expr {
+        let cfg: &GenConfig = self.cfg;
+        let f = &cfg.features;
+        let weights = [
+            26,                                 // binop
+            10,                                 // recast binop
+            8,                                  // unop
+            5,                                  // select
+            8,                                  // cast
+            if f.narrow_casts { 4 } else { 0 }, // narrow
+            if f.wide_casts { 2 } else { 0 },   // wide
+        ];
+        match self.rng.weighted(&weights) {
+            0 if !f.i32_binops.is_empty() => {
+                let op = *self.rng.pick(&f.i32_binops);
+                let l = self.expr(Ty::I32, d);
+                let r = if op == BinOp::Div {
+                    self.divisor(Ty::I32, d)
+                } else {
+                    self.expr(Ty::I32, d)
+                };
+                bin(op, l, r)
+            }
+            1 if !f.i32_recast_binops.is_empty() => {
+                let op = *self.rng.pick(&f.i32_recast_binops);
+                let l = self.expr(Ty::I32, d);
+                let r = if op == BinOp::Mod {
+                    self.divisor(Ty::I32, d)
+                } else {
+                    self.expr(Ty::I32, d)
+                };
+                cast(DataType::I32, bin(op, l, r))
+            }
+            2 if !f.i32_unops.is_empty() => {
+                let op = self.rng.pick(&f.i32_unops).clone();
+                un(op, self.expr(Ty::I32, d))
+            }
+            3 => {
+                let c = self.cond(d);
+                select(c, self.expr(Ty::I32, d), self.expr(Ty::I32, d))
+            }
+            4 => cast(
+                DataType::I32,
+                self.other_ty(&[Ty::U32, Ty::F32, Ty::Bool], d),
+            ),
+            5 => {
+                let target = self
+                    .rng
+                    .pick(&[DataType::I8, DataType::I16, DataType::U8, DataType::U16])
+                    .clone();
+                let inner = self.other_ty(&[Ty::U32, Ty::I32], d);
+                cast(DataType::I32, cast(target, inner))
+            }
+            6 => {
+                let inner = self.other_ty(&[Ty::U32, Ty::I32], d);
+                let wide = self.rng.pick(&[DataType::U64, DataType::I64]).clone();
+                cast(DataType::I32, cast(wide, inner))
+            }
+            _ => self.leaf(Ty::I32),
+        }
+    }
+
+    fn f32_expr(&mut self, d: u32) -> Expr {
+        let cfg: &GenConfig = self.cfg;
+        let f = &cfg.features;
+        match self.rng.weighted(&[30, 15, 6, 5, 8]) {
+            0 if !f.f32_binops.is_empty() => {
+                let op = *self.rng.pick(&f.f32_binops);
+                let l = self.expr(Ty::F32, d);
+                let r = if op == BinOp::Div {
+                    self.divisor(Ty::F32, d)
+                } else {
+                    self.expr(Ty::F32, d)
+                };
+                bin(op, l, r)
+            }
+            1 if !f.f32_unops.is_empty() => {
+                let op = self.rng.pick(&f.f32_unops).clone();
+                un(op, self.expr(Ty::F32, d))
+            }
+            2 => Expr::Fma {
+                a: Box::new(self.expr(Ty::F32, d)),
+                b: Box::new(self.expr(Ty::F32, d)),
+                c: Box::new(self.expr(Ty::F32, d)),
+            },
+            3 => {
+                let c = self.cond(d);
+                select(c, self.expr(Ty::F32, d), self.expr(Ty::F32, d))
+            }
+            4 => cast(
+                DataType::F32,
+                self.other_ty(&[Ty::U32, Ty::I32, Ty::Bool], d),
+            ),
+            _ => self.leaf(Ty::F32),
+        }
+    }
+
+    fn bool_expr(&mut self, d: u32) -> Expr {
+        let cfg: &GenConfig = self.cfg;
+        let f = &cfg.features;
+        let weights = [
+            30,                               // compare
+            10,                               // and/or
+            6,                                // not
+            6,                                // f32 tests
+            5,                                // cast
+            3,                                // select
+            if f.wide_casts { 2 } else { 0 }, // u64 compare
+        ];
+        match self.rng.weighted(&weights) {
+            0 if !f.compare_ops.is_empty() => {
+                let ty = *self
+                    .rng
+                    .pick(&[Ty::U32, Ty::U32, Ty::I32, Ty::F32, Ty::Bool]);
+                let op = if ty == Ty::Bool {
+                    *self.rng.pick(&[BinOp::Eq, BinOp::Ne])
+                } else {
+                    *self.rng.pick(&f.compare_ops)
+                };
+                bin(op, self.expr(ty, d), self.expr(ty, d))
+            }
+            1 => {
+                let op = *self.rng.pick(&[BinOp::And, BinOp::Or]);
+                let ty = *self.rng.pick(&[Ty::Bool, Ty::Bool, Ty::U32]);
+                bin(op, self.expr(ty, d), self.expr(ty, d))
+            }
+            2 => {
+                let ty = *self.rng.pick(&[Ty::Bool, Ty::U32]);
+                un(UnOp::LogicalNot, self.expr(ty, d))
+            }
+            3 if !f.f32_tests.is_empty() => {
+                let op = self.rng.pick(&f.f32_tests).clone();
+                un(op, self.expr(Ty::F32, d))
+            }
+            4 => cast(
+                DataType::Bool,
+                self.other_ty(&[Ty::U32, Ty::I32, Ty::F32], d),
+            ),
+            5 => {
+                let c = self.cond(d);
+                select(c, self.expr(Ty::Bool, d), self.expr(Ty::Bool, d))
+            }
+            6 => {
+                let a = self.other_ty(&[Ty::U32, Ty::I32], d);
+                let b = self.other_ty(&[Ty::U32, Ty::I32], d);
+                let op = *self.rng.pick(&f.compare_ops);
+                bin(op, cast(DataType::U64, a), cast(DataType::U64, b))
+            }
+            _ => self.leaf(Ty::Bool),
+        }
+    }
+
+    /// A condition for `If`/`Select`: bool, u32 (truthiness) or a raw Bool-buffer word.
+    fn cond(&mut self, d: u32) -> Expr {
+        match self.rng.below(20) {
+            0..=13 => self.expr(Ty::Bool, d),
+            14..=15 => self.expr(Ty::U32, d),
+            16..=17 => {
+                // lin-based: splits the grid.
+                let op = *self.rng.pick(&[BinOp::Lt, BinOp::Ge, BinOp::Eq]);
+                bin(op, var("lin"), lit_u32(self.rng.below(70)))
+            }
+            _ => {
+                let bools =
+                    self.bufs_where(|b| b.role == Role::Input && b.element == DataType::Bool);
+                if bools.is_empty() {
+                    self.expr(Ty::Bool, d)
+                } else {
+                    let b = *self.rng.pick(&bools);
+                    let index = self.any_index(b, d);
+                    load(&self.bufs[b].name.clone(), index)
+                }
+            }
+        }
+    }
+
+    /// A workgroup-uniform condition (literals, workgroup ids, buffer lengths).
+    fn uniform_cond(&mut self) -> Expr {
+        let op = *self.rng.pick(&[BinOp::Lt, BinOp::Eq, BinOp::Ne, BinOp::Ge]);
+        let left = match self.rng.below(3) {
+            0 => Expr::WorkgroupId {
+                axis: self.rng.below(3) as u8,
+            },
+            1 => self.buf_len(),
+            _ => bin(
+                BinOp::Add,
+                Expr::WorkgroupId { axis: 0 },
+                lit_u32(self.rng.below(3)),
+            ),
+        };
+        bin(op, left, lit_u32(self.rng.below(8)))
+    }
+
+    /// A value storable into an element of `element` (vyre's store typing).
+    fn store_value(&mut self, element: &DataType) -> Expr {
+        let d = self.cfg.max_expr_depth;
+        match element {
+            DataType::U32 => {
+                let ty = *self
+                    .rng
+                    .pick(&[Ty::U32, Ty::U32, Ty::U32, Ty::Bool, Ty::I32]);
+                self.expr(ty, d)
+            }
+            DataType::I32 => {
+                let ty = *self.rng.pick(&[Ty::I32, Ty::I32, Ty::U32]);
+                self.expr(ty, d)
+            }
+            DataType::F32 => self.expr(Ty::F32, d),
+            DataType::Bool => {
+                let ty = *self.rng.pick(&[Ty::Bool, Ty::U32]);
+                self.expr(ty, d)
+            }
+            DataType::U64 | DataType::I64 => {
+                let ty = *self.rng.pick(&[Ty::U32, Ty::I32, Ty::Bool]);
+                cast(element.clone(), self.expr(ty, d))
+            }
+            narrow => {
+                let ty = *self.rng.pick(&[Ty::U32, Ty::I32]);
+                cast(narrow.clone(), self.expr(ty, d))
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- statements
+
+    fn block(&mut self, ctx: Ctx, max_len: u32) -> Vec<Node> {
+        self.scopes.push(Vec::new());
+        let len = self.rng.range(1, max_len.max(1));
+        let mut nodes = Vec::new();
+        for _ in 0..len {
+            if self.budget <= 0 {
+                break;
+            }
+            let node = self.statement(ctx);
+            nodes.extend(node);
+        }
+        // Early return as the last statement of a nested block.
+        if !ctx.top_level && self.rng.chance(4) {
+            nodes.push(Node::Return);
+        }
+        self.scopes.pop();
+        nodes
+    }
+
+    fn nested(&self, ctx: Ctx, uniform: bool) -> Ctx {
+        Ctx {
+            uniform: ctx.uniform && uniform,
+            depth: ctx.depth + 1,
+            trip: ctx.trip,
+            top_level: false,
+        }
+    }
+
+    fn statement(&mut self, ctx: Ctx) -> Vec<Node> {
+        self.budget -= 1;
+        let cfg: &GenConfig = self.cfg;
+        let features = &cfg.features;
+        let has_own = !self
+            .bufs_where(|b| b.own_k().is_some() && !b.atomic)
+            .is_empty();
+        let has_counter = !self
+            .bufs_where(|b| matches!(b.role, Role::Counter(_)))
+            .is_empty();
+        let has_shared = !self.bufs_where(|b| b.role == Role::Shared).is_empty();
+        let has_assignable = self.scopes.iter().flatten().any(|v| v.assignable);
+        let deep = ctx.depth >= 4;
+        let weights: Vec<u32> = features
+            .statements
+            .iter()
+            .map(|(s, w)| {
+                let ok = match s {
+                    Stmt::Let => true,
+                    Stmt::Assign => has_assignable,
+                    Stmt::Store => has_own,
+                    Stmt::If | Stmt::Block | Stmt::Region | Stmt::EarlyReturn => !deep,
+                    Stmt::UniformIf => !deep && ctx.uniform,
+                    Stmt::Loop => !deep && ctx.trip * 2 <= self.cfg.max_trip_product,
+                    Stmt::CounterAtomic => has_counter,
+                    Stmt::SharedPhase => has_shared && ctx.uniform,
+                    Stmt::Barrier => ctx.uniform,
+                };
+                if ok {
+                    *w
+                } else {
+                    0
+                }
+            })
+            .collect();
+        let kind = features.statements[self.rng.weighted(&weights)].0;
+        let d = self.cfg.max_expr_depth;
+        match kind {
+            Stmt::Let => {
+                let ty = *self
+                    .rng
+                    .pick(&[Ty::U32, Ty::U32, Ty::I32, Ty::F32, Ty::F32, Ty::Bool]);
+                let value = self.expr(ty, d);
+                let name = self.fresh("v");
+                self.declare(name.clone(), ty, true);
+                vec![Node::Let {
+                    name: name.as_str().into(),
+                    value,
+                }]
+            }
+            Stmt::Assign => {
+                let vars: Vec<(String, Ty)> = self
+                    .scopes
+                    .iter()
+                    .flatten()
+                    .filter(|v| v.assignable)
+                    .map(|v| (v.name.clone(), v.ty))
+                    .collect();
+                let (name, ty) = self.rng.pick(&vars).clone();
+                let value = self.expr(ty, d);
+                vec![Node::Assign {
+                    name: name.as_str().into(),
+                    value,
+                }]
+            }
+            Stmt::Store => {
+                let own = self.bufs_where(|b| b.own_k().is_some() && !b.atomic);
+                let b = *self.rng.pick(&own);
+                let index = self.own_index(b);
+                let element = self.bufs[b].element.clone();
+                let value = self.store_value(&element);
+                vec![Node::Store {
+                    buffer: self.bufs[b].name.as_str().into(),
+                    index,
+                    value,
+                }]
+            }
+            Stmt::If | Stmt::UniformIf => {
+                let uniform = kind == Stmt::UniformIf;
+                let cond = if uniform {
+                    self.uniform_cond()
+                } else {
+                    self.cond(d)
+                };
+                let inner = self.nested(ctx, uniform);
+                let then = self.block(inner, 4);
+                let otherwise = if self.rng.chance(45) {
+                    self.block(inner, 3)
+                } else {
+                    Vec::new()
+                };
+                vec![Node::If {
+                    cond,
+                    then,
+                    otherwise,
+                }]
+            }
+            Stmt::Loop => self.loop_stmt(ctx),
+            Stmt::Block => {
+                let inner = self.nested(ctx, true);
+                vec![Node::Block(self.block(inner, 4))]
+            }
+            Stmt::Region => {
+                let inner = self.nested(ctx, true);
+                let body = self.block(inner, 4);
+                vec![Node::Region {
+                    generator: (*self.rng.pick(&["fuzz.region", "fuzz.inner"])).into(),
+                    source_region: None,
+                    body: std::sync::Arc::new(body),
+                }]
+            }
+            Stmt::EarlyReturn => {
+                let cond = self.cond(d);
+                let inner = self.nested(ctx, false);
+                let mut then = if self.rng.chance(50) {
+                    self.block(inner, 2)
+                } else {
+                    Vec::new()
+                };
+                if !matches!(then.last(), Some(Node::Return)) {
+                    then.push(Node::Return);
+                }
+                vec![Node::If {
+                    cond,
+                    then,
+                    otherwise: Vec::new(),
+                }]
+            }
+            Stmt::CounterAtomic => {
+                let counters = self.bufs_where(|b| matches!(b.role, Role::Counter(_)));
+                let b = *self.rng.pick(&counters);
+                let Role::Counter(op) = self.bufs[b].role.clone() else {
+                    unreachable!()
+                };
+                let len = self.bufs[b].len;
+                let index = match self.rng.below(10) {
+                    0..=5 => lit_u32(self.rng.below(len)),
+                    6 => lit_u32(len + self.rng.below(3)),
+                    _ => {
+                        let e = self.expr(Ty::U32, 1);
+                        if self.rng.chance(70) {
+                            bin(BinOp::Mod, e, lit_u32(len))
+                        } else {
+                            e
+                        }
+                    }
+                };
+                let value = self.expr(Ty::U32, d.min(2));
+                let name = self.fresh("a");
+                vec![Node::Let {
+                    name: name.as_str().into(),
+                    value: Expr::Atomic {
+                        op,
+                        buffer: self.bufs[b].name.as_str().into(),
+                        index: Box::new(index),
+                        expected: None,
+                        value: Box::new(value),
+                        ordering: *self.rng.pick(ORDERINGS),
+                    },
+                }]
+            }
+            Stmt::SharedPhase => self.shared_phase(),
+            Stmt::Barrier => vec![Node::Barrier {
+                ordering: *self.rng.pick(BARRIER_ORDERINGS),
+            }],
+        }
+    }
+
+    fn loop_stmt(&mut self, ctx: Ctx) -> Vec<Node> {
+        let room = (self.cfg.max_trip_product / ctx.trip.max(1)).clamp(1, 6);
+        let (from, to, trips, constant) = match self.rng.below(10) {
+            0..=5 => {
+                let from = self.rng.below(3);
+                let to = self.rng.below(room + from + 1);
+                (lit_u32(from), lit_u32(to), to.saturating_sub(from), true)
+            }
+            6 => {
+                // Empty: from >= to.
+                let to = self.rng.below(3);
+                (lit_u32(to + self.rng.below(3)), lit_u32(to), 0, true)
+            }
+            _ => {
+                // Data-dependent but clamped.
+                let e = self.expr(Ty::U32, 1);
+                let to = match self.rng.below(3) {
+                    0 => bin(BinOp::Min, e, lit_u32(room)),
+                    1 => bin(BinOp::Mod, e, lit_u32(room + 1)),
+                    _ => bin(BinOp::BitAnd, e, lit_u32(room.min(3))),
+                };
+                (lit_u32(self.rng.below(2)), to, room, false)
+            }
+        };
+        let name = self.fresh("i");
+        let inner = Ctx {
+            uniform: ctx.uniform && constant,
+            depth: ctx.depth + 1,
+            trip: ctx.trip * trips.max(1),
+            top_level: false,
+        };
+        self.scopes.push(vec![Var {
+            name: name.clone(),
+            ty: Ty::U32,
+            assignable: false,
+        }]);
+        let body = self.block(inner, 4);
+        self.scopes.pop();
+        vec![Node::Loop {
+            var: name.as_str().into(),
+            from,
+            to,
+            body,
+        }]
+    }
+
+    /// `sh[lid] = v; barrier; let x = sh[any]...; barrier` (uniform control flow only).
+    fn shared_phase(&mut self) -> Vec<Node> {
+        let shared = self.bufs_where(|b| b.role == Role::Shared);
+        let b = *self.rng.pick(&shared);
+        let name = self.bufs[b].name.clone();
+        let element = self.bufs[b].element.clone();
+        let count = self.bufs[b].count;
+        let mut nodes = Vec::new();
+        let index = if self.rng.chance(85) {
+            var("lid")
+        } else {
+            let c = self.cond(1);
+            select(c, var("lid"), lit_u32(count + self.rng.below(4)))
+        };
+        let value = self.store_value(&element);
+        nodes.push(Node::Store {
+            buffer: name.as_str().into(),
+            index,
+            value,
+        });
+        nodes.push(Node::Barrier {
+            ordering: *self.rng.pick(BARRIER_ORDERINGS),
+        });
+        let threads = self.threads;
+        for _ in 0..self.rng.range(1, 3) {
+            let index = match self.rng.below(6) {
+                0 | 1 => bin(
+                    BinOp::Mod,
+                    bin(BinOp::Add, var("lid"), lit_u32(self.rng.range(1, 4))),
+                    lit_u32(threads),
+                ),
+                2 => bin(BinOp::Sub, lit_u32(threads - 1), var("lid")),
+                3 => lit_u32(self.rng.below(count + 2)),
+                4 => var("lid"),
+                _ => self.expr(Ty::U32, 1),
+            };
+            let ty = match element {
+                DataType::I32 => Ty::I32,
+                DataType::F32 => Ty::F32,
+                _ => Ty::U32,
+            };
+            if let Some(value) = self.load_as(ty, b, index) {
+                let v = self.fresh("s");
+                self.declare(v.clone(), ty, true);
+                nodes.push(Node::Let {
+                    name: v.as_str().into(),
+                    value,
+                });
+            }
+        }
+        nodes.push(Node::Barrier {
+            ordering: *self.rng.pick(BARRIER_ORDERINGS),
+        });
+        nodes
+    }
+}
+
+fn can_load_as(ty: Ty, element: &DataType) -> bool {
+    matches!(
+        (ty, element),
+        (Ty::U32, DataType::U32)
+            | (Ty::I32, DataType::I32)
+            | (Ty::F32, DataType::F32)
+            | (Ty::U32, DataType::Bool)
+            | (Ty::Bool, DataType::Bool)
+            | (
+                Ty::U32,
+                DataType::U8 | DataType::U16 | DataType::I8 | DataType::I16
+            )
+            | (Ty::I32, DataType::I8 | DataType::I16 | DataType::I64)
+            | (Ty::U32, DataType::U64 | DataType::I64)
+            | (
+                Ty::Bool,
+                DataType::U64 | DataType::I64 | DataType::U8 | DataType::I16
+            )
+    )
+}
+
+// ------------------------------------------------------------------ programs
+
+fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
+    let f = &cfg.features;
+    let workgroup = *rng.pick(&f.workgroups);
+    let threads: u32 = workgroup.iter().product();
+    let mut bufs = Vec::new();
+    let max = cfg.max_count;
+    for i in 0..rng.range(1, 3) {
+        let element = rng.pick(&f.input_elements).clone();
+        let (count, len) = match rng.below(10) {
+            0 => (0, pick_count(rng, max)),
+            1 => {
+                let c = pick_count(rng, max);
+                (c, c + rng.range(1, 9))
+            }
+            _ => {
+                let c = pick_count(rng, max);
+                (c, c)
+            }
+        };
+        bufs.push(GBuf {
+            name: format!("in{i}"),
+            element,
+            role: Role::Input,
+            count,
+            len,
+            uniform: rng.chance(10),
+            atomic: false,
+        });
+    }
+    let k_choices = [1, 1, 1, 1, 2, 2, 3, 4];
+    for i in 0..rng.range(0, 2) {
+        let element = rng.pick(&f.output_elements).clone();
+        let count = pick_count(rng, max);
+        let len = if rng.chance(8) {
+            count + rng.range(1, 5)
+        } else {
+            count
+        };
+        bufs.push(GBuf {
+            name: format!("rw{i}"),
+            element,
+            role: Role::InOut {
+                k: *rng.pick(&k_choices),
+            },
+            count,
+            len,
+            uniform: false,
+            atomic: false,
+        });
+    }
+    let want_output = rng.chance(70) || !bufs.iter().any(|b| b.returned());
+    if want_output && rng.chance(97) {
+        let element = rng.pick(&f.output_elements).clone();
+        let count = pick_count(rng, max);
+        bufs.push(GBuf {
+            name: "out".into(),
+            element,
+            role: Role::Output {
+                k: *rng.pick(&k_choices),
+            },
+            count,
+            len: count,
+            uniform: false,
+            atomic: false,
+        });
+    }
+    if !f.counter_atomics.is_empty() && rng.chance(25) {
+        for i in 0..rng.range(1, 2) {
+            let count = rng.range(1, 4);
+            bufs.push(GBuf {
+                name: format!("cnt{i}"),
+                element: DataType::U32,
+                role: Role::Counter(*rng.pick(&f.counter_atomics)),
+                count,
+                len: count,
+                uniform: false,
+                atomic: true,
+            });
+        }
+    }
+    if !f.shared_elements.is_empty() && rng.chance(30) {
+        for i in 0..rng.range(1, 2) {
+            let count = match rng.below(5) {
+                0 => 1,
+                1 => threads.saturating_sub(1).max(1),
+                2 => threads + rng.range(1, 4),
+                _ => threads,
+            };
+            bufs.push(GBuf {
+                name: format!("sh{i}"),
+                element: rng.pick(&f.shared_elements).clone(),
+                role: Role::Shared,
+                count,
+                len: count,
+                uniform: false,
+                atomic: false,
+            });
+        }
+    }
+    for b in &mut bufs {
+        if b.own_k().is_some() && b.element == DataType::U32 && !f.own_atomics.is_empty() {
+            b.atomic = rng.chance(40);
+        }
+    }
+    rng.shuffle(&mut bufs);
+
+    let mut gen = Gen {
+        rng,
+        cfg,
+        bufs,
+        scopes: vec![vec![Var {
+            name: "lin".into(),
+            ty: Ty::U32,
+            assignable: false,
+        }]],
+        next_name: 0,
+        budget: 0,
+        threads,
+    };
+    gen.budget = gen.rng.range(3, cfg.max_statements) as i32;
+    let top = Ctx {
+        uniform: true,
+        depth: 0,
+        trip: 1,
+        top_level: true,
+    };
+    let mut body = Vec::new();
+    while gen.budget > 0 {
+        body.extend(gen.block(top, 8));
+    }
+    let bufs = gen.bufs;
+
+    // Declarations, with shuffled bindings.
+    let storage = bufs.iter().filter(|b| b.role != Role::Shared).count() as u32;
+    let mut bindings: Vec<u32> = (0..storage).collect();
+    rng.shuffle(&mut bindings);
+    let mut next_binding = bindings.into_iter();
+    let decls: Vec<BufferDecl> = bufs
+        .iter()
+        .map(|b| match b.role {
+            Role::Shared => BufferDecl::workgroup(&b.name, b.count, b.element.clone()),
+            _ => {
+                let binding = next_binding.next().unwrap_or(0);
+                let decl = match b.role {
+                    Role::Input if b.uniform => {
+                        BufferDecl::uniform(&b.name, binding, b.element.clone())
+                    }
+                    Role::Input => BufferDecl::read(&b.name, binding, b.element.clone()),
+                    Role::Output { .. } => BufferDecl::output(&b.name, binding, b.element.clone()),
+                    _ => BufferDecl::read_write(&b.name, binding, b.element.clone()),
+                };
+                decl.with_count(b.count)
+            }
+        })
+        .collect();
+
+    let inputs: Vec<Vec<u8>> = bufs
+        .iter()
+        .filter(|b| b.takes_input())
+        .map(|b| values::buffer_bytes(rng, &b.element, b.len as usize))
+        .collect();
+
+    // Sometimes a `dispatch_elements` floor launches more invocations than the buffers
+    // ask for (`reference_eval_with_dispatch` on the reference side).
+    let mut config = DispatchConfig::default();
+    if rng.chance(6) {
+        config.dispatch_elements = Some(rng.range(1, 300));
+    }
+    // The grid the reference launches, from the final program's shape.
+    let draft = Program::wrapped(decls.clone(), workgroup, body.clone());
+    let grid = reference_grid(&draft, &inputs, config.dispatch_elements.unwrap_or(0));
+    let extent = [
+        grid[0] * workgroup[0],
+        grid[1] * workgroup[1],
+        grid[2] * workgroup[2],
+    ];
+    let gid = |axis| Expr::InvocationId { axis };
+    let mut lin = gid(0);
+    if extent[1] > 1 || rng.chance(20) {
+        lin = bin(BinOp::Add, lin, bin(BinOp::Mul, gid(1), lit_u32(extent[0])));
+    }
+    if extent[2] > 1 || rng.chance(10) {
+        lin = bin(
+            BinOp::Add,
+            lin,
+            bin(BinOp::Mul, gid(2), lit_u32(extent[0] * extent[1])),
+        );
+    }
+    let lid_expr = bin(
+        BinOp::Add,
+        Expr::LocalId { axis: 0 },
+        bin(
+            BinOp::Add,
+            bin(BinOp::Mul, Expr::LocalId { axis: 1 }, lit_u32(workgroup[0])),
+            bin(
+                BinOp::Mul,
+                Expr::LocalId { axis: 2 },
+                lit_u32(workgroup[0] * workgroup[1]),
+            ),
+        ),
+    );
+    let mut entry = vec![Node::Let {
+        name: "lin".into(),
+        value: lin,
+    }];
+    if bufs.iter().any(|b| b.role == Role::Shared) {
+        entry.push(Node::Let {
+            name: "lid".into(),
+            value: lid_expr,
+        });
+    }
+    entry.extend(body);
+    FuzzCase {
+        seed,
+        program: Program::wrapped(decls, workgroup, entry),
+        inputs,
+        config,
+    }
+}
+
+/// The grid `vyre-reference` launches for `program` with `inputs` and a
+/// `dispatch_elements` floor (its `run_hashmap_reference` rule; the backend's plan
+/// computes the same).
+pub fn reference_grid(program: &Program, inputs: &[Vec<u8>], floor: u32) -> [u32; 3] {
+    let mut next_input = 0usize;
+    let (mut max_returned, mut max_other) = (0u32, 1u32);
+    let mut has_returned = false;
+    let mut has_shared = false;
+    for decl in program.buffers() {
+        if decl.access() == BufferAccess::Workgroup {
+            has_shared = true;
+            continue;
+        }
+        let size = values::element_size(&decl.element());
+        let bytes = if decl.is_backend_allocated_output() {
+            decl.count() as usize * size
+        } else {
+            let len = inputs.get(next_input).map_or(0, Vec::len);
+            next_input += 1;
+            len
+        };
+        let elements = (bytes / size) as u32;
+        if decl.is_backend_allocated_output() || decl.access() == BufferAccess::ReadWrite {
+            has_returned = true;
+            max_returned = max_returned.max(elements);
+        } else {
+            max_other = max_other.max(elements);
+        }
+    }
+    let full_span = has_shared || program.stats().atomic_op_count > 0;
+    let elements = max_returned
+        .max(1)
+        .max(if !has_returned || full_span {
+            max_other
+        } else {
+            1
+        })
+        .max(floor);
+    let wg = program.workgroup_size();
+    let per_group = wg.iter().product::<u32>().max(1);
+    let total = elements.div_ceil(per_group).max(1);
+    let active: Vec<usize> = (0..3).filter(|&a| wg[a] > 1).collect();
+    let mut grid = [1u32; 3];
+    if active.is_empty() {
+        grid[0] = total;
+    } else {
+        let base = f64::from(total).powf(1.0 / active.len() as f64).ceil() as u32;
+        for a in active {
+            grid[a] = base.max(1);
+        }
+    }
+    grid
+}
