@@ -16,7 +16,7 @@ for line in sys.stdin:
         continue
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] != ["bin"]:
         name = m["target"]["name"]
-        if name.startswith("gpu_") or name in ("registration", "driver_smoke"):
+        if name.startswith("gpu_") or name in ("registration", "driver_smoke", "fuzz_regressions"):
             print(name, m["executable"])
 ' > .devrun/manifest
 cargo bench --no-run --message-format=json 2>/dev/null \

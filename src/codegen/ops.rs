@@ -142,6 +142,9 @@ impl Lowerer<'_> {
             BinOp::Sub | BinOp::WrappingSub => emit!(self.writer(), "sub.{ty} {d}, {a}, {b}"),
             BinOp::Mul => emit!(self.writer(), "mul.lo.{ty} {d}, {a}, {b}"),
             BinOp::Div | BinOp::Mod => {
+                // Operands through the opaque zero: ptxas 13.0 folds signed division and
+                // remainder of known operands through unsigned magnitudes, losing signs.
+                let (a, b) = (self.opaque(a), self.opaque(b));
                 let is_div = op == BinOp::Div;
                 let opcode = if is_div { "div" } else { "rem" };
                 if t == Int::I32 {
@@ -448,7 +451,12 @@ impl Lowerer<'_> {
                 if matches!(op, UnOp::Negate) {
                     emit!(self.writer(), "xor.b32 {out}, {bits}, 0x80000000");
                 } else {
+                    // Through the opaque zero: ptxas 13.0 otherwise treats |x| as >= 0
+                    // and folds ordered comparisons with a NaN to true.
                     emit!(self.writer(), "and.b32 {out}, {bits}, 0x7FFFFFFF");
+                    let out = self.opaque(out);
+                    emit!(self.writer(), "mov.b32 {d}, {out}");
+                    return Ok(float(d));
                 }
                 emit!(self.writer(), "mov.b32 {d}, {out}");
             }
@@ -478,7 +486,14 @@ impl Lowerer<'_> {
                 let (bits, sign, half) = (self.b32(), self.b32(), self.f32_const(0x3F00_0000));
                 emit!(self.writer(), "cvt.rzi.f32.f32 {d}, {a}");
                 emit!(self.writer(), "sub.rn.f32 {frac}, {a}, {d}");
-                emit!(self.writer(), "abs.f32 {frac}, {frac}");
+                let frac_bits = self.b32();
+                emit!(self.writer(), "mov.b32 {frac_bits}, {frac}");
+                emit!(
+                    self.writer(),
+                    "and.b32 {frac_bits}, {frac_bits}, 0x7FFFFFFF"
+                );
+                let frac_bits = self.opaque(frac_bits);
+                emit!(self.writer(), "mov.b32 {frac}, {frac_bits}");
                 emit!(self.writer(), "setp.ge.f32 {away}, {frac}, {half}");
                 // copysign(1, x) on the bits.
                 emit!(self.writer(), "mov.b32 {bits}, {a}");

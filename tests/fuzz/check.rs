@@ -92,12 +92,15 @@ fn error_class(error: &CudaError) -> &'static str {
         CudaError::Rejected(_) => "rejected",
         CudaError::KernelRuntime { .. } => "kernel-runtime",
         CudaError::OutOfMemory { .. } => "out-of-memory",
+        CudaError::ShutDown => "shut-down",
+        CudaError::DeviceLost { .. } => "device-lost",
     }
 }
 
 /// Whether a failed dispatch poisoned the device for the rest of the process.
 pub fn is_sticky(error: &CudaError) -> bool {
-    matches!(error, CudaError::Driver(e) if e.is_sticky())
+    matches!(error, CudaError::DeviceLost { .. })
+        || matches!(error, CudaError::Driver(e) if e.is_sticky())
 }
 
 /// The backend's outputs or error for `case` (a panic becomes an error text).
