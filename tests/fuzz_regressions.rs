@@ -135,7 +135,7 @@ fn saved_cases_match_the_reference_on_the_gpu() {
 /// sign of a zero literal therefore share one cache entry, and whichever is dispatched
 /// second runs the first one's kernel. Set to `false` once the key covers the literal
 /// bits (then the GPU test below must pass).
-const LITERAL_ZERO_SIGN_SHARES_KERNEL_OPEN: bool = true;
+const LITERAL_ZERO_SIGN_SHARES_KERNEL_OPEN: bool = false;
 
 /// `out[i] = zero` and `out[i] = zero * in[i]` for `zero` = +0.0 and -0.0.
 fn signed_zero_programs() -> Vec<(String, fuzz::case::FuzzCase)> {
