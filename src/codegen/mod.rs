@@ -58,7 +58,7 @@ use vyre_driver::DispatchConfig;
 use vyre_foundation::ir::Program;
 
 /// Version of the emitter's output format; part of every cache key.
-pub const EMITTER_VERSION: u32 = 1;
+pub const EMITTER_VERSION: u32 = 2;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;
