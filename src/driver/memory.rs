@@ -57,21 +57,26 @@ impl DeviceAlloc {
     }
 }
 
+/// Free device memory from `cuMemAlloc` or `cuMemAllocAsync` of a context generation.
+/// Never panics: a reset (generation change) already freed it; errors are logged.
+fn free_device_memory(device: &Device, generation: u64, ptr: u64, len: usize) {
+    if ptr == 0 {
+        return;
+    }
+    if let Err(e) = device.bind_live(generation, "cuMemFree_v2") {
+        tracing::debug!(%e, "device memory not freed");
+        return;
+    }
+    // SAFETY: `ptr` came from `cuMemAlloc`/`cuMemAllocAsync` in this (still live) context
+    // and its owner frees it exactly once; cuMemFree waits for outstanding work using it.
+    if let Err(e) = unsafe { result::free_sync(ptr) }.check("cuMemFree_v2") {
+        tracing::warn!(%e, bytes = len, "freeing device memory failed");
+    }
+}
+
 impl Drop for DeviceAlloc {
     fn drop(&mut self) {
-        if self.ptr == 0 {
-            return;
-        }
-        // A reset (generation change) already freed the memory.
-        if let Err(e) = self.device.bind_live(self.generation, "cuMemFree_v2") {
-            tracing::debug!(%e, "device allocation not freed");
-            return;
-        }
-        // SAFETY: `ptr` came from `cuMemAlloc` in this (still live) context and is freed once.
-        // cuMemFree waits for outstanding work that may use it.
-        if let Err(e) = unsafe { result::free_sync(self.ptr) }.check("cuMemFree_v2") {
-            tracing::warn!(%e, bytes = self.len, "freeing device memory failed");
-        }
+        free_device_memory(&self.device, self.generation, self.ptr, self.len);
     }
 }
 
@@ -285,18 +290,7 @@ impl StreamOrderedAlloc {
 
 impl Drop for StreamOrderedAlloc {
     fn drop(&mut self) {
-        if self.ptr == 0 {
-            return;
-        }
-        if let Err(e) = self.device.bind_live(self.generation, "cuMemFree_v2") {
-            tracing::debug!(%e, "stream-ordered allocation not freed");
-            return;
-        }
-        // SAFETY: `ptr` came from `cuMemAllocAsync` in this live context and is freed once;
-        // cuMemFree accepts stream-ordered memory and waits for outstanding work.
-        if let Err(e) = unsafe { result::free_sync(self.ptr) }.check("cuMemFree_v2") {
-            tracing::warn!(%e, bytes = self.len, "freeing stream-ordered device memory failed");
-        }
+        free_device_memory(&self.device, self.generation, self.ptr, self.len);
     }
 }
 
