@@ -99,6 +99,26 @@ struct Module {
 }
 
 impl Module {
+    /// JIT with `CU_JIT_OPTIMIZATION_LEVEL` = `level` (the driver's default is 4).
+    fn load_at(ptx_text: &str, level: u32) -> R<Self> {
+        let text = CString::new(ptx_text).map_err(|e| e.to_string())?;
+        let mut options = [sys::CUjit_option::CU_JIT_OPTIMIZATION_LEVEL];
+        // The option's value is the integer itself, cast to a pointer (driver ABI).
+        let mut values = [level as usize as *mut c_void];
+        let mut raw = std::ptr::null_mut();
+        // SAFETY: `text` is NUL-terminated and outlives the call; one option with its value.
+        ckr("cuModuleLoadDataEx", unsafe {
+            sys::cuModuleLoadDataEx(
+                &mut raw,
+                text.as_ptr().cast(),
+                1,
+                options.as_mut_ptr(),
+                values.as_mut_ptr(),
+            )
+        })?;
+        Ok(Self { raw })
+    }
+
     fn load(ptx_text: &str) -> R<Self> {
         let text = CString::new(ptx_text).map_err(|e| e.to_string())?;
         // SAFETY: `text` is a NUL-terminated PTX image that lives across the call.
@@ -152,6 +172,7 @@ pub struct Floor {
     ctx: sys::CUcontext,
     streams: [sys::CUstream; 4],
     events: [sys::CUevent; 2],
+    blocking_event: sys::CUevent,
     _module: Module,
     f_vadd: sys::CUfunction,
     f_saxpy: sys::CUfunction,
@@ -221,12 +242,18 @@ impl Floor {
                 result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT),
             )?,
         ];
+        let mut blocking_event = std::ptr::null_mut();
+        // SAFETY: writes one event handle; flags BLOCKING_SYNC | DISABLE_TIMING.
+        ckr("cuEventCreate", unsafe {
+            sys::cuEventCreate(&mut blocking_event, 1 | 2)
+        })?;
         let module = Module::load(&ptx::main_module(major, minor, vadd_salt, alpha))?;
         Ok(Self {
             dev,
             ctx,
             streams,
             events,
+            blocking_event,
             f_vadd: module.function("floor_vadd")?,
             f_saxpy: module.function("floor_saxpy")?,
             f_reduce: module.function("floor_reduce")?,
@@ -560,6 +587,71 @@ impl Floor {
         Ok(elapsed)
     }
 
+    /// As `jit_time`, at JIT optimisation level `level` (0..=4).
+    pub fn jit_time_at(&self, ptx_text: &str, level: u32) -> R<Duration> {
+        self.bind()?;
+        let started = Instant::now();
+        let module = Module::load_at(ptx_text, level)?;
+        let elapsed = started.elapsed();
+        drop(module);
+        Ok(elapsed)
+    }
+
+    /// `tiny_e2e`, but the host waits on a blocking-sync event (the thread sleeps instead
+    /// of spinning), so its CPU time is the API calls alone.
+    pub fn tiny_e2e_blocking(&self, ab: &[u8], out: &mut [u8], dev: &DevBuf) -> R<()> {
+        self.bind()?;
+        let n = out.len() / 4;
+        let half = (n * 4) as u64;
+        let out_off = (2 * half).next_multiple_of(256);
+        self.h2d(dev.ptr, ab, 0)?;
+        self.launch_elementwise(
+            self.f_vadd,
+            dev.ptr,
+            dev.ptr + half,
+            dev.ptr + out_off,
+            n as u32,
+            0,
+        )?;
+        self.d2h(out, dev.ptr + out_off, 0)?;
+        // SAFETY: our blocking event and stream.
+        ck("cuEventRecord", unsafe {
+            result::event::record(self.blocking_event, self.streams[0])
+        })?;
+        // SAFETY: a recorded event of ours.
+        ck("cuEventSynchronize", unsafe {
+            result::event::synchronize(self.blocking_event)
+        })
+    }
+
+    /// The tiny round trip the way a plain pageable caller does it: two uploads straight
+    /// from pageable memory, launch, pageable readback, sync.
+    pub fn tiny_pageable(&self, a: &[u8], b: &[u8], out: &mut [u8], dev: &DevBuf) -> R<()> {
+        self.bind()?;
+        let n = out.len() / 4;
+        let half = (n * 4) as u64;
+        let out_off = (2 * half).next_multiple_of(256);
+        self.h2d(dev.ptr, a, 0)?;
+        self.h2d(dev.ptr + half, b, 0)?;
+        self.launch_elementwise(
+            self.f_vadd,
+            dev.ptr,
+            dev.ptr + half,
+            dev.ptr + out_off,
+            n as u32,
+            0,
+        )?;
+        self.d2h(out, dev.ptr + out_off, 0)?;
+        self.sync(0)
+    }
+
+    /// Launch the 1-element kernel and synchronise: no copies at all.
+    pub fn launch_sync(&self, dev: &DevBuf) -> R<()> {
+        self.bind()?;
+        self.launch_elementwise(self.f_vadd, dev.ptr, dev.ptr + 4, dev.ptr + 256, 1, 0)?;
+        self.sync(0)
+    }
+
     /// Cold path: JIT a fresh module, fetch its kernel, run it end to end on `n` elements
     /// from pinned staging, unload it. Returns the wall time of everything but the unload.
     pub fn cold_vadd(
@@ -577,7 +669,15 @@ impl Floor {
         let half = (n * 4) as u64;
         let out_off = (2 * half).next_multiple_of(256);
         self.h2d(dev.ptr, ab, 0)?;
-        self.launch_elementwise(f, dev.ptr, dev.ptr + half, dev.ptr + out_off, n as u32, 0)?;
+        let (mut a, mut b, mut o, mut n_) = (dev.ptr, dev.ptr + half, dev.ptr + out_off, n as u32);
+        let mut params: [*mut c_void; 4] = [
+            (&mut a as *mut u64).cast(),
+            (&mut b as *mut u64).cast(),
+            (&mut o as *mut u64).cast(),
+            (&mut n_ as *mut u32).cast(),
+        ];
+        // One element per thread (`ptx::vadd_scalar`).
+        self.launch(f, (n as u32).div_ceil(BLOCK), &mut params, 0)?;
         self.d2h(out, dev.ptr + out_off, 0)?;
         self.sync(0)?;
         let elapsed = started.elapsed();
@@ -596,6 +696,7 @@ impl Drop for Floor {
             for e in self.events {
                 let _ = result::event::destroy(e);
             }
+            let _ = result::event::destroy(self.blocking_event);
             for s in self.streams {
                 let _ = result::stream::destroy(s);
             }

@@ -441,7 +441,49 @@ impl Harness {
             let cpu = cpu_samples(n, || {
                 floor.tiny_e2e(ab.as_slice(), out.as_mut_slice(), &dev)
             })?;
-            Ok((Outcome::ok(stats), cpu))
+            // Variants that say where a tiny round trip's time goes.
+            let mut extra = BTreeMap::new();
+            let mut pout = vec![0u8; 4];
+            floor.tiny_pageable(&a, &b, &mut pout, &dev)?;
+            expect.check_one(&pout)?;
+            let pageable = measure(warm, n, self.budget, || {
+                timed(|| floor.tiny_pageable(&a, &b, &mut pout, &dev))
+            })?;
+            extra.insert("pageable_two_uploads_median_ns".into(), pageable.median_ns);
+            let launch = measure(warm, n, self.budget, || timed(|| floor.launch_sync(&dev)))?;
+            extra.insert("launch_sync_only_median_ns".into(), launch.median_ns);
+            floor.tiny_e2e_blocking(ab.as_slice(), out.as_mut_slice(), &dev)?;
+            expect.check_one(out.as_slice())?;
+            let blocking = measure(warm, n, self.budget, || {
+                timed(|| floor.tiny_e2e_blocking(ab.as_slice(), out.as_mut_slice(), &dev))
+            })?;
+            extra.insert("blocking_event_wait_median_ns".into(), blocking.median_ns);
+            let blocking_cpu = cpu_samples(n, || {
+                floor.tiny_e2e_blocking(ab.as_slice(), out.as_mut_slice(), &dev)
+            })?;
+            let mut cpu = cpu;
+            if let (
+                Outcome::Ok {
+                    extra: cpu_extra, ..
+                },
+                Some(m),
+            ) = (&mut cpu, blocking_cpu.median())
+            {
+                cpu_extra.insert("blocking_event_wait_thread_cpu_median_ns".into(), m);
+            }
+            Ok((
+                Outcome::Ok {
+                    stats,
+                    extra,
+                    note: Some(
+                        "extra: pageable_two_uploads = the same from pageable memory with one upload per input; \
+                         launch_sync_only = launch + stream sync, no copies; blocking_event_wait = pinned round trip \
+                         waited on a blocking-sync event (thread sleeps)"
+                            .into(),
+                    ),
+                },
+                cpu,
+            ))
         })();
         match floor_result {
             Ok((o, c)) => {
@@ -1198,16 +1240,24 @@ impl Harness {
     fn diagnostics(&mut self) {
         let mut diag: BTreeMap<String, BTreeMap<String, f64>> = BTreeMap::new();
         let mut errors = Vec::new();
+        let mut jit_levels: BTreeMap<String, Vec<f64>> = BTreeMap::new();
         // Phase times from dispatch_borrowed_timed, and metric deltas per dispatch.
         for (label, n, reps) in [
             ("tiny", 1usize, 200usize),
             ("warm_1024", 1024, 200),
-            ("vadd_2^24", 1 << 24, 10),
+            ("vadd_2^26", 1 << 26, 5),
+            ("reduce_atomic_2^24", 1 << 24, 5),
         ] {
-            let program = programs::vadd(n as u32, SALT);
+            let reduce = label.starts_with("reduce");
+            let program = if reduce {
+                programs::reduce_atomic(n as u32)
+            } else {
+                programs::vadd(n as u32, SALT)
+            };
             let mut rng = Rng::new(5);
-            let (a, b) = (rng.u32_bytes(n), rng.u32_bytes(n));
-            let inputs = [a.as_slice(), b.as_slice()];
+            let (a, b) = (rng.u32_bytes(n), rng.u32_bytes(if reduce { 0 } else { n }));
+            let both = [a.as_slice(), b.as_slice()];
+            let inputs: &[&[u8]] = if reduce { &both[..1] } else { &both };
             for e in [Eng::Ours, Eng::Inc] {
                 let Some(backend) = self.backend(e) else {
                     continue;
@@ -1216,7 +1266,7 @@ impl Harness {
                 let before = metrics(backend);
                 let (mut wall, mut enq, mut wait, mut dev) = (vec![], vec![], vec![], vec![]);
                 for _ in 0..reps {
-                    match backend.dispatch_borrowed_timed(&program, &inputs, &self.config) {
+                    match backend.dispatch_borrowed_timed(&program, inputs, &self.config) {
                         Ok(t) => {
                             wall.push(t.wall_ns as f64);
                             if let Some(x) = t.enqueue_ns {
@@ -1255,6 +1305,80 @@ impl Harness {
                 diag.insert(format!("{label}/{}", e.name()), m);
             }
         }
+        // The resident sequence's own timing split (enqueue / wait / device).
+        {
+            let n = 4096usize;
+            let program = programs::step(n as u32);
+            let x0 = Rng::new(98).u32_bytes(n);
+            for e in [Eng::Ours, Eng::Inc] {
+                let Some(backend) = self.backend(e) else {
+                    continue;
+                };
+                let mut m = BTreeMap::new();
+                let r = (|| -> R<()> {
+                    let x = backend
+                        .allocate_resident(n * 4)
+                        .map_err(|e| e.to_string())?;
+                    backend
+                        .upload_resident(&x, &x0)
+                        .map_err(|e| e.to_string())?;
+                    let resources = [x.clone()];
+                    let list: Vec<ResidentDispatchStep<'_>> = (0..100)
+                        .map(|_| ResidentDispatchStep {
+                            program: &program,
+                            resources: &resources,
+                            grid_override: None,
+                            workgroup_override: None,
+                        })
+                        .collect();
+                    let ranges = [ResidentReadRange {
+                        resource: &x,
+                        byte_offset: 0,
+                        byte_len: n * 4,
+                    }];
+                    let mut out = Vec::new();
+                    let (mut wall, mut enq, mut wait, mut dev) = (vec![], vec![], vec![], vec![]);
+                    for _ in 0..30 {
+                        let t = backend
+                            .dispatch_resident_sequence_read_ranges_timed_into(
+                                &list,
+                                &ranges,
+                                &mut [&mut out],
+                            )
+                            .map_err(|e| e.to_string())?;
+                        wall.push(t.wall_ns as f64);
+                        if let Some(v) = t.enqueue_ns {
+                            enq.push(v as f64)
+                        }
+                        if let Some(v) = t.wait_ns {
+                            wait.push(v as f64)
+                        }
+                        if let Some(v) = t.device_ns {
+                            dev.push(v as f64)
+                        }
+                    }
+                    let _ = backend.free_resident(x);
+                    for (name, v) in [
+                        ("wall_ns", &mut wall),
+                        ("enqueue_ns", &mut enq),
+                        ("wait_ns", &mut wait),
+                        ("device_ns", &mut dev),
+                    ] {
+                        if !v.is_empty() {
+                            m.insert(
+                                format!("sequence100.{name}.median"),
+                                Stats::from_ns(v).median_ns,
+                            );
+                        }
+                    }
+                    Ok(())
+                })();
+                if let Err(err) = r {
+                    m.insert(format!("error: {err}"), 0.0);
+                }
+                diag.insert(format!("resident_sequence_100/{}", e.name()), m);
+            }
+        }
         // Raw transfers through the floor.
         if let Some(floor) = &self.floor {
             let n = 64usize << 20; // 64 MiB... in bytes: 64 Mi
@@ -1278,6 +1402,23 @@ impl Harness {
                 let src = vec![0x11u8; n];
                 rate("host_memcpy_pageable_to_pinned", &mut || {
                     pinned.as_mut_slice().copy_from_slice(&src);
+                    Ok(())
+                })?;
+                rate("host_memcpy_pageable_to_pinned_8_threads", &mut || {
+                    let dst = pinned.as_mut_slice();
+                    let piece = n / 8;
+                    std::thread::scope(|scope| {
+                        for (d, s) in dst.chunks_mut(piece).zip(src.chunks(piece)) {
+                            scope.spawn(move || d.copy_from_slice(s));
+                        }
+                    });
+                    Ok(())
+                })?;
+                let mut reused: Vec<u8> = Vec::with_capacity(n);
+                rate("host_vec_clear_resize_zero_fill", &mut || {
+                    reused.clear();
+                    reused.resize(n, 0);
+                    std::hint::black_box(&reused);
                     Ok(())
                 })?;
                 Ok(())
@@ -1342,6 +1483,52 @@ impl Harness {
             });
             diag.insert(
                 "cold: PTX generation and JIT of a fresh 1024-element vadd".into(),
+                m,
+            );
+            // The driver JIT at each optimisation level, on each engine's PTX for a fresh
+            // program (what a tiered compile could save on a cold dispatch).
+            let mut m = BTreeMap::new();
+            for level in 0..=4u32 {
+                for k in 0..5u32 {
+                    let s = 0x3000_0000 + level * 64 + k + (std::process::id() % 1000) * 1000;
+                    let mut texts = vec![("floor", Some(ptx::cold_module(major, minor, s)))];
+                    texts.push((
+                        "vyre-cuda",
+                        self.ours.as_ref().and_then(|o| {
+                            o.emit(&programs::vadd(1024, s ^ 0x0100_0000), &config)
+                                .ok()
+                                .map(|k| k.ptx)
+                        }),
+                    ));
+                    texts.push((
+                        "incumbent",
+                        vyre_driver_cuda::codegen::program_to_ptx_for_sm(
+                            &programs::vadd(1024, s ^ 0x0200_0000),
+                            &config,
+                            sm,
+                        )
+                        .ok(),
+                    ));
+                    for (name, text) in texts {
+                        let Some(text) = text else { continue };
+                        let key = format!("{name}.O{level}.jit_ns");
+                        match floor.jit_time_at(&text, level) {
+                            Ok(d) => jit_levels
+                                .entry(key)
+                                .or_default()
+                                .push(d.as_secs_f64() * 1e9),
+                            Err(e) => {
+                                m.insert(format!("{key}.error: {e}"), 0.0);
+                            }
+                        }
+                    }
+                }
+            }
+            for (key, mut v) in jit_levels {
+                m.insert(format!("{key}.median"), Stats::from_ns(&mut v).median_ns);
+            }
+            diag.insert(
+                "cold: driver JIT time by CU_JIT_OPTIMIZATION_LEVEL".into(),
                 m,
             );
         }
@@ -1618,6 +1805,17 @@ fn main() {
             ptx::main_module(9, 0, SALT, ALPHA),
         );
         let _ = std::fs::write(dir.join("floor_cold.ptx"), ptx::cold_module(9, 0, 12345));
+        // The two backends' PTX for the same cold-compile program, for comparison.
+        let program = programs::vadd(1024, 12345);
+        let config = DispatchConfig::default();
+        if let Ok(k) =
+            vyre_cuda::codegen::emit_ptx(&program, &config, vyre_cuda::codegen::PtxTarget::sm90())
+        {
+            let _ = std::fs::write(dir.join("vyre_cuda_cold.ptx"), k.ptx);
+        }
+        if let Ok(text) = vyre_driver_cuda::codegen::program_to_ptx_for_sm(&program, &config, 90) {
+            let _ = std::fs::write(dir.join("incumbent_cold.ptx"), text);
+        }
         println!("wrote {}", dir.display());
         return;
     }
