@@ -158,13 +158,13 @@ fn impossible_workgroups_are_invalid() {
 #[test]
 fn unsupported_element_types_are_rejected_up_front() {
     let program = Program::wrapped(
-        vec![BufferDecl::output("out", 0, DataType::Vec4U32).with_count(4)],
+        vec![BufferDecl::output("out", 0, DataType::Bytes).with_count(4)],
         [4, 1, 1],
         vec![],
     );
-    let error = emit(&program).expect_err("vec4<u32> buffers are not lowered yet");
+    let error = emit(&program).expect_err("bytes buffers are not lowered yet");
     assert!(
-        error.construct().is_some_and(|c| c.contains("vec4")),
+        error.construct().is_some_and(|c| c.contains("bytes")),
         "{error}"
     );
 }

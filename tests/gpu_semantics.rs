@@ -111,3 +111,34 @@ fn warm_dispatch_generates_no_ptx_and_loads_no_module() {
     assert_eq!(metric("vyre_cuda_module_loads_total"), loads);
     assert_eq!(metric("vyre_cuda_device_allocations_total"), allocs);
 }
+
+#[test]
+fn programs_differing_only_in_a_zero_sign_do_not_share_a_kernel() {
+    use vyre_foundation::ir::{BinOp, BufferDecl, DataType, Expr, Node, Program};
+    let Some(backend) = common::gpu::backend() else {
+        return;
+    };
+    let reciprocal_of = |zero: f32| {
+        Program::wrapped(
+            vec![BufferDecl::output("out", 0, DataType::F32).with_count(1)],
+            [1, 1, 1],
+            vec![Node::store(
+                "out",
+                Expr::u32(0),
+                Expr::BinOp {
+                    op: BinOp::Div,
+                    left: Box::new(Expr::f32(1.0)),
+                    right: Box::new(Expr::f32(zero)),
+                },
+            )],
+        )
+    };
+    for zero in [0.0f32, -0.0, 0.0] {
+        let program = reciprocal_of(zero);
+        let want = common::gpu::reference(&program, &[]).unwrap();
+        let got = backend
+            .dispatch(&program, &[], &vyre_driver::DispatchConfig::default())
+            .unwrap();
+        assert_eq!(want, got, "1 / {zero:?}");
+    }
+}

@@ -5,17 +5,17 @@ use crate::codegen::{KernelAbi, PtxTarget, EMITTER_VERSION};
 use crate::driver::Function;
 use rustc_hash::FxHashMap;
 use std::sync::{Arc, Mutex};
-use vyre_foundation::ir::Program;
 
-/// blake3 over the program's fingerprint (itself blake3 of its canonical wire form), the
-/// effective workgroup size, the PTX target and the emitter version.
+/// blake3 over the program's exact identity (its fingerprint plus the signs of its zero
+/// literals, see `identity.rs`), the effective workgroup size, the PTX target and the
+/// emitter version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct KernelKey([u8; 32]);
 
 impl KernelKey {
-    pub(crate) fn new(program: &Program, workgroup: [u32; 3], target: PtxTarget) -> Self {
+    pub(crate) fn new(program_identity: &[u8; 32], workgroup: [u32; 3], target: PtxTarget) -> Self {
         let mut hasher = blake3::Hasher::new();
-        hasher.update(&program.fingerprint());
+        hasher.update(program_identity);
         for dim in workgroup {
             hasher.update(&dim.to_le_bytes());
         }

@@ -4,6 +4,7 @@
 
 mod cache;
 mod dispatch;
+mod identity;
 mod metrics;
 mod plan;
 mod pool;
@@ -12,6 +13,7 @@ use crate::codegen::{emit_ptx, CodegenError, EmittedKernel, PtxTarget};
 use crate::driver::{Device, DeviceInfo, DriverError, Module, Stream};
 use crate::error::CudaError;
 use cache::{KernelCache, KernelKey, LoadedKernel};
+use identity::ProgramIdentities;
 use metrics::Metrics;
 use plan::GridLimits;
 use pool::DevicePool;
@@ -35,6 +37,7 @@ pub struct CudaBackend {
     target: PtxTarget,
     limits: GridLimits,
     kernels: KernelCache,
+    identities: ProgramIdentities,
     streams: Mutex<Vec<Stream>>,
     pool: DevicePool,
     metrics: Metrics,
@@ -84,6 +87,7 @@ impl CudaBackend {
             target,
             limits,
             kernels: KernelCache::default(),
+            identities: ProgramIdentities::default(),
             streams: Mutex::new(Vec::new()),
             pool,
             metrics: Metrics::default(),
@@ -180,7 +184,7 @@ impl CudaBackend {
         let workgroup = config
             .workgroup_override
             .unwrap_or_else(|| program.workgroup_size());
-        let key = KernelKey::new(program, workgroup, self.target);
+        let key = KernelKey::new(&self.identities.of(program), workgroup, self.target);
         if let Some(kernel) = self.kernels.get(&key) {
             Metrics::bump(&self.metrics.kernel_cache_hits);
             return Ok(kernel);

@@ -216,12 +216,17 @@ impl<'p> Lowerer<'p> {
         use super::kind::ValKind;
         let wide = self.reg(RegClass::B64);
         match value.kind {
-            ValKind::U64 | ValKind::Bytes(5..) => self.mov(wide, value.reg),
+            ValKind::U64 | ValKind::Bytes(5..=8) => self.mov(wide, value.reg),
+            ValKind::Bytes(_) if matches!(value.kind, ValKind::Bytes(9..)) => {
+                self.fault_always(fault);
+                emit!(self.writer(), "mov.u64 {wide}, 0");
+            }
             ValKind::I32 => {
                 let negative = self.pred();
                 emit!(self.writer(), "setp.lt.s32 {negative}, {}, 0", value.reg);
                 self.fault_if(negative, fault);
-                emit!(self.writer(), "cvt.u64.u32 {wide}, {}", value.reg);
+                let safe = self.zero_if(negative, value.reg);
+                emit!(self.writer(), "cvt.u64.u32 {wide}, {safe}");
             }
             ValKind::F32 | ValKind::F64 => {
                 let as_f64 = self.reg(RegClass::F64);
@@ -245,6 +250,8 @@ impl<'p> Lowerer<'p> {
                 emit!(self.writer(), "not.pred {bad}, {ok}");
                 self.fault_if(bad, fault);
                 emit!(self.writer(), "cvt.rzi.u64.f64 {wide}, {as_f64}");
+                let wide = self.zero_if(bad, wide);
+                return Ok(wide);
             }
             _ => emit!(self.writer(), "cvt.u64.u32 {wide}, {}", value.reg),
         }

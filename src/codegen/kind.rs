@@ -25,7 +25,9 @@ pub(crate) enum ValKind {
     /// `Value::U64`, held in a `.b64` register.
     U64,
     /// `Value::Bytes` of 1..=8 little-endian bytes, zero-extended in a `.b32` (<= 4
-    /// bytes) or `.b64` register. Narrow and `I64` loads produce these.
+    /// bytes) or `.b64` register, or of 16 bytes (`Vec4U32`) in two `.b64` registers (the
+    /// low one is the value's register, the lowerer tracks the high one). Narrow, `I64` and
+    /// vector loads produce these.
     Bytes(u8),
 }
 
@@ -75,6 +77,7 @@ impl ValKind {
             DataType::U8 | DataType::I8 => Self::Bytes(1),
             DataType::U16 | DataType::I16 | DataType::F16 | DataType::BF16 => Self::Bytes(2),
             DataType::I64 | DataType::Vec2U32 => Self::Bytes(8),
+            DataType::Vec4U32 => Self::Bytes(16),
             _ => return None,
         })
     }
@@ -87,6 +90,7 @@ pub(crate) fn element_stride(element: &DataType) -> Option<u32> {
         DataType::U16 | DataType::I16 | DataType::F16 | DataType::BF16 => Some(2),
         DataType::U32 | DataType::I32 | DataType::F32 | DataType::Bool => Some(4),
         DataType::U64 | DataType::I64 | DataType::F64 | DataType::Vec2U32 => Some(8),
+        DataType::Vec4U32 => Some(16),
         _ => None,
     }
 }

@@ -78,7 +78,19 @@ pub(crate) struct Lowerer<'p> {
     scopes: Vec<Vec<&'p str>>,
     ids: Ids,
     fault_ptr: Reg,
-    faults: Vec<(DeviceFault, Label)>,
+    /// Faults that end every lane of the workgroup (out-of-line record-and-exit blocks).
+    exit_faults: Vec<(DeviceFault, Label)>,
+    /// Whether any fault is recorded at all (the kernel then takes a fault word).
+    uses_fault_word: bool,
+    /// Set once this lane has recorded a fault: its later results are discarded anyway,
+    /// so it leaves data-dependent loops early.
+    faulted: Reg,
+    /// Zero that ptxas cannot prove is zero (`%dynamic_smem_size`; kernels are always
+    /// launched without dynamic shared memory). ORed into f32 constants and into the
+    /// inputs of int->float conversions, it keeps ptxas 13.0 (sm_90) from constant-folding
+    /// f32 arithmetic with the wrong rounding, folding `-0.0` away, and fusing sign
+    /// extensions or byte extractions into wrong `I2F` forms (all found by the fuzzer).
+    opaque_zero: Reg,
     depth: u32,
     workgroup_size: [u32; 3],
     libm_used: BTreeSet<Libm>,
@@ -94,6 +106,8 @@ pub(crate) struct Lowerer<'p> {
     divergence: u32,
     /// Subgroup operations already computed at their enclosing divergent branch.
     hoisted: FxHashMap<*const Expr, Val>,
+    /// High halves of 16-byte values, keyed by their low register.
+    wide_hi: FxHashMap<Reg, Reg>,
 }
 
 /// Where a buffer's bytes start.
@@ -164,6 +178,8 @@ impl<'p> Lowerer<'p> {
         };
         let shared_base = w.reg(RegClass::B32);
         let fault_ptr = w.reg(RegClass::B64);
+        let faulted = w.reg(RegClass::Pred);
+        let opaque_zero = w.reg(RegClass::B32);
         let subgroup_lanes = w.reg(RegClass::B32);
         let subgroup_mask = w.reg(RegClass::B32);
         Self {
@@ -176,7 +192,10 @@ impl<'p> Lowerer<'p> {
             scopes: vec![Vec::new()],
             ids,
             fault_ptr,
-            faults: Vec::new(),
+            exit_faults: Vec::new(),
+            uses_fault_word: false,
+            faulted,
+            opaque_zero,
             depth: 0,
             workgroup_size: abi.workgroup_size,
             libm_used: BTreeSet::new(),
@@ -187,6 +206,7 @@ impl<'p> Lowerer<'p> {
             pending_copies: FxHashMap::default(),
             divergence: 0,
             hoisted: FxHashMap::default(),
+            wide_hi: FxHashMap::default(),
         }
     }
 
@@ -194,9 +214,8 @@ impl<'p> Lowerer<'p> {
     pub(crate) fn lower_entry(mut self, entry: &'p [Node]) -> Result<LoweredBody, CodegenError> {
         self.put_block(entry)?;
         emit!(self.w, "exit");
-        let faults = std::mem::take(&mut self.faults);
-        for (fault, label) in &faults {
-            self.w.put_label(*label);
+        for (fault, label) in std::mem::take(&mut self.exit_faults) {
+            self.w.put_label(label);
             let scratch = self.w.reg(RegClass::B32);
             emit!(
                 self.w,
@@ -206,14 +225,15 @@ impl<'p> Lowerer<'p> {
             );
             emit!(self.w, "exit");
         }
-        let prologue = self.prologue(!faults.is_empty());
+        let fault_word = self.uses_fault_word;
+        let prologue = self.prologue(fault_word);
         let decls = self.w.register_decls();
         Ok(LoweredBody {
             libm_used: std::mem::take(&mut self.libm_used),
             decls,
             prologue,
             body: self.w.into_body(),
-            fault_word: !faults.is_empty(),
+            fault_word,
         })
     }
 
@@ -228,6 +248,8 @@ impl<'p> Lowerer<'p> {
             emit!(p, "ld.param.u64 {}, [vyre_fault]", self.fault_ptr);
             emit!(p, "cvta.to.global.u64 {0}, {0}", self.fault_ptr);
         }
+        emit!(p, "setp.ne.u32 {}, 0, 0", self.faulted);
+        emit!(p, "mov.u32 {}, %dynamic_smem_size", self.opaque_zero);
         for (axis, name) in ["x", "y", "z"].into_iter().enumerate() {
             let (l, g, gl) = (
                 self.ids.local[axis],
@@ -374,6 +396,12 @@ impl<'p> Lowerer<'p> {
                 let value = self.put_expr(value)?;
                 let reg = self.w.reg(value.kind.reg_class());
                 self.mov(reg, value.reg);
+                if value.kind == ValKind::Bytes(16) {
+                    let hi = self.w.reg(RegClass::B64);
+                    let source_hi = self.high_half(value);
+                    self.mov(hi, source_hi);
+                    self.wide_hi.insert(reg, hi);
+                }
                 self.bind(
                     name.as_str(),
                     Val {
@@ -409,6 +437,10 @@ impl<'p> Lowerer<'p> {
                     ));
                 }
                 self.mov(local.val.reg, value.reg);
+                if value.kind == ValKind::Bytes(16) {
+                    let (dst, src) = (self.high_half(local.val), self.high_half(value));
+                    self.mov(dst, src);
+                }
                 Ok(())
             }
             Node::Store {
@@ -437,7 +469,8 @@ impl<'p> Lowerer<'p> {
                     emit!(self.w, "barrier.red.and.pred {all}, 0, {p}");
                     emit!(self.w, "barrier.red.or.pred {any}, 0, {p}");
                     emit!(self.w, "xor.pred {all}, {all}, {any}");
-                    self.fault_if(all, DeviceFault::DivergentBarrier);
+                    // `all` is the same in every lane (a barrier reduction), so all exit.
+                    self.fault_exit_if(all, DeviceFault::DivergentBarrier);
                 }
                 let divergent = !self.uniformity.is_uniform(cond_expr);
                 if divergent && self.divergence == 0 {
@@ -491,6 +524,15 @@ impl<'p> Lowerer<'p> {
                 let (top, end) = (self.w.label(), self.w.label());
                 self.w.put_label(top);
                 emit!(self.w, "setp.ge.u32 {done}, {counter}, {bound}");
+                if !body
+                    .iter()
+                    .any(|n| contains_barrier(n) || super::uniform::node_has_subgroup(n))
+                {
+                    // A lane that recorded a fault stops iterating (its results are
+                    // discarded); never in loops with barriers or subgroup operations,
+                    // where every lane must stay in step.
+                    emit!(self.w, "or.pred {done}, {done}, {}", self.faulted);
+                }
                 emit!(self.w, "@{done} bra {end}");
                 self.push_scope();
                 self.divergence += u32::from(divergent);
@@ -598,6 +640,15 @@ impl<'p> Lowerer<'p> {
         };
         let (in_bounds, addr) = self.element_address(&slot, index);
         let space = slot.space.state_space();
+        if slot.stride == 16 {
+            // The value's bytes, zero-padded to sixteen.
+            let hi = self.high_half(value);
+            emit!(
+                self.w,
+                "@{in_bounds} st.{space}.v2.u64 [{addr}], {{{payload}, {hi}}}"
+            );
+            return Ok(());
+        }
         let width = match slot.stride {
             1 => "u8",
             2 => "u16",
@@ -647,8 +698,8 @@ impl<'p> Lowerer<'p> {
             _ => value,
         };
         let reg = match (stride, bytes.reg.class()) {
-            (8, RegClass::B64) => bytes.reg,
-            (8, _) => {
+            (8 | 16, RegClass::B64) => bytes.reg,
+            (8 | 16, _) => {
                 let wide = self.w.reg(RegClass::B64);
                 emit!(self.w, "cvt.u64.u32 {wide}, {}", bytes.reg);
                 wide
@@ -678,15 +729,10 @@ impl<'p> Lowerer<'p> {
             Expr::LitU32(v) => Ok(self.lit_b32(ValKind::U32, *v)),
             Expr::LitI32(v) => Ok(self.lit_b32(ValKind::I32, *v as u32)),
             Expr::LitBool(v) => Ok(self.lit_b32(ValKind::Bool, u32::from(*v))),
-            Expr::LitF32(v) => {
-                let bits = canonical_f32_bits_host(*v);
-                let reg = self.w.reg(RegClass::F32);
-                emit!(self.w, "mov.b32 {reg}, 0f{bits:08X}");
-                Ok(Val {
-                    kind: ValKind::F32,
-                    reg,
-                })
-            }
+            Expr::LitF32(v) => Ok(Val {
+                kind: ValKind::F32,
+                reg: self.f32_const(canonical_f32_bits_host(*v)),
+            }),
             Expr::Var(name) => self
                 .locals
                 .get(name.as_str())
@@ -750,6 +796,12 @@ impl<'p> Lowerer<'p> {
                     t.reg,
                     f.reg
                 );
+                if t.kind == ValKind::Bytes(16) {
+                    let (t_hi, f_hi) = (self.high_half(t), self.high_half(f));
+                    let hi = self.w.reg(RegClass::B64);
+                    emit!(self.w, "selp.b64 {hi}, {t_hi}, {f_hi}, {p}");
+                    self.wide_hi.insert(reg, hi);
+                }
                 Ok(Val { kind: t.kind, reg })
             }
             Expr::Cast { target, value } => {
@@ -858,6 +910,17 @@ impl<'p> Lowerer<'p> {
         let (in_bounds, addr) = self.element_address(&slot, index);
         let space = slot.space.state_space();
         let reg = self.w.reg(kind.reg_class());
+        if slot.stride == 16 {
+            let hi = self.w.reg(RegClass::B64);
+            emit!(self.w, "mov.u64 {reg}, 0");
+            emit!(self.w, "mov.u64 {hi}, 0");
+            emit!(
+                self.w,
+                "@{in_bounds} ld.{space}.v2.u64 {{{reg}, {hi}}}, [{addr}]"
+            );
+            self.wide_hi.insert(reg, hi);
+            return Ok(Val { kind, reg });
+        }
         let (width, zero) = match (slot.stride, kind) {
             (_, ValKind::F32) => ("f32", "0f00000000"),
             (_, ValKind::F64) => ("f64", "0d0000000000000000"),
@@ -1102,13 +1165,32 @@ impl<'p> Lowerer<'p> {
         &mut self.w
     }
 
-    /// Branch to the out-of-line block for `fault` when `p` holds.
+    /// Record `fault` in the fault word when `p` holds (the first fault of a dispatch
+    /// wins) and carry on: the dispatch fails, so what the lane computes afterwards is
+    /// discarded, and callers substitute safe operands. Recording inline instead of
+    /// branching to exit blocks also keeps clear of a ptxas 13.0 sm_90 miscompile that
+    /// merged such blocks into a wrongly predicated `EXIT`.
     pub(crate) fn fault_if(&mut self, p: Reg, fault: DeviceFault) {
-        let label = match self.faults.iter().find(|(f, _)| *f == fault) {
+        self.uses_fault_word = true;
+        let scratch = self.w.reg(RegClass::B32);
+        emit!(
+            self.w,
+            "@{p} atom.global.cas.b32 {scratch}, [{}], 0, {}",
+            self.fault_ptr,
+            fault.code()
+        );
+        emit!(self.w, "or.pred {0}, {0}, {p}", self.faulted);
+    }
+
+    /// Record `fault` and end the invocation when `p` holds. Only for predicates uniform
+    /// across the workgroup, so no lane is left waiting at a later barrier.
+    pub(crate) fn fault_exit_if(&mut self, p: Reg, fault: DeviceFault) {
+        self.uses_fault_word = true;
+        let label = match self.exit_faults.iter().find(|(f, _)| *f == fault) {
             Some((_, label)) => *label,
             None => {
                 let label = self.w.label();
-                self.faults.push((fault, label));
+                self.exit_faults.push((fault, label));
                 label
             }
         };
@@ -1147,7 +1229,56 @@ impl<'p> Lowerer<'p> {
         }
     }
 
-    /// Branch to the fault block unconditionally (the reference always errors here).
+    /// Bytes 8..16 of a value as a `.b64` register: the tracked high half of a 16-byte
+    /// value, zero for anything shorter.
+    pub(crate) fn high_half(&mut self, value: Val) -> Reg {
+        if value.kind == ValKind::Bytes(16) {
+            if let Some(hi) = self.wide_hi.get(&value.reg) {
+                return *hi;
+            }
+        }
+        let zero = self.w.reg(RegClass::B64);
+        emit!(self.w, "mov.u64 {zero}, 0");
+        zero
+    }
+
+    /// Record `hi` as the high half of the 16-byte value whose low half is `lo`.
+    pub(crate) fn set_high_half(&mut self, lo: Reg, hi: Reg) {
+        self.wide_hi.insert(lo, hi);
+    }
+
+    /// An f32 constant ptxas cannot fold (see `opaque_zero`).
+    pub(crate) fn f32_const(&mut self, bits: u32) -> Reg {
+        let raw = self.w.reg(RegClass::B32);
+        emit!(self.w, "or.b32 {raw}, {}, {bits}", self.opaque_zero);
+        let f = self.w.reg(RegClass::F32);
+        emit!(self.w, "mov.b32 {f}, {raw}");
+        f
+    }
+
+    /// `r` passed through the opaque zero, so ptxas cannot fuse what produced it into the
+    /// instruction that consumes it.
+    pub(crate) fn opaque(&mut self, r: Reg) -> Reg {
+        let out = self.w.reg(r.class());
+        match r.class() {
+            RegClass::B64 => {
+                let wide = self.w.reg(RegClass::B64);
+                emit!(self.w, "cvt.u64.u32 {wide}, {}", self.opaque_zero);
+                emit!(self.w, "or.b64 {out}, {r}, {wide}");
+            }
+            _ => emit!(self.w, "or.b32 {out}, {r}, {}", self.opaque_zero),
+        }
+        out
+    }
+
+    /// `p ? 0 : r`: the safe operand substituted after a recorded fault.
+    pub(crate) fn zero_if(&mut self, p: Reg, r: Reg) -> Reg {
+        let out = self.w.reg(r.class());
+        emit!(self.w, "selp.{} {out}, 0, {r}, {p}", sel_type(r));
+        out
+    }
+
+    /// Record `fault` unconditionally (the reference always errors here).
     pub(crate) fn fault_always(&mut self, fault: DeviceFault) {
         let p = self.pred();
         emit!(self.w, "setp.eq.u32 {p}, 0, 0");
@@ -1191,7 +1322,7 @@ impl<'p> Lowerer<'p> {
                 let p = self.pred();
                 emit!(self.w, "setp.lt.s32 {p}, {}, 0", value.reg);
                 self.fault_if(p, fault);
-                value.reg
+                self.zero_if(p, value.reg)
             }
             ValKind::Bytes(_) => {
                 // More than four raw bytes never read as a u32 in the reference.
@@ -1217,7 +1348,7 @@ impl<'p> Lowerer<'p> {
                 self.fault_if(bad, fault);
                 let r = self.b32();
                 emit!(self.w, "cvt.rzi.u32.f64 {r}, {}", value.reg);
-                r
+                self.zero_if(bad, r)
             }
             ValKind::U64 => {
                 let p = self.pred();
@@ -1225,7 +1356,7 @@ impl<'p> Lowerer<'p> {
                 self.fault_if(p, fault);
                 let r = self.b32();
                 emit!(self.w, "cvt.u32.u64 {r}, {}", value.reg);
-                r
+                self.zero_if(p, r)
             }
             ValKind::F32 => {
                 // Finite, >= 0 and <= u32::MAX, then truncated.
@@ -1238,7 +1369,7 @@ impl<'p> Lowerer<'p> {
                 self.fault_if(bad, fault);
                 let r = self.b32();
                 emit!(self.w, "cvt.rzi.u32.f32 {r}, {}", value.reg);
-                r
+                self.zero_if(bad, r)
             }
         })
     }
@@ -1261,8 +1392,9 @@ impl<'p> Lowerer<'p> {
     /// Flush a subnormal f32 to a zero of the same sign (the reference's canonical form).
     /// `x + -0.0` with `.ftz` is exact for every other input, including ±0 and infinities.
     pub(crate) fn flush_subnormal(&mut self, f: Reg) -> Reg {
+        let minus_zero = self.f32_const(0x8000_0000);
         let out = self.w.reg(RegClass::F32);
-        emit!(self.w, "add.rn.ftz.f32 {out}, {f}, 0f80000000");
+        emit!(self.w, "add.rn.ftz.f32 {out}, {f}, {minus_zero}");
         out
     }
 

@@ -164,7 +164,11 @@ impl Lowerer<'_> {
                     emit!(self.writer(), "setp.eq.s32 {neg_one}, {b}, -1");
                     emit!(self.writer(), "and.pred {min}, {min}, {neg_one}");
                     self.fault_if(min, overflow);
-                    emit!(self.writer(), "{opcode}.s32 {d}, {a}, {b}");
+                    // After a recorded fault divide by 1 instead (the result is discarded).
+                    emit!(self.writer(), "or.pred {zero}, {zero}, {min}");
+                    let safe = self.reg(RegClass::B32);
+                    emit!(self.writer(), "selp.b32 {safe}, 1, {b}, {zero}");
+                    emit!(self.writer(), "{opcode}.s32 {d}, {a}, {safe}");
                 } else {
                     // Unsigned: x / 0 = MAX, x % 0 = 0 (PTX leaves both unspecified).
                     let zero = self.pred();
@@ -435,10 +439,19 @@ impl Lowerer<'_> {
             kind: ValKind::F32,
             reg,
         };
-        let one = "0f3F800000";
+        let one = self.f32_const(0x3F80_0000);
         match op {
-            UnOp::Negate => emit!(self.writer(), "neg.f32 {d}, {a}"),
-            UnOp::Abs => emit!(self.writer(), "abs.f32 {d}, {a}"),
+            // Sign-bit operations on the bits: ptxas 13.0 folds `neg.f32` of a zero into +0.
+            UnOp::Negate | UnOp::Abs => {
+                let (bits, out) = (self.b32(), self.b32());
+                emit!(self.writer(), "mov.b32 {bits}, {a}");
+                if matches!(op, UnOp::Negate) {
+                    emit!(self.writer(), "xor.b32 {out}, {bits}, 0x80000000");
+                } else {
+                    emit!(self.writer(), "and.b32 {out}, {bits}, 0x7FFFFFFF");
+                }
+                emit!(self.writer(), "mov.b32 {d}, {out}");
+            }
             // Correctly rounded, like libm's sqrtf; never subnormal for normal input.
             UnOp::Sqrt => emit!(self.writer(), "sqrt.rn.f32 {d}, {a}"),
             UnOp::InverseSqrt => {
@@ -462,20 +475,26 @@ impl Lowerer<'_> {
                     self.reg(RegClass::F32),
                     self.pred(),
                 );
+                let (bits, sign, half) = (self.b32(), self.b32(), self.f32_const(0x3F00_0000));
                 emit!(self.writer(), "cvt.rzi.f32.f32 {d}, {a}");
                 emit!(self.writer(), "sub.rn.f32 {frac}, {a}, {d}");
                 emit!(self.writer(), "abs.f32 {frac}, {frac}");
-                emit!(self.writer(), "setp.ge.f32 {away}, {frac}, 0f3F000000");
-                emit!(self.writer(), "copysign.f32 {step}, {a}, {one}");
+                emit!(self.writer(), "setp.ge.f32 {away}, {frac}, {half}");
+                // copysign(1, x) on the bits.
+                emit!(self.writer(), "mov.b32 {bits}, {a}");
+                emit!(self.writer(), "and.b32 {sign}, {bits}, 0x80000000");
+                emit!(self.writer(), "or.b32 {sign}, {sign}, 0x3F800000");
+                emit!(self.writer(), "mov.b32 {step}, {sign}");
                 emit!(self.writer(), "@{away} add.rn.f32 {d}, {d}, {step}");
             }
             UnOp::Sign => {
                 // NaN -> NaN, > 0 -> 1, < 0 -> -1, ±0 -> +0.
                 let (pos, neg) = (self.pred(), self.pred());
-                emit!(self.writer(), "setp.gt.f32 {pos}, {a}, 0f00000000");
-                emit!(self.writer(), "setp.lt.f32 {neg}, {a}, 0f00000000");
-                emit!(self.writer(), "selp.f32 {d}, {one}, 0f00000000, {pos}");
-                emit!(self.writer(), "@{neg} mov.f32 {d}, 0fBF800000");
+                let (zero, minus_one) = (self.f32_const(0), self.f32_const(0xBF80_0000));
+                emit!(self.writer(), "setp.gt.f32 {pos}, {a}, {zero}");
+                emit!(self.writer(), "setp.lt.f32 {neg}, {a}, {zero}");
+                emit!(self.writer(), "selp.f32 {d}, {one}, {zero}, {pos}");
+                emit!(self.writer(), "@{neg} mov.f32 {d}, {minus_one}");
                 let nan = self.pred();
                 emit!(self.writer(), "testp.notanumber.f32 {nan}, {a}");
                 emit!(self.writer(), "@{nan} mov.f32 {d}, {a}");
@@ -562,7 +581,12 @@ impl Lowerer<'_> {
                 let reg = self.reg(RegClass::B64);
                 match v.kind {
                     ValKind::I32 => emit!(self.writer(), "cvt.s64.s32 {reg}, {a}"),
-                    ValKind::U64 | ValKind::Bytes(5..) => self.mov(reg, a),
+                    ValKind::U64 | ValKind::Bytes(5..=8) => self.mov(reg, a),
+                    // More than eight raw bytes never read as a u64 in the reference.
+                    ValKind::Bytes(_) => {
+                        self.fault_always(DeviceFault::CastOutOfRange);
+                        emit!(self.writer(), "mov.u64 {reg}, 0");
+                    }
                     _ => emit!(self.writer(), "cvt.u64.u32 {reg}, {a}"),
                 }
                 Val {
@@ -576,10 +600,19 @@ impl Lowerer<'_> {
                 let reg = self.reg(RegClass::F32);
                 match v.kind {
                     ValKind::F32 => self.mov(reg, a),
-                    ValKind::I32 => emit!(self.writer(), "cvt.rn.f32.s32 {reg}, {a}"),
-                    ValKind::U64 => emit!(self.writer(), "cvt.rn.f32.u64 {reg}, {a}"),
+                    // Inputs pass through the opaque zero: ptxas 13.0 fuses sign
+                    // extensions and byte extractions into wrong I2F forms otherwise.
+                    ValKind::I32 => {
+                        let a = self.opaque(a);
+                        emit!(self.writer(), "cvt.rn.f32.s32 {reg}, {a}");
+                    }
+                    ValKind::U64 => {
+                        let a = self.opaque(a);
+                        emit!(self.writer(), "cvt.rn.f32.u64 {reg}, {a}");
+                    }
                     _ => {
                         let bits = self.u32_checked(v, DeviceFault::CastOutOfRange)?;
+                        let bits = self.opaque(bits);
                         emit!(self.writer(), "cvt.rn.f32.u32 {reg}, {bits}");
                     }
                 }
@@ -605,8 +638,17 @@ impl Lowerer<'_> {
                 match target {
                     DataType::U8 => emit!(self.writer(), "and.b32 {reg}, {low}, 255"),
                     DataType::U16 => emit!(self.writer(), "and.b32 {reg}, {low}, 65535"),
-                    DataType::I8 => emit!(self.writer(), "bfe.s32 {reg}, {low}, 0, 8"),
-                    _ => emit!(self.writer(), "bfe.s32 {reg}, {low}, 0, 16"),
+                    // Sign-extend with shl + shr.s32, not bfe.s32: ptxas 13.0 (sm_90)
+                    // folds a bfe.s32 feeding an unsigned int->float conversion into a
+                    // signed I2F.S8/S16, which is wrong (found by the fuzzer).
+                    DataType::I8 => {
+                        emit!(self.writer(), "shl.b32 {reg}, {low}, 24");
+                        emit!(self.writer(), "shr.s32 {reg}, {reg}, 24");
+                    }
+                    _ => {
+                        emit!(self.writer(), "shl.b32 {reg}, {low}, 16");
+                        emit!(self.writer(), "shr.s32 {reg}, {reg}, 16");
+                    }
                 }
                 let kind = if matches!(target, DataType::U8 | DataType::U16) {
                     ValKind::U32
@@ -614,6 +656,26 @@ impl Lowerer<'_> {
                     ValKind::I32
                 };
                 Val { kind, reg }
+            }
+            DataType::Vec4U32 => {
+                // The value's bytes, zero-padded to sixteen.
+                let lo = match v.kind {
+                    ValKind::F32 | ValKind::F64 => self.float_bytes(v),
+                    ValKind::U64 | ValKind::Bytes(5..) => a,
+                    _ => {
+                        let wide = self.reg(RegClass::B64);
+                        emit!(self.writer(), "cvt.u64.u32 {wide}, {a}");
+                        wide
+                    }
+                };
+                let hi = self.high_half(v);
+                let reg = self.reg(RegClass::B64);
+                self.mov(reg, lo);
+                self.set_high_half(reg, hi);
+                Val {
+                    kind: ValKind::Bytes(16),
+                    reg,
+                }
             }
             DataType::Vec2U32 => {
                 // The value's bytes, zero-padded or truncated to eight.

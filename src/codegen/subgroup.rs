@@ -9,7 +9,7 @@
 use super::fault::DeviceFault;
 use super::kind::ValKind;
 use super::lower::{Lowerer, Val};
-use super::writer::{emit, RegClass};
+use super::writer::emit;
 use super::CodegenError;
 use vyre_foundation::ir::{BinOp, SubgroupReduceOp};
 
@@ -113,8 +113,7 @@ impl Lowerer<'_> {
                     }
                     other => return Err(unknown_reduce(other)),
                 };
-                let reg = self.reg(RegClass::F32);
-                emit!(self.writer(), "mov.b32 {reg}, 0f{:08X}", identity.to_bits());
+                let reg = self.f32_const(identity.to_bits());
                 self.fold_lanes(
                     Val {
                         kind: ValKind::F32,

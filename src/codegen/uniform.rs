@@ -492,7 +492,7 @@ fn node_direct_subgroup(node: &Node) -> bool {
     found
 }
 
-fn node_has_subgroup(node: &Node) -> bool {
+pub(crate) fn node_has_subgroup(node: &Node) -> bool {
     node_direct_subgroup(node)
         || children(node)
             .iter()

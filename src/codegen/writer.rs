@@ -6,7 +6,7 @@
 use std::fmt::{self, Write as _};
 
 /// A PTX register class.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum RegClass {
     Pred,
     B32,
@@ -44,7 +44,7 @@ impl RegClass {
 }
 
 /// One virtual register.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Reg {
     class: RegClass,
     index: u32,

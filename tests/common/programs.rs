@@ -1078,6 +1078,62 @@ pub fn wide_and_raw_type_cases() -> Vec<Case> {
             vec![ints.clone()],
         ),
     ];
+    let wide16: Vec<u8> = (0..n * 4)
+        .flat_map(|_| rng.next_u32().to_le_bytes())
+        .collect();
+    cases.push(Case::new(
+        "vec4u32 buffer copies",
+        elementwise(&[("a", DataType::Vec4U32)], DataType::Vec4U32, n, ld("a")),
+        vec![wide16.clone()],
+    ));
+    cases.push(Case::new(
+        "u32 cast to vec4u32 zero-pads",
+        elementwise(
+            &[("a", DataType::U32)],
+            DataType::Vec4U32,
+            n,
+            cast(DataType::Vec4U32, ld("a")),
+        ),
+        vec![ints.clone()],
+    ));
+    cases.push(Case::new(
+        "vec4u32 cast to vec2u32 keeps the low half",
+        elementwise(
+            &[("a", DataType::Vec4U32)],
+            DataType::Vec2U32,
+            n,
+            cast(DataType::Vec2U32, ld("a")),
+        ),
+        vec![wide16.clone()],
+    ));
+    cases.push(Case::new(
+        "vec4u32 selected and rebound",
+        Program::wrapped(
+            vec![
+                BufferDecl::read("a", 0, DataType::Vec4U32).with_count(n),
+                BufferDecl::read("b", 1, DataType::U32).with_count(n),
+                BufferDecl::output("out", 2, DataType::Vec4U32).with_count(n),
+            ],
+            [64, 1, 1],
+            vec![
+                Node::let_bind("w", ld("a")),
+                Node::let_bind(
+                    "pick",
+                    Expr::select(
+                        bin(
+                            BinOp::Eq,
+                            bin(BinOp::BitAnd, ld("b"), Expr::u32(1)),
+                            Expr::u32(1),
+                        ),
+                        Expr::var("w"),
+                        cast(DataType::Vec4U32, ld("b")),
+                    ),
+                ),
+                Node::store("out", gid(), Expr::var("pick")),
+            ],
+        ),
+        vec![wide16, ints.clone()],
+    ));
     for op in [BinOp::Lt, BinOp::Eq] {
         let out = if matches!(op, BinOp::Lt | BinOp::Eq) {
             DataType::U32
