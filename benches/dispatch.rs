@@ -5,9 +5,9 @@
 
 use std::time::{Duration, Instant};
 use vyre_cuda::codegen::{emit_ptx, PtxTarget};
-use vyre_cuda::CudaBackend;
-use vyre_driver::DispatchConfig;
-use vyre_foundation::ir::{BinOp, BufferDecl, DataType, Expr, Node, Program};
+use vyre_cuda::{CudaBackend, CudaOptions, PoolKind};
+use vyre_driver::{DispatchConfig, ResidentDispatchStep, Resource};
+use vyre_foundation::ir::{BinOp, BufferAccess, BufferDecl, DataType, Expr, Node, Program};
 
 fn stats(mut samples: Vec<Duration>) -> (Duration, Duration, Duration) {
     samples.sort();
@@ -57,6 +57,46 @@ fn vadd(n: u32, salt: u32) -> Program {
     )
 }
 
+/// `x[i] = x[i] * 3 + 1`, in place over the whole (runtime-sized) buffer.
+fn affine() -> Program {
+    let i = Expr::InvocationId { axis: 0 };
+    let bin = |op, l, r| Expr::BinOp {
+        op,
+        left: Box::new(l),
+        right: Box::new(r),
+    };
+    Program::wrapped(
+        vec![BufferDecl::storage(
+            "x",
+            0,
+            BufferAccess::ReadWrite,
+            DataType::U32,
+        )],
+        [256, 1, 1],
+        vec![Node::if_then(
+            bin(BinOp::Lt, i.clone(), Expr::buf_len("x")),
+            vec![Node::store(
+                "x",
+                i.clone(),
+                bin(
+                    BinOp::Add,
+                    bin(BinOp::Mul, Expr::load("x", i), Expr::u32(3)),
+                    Expr::u32(1),
+                ),
+            )],
+        )],
+    )
+}
+
+fn ns_row(name: &str, mut samples: Vec<u64>, bytes: Option<usize>) {
+    samples.sort_unstable();
+    row(
+        name,
+        samples.into_iter().map(Duration::from_nanos).collect(),
+        bytes,
+    );
+}
+
 fn random(count: u32, seed: u64) -> Vec<u8> {
     let mut state = seed | 1;
     (0..count)
@@ -69,7 +109,7 @@ fn random(count: u32, seed: u64) -> Vec<u8> {
         .collect()
 }
 
-fn check(backend: &CudaBackend, program: &Program, inputs: &[Vec<u8>]) {
+fn check(backend: &CudaBackend, program: &Program, inputs: &[Vec<u8>]) -> Vec<Vec<u8>> {
     let values: Vec<vyre_reference::value::Value> =
         inputs.iter().cloned().map(Into::into).collect();
     let want: Vec<Vec<u8>> = vyre_reference::reference_eval(program, &values)
@@ -81,6 +121,7 @@ fn check(backend: &CudaBackend, program: &Program, inputs: &[Vec<u8>]) {
         .dispatch(program, inputs, &DispatchConfig::default())
         .expect("dispatch");
     assert_eq!(want, got, "FAIL: GPU output differs from vyre-reference");
+    want
 }
 
 fn main() {
@@ -113,7 +154,7 @@ fn main() {
     // tiny: one element, the per-dispatch floor.
     let tiny = vadd(1, 7);
     let tiny_inputs = vec![random(1, 1), random(1, 2)];
-    check(&backend, &tiny, &tiny_inputs);
+    let _ = check(&backend, &tiny, &tiny_inputs);
     let mut out = Vec::new();
     let borrowed: Vec<&[u8]> = tiny_inputs.iter().map(Vec::as_slice).collect();
     for _ in 0..50 {
@@ -132,11 +173,13 @@ fn main() {
         .collect();
     row("tiny dispatch (1 element)", samples, None);
 
+    // Reference-checked outputs of the end-to-end rows, reused by the resident rows.
+    let mut checked = std::collections::HashMap::new();
     for log2 in [16u32, 20, 24, 26] {
         let n = 1u32 << log2;
         let program = vadd(n, 3);
         let inputs = vec![random(n, 11), random(n, 12)];
-        check(&backend, &program, &inputs);
+        let mut want = check(&backend, &program, &inputs);
         let borrowed: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
         let samples = (0..30)
             .map(|_| {
@@ -152,6 +195,7 @@ fn main() {
             samples,
             Some(3 * n as usize * 4),
         );
+        checked.insert(log2, (inputs, want.remove(0)));
     }
 
     // Cold compile: first dispatch of a never-seen program (new constant each time).
@@ -174,6 +218,221 @@ fn main() {
         })
         .collect();
     row("warm re-dispatch, 1024 elements", samples, None);
+
+    // Resident vadd: kernel time from CUDA events, no host transfers. Same program and
+    // inputs as the end-to-end rows, so the reference-checked output is reused.
+    for log2 in [24u32, 26] {
+        let n = 1u32 << log2;
+        let program = vadd(n, 3);
+        let (inputs, want) = checked.remove(&log2).expect("checked above");
+        let ra = backend.allocate_resident(inputs[0].len()).unwrap();
+        let rb = backend.allocate_resident(inputs[1].len()).unwrap();
+        let out = backend.allocate_resident(n as usize * 4).unwrap();
+        let mut back = Vec::new();
+        let (mut up, mut down) = (Vec::new(), Vec::new());
+        // vadd's bindings: a 0, b 1, out 2.
+        let handles: Vec<Resource> = vec![ra.clone(), rb.clone(), out.clone()];
+        for _ in 0..6 {
+            let started = Instant::now();
+            backend
+                .upload_resident_many(&[(&ra, &inputs[0][..]), (&rb, &inputs[1][..])])
+                .unwrap();
+            up.push(started.elapsed());
+            backend
+                .dispatch_resident_timed(&program, &handles, &config)
+                .unwrap();
+            let started = Instant::now();
+            backend.download_resident_into(&out, &mut back).unwrap();
+            down.push(started.elapsed());
+            assert!(
+                back == want,
+                "FAIL: resident vadd differs from vyre-reference"
+            );
+        }
+        let mut device = Vec::new();
+        let mut wall = Vec::new();
+        for _ in 0..30 {
+            let timed = backend
+                .dispatch_resident_timed(&program, &handles, &config)
+                .unwrap();
+            device.push(timed.device_ns.unwrap());
+            wall.push(timed.wall_ns);
+        }
+        ns_row(
+            &format!("resident vadd 2^{log2} device"),
+            device,
+            Some(3 * n as usize * 4),
+        );
+        ns_row(&format!("resident vadd 2^{log2} wall"), wall, None);
+        row(
+            &format!("upload_resident_many 2x2^{log2} u32"),
+            up.split_off(1),
+            Some(2 * n as usize * 4),
+        );
+        row(
+            &format!("download_resident_into 2^{log2} u32"),
+            down.split_off(1),
+            Some(n as usize * 4),
+        );
+        for r in [ra, rb, out] {
+            backend.free_resident(r).unwrap();
+        }
+    }
+
+    // Pinned staging bandwidth: 256 MiB host <-> resident, repeated.
+    {
+        let bytes = random(1 << 26, 41);
+        let r = backend.allocate_resident(bytes.len()).unwrap();
+        let mut back = Vec::new();
+        backend.upload_resident(&r, &bytes).unwrap();
+        backend.download_resident_into(&r, &mut back).unwrap();
+        let up: Vec<Duration> = (0..8)
+            .map(|_| {
+                let started = Instant::now();
+                backend.upload_resident(&r, &bytes).unwrap();
+                started.elapsed()
+            })
+            .collect();
+        let down: Vec<Duration> = (0..8)
+            .map(|_| {
+                let started = Instant::now();
+                backend.download_resident_into(&r, &mut back).unwrap();
+                started.elapsed()
+            })
+            .collect();
+        assert!(back == bytes, "FAIL: resident round trip");
+        row("upload 256 MiB (pinned, chunked)", up, Some(bytes.len()));
+        row(
+            "download 256 MiB (pinned, chunked)",
+            down,
+            Some(bytes.len()),
+        );
+        backend.free_resident(r).unwrap();
+    }
+
+    // A 100-step resident sequence on 2^20 elements: graph replay vs direct launches.
+    {
+        let n = 1u32 << 20;
+        let program = affine();
+        let x0 = random(n, 51);
+        let x = backend.allocate_resident(x0.len()).unwrap();
+        let xs = [x.clone()];
+        let step = ResidentDispatchStep {
+            program: &program,
+            resources: &xs,
+            grid_override: None,
+            workgroup_override: None,
+        };
+        // One step is checked against vyre-reference; the 100-step result against the
+        // same function applied on the host (x * 3 + 1, wrapping).
+        let one = vyre_reference::reference_eval(
+            &program,
+            &[vyre_reference::value::Value::from(x0.clone())],
+        )
+        .expect("reference")[0]
+            .to_bytes();
+        let step_host = |bytes: &[u8]| -> Vec<u8> {
+            bytes
+                .chunks_exact(4)
+                .flat_map(|c| {
+                    let v = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+                    v.wrapping_mul(3).wrapping_add(1).to_le_bytes()
+                })
+                .collect()
+        };
+        assert!(
+            one == step_host(&x0),
+            "FAIL: host model differs from vyre-reference"
+        );
+        let mut want = x0.clone();
+        for _ in 0..100 {
+            want = step_host(&want);
+        }
+        let mut got = Vec::new();
+        let ranges = [vyre_driver::ResidentReadRange {
+            resource: &x,
+            byte_offset: 0,
+            byte_len: x0.len(),
+        }];
+        backend.upload_resident(&x, &x0).unwrap();
+        backend
+            .dispatch_resident_repeated_sequence_read_ranges_into(
+                &[],
+                std::slice::from_ref(&step),
+                100,
+                &ranges,
+                &mut [&mut got],
+            )
+            .unwrap();
+        assert!(
+            got == want,
+            "FAIL: 100-step sequence differs from vyre-reference"
+        );
+        let (mut graph_device, mut graph_wall) = (Vec::new(), Vec::new());
+        for _ in 0..20 {
+            let t = backend
+                .dispatch_resident_repeated_sequence_read_ranges_into(
+                    &[],
+                    std::slice::from_ref(&step),
+                    100,
+                    &[],
+                    &mut [],
+                )
+                .unwrap();
+            graph_device.push(t.device_ns.unwrap() / 100);
+            graph_wall.push(t.wall_ns / 100);
+        }
+        let steps: Vec<ResidentDispatchStep<'_>> = (0..100)
+            .map(|_| ResidentDispatchStep {
+                program: &program,
+                resources: &xs,
+                grid_override: None,
+                workgroup_override: None,
+            })
+            .collect();
+        let (mut direct_device, mut direct_wall) = (Vec::new(), Vec::new());
+        for _ in 0..20 {
+            let t = backend
+                .dispatch_resident_sequence_read_ranges_timed_into(&steps, &[], &mut [])
+                .unwrap();
+            direct_device.push(t.device_ns.unwrap() / 100);
+            direct_wall.push(t.wall_ns / 100);
+        }
+        ns_row("100-step seq 2^20, graph, device/step", graph_device, None);
+        ns_row("100-step seq 2^20, graph, wall/step", graph_wall, None);
+        ns_row(
+            "100-step seq 2^20, direct, device/step",
+            direct_device,
+            None,
+        );
+        ns_row("100-step seq 2^20, direct, wall/step", direct_wall, None);
+        backend.free_resident(x).unwrap();
+    }
+
+    // Transient pools compared: size classes vs the driver's stream-ordered pool.
+    for kind in [PoolKind::SizeClasses, PoolKind::StreamOrdered] {
+        let mut options = CudaOptions::from_env().unwrap();
+        options.pool = kind;
+        let pooled = CudaBackend::with_options(options).unwrap();
+        for log2 in [10u32, 20] {
+            let n = 1u32 << log2;
+            let program = vadd(n, 1000);
+            let inputs = vec![random(n, 61), random(n, 62)];
+            let _ = check(&pooled, &program, &inputs);
+            let borrowed: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+            let samples = (0..200)
+                .map(|_| {
+                    let started = Instant::now();
+                    pooled
+                        .dispatch_borrowed_into(&program, &borrowed, &config, &mut out)
+                        .unwrap();
+                    started.elapsed()
+                })
+                .collect();
+            row(&format!("pool {kind:?} vadd 2^{log2}"), samples, None);
+        }
+    }
+
     for (name, value) in backend.metric_snapshot() {
         println!("metric {name} = {value}");
     }

@@ -34,6 +34,8 @@ cargo build --release --examples --quiet
 for example in target/release/examples/*; do
   [ -x "$example" ] && [ -f "$example" ] && case "$example" in *-*) ;; *) echo "example_$(basename "$example") $example" >> .devrun/manifest;; esac
 done
-while read -r name path; do cp "$path" ".devrun/$name" && strip ".devrun/$name"; done < .devrun/manifest
-cp scripts/device-run.sh .devrun/
+mkdir -p .devrun/bin
+while read -r name path; do cp "$path" ".devrun/bin/$name" && strip ".devrun/bin/$name"; done < .devrun/manifest
+# The device transfer is limited to 64 MiB: ship the binaries compressed.
+tar -C .devrun -czf .devrun/bin.tar.gz bin && rm -rf .devrun/bin
 du -sh .devrun && cut -d' ' -f1 .devrun/manifest

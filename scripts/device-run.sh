@@ -4,7 +4,9 @@
 # $OUT (or ./device-logs). Pass names to run a subset: bash scripts/device-run.sh gpu_semantics
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[ -d .devrun ] || { echo "no .devrun bundle: run scripts/device-bundle.sh first" >&2; exit 2; }
+[ -f .devrun/bin.tar.gz ] || { echo "no .devrun bundle: run scripts/device-bundle.sh first" >&2; exit 2; }
+bin_dir="${TMPDIR:-/tmp}/vyre-cuda-devrun"
+rm -rf "$bin_dir" && mkdir -p "$bin_dir" && tar -C "$bin_dir" -xzf .devrun/bin.tar.gz
 out="${OUT:-device-logs}"; mkdir -p "$out"
 export VYRE_CUDA_REQUIRE_GPU=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
@@ -13,8 +15,8 @@ for bin in $(cut -d' ' -f1 .devrun/manifest); do
   if [ $# -gt 0 ] && [[ " $* " != *" $bin "* ]]; then continue; fi
   echo "=== $bin"
   case "$bin" in
-    example_*|bench_*) ./.devrun/"$bin" > "$out/$bin.log" 2>&1 ;;
-    *) ./.devrun/"$bin" --nocapture --test-threads=1 > "$out/$bin.log" 2>&1 ;;
+    example_*|bench_*) "$bin_dir/bin/$bin" > "$out/$bin.log" 2>&1 ;;
+    *) "$bin_dir/bin/$bin" --nocapture --test-threads=1 > "$out/$bin.log" 2>&1 ;;
   esac
   rc=$?
   [ $rc -eq 0 ] || status=1

@@ -33,6 +33,15 @@ pub enum CudaError {
         /// How to avoid it.
         fix: String,
     },
+    /// The backend was shut down; it cannot be used any more.
+    #[error("the CUDA backend was shut down. Fix: create a new backend (CudaBackend::new or vyre_driver::acquire) after shutdown")]
+    ShutDown,
+    /// An earlier sticky driver error (e.g. an illegal address) destroyed the CUDA context.
+    #[error("the CUDA device is lost: {cause}. Fix: restart the process; the driver keeps this error for the whole process, so in-process recovery is not possible")]
+    DeviceLost {
+        /// The error that destroyed the context.
+        cause: String,
+    },
     /// A device allocation would exceed the free device memory.
     #[error("device out of memory: requested {requested} bytes, {available} available")]
     OutOfMemory {
@@ -44,8 +53,6 @@ pub enum CudaError {
 }
 
 impl CudaError {
-    // Used by the backend once it lands; keeps `clippy -D warnings` green until then.
-    #[allow(dead_code)]
     pub(crate) fn invalid_input(message: impl Into<String>, fix: impl Into<String>) -> Self {
         Self::InvalidInput {
             message: message.into(),
@@ -67,6 +74,12 @@ impl From<CudaError> for BackendError {
                 code: None,
                 message: format!("kernel run-time error: {message}. Fix: {fix}"),
             },
+            error @ (CudaError::ShutDown | CudaError::DeviceLost { .. }) => {
+                BackendError::DispatchFailed {
+                    code: None,
+                    message: error.to_string(),
+                }
+            }
             CudaError::OutOfMemory {
                 requested,
                 available,

@@ -7,7 +7,10 @@
 //!   ([`codegen::emit_ptx`]).
 //! * [`driver`] is the only module that talks to the CUDA driver (through `cudarc`, with
 //!   `libcuda` loaded at run time, so no toolkit is needed to build).
-//! * [`backend`] holds [`CudaBackend`]: dispatch, caches and device memory.
+//! * [`backend`] holds [`CudaBackend`]: dispatch (borrowed, timed, async, compiled
+//!   pipelines), resident buffers and sequences, caches, pools and device memory.
+//! * [`optimizer`] holds [`CudaOptimizerDispatcher`], vyre-self-substrate's
+//!   `OptimizerDispatcher` over resident buffers.
 //! * [`adapter`] implements `vyre_driver::VyreBackend` and registers the backend id
 //!   `"cuda"` through `inventory`, so linking the crate is enough for
 //!   `vyre_driver::registered_backends()` to list it.
@@ -22,7 +25,11 @@ pub mod backend;
 pub mod codegen;
 pub mod driver;
 mod error;
+pub mod optimizer;
 
 pub use adapter::CUDA_BACKEND_ID;
-pub use backend::CudaBackend;
+pub use backend::{
+    CudaBackend, CudaDeviceBuffer, CudaOptions, CudaPendingDispatch, CudaPipeline, PoolKind,
+};
 pub use error::CudaError;
+pub use optimizer::CudaOptimizerDispatcher;

@@ -1,10 +1,9 @@
 //! Smoke test of the CUDA driver layer on a real GPU; skips (and passes) without one.
 
-use std::ffi::c_void;
 use std::sync::Arc;
 use vyre_cuda::driver::{
-    device_count, driver_library_present, Device, DeviceAlloc, Event, Module, PinnedHostBuffer,
-    Stream,
+    device_count, driver_library_present, Device, DeviceAlloc, Event, KernelArg, Module,
+    PinnedHostBuffer, Stream,
 };
 
 /// PTX ISA version and target for a compute capability; unknown architectures get `sm_70`
@@ -74,15 +73,14 @@ fn to_words(bytes: &[u8]) -> Vec<u32> {
 
 /// Launches `add_one` over `n` words at `ptr`.
 fn launch_add_one(stream: &Stream, f: &vyre_cuda::driver::Function, ptr: u64, n: u32) {
-    let mut p = ptr;
-    let mut n = n;
-    let mut params = [
-        (&mut p as *mut u64).cast::<c_void>(),
-        (&mut n as *mut u32).cast::<c_void>(),
-    ];
-    // SAFETY: two parameters matching `add_one(.u64, .u32)`; `ptr` holds `n` words and
-    // outlives the launch (callers synchronise before freeing).
-    unsafe { stream.launch(f, [4, 1, 1], [256, 1, 1], 0, &mut params) }.expect("launch add_one");
+    stream
+        .launch(
+            f,
+            [4, 1, 1],
+            [256, 1, 1],
+            &[KernelArg::U64(ptr), KernelArg::U32(n)],
+        )
+        .expect("launch add_one");
 }
 
 #[test]
@@ -235,8 +233,8 @@ fn driver_smoke() {
     // drivers refuse the in-process recovery itself; then the error must say so.
     let fault = Module::load_ptx(&device, &fault_ptx(info.compute_capability)).expect("PTX");
     let fault = fault.function("fault").expect("fault");
-    // SAFETY: `fault` takes no parameters; it faults on purpose.
-    let launched = unsafe { stream.launch(&fault, [1, 1, 1], [1, 1, 1], 0, &mut []) };
+    // It faults on purpose.
+    let launched = stream.launch(&fault, [1, 1, 1], [1, 1, 1], &[]);
     let err = launched
         .and_then(|()| stream.synchronize())
         .expect_err("kernel must fault");

@@ -1,14 +1,18 @@
-//! Loaded-kernel cache: one PTX generation and one module load per (program, workgroup
-//! shape, target); every later dispatch of the same program is a single hash lookup.
+//! Kernel caches: the PTX-source cache (emitted text + ABI) and the loaded-module cache,
+//! both bounded by entry count and bytes with least-recently-used eviction.
+//!
+//! Eviction only drops the cache's `Arc`: a dispatch that already holds a kernel keeps its
+//! module loaded until it finishes, so eviction never unloads a module in use.
 
-use crate::codegen::{KernelAbi, PtxTarget, EMITTER_VERSION};
+use crate::codegen::{EmittedKernel, KernelAbi, PtxTarget, EMITTER_VERSION};
 use crate::driver::Function;
 use rustc_hash::FxHashMap;
-use std::sync::{Arc, Mutex};
+use std::hash::Hash;
+use std::sync::Arc;
 
 /// blake3 over the program's exact identity (its fingerprint plus the signs of its zero
-/// literals, see `identity.rs`), the effective workgroup size, the PTX target and the
-/// emitter version.
+/// literals, see `identity.rs`), the effective workgroup size, the PTX target, the
+/// emitter version and the crate version.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct KernelKey([u8; 32]);
 
@@ -23,41 +27,204 @@ impl KernelKey {
         hasher.update(&target.isa().major.to_le_bytes());
         hasher.update(&target.isa().minor.to_le_bytes());
         hasher.update(&EMITTER_VERSION.to_le_bytes());
+        hasher.update(env!("CARGO_PKG_VERSION").as_bytes());
         Self(*hasher.finalize().as_bytes())
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// Lower-case hex of the key (64 characters).
+    pub(crate) fn hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
     }
 }
 
-/// A kernel ready to launch.
+/// A kernel ready to launch. Holding it keeps its module loaded.
 pub(crate) struct LoadedKernel {
+    pub(crate) key: KernelKey,
     pub(crate) abi: KernelAbi,
     /// One entry per segment, launched in order (see `KernelAbi::segments`).
     pub(crate) functions: Vec<Function>,
 }
 
-#[derive(Default)]
+/// A least-recently-used map bounded by entry count and total bytes (each entry states its
+/// own size). Eviction scans for the oldest entry: caches here hold at most a few thousand
+/// entries, and eviction only happens on a miss, which costs a compile anyway.
+pub(crate) struct Lru<K, V> {
+    map: FxHashMap<K, (V, usize, u64)>,
+    tick: u64,
+    bytes: usize,
+    max_entries: usize,
+    max_bytes: usize,
+}
+
+impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
+    pub(crate) fn new(max_entries: usize, max_bytes: usize) -> Self {
+        Self {
+            map: FxHashMap::default(),
+            tick: 0,
+            bytes: 0,
+            max_entries: max_entries.max(1),
+            max_bytes,
+        }
+    }
+
+    pub(crate) fn get(&mut self, key: &K) -> Option<V> {
+        self.tick += 1;
+        let tick = self.tick;
+        self.map.get_mut(key).map(|(value, _, used)| {
+            *used = tick;
+            value.clone()
+        })
+    }
+
+    /// Inserts (or keeps an existing entry for) `key`; returns the entry now cached and the
+    /// entries evicted to stay within bounds. An entry larger than `max_bytes` on its own
+    /// is returned but not cached.
+    pub(crate) fn insert(&mut self, key: K, value: V, bytes: usize) -> (V, Vec<V>) {
+        self.tick += 1;
+        let tick = self.tick;
+        if let Some((existing, _, used)) = self.map.get_mut(&key) {
+            *used = tick;
+            return (existing.clone(), Vec::new());
+        }
+        if bytes > self.max_bytes {
+            return (value, Vec::new());
+        }
+        let mut evicted = Vec::new();
+        while self.map.len() >= self.max_entries || self.bytes + bytes > self.max_bytes {
+            let Some(oldest) = self
+                .map
+                .iter()
+                .min_by_key(|(_, (_, _, used))| *used)
+                .map(|(key, _)| key.clone())
+            else {
+                break;
+            };
+            if let Some((old, old_bytes, _)) = self.map.remove(&oldest) {
+                self.bytes -= old_bytes;
+                evicted.push(old);
+            }
+        }
+        self.bytes += bytes;
+        self.map.insert(key, (value.clone(), bytes, tick));
+        (value, evicted)
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.map.clear();
+        self.bytes = 0;
+    }
+}
+
+/// Bounds for the two kernel caches.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CacheLimits {
+    pub(crate) ptx_entries: usize,
+    pub(crate) ptx_bytes: usize,
+    pub(crate) module_entries: usize,
+    pub(crate) module_bytes: usize,
+}
+
+impl Default for CacheLimits {
+    fn default() -> Self {
+        Self {
+            ptx_entries: 4096,
+            ptx_bytes: 256 << 20,
+            module_entries: 1024,
+            module_bytes: 512 << 20,
+        }
+    }
+}
+
+/// The PTX-source cache and the loaded-module cache.
 pub(crate) struct KernelCache {
-    kernels: Mutex<FxHashMap<KernelKey, Arc<LoadedKernel>>>,
+    pub(crate) ptx: std::sync::Mutex<Lru<KernelKey, Arc<EmittedKernel>>>,
+    pub(crate) modules: std::sync::Mutex<Lru<KernelKey, Arc<LoadedKernel>>>,
 }
 
 impl KernelCache {
-    pub(crate) fn get(&self, key: &KernelKey) -> Option<Arc<LoadedKernel>> {
-        self.kernels.lock().ok()?.get(key).cloned()
-    }
-
-    pub(crate) fn insert(&self, key: KernelKey, kernel: Arc<LoadedKernel>) -> Arc<LoadedKernel> {
-        match self.kernels.lock() {
-            Ok(mut kernels) => Arc::clone(kernels.entry(key).or_insert(kernel)),
-            Err(_) => kernel,
+    pub(crate) fn new(limits: CacheLimits) -> Self {
+        Self {
+            ptx: std::sync::Mutex::new(Lru::new(limits.ptx_entries, limits.ptx_bytes)),
+            modules: std::sync::Mutex::new(Lru::new(limits.module_entries, limits.module_bytes)),
         }
     }
 
     pub(crate) fn clear(&self) {
-        if let Ok(mut kernels) = self.kernels.lock() {
-            kernels.clear();
+        if let Ok(mut ptx) = self.ptx.lock() {
+            ptx.clear();
+        }
+        if let Ok(mut modules) = self.modules.lock() {
+            modules.clear();
         }
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.kernels.lock().map(|k| k.len()).unwrap_or(0)
+    pub(crate) fn loaded(&self) -> usize {
+        self.modules.lock().map(|m| m.len()).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evicts_least_recently_used_by_count() {
+        let mut lru = Lru::new(2, usize::MAX);
+        lru.insert("a", 1, 1);
+        lru.insert("b", 2, 1);
+        assert_eq!(lru.get(&"a"), Some(1)); // "b" is now the oldest
+        let (_, evicted) = lru.insert("c", 3, 1);
+        assert_eq!(evicted, [2]);
+        assert_eq!(lru.get(&"b"), None);
+        assert_eq!(lru.get(&"a"), Some(1));
+        assert_eq!(lru.get(&"c"), Some(3));
+        assert_eq!(lru.len(), 2);
+    }
+
+    #[test]
+    fn evicts_by_bytes_and_refuses_oversized_entries() {
+        let mut lru = Lru::new(100, 10);
+        lru.insert(1, "x", 4);
+        lru.insert(2, "y", 4);
+        let (_, evicted) = lru.insert(3, "z", 4);
+        assert_eq!(evicted, ["x"]);
+        assert_eq!(lru.bytes(), 8);
+        let (value, evicted) = lru.insert(4, "huge", 11);
+        assert_eq!(value, "huge");
+        assert!(evicted.is_empty());
+        assert_eq!(lru.get(&4), None);
+        assert_eq!(lru.bytes(), 8);
+    }
+
+    #[test]
+    fn inserting_an_existing_key_keeps_the_first_value() {
+        let mut lru = Lru::new(4, 100);
+        lru.insert("k", 1, 5);
+        let (value, evicted) = lru.insert("k", 2, 5);
+        assert_eq!((value, evicted.len(), lru.bytes()), (1, 0, 5));
+    }
+
+    #[test]
+    fn evicted_values_stay_alive_while_held_elsewhere() {
+        let mut lru = Lru::new(1, usize::MAX);
+        let held = Arc::new(7);
+        lru.insert(1, Arc::clone(&held), 1);
+        let (_, evicted) = lru.insert(2, Arc::new(8), 1);
+        drop(evicted);
+        // The cache dropped its reference; the dispatch's reference keeps the value.
+        assert_eq!(Arc::strong_count(&held), 1);
+        assert_eq!(*held, 7);
     }
 }

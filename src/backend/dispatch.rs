@@ -1,30 +1,68 @@
-//! The borrowed dispatch path: plan, stage inputs, launch, read back, check the fault
-//! word, shape outputs.
+//! The borrowed dispatch path (synchronous, timed and asynchronous): plan, stage inputs,
+//! launch, read back, check the fault word, shape outputs.
 
+use super::cache::LoadedKernel;
+use super::launch::{self, LaunchArgs};
 use super::metrics::Metrics;
 use super::plan::{shape_output, starts_zeroed, DispatchPlan};
-use super::CudaBackend;
+use super::pool::{Block, StreamSlot};
+use super::staging::{DeviceToHost, HostToDevice};
+use super::{Core, CudaBackend};
 use crate::codegen::DeviceFault;
-use crate::driver::{DeviceAlloc, Stream};
 use crate::error::CudaError;
-use std::ffi::c_void;
-use vyre_driver::{BackendError, DispatchConfig};
+use std::sync::Arc;
+use std::time::Instant;
+use vyre_driver::{BackendError, DispatchConfig, TimedDispatchResult};
 use vyre_foundation::ir::Program;
 
 /// Each binding starts on a 256-byte boundary inside the dispatch's device block.
 const BINDING_ALIGN: usize = 256;
 
-impl CudaBackend {
-    pub(super) fn run(
+/// Host and device time of one dispatch.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Timing {
+    pub(crate) wall_ns: u64,
+    pub(crate) device_ns: Option<u64>,
+    pub(crate) enqueue_ns: u64,
+    pub(crate) wait_ns: u64,
+}
+
+pub(crate) fn nanos(since: Instant) -> u64 {
+    u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A dispatch whose inputs are uploaded and whose launches are enqueued. Owns its device
+/// memory and stream until [`InFlight::finish`] or [`InFlight::abandon`].
+pub(crate) struct InFlight {
+    kernel: Arc<LoadedKernel>,
+    plan: DispatchPlan,
+    offsets: smallvec::SmallVec<[usize; 8]>,
+    fault_offset: Option<usize>,
+    block: Option<Block>,
+    slot: Option<StreamSlot>,
+    timed: bool,
+    started: Instant,
+    enqueue_ns: u64,
+}
+
+impl Core {
+    /// Stages `inputs`, zeroes outputs and enqueues the launches. When this returns, the
+    /// inputs have been read: the caller may drop them.
+    pub(crate) fn start(
         &self,
         program: &Program,
         inputs: &[&[u8]],
         config: &DispatchConfig,
-        outputs: &mut Vec<Vec<u8>>,
-    ) -> Result<(), CudaError> {
+        kernel: Option<Arc<LoadedKernel>>,
+        timed: bool,
+    ) -> Result<InFlight, CudaError> {
+        let started = Instant::now();
+        self.usable()?;
         let launches = check_config(config)?;
-        let _shared = self.context_epoch.read();
-        let kernel = self.kernel(program, config)?;
+        let kernel = match kernel {
+            Some(kernel) => kernel,
+            None => self.kernel(program, config)?,
+        };
         let abi = &kernel.abi;
         let input_lens: smallvec::SmallVec<[usize; 8]> = inputs.iter().map(|i| i.len()).collect();
         let plan = DispatchPlan::new(program, abi, &input_lens, config, self.limits)?;
@@ -36,166 +74,335 @@ impl CudaBackend {
             offsets.push(total);
             total += binding.len.next_multiple_of(BINDING_ALIGN);
         }
-        let fault_offset = total;
+        let fault_offset = abi.fault_word.then_some(total);
         if abi.fault_word {
             total += BINDING_ALIGN;
         }
+        let slot = self
+            .streams
+            .take(&self.device, &self.metrics)
+            .map_err(|e| self.driver_error(e))?;
         let block = self
             .pool
-            .take(&self.device, total.max(1), &self.metrics)
-            .map_err(|e| self.after_driver_error(e))?;
-        let stream = match self.take_stream() {
-            Ok(stream) => stream,
-            Err(error) => {
-                self.pool.give_back(block);
-                return Err(self.after_driver_error(error));
-            }
-        };
-        let result = self.launch_and_read(
-            &block,
-            &stream,
-            &kernel,
-            &plan,
-            &offsets,
+            .take(&self.device, &slot.stream, total.max(1), &self.metrics)
+            .map_err(|e| self.driver_error(e))?;
+        let mut flight = InFlight {
+            kernel: Arc::clone(&kernel),
+            plan,
+            offsets,
             fault_offset,
-            inputs,
-            launches,
-            outputs,
-        );
-        match result {
-            Ok(()) => {
-                self.return_stream(stream);
-                self.pool.give_back(block);
-                Ok(())
-            }
-            Err(CudaError::Driver(error)) => {
-                // The block and stream may belong to a poisoned context: drop them.
-                drop(stream);
-                drop(block);
-                drop(_shared);
-                Err(self.after_driver_error(error))
-            }
-            Err(other) => {
-                self.return_stream(stream);
-                self.pool.give_back(block);
-                Err(other)
-            }
-        }
+            block: Some(block),
+            slot: Some(slot),
+            timed,
+            started,
+            enqueue_ns: 0,
+        };
+        self.enqueue(&mut flight, inputs, launches)
+            .map_err(|e| self.driver_error(e))?;
+        flight.enqueue_ns = nanos(started);
+        Ok(flight)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn launch_and_read(
+    fn enqueue(
         &self,
-        block: &DeviceAlloc,
-        stream: &Stream,
-        kernel: &super::cache::LoadedKernel,
-        plan: &DispatchPlan,
-        offsets: &[usize],
-        fault_offset: usize,
+        flight: &mut InFlight,
         inputs: &[&[u8]],
         launches: u32,
-        outputs: &mut Vec<Vec<u8>>,
-    ) -> Result<(), CudaError> {
-        let abi = &kernel.abi;
-        let base = block.ptr();
+    ) -> Result<(), crate::driver::DriverError> {
+        let abi = &flight.kernel.abi;
+        let base = flight.block.as_ref().map_or(0, Block::ptr);
+        let slot = flight
+            .slot
+            .as_ref()
+            .expect("a started dispatch has a stream");
+        let stream = &slot.stream;
         {
             let _span = tracing::trace_span!("vyre_cuda.upload").entered();
-            for ((binding, bytes), offset) in abi.bindings.iter().zip(&plan.bindings).zip(offsets) {
+            let mut copies: smallvec::SmallVec<[HostToDevice<'_>; 8]> = smallvec::SmallVec::new();
+            for ((binding, bytes), offset) in abi
+                .bindings
+                .iter()
+                .zip(&flight.plan.bindings)
+                .zip(&flight.offsets)
+            {
                 let dst = base + *offset as u64;
                 if let Some(input) = bytes.input {
-                    stream.copy_to_device(dst, inputs[input])?;
-                    Metrics::add(&self.metrics.bytes_to_device, inputs[input].len() as u64);
+                    copies.push(HostToDevice {
+                        dst,
+                        src: inputs[input],
+                    });
                 } else if starts_zeroed(binding.role) {
                     stream.memset_zero(dst, bytes.len)?;
                 }
             }
-            if abi.fault_word {
-                stream.memset_zero(base + fault_offset as u64, 4)?;
+            if let Some(fault) = flight.fault_offset {
+                stream.memset_zero(base + fault as u64, 4)?;
             }
+            let mut lane = self.staging.take();
+            let uploaded =
+                self.staging
+                    .upload(&mut lane, &self.device, stream, &copies, &self.metrics);
+            self.staging.give_back(lane);
+            uploaded?;
         }
+        let args = LaunchArgs {
+            pointers: flight.offsets.iter().map(|o| base + *o as u64).collect(),
+            counts: flight.plan.bindings.iter().map(|b| b.elements).collect(),
+            fault: flight.fault_offset.map(|o| base + o as u64),
+        };
+        let _span = tracing::trace_span!("vyre_cuda.launch", grid = ?flight.plan.grid).entered();
+        if flight.timed {
+            slot.start.record(stream)?;
+        }
+        launch::enqueue(stream, &flight.kernel, flight.plan.grid, &args, launches)?;
+        Metrics::add(&self.metrics.launches, u64::from(launches));
+        if flight.timed {
+            slot.end.record(stream)?;
+        }
+        slot.done.record(stream)
+    }
+}
 
-        // Kernel arguments: every buffer pointer, every element count, the fault word.
-        let mut pointers: smallvec::SmallVec<[u64; 8]> =
-            offsets.iter().map(|o| base + *o as u64).collect();
-        let mut counts: smallvec::SmallVec<[u32; 8]> =
-            plan.bindings.iter().map(|b| b.elements).collect();
-        let mut fault_ptr = base + fault_offset as u64;
-        let mut params: smallvec::SmallVec<[*mut c_void; 17]> = smallvec::SmallVec::new();
-        for pointer in pointers.iter_mut() {
-            params.push((pointer as *mut u64).cast());
-        }
-        for count in counts.iter_mut() {
-            params.push((count as *mut u32).cast());
-        }
-        if abi.fault_word {
-            params.push((&mut fault_ptr as *mut u64).cast());
-        }
-        {
-            let _span = tracing::trace_span!("vyre_cuda.launch", grid = ?plan.grid).entered();
-            // Segments (split at grid-wide barriers) run in stream order, so each sees
-            // every write of the one before.
-            for _ in 0..launches {
-                for function in &kernel.functions {
-                    // SAFETY: `params` holds one pointer per kernel parameter, in the order
-                    // the emitter declared them (see `codegen::compose`, identical for every
-                    // segment), each pointing at a live value of the declared width; every
-                    // buffer address lies inside `block`, which outlives the launch because
-                    // we synchronise before returning.
-                    unsafe {
-                        stream.launch(function, plan.grid, abi.workgroup_size, 0, &mut params)?;
-                    }
-                }
-            }
-        }
+impl InFlight {
+    /// Whether the launches have completed (non-blocking).
+    pub(crate) fn is_complete(&self) -> bool {
+        self.slot
+            .as_ref()
+            .is_none_or(|slot| slot.done.is_complete().unwrap_or(true))
+    }
 
+    /// Reads the outputs back (into `outputs`, reusing its buffers), waits, checks the
+    /// fault word and returns the pools' resources.
+    pub(crate) fn finish(
+        mut self,
+        core: &Core,
+        outputs: &mut Vec<Vec<u8>>,
+    ) -> Result<Timing, CudaError> {
+        let result = self.read_back(core, outputs);
+        match &result {
+            Ok(_) | Err(CudaError::KernelRuntime { .. }) => self.release(core),
+            Err(_) => self.abandon(),
+        }
+        result
+    }
+
+    fn read_back(&self, core: &Core, outputs: &mut Vec<Vec<u8>>) -> Result<Timing, CudaError> {
+        let wait_started = Instant::now();
         let _span = tracing::trace_span!("vyre_cuda.readback").entered();
+        let abi = &self.kernel.abi;
+        let base = self.block.as_ref().map_or(0, Block::ptr);
+        let slot = self.slot.as_ref().expect("a started dispatch has a stream");
         let returned = abi.bindings.iter().filter(|b| b.role.is_returned()).count();
         outputs.truncate(returned);
         outputs.resize_with(returned, Vec::new);
-        let mut slot = 0usize;
-        for ((binding, bytes), offset) in abi.bindings.iter().zip(&plan.bindings).zip(offsets) {
-            if !binding.role.is_returned() {
-                continue;
+        let mut word = [0u8; 4];
+        {
+            let mut copies: smallvec::SmallVec<[DeviceToHost<'_>; 8]> = smallvec::SmallVec::new();
+            let mut slots = outputs.iter_mut();
+            for ((binding, bytes), offset) in abi
+                .bindings
+                .iter()
+                .zip(&self.plan.bindings)
+                .zip(&self.offsets)
+            {
+                if !binding.role.is_returned() {
+                    continue;
+                }
+                let out = slots.next().expect("one slot per returned binding");
+                out.truncate(bytes.len);
+                out.resize(bytes.len, 0);
+                copies.push(DeviceToHost {
+                    src: base + *offset as u64,
+                    dst: out.as_mut_slice(),
+                });
             }
-            let out = &mut outputs[slot];
-            slot += 1;
-            out.clear();
-            out.resize(bytes.len, 0);
-            stream.copy_to_host_blocking(out, base + *offset as u64)?;
-            Metrics::add(&self.metrics.bytes_to_host, bytes.len as u64);
-        }
-        stream.synchronize()?;
-        if abi.fault_word {
-            let mut word = [0u8; 4];
-            stream.copy_to_host_blocking(&mut word, base + fault_offset as u64)?;
-            let code = u32::from_le_bytes(word);
-            if code != 0 {
-                Metrics::bump(&self.metrics.kernel_faults);
-                outputs.clear();
-                let (message, fix) = match DeviceFault::from_code(code) {
-                    Some(fault) => (fault.message().to_string(), fault.fix().to_string()),
-                    None => (
-                        format!("the kernel reported unknown fault code {code}"),
-                        "report this as a vyre-cuda bug with the program".to_string(),
-                    ),
-                };
-                return Err(CudaError::KernelRuntime { message, fix });
+            if let Some(fault) = self.fault_offset {
+                copies.push(DeviceToHost {
+                    src: base + fault as u64,
+                    dst: &mut word,
+                });
             }
+            let mut lane = core.staging.take();
+            let downloaded = core.staging.download(
+                &mut lane,
+                &core.device,
+                &slot.stream,
+                &mut copies,
+                &core.metrics,
+            );
+            core.staging.give_back(lane);
+            downloaded
+                .and_then(|()| slot.stream.synchronize())
+                .map_err(|e| core.driver_error(e))?;
         }
-        let mut slot = 0usize;
+        let device_ns = if self.timed {
+            Some(
+                slot.end
+                    .elapsed_ns_since(&slot.start)
+                    .map_err(|e| core.driver_error(e))?,
+            )
+        } else {
+            None
+        };
+        check_fault(core, u32::from_le_bytes(word), outputs)?;
+        let mut slots = outputs.iter_mut();
         for binding in &abi.bindings {
             if binding.role.is_returned() {
-                shape_output(&mut outputs[slot], binding.output_byte_range.as_ref());
-                slot += 1;
+                let out = slots.next().expect("one slot per returned binding");
+                shape_output(out, binding.output_byte_range.as_ref());
             }
         }
-        Ok(())
+        Ok(Timing {
+            wall_ns: nanos(self.started),
+            device_ns,
+            enqueue_ns: self.enqueue_ns,
+            wait_ns: nanos(wait_started),
+        })
+    }
+
+    /// Returns the block and stream to their pools (the stream is idle).
+    fn release(&mut self, core: &Core) {
+        if let (Some(block), Some(slot)) = (self.block.take(), self.slot.take()) {
+            core.pool.give_back(block, &slot.stream);
+            core.streams.give_back(slot);
+        }
+    }
+
+    /// Drops the resources without pooling them (after a driver error). Dropping device
+    /// memory waits for the work that uses it.
+    fn abandon(&mut self) {
+        self.block = None;
+        self.slot = None;
+    }
+
+    /// Waits for the launches, then returns the resources (a dropped async dispatch).
+    pub(crate) fn cancel(mut self, core: &Core) {
+        let idle = self
+            .slot
+            .as_ref()
+            .is_some_and(|slot| slot.stream.synchronize().is_ok());
+        if idle {
+            self.release(core);
+        } else {
+            self.abandon();
+        }
+    }
+}
+
+/// Decodes the fault word; a non-zero one fails the dispatch with the reference's error.
+pub(crate) fn check_fault(
+    core: &Core,
+    code: u32,
+    outputs: &mut Vec<Vec<u8>>,
+) -> Result<(), CudaError> {
+    if code == 0 {
+        return Ok(());
+    }
+    Metrics::bump(&core.metrics.kernel_faults);
+    outputs.clear();
+    let (message, fix) = match DeviceFault::from_code(code) {
+        Some(fault) => (fault.message().to_string(), fault.fix().to_string()),
+        None => (
+            format!("the kernel reported unknown fault code {code}"),
+            "report this as a vyre-cuda bug with the program".to_string(),
+        ),
+    };
+    Err(CudaError::KernelRuntime { message, fix })
+}
+
+impl Core {
+    /// A synchronous borrowed dispatch (optionally with an already-loaded kernel).
+    pub(crate) fn run(
+        &self,
+        program: &Program,
+        inputs: &[&[u8]],
+        config: &DispatchConfig,
+        kernel: Option<Arc<LoadedKernel>>,
+        timed: bool,
+        outputs: &mut Vec<Vec<u8>>,
+    ) -> Result<Timing, CudaError> {
+        Metrics::bump(&self.metrics.dispatches);
+        let result = self
+            .start(program, inputs, config, kernel, timed)
+            .and_then(|flight| flight.finish(self, outputs));
+        match &result {
+            Ok(timing) if timed => {
+                Metrics::bump(&self.metrics.timed_dispatches);
+                Metrics::add(&self.metrics.timed_wall_ns, timing.wall_ns);
+                Metrics::add(&self.metrics.timed_device_ns, timing.device_ns.unwrap_or(0));
+            }
+            Ok(_) => {}
+            Err(_) => Metrics::bump(&self.metrics.dispatch_errors),
+        }
+        result.map_err(|e| self.classify(e))
+    }
+}
+
+impl CudaBackend {
+    /// Run `program` with owned inputs.
+    pub fn dispatch(
+        &self,
+        program: &Program,
+        inputs: &[Vec<u8>],
+        config: &DispatchConfig,
+    ) -> Result<Vec<Vec<u8>>, CudaError> {
+        let borrowed: smallvec::SmallVec<[&[u8]; 8]> = inputs.iter().map(Vec::as_slice).collect();
+        self.dispatch_borrowed(program, &borrowed, config)
+    }
+
+    /// Run `program` with borrowed inputs; returns one buffer per output in declaration
+    /// order (see [`crate::codegen::KernelAbi`]).
+    pub fn dispatch_borrowed(
+        &self,
+        program: &Program,
+        inputs: &[&[u8]],
+        config: &DispatchConfig,
+    ) -> Result<Vec<Vec<u8>>, CudaError> {
+        let mut outputs = Vec::new();
+        self.dispatch_borrowed_into(program, inputs, config, &mut outputs)?;
+        Ok(outputs)
+    }
+
+    /// Run `program`, writing the outputs into `outputs` and reusing its buffers'
+    /// capacity.
+    pub fn dispatch_borrowed_into(
+        &self,
+        program: &Program,
+        inputs: &[&[u8]],
+        config: &DispatchConfig,
+        outputs: &mut Vec<Vec<u8>>,
+    ) -> Result<(), CudaError> {
+        self.core()
+            .run(program, inputs, config, None, false, outputs)
+            .map(|_| ())
+    }
+
+    /// Run `program` and report its timing: `wall_ns` (the whole call), `enqueue_ns`
+    /// (staging inputs and enqueueing the launches), `wait_ns` (waiting and reading back)
+    /// and `device_ns` (the kernel launches alone, measured with CUDA events).
+    pub fn dispatch_borrowed_timed(
+        &self,
+        program: &Program,
+        inputs: &[&[u8]],
+        config: &DispatchConfig,
+    ) -> Result<TimedDispatchResult, CudaError> {
+        let mut outputs = Vec::new();
+        let timing = self
+            .core()
+            .run(program, inputs, config, None, true, &mut outputs)?;
+        Ok(TimedDispatchResult {
+            outputs,
+            wall_ns: timing.wall_ns,
+            device_ns: timing.device_ns,
+            enqueue_ns: Some(timing.enqueue_ns),
+            wait_ns: Some(timing.wait_ns),
+        })
     }
 }
 
 /// Reject configuration the backend cannot honour; returns how many back-to-back
 /// launches `fixpoint_iterations` asks for.
-fn check_config(config: &DispatchConfig) -> Result<u32, CudaError> {
+pub(crate) fn check_config(config: &DispatchConfig) -> Result<u32, CudaError> {
     use vyre_driver::persistent::PersistentThreadMode;
     use vyre_driver::speculate::SpeculationMode;
     if config.cooperative {

@@ -1,25 +1,48 @@
-//! The CUDA backend core: program validation, the kernel cache, device memory and the
-//! dispatch path. [`CudaBackend`] is public for applications that want to hold the
-//! device directly; the `VyreBackend` adapter in [`crate::adapter`] wraps it.
+//! The CUDA backend core: program validation, the kernel caches, device memory, resident
+//! buffers and every dispatch path. [`CudaBackend`] is public for applications that want
+//! the device directly (resident workflows, device timing, the PTX); the `VyreBackend`
+//! adapter in [`crate::adapter`] maps onto it.
+//!
+//! All state lives in one `Arc`'d core, so pending dispatches, compiled pipelines and
+//! device buffers can keep what they use alive without borrowing the backend.
 
 mod cache;
+mod device_buffer;
+mod disk_cache;
 mod dispatch;
 mod identity;
+mod launch;
 mod metrics;
+mod pending;
+mod pipeline;
 mod plan;
 mod pool;
+pub(crate) mod recycle;
+mod resident;
+mod sequence;
+mod staging;
+
+pub use device_buffer::CudaDeviceBuffer;
+pub use pending::CudaPendingDispatch;
+pub use pipeline::CudaPipeline;
+pub use pool::PoolKind;
+pub(crate) use sequence::{Fill, Read, ResidentBatch, Step, Upload};
 
 use crate::codegen::{emit_ptx, CodegenError, EmittedKernel, PtxTarget};
-use crate::driver::{Device, DeviceInfo, DriverError, Module, Stream};
+use crate::driver::{Device, DeviceAlloc, DeviceInfo, DriverError, Module};
 use crate::error::CudaError;
-use cache::{KernelCache, KernelKey, LoadedKernel};
+use cache::{CacheLimits, KernelCache, KernelKey, LoadedKernel};
+use disk_cache::{DiskCache, Miss};
 use identity::ProgramIdentities;
 use metrics::Metrics;
 use plan::GridLimits;
-use pool::DevicePool;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
-use vyre_driver::{BackendError, DispatchConfig};
+use pool::{DevicePool, StreamPool};
+use resident::{Budget, HandleError, HandleTable};
+use staging::{Staging, StagingConfig};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use vyre_driver::{BackendError, DispatchConfig, Resource};
 use vyre_foundation::ir::Program;
 use vyre_foundation::validate::{
     validate::validate_with_options, BackendCapabilities, ValidationOptions,
@@ -27,52 +50,176 @@ use vyre_foundation::validate::{
 
 /// Environment variable naming the CUDA device ordinal to use (default 0).
 pub const DEVICE_ENV: &str = "VYRE_CUDA_DEVICE";
+/// Environment variable naming a directory for the on-disk PTX cache (unset: no disk cache).
+pub const CACHE_DIR_ENV: &str = "VYRE_CUDA_CACHE_DIR";
+/// Environment variable choosing the transient memory pool (`size-classes`, `stream-ordered`).
+pub const POOL_ENV: &str = "VYRE_CUDA_POOL";
+/// Environment variable capping resident memory, in bytes.
+pub const RESIDENT_BUDGET_ENV: &str = "VYRE_CUDA_RESIDENT_BUDGET";
+/// Environment variable setting the worker threads of one large host transfer.
+pub const COPY_THREADS_ENV: &str = "VYRE_CUDA_COPY_THREADS";
 
-/// Runs vyre programs on one NVIDIA GPU.
-///
-/// `Send + Sync`: any number of threads may dispatch at once; each dispatch takes its own
-/// stream from a pool.
-pub struct CudaBackend {
+/// How a [`CudaBackend`] is set up. [`CudaOptions::from_env`] reads the `VYRE_CUDA_*`
+/// variables; tests and applications can also fill it in directly.
+#[derive(Debug, Clone)]
+pub struct CudaOptions {
+    /// Device ordinal.
+    pub device: usize,
+    /// Directory of the on-disk PTX cache (`None`: disabled).
+    pub disk_cache_dir: Option<PathBuf>,
+    /// Most bytes of resident buffers at once (`None`: 90% of the device's memory).
+    pub resident_budget: Option<u64>,
+    /// Which pool serves transient device memory.
+    pub pool: PoolKind,
+    /// Bytes per pinned staging chunk.
+    pub staging_chunk_bytes: usize,
+    /// Most worker threads one large host transfer uses.
+    pub copy_threads: usize,
+    /// Kernel cache bounds: PTX texts kept (entries, bytes) and modules kept loaded.
+    pub ptx_cache_entries: usize,
+    /// See `ptx_cache_entries`.
+    pub ptx_cache_bytes: usize,
+    /// See `ptx_cache_entries`.
+    pub module_cache_entries: usize,
+    /// See `ptx_cache_entries` (counted as PTX bytes of the loaded modules).
+    pub module_cache_bytes: usize,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        let limits = CacheLimits::default();
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        Self {
+            device: 0,
+            disk_cache_dir: None,
+            resident_budget: None,
+            pool: PoolKind::SizeClasses,
+            staging_chunk_bytes: 4 << 20,
+            copy_threads: (cores / 2).clamp(1, 8),
+            ptx_cache_entries: limits.ptx_entries,
+            ptx_cache_bytes: limits.ptx_bytes,
+            module_cache_entries: limits.module_entries,
+            module_cache_bytes: limits.module_bytes,
+        }
+    }
+}
+
+impl CudaOptions {
+    /// Defaults overridden by `VYRE_CUDA_DEVICE`, `VYRE_CUDA_CACHE_DIR`, `VYRE_CUDA_POOL`,
+    /// `VYRE_CUDA_RESIDENT_BUDGET` and `VYRE_CUDA_COPY_THREADS`.
+    pub fn from_env() -> Result<Self, CudaError> {
+        let mut options = Self::default();
+        let number = |name: &str, text: String| -> Result<u64, CudaError> {
+            text.trim().parse::<u64>().map_err(|_| {
+                CudaError::invalid_input(
+                    format!("{name}={text:?} is not a number"),
+                    format!("set {name} to a non-negative integer, or unset it"),
+                )
+            })
+        };
+        if let Ok(text) = std::env::var(DEVICE_ENV) {
+            options.device = number(DEVICE_ENV, text)? as usize;
+        }
+        if let Some(dir) = std::env::var_os(CACHE_DIR_ENV).filter(|d| !d.is_empty()) {
+            options.disk_cache_dir = Some(PathBuf::from(dir));
+        }
+        if let Ok(text) = std::env::var(POOL_ENV) {
+            options.pool = PoolKind::parse(&text).ok_or_else(|| {
+                CudaError::invalid_input(
+                    format!("{POOL_ENV}={text:?} is not a pool kind"),
+                    format!("set {POOL_ENV} to `size-classes` or `stream-ordered`, or unset it"),
+                )
+            })?;
+        }
+        if let Ok(text) = std::env::var(RESIDENT_BUDGET_ENV) {
+            options.resident_budget = Some(number(RESIDENT_BUDGET_ENV, text)?);
+        }
+        if let Ok(text) = std::env::var(COPY_THREADS_ENV) {
+            options.copy_threads = number(COPY_THREADS_ENV, text)?.max(1) as usize;
+        }
+        Ok(options)
+    }
+}
+
+const OPEN: u8 = 0;
+const SHUT_DOWN: u8 = 1;
+
+/// A resident buffer: device memory counted against the resident budget until the last
+/// holder (the handle table or a dispatch using it) drops it.
+pub(crate) struct ResidentBuffer {
+    alloc: DeviceAlloc,
+    budget: Arc<Budget>,
+}
+
+impl ResidentBuffer {
+    pub(crate) fn ptr(&self) -> u64 {
+        self.alloc.ptr()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.alloc.len()
+    }
+}
+
+impl Drop for ResidentBuffer {
+    fn drop(&mut self) {
+        self.budget.release(self.alloc.len() as u64);
+    }
+}
+
+/// Everything a backend owns.
+pub(crate) struct Core {
     device: Arc<Device>,
     target: PtxTarget,
     limits: GridLimits,
     kernels: KernelCache,
     identities: ProgramIdentities,
-    streams: Mutex<Vec<Stream>>,
+    disk: Option<DiskCache>,
+    streams: StreamPool,
     pool: DevicePool,
+    staging: Staging,
+    resident: HandleTable<ResidentBuffer>,
+    budget: Arc<Budget>,
     metrics: Metrics,
-    /// Dispatches hold it shared; recovery from a sticky context error holds it exclusively.
-    context_epoch: RwLock<()>,
-    lost: AtomicBool,
+    state: AtomicU8,
+    /// Set by the first sticky driver error: the context is gone for the whole process.
+    lost: Mutex<Option<String>>,
+}
+
+/// Runs vyre programs on one NVIDIA GPU.
+///
+/// `Send + Sync`: any number of threads may dispatch at once; each dispatch takes its own
+/// stream (and staging lane) from a pool, so dispatches from several threads overlap.
+#[derive(Clone)]
+pub struct CudaBackend {
+    core: Arc<Core>,
 }
 
 impl std::fmt::Debug for CudaBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CudaBackend")
-            .field("device", &self.device.info().name)
-            .field("target", &self.target)
+            .field("device", &self.core.device.info().name)
+            .field("target", &self.core.target)
             .finish_non_exhaustive()
     }
 }
 
 impl CudaBackend {
-    /// Open the device named by `VYRE_CUDA_DEVICE` (default ordinal 0).
+    /// Open the device with [`CudaOptions::from_env`].
     pub fn new() -> Result<Self, CudaError> {
-        let ordinal = match std::env::var(DEVICE_ENV) {
-            Ok(text) => text.trim().parse::<usize>().map_err(|_| {
-                CudaError::invalid_input(
-                    format!("{DEVICE_ENV}={text:?} is not a device ordinal"),
-                    format!("set {DEVICE_ENV} to a number such as 0, or unset it"),
-                )
-            })?,
-            Err(_) => 0,
-        };
-        Self::with_device(ordinal)
+        Self::with_options(CudaOptions::from_env()?)
     }
 
-    /// Open CUDA device `ordinal`.
+    /// Open CUDA device `ordinal` (other options from the environment).
     pub fn with_device(ordinal: usize) -> Result<Self, CudaError> {
-        let device = Device::open(ordinal)?;
+        let mut options = CudaOptions::from_env()?;
+        options.device = ordinal;
+        Self::with_options(options)
+    }
+
+    /// Open a device with explicit options.
+    pub fn with_options(options: CudaOptions) -> Result<Self, CudaError> {
+        let device = Device::open(options.device)?;
         let info = device.info();
         let (major, minor) = info.compute_capability;
         let target = PtxTarget::for_device(major, minor, info.driver_version)?;
@@ -80,32 +227,65 @@ impl CudaBackend {
             max_grid_dim: info.max_grid_dim,
             max_buffer_bytes: info.total_memory_bytes,
         };
-        let pool = DevicePool::new((info.total_memory_bytes / 16) as usize);
-        tracing::debug!(device = %info.name, %target, "vyre-cuda backend opened");
-        Ok(Self {
-            device,
+        let budget = options
+            .resident_budget
+            .unwrap_or(info.total_memory_bytes / 10 * 9);
+        let transient_idle = (info.total_memory_bytes / 16) as usize;
+        if options.pool == PoolKind::StreamOrdered {
+            crate::driver::StreamOrderedAlloc::set_release_threshold(
+                &device,
+                transient_idle as u64,
+            )?;
+        }
+        tracing::debug!(device = %info.name, %target, ?options, "vyre-cuda backend opened");
+        let core = Core {
             target,
             limits,
-            kernels: KernelCache::default(),
+            kernels: KernelCache::new(CacheLimits {
+                ptx_entries: options.ptx_cache_entries,
+                ptx_bytes: options.ptx_cache_bytes,
+                module_entries: options.module_cache_entries,
+                module_bytes: options.module_cache_bytes,
+            }),
             identities: ProgramIdentities::default(),
-            streams: Mutex::new(Vec::new()),
-            pool,
+            disk: options.disk_cache_dir.map(DiskCache::new),
+            streams: StreamPool::new(64),
+            pool: DevicePool::new(options.pool, transient_idle),
+            staging: Staging::new(StagingConfig::new(
+                options.staging_chunk_bytes,
+                options.copy_threads,
+            )),
+            resident: HandleTable::new(),
+            budget: Arc::new(Budget::new(budget)),
             metrics: Metrics::default(),
-            context_epoch: RwLock::new(()),
-            lost: AtomicBool::new(false),
+            state: AtomicU8::new(OPEN),
+            lost: Mutex::new(None),
+            device,
+        };
+        Ok(Self {
+            core: Arc::new(core),
         })
+    }
+
+    pub(crate) fn core(&self) -> &Arc<Core> {
+        &self.core
     }
 
     /// The device this backend runs on.
     #[must_use]
     pub fn device_info(&self) -> &DeviceInfo {
-        self.device.info()
+        self.core.device.info()
     }
 
     /// The PTX target chosen for this device and driver.
     #[must_use]
     pub fn target(&self) -> PtxTarget {
-        self.target
+        self.core.target
+    }
+
+    /// `(free, total)` device memory in bytes, as the driver reports it.
+    pub fn memory_info(&self) -> Result<(u64, u64), CudaError> {
+        Ok(self.core.device.memory_info()?)
     }
 
     /// The PTX this backend would load for `program` (no device work).
@@ -115,68 +295,202 @@ impl CudaBackend {
         config: &DispatchConfig,
     ) -> Result<EmittedKernel, CudaError> {
         validate(program)?;
-        Ok(emit_ptx(program, config, self.target)?)
+        Ok(emit_ptx(program, config, self.core.target)?)
     }
 
-    /// Telemetry counters as stable `(name, value)` pairs.
+    /// Telemetry counters and gauges as stable `(name, value)` pairs.
     #[must_use]
     pub fn metric_snapshot(&self) -> Vec<(&'static str, u64)> {
+        self.core.metric_snapshot()
+    }
+
+    /// One telemetry value by name (0 when unknown).
+    #[must_use]
+    pub fn metric(&self, name: &str) -> u64 {
+        self.core
+            .metric_snapshot()
+            .into_iter()
+            .find(|(n, _)| *n == name)
+            .map_or(0, |(_, v)| v)
+    }
+
+    /// `(hits, misses)` of the loaded-kernel cache.
+    #[must_use]
+    pub fn kernel_cache_counters(&self) -> (u64, u64) {
+        let m = &self.core.metrics;
+        (
+            m.kernel_cache_hits.load(Ordering::Relaxed),
+            m.kernel_cache_misses.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Warm up: make the context current, create a stream with its events and a staging
+    /// lane with one pinned slot, so the first dispatch pays none of that.
+    pub fn prepare(&self) -> Result<(), CudaError> {
+        self.core.prepare()
+    }
+
+    /// Wait for all work on the device.
+    pub fn flush(&self) -> Result<(), CudaError> {
+        self.core.usable()?;
+        self.core
+            .device
+            .synchronize()
+            .map_err(|e| self.core.driver_error(e))
+    }
+
+    /// Release everything: resident buffers, cached kernels, pools, streams. Afterwards
+    /// every call fails with [`CudaError::ShutDown`]. Memory that a dispatch still running
+    /// on another thread uses is released when that dispatch finishes.
+    pub fn shutdown(&self) -> Result<(), CudaError> {
+        self.core.shutdown()
+    }
+
+    /// Whether a sticky driver error destroyed the context (then every call fails; only a
+    /// new process can use the GPU again).
+    #[must_use]
+    pub fn device_lost(&self) -> bool {
+        self.core.lost_cause().is_some()
+    }
+
+    /// Report whether the backend can continue. On driver 580 a sticky context error (e.g.
+    /// `CUDA_ERROR_ILLEGAL_ADDRESS`) cannot be recovered in-process: resetting the primary
+    /// context and re-creating contexts keep failing. So this does not pretend: it succeeds
+    /// when the device is healthy and otherwise returns [`CudaError::DeviceLost`] telling
+    /// the caller to restart the process. vyre-cuda's own kernels bounds-check every access
+    /// and report run-time errors through a fault word, so failing dispatches do not poison
+    /// later ones.
+    pub fn try_recover(&self) -> Result<(), CudaError> {
+        self.core.usable()
+    }
+}
+
+impl Core {
+    pub(crate) fn metric_snapshot(&self) -> Vec<(&'static str, u64)> {
         let mut snapshot = self.metrics.snapshot();
-        snapshot.push(("vyre_cuda_loaded_kernels", self.kernels.len() as u64));
+        let (ptx_entries, ptx_bytes) = self
+            .kernels
+            .ptx
+            .lock()
+            .map(|p| (p.len(), p.bytes()))
+            .unwrap_or((0, 0));
+        snapshot.push(("vyre_cuda_loaded_kernels", self.kernels.loaded() as u64));
+        snapshot.push(("vyre_cuda_ptx_cache_entries", ptx_entries as u64));
+        snapshot.push(("vyre_cuda_ptx_cache_bytes", ptx_bytes as u64));
         snapshot.push(("vyre_cuda_pool_idle_bytes", self.pool.idle_bytes() as u64));
+        snapshot.push((
+            "vyre_cuda_staging_idle_bytes",
+            self.staging.idle_bytes() as u64,
+        ));
+        snapshot.push(("vyre_cuda_idle_streams", self.streams.idle() as u64));
+        snapshot.push(("vyre_cuda_resident_buffers", self.resident.live() as u64));
+        snapshot.push(("vyre_cuda_resident_bytes", self.budget.in_use()));
+        snapshot.push(("vyre_cuda_resident_budget_bytes", self.budget.limit()));
         snapshot
     }
 
-    /// Whether the last recovery from a sticky context error failed.
-    #[must_use]
-    pub fn device_lost(&self) -> bool {
-        self.lost.load(Ordering::Relaxed)
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
-    /// Run `program` with owned inputs.
-    pub fn dispatch(
-        &self,
-        program: &Program,
-        inputs: &[Vec<u8>],
-        config: &DispatchConfig,
-    ) -> Result<Vec<Vec<u8>>, CudaError> {
-        let borrowed: smallvec::SmallVec<[&[u8]; 8]> = inputs.iter().map(Vec::as_slice).collect();
-        self.dispatch_borrowed(program, &borrowed, config)
+    fn lost_cause(&self) -> Option<String> {
+        self.lost.lock().ok().and_then(|l| l.clone())
     }
 
-    /// Run `program` with borrowed inputs; returns one buffer per output in declaration
-    /// order (see [`crate::codegen::KernelAbi`]).
-    pub fn dispatch_borrowed(
-        &self,
-        program: &Program,
-        inputs: &[&[u8]],
-        config: &DispatchConfig,
-    ) -> Result<Vec<Vec<u8>>, CudaError> {
-        let mut outputs = Vec::new();
-        self.dispatch_borrowed_into(program, inputs, config, &mut outputs)?;
-        Ok(outputs)
-    }
-
-    /// Run `program`, writing the outputs into `outputs` and reusing its buffers'
-    /// capacity.
-    pub fn dispatch_borrowed_into(
-        &self,
-        program: &Program,
-        inputs: &[&[u8]],
-        config: &DispatchConfig,
-        outputs: &mut Vec<Vec<u8>>,
-    ) -> Result<(), CudaError> {
-        Metrics::bump(&self.metrics.dispatches);
-        let result = self.run(program, inputs, config, outputs);
-        if result.is_err() {
-            Metrics::bump(&self.metrics.dispatch_errors);
+    /// Fails fast once the backend is shut down or its device lost.
+    pub(crate) fn usable(&self) -> Result<(), CudaError> {
+        if self.state.load(Ordering::Acquire) == SHUT_DOWN {
+            return Err(CudaError::ShutDown);
         }
-        result
+        match self.lost_cause() {
+            Some(cause) => Err(CudaError::DeviceLost { cause }),
+            None => Ok(()),
+        }
     }
 
-    /// The loaded kernel for `program` under `config`, generating and loading it on the
-    /// first request only.
-    fn kernel(
+    /// Classifies a driver error: a sticky one marks the device lost for good.
+    pub(crate) fn driver_error(&self, error: DriverError) -> CudaError {
+        if error.is_sticky() {
+            Metrics::bump(&self.metrics.sticky_errors);
+            if let Ok(mut lost) = self.lost.lock() {
+                if lost.is_none() {
+                    tracing::error!(%error, "CUDA context hit a sticky error; the device is lost for this process");
+                    *lost = Some(error.to_string());
+                }
+            }
+        }
+        CudaError::Driver(error)
+    }
+
+    /// Maps a `CudaError::Driver` through [`Core::driver_error`].
+    pub(crate) fn classify(&self, error: CudaError) -> CudaError {
+        match error {
+            CudaError::Driver(inner) => self.driver_error(inner),
+            other => other,
+        }
+    }
+
+    fn prepare(&self) -> Result<(), CudaError> {
+        self.usable()?;
+        self.device.bind().map_err(|e| self.driver_error(e))?;
+        let slot = self
+            .streams
+            .take(&self.device, &self.metrics)
+            .map_err(|e| self.driver_error(e))?;
+        let mut lane = self.staging.take();
+        // One tiny download allocates the lane's first pinned slot and runs the stream.
+        let block = self
+            .pool
+            .take(&self.device, &slot.stream, 4, &self.metrics)
+            .map_err(|e| self.driver_error(e))?;
+        let mut word = [0u8; 4];
+        let result = slot
+            .stream
+            .memset_zero(block.ptr(), 4)
+            .and_then(|()| {
+                self.staging.download(
+                    &mut lane,
+                    &self.device,
+                    &slot.stream,
+                    &mut [staging::DeviceToHost {
+                        src: block.ptr(),
+                        dst: &mut word,
+                    }],
+                    &self.metrics,
+                )
+            })
+            .and_then(|()| slot.stream.synchronize());
+        match result {
+            Ok(()) => {
+                self.pool.give_back(block, &slot.stream);
+                self.staging.give_back(lane);
+                self.streams.give_back(slot);
+                Ok(())
+            }
+            Err(error) => Err(self.driver_error(error)),
+        }
+    }
+
+    fn shutdown(&self) -> Result<(), CudaError> {
+        if self.state.swap(SHUT_DOWN, Ordering::AcqRel) == SHUT_DOWN {
+            return Ok(());
+        }
+        let synced = if self.lost_cause().is_none() {
+            self.device.synchronize()
+        } else {
+            Ok(())
+        };
+        drop(self.resident.drain());
+        self.kernels.clear();
+        self.pool.clear();
+        self.staging.clear();
+        self.streams.clear();
+        synced.map_err(|e| self.driver_error(e))
+    }
+
+    /// The loaded kernel for `program` under `config`: a module-cache hit, else PTX from
+    /// the PTX cache, the disk cache or the emitter, then one module load.
+    pub(crate) fn kernel(
         &self,
         program: &Program,
         config: &DispatchConfig,
@@ -185,17 +499,19 @@ impl CudaBackend {
             .workgroup_override
             .unwrap_or_else(|| program.workgroup_size());
         let key = KernelKey::new(&self.identities.of(program), workgroup, self.target);
-        if let Some(kernel) = self.kernels.get(&key) {
+        if let Some(kernel) = self
+            .kernels
+            .modules
+            .lock()
+            .ok()
+            .and_then(|mut m| m.get(&key))
+        {
             Metrics::bump(&self.metrics.kernel_cache_hits);
             return Ok(kernel);
         }
         Metrics::bump(&self.metrics.kernel_cache_misses);
-        let _span = tracing::debug_span!("vyre_cuda.compile").entered();
-        validate(program)?;
-        self.check_launch_shape(workgroup)?;
-        let emitted = emit_ptx(program, config, self.target)?;
-        Metrics::bump(&self.metrics.ptx_generations);
-        Metrics::add(&self.metrics.ptx_bytes, emitted.ptx.len() as u64);
+        let _span = tracing::debug_span!("vyre_cuda.compile", key = %key.hex()).entered();
+        let emitted = self.emitted(&key, program, config, workgroup)?;
         if emitted.abi.shared_bytes > self.device.info().max_shared_memory_per_block {
             return Err(CodegenError::invalid(
                 format!(
@@ -207,16 +523,80 @@ impl CudaBackend {
             )
             .into());
         }
-        let module = Module::load_ptx(&self.device, &emitted.ptx)?;
+        let module = {
+            let _span = tracing::debug_span!("vyre_cuda.module_load").entered();
+            Module::load_ptx(&self.device, &emitted.ptx).map_err(|e| self.driver_error(e))?
+        };
         Metrics::bump(&self.metrics.module_loads);
         let functions = (0..emitted.abi.segments)
             .map(|segment| module.function(&emitted.abi.entry_name(segment)))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.driver_error(e))?;
         let kernel = Arc::new(LoadedKernel {
-            abi: emitted.abi,
+            key,
+            abi: emitted.abi.clone(),
             functions,
         });
-        Ok(self.kernels.insert(key, kernel))
+        let Ok(mut modules) = self.kernels.modules.lock() else {
+            return Ok(kernel);
+        };
+        let (kernel, evicted) = modules.insert(key, kernel, emitted.ptx.len());
+        drop(modules);
+        Metrics::add(&self.metrics.module_evictions, evicted.len() as u64);
+        Ok(kernel)
+    }
+
+    fn emitted(
+        &self,
+        key: &KernelKey,
+        program: &Program,
+        config: &DispatchConfig,
+        workgroup: [u32; 3],
+    ) -> Result<Arc<EmittedKernel>, CudaError> {
+        if let Some(emitted) = self.kernels.ptx.lock().ok().and_then(|mut p| p.get(key)) {
+            Metrics::bump(&self.metrics.ptx_cache_hits);
+            return Ok(emitted);
+        }
+        validate(program)?;
+        self.check_launch_shape(workgroup)?;
+        let from_disk =
+            self.disk
+                .as_ref()
+                .and_then(|disk| match disk.load(key, program, self.target) {
+                    Ok(emitted) => {
+                        Metrics::bump(&self.metrics.disk_cache_hits);
+                        Some(emitted)
+                    }
+                    Err(Miss::Absent) => {
+                        Metrics::bump(&self.metrics.disk_cache_misses);
+                        None
+                    }
+                    Err(Miss::Corrupt(reason)) => {
+                        tracing::debug!(%reason, "PTX disk cache record rejected");
+                        Metrics::bump(&self.metrics.disk_cache_errors);
+                        None
+                    }
+                });
+        let emitted = match from_disk {
+            Some(emitted) => emitted,
+            None => {
+                let _span = tracing::debug_span!("vyre_cuda.emit_ptx").entered();
+                let emitted = Arc::new(emit_ptx(program, config, self.target)?);
+                Metrics::bump(&self.metrics.ptx_generations);
+                Metrics::add(&self.metrics.ptx_bytes, emitted.ptx.len() as u64);
+                if let Some(disk) = &self.disk {
+                    if disk.store(key, &emitted).is_err() {
+                        Metrics::bump(&self.metrics.disk_cache_errors);
+                    }
+                }
+                emitted
+            }
+        };
+        let size = emitted.ptx.len();
+        Ok(match self.kernels.ptx.lock() {
+            Ok(mut ptx) => ptx.insert(*key, emitted, size).0,
+            Err(_) => emitted,
+        })
     }
 
     fn check_launch_shape(&self, workgroup: [u32; 3]) -> Result<(), CudaError> {
@@ -240,58 +620,124 @@ impl CudaBackend {
         }
     }
 
-    fn take_stream(&self) -> Result<Stream, DriverError> {
-        if let Some(stream) = self.streams.lock().ok().and_then(|mut s| s.pop()) {
-            return Ok(stream);
-        }
-        Stream::new(&self.device)
+    // ---- resident buffers ------------------------------------------------------------
+
+    /// The live resident buffer behind `handle`.
+    pub(crate) fn resident(&self, handle: u64) -> Result<Arc<ResidentBuffer>, CudaError> {
+        self.resident.get(handle).map_err(handle_error)
     }
 
-    fn return_stream(&self, stream: Stream) {
-        if let Ok(mut streams) = self.streams.lock() {
-            streams.push(stream);
+    /// Allocates a zero-filled resident buffer of `byte_len` bytes.
+    pub(crate) fn allocate_resident(&self, byte_len: usize) -> Result<u64, CudaError> {
+        self.usable()?;
+        if byte_len == 0 {
+            return Err(CudaError::invalid_input(
+                "a resident buffer of 0 bytes was requested",
+                "allocate at least one byte (a program buffer with no elements needs no resident buffer of its own; bind any 1-byte buffer)",
+            ));
         }
-    }
-
-    /// After a sticky error (e.g. an illegal address) the context is unusable: reset it
-    /// and drop everything that belonged to it, so the next dispatch starts clean.
-    fn recover_context(&self, cause: &DriverError) {
-        let _exclusive = self.context_epoch.write();
-        tracing::warn!(%cause, "CUDA context hit a sticky error; resetting it");
-        self.kernels.clear();
-        self.pool.clear();
-        if let Ok(mut streams) = self.streams.lock() {
-            streams.clear();
+        let requested = byte_len as u64;
+        self.budget
+            .reserve(requested)
+            .map_err(|available| CudaError::OutOfMemory {
+                requested,
+                available,
+            })?;
+        let reserved = scopeguard(|| self.budget.release(requested));
+        let (free, _) = self
+            .device
+            .memory_info()
+            .map_err(|e| self.driver_error(e))?;
+        if requested > free {
+            return Err(CudaError::OutOfMemory {
+                requested,
+                available: free,
+            });
         }
-        Metrics::bump(&self.metrics.context_recoveries);
-        match self.device.reset_after_fault() {
-            Ok(()) => self.lost.store(false, Ordering::Relaxed),
-            Err(error) => {
-                tracing::error!(%error, "CUDA context reset failed");
-                self.lost.store(true, Ordering::Relaxed);
+        let alloc = DeviceAlloc::new(&self.device, byte_len).map_err(|e| {
+            if e.is_out_of_memory() {
+                CudaError::OutOfMemory {
+                    requested,
+                    available: free,
+                }
+            } else {
+                self.driver_error(e)
             }
-        }
+        })?;
+        reserved.disarm();
+        Metrics::bump(&self.metrics.device_allocations);
+        Metrics::add(&self.metrics.device_allocation_bytes, requested);
+        let buffer = ResidentBuffer {
+            alloc,
+            budget: Arc::clone(&self.budget),
+        };
+        // Fresh buffers start zeroed, like the reference's outputs.
+        let slot = self
+            .streams
+            .take(&self.device, &self.metrics)
+            .map_err(|e| self.driver_error(e))?;
+        slot.stream
+            .memset_zero(buffer.ptr(), byte_len)
+            .and_then(|()| slot.stream.synchronize())
+            .map_err(|e| self.driver_error(e))?;
+        self.streams.give_back(slot);
+        let handle = self.resident.insert(buffer).map_err(handle_error)?;
+        Metrics::bump(&self.metrics.resident_allocations);
+        Ok(handle)
     }
 
-    /// Reset the context if `error` poisoned it; pass the error through.
-    fn after_driver_error(&self, error: DriverError) -> CudaError {
-        if error.is_sticky() {
-            self.recover_context(&error);
-        }
-        CudaError::Driver(error)
-    }
-
-    /// Attempt a context reset on request (the `try_recover` path).
-    pub fn try_recover(&self) -> Result<(), CudaError> {
-        let _exclusive = self.context_epoch.write();
-        self.kernels.clear();
-        self.pool.clear();
-        if let Ok(mut streams) = self.streams.lock() {
-            streams.clear();
-        }
-        self.device.reset_after_fault()?;
-        self.lost.store(false, Ordering::Relaxed);
+    /// Drops the table's reference; the memory is released once no dispatch uses it.
+    pub(crate) fn free_resident(&self, handle: u64) -> Result<(), CudaError> {
+        self.usable()?;
+        drop(self.resident.remove(handle).map_err(handle_error)?);
+        Metrics::bump(&self.metrics.resident_frees);
         Ok(())
+    }
+}
+
+fn handle_error(error: HandleError) -> CudaError {
+    let (message, fix) = error.message();
+    CudaError::invalid_input(message, fix)
+}
+
+/// Runs `release` on drop unless disarmed.
+struct ScopeGuard<F: FnMut()> {
+    release: F,
+    armed: bool,
+}
+
+impl<F: FnMut()> ScopeGuard<F> {
+    fn disarm(mut self) {
+        self.armed = false;
+    }
+}
+
+impl<F: FnMut()> Drop for ScopeGuard<F> {
+    fn drop(&mut self) {
+        if self.armed {
+            (self.release)();
+        }
+    }
+}
+
+fn scopeguard<F: FnMut()>(release: F) -> ScopeGuard<F> {
+    ScopeGuard {
+        release,
+        armed: true,
+    }
+}
+
+/// The handle of a `Resource::Resident`; anything else is an error.
+pub(crate) fn resident_id(resource: &Resource) -> Result<u64, CudaError> {
+    match resource {
+        Resource::Resident(id) => Ok(*id),
+        Resource::Borrowed(bytes) => Err(CudaError::invalid_input(
+            format!(
+                "a Resource::Borrowed ({} bytes) was passed where a resident handle is required",
+                bytes.len()
+            ),
+            "pass the Resource::Resident returned by allocate_resident",
+        )),
     }
 }
 
@@ -313,4 +759,30 @@ fn validate(program: &Program) -> Result<(), CudaError> {
             messages.join("; ")
         ),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_public_runtime_types_are_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<CudaBackend>();
+        assert_send_sync::<CudaPendingDispatch>();
+        assert_send_sync::<CudaPipeline>();
+        assert_send_sync::<CudaDeviceBuffer>();
+        assert_send_sync::<crate::CudaOptimizerDispatcher>();
+    }
+
+    #[test]
+    fn options_parse_the_environment_names() {
+        assert_eq!(
+            PoolKind::parse("stream-ordered"),
+            Some(PoolKind::StreamOrdered)
+        );
+        let defaults = CudaOptions::default();
+        assert_eq!(defaults.pool, PoolKind::SizeClasses);
+        assert!(defaults.copy_threads >= 1 && defaults.staging_chunk_bytes >= 64 << 10);
+    }
 }

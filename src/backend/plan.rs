@@ -33,8 +33,9 @@ pub(crate) struct DispatchPlan {
 }
 
 impl DispatchPlan {
-    /// Build the plan for `inputs` (their byte lengths) or fail with a clear error before
-    /// anything touches the device.
+    /// The borrowed path: build the plan for `inputs` (their byte lengths) or fail with a
+    /// clear error before anything touches the device. Outputs get the reference's
+    /// zero-initialised sizes.
     pub(crate) fn new(
         program: &Program,
         abi: &KernelAbi,
@@ -63,12 +64,11 @@ impl DispatchPlan {
             ));
         }
         let mut next_input = 0usize;
-        let mut bindings = Vec::with_capacity(abi.bindings.len());
-        let (mut max_returned, mut max_other) = (0u32, 1u32);
+        let mut lens = smallvec::SmallVec::<[(usize, Option<usize>); 8]>::new();
         for binding in &abi.bindings {
             let decl = &program.buffers()[binding.decl_index];
             let stride = binding.element_size as usize;
-            let (len, input) = if binding.role.takes_input() {
+            if binding.role.takes_input() {
                 let index = next_input;
                 next_input += 1;
                 let len = input_lens[index];
@@ -93,13 +93,61 @@ impl DispatchPlan {
                         "pass whole elements",
                     ));
                 }
-                (len, Some(index))
+                lens.push((len, Some(index)));
             } else {
                 if legacy {
                     next_input += 1;
                 }
-                (binding.output_bytes, None)
-            };
+                lens.push((binding.output_bytes, None));
+            }
+        }
+        Self::from_lengths(program, abi, &lens, config, limits)
+    }
+
+    /// The resident path: every binding is an existing device buffer of the given byte
+    /// length (in `abi.bindings` order), bound in place. Element counts come from those
+    /// lengths (whole elements; a trailing partial element is never addressed), and the
+    /// grid follows the same reference rules as the borrowed path.
+    pub(crate) fn resident(
+        program: &Program,
+        abi: &KernelAbi,
+        buffer_lens: &[usize],
+        config: &DispatchConfig,
+        limits: GridLimits,
+    ) -> Result<Self, CudaError> {
+        if buffer_lens.len() != abi.bindings.len() {
+            let names: Vec<&str> = binding_order(program, abi)
+                .iter()
+                .map(|&index| &*abi.bindings[index].name)
+                .collect();
+            return Err(CudaError::invalid_input(
+                format!(
+                    "program has {} non-workgroup buffer(s) ({}, in binding order) but {} resident handle(s) were supplied",
+                    abi.bindings.len(),
+                    names.join(", "),
+                    buffer_lens.len()
+                ),
+                "pass one resident handle per non-workgroup buffer, sorted by BufferDecl::binding",
+            ));
+        }
+        let lens: smallvec::SmallVec<[(usize, Option<usize>); 8]> =
+            buffer_lens.iter().map(|&len| (len, None)).collect();
+        Self::from_lengths(program, abi, &lens, config, limits)
+    }
+
+    /// The one plan builder both paths share: per-binding byte lengths (and input index)
+    /// in `abi.bindings` order -> element counts and the reference's grid.
+    fn from_lengths(
+        program: &Program,
+        abi: &KernelAbi,
+        lens: &[(usize, Option<usize>)],
+        config: &DispatchConfig,
+        limits: GridLimits,
+    ) -> Result<Self, CudaError> {
+        let mut bindings = Vec::with_capacity(abi.bindings.len());
+        let (mut max_returned, mut max_other) = (0u32, 1u32);
+        for (binding, &(len, input)) in abi.bindings.iter().zip(lens) {
+            let stride = binding.element_size as usize;
             if len as u64 > limits.max_buffer_bytes {
                 return Err(CudaError::invalid_input(
                     format!(
@@ -136,6 +184,15 @@ impl DispatchPlan {
         check_grid(grid, abi.workgroup_size, limits)?;
         Ok(Self { bindings, grid })
     }
+}
+
+/// The resident ABI's order: indices into `abi.bindings` (declaration order) sorted by
+/// `BufferDecl::binding` (ties keep declaration order). Resident handle `k` binds
+/// `abi.bindings[binding_order(..)[k]]`.
+pub(crate) fn binding_order(program: &Program, abi: &KernelAbi) -> smallvec::SmallVec<[usize; 8]> {
+    let mut order: smallvec::SmallVec<[usize; 8]> = (0..abi.bindings.len()).collect();
+    order.sort_by_key(|&index| program.buffers()[abi.bindings[index].decl_index].binding());
+    order
 }
 
 /// The reference's grid: enough workgroups for `dispatch_elements`, spread over the
@@ -418,6 +475,74 @@ mod tests {
         .unwrap();
         let inputs: Vec<_> = p.bindings.iter().map(|b| b.input).collect();
         assert_eq!(inputs, [Some(0), None, Some(1), Some(2)]);
+    }
+
+    #[test]
+    fn resident_handles_follow_binding_order_and_size_the_grid_from_buffer_lengths() {
+        let program = Program::wrapped(
+            vec![
+                BufferDecl::read("in0", 3, DataType::U32),
+                BufferDecl::output("res", 0, DataType::U32).with_count(4),
+                BufferDecl::storage("rw", 1, BufferAccess::ReadWrite, DataType::U32),
+                BufferDecl::read("in1", 2, DataType::U32),
+            ],
+            [64, 1, 1],
+            vec![Node::store("res", Expr::u32(0), Expr::u32(1))],
+        );
+        let kernel = emit_ptx(&program, &DispatchConfig::default(), PtxTarget::sm90()).unwrap();
+        let order = binding_order(&program, &kernel.abi);
+        let names: Vec<&str> = order
+            .iter()
+            .map(|&i| &*kernel.abi.bindings[i].name)
+            .collect();
+        assert_eq!(names, ["res", "rw", "in1", "in0"]);
+        // Lengths in declaration order: in0, res, rw, in1. A larger resident output than
+        // declared is allowed and counts; a trailing partial element is not addressed.
+        let p = DispatchPlan::resident(
+            &program,
+            &kernel.abi,
+            &[40, 1000 * 4 + 3, 8, 4],
+            &DispatchConfig::default(),
+            LIMITS,
+        )
+        .unwrap();
+        assert_eq!(p.bindings[1].elements, 1000);
+        assert!(p.bindings.iter().all(|b| b.input.is_none()));
+        assert_eq!(p.grid, [16, 1, 1]);
+        // The borrowed path with the same lengths gives the same grid rule.
+        let borrowed = DispatchPlan::new(
+            &program,
+            &kernel.abi,
+            &[40, 8, 4],
+            &DispatchConfig::default(),
+            LIMITS,
+        )
+        .unwrap();
+        assert_eq!(borrowed.grid, [1, 1, 1]);
+        let error = DispatchPlan::resident(
+            &program,
+            &kernel.abi,
+            &[4, 4, 4],
+            &DispatchConfig::default(),
+            LIMITS,
+        )
+        .unwrap_err();
+        let text = vyre_driver::BackendError::from(error).to_string();
+        assert!(
+            text.contains("res, rw, in1, in0") && text.contains("Fix:"),
+            "{text}"
+        );
+        // Zero-length resident buffers are legal: every access is out of bounds.
+        let p = DispatchPlan::resident(
+            &program,
+            &kernel.abi,
+            &[0, 0, 0, 0],
+            &DispatchConfig::default(),
+            LIMITS,
+        )
+        .unwrap();
+        assert!(p.bindings.iter().all(|b| b.elements == 0));
+        assert_eq!(p.grid, [1, 1, 1]);
     }
 
     #[test]

@@ -243,6 +243,11 @@ impl Device {
         self.bind()
     }
 
+    /// The raw `CUdevice` handle, for FFI inside the driver layer.
+    pub(crate) fn raw(&self) -> sys::CUdevice {
+        self.dev
+    }
+
     /// Current reset generation; resources record it at creation.
     pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)

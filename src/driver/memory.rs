@@ -201,3 +201,245 @@ fn host_oom(bytes: usize) -> DriverError {
         "cannot allocate {bytes} bytes of host memory to pin"
     ))
 }
+
+/// Device memory from the device's stream-ordered pool (`cuMemAllocAsync`).
+///
+/// Return it with [`StreamOrderedAlloc::free_on`] (`cuMemFreeAsync`, ordered after the work
+/// already queued on that stream, no host wait); dropping it instead frees it with
+/// `cuMemFree`, which waits for outstanding work first. `Send + Sync`.
+#[derive(Debug)]
+pub struct StreamOrderedAlloc {
+    device: Arc<Device>,
+    ptr: sys::CUdeviceptr,
+    len: usize,
+    generation: u64,
+}
+
+impl StreamOrderedAlloc {
+    /// Allocates `bytes` (at least 1) ordered on `stream`: the memory may be used by work
+    /// queued on `stream` after this call.
+    pub fn new(stream: &super::Stream, bytes: usize) -> Result<Self, DriverError> {
+        let device = stream.device();
+        let generation = device.generation();
+        stream.enter("cuMemAllocAsync")?;
+        let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: the context is current and `stream` is live; `ptr` is a valid out pointer.
+        unsafe { sys::cuMemAllocAsync(&mut ptr, bytes.max(1), stream.raw()) }
+            .check("cuMemAllocAsync")?;
+        Ok(Self {
+            device: Arc::clone(device),
+            ptr,
+            len: bytes,
+            generation,
+        })
+    }
+
+    /// Keeps up to `bytes` of freed memory in the device's default stream-ordered pool
+    /// instead of returning it to the driver at every synchronisation
+    /// (`CU_MEMPOOL_ATTR_RELEASE_THRESHOLD`).
+    pub fn set_release_threshold(device: &Arc<Device>, bytes: u64) -> Result<(), DriverError> {
+        device.bind()?;
+        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: `pool` is a valid out pointer; the device handle is valid.
+        unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, device.raw()) }
+            .check("cuDeviceGetDefaultMemPool")?;
+        let mut value: u64 = bytes;
+        // SAFETY: the release threshold attribute takes a pointer to a `cuuint64_t`.
+        unsafe {
+            sys::cuMemPoolSetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut value as *mut u64).cast(),
+            )
+        }
+        .check("cuMemPoolSetAttribute")
+    }
+
+    /// The device address.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-byte request (which still holds a 1-byte allocation).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Frees the memory ordered after the work queued on `stream` (`cuMemFreeAsync`). If that
+    /// fails, dropping `self` frees it synchronously instead.
+    pub fn free_on(mut self, stream: &super::Stream) -> Result<(), DriverError> {
+        self.device.bind_live(self.generation, "cuMemFreeAsync")?;
+        stream.enter("cuMemFreeAsync")?;
+        // SAFETY: `ptr` came from `cuMemAllocAsync` in this live context; on success it is
+        // cleared so that `Drop` does not free it again.
+        unsafe { sys::cuMemFreeAsync(self.ptr, stream.raw()) }.check("cuMemFreeAsync")?;
+        self.ptr = 0;
+        Ok(())
+    }
+}
+
+impl Drop for StreamOrderedAlloc {
+    fn drop(&mut self) {
+        if self.ptr == 0 {
+            return;
+        }
+        if let Err(e) = self.device.bind_live(self.generation, "cuMemFree_v2") {
+            tracing::debug!(%e, "stream-ordered allocation not freed");
+            return;
+        }
+        // SAFETY: `ptr` came from `cuMemAllocAsync` in this live context and is freed once;
+        // cuMemFree accepts stream-ordered memory and waits for outstanding work.
+        if let Err(e) = unsafe { result::free_sync(self.ptr) }.check("cuMemFree_v2") {
+            tracing::warn!(%e, bytes = self.len, "freeing stream-ordered device memory failed");
+        }
+    }
+}
+
+/// A pinned staging buffer with an event that tracks the copies in flight from or into it,
+/// so that safe code can overlap host `memcpy`s with DMA. `Send + Sync`.
+///
+/// A *fill* is a run of copies into disjoint, increasing regions of the buffer on one
+/// stream. Every enqueued copy is followed by an event record, so the event always covers
+/// all copies of the fill; the host only touches a region after the event completed
+/// ([`StagingBuffer::read`], [`StagingBuffer::restart`]) or before any copy of it was
+/// enqueued. `Drop` waits for copies still in flight.
+#[derive(Debug)]
+pub struct StagingBuffer {
+    buffer: PinnedHostBuffer,
+    event: super::Event,
+    /// Bytes of the current fill.
+    used: usize,
+    /// Copies were enqueued and the event has not been waited for since.
+    in_flight: bool,
+    /// The stream of the current fill (raw handle, compared only).
+    stream: usize,
+}
+
+impl StagingBuffer {
+    /// Allocates and pins `bytes` of host memory.
+    pub fn new(device: &Arc<Device>, bytes: usize) -> Result<Self, DriverError> {
+        Ok(Self {
+            buffer: PinnedHostBuffer::new(device, bytes)?,
+            event: super::Event::new(device, false)?,
+            used: 0,
+            in_flight: false,
+            stream: 0,
+        })
+    }
+
+    /// Size in bytes.
+    pub fn capacity(&self) -> usize {
+        self.buffer.len()
+    }
+
+    /// Bytes still free in the current fill.
+    pub fn remaining(&self) -> usize {
+        self.buffer.len() - self.used
+    }
+
+    /// Waits for the copies in flight and starts a new, empty fill.
+    pub fn restart(&mut self) -> Result<(), DriverError> {
+        self.wait()?;
+        self.used = 0;
+        Ok(())
+    }
+
+    fn wait(&mut self) -> Result<(), DriverError> {
+        if self.in_flight {
+            self.event.synchronize()?;
+            self.in_flight = false;
+        }
+        Ok(())
+    }
+
+    /// Reserves `len` bytes of the fill for a copy on `stream`; returns their offset.
+    fn reserve(&mut self, stream: &super::Stream, len: usize) -> Result<usize, DriverError> {
+        let raw = stream.raw() as usize;
+        if self.in_flight && self.stream != raw {
+            // A fill never spans streams: the event would only cover the last one.
+            self.restart()?;
+        }
+        if len > self.remaining() {
+            return Err(DriverError::from_code(
+                "StagingBuffer",
+                sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32,
+            )
+            .with_description(format!(
+                "a {len}-byte copy does not fit the {} bytes left in the staging buffer",
+                self.remaining()
+            )));
+        }
+        self.stream = raw;
+        let offset = self.used;
+        self.used += len;
+        Ok(offset)
+    }
+
+    /// Copies `src` into the buffer and enqueues its transfer to device address `dst` on
+    /// `stream`. `src` may be reused as soon as this returns.
+    pub fn upload(
+        &mut self,
+        stream: &super::Stream,
+        src: &[u8],
+        dst: u64,
+    ) -> Result<(), DriverError> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        let offset = self.reserve(stream, src.len())?;
+        // The region [offset, offset + len) belongs to no earlier copy of this fill, and
+        // copies of earlier fills were waited for by `restart`.
+        self.buffer.as_mut_slice()[offset..offset + src.len()].copy_from_slice(src);
+        // SAFETY: the region is inside the pinned buffer, which is neither freed nor
+        // rewritten until the event recorded below completes (`restart`, `read` and `Drop`
+        // wait for it; later copies of this fill use later regions).
+        unsafe {
+            stream.copy_to_device_async_raw(dst, self.buffer.as_ptr().add(offset), src.len())?
+        };
+        self.event.record(stream)?;
+        self.in_flight = true;
+        Ok(())
+    }
+
+    /// Enqueues a transfer of `len` bytes from device address `src` into the buffer on
+    /// `stream`, behind the work already queued there; returns the offset to
+    /// [`read`](Self::read) them from.
+    pub fn download(
+        &mut self,
+        stream: &super::Stream,
+        src: u64,
+        len: usize,
+    ) -> Result<usize, DriverError> {
+        let offset = self.reserve(stream, len)?;
+        if len == 0 {
+            return Ok(offset);
+        }
+        // SAFETY: the region is inside the pinned buffer and is not read or rewritten by
+        // the host until the event recorded below completes (`read`, `restart`, `Drop`).
+        unsafe { stream.copy_to_host_async(self.buffer.as_mut_ptr().add(offset), len, src)? };
+        self.event.record(stream)?;
+        self.in_flight = true;
+        Ok(offset)
+    }
+
+    /// The bytes at `offset..offset + len` of the current fill, after waiting for the
+    /// copies in flight.
+    pub fn read(&mut self, offset: usize, len: usize) -> Result<&[u8], DriverError> {
+        self.wait()?;
+        Ok(&self.buffer.as_slice()[offset..offset + len])
+    }
+}
+
+impl Drop for StagingBuffer {
+    fn drop(&mut self) {
+        // Never unpin memory that a DMA may still read or write.
+        if let Err(e) = self.wait() {
+            tracing::debug!(%e, "waiting for a staging buffer failed");
+        }
+    }
+}

@@ -15,14 +15,16 @@
 
 mod device;
 mod error;
+mod graph;
 mod memory;
 mod module;
 mod stream;
 
 pub use device::{Device, DeviceInfo};
 pub use error::DriverError;
-pub use memory::{DeviceAlloc, PinnedHostBuffer};
-pub use module::{Function, Module};
+pub use graph::{Graph, GraphExec};
+pub use memory::{DeviceAlloc, PinnedHostBuffer, StagingBuffer, StreamOrderedAlloc};
+pub use module::{Function, KernelArg, Module, ParamKind};
 pub use stream::{Event, Stream};
 
 use cudarc::driver::{result, sys};
@@ -71,6 +73,17 @@ const REQUIRED_SYMBOLS: &[&str] = &[
     "cuModuleUnload",
     "cuFuncGetAttribute",
     "cuFuncSetAttribute",
+    "cuStreamWaitEvent",
+    "cuStreamBeginCapture_v2",
+    "cuStreamEndCapture",
+    "cuGraphInstantiateWithFlags",
+    "cuGraphLaunch",
+    "cuGraphDestroy",
+    "cuGraphExecDestroy",
+    "cuMemAllocAsync",
+    "cuMemFreeAsync",
+    "cuDeviceGetDefaultMemPool",
+    "cuMemPoolSetAttribute",
 ];
 
 /// The names tried for libcuda, in cudarc's order for the usual platforms.
@@ -123,11 +136,32 @@ pub fn driver_library_present() -> bool {
     library_status().is_ok()
 }
 
-/// Loads libcuda (checked) and runs `cuInit(0)` once per process.
+/// Loads libcuda (checked) and runs `cuInit(0)` once per process, after giving the
+/// driver's PTX JIT cache its defaults ([`JIT_CACHE_DEFAULTS`]).
 pub(crate) fn init() -> Result<(), DriverError> {
     static INIT: OnceLock<Result<(), DriverError>> = OnceLock::new();
     library_status().clone()?;
-    INIT.get_or_init(|| result::init().check("cuInit")).clone()
+    INIT.get_or_init(|| {
+        apply_jit_cache_defaults();
+        result::init().check("cuInit")
+    })
+    .clone()
+}
+
+/// Defaults for the driver's on-disk PTX JIT cache, applied before the driver reads its
+/// environment (at `cuInit`) and only for variables the user has not set: a user's own
+/// `CUDA_CACHE_*` settings always win. The driver's built-in cache limit is small enough
+/// that a few hundred distinct kernels evict each other; 1 GiB keeps them.
+pub const JIT_CACHE_DEFAULTS: &[(&str, &str)] = &[("CUDA_CACHE_MAXSIZE", "1073741824")];
+
+fn apply_jit_cache_defaults() {
+    for (name, value) in JIT_CACHE_DEFAULTS {
+        if std::env::var_os(name).is_none() {
+            // Runs once, inside `init`, before the first driver call of this crate.
+            std::env::set_var(name, value);
+            tracing::debug!(name, value, "set CUDA JIT cache default");
+        }
+    }
 }
 
 /// Number of CUDA devices visible to this process (`cuInit(0)` then `cuDeviceGetCount`).

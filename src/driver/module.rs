@@ -14,6 +14,73 @@ pub struct Module {
     device: Arc<Device>,
     raw: sys::CUmodule,
     generation: u64,
+    /// Each entry's parameter list, read from the PTX it was loaded from.
+    entries: Vec<(String, Arc<[ParamKind]>)>,
+}
+
+/// A kernel parameter's type, as declared in the PTX (`.param .u32` / `.param .u64`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamKind {
+    /// `.param .u32` / `.s32` / `.b32`.
+    U32,
+    /// `.param .u64` / `.s64` / `.b64`.
+    U64,
+}
+
+/// One kernel argument value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelArg {
+    /// A 32-bit value.
+    U32(u32),
+    /// A 64-bit value (device addresses included).
+    U64(u64),
+}
+
+impl KernelArg {
+    pub(crate) fn kind(self) -> ParamKind {
+        match self {
+            Self::U32(_) => ParamKind::U32,
+            Self::U64(_) => ParamKind::U64,
+        }
+    }
+}
+
+/// The parameter lists of the `.entry` declarations in `ptx`. An entry whose parameters
+/// are not all plain 32/64-bit scalars gets no signature, and cannot be launched.
+fn entry_signatures(ptx: &str) -> Vec<(String, Arc<[ParamKind]>)> {
+    let mut entries = Vec::new();
+    let mut rest = ptx;
+    while let Some(at) = rest.find(".entry ") {
+        rest = &rest[at + ".entry ".len()..];
+        let Some(open) = rest.find('(') else { break };
+        let name = rest[..open].trim().to_string();
+        let Some(close) = rest[open..].find(')') else {
+            break;
+        };
+        let list = &rest[open + 1..open + close];
+        let params: Option<Vec<ParamKind>> = list
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .map(|p| {
+                let mut words = p.split_whitespace();
+                match (words.next(), words.next(), words.next(), words.next()) {
+                    (Some(".param"), Some(".u32" | ".s32" | ".b32"), Some(_), None) => {
+                        Some(ParamKind::U32)
+                    }
+                    (Some(".param"), Some(".u64" | ".s64" | ".b64"), Some(_), None) => {
+                        Some(ParamKind::U64)
+                    }
+                    _ => None,
+                }
+            })
+            .collect();
+        if let Some(params) = params {
+            entries.push((name, Arc::from(params)));
+        }
+        rest = &rest[open + close..];
+    }
+    entries
 }
 
 // SAFETY: module handles may be used from any thread; operations bind the context first.
@@ -65,6 +132,7 @@ impl Module {
             device: Arc::clone(device),
             raw,
             generation,
+            entries: entry_signatures(ptx),
         }))
     }
 
@@ -84,9 +152,15 @@ impl Module {
             DriverError::from_cuda("cuModuleGetFunction", e)
                 .with_description(format!("no kernel named `{name}` in the module"))
         })?;
+        let params = self
+            .entries
+            .iter()
+            .find(|(entry, _)| entry == name)
+            .map(|(_, params)| Arc::clone(params));
         Ok(Function {
             module: Arc::clone(self),
             raw,
+            params,
         })
     }
 
@@ -120,6 +194,8 @@ impl Drop for Module {
 pub struct Function {
     module: Arc<Module>,
     raw: sys::CUfunction,
+    /// The entry's declared parameters; `None` when they are not plain scalars.
+    params: Option<Arc<[ParamKind]>>,
 }
 
 // SAFETY: function handles may be used from any thread; operations bind the context first,
@@ -136,6 +212,11 @@ impl Function {
 
     pub(crate) fn raw(&self) -> sys::CUfunction {
         self.raw
+    }
+
+    /// The declared parameters, when they are plain 32/64-bit scalars.
+    pub fn params(&self) -> Option<&[ParamKind]> {
+        self.params.as_deref()
     }
 
     /// Fails if a device reset destroyed the module.
@@ -175,5 +256,21 @@ impl Function {
             )
         }
         .check("cuFuncSetAttribute")
+    }
+}
+
+#[cfg(test)]
+mod signature_tests {
+    use super::*;
+
+    #[test]
+    fn entry_parameter_lists_are_read_from_the_ptx() {
+        let ptx = ".visible .entry a(\n\t.param .u64 p0,\n\t.param .u32 n0\n)\n{}\n.visible .entry b()\n{}\n.entry c(.param .align 8 .b8 blob[16])\n{}";
+        let entries = entry_signatures(ptx);
+        assert_eq!(entries.len(), 2);
+        assert_eq!(entries[0].0, "a");
+        assert_eq!(&*entries[0].1, &[ParamKind::U64, ParamKind::U32]);
+        assert_eq!(entries[1].0, "b");
+        assert!(entries[1].1.is_empty());
     }
 }

@@ -1,6 +1,6 @@
 //! [`Stream`] (copies, memsets, launches) and [`Event`] (completion and timing).
 
-use super::{Check, Device, DriverError, Function};
+use super::{Check, Device, DriverError, Function, KernelArg};
 use cudarc::driver::{result, sys};
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -52,8 +52,21 @@ impl Stream {
     }
 
     #[inline]
-    fn enter(&self, call: &'static str) -> Result<(), DriverError> {
+    pub(super) fn enter(&self, call: &'static str) -> Result<(), DriverError> {
         self.device.bind_live(self.generation, call)
+    }
+
+    pub(super) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Makes all later work on this stream wait until `event` (as last recorded) completes
+    /// (`cuStreamWaitEvent`); the host does not block.
+    pub fn wait_event(&self, event: &Event) -> Result<(), DriverError> {
+        self.enter("cuStreamWaitEvent")?;
+        event.enter("cuStreamWaitEvent")?;
+        // SAFETY: both handles are live in the current context.
+        unsafe { sys::cuStreamWaitEvent(self.raw, event.raw, 0) }.check("cuStreamWaitEvent")
     }
 
     /// Blocks until all work queued on the stream is done.
@@ -177,30 +190,67 @@ impl Stream {
         }
     }
 
-    /// Launches `function` on this stream (`cuLaunchKernel`).
-    ///
-    /// # Safety
-    /// `params` must hold one pointer per kernel parameter, in declaration order, each
-    /// pointing to a value of exactly the parameter's type and size (read during this call).
-    /// Device addresses passed in them must stay allocated until the kernel completes, and the
-    /// kernel must not access memory outside of allocations it was given.
-    pub unsafe fn launch(
+    /// Fills `len` bytes at `dst_ptr` with `value` (`cuMemsetD8Async`), ordered on this
+    /// stream. Zero bytes make no call.
+    pub fn memset_u8(&self, dst_ptr: u64, value: u8, len: usize) -> Result<(), DriverError> {
+        if len == 0 {
+            return Ok(());
+        }
+        if value == 0 {
+            return self.memset_zero(dst_ptr, len);
+        }
+        self.enter("cuMemsetD8Async")?;
+        // SAFETY: only device memory is accessed; bad addresses are reported by the driver.
+        unsafe { result::memset_d8_async(dst_ptr, value, len, self.raw) }.check("cuMemsetD8Async")
+    }
+
+    /// Launch `function` with `args`, which must match the parameters declared in the
+    /// PTX the function was loaded from (checked here, so the launch itself is safe on the
+    /// host side; what the kernel does with device addresses is the kernel's business, and
+    /// vyre-cuda's kernels bounds-check every access). No dynamic shared memory is passed.
+    pub fn launch(
         &self,
         function: &Function,
         grid: [u32; 3],
         block: [u32; 3],
-        shared_bytes: u32,
-        params: &mut [*mut c_void],
+        args: &[KernelArg],
     ) -> Result<(), DriverError> {
+        let mismatch = |what: String| {
+            DriverError::from_code(
+                "cuLaunchKernel",
+                sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32,
+            )
+            .with_description(format!(
+                "kernel arguments do not match the PTX entry: {what}"
+            ))
+        };
+        let Some(params) = function.params() else {
+            return Err(mismatch(
+                "the entry's parameters are not plain 32/64-bit scalars".into(),
+            ));
+        };
+        if params.len() != args.len() || params.iter().zip(args).any(|(p, a)| *p != a.kind()) {
+            return Err(mismatch(format!("declared {params:?}, given {args:?}")));
+        }
         self.enter("cuLaunchKernel")?;
         function.check_live("cuLaunchKernel")?;
-        let params_ptr = if params.is_empty() {
+        // The driver reads each parameter through a pointer to its value.
+        let mut values: smallvec::SmallVec<[KernelArg; 24]> = args.iter().copied().collect();
+        let mut pointers: smallvec::SmallVec<[*mut c_void; 24]> = values
+            .iter_mut()
+            .map(|value| match value {
+                KernelArg::U32(v) => (v as *mut u32).cast::<c_void>(),
+                KernelArg::U64(v) => (v as *mut u64).cast::<c_void>(),
+            })
+            .collect();
+        let params_ptr = if pointers.is_empty() {
             std::ptr::null_mut()
         } else {
-            params.as_mut_ptr()
+            pointers.as_mut_ptr()
         };
-        // SAFETY: the function and stream belong to the current context (checked live); the
-        // caller guarantees the parameter array matches the kernel signature.
+        // SAFETY: the function and stream belong to the current context (checked live);
+        // `pointers` holds one pointer per declared parameter, each to a live value of the
+        // declared width (checked against the PTX declaration above), valid for this call.
         unsafe {
             sys::cuLaunchKernel(
                 function.raw(),
@@ -210,7 +260,7 @@ impl Stream {
                 block[0],
                 block[1],
                 block[2],
-                shared_bytes,
+                0,
                 self.raw,
                 params_ptr,
                 std::ptr::null_mut(),

@@ -86,3 +86,18 @@ pub fn u32_bytes(values: &[u32]) -> Vec<u8> {
 pub fn f32_bytes(values: &[f32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
+
+/// A second, private backend instance (for shutdown, budgets, foreign handles), or `None`
+/// when there is no device (the shared [`backend`] prints the skip line).
+pub fn fresh(options: vyre_cuda::CudaOptions) -> Option<CudaBackend> {
+    backend()?;
+    Some(CudaBackend::with_options(options).expect("a second backend on the same device"))
+}
+
+/// `BackendError`'s text, asserting it carries a `Fix:` hint.
+pub fn fix_text(error: impl Into<vyre_driver::BackendError>) -> String {
+    let error: vyre_driver::BackendError = error.into();
+    let text = error.to_string();
+    assert!(text.contains("Fix:"), "no Fix: in {text}");
+    text
+}

@@ -3,5 +3,6 @@
 
 pub mod corpus;
 pub mod gpu;
+pub mod kernels;
 pub mod programs;
 pub mod ptxas;

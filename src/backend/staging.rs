@@ -1,0 +1,393 @@
+//! Host <-> device transfers through pooled, page-locked staging buffers.
+//!
+//! Copies from or to ordinary (pageable) Rust memory are cut into pieces of at most one
+//! chunk (4 MiB by default) and packed into pinned chunk buffers ("slots"). Each worker owns
+//! two slots and alternates between them, so the host `memcpy` of piece k+1 overlaps the
+//! DMA of piece k: an upload copies into one slot while the other is on the bus; a download
+//! lets the device fill one slot while the host drains the other. Every slot has an event
+//! recorded after its copies; a slot is only rewritten (or read back) after its event
+//! completes, so a lane returned to the pool with copies still in flight is safe to reuse.
+//!
+//! Large transfers are split across several worker threads (each with its own slot pair,
+//! all feeding the same stream), because one CPU core cannot `memcpy` as fast as PCIe moves
+//! pinned data. Many small pieces share a slot, so a batch of small readbacks costs one wait.
+//!
+//! Uploads of at most [`DIRECT_UPLOAD_MAX`] bytes in total skip staging: the driver's own
+//! pageable path is as fast for them.
+
+use super::metrics::Metrics;
+use crate::driver::{Device, DriverError, StagingBuffer, Stream};
+use std::sync::{Arc, Mutex};
+
+/// Uploads this small (in total) go straight from pageable memory.
+pub(crate) const DIRECT_UPLOAD_MAX: usize = 64 * 1024;
+
+/// A host-to-device copy.
+pub(crate) struct HostToDevice<'a> {
+    pub(crate) dst: u64,
+    pub(crate) src: &'a [u8],
+}
+
+/// A device-to-host copy.
+pub(crate) struct DeviceToHost<'a> {
+    pub(crate) src: u64,
+    pub(crate) dst: &'a mut [u8],
+}
+
+/// Transfer tuning, fixed per backend.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StagingConfig {
+    /// Bytes per pinned slot.
+    pub(crate) chunk: usize,
+    /// Most worker threads one transfer uses.
+    pub(crate) workers: usize,
+    /// Lanes kept idle for reuse.
+    pub(crate) max_idle_lanes: usize,
+}
+
+impl StagingConfig {
+    pub(crate) fn new(chunk: usize, workers: usize) -> Self {
+        Self {
+            chunk: chunk.max(64 * 1024),
+            workers: workers.clamp(1, 16),
+            max_idle_lanes: 16,
+        }
+    }
+
+    /// Workers for `total` bytes: one per chunk, at most `workers`.
+    fn workers_for(&self, total: usize) -> usize {
+        (total / self.chunk).clamp(1, self.workers)
+    }
+}
+
+/// One pinned chunk of a lane, allocated on first use.
+#[derive(Default)]
+struct Slot {
+    buffer: Option<StagingBuffer>,
+}
+
+impl Slot {
+    /// The slot's buffer with a fresh fill (waiting for the previous fill's copies).
+    fn restart(
+        &mut self,
+        device: &Arc<Device>,
+        chunk: usize,
+        metrics: &Metrics,
+    ) -> Result<&mut StagingBuffer, DriverError> {
+        if self.buffer.is_none() {
+            Metrics::bump(&metrics.pinned_allocations);
+            Metrics::add(&metrics.pinned_allocation_bytes, chunk as u64);
+            self.buffer = Some(StagingBuffer::new(device, chunk)?);
+        }
+        let buffer = self.buffer.as_mut().expect("allocated above");
+        buffer.restart()?;
+        Ok(buffer)
+    }
+}
+
+/// Pinned slots for one transfer at a time (two per worker). Dropping a lane waits for
+/// its copies in flight (each [`StagingBuffer`] does).
+pub(crate) struct Lane {
+    slots: Vec<Slot>,
+}
+
+/// The pool of lanes.
+pub(crate) struct Staging {
+    config: StagingConfig,
+    idle: Mutex<Vec<Lane>>,
+}
+
+struct Ctx<'a> {
+    device: &'a Arc<Device>,
+    stream: &'a Stream,
+    chunk: usize,
+    metrics: &'a Metrics,
+}
+
+impl Staging {
+    pub(crate) fn new(config: StagingConfig) -> Self {
+        Self {
+            config,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub(crate) fn take(&self) -> Lane {
+        self.idle
+            .lock()
+            .ok()
+            .and_then(|mut idle| idle.pop())
+            .unwrap_or_else(|| Lane {
+                slots: (0..2 * self.config.workers)
+                    .map(|_| Slot::default())
+                    .collect(),
+            })
+    }
+
+    pub(crate) fn give_back(&self, lane: Lane) {
+        if let Ok(mut idle) = self.idle.lock() {
+            if idle.len() < self.config.max_idle_lanes {
+                idle.push(lane);
+            }
+        }
+    }
+
+    pub(crate) fn clear(&self) {
+        if let Ok(mut idle) = self.idle.lock() {
+            idle.clear();
+        }
+    }
+
+    /// Pinned bytes held by idle lanes.
+    pub(crate) fn idle_bytes(&self) -> usize {
+        self.idle
+            .lock()
+            .map(|idle| {
+                idle.iter()
+                    .flat_map(|lane| &lane.slots)
+                    .filter_map(|slot| slot.buffer.as_ref().map(StagingBuffer::capacity))
+                    .sum()
+            })
+            .unwrap_or(0)
+    }
+
+    /// Enqueues `copies` on `stream`. When this returns, the source bytes have been read
+    /// (into the driver's or our staging memory), so the caller may drop or reuse them; the
+    /// device copies complete in stream order.
+    pub(crate) fn upload(
+        &self,
+        lane: &mut Lane,
+        device: &Arc<Device>,
+        stream: &Stream,
+        copies: &[HostToDevice<'_>],
+        metrics: &Metrics,
+    ) -> Result<(), DriverError> {
+        let total: usize = copies.iter().map(|c| c.src.len()).sum();
+        Metrics::add(&metrics.bytes_to_device, total as u64);
+        if total <= DIRECT_UPLOAD_MAX {
+            for copy in copies {
+                stream.copy_to_device(copy.dst, copy.src)?;
+            }
+            return Ok(());
+        }
+        Metrics::add(&metrics.staged_bytes, total as u64);
+        let chunk = self.config.chunk;
+        let pieces: Vec<HostToDevice<'_>> = copies
+            .iter()
+            .flat_map(|copy| {
+                copy.src
+                    .chunks(chunk)
+                    .enumerate()
+                    .map(move |(k, src)| HostToDevice {
+                        dst: copy.dst + (k * chunk) as u64,
+                        src,
+                    })
+            })
+            .collect();
+        let ctx = Ctx {
+            device,
+            stream,
+            chunk,
+            metrics,
+        };
+        let workers = self.config.workers_for(total);
+        if workers == 1 {
+            return upload_worker(&ctx, &mut lane.slots[..2], &pieces);
+        }
+        let groups = partition(pieces, |p| p.src.len(), workers);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = groups
+                .iter()
+                .zip(lane.slots.chunks_mut(2))
+                .map(|(group, slots)| {
+                    let ctx = &ctx;
+                    scope.spawn(move || upload_worker(ctx, slots, group))
+                })
+                .collect();
+            join_all(handles)
+        })
+    }
+
+    /// Enqueues `copies` on `stream` behind the work already queued there and waits for
+    /// them: when this returns `Ok`, every destination holds its bytes.
+    pub(crate) fn download(
+        &self,
+        lane: &mut Lane,
+        device: &Arc<Device>,
+        stream: &Stream,
+        copies: &mut [DeviceToHost<'_>],
+        metrics: &Metrics,
+    ) -> Result<(), DriverError> {
+        let total: usize = copies.iter().map(|c| c.dst.len()).sum();
+        Metrics::add(&metrics.bytes_to_host, total as u64);
+        if total == 0 {
+            return Ok(());
+        }
+        let chunk = self.config.chunk;
+        let mut pieces: Vec<DeviceToHost<'_>> = Vec::with_capacity(copies.len());
+        for copy in copies.iter_mut() {
+            let src = copy.src;
+            for (k, dst) in copy.dst.chunks_mut(chunk).enumerate() {
+                pieces.push(DeviceToHost {
+                    src: src + (k * chunk) as u64,
+                    dst,
+                });
+            }
+        }
+        let ctx = Ctx {
+            device,
+            stream,
+            chunk,
+            metrics,
+        };
+        let workers = self.config.workers_for(total);
+        if workers == 1 {
+            return download_worker(&ctx, &mut lane.slots[..2], pieces);
+        }
+        let groups = partition(pieces, |p| p.dst.len(), workers);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = groups
+                .into_iter()
+                .zip(lane.slots.chunks_mut(2))
+                .map(|(group, slots)| {
+                    let ctx = &ctx;
+                    scope.spawn(move || download_worker(ctx, slots, group))
+                })
+                .collect();
+            join_all(handles)
+        })
+    }
+}
+
+fn join_all(
+    handles: Vec<std::thread::ScopedJoinHandle<'_, Result<(), DriverError>>>,
+) -> Result<(), DriverError> {
+    let mut result = Ok(());
+    for handle in handles {
+        let outcome = handle.join().unwrap_or_else(|_| {
+            Err(DriverError::from_code(
+                "staging worker",
+                cudarc::driver::sys::CUresult::CUDA_ERROR_UNKNOWN as u32,
+            )
+            .with_description("a staging worker thread panicked"))
+        });
+        if result.is_ok() {
+            result = outcome;
+        }
+    }
+    result
+}
+
+/// Splits `items` (in order) into at most `groups` runs of roughly equal bytes.
+fn partition<T>(items: Vec<T>, len: impl Fn(&T) -> usize, groups: usize) -> Vec<Vec<T>> {
+    let total: usize = items.iter().map(&len).sum();
+    let target = total.div_ceil(groups.max(1)).max(1);
+    let mut out: Vec<Vec<T>> = vec![Vec::new()];
+    let mut filled = 0usize;
+    for item in items {
+        if filled >= target && out.len() < groups {
+            out.push(Vec::new());
+            filled = 0;
+        }
+        filled += len(&item);
+        out.last_mut().expect("one group exists").push(item);
+    }
+    out
+}
+
+fn upload_worker(
+    ctx: &Ctx<'_>,
+    slots: &mut [Slot],
+    pieces: &[HostToDevice<'_>],
+) -> Result<(), DriverError> {
+    let mut current = 0usize;
+    let mut opened = false;
+    for piece in pieces {
+        let fits = opened
+            && slots[current]
+                .buffer
+                .as_ref()
+                .is_some_and(|b| b.remaining() >= piece.src.len());
+        if !fits {
+            if opened {
+                current = (current + 1) % slots.len();
+            }
+            slots[current].restart(ctx.device, ctx.chunk, ctx.metrics)?;
+            opened = true;
+        }
+        let buffer = slots[current].buffer.as_mut().expect("restarted above");
+        buffer.upload(ctx.stream, piece.src, piece.dst)?;
+    }
+    Ok(())
+}
+
+fn download_worker(
+    ctx: &Ctx<'_>,
+    slots: &mut [Slot],
+    pieces: Vec<DeviceToHost<'_>>,
+) -> Result<(), DriverError> {
+    // Destinations waiting for each slot's copies: (offset in the slot, destination).
+    let mut waiting: Vec<Vec<(usize, &mut [u8])>> = (0..slots.len()).map(|_| Vec::new()).collect();
+    fn drain(slot: &mut Slot, entries: &mut Vec<(usize, &mut [u8])>) -> Result<(), DriverError> {
+        if let Some(buffer) = slot.buffer.as_mut() {
+            for (at, dst) in entries.drain(..) {
+                let len = dst.len();
+                dst.copy_from_slice(buffer.read(at, len)?);
+            }
+        }
+        Ok(())
+    }
+    let mut current = 0usize;
+    let mut opened = false;
+    for piece in pieces {
+        let len = piece.dst.len();
+        let fits = opened
+            && slots[current]
+                .buffer
+                .as_ref()
+                .is_some_and(|b| b.remaining() >= len);
+        if !fits {
+            if opened {
+                current = (current + 1) % slots.len();
+            }
+            drain(&mut slots[current], &mut waiting[current])?;
+            slots[current].restart(ctx.device, ctx.chunk, ctx.metrics)?;
+            opened = true;
+        }
+        let buffer = slots[current].buffer.as_mut().expect("restarted above");
+        let at = buffer.download(ctx.stream, piece.src, len)?;
+        waiting[current].push((at, piece.dst));
+    }
+    // Drain in the order the slots were filled.
+    for step in 1..=slots.len() {
+        let index = (current + step) % slots.len();
+        drain(&mut slots[index], &mut waiting[index])?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_keeps_order_and_balances_bytes() {
+        let groups = partition((1..=8).collect::<Vec<usize>>(), |x| *x, 3);
+        assert!(groups.len() <= 3);
+        let flat: Vec<usize> = groups.iter().flatten().copied().collect();
+        assert_eq!(flat, (1..=8).collect::<Vec<_>>());
+        let groups = partition(vec![4usize; 8], |x| *x, 4);
+        assert_eq!(groups.len(), 4);
+        assert!(groups.iter().all(|g| g.len() == 2));
+        assert_eq!(partition(Vec::<usize>::new(), |x| *x, 4).len(), 1);
+    }
+
+    #[test]
+    fn workers_scale_with_size() {
+        let config = StagingConfig::new(8 << 20, 4);
+        assert_eq!(config.workers_for(1 << 20), 1);
+        assert_eq!(config.workers_for(16 << 20), 2);
+        assert_eq!(config.workers_for(1 << 30), 4);
+        assert_eq!(StagingConfig::new(1, 0).workers, 1);
+    }
+}
