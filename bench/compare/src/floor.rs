@@ -19,6 +19,21 @@ fn ckr(what: &str, r: sys::CUresult) -> R<()> {
     ck(what, r.result())
 }
 
+/// Make every wait in device `ordinal`'s primary context block (sleep) instead of spin:
+/// `cuDevicePrimaryCtxSetFlags(CU_CTX_SCHED_BLOCKING_SYNC)`, before anyone retains it.
+pub fn set_blocking_sync(ordinal: i32) -> R<()> {
+    // SAFETY: only tries to dlopen libcuda (cudarc panics on a missing library later).
+    if !unsafe { sys::is_culib_present() } {
+        return Err("libcuda not found".into());
+    }
+    ck("cuInit", result::init())?;
+    let dev = ck("cuDeviceGet", result::device::get(ordinal))?;
+    // SAFETY: a valid device; flag 4 is CU_CTX_SCHED_BLOCKING_SYNC.
+    ckr("cuDevicePrimaryCtxSetFlags", unsafe {
+        sys::cuDevicePrimaryCtxSetFlags_v2(dev, 4)
+    })
+}
+
 /// Threads per block of every floor launch.
 pub const BLOCK: u32 = 256;
 

@@ -39,6 +39,8 @@ vyre-compare: floor vs vyre-driver-cuda 0.6.5 vs vyre-cuda, on one GPU
                      vadd, saxpy, resident, sequence, reduce, corpus, diag)
   --quick            fewer samples and sizes (a smoke run, not for reporting)
   --deadline-s S     skip the workloads that would start after S seconds (default 480)
+  --blocking-sync    set CU_CTX_SCHED_BLOCKING_SYNC on the primary context first (waits
+                     sleep instead of spinning: CPU-time experiments; not for the table)
   --render JSON      no GPU: read a results file, print the tables, write --svg/--markdown
   --dump-ptx DIR     no GPU: write the floor's PTX (for ptxas) and exit
 ";
@@ -52,6 +54,7 @@ struct Opts {
     render: Option<PathBuf>,
     dump_ptx: Option<PathBuf>,
     deadline: Duration,
+    blocking_sync: bool,
 }
 
 fn parse_opts() -> Opts {
@@ -64,6 +67,7 @@ fn parse_opts() -> Opts {
         render: None,
         dump_ptx: None,
         deadline: Duration::from_secs(480),
+        blocking_sync: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -79,6 +83,7 @@ fn parse_opts() -> Opts {
             "--markdown" => opts.markdown = Some(value("--markdown").into()),
             "--only" => opts.only = Some(value("--only").split(',').map(str::to_string).collect()),
             "--quick" => opts.quick = true,
+            "--blocking-sync" => opts.blocking_sync = true,
             "--render" => opts.render = Some(value("--render").into()),
             "--dump-ptx" => opts.dump_ptx = Some(value("--dump-ptx").into()),
             "--deadline-s" => {
@@ -402,12 +407,11 @@ impl Harness {
         let program = programs::vadd(1, SALT);
         let mut rng = Rng::new(1);
         let (a, b) = (rng.u32_bytes(1), rng.u32_bytes(1));
-        let inputs = [a.as_slice(), b.as_slice()];
-        let expect = match programs::reference(&program, &inputs) {
+        let expect = match programs::reference(&program, &[a.as_slice(), b.as_slice()]) {
             Ok(w) => Expect::Full(w),
             Err(e) => return self.log(format!("tiny: reference failed: {e}")),
         };
-        let (warm, n) = (50, self.samples(1000));
+        let n = self.samples(1000);
         let mut row = Row::new(
             "tiny",
             "end to end wall (upload, launch, readback, sync)",
@@ -418,102 +422,24 @@ impl Harness {
             "host CPU time per warm dispatch (thread clock)",
             None,
         );
-        // floor
-        let floor_result = (|| -> R<(Outcome, Outcome)> {
-            let floor = self.floor_or()?;
-            let dev = DevBuf::new(Floor::tiny_bytes(1))?;
-            let mut ab = Pinned::new(8)?;
-            ab.as_mut_slice()[..4].copy_from_slice(&a);
-            ab.as_mut_slice()[4..].copy_from_slice(&b);
-            let mut out = Pinned::new(4)?;
-            floor.tiny_e2e(ab.as_slice(), out.as_mut_slice(), &dev)?;
-            if let Err(why) = expect.check_one(out.as_slice()) {
-                return Ok((
-                    Outcome::Fail {
-                        reason: why.clone(),
-                    },
-                    Outcome::Fail { reason: why },
-                ));
-            }
-            let stats = measure(warm, n, self.budget, || {
-                timed(|| floor.tiny_e2e(ab.as_slice(), out.as_mut_slice(), &dev))
-            })?;
-            let cpu = cpu_samples(n, || {
-                floor.tiny_e2e(ab.as_slice(), out.as_mut_slice(), &dev)
-            })?;
-            // Variants that say where a tiny round trip's time goes.
-            let mut extra = BTreeMap::new();
-            let mut pout = vec![0u8; 4];
-            floor.tiny_pageable(&a, &b, &mut pout, &dev)?;
-            expect.check_one(&pout)?;
-            let pageable = measure(warm, n, self.budget, || {
-                timed(|| floor.tiny_pageable(&a, &b, &mut pout, &dev))
-            })?;
-            extra.insert("pageable_two_uploads_median_ns".into(), pageable.median_ns);
-            let launch = measure(warm, n, self.budget, || timed(|| floor.launch_sync(&dev)))?;
-            extra.insert("launch_sync_only_median_ns".into(), launch.median_ns);
-            floor.tiny_e2e_blocking(ab.as_slice(), out.as_mut_slice(), &dev)?;
-            expect.check_one(out.as_slice())?;
-            let blocking = measure(warm, n, self.budget, || {
-                timed(|| floor.tiny_e2e_blocking(ab.as_slice(), out.as_mut_slice(), &dev))
-            })?;
-            extra.insert("blocking_event_wait_median_ns".into(), blocking.median_ns);
-            let blocking_cpu = cpu_samples(n, || {
-                floor.tiny_e2e_blocking(ab.as_slice(), out.as_mut_slice(), &dev)
-            })?;
-            let mut cpu = cpu;
-            if let (
-                Outcome::Ok {
-                    extra: cpu_extra, ..
-                },
-                Some(m),
-            ) = (&mut cpu, blocking_cpu.median())
-            {
-                cpu_extra.insert("blocking_event_wait_thread_cpu_median_ns".into(), m);
-            }
-            Ok((
-                Outcome::Ok {
-                    stats,
-                    extra,
-                    note: Some(
-                        "extra: pageable_two_uploads = the same from pageable memory with one upload per input; \
-                         launch_sync_only = launch + stream sync, no copies; blocking_event_wait = pinned round trip \
-                         waited on a blocking-sync event (thread sleeps)"
-                            .into(),
-                    ),
-                },
-                cpu,
-            ))
-        })();
-        match floor_result {
-            Ok((o, c)) => {
-                row.engines.insert("floor".into(), o);
-                cpu_row.engines.insert("floor".into(), c);
-            }
-            Err(e) => {
-                row.engines
-                    .insert("floor".into(), Outcome::Unsupported { reason: e.clone() });
-                cpu_row
-                    .engines
-                    .insert("floor".into(), Outcome::Unsupported { reason: e });
-            }
+        let (wall, cpu) = self.latency_round_robin(&program, 1, &a, &b, &expect, n, true);
+        let floor_note = "samples taken round-robin with the other engines; extra: pageable_two_uploads = the same round trip \
+            from pageable memory with one upload per input; launch_sync_only = launch + stream sync, no copies; \
+            blocking_event_wait = the pinned round trip waited on a blocking-sync event";
+        for (engine, outcome) in wall {
+            row.engines.insert(engine, outcome);
         }
-        for e in [Eng::Ours, Eng::Inc] {
-            let o = self.backend_e2e(e, &program, &inputs, &expect, warm, n);
-            let c = if matches!(o, Outcome::Ok { .. }) {
-                let mut out = Vec::new();
-                cpu_samples(n, || self.dispatch(e, &program, &inputs, &mut out))
-                    .unwrap_or_else(|err| Outcome::Fail { reason: err })
-            } else {
-                Outcome::Unsupported {
-                    reason: "the engine did not pass the tiny row".into(),
-                }
-            };
-            row.engines.insert(e.name().into(), o);
-            cpu_row.engines.insert(e.name().into(), c);
+        for (engine, outcome) in cpu {
+            cpu_row.engines.insert(engine, outcome);
         }
-        row.notes.push("floor: both inputs in one 8-byte pinned upload, one launch, one 4-byte pinned readback, one stream sync".into());
-        cpu_row.notes.push("CLOCK_THREAD_CPUTIME_ID around each warm dispatch (a spinning stream sync counts); extra.process_cpu_ns_per_dispatch is CLOCK_PROCESS_CPUTIME_ID over all samples / samples".into());
+        if let Some(Outcome::Ok { note, .. }) = row.engines.get_mut("floor") {
+            *note = Some(floor_note.into());
+        }
+        row.notes.push("floor: both inputs in one 8-byte pinned upload, one launch, one 4-byte pinned readback, one stream sync; \
+            every engine's samples interleaved round-robin (one sample of each in turn)".into());
+        cpu_row.notes.push("CLOCK_THREAD_CPUTIME_ID around each warm dispatch, round-robin like `tiny` (a spinning stream sync counts); \
+            extra.process_cpu_ns_per_dispatch: CLOCK_PROCESS_CPUTIME_ID over the loop / samples; floor \
+            extra.blocking_event_wait_thread_cpu_median_ns: the floor's round trip waited on a blocking-sync event".into());
         self.push(row);
         self.push(cpu_row);
     }
@@ -524,45 +450,218 @@ impl Harness {
         let program = programs::vadd(n as u32, SALT);
         let mut rng = Rng::new(2);
         let (a, b) = (rng.u32_bytes(n), rng.u32_bytes(n));
-        let inputs = [a.as_slice(), b.as_slice()];
-        let expect = match programs::reference(&program, &inputs) {
+        let expect = match programs::reference(&program, &[a.as_slice(), b.as_slice()]) {
             Ok(w) => Expect::Full(w),
             Err(e) => return self.log(format!("warm_1024: reference failed: {e}")),
         };
-        let (warm, samples) = (50, self.samples(500));
+        let samples = self.samples(500);
         let mut row = Row::new(
             "warm_1024",
             "end to end wall, warm (1024 elements)",
             Some((n * 12) as f64),
         );
-        let floor = (|| -> R<Outcome> {
+        let (wall, _) = self.latency_round_robin(&program, n, &a, &b, &expect, samples, false);
+        for (engine, outcome) in wall {
+            row.engines.insert(engine, outcome);
+        }
+        row.notes.push("floor: pinned staging, one upload of both inputs, one launch, one readback, one sync; \
+            every engine's samples interleaved round-robin".into());
+        self.push(row);
+    }
+
+    /// Small end-to-end dispatches of `program` (a vadd over `n` elements), every engine
+    /// checked once, then sampled round-robin (one sample of each engine in turn, so clock
+    /// and host drift hit all alike). Returns wall outcomes and, with `cpu`, thread-CPU
+    /// outcomes; with `cpu` the floor's diagnostic variants run in the rotation too.
+    #[allow(clippy::too_many_arguments)]
+    fn latency_round_robin(
+        &self,
+        program: &Program,
+        n: usize,
+        a: &[u8],
+        b: &[u8],
+        expect: &Expect,
+        samples: usize,
+        cpu: bool,
+    ) -> (Named, Named) {
+        type Job<'a> = Box<dyn FnMut() -> R<()> + 'a>;
+        type Check<'a> = Box<dyn Fn() -> R<()> + 'a>;
+        let inputs = [a, b];
+        let mut wall_out = Vec::new();
+        let mut cpu_out = Vec::new();
+        // Floor resources.
+        let floor_parts = (|| -> R<(&Floor, DevBuf, Pinned, Pinned)> {
             let floor = self.floor_or()?;
             let dev = DevBuf::new(Floor::tiny_bytes(n))?;
             let mut ab = Pinned::new(8 * n)?;
-            ab.as_mut_slice()[..4 * n].copy_from_slice(&a);
-            ab.as_mut_slice()[4 * n..].copy_from_slice(&b);
-            let mut out = Pinned::new(4 * n)?;
-            floor.tiny_e2e(ab.as_slice(), out.as_mut_slice(), &dev)?;
-            if let Err(why) = expect.check_one(out.as_slice()) {
-                return Ok(Outcome::Fail { reason: why });
-            }
-            Ok(Outcome::ok(measure(warm, samples, self.budget, || {
-                timed(|| floor.tiny_e2e(ab.as_slice(), out.as_mut_slice(), &dev))
-            })?))
+            ab.as_mut_slice()[..4 * n].copy_from_slice(a);
+            ab.as_mut_slice()[4 * n..].copy_from_slice(b);
+            let out = Pinned::new(4 * n)?;
+            Ok((floor, dev, ab, out))
         })();
-        row.engines.insert(
-            "floor".into(),
-            floor.unwrap_or_else(|e| Outcome::Unsupported { reason: e }),
-        );
-        for e in [Eng::Ours, Eng::Inc] {
-            let o = self.backend_e2e(e, &program, &inputs, &expect, warm, samples);
-            row.engines.insert(e.name().into(), o);
+        let (floor, dev, ab, out) = match floor_parts {
+            Ok((f, d, ab, o)) => (Some(f), Some(d), Some(ab), Some(std::cell::RefCell::new(o))),
+            Err(e) => {
+                wall_out.push((
+                    "floor".to_string(),
+                    Outcome::Unsupported { reason: e.clone() },
+                ));
+                cpu_out.push(("floor".to_string(), Outcome::Unsupported { reason: e }));
+                (None, None, None, None)
+            }
+        };
+        let page_out = std::cell::RefCell::new(vec![0u8; 4 * n]);
+        let outs: Vec<std::cell::RefCell<Vec<Vec<u8>>>> = (0..2)
+            .map(|_| std::cell::RefCell::new(Vec::new()))
+            .collect();
+        // (name, job, check) — the check reads the job's output after one run.
+        let mut jobs: Vec<(String, Job<'_>, Check<'_>)> = Vec::new();
+        if let (Some(floor), Some(dev), Some(ab), Some(out)) = (floor, &dev, &ab, &out) {
+            jobs.push((
+                "floor".into(),
+                Box::new(move || {
+                    floor.tiny_e2e(ab.as_slice(), out.borrow_mut().as_mut_slice(), dev)
+                }),
+                Box::new(move || expect.check_one(out.borrow().as_slice())),
+            ));
+            if cpu {
+                jobs.push((
+                    "floor/pageable_two_uploads".into(),
+                    Box::new(|| floor.tiny_pageable(a, b, &mut page_out.borrow_mut(), dev)),
+                    Box::new(|| expect.check_one(&page_out.borrow())),
+                ));
+                jobs.push((
+                    "floor/launch_sync_only".into(),
+                    Box::new(move || floor.launch_sync(dev)),
+                    Box::new(|| Ok(())),
+                ));
+                jobs.push((
+                    "floor/blocking_event_wait".into(),
+                    Box::new(move || {
+                        floor.tiny_e2e_blocking(ab.as_slice(), out.borrow_mut().as_mut_slice(), dev)
+                    }),
+                    Box::new(move || expect.check_one(out.borrow().as_slice())),
+                ));
+            }
         }
-        row.notes.push(
-            "floor: pinned staging, one upload of both inputs, one launch, one readback, one sync"
-                .into(),
-        );
-        self.push(row);
+        for (k, e) in [Eng::Ours, Eng::Inc].into_iter().enumerate() {
+            let slot = &outs[k];
+            jobs.push((
+                e.name().into(),
+                Box::new(move || self.dispatch(e, program, &inputs, &mut slot.borrow_mut())),
+                Box::new(move || expect.check(&slot.borrow())),
+            ));
+        }
+        // Check every job once.
+        let mut active: Vec<bool> = Vec::new();
+        for (name, job, check) in jobs.iter_mut() {
+            let verdict = match job() {
+                Err(err) => Some(Outcome::Unsupported { reason: err }),
+                Ok(()) => check().err().map(|why| Outcome::Fail { reason: why }),
+            };
+            active.push(verdict.is_none());
+            if let Some(v) = verdict {
+                if !name.contains('/') {
+                    wall_out.push((name.clone(), v.clone()));
+                    cpu_out.push((name.clone(), v));
+                } else {
+                    self_log_skip(name, &v);
+                }
+            }
+        }
+        // Warm up, then sample round-robin: wall, then thread CPU.
+        let mut run = |clock_cpu: bool, count: usize| -> Vec<R<Vec<f64>>> {
+            let mut taken: Vec<R<Vec<f64>>> =
+                jobs.iter().map(|_| Ok(Vec::with_capacity(count))).collect();
+            for _ in 0..count {
+                for (j, (_, job, _)) in jobs.iter_mut().enumerate() {
+                    if !active[j] {
+                        continue;
+                    }
+                    let Ok(list) = &mut taken[j] else { continue };
+                    let (t0, c0) = (Instant::now(), cpu::thread());
+                    let r = job();
+                    let sample = if clock_cpu {
+                        (cpu::thread() - c0).as_secs_f64() * 1e9
+                    } else {
+                        t0.elapsed().as_secs_f64() * 1e9
+                    };
+                    match r {
+                        Ok(()) => list.push(sample),
+                        Err(e) => taken[j] = Err(e),
+                    }
+                }
+            }
+            taken
+        };
+        let _ = run(false, 50);
+        let wall = run(false, samples);
+        let p0 = cpu::process();
+        let thread_cpu = if cpu { run(true, samples) } else { Vec::new() };
+        let process_per_round = (cpu::process() - p0).as_secs_f64() * 1e9 / samples.max(1) as f64;
+        let mut floor_extra = BTreeMap::new();
+        let mut floor_cpu_extra = BTreeMap::new();
+        for (j, (name, _, _)) in jobs.iter().enumerate() {
+            if !active[j] {
+                continue;
+            }
+            let w = match &wall[j] {
+                Ok(v) => Ok(Stats::from_ns(&mut v.clone())),
+                Err(e) => Err(e.clone()),
+            };
+            let c = thread_cpu.get(j).map(|r| match r {
+                Ok(v) => Ok(Stats::from_ns(&mut v.clone())),
+                Err(e) => Err(e.clone()),
+            });
+            if let Some(variant) = name.strip_prefix("floor/") {
+                if let Ok(st) = &w {
+                    floor_extra.insert(format!("{variant}_median_ns"), st.median_ns);
+                }
+                if let Some(Ok(st)) = &c {
+                    floor_cpu_extra.insert(format!("{variant}_thread_cpu_median_ns"), st.median_ns);
+                }
+                continue;
+            }
+            wall_out.push((
+                name.clone(),
+                match w {
+                    Ok(st) => Outcome::ok(st),
+                    Err(e) => Outcome::Fail {
+                        reason: format!("error while timing: {e}"),
+                    },
+                },
+            ));
+            if let Some(c) = c {
+                cpu_out.push((
+                    name.clone(),
+                    match c {
+                        Ok(st) => Outcome::ok(st),
+                        Err(e) => Outcome::Fail {
+                            reason: format!("error while timing: {e}"),
+                        },
+                    },
+                ));
+            }
+        }
+        for (name, o) in wall_out.iter_mut() {
+            if let (true, Outcome::Ok { extra, .. }) = (name == "floor", o) {
+                extra.extend(floor_extra.clone());
+            }
+        }
+        for (name, o) in cpu_out.iter_mut() {
+            if let Outcome::Ok { extra, .. } = o {
+                // Process CPU of one whole round (every engine once), shared by all.
+                extra.insert(
+                    "process_cpu_ns_per_round_all_engines".into(),
+                    process_per_round,
+                );
+                if name == "floor" {
+                    extra.extend(floor_cpu_extra.clone());
+                }
+            }
+        }
+        drop(jobs);
+        (wall_out, cpu_out)
     }
 
     /// `vadd_u32_2^k` and `saxpy_f32_2^24`: borrowed pageable inputs, end to end.
@@ -1546,31 +1645,19 @@ impl Harness {
     }
 }
 
+/// Outcomes by engine name.
+type Named = Vec<(String, Outcome)>;
+
+fn self_log_skip(name: &str, outcome: &Outcome) {
+    println!("    {name}: {} ({outcome:?})", outcome.label());
+}
+
 fn metrics(backend: &dyn VyreBackend) -> BTreeMap<String, f64> {
     backend
         .backend_metric_snapshot()
         .into_iter()
         .map(|(k, v)| (k.to_string(), v as f64))
         .collect()
-}
-
-/// CPU time per call of `f` (thread clock around each call), plus process CPU over all.
-fn cpu_samples(n: usize, mut f: impl FnMut() -> R<()>) -> R<Outcome> {
-    let mut per = Vec::with_capacity(n);
-    let p0 = cpu::process();
-    for _ in 0..n {
-        let t0 = cpu::thread();
-        f()?;
-        per.push((cpu::thread() - t0).as_secs_f64() * 1e9);
-    }
-    let process = (cpu::process() - p0).as_secs_f64() * 1e9 / n as f64;
-    let mut extra = BTreeMap::new();
-    extra.insert("process_cpu_ns_per_dispatch".into(), process);
-    Ok(Outcome::Ok {
-        stats: Stats::from_ns(&mut per),
-        extra,
-        note: None,
-    })
 }
 
 /// Resident vadd kernel time through the `VyreBackend` resident API.
@@ -1859,20 +1946,17 @@ fn main() {
             report.environment.insert(var.into(), v);
         }
     }
-    let floor = std::panic::catch_unwind(|| Floor::open(0, SALT, ALPHA))
-        .unwrap_or_else(|_| Err("panicked while opening the device".into()));
     let mut log = Vec::new();
-    let floor = match floor {
-        Ok(f) => {
-            log.push(format!("device: {:?}", f.facts));
-            report.device = Some(f.facts.clone());
-            Some(f)
+    if opts.blocking_sync {
+        // Before any engine retains the primary context: every wait then blocks the
+        // thread instead of spinning, so thread CPU time is the host's own work.
+        match floor::set_blocking_sync(0) {
+            Ok(()) => log.push("primary context: CU_CTX_SCHED_BLOCKING_SYNC".to_string()),
+            Err(e) => log.push(format!("--blocking-sync failed: {e}")),
         }
-        Err(e) => {
-            log.push(format!("floor: cannot open the device: {e}"));
-            None
-        }
-    };
+    }
+    // vyre-cuda opens the device first, so its own driver defaults (applied before cuInit)
+    // take effect as they would in a program of its own.
     let ours =
         match std::panic::catch_unwind(|| vyre_cuda::CudaBackend::new().map_err(|e| e.to_string()))
             .unwrap_or_else(|_| Err("panicked while opening the device".into()))
@@ -1890,6 +1974,19 @@ fn main() {
                 None
             }
         };
+    let floor = std::panic::catch_unwind(|| Floor::open(0, SALT, ALPHA))
+        .unwrap_or_else(|_| Err("panicked while opening the device".into()));
+    let floor = match floor {
+        Ok(f) => {
+            log.push(format!("device: {:?}", f.facts));
+            report.device = Some(f.facts.clone());
+            Some(f)
+        }
+        Err(e) => {
+            log.push(format!("floor: cannot open the device: {e}"));
+            None
+        }
+    };
     let inc: Option<Box<dyn VyreBackend>> =
         match std::panic::catch_unwind(vyre_driver_cuda::CudaBackend::acquire)
             .unwrap_or_else(|_| Err("panicked while acquiring".to_string()))
@@ -1906,6 +2003,17 @@ fn main() {
                 None
             }
         };
+    for var in [
+        "CUDA_CACHE_DISABLE",
+        "CUDA_CACHE_PATH",
+        "CUDA_CACHE_MAXSIZE",
+    ] {
+        if let Ok(v) = std::env::var(var) {
+            report
+                .environment
+                .insert(format!("{var} (after the engines opened)"), v);
+        }
+    }
     let gpu = floor.is_some() || ours.is_some() || inc.is_some();
     let budget = Duration::from_secs(if opts.quick { 5 } else { 15 });
     let mut h = Harness {
