@@ -1,6 +1,6 @@
 //! [`DriverError`]: a failed CUDA driver call, classified for recovery and remediation.
 
-use cudarc::driver::{result, sys};
+use cudarc::driver::result;
 use std::ffi::{c_char, CStr};
 use std::fmt;
 
@@ -292,12 +292,12 @@ fn driver_strings(code: u32) -> (Option<String>, Option<String>) {
     type GetString = unsafe extern "C" fn(u32, *mut *const c_char) -> u32;
     let query = |symbol: &[u8]| -> Option<String> {
         let mut out: *const c_char = std::ptr::null();
-        // SAFETY: libcuda is present (checked by the caller), so `culib` does not panic. Both
+        // SAFETY: libcuda is present (checked by the caller) and opened by `libcuda`. Both
         // symbols have the C signature `CUresult f(CUresult, const char**)`, and CUresult is a
         // 32-bit unsigned C enum. On success `out` points to a static NUL-terminated string
         // owned by the driver; on failure (unknown code) it is left null or reset below.
         unsafe {
-            let lib = sys::culib();
+            let lib = super::libcuda()?;
             let f = lib.get::<GetString>(symbol).ok()?;
             if f(code, &mut out) != 0 || out.is_null() {
                 return None;

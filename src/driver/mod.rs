@@ -86,24 +86,45 @@ const REQUIRED_SYMBOLS: &[&str] = &[
     "cuMemPoolSetAttribute",
 ];
 
+/// The names tried for libcuda, in cudarc's order for the usual platforms.
+const LIBCUDA_NAMES: &[&str] = &["libcuda.so", "libcuda.so.1", "nvcuda.dll"];
+
+/// libcuda opened through this crate's own `libloading` handle, used only to look entry
+/// points up by name (the library is reference-counted by the loader, so this is the same
+/// mapping cudarc uses). cudarc's own loader type changed between 0.19 patch releases
+/// (`culib()` returns its generated `Lib` in 0.19.0 and a `libloading::Library` later), so
+/// going through our own handle keeps the crate building against every cudarc 0.19.x —
+/// vyre-driver-cuda 0.6.5 pins `cudarc =0.19.0`, and a program linking both resolves to it.
+pub(crate) fn libcuda() -> Option<&'static libloading::Library> {
+    static LIB: OnceLock<Option<libloading::Library>> = OnceLock::new();
+    LIB.get_or_init(|| {
+        LIBCUDA_NAMES.iter().copied().find_map(|name| {
+            // SAFETY: opening libcuda runs its initialisers, the documented way to use the
+            // driver; nothing is called through the handle here.
+            unsafe { libloading::Library::new(name) }.ok()
+        })
+    })
+    .as_ref()
+}
+
 /// `Ok` when libcuda is loaded and has every entry point we use; cached for the process.
 fn library_status() -> &'static Result<(), DriverError> {
     static STATUS: OnceLock<Result<(), DriverError>> = OnceLock::new();
     STATUS.get_or_init(|| {
-        // SAFETY: `is_culib_present` only tries to dlopen the candidate library names; running
-        // libcuda's initialisers is the documented way to use the driver.
-        if !unsafe { sys::is_culib_present() } {
+        let Some(lib) = libcuda() else {
             return Err(DriverError::library_missing());
-        }
-        // SAFETY: the library is present, so `culib` loads it (the same candidate order as
-        // `is_culib_present`) instead of panicking. Looking a symbol up never calls it; the
-        // placeholder fn-pointer type is only used to ask whether the symbol exists.
-        let lib = unsafe { sys::culib() };
+        };
         for symbol in REQUIRED_SYMBOLS {
-            // SAFETY: see above; the returned symbol is dropped unused.
+            // SAFETY: looking a symbol up never calls it; the placeholder fn-pointer type is
+            // only used to ask whether the symbol exists, and the symbol is dropped unused.
             if unsafe { lib.get::<unsafe extern "C" fn()>(symbol.as_bytes()) }.is_err() {
                 return Err(DriverError::library_too_old(symbol));
             }
+        }
+        // SAFETY: `is_culib_present` only tries to dlopen the candidate library names (the
+        // ones above among them), so cudarc's own `culib` will load instead of panicking.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(DriverError::library_missing());
         }
         Ok(())
     })

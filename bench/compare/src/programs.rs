@@ -1,0 +1,175 @@
+//! The vyre Programs every engine runs, the test data, and the vyre-reference oracle.
+
+use vyre_foundation::ir::{BinOp, BufferDecl, DataType, Expr, Node, Program};
+use vyre_reference::value::Value;
+
+/// The saxpy scale (exact in f32, non-trivial mantissa).
+pub const ALPHA: f32 = 2.5;
+/// The vadd literal of the warm rows (cold-compile rows vary it).
+pub const SALT: u32 = 3;
+
+fn gid() -> Expr {
+    Expr::InvocationId { axis: 0 }
+}
+
+fn bin(op: BinOp, left: Expr, right: Expr) -> Expr {
+    Expr::BinOp {
+        op,
+        left: Box::new(left),
+        right: Box::new(right),
+    }
+}
+
+fn guarded(n: u32, body: Vec<Node>) -> Vec<Node> {
+    vec![Node::if_then(bin(BinOp::Lt, gid(), Expr::u32(n)), body)]
+}
+
+/// `out[i] = a[i] + (b[i] + salt)`, wrapping u32, over `n` elements.
+pub fn vadd(n: u32, salt: u32) -> Program {
+    let i = gid();
+    let sum = bin(
+        BinOp::Add,
+        Expr::load("a", i.clone()),
+        bin(BinOp::Add, Expr::load("b", i.clone()), Expr::u32(salt)),
+    );
+    Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(n),
+            BufferDecl::read("b", 1, DataType::U32).with_count(n),
+            BufferDecl::output("out", 2, DataType::U32).with_count(n),
+        ],
+        [256, 1, 1],
+        guarded(n, vec![Node::store("out", i, sum)]),
+    )
+}
+
+/// `out[i] = ALPHA * x[i] + y[i]` in f32 (a `Mul` then an `Add`: two roundings).
+pub fn saxpy(n: u32) -> Program {
+    let i = gid();
+    let value = bin(
+        BinOp::Add,
+        bin(BinOp::Mul, Expr::f32(ALPHA), Expr::load("x", i.clone())),
+        Expr::load("y", i.clone()),
+    );
+    Program::wrapped(
+        vec![
+            BufferDecl::read("x", 0, DataType::F32).with_count(n),
+            BufferDecl::read("y", 1, DataType::F32).with_count(n),
+            BufferDecl::output("out", 2, DataType::F32).with_count(n),
+        ],
+        [256, 1, 1],
+        guarded(n, vec![Node::store("out", i, value)]),
+    )
+}
+
+/// `out[0] = sum(a)` through `Expr::Atomic` Add, one atomic per element.
+pub fn reduce_atomic(n: u32) -> Program {
+    let i = gid();
+    Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(n),
+            BufferDecl::output("out", 1, DataType::U32).with_count(1),
+        ],
+        [256, 1, 1],
+        guarded(
+            n,
+            vec![Node::let_bind(
+                "old",
+                Expr::atomic_add("out", Expr::u32(0), Expr::load("a", i)),
+            )],
+        ),
+    )
+}
+
+/// `x[i] = x[i] + 1` in place: the resident sequence's small step.
+pub fn step(n: u32) -> Program {
+    let i = gid();
+    Program::wrapped(
+        vec![BufferDecl::read_write("x", 0, DataType::U32).with_count(n)],
+        [256, 1, 1],
+        guarded(
+            n,
+            vec![Node::store(
+                "x",
+                i.clone(),
+                bin(BinOp::Add, Expr::load("x", i), Expr::u32(1)),
+            )],
+        ),
+    )
+}
+
+/// Deterministic xorshift data, never all zeros.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.0 = x;
+        x
+    }
+
+    pub fn next_u32(&mut self) -> u32 {
+        (self.next_u64() >> 32) as u32
+    }
+
+    /// `count` random u32 words (little-endian bytes).
+    pub fn u32_bytes(&mut self, count: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(count * 4);
+        for _ in 0..count {
+            out.extend_from_slice(&self.next_u32().to_le_bytes());
+        }
+        out
+    }
+
+    /// `count` finite normal f32 values in +-[1, 1024) (no subnormals, NaN or zero).
+    pub fn f32_bytes(&mut self, count: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(count * 4);
+        for _ in 0..count {
+            let r = self.next_u32();
+            let mantissa = r & 0x007F_FFFF;
+            let exponent = 127 + (r >> 23) % 10; // 2^0 .. 2^9
+            let sign = r & 0x8000_0000;
+            let bits = sign | (exponent << 23) | mantissa;
+            out.extend_from_slice(&bits.to_le_bytes());
+        }
+        out
+    }
+}
+
+/// vyre-reference's outputs, or its error text.
+pub fn reference(program: &Program, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>, String> {
+    let values: Vec<Value> = inputs.iter().map(|b| Value::from(b.to_vec())).collect();
+    vyre_reference::reference_eval(program, &values)
+        .map(|outs| outs.iter().map(Value::to_bytes).collect())
+        .map_err(|e| e.to_string())
+}
+
+/// The element indices a sampled check covers for an `n`-element elementwise output: the
+/// first and last `edge` elements and `random` others, sorted and deduplicated.
+pub fn sample_indices(n: usize, edge: usize, random: usize, seed: u64) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..edge.min(n)).collect();
+    idx.extend(n.saturating_sub(edge)..n);
+    let mut rng = Rng::new(seed);
+    for _ in 0..random {
+        idx.push((rng.next_u64() % n as u64) as usize);
+    }
+    idx.sort_unstable();
+    idx.dedup();
+    idx
+}
+
+/// Gather 4-byte elements `idx` of `bytes`.
+pub fn gather(bytes: &[u8], idx: &[usize]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(idx.len() * 4);
+    for &i in idx {
+        out.extend_from_slice(&bytes[i * 4..i * 4 + 4]);
+    }
+    out
+}
