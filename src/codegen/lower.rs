@@ -1421,13 +1421,7 @@ pub(crate) struct LoweredBody {
 
 /// `selp`/`mov` type suffix for a register.
 pub(crate) fn sel_type(reg: Reg) -> &'static str {
-    match reg.class() {
-        RegClass::Pred => "pred",
-        RegClass::B32 => "b32",
-        RegClass::B64 => "b64",
-        RegClass::F32 => "f32",
-        RegClass::F64 => "f64",
-    }
+    reg.class().ty()
 }
 
 /// The reference canonicalises every f32 literal: NaN to `0x7FC00000`, subnormals to ±0.

@@ -16,9 +16,9 @@ pub(crate) enum RegClass {
 }
 
 impl RegClass {
-    const ALL: [RegClass; 5] = [Self::Pred, Self::B32, Self::B64, Self::F32, Self::F64];
+    pub(crate) const ALL: [RegClass; 5] = [Self::Pred, Self::B32, Self::B64, Self::F32, Self::F64];
 
-    fn prefix(self) -> &'static str {
+    pub(crate) fn prefix(self) -> &'static str {
         match self {
             Self::Pred => "%p",
             Self::B32 => "%r",
@@ -38,8 +38,31 @@ impl RegClass {
         }
     }
 
-    fn slot(self) -> usize {
+    pub(crate) fn slot(self) -> usize {
         self as usize
+    }
+
+    /// The type suffix of `mov`, `ld`, `st`, `selp` and `.param` for this class.
+    pub(crate) fn ty(self) -> &'static str {
+        match self {
+            Self::Pred => "pred",
+            Self::B32 => "b32",
+            Self::B64 => "b64",
+            Self::F32 => "f32",
+            Self::F64 => "f64",
+        }
+    }
+
+    /// Register width in bytes (a predicate counts as 4).
+    pub(crate) fn bytes(self) -> u32 {
+        match self {
+            Self::Pred | Self::B32 | Self::F32 => 4,
+            Self::B64 | Self::F64 => 8,
+        }
+    }
+
+    pub(crate) fn is_float(self) -> bool {
+        matches!(self, Self::F32 | Self::F64)
     }
 }
 

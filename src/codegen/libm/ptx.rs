@@ -9,55 +9,8 @@
 
 use std::fmt::Write as _;
 
-/// A register class (the PTX `.reg` type).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Class {
-    Pred,
-    B32,
-    B64,
-    F32,
-    F64,
-}
-
-impl Class {
-    pub(crate) const ALL: [Class; 5] = [Self::Pred, Self::B32, Self::B64, Self::F32, Self::F64];
-
-    pub(crate) fn slot(self) -> usize {
-        self as usize
-    }
-
-    fn prefix(self) -> &'static str {
-        match self {
-            Self::Pred => "%p",
-            Self::B32 => "%r",
-            Self::B64 => "%rd",
-            Self::F32 => "%f",
-            Self::F64 => "%fd",
-        }
-    }
-
-    /// The type suffix of `mov`, `ld`, `st`, `selp` and `.param` for this class.
-    fn ty(self) -> &'static str {
-        match self {
-            Self::Pred => "pred",
-            Self::B32 => "b32",
-            Self::B64 => "b64",
-            Self::F32 => "f32",
-            Self::F64 => "f64",
-        }
-    }
-
-    fn bytes(self) -> u32 {
-        match self {
-            Self::Pred | Self::B32 | Self::F32 => 4,
-            Self::B64 | Self::F64 => 8,
-        }
-    }
-
-    fn is_float(self) -> bool {
-        matches!(self, Self::F32 | Self::F64)
-    }
-}
+/// A register class (the PTX `.reg` type): the emitter's own.
+pub(crate) use super::super::writer::RegClass as Class;
 
 /// A virtual register.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
