@@ -4,6 +4,7 @@
 //! the sign of every zero literal, in walk order, to the fingerprint. It is memoised per
 //! `Program::entry` allocation, so a warm dispatch does one map lookup, not a walk.
 
+use crate::codegen::visit::{children, for_each_child, for_each_expr};
 use rustc_hash::FxHashMap;
 use std::sync::{Arc, Mutex, Weak};
 use vyre_foundation::ir::{Expr, Node, Program};
@@ -59,87 +60,21 @@ fn compute(program: &Program) -> [u8; 32] {
 
 fn zero_signs(nodes: &[Node], out: &mut Vec<u8>) {
     for node in nodes {
-        match node {
-            Node::Let { value, .. } | Node::Assign { value, .. } => expr_zero_signs(value, out),
-            Node::Store { index, value, .. } => {
-                expr_zero_signs(index, out);
-                expr_zero_signs(value, out);
-            }
-            Node::If {
-                cond,
-                then,
-                otherwise,
-            } => {
-                expr_zero_signs(cond, out);
-                zero_signs(then, out);
-                zero_signs(otherwise, out);
-            }
-            Node::Loop { from, to, body, .. } => {
-                expr_zero_signs(from, out);
-                expr_zero_signs(to, out);
-                zero_signs(body, out);
-            }
-            Node::Block(body) => zero_signs(body, out),
-            Node::Region { body, .. } => zero_signs(body, out),
-            Node::AsyncLoad { offset, size, .. } | Node::AsyncStore { offset, size, .. } => {
-                expr_zero_signs(offset, out);
-                expr_zero_signs(size, out);
-            }
-            Node::Trap { address, .. } => expr_zero_signs(address, out),
-            _ => {}
+        for_each_expr(node, &mut |expr| expr_zero_signs(expr, out));
+        for body in children(node) {
+            zero_signs(body, out);
         }
     }
 }
 
 fn expr_zero_signs(expr: &Expr, out: &mut Vec<u8>) {
-    let mut visit = |e: &Expr| expr_zero_signs(e, out);
-    match expr {
-        // Zero and subnormal literals canonicalise to a signed zero: record the sign.
-        Expr::LitF32(value) if value.abs() < f32::MIN_POSITIVE => {
+    // Zero and subnormal literals canonicalise to a signed zero: record the sign.
+    if let Expr::LitF32(value) = expr {
+        if value.abs() < f32::MIN_POSITIVE {
             out.push(u8::from(value.is_sign_negative()));
         }
-        Expr::Load { index, .. } => visit(index),
-        Expr::BinOp { left, right, .. } => {
-            visit(left);
-            visit(right);
-        }
-        Expr::UnOp { operand, .. } => visit(operand),
-        Expr::Select {
-            cond,
-            true_val,
-            false_val,
-        } => {
-            visit(cond);
-            visit(true_val);
-            visit(false_val);
-        }
-        Expr::Cast { value, .. } => visit(value),
-        Expr::Fma { a, b, c } => {
-            visit(a);
-            visit(b);
-            visit(c);
-        }
-        Expr::Atomic {
-            index,
-            expected,
-            value,
-            ..
-        } => {
-            visit(index);
-            if let Some(expected) = expected {
-                visit(expected);
-            }
-            visit(value);
-        }
-        Expr::SubgroupBallot { cond } => visit(cond),
-        Expr::SubgroupShuffle { value, lane } => {
-            visit(value);
-            visit(lane);
-        }
-        Expr::SubgroupReduce { value, .. } => visit(value),
-        Expr::Call { args, .. } => args.iter().for_each(visit),
-        _ => {}
     }
+    for_each_child(expr, &mut |child| expr_zero_signs(child, out));
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 
 use super::fault::DeviceFault;
 use super::lower::{Lowerer, Val};
+use super::visit::any_expr;
 use super::writer::{emit, Reg, RegClass};
 use super::CodegenError;
 use vyre_foundation::ir::{Expr, Node};
@@ -99,41 +100,10 @@ fn disturbs(node: &Node, source: &str, tag: &str) -> bool {
 }
 
 fn expr_writes(expr: &Expr, buffer: &str) -> bool {
-    match expr {
-        Expr::Atomic { buffer: b, .. } if b.as_str() == buffer => true,
-        Expr::Atomic {
-            index,
-            expected,
-            value,
-            ..
-        } => {
-            expr_writes(index, buffer)
-                || expected.as_deref().is_some_and(|e| expr_writes(e, buffer))
-                || expr_writes(value, buffer)
-        }
-        Expr::Load { index, .. } => expr_writes(index, buffer),
-        Expr::BinOp { left, right, .. } => expr_writes(left, buffer) || expr_writes(right, buffer),
-        Expr::UnOp { operand, .. } => expr_writes(operand, buffer),
-        Expr::Cast { value, .. } => expr_writes(value, buffer),
-        Expr::Select {
-            cond,
-            true_val,
-            false_val,
-        } => {
-            expr_writes(cond, buffer)
-                || expr_writes(true_val, buffer)
-                || expr_writes(false_val, buffer)
-        }
-        Expr::Fma { a, b, c } => {
-            expr_writes(a, buffer) || expr_writes(b, buffer) || expr_writes(c, buffer)
-        }
-        Expr::SubgroupBallot { cond } => expr_writes(cond, buffer),
-        Expr::SubgroupShuffle { value, lane } => {
-            expr_writes(value, buffer) || expr_writes(lane, buffer)
-        }
-        Expr::SubgroupReduce { value, .. } => expr_writes(value, buffer),
-        _ => false,
-    }
+    any_expr(
+        expr,
+        &|e| matches!(e, Expr::Atomic { buffer: b, .. } if b.as_str() == buffer),
+    )
 }
 
 impl<'p> Lowerer<'p> {

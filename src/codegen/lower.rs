@@ -11,6 +11,7 @@ use super::fault::DeviceFault;
 use super::kind::{element_stride, ValKind};
 use super::libm::Libm;
 use super::uniform::Uniformity;
+use super::visit::contains_barrier;
 use super::writer::{emit, Label, PtxWriter, Reg, RegClass};
 use super::CodegenError;
 use rustc_hash::FxHashMap;
@@ -1432,18 +1433,6 @@ pub(crate) fn canonical_f32_bits_host(value: f32) -> u32 {
         value.to_bits() & 0x8000_0000
     } else {
         value.to_bits()
-    }
-}
-
-pub(crate) fn contains_barrier(node: &Node) -> bool {
-    match node {
-        Node::Barrier { .. } => true,
-        Node::If {
-            then, otherwise, ..
-        } => then.iter().chain(otherwise.iter()).any(contains_barrier),
-        Node::Loop { body, .. } | Node::Block(body) => body.iter().any(contains_barrier),
-        Node::Region { body, .. } => body.iter().any(contains_barrier),
-        _ => false,
     }
 }
 

@@ -46,6 +46,7 @@ mod prepare;
 mod subgroup;
 mod target;
 mod uniform;
+pub(crate) mod visit;
 mod writer;
 
 pub use abi::{BindingRole, KernelAbi, KernelBinding, KERNEL_ENTRY};

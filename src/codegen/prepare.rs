@@ -2,6 +2,7 @@
 //! `vyre-reference` applies before running (`program_for_interpreter`), plus inlining of
 //! `Expr::Call`s whose op vyre can resolve to IR.
 
+use super::visit::any_expr_in;
 use super::CodegenError;
 use std::borrow::Cow;
 use vyre_foundation::ir::{Expr, Node, Program};
@@ -48,57 +49,5 @@ pub(crate) fn prepare(program: &Program) -> Result<Cow<'_, Program>, CodegenErro
 }
 
 fn contains_call(nodes: &[Node]) -> bool {
-    nodes.iter().any(node_has_call)
-}
-
-fn node_has_call(node: &Node) -> bool {
-    match node {
-        Node::Let { value, .. } | Node::Assign { value, .. } => expr_has_call(value),
-        Node::Store { index, value, .. } => expr_has_call(index) || expr_has_call(value),
-        Node::If {
-            cond,
-            then,
-            otherwise,
-        } => expr_has_call(cond) || contains_call(then) || contains_call(otherwise),
-        Node::Loop { from, to, body, .. } => {
-            expr_has_call(from) || expr_has_call(to) || contains_call(body)
-        }
-        Node::Block(body) => contains_call(body),
-        Node::Region { body, .. } => contains_call(body),
-        Node::AsyncLoad { offset, size, .. } | Node::AsyncStore { offset, size, .. } => {
-            expr_has_call(offset) || expr_has_call(size)
-        }
-        Node::Trap { address, .. } => expr_has_call(address),
-        _ => false,
-    }
-}
-
-fn expr_has_call(expr: &Expr) -> bool {
-    match expr {
-        Expr::Call { .. } => true,
-        Expr::Load { index, .. } => expr_has_call(index),
-        Expr::BinOp { left, right, .. } => expr_has_call(left) || expr_has_call(right),
-        Expr::UnOp { operand, .. } => expr_has_call(operand),
-        Expr::Select {
-            cond,
-            true_val,
-            false_val,
-        } => expr_has_call(cond) || expr_has_call(true_val) || expr_has_call(false_val),
-        Expr::Cast { value, .. } => expr_has_call(value),
-        Expr::Fma { a, b, c } => expr_has_call(a) || expr_has_call(b) || expr_has_call(c),
-        Expr::Atomic {
-            index,
-            expected,
-            value,
-            ..
-        } => {
-            expr_has_call(index)
-                || expected.as_deref().is_some_and(expr_has_call)
-                || expr_has_call(value)
-        }
-        Expr::SubgroupBallot { cond } => expr_has_call(cond),
-        Expr::SubgroupShuffle { value, lane } => expr_has_call(value) || expr_has_call(lane),
-        Expr::SubgroupReduce { value, .. } => expr_has_call(value),
-        _ => false,
-    }
+    any_expr_in(nodes, &|expr| matches!(expr, Expr::Call { .. }))
 }

@@ -8,6 +8,7 @@
 //! `Return`. Loops containing barriers must have provably uniform bounds too (a lane
 //! that leaves early would otherwise make the reference fail while hardware runs on).
 
+use super::visit::{children, contains_barrier, for_each_child, for_each_expr};
 use super::CodegenError;
 use rustc_hash::FxHashSet;
 use vyre_foundation::ir::{Expr, Node, Program};
@@ -405,74 +406,6 @@ fn collect_atomic_targets<'p>(expr: &'p Expr, out: &mut FxHashSet<&'p str>) {
     for_each_child(expr, &mut |child| collect_atomic_targets(child, out));
 }
 
-/// Visit the expressions directly owned by `node` (not those of nested statements).
-fn for_each_expr<'p>(node: &'p Node, f: &mut impl FnMut(&'p Expr)) {
-    match node {
-        Node::Let { value, .. } | Node::Assign { value, .. } => f(value),
-        Node::Store { index, value, .. } => {
-            f(index);
-            f(value);
-        }
-        Node::If { cond, .. } => f(cond),
-        Node::Loop { from, to, .. } => {
-            f(from);
-            f(to);
-        }
-        Node::Trap { address, .. } => f(address),
-        Node::AsyncLoad { offset, size, .. } | Node::AsyncStore { offset, size, .. } => {
-            f(offset);
-            f(size);
-        }
-        _ => {}
-    }
-}
-
-fn for_each_child<'p>(expr: &'p Expr, f: &mut impl FnMut(&'p Expr)) {
-    match expr {
-        Expr::Load { index, .. } => f(index),
-        Expr::BinOp { left, right, .. } => {
-            f(left);
-            f(right);
-        }
-        Expr::UnOp { operand, .. } => f(operand),
-        Expr::Select {
-            cond,
-            true_val,
-            false_val,
-        } => {
-            f(cond);
-            f(true_val);
-            f(false_val);
-        }
-        Expr::Cast { value, .. } => f(value),
-        Expr::Fma { a, b, c } => {
-            f(a);
-            f(b);
-            f(c);
-        }
-        Expr::Atomic {
-            index,
-            expected,
-            value,
-            ..
-        } => {
-            f(index);
-            if let Some(expected) = expected {
-                f(expected);
-            }
-            f(value);
-        }
-        Expr::SubgroupBallot { cond } => f(cond),
-        Expr::SubgroupShuffle { value, lane } => {
-            f(value);
-            f(lane);
-        }
-        Expr::SubgroupReduce { value, .. } => f(value),
-        Expr::Call { args, .. } => args.iter().for_each(f),
-        _ => {}
-    }
-}
-
 fn expr_has_subgroup(expr: &Expr) -> bool {
     if matches!(
         expr,
@@ -506,29 +439,11 @@ fn node_has_return(node: &Node) -> bool {
             .any(|body| body.iter().any(node_has_return))
 }
 
-fn contains_barrier(node: &Node) -> bool {
-    matches!(node, Node::Barrier { .. })
-        || children(node)
-            .iter()
-            .any(|body| body.iter().any(contains_barrier))
-}
-
 fn node_has_barrier_loop(node: &Node) -> bool {
     match node {
         Node::Loop { body, .. } if body.iter().any(contains_barrier) => true,
         _ => children(node)
             .iter()
             .any(|body| body.iter().any(node_has_barrier_loop)),
-    }
-}
-
-fn children(node: &Node) -> Vec<&[Node]> {
-    match node {
-        Node::If {
-            then, otherwise, ..
-        } => vec![then, otherwise],
-        Node::Loop { body, .. } | Node::Block(body) => vec![body],
-        Node::Region { body, .. } => vec![body],
-        _ => Vec::new(),
     }
 }

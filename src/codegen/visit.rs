@@ -1,0 +1,116 @@
+//! The IR walkers every analysis shares: the expressions a statement owns, the direct
+//! sub-expressions of an expression, and the statement lists nested in a statement.
+
+use vyre_foundation::ir::{Expr, Node};
+
+/// Visit the expressions directly owned by `node` (not those of nested statements).
+pub(crate) fn for_each_expr<'p>(node: &'p Node, f: &mut impl FnMut(&'p Expr)) {
+    match node {
+        Node::Let { value, .. } | Node::Assign { value, .. } => f(value),
+        Node::Store { index, value, .. } => {
+            f(index);
+            f(value);
+        }
+        Node::If { cond, .. } => f(cond),
+        Node::Loop { from, to, .. } => {
+            f(from);
+            f(to);
+        }
+        Node::Trap { address, .. } => f(address),
+        Node::AsyncLoad { offset, size, .. } | Node::AsyncStore { offset, size, .. } => {
+            f(offset);
+            f(size);
+        }
+        _ => {}
+    }
+}
+
+/// Visit the direct sub-expressions of `expr`.
+pub(crate) fn for_each_child<'p>(expr: &'p Expr, f: &mut impl FnMut(&'p Expr)) {
+    match expr {
+        Expr::Load { index, .. } => f(index),
+        Expr::BinOp { left, right, .. } => {
+            f(left);
+            f(right);
+        }
+        Expr::UnOp { operand, .. } => f(operand),
+        Expr::Select {
+            cond,
+            true_val,
+            false_val,
+        } => {
+            f(cond);
+            f(true_val);
+            f(false_val);
+        }
+        Expr::Cast { value, .. } => f(value),
+        Expr::Fma { a, b, c } => {
+            f(a);
+            f(b);
+            f(c);
+        }
+        Expr::Atomic {
+            index,
+            expected,
+            value,
+            ..
+        } => {
+            f(index);
+            if let Some(expected) = expected {
+                f(expected);
+            }
+            f(value);
+        }
+        Expr::SubgroupBallot { cond } => f(cond),
+        Expr::SubgroupShuffle { value, lane } => {
+            f(value);
+            f(lane);
+        }
+        Expr::SubgroupReduce { value, .. } => f(value),
+        Expr::Call { args, .. } => args.iter().for_each(f),
+        _ => {}
+    }
+}
+
+/// The statement lists nested directly in `node` (branches, loop and scope bodies).
+pub(crate) fn children(node: &Node) -> Vec<&[Node]> {
+    match node {
+        Node::If {
+            then, otherwise, ..
+        } => vec![then, otherwise],
+        Node::Loop { body, .. } | Node::Block(body) => vec![body],
+        Node::Region { body, .. } => vec![body],
+        _ => Vec::new(),
+    }
+}
+
+/// Whether `node` is, or nests, a barrier.
+pub(crate) fn contains_barrier(node: &Node) -> bool {
+    matches!(node, Node::Barrier { .. })
+        || children(node)
+            .iter()
+            .any(|body| body.iter().any(contains_barrier))
+}
+
+/// Whether `expr` or any sub-expression satisfies `test`.
+pub(crate) fn any_expr(expr: &Expr, test: &impl Fn(&Expr) -> bool) -> bool {
+    if test(expr) {
+        return true;
+    }
+    let mut found = false;
+    for_each_child(expr, &mut |child| found = found || any_expr(child, test));
+    found
+}
+
+/// Whether any expression owned by `nodes` or by the statements nested in them satisfies
+/// `test` (anywhere inside it).
+pub(crate) fn any_expr_in(nodes: &[Node], test: &impl Fn(&Expr) -> bool) -> bool {
+    nodes.iter().any(|node| {
+        let mut found = false;
+        for_each_expr(node, &mut |expr| found = found || any_expr(expr, test));
+        found
+            || children(node)
+                .into_iter()
+                .any(|body| any_expr_in(body, test))
+    })
+}
