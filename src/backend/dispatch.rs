@@ -12,7 +12,7 @@ use crate::codegen::DeviceFault;
 use crate::error::CudaError;
 use std::sync::Arc;
 use std::time::Instant;
-use vyre_driver::{BackendError, DispatchConfig, TimedDispatchResult};
+use vyre_driver::{BackendError, DispatchConfig, ResidentSequenceTiming, TimedDispatchResult};
 use vyre_foundation::ir::Program;
 
 /// Each binding starts on a 256-byte boundary inside the dispatch's device block.
@@ -25,6 +25,29 @@ pub(crate) struct Timing {
     pub(crate) device_ns: Option<u64>,
     pub(crate) enqueue_ns: u64,
     pub(crate) wait_ns: u64,
+}
+
+impl Timing {
+    /// The trait's timed result: wall, device (events), enqueue and wait times.
+    pub(crate) fn into_result(self, outputs: Vec<Vec<u8>>) -> TimedDispatchResult {
+        TimedDispatchResult {
+            outputs,
+            wall_ns: self.wall_ns,
+            device_ns: self.device_ns,
+            enqueue_ns: Some(self.enqueue_ns),
+            wait_ns: Some(self.wait_ns),
+        }
+    }
+
+    /// The same times for a resident sequence.
+    pub(crate) fn into_sequence_timing(self) -> ResidentSequenceTiming {
+        ResidentSequenceTiming {
+            wall_ns: self.wall_ns,
+            device_ns: self.device_ns,
+            enqueue_ns: Some(self.enqueue_ns),
+            wait_ns: Some(self.wait_ns),
+        }
+    }
 }
 
 pub(crate) fn nanos(since: Instant) -> u64 {
@@ -390,13 +413,7 @@ impl CudaBackend {
         let timing = self
             .core()
             .run(program, inputs, config, None, true, &mut outputs)?;
-        Ok(TimedDispatchResult {
-            outputs,
-            wall_ns: timing.wall_ns,
-            device_ns: timing.device_ns,
-            enqueue_ns: Some(timing.enqueue_ns),
-            wait_ns: Some(timing.wait_ns),
-        })
+        Ok(timing.into_result(outputs))
     }
 }
 

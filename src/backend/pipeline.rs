@@ -93,13 +93,7 @@ impl CudaPipeline {
             true,
             &mut outputs,
         )?;
-        Ok(TimedDispatchResult {
-            outputs,
-            wall_ns: timing.wall_ns,
-            device_ns: timing.device_ns,
-            enqueue_ns: Some(timing.enqueue_ns),
-            wait_ns: Some(timing.wait_ns),
-        })
+        Ok(timing.into_result(outputs))
     }
 
     /// Runs the pipeline on resident buffers (binding order, bound in place); returns the

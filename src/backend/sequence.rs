@@ -616,13 +616,7 @@ impl CudaBackend {
             &core.metrics().timed_device_ns,
             timing.device_ns.unwrap_or(0),
         );
-        Ok(TimedDispatchResult {
-            outputs: Vec::new(),
-            wall_ns: timing.wall_ns,
-            device_ns: timing.device_ns,
-            enqueue_ns: Some(timing.enqueue_ns),
-            wait_ns: Some(timing.wait_ns),
-        })
+        Ok(timing.into_result(Vec::new()))
     }
 
     /// Runs the steps in order on one stream (each honouring its `grid_override` and
@@ -659,12 +653,7 @@ impl CudaBackend {
                 true,
             )
         })?;
-        Ok(ResidentSequenceTiming {
-            wall_ns: timing.wall_ns,
-            device_ns: timing.device_ns,
-            enqueue_ns: Some(timing.enqueue_ns),
-            wait_ns: Some(timing.wait_ns),
-        })
+        Ok(timing.into_sequence_timing())
     }
 
     /// Runs `prefix_steps` once, then `repeated_steps` `repeat_count` times (captured once
@@ -695,11 +684,6 @@ impl CudaBackend {
                 )
             })
         })?;
-        Ok(ResidentSequenceTiming {
-            wall_ns: timing.wall_ns,
-            device_ns: timing.device_ns,
-            enqueue_ns: Some(timing.enqueue_ns),
-            wait_ns: Some(timing.wait_ns),
-        })
+        Ok(timing.into_sequence_timing())
     }
 }
