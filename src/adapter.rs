@@ -424,6 +424,13 @@ impl VyreBackend for CudaBackend {
         true
     }
 
+    fn supports_grid_sync(&self) -> bool {
+        // Grid-wide barriers run on the device either way (one cooperative launch where
+        // the grid fits resident, else ordered launches per segment); report the native
+        // form only where cooperative launches exist.
+        self.cooperative_grid_sync()
+    }
+
     fn device_profile(&self) -> vyre_driver::DeviceProfile {
         let info = self.device_info();
         let mut profile = vyre_driver::DeviceProfile::conservative(CUDA_BACKEND_ID);

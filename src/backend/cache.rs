@@ -47,6 +47,16 @@ pub(crate) struct LoadedKernel {
     pub(crate) abi: KernelAbi,
     /// One entry per segment, launched in order (see `KernelAbi::segments`).
     pub(crate) functions: Vec<Function>,
+    /// The single-kernel form of a split program, where the device can launch it.
+    pub(crate) cooperative: Option<CooperativeEntry>,
+}
+
+/// A kernel's cooperative entry and the largest grid that is resident at once with it.
+pub(crate) struct CooperativeEntry {
+    pub(crate) function: Function,
+    /// Occupancy (blocks per multiprocessor, for this kernel's block size, registers and
+    /// shared memory) times the multiprocessor count.
+    pub(crate) max_blocks: u64,
 }
 
 /// A least-recently-used map bounded by entry count and total bytes (each entry states its

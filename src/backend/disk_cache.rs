@@ -18,7 +18,7 @@ use std::sync::Arc;
 use vyre_foundation::ir::{BufferAccess, Program};
 
 const MAGIC: &[u8; 8] = b"VYRECUDA";
-const FORMAT: u32 = 2;
+const FORMAT: u32 = 3;
 
 /// The on-disk PTX cache rooted at one directory.
 #[derive(Debug)]
@@ -104,7 +104,7 @@ fn encode(key: &KernelKey, kernel: &EmittedKernel) -> Vec<u8> {
         payload.extend_from_slice(&dim.to_le_bytes());
     }
     payload.extend_from_slice(&abi.shared_bytes.to_le_bytes());
-    payload.push(u8::from(abi.fault_word));
+    payload.push(u8::from(abi.fault_word) | (u8::from(abi.cooperative) << 1));
     payload.extend_from_slice(&abi.segments.to_le_bytes());
     payload.extend_from_slice(&(abi.bindings.len() as u32).to_le_bytes());
     for binding in &abi.bindings {
@@ -191,7 +191,11 @@ fn decode(
     let mut r = Reader(payload);
     let workgroup_size = [r.u32()?, r.u32()?, r.u32()?];
     let shared_bytes = r.u32()?;
-    let fault_word = r.u8()? != 0;
+    let flags = r.u8()?;
+    let (fault_word, cooperative) = (flags & 1 != 0, flags & 2 != 0);
+    if flags > 3 || (cooperative && !fault_word) {
+        return Err(format!("unknown kernel flags {flags:#x}"));
+    }
     let segments = r.u32()?;
     if segments == 0 {
         return Err("a kernel with no entry".to_string());
@@ -255,6 +259,7 @@ fn decode(
             bindings,
             shared_bytes,
             fault_word,
+            cooperative,
             segments,
         },
         target,

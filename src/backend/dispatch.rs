@@ -2,13 +2,13 @@
 //! launch, read back, check the fault word, shape outputs.
 
 use super::cache::LoadedKernel;
-use super::launch::{self, LaunchArgs};
+use super::launch::{self, GridSyncLaunch, LaunchArgs};
 use super::metrics::Metrics;
 use super::plan::{shape_output, starts_zeroed, DispatchPlan};
 use super::pool::{Block, StreamSlot};
 use super::staging::{DeviceToHost, HostToDevice};
 use super::{Core, CudaBackend};
-use crate::codegen::DeviceFault;
+use crate::codegen::{DeviceFault, FAULT_AREA_BYTES};
 use crate::error::CudaError;
 use std::sync::Arc;
 use std::time::Instant;
@@ -81,7 +81,7 @@ impl Core {
     ) -> Result<InFlight, CudaError> {
         let started = Instant::now();
         self.usable()?;
-        let launches = check_config(config)?;
+        let launches = check_config(config, self.grid_sync)?;
         let kernel = match kernel {
             Some(kernel) => kernel,
             None => self.kernel(program, config)?,
@@ -159,7 +159,7 @@ impl Core {
                 }
             }
             if let Some(fault) = flight.fault_offset {
-                stream.memset_zero(base + fault as u64, 4)?;
+                stream.memset_zero(base + fault as u64, FAULT_AREA_BYTES)?;
             }
             let mut lane = self.staging.take();
             let uploaded =
@@ -177,7 +177,15 @@ impl Core {
         if flight.timed {
             slot.start.record(stream)?;
         }
-        launch::enqueue(stream, &flight.kernel, flight.plan.grid, &args, launches)?;
+        launch::enqueue(
+            stream,
+            &flight.kernel,
+            flight.plan.grid,
+            &args,
+            launches,
+            self.grid_sync,
+            &self.metrics,
+        )?;
         Metrics::add(&self.metrics.launches, u64::from(launches));
         if flight.timed {
             slot.end.record(stream)?;
@@ -419,12 +427,18 @@ impl CudaBackend {
 
 /// Reject configuration the backend cannot honour; returns how many back-to-back
 /// launches `fixpoint_iterations` asks for.
-pub(crate) fn check_config(config: &DispatchConfig) -> Result<u32, CudaError> {
+pub(crate) fn check_config(
+    config: &DispatchConfig,
+    grid_sync: GridSyncLaunch,
+) -> Result<u32, CudaError> {
     use vyre_driver::persistent::PersistentThreadMode;
     use vyre_driver::speculate::SpeculationMode;
-    if config.cooperative {
+    // With cooperative launches, grid-wide barriers already run as one launch wherever the
+    // grid fits resident (and as ordered launches where it does not), so the flag asks for
+    // nothing more; without them it must be refused (the trait's contract).
+    if config.cooperative && grid_sync == GridSyncLaunch::Split {
         return Err(CudaError::Rejected(BackendError::UnsupportedFeature {
-            name: "cooperative grid-sync launch (Fix: leave DispatchConfig::cooperative false; grid-wide barriers are split on the host by the registry wrapper)".to_string(),
+            name: "cooperative grid-sync launch (Fix: leave DispatchConfig::cooperative false; this device or backend configuration launches grid-wide barriers as ordered launches, one per segment)".to_string(),
             backend: crate::adapter::CUDA_BACKEND_ID.to_string(),
         }));
     }

@@ -2,6 +2,7 @@
 //! their number and types always match what the emitter declared.
 
 use super::cache::LoadedKernel;
+use super::metrics::Metrics;
 use crate::driver::{DriverError, GraphExec, KernelArg, Stream};
 
 /// Device addresses and element counts for one launch, in the kernel's declaration order.
@@ -23,7 +24,17 @@ fn mismatch(what: &str) -> DriverError {
     ))
 }
 
-/// Enqueues `launches` back-to-back launches of `kernel` on `stream`.
+/// How a program split at grid-wide barriers may be launched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GridSyncLaunch {
+    /// One cooperative launch of the single-kernel form wherever the grid fits resident.
+    CooperativeWhereItFits,
+    /// Always one launch per segment.
+    Split,
+}
+
+/// Enqueues `launches` back-to-back launches of `kernel` on `stream`, and counts how
+/// programs with grid-wide barriers ran in `metrics`.
 ///
 /// The caller keeps every address in `args` allocated until the launches complete (it
 /// synchronises `stream`, or an event recorded after them, before releasing memory).
@@ -33,6 +44,8 @@ pub(crate) fn enqueue(
     grid: [u32; 3],
     args: &LaunchArgs,
     launches: u32,
+    mode: GridSyncLaunch,
+    metrics: &Metrics,
 ) -> Result<(), DriverError> {
     let abi = &kernel.abi;
     if args.pointers.len() != abi.bindings.len() || args.counts.len() != abi.bindings.len() {
@@ -48,11 +61,31 @@ pub(crate) fn enqueue(
     if let Some(fault) = args.fault {
         kernel_args.push(KernelArg::U64(fault));
     }
+    let blocks = grid.iter().map(|&d| u64::from(d)).product::<u64>();
+    let cooperative = kernel.cooperative.as_ref().filter(|entry| {
+        mode == GridSyncLaunch::CooperativeWhereItFits && blocks <= entry.max_blocks
+    });
     for _ in 0..launches {
-        // A program split at grid-wide barriers has one entry per segment; stream order
-        // makes each segment see every write of the one before.
-        for function in &kernel.functions {
-            stream.launch(function, grid, abi.workgroup_size, &kernel_args)?;
+        match cooperative {
+            Some(entry) => {
+                stream.launch_cooperative(
+                    &entry.function,
+                    grid,
+                    abi.workgroup_size,
+                    &kernel_args,
+                )?;
+                Metrics::bump(&metrics.grid_sync_cooperative);
+            }
+            None => {
+                // A program split at grid-wide barriers has one entry per segment; stream
+                // order makes each segment see every write of the one before.
+                for function in &kernel.functions {
+                    stream.launch(function, grid, abi.workgroup_size, &kernel_args)?;
+                }
+                if kernel.functions.len() > 1 {
+                    Metrics::bump(&metrics.grid_sync_split);
+                }
+            }
         }
     }
     Ok(())

@@ -28,12 +28,13 @@ pub use pipeline::CudaPipeline;
 pub use pool::PoolKind;
 pub(crate) use sequence::{Fill, Read, ResidentBatch, Step, Upload};
 
-use crate::codegen::{emit_ptx, CodegenError, EmittedKernel, PtxTarget};
+use crate::codegen::{emit_ptx, CodegenError, EmittedKernel, PtxTarget, COOPERATIVE_ENTRY};
 use crate::driver::{Device, DeviceAlloc, DeviceInfo, DriverError, Module};
 use crate::error::CudaError;
-use cache::{CacheLimits, KernelCache, KernelKey, LoadedKernel};
+use cache::{CacheLimits, CooperativeEntry, KernelCache, KernelKey, LoadedKernel};
 use disk_cache::{DiskCache, Miss};
 use identity::ProgramIdentities;
+use launch::GridSyncLaunch;
 use metrics::Metrics;
 use plan::GridLimits;
 use pool::{DevicePool, StreamPool};
@@ -58,6 +59,8 @@ pub const POOL_ENV: &str = "VYRE_CUDA_POOL";
 pub const RESIDENT_BUDGET_ENV: &str = "VYRE_CUDA_RESIDENT_BUDGET";
 /// Environment variable setting the worker threads of one large host transfer.
 pub const COPY_THREADS_ENV: &str = "VYRE_CUDA_COPY_THREADS";
+/// Environment variable that, set to `1`, makes [`CudaOptions::split_grid_sync`] true.
+pub const SPLIT_GRID_SYNC_ENV: &str = "VYRE_CUDA_SPLIT_GRID_SYNC";
 
 /// How a [`CudaBackend`] is set up. [`CudaOptions::from_env`] reads the `VYRE_CUDA_*`
 /// variables; tests and applications can also fill it in directly.
@@ -83,6 +86,10 @@ pub struct CudaOptions {
     pub module_cache_entries: usize,
     /// See `ptx_cache_entries` (counted as PTX bytes of the loaded modules).
     pub module_cache_bytes: usize,
+    /// Launch programs with grid-wide barriers as one launch per segment even where a
+    /// single cooperative launch would fit (by default the cooperative form runs whenever
+    /// the device supports cooperative launches and the whole grid fits resident).
+    pub split_grid_sync: bool,
 }
 
 impl Default for CudaOptions {
@@ -100,13 +107,15 @@ impl Default for CudaOptions {
             ptx_cache_bytes: limits.ptx_bytes,
             module_cache_entries: limits.module_entries,
             module_cache_bytes: limits.module_bytes,
+            split_grid_sync: false,
         }
     }
 }
 
 impl CudaOptions {
     /// Defaults overridden by `VYRE_CUDA_DEVICE`, `VYRE_CUDA_CACHE_DIR`, `VYRE_CUDA_POOL`,
-    /// `VYRE_CUDA_RESIDENT_BUDGET` and `VYRE_CUDA_COPY_THREADS`.
+    /// `VYRE_CUDA_RESIDENT_BUDGET`, `VYRE_CUDA_COPY_THREADS` and
+    /// `VYRE_CUDA_SPLIT_GRID_SYNC`.
     pub fn from_env() -> Result<Self, CudaError> {
         let mut options = Self::default();
         let number = |name: &str, text: String| -> Result<u64, CudaError> {
@@ -137,12 +146,29 @@ impl CudaOptions {
         if let Ok(text) = std::env::var(COPY_THREADS_ENV) {
             options.copy_threads = number(COPY_THREADS_ENV, text)?.max(1) as usize;
         }
+        if let Ok(text) = std::env::var(SPLIT_GRID_SYNC_ENV) {
+            options.split_grid_sync = match text.trim() {
+                "1" => true,
+                "0" | "" => false,
+                _ => {
+                    return Err(CudaError::invalid_input(
+                        format!("{SPLIT_GRID_SYNC_ENV}={text:?} is not 0 or 1"),
+                        format!("set {SPLIT_GRID_SYNC_ENV} to 1 (always split grid-wide barriers into launches) or 0, or unset it"),
+                    ))
+                }
+            };
+        }
         Ok(options)
     }
 }
 
 const OPEN: u8 = 0;
 const SHUT_DOWN: u8 = 1;
+
+/// States of `Core::cooperative_capture`.
+const CAPTURE_UNTRIED: u8 = 0;
+const CAPTURE_WORKS: u8 = 1;
+const CAPTURE_FAILS: u8 = 2;
 
 /// A resident buffer: device memory counted against the resident budget until the last
 /// holder (the handle table or a dispatch using it) drops it.
@@ -181,6 +207,12 @@ pub(crate) struct Core {
     resident: HandleTable<ResidentBuffer>,
     budget: Arc<Budget>,
     metrics: Metrics,
+    /// How programs with grid-wide barriers launch (cooperative only where the device
+    /// supports it and the options allow it).
+    grid_sync: GridSyncLaunch,
+    /// Whether cooperative launches work inside a CUDA graph capture on this device:
+    /// unknown until the first capture that needs one tries (see `sequence.rs`).
+    cooperative_capture: AtomicU8,
     state: AtomicU8,
     /// Set by the first sticky driver error: the context is gone for the whole process.
     lost: Mutex<Option<String>>,
@@ -258,6 +290,12 @@ impl CudaBackend {
             resident: HandleTable::new(),
             budget: Arc::new(Budget::new(budget)),
             metrics: Metrics::default(),
+            grid_sync: if info.cooperative_launch && !options.split_grid_sync {
+                GridSyncLaunch::CooperativeWhereItFits
+            } else {
+                GridSyncLaunch::Split
+            },
+            cooperative_capture: AtomicU8::new(CAPTURE_UNTRIED),
             state: AtomicU8::new(OPEN),
             lost: Mutex::new(None),
             device,
@@ -312,6 +350,15 @@ impl CudaBackend {
             .into_iter()
             .find(|(n, _)| *n == name)
             .map_or(0, |(_, v)| v)
+    }
+
+    /// Whether programs with grid-wide barriers run as one cooperative launch wherever the
+    /// grid fits resident: the device supports cooperative launches and
+    /// [`CudaOptions::split_grid_sync`] is off. Otherwise (and for grids too large to be
+    /// resident) they run as ordered launches, one per segment.
+    #[must_use]
+    pub fn cooperative_grid_sync(&self) -> bool {
+        self.core.grid_sync == GridSyncLaunch::CooperativeWhereItFits
     }
 
     /// `(hits, misses)` of the loaded-kernel cache.
@@ -391,6 +438,24 @@ impl Core {
 
     pub(crate) fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// How grid-wide barriers launch inside a CUDA graph capture: as outside, unless a
+    /// capture already showed that cooperative launches cannot be captured here.
+    pub(crate) fn capture_grid_sync(&self) -> GridSyncLaunch {
+        if self.cooperative_capture.load(Ordering::Relaxed) == CAPTURE_FAILS {
+            GridSyncLaunch::Split
+        } else {
+            self.grid_sync
+        }
+    }
+
+    /// Records the outcome of a capture that held cooperative launches (per `counted`).
+    pub(crate) fn note_cooperative_capture(&self, counted: &Metrics, worked: bool) {
+        if counted.grid_sync_cooperative.load(Ordering::Relaxed) > 0 {
+            let state = if worked { CAPTURE_WORKS } else { CAPTURE_FAILS };
+            self.cooperative_capture.store(state, Ordering::Relaxed);
+        }
     }
 
     fn lost_cause(&self) -> Option<String> {
@@ -532,10 +597,26 @@ impl Core {
             .map(|segment| module.function(&emitted.abi.entry_name(segment)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.driver_error(e))?;
+        let cooperative = if emitted.abi.cooperative && self.grid_sync != GridSyncLaunch::Split {
+            let function = module
+                .function(COOPERATIVE_ENTRY)
+                .map_err(|e| self.driver_error(e))?;
+            let per_sm = function
+                .max_active_blocks_per_multiprocessor(emitted.abi.threads_per_workgroup())
+                .map_err(|e| self.driver_error(e))?;
+            let max_blocks = u64::from(per_sm) * u64::from(self.device.info().multiprocessor_count);
+            (max_blocks > 0).then_some(CooperativeEntry {
+                function,
+                max_blocks,
+            })
+        } else {
+            None
+        };
         let kernel = Arc::new(LoadedKernel {
             key,
             abi: emitted.abi.clone(),
             functions,
+            cooperative,
         });
         let Ok(mut modules) = self.kernels.modules.lock() else {
             return Ok(kernel);

@@ -103,7 +103,7 @@ impl CudaPipeline {
         resources: &[Resource],
         config: &DispatchConfig,
     ) -> Result<Vec<Vec<u8>>, CudaError> {
-        let launches = super::dispatch::check_config(config)?;
+        let launches = super::dispatch::check_config(config, self.core.grid_sync)?;
         let handles: Vec<u64> = resources
             .iter()
             .map(resident_id)

@@ -5,13 +5,15 @@
 //! replayed.
 
 use super::dispatch::{check_config, check_fault, nanos, Timing};
-use super::launch::{self, LaunchArgs};
+use super::launch::{self, GridSyncLaunch, LaunchArgs};
 use super::metrics::Metrics;
 use super::plan::{binding_order, DispatchPlan};
 use super::pool::Block;
 use super::staging::{DeviceToHost, HostToDevice};
 use super::{cache::LoadedKernel, resident_id, Core, CudaBackend, ResidentBuffer};
+use crate::codegen::FAULT_AREA_BYTES;
 use crate::error::CudaError;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 use vyre_driver::{
@@ -202,7 +204,7 @@ impl Core {
         let fault_block = if needs_fault {
             Some(
                 self.pool
-                    .take(&self.device, &slot.stream, 4, &self.metrics)
+                    .take(&self.device, &slot.stream, FAULT_AREA_BYTES, &self.metrics)
                     .map_err(|e| self.driver_error(e))?,
             )
         } else {
@@ -226,17 +228,28 @@ impl Core {
             self.staging.give_back(lane);
             uploaded?;
             if let Some(fault) = fault_ptr {
-                stream.memset_zero(fault, 4)?;
+                stream.memset_zero(fault, FAULT_AREA_BYTES)?;
             }
             if timed {
                 slot.start.record(stream)?;
             }
-            let launch_one = |stream: &crate::driver::Stream, step: &PreparedStep| {
+            let launch_one = |stream: &crate::driver::Stream,
+                              step: &PreparedStep,
+                              mode: GridSyncLaunch,
+                              metrics: &Metrics| {
                 let mut args = step.args.clone();
                 if step.kernel.abi.fault_word {
                     args.fault = fault_ptr;
                 }
-                launch::enqueue(stream, &step.kernel, step.grid, &args, step.launches)
+                launch::enqueue(
+                    stream,
+                    &step.kernel,
+                    step.grid,
+                    &args,
+                    step.launches,
+                    mode,
+                    metrics,
+                )
             };
             {
                 let _span = tracing::trace_span!(
@@ -246,19 +259,51 @@ impl Core {
                 )
                 .entered();
                 for step in &prefix {
-                    launch_one(stream, step)?;
+                    launch_one(stream, step, self.grid_sync, &self.metrics)?;
                     Metrics::add(&self.metrics.launches, u64::from(step.launches));
                 }
                 if !repeated.is_empty() && batch.repeat_count > 0 {
                     let per_repeat: u64 = repeated.iter().map(|s| u64::from(s.launches)).sum();
                     if batch.repeat_count >= GRAPH_MIN_REPEATS {
-                        let graph = stream.capture(|capturing| -> Result<(), CudaError> {
-                            for step in &repeated {
-                                launch_one(capturing, step)?;
+                        // Launches made during capture are counted per replay below.
+                        let capture = |mode: GridSyncLaunch, counted: &Metrics| {
+                            stream
+                                .capture(|capturing| -> Result<(), CudaError> {
+                                    for step in &repeated {
+                                        launch_one(capturing, step, mode, counted)?;
+                                    }
+                                    Ok(())
+                                })
+                                .and_then(|graph| Ok(graph.instantiate()?))
+                        };
+                        let mut counted = Metrics::default();
+                        let mode = self.capture_grid_sync();
+                        let exec = match capture(mode, &counted) {
+                            Ok(exec) => {
+                                self.note_cooperative_capture(&counted, true);
+                                exec
                             }
-                            Ok(())
-                        })?;
-                        let exec = graph.instantiate()?;
+                            Err(error)
+                                if counted.grid_sync_cooperative.load(Ordering::Relaxed) > 0 =>
+                            {
+                                // Cooperative kernels could not be captured (or the graph
+                                // not instantiated) on this device: split them in graphs.
+                                tracing::info!(%error, "cooperative launches do not work under CUDA graph capture here; grid-wide barriers in captured sequences are split into launches");
+                                self.note_cooperative_capture(&counted, false);
+                                counted = Metrics::default();
+                                capture(GridSyncLaunch::Split, &counted)?
+                            }
+                            Err(error) => return Err(error),
+                        };
+                        let replays = u64::from(batch.repeat_count);
+                        Metrics::add(
+                            &self.metrics.grid_sync_cooperative,
+                            counted.grid_sync_cooperative.load(Ordering::Relaxed) * replays,
+                        );
+                        Metrics::add(
+                            &self.metrics.grid_sync_split,
+                            counted.grid_sync_split.load(Ordering::Relaxed) * replays,
+                        );
                         Metrics::bump(&self.metrics.graph_captures);
                         launch::replay(stream, &exec, batch.repeat_count)?;
                         Metrics::add(&self.metrics.graph_launches, u64::from(batch.repeat_count));
@@ -267,7 +312,7 @@ impl Core {
                     } else {
                         for _ in 0..batch.repeat_count {
                             for step in &repeated {
-                                launch_one(stream, step)?;
+                                launch_one(stream, step, self.grid_sync, &self.metrics)?;
                             }
                         }
                     }
@@ -347,7 +392,7 @@ impl Core {
         let mut config = DispatchConfig::default();
         config.grid_override = step.grid_override;
         config.workgroup_override = step.workgroup_override;
-        check_config(&config)?;
+        check_config(&config, self.grid_sync)?;
         let kernel = self.kernel(step.program, &config)?;
         let abi = &kernel.abi;
         let order = binding_order(step.program, abi);
@@ -589,7 +634,7 @@ impl CudaBackend {
         resources: &[Resource],
         config: &DispatchConfig,
     ) -> Result<TimedDispatchResult, CudaError> {
-        let launches = check_config(config)?;
+        let launches = check_config(config, self.core.grid_sync)?;
         let handles = ids(resources)?;
         let step = Step {
             program,

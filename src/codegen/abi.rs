@@ -10,6 +10,15 @@ use vyre_foundation::ir::{BufferAccess, DataType, Program};
 /// Name of the kernel entry in every emitted module.
 pub const KERNEL_ENTRY: &str = "vyre_main";
 
+/// Name of the single-kernel form of a program split at grid-wide barriers: every segment
+/// in one entry, with a software grid barrier between them. It needs every block of the
+/// grid resident at once, so it must be launched cooperatively (`cuLaunchCooperativeKernel`).
+pub const COOPERATIVE_ENTRY: &str = "vyre_main_coop";
+
+/// Bytes of the zeroed area the fault-word pointer addresses: the fault word itself, then
+/// the cooperative entry's grid barrier (arrival count, generation, stop flag).
+pub const FAULT_AREA_BYTES: usize = 16;
+
 /// How a storage buffer takes part in a dispatch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BindingRole {
@@ -69,9 +78,13 @@ pub struct KernelAbi {
     pub bindings: Vec<KernelBinding>,
     /// Static shared memory for workgroup buffers, in bytes.
     pub shared_bytes: u32,
-    /// Whether the kernel takes a trailing `.u64` pointer to a zeroed `u32` fault word,
-    /// where it records the first run-time error the reference would also raise.
+    /// Whether the kernel takes a trailing `.u64` pointer to a zeroed area of
+    /// [`FAULT_AREA_BYTES`], whose first `u32` records the first run-time error the
+    /// reference would also raise.
     pub fault_word: bool,
+    /// Whether the module also holds [`COOPERATIVE_ENTRY`], which runs all `segments` in one
+    /// cooperative launch (always with a fault word: its grid barrier lives in that area).
+    pub cooperative: bool,
 }
 
 impl KernelAbi {
@@ -184,6 +197,7 @@ pub(crate) fn layout(
             bindings,
             shared_bytes,
             fault_word: false,
+            cooperative: false,
         },
         shared,
     ))

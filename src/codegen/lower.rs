@@ -81,6 +81,9 @@ pub(crate) struct Lowerer<'p> {
     fault_ptr: Reg,
     /// Faults that end every lane of the workgroup (out-of-line record-and-exit blocks).
     exit_faults: Vec<(DeviceFault, Label)>,
+    /// Where an invocation ends: `None` exits the thread; in the cooperative entry, the
+    /// label after this segment (every thread must reach the grid barrier there).
+    segment_end: Option<String>,
     /// Whether any fault is recorded at all (the kernel then takes a fault word).
     uses_fault_word: bool,
     /// Set once this lane has recorded a fault: its later results are discarded anyway,
@@ -194,6 +197,7 @@ impl<'p> Lowerer<'p> {
             ids,
             fault_ptr,
             exit_faults: Vec::new(),
+            segment_end: None,
             uses_fault_word: false,
             faulted,
             opaque_zero,
@@ -211,10 +215,25 @@ impl<'p> Lowerer<'p> {
         }
     }
 
+    /// End every invocation by branching to `label` instead of exiting (the cooperative
+    /// entry's segments: a thread that exits would never reach the next grid barrier).
+    pub(crate) fn ending_at(mut self, label: String) -> Self {
+        self.segment_end = Some(label);
+        self
+    }
+
+    /// End this invocation (`Return`, a workgroup-wide fault, the end of the body).
+    fn end_invocation(&mut self) {
+        match &self.segment_end {
+            None => emit!(self.w, "exit"),
+            Some(label) => emit!(self.w, "bra {label}"),
+        }
+    }
+
     /// Lower the program body and return `(prologue + body text, uses fault word, writer)`.
     pub(crate) fn lower_entry(mut self, entry: &'p [Node]) -> Result<LoweredBody, CodegenError> {
         self.put_block(entry)?;
-        emit!(self.w, "exit");
+        self.end_invocation();
         for (fault, label) in std::mem::take(&mut self.exit_faults) {
             self.w.put_label(label);
             let scratch = self.w.reg(RegClass::B32);
@@ -224,7 +243,7 @@ impl<'p> Lowerer<'p> {
                 self.fault_ptr,
                 fault.code()
             );
-            emit!(self.w, "exit");
+            self.end_invocation();
         }
         let fault_word = self.uses_fault_word;
         let prologue = self.prologue(fault_word);
@@ -559,11 +578,11 @@ impl<'p> Lowerer<'p> {
                 Ok(())
             }
             Node::Return => {
-                emit!(self.w, "exit");
+                self.end_invocation();
                 Ok(())
             }
             Node::Barrier { .. } => {
-                // Top-level GridSyncs split the kernel into entries (grid_sync.rs); one
+                // Top-level GridSyncs split the kernel into segments (grid_sync.rs); one
                 // left inside If/Loop is a workgroup barrier, as in the reference.
                 // Non-`.aligned` form: lanes that returned earlier have exited and are not
                 // waited for, exactly as the reference releases a barrier once every live

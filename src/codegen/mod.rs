@@ -49,7 +49,9 @@ mod uniform;
 pub(crate) mod visit;
 mod writer;
 
-pub use abi::{BindingRole, KernelAbi, KernelBinding, KERNEL_ENTRY};
+pub use abi::{
+    BindingRole, KernelAbi, KernelBinding, COOPERATIVE_ENTRY, FAULT_AREA_BYTES, KERNEL_ENTRY,
+};
 pub use error::CodegenError;
 pub use fault::DeviceFault;
 pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
@@ -59,7 +61,7 @@ use vyre_driver::DispatchConfig;
 use vyre_foundation::ir::Program;
 
 /// Version of the emitter's output format; part of every cache key.
-pub const EMITTER_VERSION: u32 = 2;
+pub const EMITTER_VERSION: u32 = 3;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;
@@ -105,14 +107,23 @@ pub fn emit_ptx(
             vec![program.entry()]
         };
     let mut bodies = Vec::with_capacity(segments.len());
-    for segment in segments {
+    for segment in &segments {
         let lowerer = lower::Lowerer::new(program, &abi, shared.clone(), target.sm());
         abi.shared_bytes = lowerer.shared_bytes();
         bodies.push(lowerer.lower_entry(segment)?);
     }
-    abi.fault_word = bodies.iter().any(|body| body.fault_word);
+    let mut cooperative = Vec::new();
+    if grid_sync::cooperative_is_exact(&segments) {
+        for (index, segment) in segments.iter().enumerate() {
+            let lowerer = lower::Lowerer::new(program, &abi, shared.clone(), target.sm())
+                .ending_at(grid_sync::segment_end_label(index));
+            cooperative.push(lowerer.lower_entry(segment)?);
+        }
+    }
+    abi.cooperative = !cooperative.is_empty();
+    abi.fault_word = abi.cooperative || bodies.iter().any(|body| body.fault_word);
     abi.segments = bodies.len() as u32;
-    let ptx = compose(program, &abi, target, &bodies);
+    let ptx = compose(program, &abi, target, &bodies, &cooperative);
     Ok(EmittedKernel { ptx, abi, target })
 }
 
@@ -138,8 +149,13 @@ fn compose(
     abi: &KernelAbi,
     target: PtxTarget,
     bodies: &[lower::LoweredBody],
+    cooperative: &[lower::LoweredBody],
 ) -> String {
-    let size: usize = bodies.iter().map(|b| b.body.len() + b.prologue.len()).sum();
+    let size: usize = bodies
+        .iter()
+        .chain(cooperative)
+        .map(|b| b.body.len() + b.prologue.len())
+        .sum();
     let mut out = String::with_capacity(size + 1024);
     let digest = program.fingerprint();
     let _ = writeln!(
@@ -153,6 +169,7 @@ fn compose(
     let _ = writeln!(out, ".address_size 64\n");
     let libm_used: std::collections::BTreeSet<_> = bodies
         .iter()
+        .chain(cooperative)
         .flat_map(|b| b.libm_used.iter().copied())
         .collect();
     out.push_str(&libm::module_text(&libm_used));
@@ -168,6 +185,12 @@ fn compose(
     }
     let params = params.join(",\n");
     let [x, y, z] = abi.workgroup_size;
+    let shared = (abi.shared_bytes > 0).then(|| {
+        format!(
+            "\t.shared .align 16 .b8 vyre_shared[{}];\n",
+            abi.shared_bytes
+        )
+    });
     for (index, body) in bodies.iter().enumerate() {
         let _ = writeln!(
             out,
@@ -176,16 +199,31 @@ fn compose(
         );
         let _ = writeln!(out, ".reqntid {x}, {y}, {z}\n{{");
         out.push_str(&body.decls);
-        if abi.shared_bytes > 0 {
-            let _ = writeln!(
-                out,
-                "\t.shared .align 16 .b8 vyre_shared[{}];",
-                abi.shared_bytes
-            );
-        }
+        out.push_str(shared.as_deref().unwrap_or_default());
         out.push_str(&body.prologue);
         out.push_str(&body.body);
         out.push_str("}\n\n");
+    }
+    if !cooperative.is_empty() {
+        let _ = writeln!(out, ".visible .entry {COOPERATIVE_ENTRY}(\n{params}\n)");
+        let _ = writeln!(out, ".reqntid {x}, {y}, {z}\n{{");
+        out.push_str(grid_sync::BARRIER_DECLS);
+        out.push_str(shared.as_deref().unwrap_or_default());
+        grid_sync::barrier_prologue(&mut out);
+        let done = "vyre_grid_done";
+        for (index, body) in cooperative.iter().enumerate() {
+            // Each segment in its own scope: its registers and labels are its own.
+            out.push_str("\t{\n");
+            out.push_str(&body.decls);
+            out.push_str(&body.prologue);
+            out.push_str(&body.body);
+            out.push_str("\t}\n");
+            let _ = writeln!(out, "{}:", grid_sync::segment_end_label(index));
+            if index + 1 < cooperative.len() {
+                grid_sync::barrier(&mut out, index, done);
+            }
+        }
+        let _ = writeln!(out, "{done}:\n\tret;\n}}\n");
     }
     out
 }

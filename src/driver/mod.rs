@@ -62,6 +62,8 @@ const REQUIRED_SYMBOLS: &[&str] = &[
     "cuMemsetD8Async",
     "cuMemsetD32Async",
     "cuLaunchKernel",
+    "cuLaunchCooperativeKernel",
+    "cuOccupancyMaxActiveBlocksPerMultiprocessor",
     "cuEventCreate",
     "cuEventRecord",
     "cuEventQuery",

@@ -242,6 +242,23 @@ impl Function {
         self.attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS)
     }
 
+    /// How many blocks of `block_threads` threads (and no dynamic shared memory) one
+    /// multiprocessor holds at once for this kernel
+    /// (`cuOccupancyMaxActiveBlocksPerMultiprocessor`): times the SM count, the largest
+    /// grid a cooperative launch accepts.
+    pub fn max_active_blocks_per_multiprocessor(
+        &self,
+        block_threads: u32,
+    ) -> Result<u32, DriverError> {
+        self.check_live("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
+        let block = i32::try_from(block_threads).unwrap_or(i32::MAX);
+        // SAFETY: `raw` is a live function of the current context.
+        let blocks =
+            unsafe { result::occupancy::max_active_block_per_multiprocessor(self.raw, block, 0) }
+                .check("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
+        Ok(u32::try_from(blocks).unwrap_or(0))
+    }
+
     /// Allows launches with up to `bytes` of dynamic shared memory (needed above 48 KiB, up
     /// to [`DeviceInfo::max_shared_memory_per_block_optin`](super::DeviceInfo)).
     pub fn set_max_dynamic_shared_bytes(&self, bytes: u32) -> Result<(), DriverError> {

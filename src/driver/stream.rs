@@ -215,14 +215,42 @@ impl Stream {
         block: [u32; 3],
         args: &[KernelArg],
     ) -> Result<(), DriverError> {
+        self.launch_checked(function, grid, block, args, false)
+    }
+
+    /// [`Stream::launch`] through `cuLaunchCooperativeKernel`: every block of `grid` is
+    /// resident at once, so blocks may wait for each other (grid barriers). The driver
+    /// refuses (`CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE`) a grid that cannot be resident,
+    /// and devices without the `COOPERATIVE_LAUNCH` attribute; callers check both first
+    /// ([`Function::max_active_blocks_per_multiprocessor`], `DeviceInfo::cooperative_launch`).
+    pub fn launch_cooperative(
+        &self,
+        function: &Function,
+        grid: [u32; 3],
+        block: [u32; 3],
+        args: &[KernelArg],
+    ) -> Result<(), DriverError> {
+        self.launch_checked(function, grid, block, args, true)
+    }
+
+    fn launch_checked(
+        &self,
+        function: &Function,
+        grid: [u32; 3],
+        block: [u32; 3],
+        args: &[KernelArg],
+        cooperative: bool,
+    ) -> Result<(), DriverError> {
+        let call = if cooperative {
+            "cuLaunchCooperativeKernel"
+        } else {
+            "cuLaunchKernel"
+        };
         let mismatch = |what: String| {
-            DriverError::from_code(
-                "cuLaunchKernel",
-                sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32,
-            )
-            .with_description(format!(
-                "kernel arguments do not match the PTX entry: {what}"
-            ))
+            DriverError::from_code(call, sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32)
+                .with_description(format!(
+                    "kernel arguments do not match the PTX entry: {what}"
+                ))
         };
         let Some(params) = function.params() else {
             return Err(mismatch(
@@ -232,8 +260,8 @@ impl Stream {
         if params.len() != args.len() || params.iter().zip(args).any(|(p, a)| *p != a.kind()) {
             return Err(mismatch(format!("declared {params:?}, given {args:?}")));
         }
-        self.enter("cuLaunchKernel")?;
-        function.check_live("cuLaunchKernel")?;
+        self.enter(call)?;
+        function.check_live(call)?;
         // The driver reads each parameter through a pointer to its value.
         let mut values: smallvec::SmallVec<[KernelArg; 24]> = args.iter().copied().collect();
         let mut pointers: smallvec::SmallVec<[*mut c_void; 24]> = values
@@ -248,25 +276,44 @@ impl Stream {
         } else {
             pointers.as_mut_ptr()
         };
-        // SAFETY: the function and stream belong to the current context (checked live);
-        // `pointers` holds one pointer per declared parameter, each to a live value of the
-        // declared width (checked against the PTX declaration above), valid for this call.
-        unsafe {
-            sys::cuLaunchKernel(
-                function.raw(),
-                grid[0],
-                grid[1],
-                grid[2],
-                block[0],
-                block[1],
-                block[2],
-                0,
-                self.raw,
-                params_ptr,
-                std::ptr::null_mut(),
-            )
-        }
-        .check("cuLaunchKernel")
+        let status = if cooperative {
+            // SAFETY: as for `cuLaunchKernel` below; the cooperative form takes no `extra`.
+            unsafe {
+                sys::cuLaunchCooperativeKernel(
+                    function.raw(),
+                    grid[0],
+                    grid[1],
+                    grid[2],
+                    block[0],
+                    block[1],
+                    block[2],
+                    0,
+                    self.raw,
+                    params_ptr,
+                )
+            }
+        } else {
+            // SAFETY: the function and stream belong to the current context (checked
+            // live); `pointers` holds one pointer per declared parameter, each to a live
+            // value of the declared width (checked against the PTX declaration above),
+            // valid for this call.
+            unsafe {
+                sys::cuLaunchKernel(
+                    function.raw(),
+                    grid[0],
+                    grid[1],
+                    grid[2],
+                    block[0],
+                    block[1],
+                    block[2],
+                    0,
+                    self.raw,
+                    params_ptr,
+                    std::ptr::null_mut(),
+                )
+            }
+        };
+        status.check(call)
     }
 }
 

@@ -3,6 +3,7 @@
 
 pub mod corpus;
 pub mod gpu;
+pub mod grid_programs;
 pub mod kernels;
 pub mod programs;
 pub mod ptxas;

@@ -740,7 +740,7 @@ pub fn workgroup_cases() -> Vec<Case> {
     );
     cases.push(Case::new("2D workgroup ids", program, vec![]));
     // Two passes across workgroups: the second reads what other workgroups wrote in the
-    // first, which needs a grid-wide barrier (a split launch).
+    // first, which needs a grid-wide barrier (one cooperative launch, or split launches).
     let n = 256u32;
     let shifted = bin(
         BinOp::Mod,
@@ -763,7 +763,7 @@ pub fn workgroup_cases() -> Vec<Case> {
         ],
     );
     cases.push(Case::new(
-        "grid-wide barrier splits into ordered launches",
+        "grid-wide barrier between two passes",
         two_pass,
         vec![ints.clone(), vec![0; n as usize * 4]],
     ));
