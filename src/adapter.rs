@@ -431,6 +431,15 @@ impl VyreBackend for CudaBackend {
         self.cooperative_grid_sync()
     }
 
+    fn cooperative_grid_sync_fits(
+        &self,
+        program: &Program,
+        inputs: &[&[u8]],
+        config: &DispatchConfig,
+    ) -> Result<bool, BackendError> {
+        CudaBackend::cooperative_grid_sync_fits(self, program, inputs, config).map_err(Into::into)
+    }
+
     fn device_profile(&self) -> vyre_driver::DeviceProfile {
         let info = self.device_info();
         let mut profile = vyre_driver::DeviceProfile::conservative(CUDA_BACKEND_ID);

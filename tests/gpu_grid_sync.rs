@@ -49,6 +49,15 @@ fn check(backend: &CudaBackend, case: &GridCase) -> (u64, u64) {
     )
 }
 
+/// `VyreBackend::cooperative_grid_sync_fits` for `case` (through the trait object).
+fn dynamic_fits(backend: &CudaBackend, case: &GridCase) -> bool {
+    let dynamic: &dyn VyreBackend = backend;
+    let inputs: Vec<&[u8]> = case.inputs.iter().map(Vec::as_slice).collect();
+    dynamic
+        .cooperative_grid_sync_fits(&case.program, &inputs, &DispatchConfig::default())
+        .unwrap_or_else(|e| panic!("{}: cooperative_grid_sync_fits failed: {e}", case.name))
+}
+
 #[test]
 fn grid_barriers_match_the_reference_on_both_paths() {
     let Some(shared) = backend() else { return };
@@ -64,6 +73,18 @@ fn grid_barriers_match_the_reference_on_both_paths() {
     let after_fault = grid_programs::chained_passes(256);
     let cases = grid_programs::all();
     for case in &cases {
+        // The trait's residency answer agrees with the path the dispatch then takes.
+        let fits = dynamic_fits(shared, case);
+        assert_eq!(
+            fits, cooperative,
+            "{}: cooperative_grid_sync_fits",
+            case.name
+        );
+        assert!(
+            !dynamic_fits(&split, case),
+            "{}: fits on a split backend",
+            case.name
+        );
         let path = check(shared, case);
         let expected = if cooperative { (1, 0) } else { (0, 1) };
         assert_eq!(
@@ -90,6 +111,12 @@ fn grid_barriers_match_the_reference_on_both_paths() {
     // The registry-facing capability follows the device.
     let dynamic: &dyn VyreBackend = shared;
     assert_eq!(dynamic.supports_grid_sync(), cooperative);
+    // A program without grid-wide barriers has nothing to launch cooperatively.
+    let plain = common::kernels::vadd(16, 1);
+    let (a, b) = (vec![1u8; 64], vec![2u8; 64]);
+    assert!(!dynamic
+        .cooperative_grid_sync_fits(&plain, &[&a, &b], &DispatchConfig::default())
+        .unwrap());
     let mut config = DispatchConfig::default();
     config.cooperative = true;
     let case = &cases[0];
@@ -107,6 +134,11 @@ fn grids_too_large_to_be_resident_fall_back_to_split_launches() {
     // residency, so the cooperative launch cannot be used.
     let sms = backend.device_info().multiprocessor_count;
     let case = grid_programs::chained_passes(64 * 33 * sms);
+    assert!(
+        !dynamic_fits(backend, &case),
+        "{}: reported as fitting",
+        case.name
+    );
     assert_eq!(check(backend, &case), (0, 1), "{}", case.name);
     println!(
         "{} invocations: split fallback, identical to the reference",

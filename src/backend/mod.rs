@@ -361,6 +361,35 @@ impl CudaBackend {
         self.core.grid_sync == GridSyncLaunch::CooperativeWhereItFits
     }
 
+    /// Whether `program` dispatched over `inputs` with `config` would run as one cooperative
+    /// launch: it has grid-wide barriers, cooperative launches are on, and its grid fits
+    /// resident on the device. Compiles the kernel (kept in the kernel cache) to read its
+    /// occupancy; `false` for programs without grid-wide barriers.
+    ///
+    /// # Errors
+    /// Whatever compiling the kernel or planning the dispatch reports (an invalid program,
+    /// wrong input count or sizes, a grid over the device's limits).
+    pub fn cooperative_grid_sync_fits(
+        &self,
+        program: &Program,
+        inputs: &[&[u8]],
+        config: &DispatchConfig,
+    ) -> Result<bool, CudaError> {
+        if !self.cooperative_grid_sync() {
+            return Ok(false);
+        }
+        let core = &self.core;
+        core.usable()?;
+        let kernel = core.kernel(program, config)?;
+        let Some(entry) = kernel.cooperative.as_ref() else {
+            return Ok(false);
+        };
+        let input_lens: smallvec::SmallVec<[usize; 8]> = inputs.iter().map(|i| i.len()).collect();
+        let plan = plan::DispatchPlan::new(program, &kernel.abi, &input_lens, config, core.limits)?;
+        let blocks = plan.grid.iter().map(|&d| u64::from(d)).product::<u64>();
+        Ok(blocks <= entry.max_blocks)
+    }
+
     /// `(hits, misses)` of the loaded-kernel cache.
     #[must_use]
     pub fn kernel_cache_counters(&self) -> (u64, u64) {
