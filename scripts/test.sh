@@ -113,4 +113,11 @@ cargo clippy --all-targets -- -D warnings
 section "cargo test --release"
 cargo test --release
 
+if [[ "${VYRE_CUDA_CHECK_FUZZ:-0}" == 1 ]]; then
+    # Opt-in (minutes: libFuzzer and an ASan build of the whole graph): the cargo-fuzz
+    # crate still builds. Needs nightly and cargo-fuzz (fuzz/README.md).
+    section "cargo +nightly fuzz build emit_ptx"
+    (cd fuzz && cargo +nightly fuzz build emit_ptx)
+fi
+
 section "all checks passed"

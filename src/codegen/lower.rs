@@ -10,11 +10,14 @@ use super::async_copy::{self, PendingCopy};
 use super::fault::DeviceFault;
 use super::kind::{element_stride, ValKind};
 use super::libm::Libm;
+use super::reduction::{
+    commutative_opcode, partial_buffers, read_variables, DiscardedAtomic, Partial, PARTIALS,
+};
 use super::uniform::Uniformity;
 use super::visit::contains_barrier;
 use super::writer::{emit, Label, PtxWriter, Reg, RegClass};
 use super::CodegenError;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeSet;
 use vyre_foundation::ir::{AtomicOp, DataType, Expr, MemoryOrdering, Node, Program};
 
@@ -112,6 +115,14 @@ pub(crate) struct Lowerer<'p> {
     hoisted: FxHashMap<*const Expr, Val>,
     /// High halves of 16-byte values, keyed by their low register.
     wide_hi: FxHashMap<Reg, Reg>,
+    /// Variables some expression reads: a `Let` of an atomic outside this set discards
+    /// the old value, so the atomic can be a (warp-aggregated) `red`.
+    read_vars: FxHashSet<&'p str>,
+    /// Buffers whose literal-index discarded atomics fold into per-workgroup partials.
+    partial_buffers: FxHashSet<&'p str>,
+    partials: Vec<Partial<'p>>,
+    /// Where the workgroup's partials are applied; `Return` jumps there instead of exiting.
+    epilogue: Option<Label>,
 }
 
 /// Where a buffer's bytes start.
@@ -186,6 +197,10 @@ impl<'p> Lowerer<'p> {
         let opaque_zero = w.reg(RegClass::B32);
         let subgroup_lanes = w.reg(RegClass::B32);
         let subgroup_mask = w.reg(RegClass::B32);
+        let mut read_vars = FxHashSet::default();
+        read_variables(program.entry(), &mut read_vars);
+        let partial_buffers = partial_buffers(program.entry(), &read_vars);
+        let epilogue = (!partial_buffers.is_empty()).then(|| w.label());
         Self {
             w,
             buffers,
@@ -212,6 +227,10 @@ impl<'p> Lowerer<'p> {
             divergence: 0,
             hoisted: FxHashMap::default(),
             wide_hi: FxHashMap::default(),
+            partial_buffers,
+            partials: Vec::new(),
+            epilogue,
+            read_vars,
         }
     }
 
@@ -222,8 +241,19 @@ impl<'p> Lowerer<'p> {
         self
     }
 
-    /// End this invocation (`Return`, a workgroup-wide fault, the end of the body).
+    /// End this invocation's body (`Return`): through the epilogue that flushes
+    /// per-workgroup atomic partials when there is one (every lane must reach its barrier),
+    /// else straight out.
     fn end_invocation(&mut self) {
+        match self.epilogue {
+            Some(epilogue) => emit!(self.w, "bra {epilogue}"),
+            None => self.exit_kernel(),
+        }
+    }
+
+    /// Leave the kernel (or, in a cooperative entry, the segment: a thread that exits would
+    /// never reach the next grid barrier).
+    fn exit_kernel(&mut self) {
         match &self.segment_end {
             None => emit!(self.w, "exit"),
             Some(label) => emit!(self.w, "bra {label}"),
@@ -233,7 +263,10 @@ impl<'p> Lowerer<'p> {
     /// Lower the program body and return `(prologue + body text, uses fault word, writer)`.
     pub(crate) fn lower_entry(mut self, entry: &'p [Node]) -> Result<LoweredBody, CodegenError> {
         self.put_block(entry)?;
-        self.end_invocation();
+        // Programs with per-workgroup partials have no barriers, so never segments: the
+        // epilogue and a segment end label do not meet.
+        self.put_epilogue()?;
+        self.exit_kernel();
         for (fault, label) in std::mem::take(&mut self.exit_faults) {
             self.w.put_label(label);
             let scratch = self.w.reg(RegClass::B32);
@@ -243,11 +276,17 @@ impl<'p> Lowerer<'p> {
                 self.fault_ptr,
                 fault.code()
             );
-            self.end_invocation();
+            self.exit_kernel();
         }
         let fault_word = self.uses_fault_word;
         let prologue = self.prologue(fault_word);
-        let decls = self.w.register_decls();
+        let mut decls = self.w.register_decls();
+        if !self.partials.is_empty() {
+            decls.push_str(&format!(
+                "\t.shared .align 4 .b32 {PARTIALS}[{}];\n",
+                self.partials.len()
+            ));
+        }
         Ok(LoweredBody {
             libm_used: std::mem::take(&mut self.libm_used),
             decls,
@@ -324,7 +363,72 @@ impl<'p> Lowerer<'p> {
             p.put_label(end);
             emit!(p, "barrier.sync 0");
         }
+        if !self.partials.is_empty() {
+            let first = self.w.reg(RegClass::Pred);
+            emit!(p, "setp.eq.u32 {first}, {lin}, 0");
+            for (slot, partial) in self.partials.iter().enumerate() {
+                emit!(
+                    p,
+                    "@{first} st.shared.u32 [{PARTIALS}+{}], {}",
+                    slot * 4,
+                    partial.identity()
+                );
+            }
+            emit!(p, "barrier.sync 0");
+        }
         p.into_body()
+    }
+
+    /// The shared slot of the partial for `buffer[index]`, allocated on first use.
+    fn partial_slot(&mut self, buffer: &'p str, index: u32, opcode: &'static str) -> u32 {
+        let slot = match self
+            .partials
+            .iter()
+            .position(|p| p.buffer == buffer && p.index == index)
+        {
+            Some(slot) => slot,
+            None => {
+                self.partials.push(Partial {
+                    buffer,
+                    index,
+                    opcode,
+                });
+                self.partials.len() - 1
+            }
+        };
+        slot as u32
+    }
+
+    /// Apply each per-workgroup partial to global memory once every lane is done (lanes
+    /// that returned wait here; lanes that exited on a fault are not waited for).
+    fn put_epilogue(&mut self) -> Result<(), CodegenError> {
+        let Some(epilogue) = self.epilogue else {
+            return Ok(());
+        };
+        self.w.put_label(epilogue);
+        if self.partials.is_empty() {
+            return Ok(());
+        }
+        emit!(self.w, "barrier.sync 0");
+        let first = self.w.reg(RegClass::Pred);
+        emit!(self.w, "setp.eq.u32 {first}, {}, 0", self.ids.linear_local);
+        for slot in 0..self.partials.len() {
+            let (buffer, index, opcode) = {
+                let p = &self.partials[slot];
+                (p.buffer, p.index, p.opcode)
+            };
+            let target = self.slot(buffer)?;
+            let index_reg = self.imm_b32(index);
+            let (in_bounds, addr) = self.element_address(&target, index_reg);
+            let value = self.w.reg(RegClass::B32);
+            emit!(self.w, "ld.shared.u32 {value}, [{PARTIALS}+{}]", slot * 4);
+            emit!(self.w, "and.pred {in_bounds}, {in_bounds}, {first}");
+            emit!(
+                self.w,
+                "@{in_bounds} red.relaxed.gpu.global.{opcode} [{addr}], {value}"
+            );
+        }
+        Ok(())
     }
 
     pub(crate) fn shared_bytes(&self) -> u32 {
@@ -413,7 +517,12 @@ impl<'p> Lowerer<'p> {
     fn put_node_inner(&mut self, node: &'p Node) -> Result<(), CodegenError> {
         match node {
             Node::Let { name, value } => {
-                let value = self.put_expr(value)?;
+                let value = match value {
+                    Expr::Atomic { .. } if !self.read_vars.contains(name.as_str()) => {
+                        self.put_atomic(value, false)?
+                    }
+                    _ => self.put_expr(value)?,
+                };
                 let reg = self.w.reg(value.kind.reg_class());
                 self.mov(reg, value.reg);
                 if value.kind == ValKind::Bytes(16) {
@@ -851,21 +960,7 @@ impl<'p> Lowerer<'p> {
                     reg: self.flush_subnormal(reg),
                 })
             }
-            Expr::Atomic {
-                op,
-                buffer,
-                index,
-                expected,
-                value,
-                ordering,
-            } => self.put_atomic(
-                *op,
-                buffer.as_str(),
-                index,
-                expected.as_deref(),
-                value,
-                *ordering,
-            ),
+            Expr::Atomic { .. } => self.put_atomic(expr, true),
             Expr::Call { op_id, .. } => Err(CodegenError::unsupported(
                 format!("Expr::Call({op_id})"),
                 "calls are not inlined by vyre-cuda yet",
@@ -1048,15 +1143,31 @@ impl<'p> Lowerer<'p> {
         })
     }
 
-    fn put_atomic(
-        &mut self,
-        op: AtomicOp,
-        buffer: &str,
-        index: &'p Expr,
-        expected: Option<&'p Expr>,
-        value: &'p Expr,
-        ordering: MemoryOrdering,
-    ) -> Result<Val, CodegenError> {
+    /// Lower `atomic` (an `Expr::Atomic`); `result_used` is false when nobody reads the
+    /// old value, which allows a (warp- or workgroup-aggregated) `red`.
+    fn put_atomic(&mut self, atomic: &'p Expr, result_used: bool) -> Result<Val, CodegenError> {
+        let Expr::Atomic {
+            op,
+            buffer,
+            index,
+            expected,
+            value,
+            ordering,
+        } = atomic
+        else {
+            return Err(CodegenError::invalid(
+                "put_atomic called on a non-atomic expression",
+                "report this vyre-cuda bug",
+            ));
+        };
+        let (op, buffer, index, expected, value, ordering) = (
+            *op,
+            buffer.as_str(),
+            &**index,
+            expected.as_deref(),
+            &**value,
+            *ordering,
+        );
         let opcode = match op {
             AtomicOp::Add => "add.u32",
             AtomicOp::Or => "or.b32",
@@ -1103,6 +1214,10 @@ impl<'p> Lowerer<'p> {
                 "use a u32 storage buffer",
             ));
         }
+        let literal_index = match index {
+            Expr::LitU32(index) => Some(*index),
+            _ => None,
+        };
         let index = self.put_index(index)?;
         let expected = match expected {
             Some(expr) => {
@@ -1119,14 +1234,33 @@ impl<'p> Lowerer<'p> {
         };
         let (in_bounds, addr) = self.element_address(&slot, index);
         let old = self.w.reg(RegClass::B32);
+        // An out-of-bounds atomic returns 0 and writes nothing.
+        emit!(self.w, "mov.u32 {old}, 0");
+        if let Some(opcode) = commutative_opcode(op).filter(|_| !result_used) {
+            let partial = literal_index
+                .filter(|_| self.partial_buffers.contains(buffer))
+                .map(|index| self.partial_slot(buffer, index, opcode));
+            let discarded = DiscardedAtomic {
+                opcode,
+                index,
+                literal_index: literal_index.is_some(),
+                value,
+                in_bounds,
+                addr,
+                partial,
+            };
+            self.put_reduction(discarded);
+            return Ok(Val {
+                kind: ValKind::U32,
+                reg: old,
+            });
+        }
         let sem = match ordering {
             MemoryOrdering::Relaxed => "relaxed",
             MemoryOrdering::Acquire => "acquire",
             MemoryOrdering::Release => "release",
             _ => "acq_rel",
         };
-        // An out-of-bounds atomic returns 0 and writes nothing.
-        emit!(self.w, "mov.u32 {old}, 0");
         match expected {
             Some(expected) => emit!(
                 self.w,

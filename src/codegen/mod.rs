@@ -43,6 +43,7 @@ mod libm;
 mod lower;
 mod ops;
 mod prepare;
+mod reduction;
 mod subgroup;
 mod target;
 mod uniform;
@@ -61,7 +62,7 @@ use vyre_driver::DispatchConfig;
 use vyre_foundation::ir::Program;
 
 /// Version of the emitter's output format; part of every cache key.
-pub const EMITTER_VERSION: u32 = 3;
+pub const EMITTER_VERSION: u32 = 4;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;

@@ -790,6 +790,131 @@ pub fn workgroup_cases() -> Vec<Case> {
         program,
         vec![ints.clone(), vec![0; 32]],
     ));
+    cases.extend(discarded_atomic_cases());
+    cases
+}
+
+/// Atomics whose old value is never read. `acc` is touched only by literal-index atomics
+/// of one operator, so they fold into per-workgroup partials in shared memory (one slot
+/// every lane hits, one behind a branch, one out of bounds, and lanes that `Return` before
+/// some of them); `spread` takes a warp-uniform computed index and a per-lane index with an
+/// out-of-bounds slot (warp-aggregated `red` when the lanes agree, per-lane otherwise).
+/// With a barrier in the program, the literal-index atomics stay warp-aggregated global
+/// `red`s. The operators are order-independent, so the reference's sequential result is
+/// exact.
+fn discarded_atomic_cases() -> Vec<Case> {
+    let n = 1000u32;
+    let mut rng = Rng::new(17);
+    let ints = u32_bytes(&edge_u32(&mut rng, n));
+    let slots = 8u32;
+    let atomic = |op: AtomicOp, buffer: &str, index: Expr, ordering: MemoryOrdering| Expr::Atomic {
+        op,
+        buffer: buffer.into(),
+        index: Box::new(index),
+        expected: None,
+        value: Box::new(ld("a")),
+        ordering,
+    };
+    let mut cases = Vec::new();
+    for (op, barrier) in [
+        (AtomicOp::Add, false),
+        (AtomicOp::Or, false),
+        (AtomicOp::And, false),
+        (AtomicOp::Xor, false),
+        (AtomicOp::Min, false),
+        (AtomicOp::Max, false),
+        (AtomicOp::LruUpdate, false),
+        (AtomicOp::Add, true),
+        (AtomicOp::Min, true),
+    ] {
+        let warp = bin(BinOp::Div, gid(), Expr::u32(32));
+        let mut body = vec![
+            Node::let_bind(
+                "one_slot",
+                atomic(op, "acc", Expr::u32(0), MemoryOrdering::SeqCst),
+            ),
+            Node::let_bind(
+                "warp_slot",
+                atomic(
+                    op,
+                    "spread",
+                    bin(
+                        BinOp::Add,
+                        Expr::u32(1),
+                        bin(BinOp::BitAnd, warp, Expr::u32(1)),
+                    ),
+                    MemoryOrdering::Relaxed,
+                ),
+            ),
+            Node::let_bind(
+                "lane_slot",
+                atomic(
+                    op,
+                    "spread",
+                    bin(
+                        BinOp::Add,
+                        Expr::u32(5),
+                        bin(BinOp::BitAnd, ld("a"), Expr::u32(3)),
+                    ),
+                    MemoryOrdering::AcqRel,
+                ),
+            ),
+            Node::if_then(
+                bin(
+                    BinOp::Eq,
+                    bin(BinOp::Mod, gid(), Expr::u32(5)),
+                    Expr::u32(4),
+                ),
+                vec![Node::Return],
+            ),
+            Node::if_then(
+                bin(
+                    BinOp::Ne,
+                    bin(BinOp::Mod, gid(), Expr::u32(3)),
+                    Expr::u32(0),
+                ),
+                vec![Node::let_bind(
+                    "some_lanes",
+                    atomic(op, "acc", Expr::u32(3), MemoryOrdering::Release),
+                )],
+            ),
+            Node::let_bind(
+                "out_of_bounds",
+                atomic(op, "acc", Expr::u32(slots + 1), MemoryOrdering::SeqCst),
+            ),
+        ];
+        if barrier {
+            body.insert(1, Node::barrier_with_ordering(MemoryOrdering::SeqCst));
+        }
+        let program = Program::wrapped(
+            vec![
+                BufferDecl::read("a", 0, DataType::U32).with_count(n),
+                BufferDecl::storage("acc", 1, BufferAccess::ReadWrite, DataType::U32)
+                    .with_count(slots),
+                BufferDecl::storage("spread", 2, BufferAccess::ReadWrite, DataType::U32)
+                    .with_count(slots),
+            ],
+            [64, 1, 1],
+            body,
+        );
+        // Min and And start from all ones so they have something to lower.
+        let start = if matches!(op, AtomicOp::Min | AtomicOp::And) {
+            u32::MAX
+        } else {
+            0x0F0F_0F0F
+        };
+        let start = u32_bytes(&vec![start; slots as usize]);
+        let how = if barrier {
+            "warp-aggregated red"
+        } else {
+            "workgroup partials"
+        };
+        cases.push(Case::new(
+            format!("discarded atomic {op:?} ({how})"),
+            program,
+            vec![ints.clone(), start.clone(), start],
+        ));
+    }
     cases
 }
 

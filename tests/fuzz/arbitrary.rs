@@ -465,7 +465,11 @@ fn assemble(rng: &mut Rng, buffers: Vec<BufferDecl>, wg: [u32; 3], entry: Vec<No
 
 /// An untyped random program over every IR variant.
 pub fn random_program(seed: u64) -> Arbitrary {
-    let mut rng = Rng::new(seed);
+    random_program_from(Rng::new(seed))
+}
+
+/// [`random_program`] drawing its choices from `rng`.
+pub fn random_program_from(mut rng: Rng) -> Arbitrary {
     let bufs = buffers(&mut rng);
     let wg = workgroup(&mut rng);
     let depth = rng.below(4);
@@ -595,7 +599,11 @@ fn mutate_expr(nodes: &mut [Node], n: &mut u32, f: &mut dyn FnMut(&Expr) -> Expr
 
 /// A valid generated program with 1-3 targeted breakages.
 pub fn mutated_program(seed: u64) -> Arbitrary {
-    let mut rng = Rng::new(seed);
+    mutated_program_from(Rng::new(seed))
+}
+
+/// [`mutated_program`] drawing its choices from `rng`.
+pub fn mutated_program_from(mut rng: Rng) -> Arbitrary {
     let case = generate(rng.next_u64(), &GenConfig::default()).case;
     let mut bufs = case.program.buffers().to_vec();
     let mut wg = case.program.workgroup_size();
@@ -691,7 +699,11 @@ pub fn mutated_program(seed: u64) -> Arbitrary {
 /// Bytes for vyre's wire decoder: a valid program's encoding with random byte edits in
 /// its body and the integrity digest recomputed (so the decoder parses the body).
 pub fn wire_bytes(seed: u64) -> Vec<u8> {
-    let mut rng = Rng::new(seed);
+    wire_bytes_from(Rng::new(seed))
+}
+
+/// [`wire_bytes`] drawing its choices from `rng`.
+pub fn wire_bytes_from(mut rng: Rng) -> Vec<u8> {
     let case = generate(rng.next_u64(), &GenConfig::default()).case;
     let mut bytes = case.program.to_wire().unwrap_or_default();
     const HEADER: usize = 40;

@@ -313,7 +313,12 @@ pub struct Generated {
 
 /// Generate the program for `seed`: drafts until one passes the validator.
 pub fn generate(seed: u64, config: &GenConfig) -> Generated {
-    let mut rng = Rng::new(seed);
+    generate_from(Rng::new(seed), seed, config)
+}
+
+/// [`generate`] drawing its choices from `rng` (e.g. a fuzzer's script); `seed` is only
+/// recorded in the case.
+pub fn generate_from(mut rng: Rng, seed: u64, config: &GenConfig) -> Generated {
     let mut rejected_drafts = 0;
     let mut last_rejection = None;
     loop {

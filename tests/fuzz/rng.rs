@@ -2,18 +2,45 @@
 //! `u64` seed and nothing else, so it does not pull in `rand`.
 
 /// SplitMix64 (Steele, Lea, Flood 2014): a full-period 64-bit generator whose every seed,
-/// including 0, gives a good stream.
+/// including 0, gives a good stream. A scripted stream ([`Rng::scripted`]) first returns
+/// the bytes it was given, so a coverage-guided fuzzer (`fuzz/`) steers every choice of the
+/// generators.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub struct Rng {
+    state: u64,
+    script: std::sync::Arc<[u8]>,
+    read: usize,
+}
 
 impl Rng {
     pub fn new(seed: u64) -> Self {
-        Self(seed)
+        Self {
+            state: seed,
+            script: std::sync::Arc::from(&[][..]),
+            read: 0,
+        }
+    }
+
+    /// A stream whose values come from `bytes` (8 per value, little-endian, the last one
+    /// zero-padded) and then continue as SplitMix64 seeded with the script's length.
+    pub fn scripted(bytes: &[u8]) -> Self {
+        Self {
+            state: bytes.len() as u64,
+            script: std::sync::Arc::from(bytes),
+            read: 0,
+        }
     }
 
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
+        if self.read < self.script.len() {
+            let chunk = &self.script[self.read..self.script.len().min(self.read + 8)];
+            self.read += 8;
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            return u64::from_le_bytes(word);
+        }
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)
