@@ -47,6 +47,8 @@ pub(crate) struct LoadedKernel {
     pub(crate) abi: KernelAbi,
     /// One entry per segment, launched in order (see `KernelAbi::segments`).
     pub(crate) functions: Vec<Function>,
+    /// The elementwise vector entry, when the ABI has one (`KernelAbi::vector_lanes`).
+    pub(crate) vector: Option<Function>,
 }
 
 /// A least-recently-used map bounded by entry count and total bytes (each entry states its

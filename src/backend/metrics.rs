@@ -26,6 +26,7 @@ metrics! {
     resident_dispatches => "vyre_cuda_resident_dispatches_total",
     resident_sequences => "vyre_cuda_resident_sequences_total",
     launches => "vyre_cuda_kernel_launches_total",
+    chunked_dispatches => "vyre_cuda_chunked_dispatches_total",
     graph_captures => "vyre_cuda_graph_captures_total",
     graph_launches => "vyre_cuda_graph_launches_total",
     kernel_cache_hits => "vyre_cuda_kernel_cache_hits_total",

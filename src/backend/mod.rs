@@ -7,6 +7,7 @@
 //! device buffers can keep what they use alive without borrowing the backend.
 
 mod cache;
+mod chunked;
 mod device_buffer;
 mod disk_cache;
 mod dispatch;
@@ -532,10 +533,15 @@ impl Core {
             .map(|segment| module.function(&emitted.abi.entry_name(segment)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.driver_error(e))?;
+        let vector = (emitted.abi.vector_lanes > 0)
+            .then(|| module.function(crate::codegen::VECTOR_ENTRY))
+            .transpose()
+            .map_err(|e| self.driver_error(e))?;
         let kernel = Arc::new(LoadedKernel {
             key,
             abi: emitted.abi.clone(),
             functions,
+            vector,
         });
         let Ok(mut modules) = self.kernels.modules.lock() else {
             return Ok(kernel);

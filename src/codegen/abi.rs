@@ -10,6 +10,12 @@ use vyre_foundation::ir::{BufferAccess, DataType, Program};
 /// Name of the kernel entry in every emitted module.
 pub const KERNEL_ENTRY: &str = "vyre_main";
 
+/// Name of the vector entry of an elementwise program (see [`KernelAbi::vector_lanes`]).
+/// Its parameters are the scalar entry's followed by `.u32 vyre_inv_base` and
+/// `.u32 vyre_inv_end`: it runs invocations `vyre_inv_base .. vyre_inv_end`,
+/// `vector_lanes` consecutive ones per thread starting at `vyre_inv_base + lanes * thread`.
+pub const VECTOR_ENTRY: &str = "vyre_main_vec4";
+
 /// How a storage buffer takes part in a dispatch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BindingRole {
@@ -72,6 +78,12 @@ pub struct KernelAbi {
     /// Whether the kernel takes a trailing `.u64` pointer to a zeroed `u32` fault word,
     /// where it records the first run-time error the reference would also raise.
     pub fault_word: bool,
+    /// Invocations per thread of the module's [`VECTOR_ENTRY`], or 0 when it has none.
+    /// Only elementwise programs (every global access is `buf[gid]`) get one; the host
+    /// may launch it instead of the scalar entry when every binding base is 16-byte
+    /// aligned, no two bindings overlap and the grid is 1-D, and may split the
+    /// invocation range into independent chunks.
+    pub vector_lanes: u32,
 }
 
 impl KernelAbi {
@@ -184,6 +196,7 @@ pub(crate) fn layout(
             bindings,
             shared_bytes,
             fault_word: false,
+            vector_lanes: 0,
         },
         shared,
     ))

@@ -18,6 +18,8 @@ use rustc_hash::FxHashMap;
 use std::collections::BTreeSet;
 use vyre_foundation::ir::{AtomicOp, DataType, Expr, MemoryOrdering, Node, Program};
 
+mod vector;
+
 /// Deepest expression/statement nesting the walker accepts (protects the host stack).
 const MAX_NESTING: u32 = 384;
 
@@ -109,6 +111,8 @@ pub(crate) struct Lowerer<'p> {
     hoisted: FxHashMap<*const Expr, Val>,
     /// High halves of 16-byte values, keyed by their low register.
     wide_hi: FxHashMap<Reg, Reg>,
+    /// Set while lowering the lanes of an elementwise program's vector entry.
+    lanes: Option<vector::Lanes<'p>>,
 }
 
 /// Where a buffer's bytes start.
@@ -208,12 +212,18 @@ impl<'p> Lowerer<'p> {
             divergence: 0,
             hoisted: FxHashMap::default(),
             wide_hi: FxHashMap::default(),
+            lanes: None,
         }
     }
 
     /// Lower the program body and return `(prologue + body text, uses fault word, writer)`.
     pub(crate) fn lower_entry(mut self, entry: &'p [Node]) -> Result<LoweredBody, CodegenError> {
         self.put_block(entry)?;
+        self.finish_entry()
+    }
+
+    /// Close the entry: final `exit`, the out-of-line fault blocks, the prologue.
+    fn finish_entry(mut self) -> Result<LoweredBody, CodegenError> {
         emit!(self.w, "exit");
         for (fault, label) in std::mem::take(&mut self.exit_faults) {
             self.w.put_label(label);
@@ -559,6 +569,9 @@ impl<'p> Lowerer<'p> {
                 Ok(())
             }
             Node::Return => {
+                if self.lane_return() {
+                    return Ok(());
+                }
                 emit!(self.w, "exit");
                 Ok(())
             }
@@ -640,6 +653,9 @@ impl<'p> Lowerer<'p> {
             ));
         };
         let (in_bounds, addr) = self.element_address(&slot, index);
+        if self.lane_store(buffer, in_bounds, payload) {
+            return Ok(());
+        }
         let space = slot.space.state_space();
         if slot.stride == 16 {
             // The value's bytes, zero-padded to sixteen.
@@ -908,6 +924,9 @@ impl<'p> Lowerer<'p> {
                 "use a supported element type",
             ));
         };
+        if let Some(word) = self.lane_load(buffer, index) {
+            return Ok(self.word_value(kind, word));
+        }
         let (in_bounds, addr) = self.element_address(&slot, index);
         let space = slot.space.state_space();
         let reg = self.w.reg(kind.reg_class());

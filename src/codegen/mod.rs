@@ -35,6 +35,7 @@
 
 mod abi;
 mod async_copy;
+pub(crate) mod elementwise;
 mod error;
 mod fault;
 mod grid_sync;
@@ -49,7 +50,8 @@ mod uniform;
 pub(crate) mod visit;
 mod writer;
 
-pub use abi::{BindingRole, KernelAbi, KernelBinding, KERNEL_ENTRY};
+pub use abi::{BindingRole, KernelAbi, KernelBinding, KERNEL_ENTRY, VECTOR_ENTRY};
+pub use elementwise::VECTOR_LANES;
 pub use error::CodegenError;
 pub use fault::DeviceFault;
 pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
@@ -59,7 +61,7 @@ use vyre_driver::DispatchConfig;
 use vyre_foundation::ir::Program;
 
 /// Version of the emitter's output format; part of every cache key.
-pub const EMITTER_VERSION: u32 = 2;
+pub const EMITTER_VERSION: u32 = 3;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;
@@ -110,9 +112,20 @@ pub fn emit_ptx(
         abi.shared_bytes = lowerer.shared_bytes();
         bodies.push(lowerer.lower_entry(segment)?);
     }
-    abi.fault_word = bodies.iter().any(|body| body.fault_word);
     abi.segments = bodies.len() as u32;
-    let ptx = compose(program, &abi, target, &bodies);
+    let vector = match elementwise::classify(program, workgroup_size) {
+        Some(shape) if bodies.len() == 1 => {
+            let lowerer = lower::Lowerer::new(program, &abi, shared, target.sm());
+            abi.vector_lanes = VECTOR_LANES;
+            Some(lowerer.lower_vector_entry(&abi, program.entry(), &shape)?)
+        }
+        _ => None,
+    };
+    abi.fault_word = bodies
+        .iter()
+        .chain(vector.as_ref())
+        .any(|body| body.fault_word);
+    let ptx = compose(program, &abi, target, &bodies, vector.as_ref());
     Ok(EmittedKernel { ptx, abi, target })
 }
 
@@ -138,8 +151,13 @@ fn compose(
     abi: &KernelAbi,
     target: PtxTarget,
     bodies: &[lower::LoweredBody],
+    vector: Option<&lower::LoweredBody>,
 ) -> String {
-    let size: usize = bodies.iter().map(|b| b.body.len() + b.prologue.len()).sum();
+    let size: usize = bodies
+        .iter()
+        .chain(vector)
+        .map(|b| b.body.len() + b.prologue.len())
+        .sum();
     let mut out = String::with_capacity(size + 1024);
     let digest = program.fingerprint();
     let _ = writeln!(
@@ -153,6 +171,7 @@ fn compose(
     let _ = writeln!(out, ".address_size 64\n");
     let libm_used: std::collections::BTreeSet<_> = bodies
         .iter()
+        .chain(vector)
         .flat_map(|b| b.libm_used.iter().copied())
         .collect();
     out.push_str(&libm::module_text(&libm_used));
@@ -166,14 +185,19 @@ fn compose(
     if abi.fault_word {
         params.push("\t.param .u64 vyre_fault".to_string());
     }
+    let vector_params = format!(
+        "{},\n\t.param .u32 vyre_inv_base,\n\t.param .u32 vyre_inv_end",
+        params.join(",\n")
+    );
     let params = params.join(",\n");
     let [x, y, z] = abi.workgroup_size;
-    for (index, body) in bodies.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            ".visible .entry {}(\n{params}\n)",
-            abi.entry_name(index as u32)
-        );
+    let entries = bodies
+        .iter()
+        .enumerate()
+        .map(|(index, body)| (abi.entry_name(index as u32), &params, body))
+        .chain(vector.map(|body| (VECTOR_ENTRY.to_string(), &vector_params, body)));
+    for (name, params, body) in entries {
+        let _ = writeln!(out, ".visible .entry {name}(\n{params}\n)");
         let _ = writeln!(out, ".reqntid {x}, {y}, {z}\n{{");
         out.push_str(&body.decls);
         if abi.shared_bytes > 0 {
