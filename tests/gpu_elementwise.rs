@@ -74,6 +74,39 @@ fn mixed(element: DataType, src: u32, dst: u32, x: u32, f: u32) -> Program {
     )
 }
 
+/// Inputs of [`mixed`]: `src` one element longer than declared (which widens the
+/// buffer, as in the reference), then `x`, `f` and `w`.
+fn mixed_inputs(rng: &mut Rng, element: &DataType, src: u32, x: u32, f: u32) -> Vec<Vec<u8>> {
+    let src_len = (src as usize + 1) * element_bytes(element);
+    let mut src_bytes = rng.bytes_u32(src_len.div_ceil(4));
+    src_bytes.truncate(src_len);
+    vec![
+        src_bytes,
+        rng.bytes_u32(x as usize),
+        rng.bytes_u32(f as usize),
+        rng.bytes_u32(f as usize * 2),
+    ]
+}
+
+/// Element types and `(src, dst, x, f)` counts [`mixed`] runs with.
+const ELEMENTS: [DataType; 7] = [
+    DataType::U8,
+    DataType::U16,
+    DataType::U32,
+    DataType::F32,
+    DataType::U64,
+    DataType::F64,
+    DataType::Vec4U32,
+];
+const SHAPES: [(u32, u32, u32, u32); 6] = [
+    (1, 1, 1, 1),
+    (3, 5, 2, 4),
+    (4, 4, 4, 4),
+    (37, 41, 29, 33),
+    (1023, 1029, 1030, 1021),
+    (4099, 4096, 4101, 4095),
+];
+
 fn element_bytes(element: &DataType) -> usize {
     match element {
         DataType::U8 => 1,
@@ -111,43 +144,12 @@ fn every_element_size_and_ragged_length_matches_the_reference() {
     let Some(backend) = backend() else { return };
     let mut rng = Rng::new(11);
     let mut runs = 0;
-    for element in [
-        DataType::U8,
-        DataType::U16,
-        DataType::U32,
-        DataType::F32,
-        DataType::U64,
-        DataType::F64,
-        DataType::Vec4U32,
-    ] {
-        let stride = element_bytes(&element);
-        for (src, dst, x, f) in [
-            (1, 1, 1, 1),
-            (3, 5, 2, 4),
-            (4, 4, 4, 4),
-            (37, 41, 29, 33),
-            (1023, 1029, 1030, 1021),
-            (4099, 4096, 4101, 4095),
-        ] {
+    for element in ELEMENTS {
+        for (src, dst, x, f) in SHAPES {
             let program = mixed(element.clone(), src, dst, x, f);
-            // Inputs longer than declared widen the buffer (the reference's rule).
-            let src_bytes: Vec<u8> = rng
-                .bytes_u32((src as usize * stride).div_ceil(4) + 3)
-                .into_iter()
-                .take(src as usize * stride + stride)
-                .collect();
-            let inputs = vec![
-                src_bytes,
-                rng.bytes_u32(x as usize),
-                rng.bytes_u32(f as usize),
-                rng.bytes_u32(f as usize * 2),
-            ];
-            check_ok(
-                backend,
-                &format!("{element} {src}/{dst}/{x}/{f}"),
-                &program,
-                &inputs,
-            );
+            let inputs = mixed_inputs(&mut rng, &element, src, x, f);
+            let name = format!("{element} {src}/{dst}/{x}/{f}");
+            check_ok(backend, &name, &program, &inputs);
             runs += 1;
         }
     }
@@ -217,16 +219,13 @@ fn division_by_zero_at(at: u32) -> Program {
 #[test]
 fn the_test_programs_run_on_the_reference() {
     let mut rng = Rng::new(3);
-    for element in [DataType::U8, DataType::U64, DataType::Vec4U32] {
-        let stride = element_bytes(&element);
-        let program = mixed(element, 37, 41, 29, 33);
-        let inputs = vec![
-            rng.bytes_u32(37 * stride / 4 + 1)[..37 * stride].to_vec(),
-            rng.bytes_u32(29),
-            rng.bytes_u32(33),
-            rng.bytes_u32(66),
-        ];
-        reference(&program, &inputs).unwrap();
+    for element in ELEMENTS {
+        for (src, dst, x, f) in SHAPES {
+            let program = mixed(element.clone(), src, dst, x, f);
+            let inputs = mixed_inputs(&mut rng, &element, src, x, f);
+            assert_eq!(inputs[0].len() % element_bytes(&element), 0);
+            reference(&program, &inputs).unwrap();
+        }
     }
     let program = pipeline(1000, 501, 1300);
     reference(&program, &pipeline_inputs(1000, 501, 13)).unwrap();
@@ -383,16 +382,10 @@ fn chunked_dispatches_match_the_single_launch_byte_for_byte() {
                 "n={n} x[{i}]"
             );
         }
-        // Past the invocation range: zero in outputs, the input in read-write buffers.
         // out[i] past `a` (n) but inside `b` (n + 7) is b[i] * 3, then zero.
         let tail = (n as usize + 1000) * 4;
         assert!(got[0][(n as usize + 7) * 4..tail].iter().all(|&b| b == 0));
         assert_eq!(got[2].len(), inputs[3].len());
-        let past = got[2].len() - 4;
-        let invocations = (n as usize + 1000).next_multiple_of(256);
-        if invocations * 4 <= past {
-            assert_eq!(got[2][past..], inputs[3][past..]);
-        }
         // A reused output Vec gives the same bytes.
         let mut reused = got.clone();
         for out in &mut reused {
@@ -402,6 +395,29 @@ fn chunked_dispatches_match_the_single_launch_byte_for_byte() {
             .dispatch_borrowed_into(&program, &borrowed, &DispatchConfig::default(), &mut reused)
             .unwrap();
         assert!(reused == got, "n={n}: reused outputs differ");
+        if !chunked {
+            continue;
+        }
+        // A grid override covering only the first half: elements past the invocations
+        // are zero in outputs and keep the input in read-write buffers.
+        let mut config = DispatchConfig::default();
+        let invocations = (n as usize / 2).next_multiple_of(256);
+        config.grid_override = Some([(invocations / 256) as u32, 1, 1]);
+        let before = backend.metric(CHUNKED);
+        let half = backend
+            .dispatch_borrowed(&program, &borrowed, &config)
+            .unwrap();
+        assert_eq!(backend.metric(CHUNKED) - before, 1, "n={n}: grid override");
+        let single = backend
+            .dispatch_borrowed_timed(&program, &borrowed, &config)
+            .unwrap();
+        assert!(
+            half == single.outputs,
+            "n={n}: grid override: chunked and single differ"
+        );
+        assert!(half[0][invocations * 4..].iter().all(|&b| b == 0));
+        assert_eq!(half[2][invocations * 4..], inputs[3][invocations * 4..]);
+        assert_eq!(half[2][..invocations * 4], got[2][..invocations * 4]);
     }
 }
 
