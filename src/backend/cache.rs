@@ -49,6 +49,8 @@ pub(crate) struct LoadedKernel {
     pub(crate) functions: Vec<Function>,
     /// The single-kernel form of a split program, where the device can launch it.
     pub(crate) cooperative: Option<CooperativeEntry>,
+    /// The elementwise vector entry, when the ABI has one (`KernelAbi::vector_lanes`).
+    pub(crate) vector: Option<Function>,
 }
 
 /// A kernel's cooperative entry and the largest grid that is resident at once with it.

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use vyre_foundation::ir::{BufferAccess, Program};
 
 const MAGIC: &[u8; 8] = b"VYRECUDA";
-const FORMAT: u32 = 3;
+const FORMAT: u32 = 4;
 
 /// The on-disk PTX cache rooted at one directory.
 #[derive(Debug)]
@@ -106,6 +106,7 @@ fn encode(key: &KernelKey, kernel: &EmittedKernel) -> Vec<u8> {
     payload.extend_from_slice(&abi.shared_bytes.to_le_bytes());
     payload.push(u8::from(abi.fault_word) | (u8::from(abi.cooperative) << 1));
     payload.extend_from_slice(&abi.segments.to_le_bytes());
+    payload.extend_from_slice(&abi.vector_lanes.to_le_bytes());
     payload.extend_from_slice(&(abi.bindings.len() as u32).to_le_bytes());
     for binding in &abi.bindings {
         payload.extend_from_slice(&(binding.decl_index as u32).to_le_bytes());
@@ -200,6 +201,10 @@ fn decode(
     if segments == 0 {
         return Err("a kernel with no entry".to_string());
     }
+    let vector_lanes = r.u32()?;
+    if vector_lanes != 0 && vector_lanes != crate::codegen::VECTOR_LANES {
+        return Err(format!("unknown vector entry width {vector_lanes}"));
+    }
     let count = r.u32()? as usize;
     let buffers = program.buffers();
     let mut bindings = Vec::with_capacity(count.min(buffers.len()));
@@ -261,6 +266,7 @@ fn decode(
             fault_word,
             cooperative,
             segments,
+            vector_lanes,
         },
         target,
     })

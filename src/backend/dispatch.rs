@@ -353,9 +353,20 @@ impl Core {
         outputs: &mut Vec<Vec<u8>>,
     ) -> Result<Timing, CudaError> {
         Metrics::bump(&self.metrics.dispatches);
-        let result = self
-            .start(program, inputs, config, kernel, timed)
-            .and_then(|flight| flight.finish(self, outputs));
+        // Large elementwise dispatches run as overlapped chunks (chunked.rs); the timed
+        // variant keeps the single launch its device time measures.
+        let chunked = if timed {
+            Ok(None)
+        } else {
+            self.run_chunked(program, inputs, config, kernel.as_ref(), outputs)
+        };
+        let result = match chunked {
+            Ok(Some(timing)) => Ok(timing),
+            Ok(None) => self
+                .start(program, inputs, config, kernel, timed)
+                .and_then(|flight| flight.finish(self, outputs)),
+            Err(error) => Err(error),
+        };
         match &result {
             Ok(timing) if timed => {
                 Metrics::bump(&self.metrics.timed_dispatches);

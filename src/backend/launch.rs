@@ -3,7 +3,9 @@
 
 use super::cache::LoadedKernel;
 use super::metrics::Metrics;
+use crate::codegen::VECTOR_LANES;
 use crate::driver::{DriverError, GraphExec, KernelArg, Stream};
+use std::ops::Range;
 
 /// Device addresses and element counts for one launch, in the kernel's declaration order.
 #[derive(Debug, Clone, Default)]
@@ -54,12 +56,15 @@ pub(crate) fn enqueue(
     if args.fault.is_some() != abi.fault_word {
         return Err(mismatch("fault word"));
     }
-    // Every pointer, every element count, then the fault word: the emitter's order.
-    let mut kernel_args: smallvec::SmallVec<[KernelArg; 24]> = smallvec::SmallVec::new();
-    kernel_args.extend(args.pointers.iter().map(|p| KernelArg::U64(*p)));
-    kernel_args.extend(args.counts.iter().map(|c| KernelArg::U32(*c)));
-    if let Some(fault) = args.fault {
-        kernel_args.push(KernelArg::U64(fault));
+    let mut kernel_args = kernel_args(args);
+    if let Some(invocations) = vector_invocations(kernel, grid, args) {
+        let (function, grid) = vector_grid(kernel, &invocations)?;
+        kernel_args.push(KernelArg::U32(invocations.start));
+        kernel_args.push(KernelArg::U32(invocations.end));
+        for _ in 0..launches {
+            stream.launch(function, grid, abi.workgroup_size, &kernel_args)?;
+        }
+        return Ok(());
     }
     let blocks = grid.iter().map(|&d| u64::from(d)).product::<u64>();
     let cooperative = kernel.cooperative.as_ref().filter(|entry| {
@@ -89,6 +94,103 @@ pub(crate) fn enqueue(
         }
     }
     Ok(())
+}
+
+/// Every pointer, every element count, then the fault word: the emitter's order.
+fn kernel_args(args: &LaunchArgs) -> smallvec::SmallVec<[KernelArg; 24]> {
+    let mut kernel_args: smallvec::SmallVec<[KernelArg; 24]> = smallvec::SmallVec::new();
+    kernel_args.extend(args.pointers.iter().map(|p| KernelArg::U64(*p)));
+    kernel_args.extend(args.counts.iter().map(|c| KernelArg::U32(*c)));
+    if let Some(fault) = args.fault {
+        kernel_args.push(KernelArg::U64(fault));
+    }
+    kernel_args
+}
+
+/// The invocation range the vector entry would run for this launch, when it may: the
+/// kernel has one, the grid is 1-D, and [`vector_fits`] holds for `args`.
+fn vector_invocations(
+    kernel: &LoadedKernel,
+    grid: [u32; 3],
+    args: &LaunchArgs,
+) -> Option<Range<u32>> {
+    if kernel.vector.is_none() || grid[1] != 1 || grid[2] != 1 {
+        return None;
+    }
+    let total = u64::from(grid[0]) * u64::from(kernel.abi.workgroup_size[0]);
+    let total = u32::try_from(total).ok()?;
+    let invocations = 0..total;
+    vector_fits(kernel, args, &invocations).then_some(invocations)
+}
+
+/// Whether the vector entry may run `invocations` over `args`: the range ends early
+/// enough that `end + lanes` does not wrap, starts on a lane boundary, every binding base
+/// (as passed: a chunk's base may be virtual, `chunk - start * stride`) is 16-byte
+/// aligned, and no two bindings' addressed bytes (elements `start .. min(end, count)`)
+/// overlap: the vector entry reads never-stored buffers ahead of the stores, which an
+/// alias would make visible.
+pub(crate) fn vector_fits(
+    kernel: &LoadedKernel,
+    args: &LaunchArgs,
+    invocations: &Range<u32>,
+) -> bool {
+    let abi = &kernel.abi;
+    if kernel.vector.is_none()
+        || invocations.end.checked_add(VECTOR_LANES).is_none()
+        || invocations.start % VECTOR_LANES != 0
+        || args.pointers.iter().any(|p| p % 16 != 0)
+    {
+        return false;
+    }
+    let spans: smallvec::SmallVec<[(u64, u64); 8]> = args
+        .pointers
+        .iter()
+        .zip(&args.counts)
+        .zip(&abi.bindings)
+        .map(|((&p, &count), binding)| {
+            let stride = u64::from(binding.element_size);
+            let first = u64::from(invocations.start.min(count));
+            let end = u64::from(invocations.end.min(count));
+            (p.wrapping_add(first * stride), p.wrapping_add(end * stride))
+        })
+        .collect();
+    spans.iter().enumerate().all(|(i, a)| {
+        spans[i + 1..]
+            .iter()
+            .all(|b| a.0 >= a.1 || b.0 >= b.1 || a.1 <= b.0 || b.1 <= a.0)
+    })
+}
+
+fn vector_grid<'k>(
+    kernel: &'k LoadedKernel,
+    invocations: &Range<u32>,
+) -> Result<(&'k crate::driver::Function, [u32; 3]), DriverError> {
+    let function = kernel
+        .vector
+        .as_ref()
+        .ok_or_else(|| mismatch("vector entry"))?;
+    let threads = (invocations.end.saturating_sub(invocations.start)).div_ceil(VECTOR_LANES);
+    let blocks = threads.div_ceil(kernel.abi.workgroup_size[0]).max(1);
+    Ok((function, [blocks, 1, 1]))
+}
+
+/// Enqueues one launch of the vector entry over `invocations` (a chunk of a larger
+/// dispatch: `args.pointers` are then the chunk's virtual bases). The caller checked
+/// [`vector_fits`] and keeps the memory alive as for [`enqueue`].
+pub(crate) fn enqueue_range(
+    stream: &Stream,
+    kernel: &LoadedKernel,
+    args: &LaunchArgs,
+    invocations: Range<u32>,
+) -> Result<(), DriverError> {
+    if !vector_fits(kernel, args, &invocations) {
+        return Err(mismatch("vector entry range or alignment"));
+    }
+    let mut kernel_args = kernel_args(args);
+    kernel_args.push(KernelArg::U32(invocations.start));
+    kernel_args.push(KernelArg::U32(invocations.end));
+    let (function, grid) = vector_grid(kernel, &invocations)?;
+    stream.launch(function, grid, kernel.abi.workgroup_size, &kernel_args)
 }
 
 /// Enqueues `replays` launches of a captured graph on `stream`, under the same obligation

@@ -7,6 +7,7 @@
 //! device buffers can keep what they use alive without borrowing the backend.
 
 mod cache;
+mod chunked;
 mod device_buffer;
 mod disk_cache;
 mod dispatch;
@@ -641,11 +642,16 @@ impl Core {
         } else {
             None
         };
+        let vector = (emitted.abi.vector_lanes > 0)
+            .then(|| module.function(crate::codegen::VECTOR_ENTRY))
+            .transpose()
+            .map_err(|e| self.driver_error(e))?;
         let kernel = Arc::new(LoadedKernel {
             key,
             abi: emitted.abi.clone(),
             functions,
             cooperative,
+            vector,
         });
         let Ok(mut modules) = self.kernels.modules.lock() else {
             return Ok(kernel);

@@ -162,6 +162,19 @@ impl Staging {
         copies: &[HostToDevice<'_>],
         metrics: &Metrics,
     ) -> Result<(), DriverError> {
+        self.upload_with(lane, device, stream, copies, metrics, Workers::BySize)
+    }
+
+    /// [`Staging::upload`] with an explicit worker policy.
+    pub(crate) fn upload_with(
+        &self,
+        lane: &mut Lane,
+        device: &Arc<Device>,
+        stream: &Stream,
+        copies: &[HostToDevice<'_>],
+        metrics: &Metrics,
+        workers: Workers,
+    ) -> Result<(), DriverError> {
         let total: usize = copies.iter().map(|c| c.src.len()).sum();
         Metrics::add(&metrics.bytes_to_device, total as u64);
         if total <= DIRECT_UPLOAD_MAX {
@@ -190,7 +203,7 @@ impl Staging {
             chunk,
             metrics,
         };
-        let workers = self.config.workers_for(total);
+        let workers = self.workers(workers, total);
         if workers == 1 {
             return upload_worker(&ctx, &mut lane.slots[..2], &pieces);
         }
@@ -218,6 +231,19 @@ impl Staging {
         copies: &mut [DeviceToHost<'_>],
         metrics: &Metrics,
     ) -> Result<(), DriverError> {
+        self.download_with(lane, device, stream, copies, metrics, Workers::BySize)
+    }
+
+    /// [`Staging::download`] with an explicit worker policy.
+    pub(crate) fn download_with(
+        &self,
+        lane: &mut Lane,
+        device: &Arc<Device>,
+        stream: &Stream,
+        copies: &mut [DeviceToHost<'_>],
+        metrics: &Metrics,
+        workers: Workers,
+    ) -> Result<(), DriverError> {
         let total: usize = copies.iter().map(|c| c.dst.len()).sum();
         Metrics::add(&metrics.bytes_to_host, total as u64);
         if total == 0 {
@@ -240,7 +266,7 @@ impl Staging {
             chunk,
             metrics,
         };
-        let workers = self.config.workers_for(total);
+        let workers = self.workers(workers, total);
         if workers == 1 {
             return download_worker(&ctx, &mut lane.slots[..2], pieces);
         }
@@ -257,6 +283,24 @@ impl Staging {
             join_all(handles)
         })
     }
+}
+
+impl Staging {
+    fn workers(&self, policy: Workers, total: usize) -> usize {
+        match policy {
+            Workers::BySize => self.config.workers_for(total),
+            Workers::CallingThread => 1,
+        }
+    }
+}
+
+/// How many threads one transfer uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Workers {
+    /// One per chunk of the transfer, at most the configured number.
+    BySize,
+    /// Only the calling thread (callers that already run one transfer per thread).
+    CallingThread,
 }
 
 fn join_all(

@@ -19,6 +19,12 @@ pub const COOPERATIVE_ENTRY: &str = "vyre_main_coop";
 /// the cooperative entry's grid barrier (arrival count, generation, stop flag).
 pub const FAULT_AREA_BYTES: usize = 16;
 
+/// Name of the vector entry of an elementwise program (see [`KernelAbi::vector_lanes`]).
+/// Its parameters are the scalar entry's followed by `.u32 vyre_inv_base` and
+/// `.u32 vyre_inv_end`: it runs invocations `vyre_inv_base .. vyre_inv_end`,
+/// `vector_lanes` consecutive ones per thread starting at `vyre_inv_base + lanes * thread`.
+pub const VECTOR_ENTRY: &str = "vyre_main_vec4";
+
 /// How a storage buffer takes part in a dispatch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BindingRole {
@@ -85,6 +91,12 @@ pub struct KernelAbi {
     /// Whether the module also holds [`COOPERATIVE_ENTRY`], which runs all `segments` in one
     /// cooperative launch (always with a fault word: its grid barrier lives in that area).
     pub cooperative: bool,
+    /// Invocations per thread of the module's [`VECTOR_ENTRY`], or 0 when it has none.
+    /// Only elementwise programs (every global access is `buf[gid]`) get one; the host
+    /// may launch it instead of the scalar entry when every binding base is 16-byte
+    /// aligned, no two bindings overlap and the grid is 1-D, and may split the
+    /// invocation range into independent chunks.
+    pub vector_lanes: u32,
 }
 
 impl KernelAbi {
@@ -198,6 +210,7 @@ pub(crate) fn layout(
             shared_bytes,
             fault_word: false,
             cooperative: false,
+            vector_lanes: 0,
         },
         shared,
     ))

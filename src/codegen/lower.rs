@@ -21,6 +21,8 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeSet;
 use vyre_foundation::ir::{AtomicOp, DataType, Expr, MemoryOrdering, Node, Program};
 
+mod vector;
+
 /// Deepest expression/statement nesting the walker accepts (protects the host stack).
 const MAX_NESTING: u32 = 384;
 
@@ -123,6 +125,8 @@ pub(crate) struct Lowerer<'p> {
     partials: Vec<Partial<'p>>,
     /// Where the workgroup's partials are applied; `Return` jumps there instead of exiting.
     epilogue: Option<Label>,
+    /// Set while lowering the lanes of an elementwise program's vector entry.
+    lanes: Option<vector::Lanes<'p>>,
 }
 
 /// Where a buffer's bytes start.
@@ -231,6 +235,7 @@ impl<'p> Lowerer<'p> {
             partials: Vec::new(),
             epilogue,
             read_vars,
+            lanes: None,
         }
     }
 
@@ -263,8 +268,13 @@ impl<'p> Lowerer<'p> {
     /// Lower the program body and return `(prologue + body text, uses fault word, writer)`.
     pub(crate) fn lower_entry(mut self, entry: &'p [Node]) -> Result<LoweredBody, CodegenError> {
         self.put_block(entry)?;
-        // Programs with per-workgroup partials have no barriers, so never segments: the
-        // epilogue and a segment end label do not meet.
+        self.finish_entry()
+    }
+
+    /// Close the entry: the epilogue (per-workgroup atomic partials; such programs have no
+    /// barriers, so never segments or a vector entry), the final exit, the out-of-line
+    /// fault blocks, the prologue.
+    fn finish_entry(mut self) -> Result<LoweredBody, CodegenError> {
         self.put_epilogue()?;
         self.exit_kernel();
         for (fault, label) in std::mem::take(&mut self.exit_faults) {
@@ -687,6 +697,9 @@ impl<'p> Lowerer<'p> {
                 Ok(())
             }
             Node::Return => {
+                if self.lane_return() {
+                    return Ok(());
+                }
                 self.end_invocation();
                 Ok(())
             }
@@ -768,6 +781,9 @@ impl<'p> Lowerer<'p> {
             ));
         };
         let (in_bounds, addr) = self.element_address(&slot, index);
+        if self.lane_store(buffer, in_bounds, payload) {
+            return Ok(());
+        }
         let space = slot.space.state_space();
         if slot.stride == 16 {
             // The value's bytes, zero-padded to sixteen.
@@ -1022,6 +1038,9 @@ impl<'p> Lowerer<'p> {
                 "use a supported element type",
             ));
         };
+        if let Some(word) = self.lane_load(buffer, index) {
+            return Ok(self.word_value(kind, word));
+        }
         let (in_bounds, addr) = self.element_address(&slot, index);
         let space = slot.space.state_space();
         let reg = self.w.reg(kind.reg_class());

@@ -35,6 +35,7 @@
 
 mod abi;
 mod async_copy;
+pub(crate) mod elementwise;
 mod error;
 mod fault;
 mod grid_sync;
@@ -52,7 +53,9 @@ mod writer;
 
 pub use abi::{
     BindingRole, KernelAbi, KernelBinding, COOPERATIVE_ENTRY, FAULT_AREA_BYTES, KERNEL_ENTRY,
+    VECTOR_ENTRY,
 };
+pub use elementwise::VECTOR_LANES;
 pub use error::CodegenError;
 pub use fault::DeviceFault;
 pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
@@ -62,7 +65,7 @@ use vyre_driver::DispatchConfig;
 use vyre_foundation::ir::Program;
 
 /// Version of the emitter's output format; part of every cache key.
-pub const EMITTER_VERSION: u32 = 4;
+pub const EMITTER_VERSION: u32 = 5;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;
@@ -122,9 +125,29 @@ pub fn emit_ptx(
         }
     }
     abi.cooperative = !cooperative.is_empty();
-    abi.fault_word = abi.cooperative || bodies.iter().any(|body| body.fault_word);
     abi.segments = bodies.len() as u32;
-    let ptx = compose(program, &abi, target, &bodies, &cooperative);
+    // Elementwise programs have no barriers, so never a cooperative form as well.
+    let vector = match elementwise::classify(program, workgroup_size) {
+        Some(shape) if bodies.len() == 1 => {
+            let lowerer = lower::Lowerer::new(program, &abi, shared, target.sm());
+            abi.vector_lanes = VECTOR_LANES;
+            Some(lowerer.lower_vector_entry(&abi, program.entry(), &shape)?)
+        }
+        _ => None,
+    };
+    abi.fault_word = abi.cooperative
+        || bodies
+            .iter()
+            .chain(vector.as_ref())
+            .any(|body| body.fault_word);
+    let ptx = compose(
+        program,
+        &abi,
+        target,
+        &bodies,
+        &cooperative,
+        vector.as_ref(),
+    );
     Ok(EmittedKernel { ptx, abi, target })
 }
 
@@ -151,10 +174,12 @@ fn compose(
     target: PtxTarget,
     bodies: &[lower::LoweredBody],
     cooperative: &[lower::LoweredBody],
+    vector: Option<&lower::LoweredBody>,
 ) -> String {
     let size: usize = bodies
         .iter()
         .chain(cooperative)
+        .chain(vector)
         .map(|b| b.body.len() + b.prologue.len())
         .sum();
     let mut out = String::with_capacity(size + 1024);
@@ -171,6 +196,7 @@ fn compose(
     let libm_used: std::collections::BTreeSet<_> = bodies
         .iter()
         .chain(cooperative)
+        .chain(vector)
         .flat_map(|b| b.libm_used.iter().copied())
         .collect();
     out.push_str(&libm::module_text(&libm_used));
@@ -184,6 +210,12 @@ fn compose(
     if abi.fault_word {
         params.push("\t.param .u64 vyre_fault".to_string());
     }
+    let vector_params = params
+        .iter()
+        .map(String::as_str)
+        .chain(["\t.param .u32 vyre_inv_base", "\t.param .u32 vyre_inv_end"])
+        .collect::<Vec<_>>()
+        .join(",\n");
     let params = params.join(",\n");
     let [x, y, z] = abi.workgroup_size;
     let shared = (abi.shared_bytes > 0).then(|| {
@@ -192,12 +224,13 @@ fn compose(
             abi.shared_bytes
         )
     });
-    for (index, body) in bodies.iter().enumerate() {
-        let _ = writeln!(
-            out,
-            ".visible .entry {}(\n{params}\n)",
-            abi.entry_name(index as u32)
-        );
+    let entries = bodies
+        .iter()
+        .enumerate()
+        .map(|(index, body)| (abi.entry_name(index as u32), &params, body))
+        .chain(vector.map(|body| (VECTOR_ENTRY.to_string(), &vector_params, body)));
+    for (name, params, body) in entries {
+        let _ = writeln!(out, ".visible .entry {name}(\n{params}\n)");
         let _ = writeln!(out, ".reqntid {x}, {y}, {z}\n{{");
         out.push_str(&body.decls);
         out.push_str(shared.as_deref().unwrap_or_default());

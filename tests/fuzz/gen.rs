@@ -438,6 +438,10 @@ struct Gen<'a> {
     next_name: u32,
     budget: i32,
     threads: u32,
+    /// Elementwise shape: every buffer access is `buf[gid]` (via `lin`), 1-D workgroup,
+    /// no atomics, barriers, workgroup memory or other ID axes, so the backend runs the
+    /// program through its vector entry and chunked pipeline.
+    elementwise: bool,
 }
 
 fn lit_u32(v: u32) -> Expr {
@@ -589,6 +593,9 @@ impl Gen<'_> {
     /// An index into buffer `b` that only this invocation uses (or that is out of
     /// bounds for every invocation).
     fn own_index(&mut self, b: usize) -> Expr {
+        if self.elementwise {
+            return self.elementwise_index();
+        }
         let k = self.bufs[b].own_k().unwrap_or(1);
         let len = self.bufs[b].len.max(self.bufs[b].count);
         match self.rng.below(20) {
@@ -622,6 +629,9 @@ impl Gen<'_> {
 
     /// Any index into a read-only buffer: in or out of bounds, data-dependent or not.
     fn any_index(&mut self, b: usize, depth: u32) -> Expr {
+        if self.elementwise {
+            return self.elementwise_index();
+        }
         let len = self.bufs[b].len.max(1);
         let cfg: &GenConfig = self.cfg;
         let f = &cfg.features;
@@ -665,6 +675,16 @@ impl Gen<'_> {
                 bin(BinOp::Mod, var("lin"), lit_u32(len)),
             ),
             _ => cast(DataType::U32, self.expr(Ty::I32, depth.min(1))),
+        }
+    }
+
+    /// The only index an elementwise program uses: the invocation's own `gid`, through
+    /// the `lin` alias or directly.
+    fn elementwise_index(&mut self) -> Expr {
+        if self.rng.chance(70) {
+            var("lin")
+        } else {
+            Expr::InvocationId { axis: 0 }
         }
     }
 
@@ -794,6 +814,11 @@ impl Gen<'_> {
                 }
                 50..=71 => self.load_input(ty, 0),
                 72..=81 => self.load_own(ty),
+                82..=95 if ty == Ty::U32 && self.elementwise => Some(match self.rng.below(3) {
+                    0 => var("lin"),
+                    1 => Expr::InvocationId { axis: 0 },
+                    _ => self.buf_len(),
+                }),
                 82..=95 if ty == Ty::U32 => Some(match self.rng.below(7) {
                     0 | 1 => var("lin"),
                     2 => Expr::InvocationId {
@@ -1125,6 +1150,7 @@ impl Gen<'_> {
     fn uniform_cond(&mut self) -> Expr {
         let op = *self.rng.pick(&[BinOp::Lt, BinOp::Eq, BinOp::Ne, BinOp::Ge]);
         let left = match self.rng.below(3) {
+            0 | 2 if self.elementwise => self.buf_len(),
             0 => Expr::WorkgroupId {
                 axis: self.rng.below(3) as u8,
             },
@@ -1224,7 +1250,7 @@ impl Gen<'_> {
                     Stmt::Loop => !deep && ctx.trip * 2 <= self.cfg.max_trip_product,
                     Stmt::CounterAtomic => has_counter,
                     Stmt::SharedPhase => has_shared && ctx.uniform,
-                    Stmt::Barrier => ctx.uniform,
+                    Stmt::Barrier => ctx.uniform && !self.elementwise,
                 };
                 if ok {
                     *w
@@ -1494,7 +1520,13 @@ fn can_load_as(ty: Ty, element: &DataType) -> bool {
 
 fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
     let f = &cfg.features;
+    let elementwise = rng.chance(25);
     let workgroup = *rng.pick(&f.workgroups);
+    let workgroup = if elementwise {
+        [workgroup[0] * workgroup[1] * workgroup[2], 1, 1]
+    } else {
+        workgroup
+    };
     let threads: u32 = workgroup.iter().product();
     let mut bufs = Vec::new();
     let max = cfg.max_count;
@@ -1521,7 +1553,11 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
             atomic: false,
         });
     }
-    let k_choices = [1, 1, 1, 1, 2, 2, 3, 4];
+    let k_choices: &[u32] = if elementwise {
+        &[1]
+    } else {
+        &[1, 1, 1, 1, 2, 2, 3, 4]
+    };
     for i in 0..rng.range(0, 2) {
         let element = rng.pick(&f.output_elements).clone();
         let count = pick_count(rng, max);
@@ -1534,7 +1570,7 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
             name: format!("rw{i}"),
             element,
             role: Role::InOut {
-                k: *rng.pick(&k_choices),
+                k: *rng.pick(k_choices),
             },
             count,
             len,
@@ -1550,7 +1586,7 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
             name: "out".into(),
             element,
             role: Role::Output {
-                k: *rng.pick(&k_choices),
+                k: *rng.pick(k_choices),
             },
             count,
             len: count,
@@ -1558,7 +1594,7 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
             atomic: false,
         });
     }
-    if !f.counter_atomics.is_empty() && rng.chance(25) {
+    if !elementwise && !f.counter_atomics.is_empty() && rng.chance(25) {
         for i in 0..rng.range(1, 2) {
             let count = rng.range(1, 4);
             bufs.push(GBuf {
@@ -1572,7 +1608,7 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
             });
         }
     }
-    if !f.shared_elements.is_empty() && rng.chance(30) {
+    if !elementwise && !f.shared_elements.is_empty() && rng.chance(30) {
         for i in 0..rng.range(1, 2) {
             let count = match rng.below(5) {
                 0 => 1,
@@ -1592,7 +1628,11 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
         }
     }
     for b in &mut bufs {
-        if b.own_k().is_some() && b.element == DataType::U32 && !f.own_atomics.is_empty() {
+        if !elementwise
+            && b.own_k().is_some()
+            && b.element == DataType::U32
+            && !f.own_atomics.is_empty()
+        {
             b.atomic = rng.chance(40);
         }
     }
@@ -1610,6 +1650,7 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
         next_name: 0,
         budget: 0,
         threads,
+        elementwise,
     };
     gen.budget = gen.rng.range(3, cfg.max_statements) as i32;
     let top = Ctx {
@@ -1670,10 +1711,10 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
     ];
     let gid = |axis| Expr::InvocationId { axis };
     let mut lin = gid(0);
-    if extent[1] > 1 || rng.chance(20) {
+    if !elementwise && (extent[1] > 1 || rng.chance(20)) {
         lin = bin(BinOp::Add, lin, bin(BinOp::Mul, gid(1), lit_u32(extent[0])));
     }
-    if extent[2] > 1 || rng.chance(10) {
+    if !elementwise && (extent[2] > 1 || rng.chance(10)) {
         lin = bin(
             BinOp::Add,
             lin,

@@ -1,0 +1,438 @@
+//! Chunked, overlapped borrowed dispatch of large elementwise programs.
+//!
+//! An elementwise program (see `codegen::elementwise`) lets invocation `i` touch only
+//! element `i` of each buffer, so its invocation range can run as independent chunks,
+//! each needing only the same element range of every buffer. A dispatch whose inputs
+//! total at least [`CHUNKED_MIN_INPUT_BYTES`] is cut into chunks of about
+//! [`CHUNK_BYTES`] per buffer, which pipeline threads (nearly one per core, each with its
+//! own stream, device block and pinned staging lane) take from a shared queue. Per chunk a
+//! thread copies the inputs' element range into pinned memory and uploads it, zeroes the
+//! outputs' range, launches the vector entry over the chunk's invocations, reads the
+//! returned ranges back and copies them into the caller's buffers. The host copies run
+//! on every thread at once (one core copies pageable memory at only ~6.5 GB/s), and
+//! while one thread waits for its copies the others upload, compute and read back, so
+//! both copy directions and the kernels overlap.
+//!
+//! Tuning: `VYRE_CUDA_PIPELINE_THREADS` overrides the number of pipeline threads and
+//! `VYRE_CUDA_PIPELINE_CHUNK_BYTES` the bytes of the widest buffer per chunk (read once
+//! per process; invalid values keep the defaults).
+//!
+//! Exactness: a chunk's device buffer for binding `b` holds elements
+//! `[start, min(end, len_b))`; the kernel gets the binding's real element count and a
+//! virtual base `chunk_buffer - start * stride`, so `gid`, `BufLen` and every bounds check
+//! are those of the whole dispatch. Elements no invocation addresses (at or past the
+//! invocation count) are filled on the host: zero for fresh outputs, the input bytes for
+//! read-write buffers. Each stream has a fault word; all are checked once at the end, and
+//! a fault returns no outputs.
+
+use super::cache::LoadedKernel;
+use super::dispatch::{check_config, check_fault, nanos, Timing};
+use super::launch::{self, LaunchArgs};
+use super::metrics::Metrics;
+use super::plan::{shape_output, starts_zeroed, DispatchPlan};
+use super::staging::{DeviceToHost, HostToDevice, Workers};
+use super::Core;
+use crate::driver::DriverError;
+use crate::error::CudaError;
+use std::ops::Range;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+use vyre_driver::DispatchConfig;
+use vyre_foundation::ir::Program;
+
+/// Dispatches whose inputs total less than this take the ordinary path.
+pub(crate) const CHUNKED_MIN_INPUT_BYTES: usize = 32 << 20;
+
+/// Bytes of the widest buffer one chunk covers, by default.
+const CHUNK_BYTES: usize = 2 << 20;
+
+/// Most pipeline threads (and streams) one chunked dispatch runs on.
+const MAX_PIPELINE_THREADS: usize = 15;
+
+/// Environment variable overriding the pipeline thread count (1..=15).
+const PIPELINE_THREADS_ENV: &str = "VYRE_CUDA_PIPELINE_THREADS";
+
+/// Environment variable overriding [`CHUNK_BYTES`] (64 KiB ..= 256 MiB).
+const PIPELINE_CHUNK_ENV: &str = "VYRE_CUDA_PIPELINE_CHUNK_BYTES";
+
+fn env_number(name: &str, range: std::ops::RangeInclusive<usize>) -> Option<usize> {
+    std::env::var(name)
+        .ok()
+        .and_then(|text| text.trim().parse::<usize>().ok())
+        .filter(|value| range.contains(value))
+}
+
+/// Pipeline threads: every core but one (which the rest of the process keeps).
+fn pipeline_threads() -> usize {
+    static THREADS: OnceLock<usize> = OnceLock::new();
+    *THREADS.get_or_init(|| {
+        env_number(PIPELINE_THREADS_ENV, 1..=MAX_PIPELINE_THREADS).unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map_or(4, |cores| cores.get().saturating_sub(1))
+                .clamp(2, MAX_PIPELINE_THREADS)
+        })
+    })
+}
+
+fn chunk_bytes() -> usize {
+    static BYTES: OnceLock<usize> = OnceLock::new();
+    *BYTES.get_or_init(|| {
+        env_number(PIPELINE_CHUNK_ENV, (64 << 10)..=(256 << 20)).unwrap_or(CHUNK_BYTES)
+    })
+}
+
+/// Each binding's chunk buffer starts on this boundary inside a stream's device block.
+const BINDING_ALIGN: usize = 256;
+
+/// One chunk: its invocations and, per returned binding, the caller's bytes it fills.
+struct Chunk<'o> {
+    invocations: Range<u32>,
+    outputs: Vec<&'o mut [u8]>,
+}
+
+/// What every pipeline thread shares.
+struct Shared<'a> {
+    core: &'a Core,
+    kernel: &'a LoadedKernel,
+    plan: &'a DispatchPlan,
+    inputs: &'a [&'a [u8]],
+    /// Byte offset of each binding's chunk buffer inside a stream's block.
+    offsets: &'a [usize],
+    /// Offset of the stream's fault word inside its block.
+    fault_offset: usize,
+    /// Indices (into `abi.bindings`) of the returned bindings, in output order.
+    returned: &'a [usize],
+}
+
+impl Core {
+    /// Runs `program` chunked when it is an elementwise program with large inputs;
+    /// `Ok(None)` when the dispatch should take the ordinary path.
+    pub(crate) fn run_chunked(
+        &self,
+        program: &Program,
+        inputs: &[&[u8]],
+        config: &DispatchConfig,
+        kernel: Option<&Arc<LoadedKernel>>,
+        outputs: &mut Vec<Vec<u8>>,
+    ) -> Result<Option<Timing>, CudaError> {
+        let started = Instant::now();
+        if inputs.iter().map(|input| input.len()).sum::<usize>() < CHUNKED_MIN_INPUT_BYTES {
+            return Ok(None);
+        }
+        self.usable()?;
+        if check_config(config, self.grid_sync)? != 1 {
+            return Ok(None);
+        }
+        let kernel = match kernel {
+            Some(kernel) => Arc::clone(kernel),
+            None => self.kernel(program, config)?,
+        };
+        let abi = &kernel.abi;
+        if abi.vector_lanes == 0 || kernel.vector.is_none() {
+            return Ok(None);
+        }
+        let input_lens: smallvec::SmallVec<[usize; 8]> = inputs.iter().map(|i| i.len()).collect();
+        let plan = DispatchPlan::new(program, abi, &input_lens, config, self.limits)?;
+        let total = u64::from(plan.grid[0]) * u64::from(abi.workgroup_size[0]);
+        let Some(total) = u32::try_from(total)
+            .ok()
+            .filter(|&total| plan.grid[1] == 1 && plan.grid[2] == 1 && total < u32::MAX - 64)
+        else {
+            return Ok(None);
+        };
+        let widest = abi
+            .bindings
+            .iter()
+            .map(|b| b.element_size)
+            .max()
+            .unwrap_or(4) as usize;
+        // A multiple of 16 invocations, so every chunk's virtual bases stay 16-byte
+        // aligned for every element size.
+        let chunk = ((chunk_bytes() / widest).max(1 << 12) & !15) as u32;
+        let ranges: Vec<Range<u32>> = (0..total)
+            .step_by(chunk as usize)
+            .map(|start| start..start.saturating_add(chunk).min(total))
+            .collect();
+        if ranges.len() < 2 {
+            return Ok(None);
+        }
+        let returned: Vec<usize> = (0..abi.bindings.len())
+            .filter(|&b| abi.bindings[b].role.is_returned())
+            .collect();
+        let mut offsets = Vec::with_capacity(abi.bindings.len());
+        let mut block_bytes = 0usize;
+        for binding in &abi.bindings {
+            offsets.push(block_bytes);
+            block_bytes +=
+                (chunk as usize * binding.element_size as usize).next_multiple_of(BINDING_ALIGN);
+        }
+        let fault_offset = block_bytes;
+        block_bytes += BINDING_ALIGN;
+        let streams = pipeline_threads().min(ranges.len());
+        let mut resources = Vec::with_capacity(streams);
+        for _ in 0..streams {
+            let slot = self
+                .streams
+                .take(&self.device, &self.metrics)
+                .map_err(|e| self.driver_error(e))?;
+            let block = self
+                .pool
+                .take(&self.device, &slot.stream, block_bytes, &self.metrics)
+                .map_err(|e| self.driver_error(e))?;
+            resources.push((slot, block));
+        }
+        if resources
+            .iter()
+            .any(|(_, block)| block.ptr() % BINDING_ALIGN as u64 != 0)
+        {
+            // Never expected (device allocations are 256-byte aligned); the ordinary path
+            // does not need the alignment.
+            for (slot, block) in resources {
+                self.pool.give_back(block, &slot.stream);
+                self.streams.give_back(slot);
+            }
+            return Ok(None);
+        }
+        Metrics::bump(&self.metrics.chunked_dispatches);
+        prepare_outputs(abi, &plan, inputs, &returned, total, outputs);
+        let shared = Shared {
+            core: self,
+            kernel: &kernel,
+            plan: &plan,
+            inputs,
+            offsets: &offsets,
+            fault_offset,
+            returned: &returned,
+        };
+        let results: Vec<Result<u32, DriverError>> = {
+            let queue = Mutex::new(
+                split_outputs(abi, &plan, &returned, &ranges, total, outputs).into_iter(),
+            );
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = resources
+                    .iter()
+                    .map(|(slot, block)| {
+                        let (shared, queue) = (&shared, &queue);
+                        scope.spawn(move || shared.run_stream(&slot.stream, block.ptr(), queue))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|handle| {
+                        handle.join().unwrap_or_else(|_| {
+                            Err(DriverError::from_code(
+                                "chunked dispatch worker",
+                                cudarc::driver::sys::CUresult::CUDA_ERROR_UNKNOWN as u32,
+                            )
+                            .with_description("a pipeline thread panicked"))
+                        })
+                    })
+                    .collect()
+            })
+        };
+        let mut code = 0u32;
+        let mut failure = None;
+        for result in results {
+            match result {
+                Ok(word) if code == 0 => code = word,
+                Ok(_) => {}
+                Err(error) => failure = failure.or(Some(error)),
+            }
+        }
+        if let Some(error) = failure {
+            // Dropping the memory and streams waits for whatever is still queued on them.
+            drop(resources);
+            outputs.clear();
+            return Err(self.driver_error(error));
+        }
+        for (slot, block) in resources {
+            self.pool.give_back(block, &slot.stream);
+            self.streams.give_back(slot);
+        }
+        let wait_started = Instant::now();
+        check_fault(self, code, outputs)?;
+        for (out, &b) in outputs.iter_mut().zip(&returned) {
+            shape_output(out, abi.bindings[b].output_byte_range.as_ref());
+        }
+        Ok(Some(Timing {
+            wall_ns: nanos(started),
+            device_ns: None,
+            enqueue_ns: nanos(started),
+            wait_ns: nanos(wait_started),
+        }))
+    }
+}
+
+/// Sizes every returned buffer and fills the bytes no invocation addresses: zero for
+/// outputs, the input's bytes for read-write buffers. A buffer that must grow is
+/// replaced by a fresh zeroed allocation, whose pages the pipeline threads then touch
+/// in parallel as they copy results in (instead of one thread zero-filling it first).
+fn prepare_outputs(
+    abi: &crate::codegen::KernelAbi,
+    plan: &DispatchPlan,
+    inputs: &[&[u8]],
+    returned: &[usize],
+    total: u32,
+    outputs: &mut Vec<Vec<u8>>,
+) {
+    outputs.truncate(returned.len());
+    outputs.resize_with(returned.len(), Vec::new);
+    for (out, &b) in outputs.iter_mut().zip(returned) {
+        let len = plan.bindings[b].len;
+        if out.len() != len {
+            if out.capacity() < len {
+                *out = vec![0u8; len];
+            } else {
+                out.clear();
+                out.resize(len, 0);
+            }
+        }
+        let covered = covered_bytes(abi, plan, b, total);
+        match plan.bindings[b].input {
+            Some(input) => out[covered..].copy_from_slice(&inputs[input][covered..len]),
+            None => out[covered..].fill(0),
+        }
+    }
+}
+
+/// Bytes of binding `b` that some invocation below `total` can address.
+fn covered_bytes(
+    abi: &crate::codegen::KernelAbi,
+    plan: &DispatchPlan,
+    b: usize,
+    total: u32,
+) -> usize {
+    let stride = abi.bindings[b].element_size as usize;
+    (total as usize * stride).min(plan.bindings[b].len)
+}
+
+/// Cuts each returned buffer's addressed bytes into the chunks' pieces.
+fn split_outputs<'o>(
+    abi: &crate::codegen::KernelAbi,
+    plan: &DispatchPlan,
+    returned: &[usize],
+    ranges: &[Range<u32>],
+    total: u32,
+    outputs: &'o mut [Vec<u8>],
+) -> Vec<Chunk<'o>> {
+    let mut chunks: Vec<Chunk<'o>> = ranges
+        .iter()
+        .map(|range| Chunk {
+            invocations: range.clone(),
+            outputs: Vec::with_capacity(returned.len()),
+        })
+        .collect();
+    for (out, &b) in outputs.iter_mut().zip(returned) {
+        let stride = abi.bindings[b].element_size as usize;
+        let covered = covered_bytes(abi, plan, b, total);
+        let mut rest: &'o mut [u8] = &mut out[..covered];
+        for chunk in &mut chunks {
+            let start = (chunk.invocations.start as usize * stride).min(covered);
+            let end = (chunk.invocations.end as usize * stride).min(covered);
+            let (piece, tail) = std::mem::take(&mut rest).split_at_mut(end - start);
+            chunk.outputs.push(piece);
+            rest = tail;
+        }
+    }
+    chunks
+}
+
+impl Shared<'_> {
+    /// One pipeline thread: takes chunks from `queue` until it is empty, uploading,
+    /// launching and reading back each on `stream`; returns the stream's fault word.
+    fn run_stream<'o>(
+        &self,
+        stream: &crate::driver::Stream,
+        block: u64,
+        queue: &Mutex<std::vec::IntoIter<Chunk<'o>>>,
+    ) -> Result<u32, DriverError> {
+        let core = self.core;
+        let abi = &self.kernel.abi;
+        let fault = block + self.fault_offset as u64;
+        if abi.fault_word {
+            stream.memset_zero(fault, 4)?;
+        }
+        let mut lane = core.staging.take();
+        let result = (|| {
+            loop {
+                let next = queue.lock().ok().and_then(|mut queue| queue.next());
+                let Some(mut chunk) = next else { break };
+                let range = chunk.invocations.clone();
+                let mut uploads: smallvec::SmallVec<[HostToDevice<'_>; 8]> =
+                    smallvec::SmallVec::new();
+                let mut args = LaunchArgs::default();
+                for (b, binding) in abi.bindings.iter().enumerate() {
+                    let bytes = &self.plan.bindings[b];
+                    let stride = binding.element_size as usize;
+                    let lo = range.start.min(bytes.elements) as usize * stride;
+                    let hi = range.end.min(bytes.elements) as usize * stride;
+                    let dst = block + self.offsets[b] as u64;
+                    if hi > lo {
+                        match bytes.input {
+                            Some(input) => uploads.push(HostToDevice {
+                                dst,
+                                src: &self.inputs[input][lo..hi],
+                            }),
+                            None if starts_zeroed(binding.role) => {
+                                stream.memset_zero(dst, hi - lo)?;
+                            }
+                            None => {}
+                        }
+                    }
+                    // The virtual base: element `gid` of the whole buffer lands in the chunk.
+                    args.pointers
+                        .push(dst.wrapping_sub(range.start as u64 * stride as u64));
+                    args.counts.push(bytes.elements);
+                }
+                args.fault = abi.fault_word.then_some(fault);
+                core.staging.upload_with(
+                    &mut lane,
+                    &core.device,
+                    stream,
+                    &uploads,
+                    &core.metrics,
+                    Workers::CallingThread,
+                )?;
+                launch::enqueue_range(stream, self.kernel, &args, range.clone())?;
+                Metrics::bump(&core.metrics.launches);
+                let mut downloads: smallvec::SmallVec<[DeviceToHost<'_>; 8]> =
+                    smallvec::SmallVec::new();
+                for (&b, piece) in self.returned.iter().zip(chunk.outputs.iter_mut()) {
+                    if !piece.is_empty() {
+                        downloads.push(DeviceToHost {
+                            src: block + self.offsets[b] as u64,
+                            dst: piece,
+                        });
+                    }
+                }
+                core.staging.download_with(
+                    &mut lane,
+                    &core.device,
+                    stream,
+                    &mut downloads,
+                    &core.metrics,
+                    Workers::CallingThread,
+                )?;
+            }
+            let mut word = [0u8; 4];
+            if abi.fault_word {
+                core.staging.download(
+                    &mut lane,
+                    &core.device,
+                    stream,
+                    &mut [DeviceToHost {
+                        src: fault,
+                        dst: &mut word,
+                    }],
+                    &core.metrics,
+                )?;
+            }
+            stream.synchronize()?;
+            Ok(u32::from_le_bytes(word))
+        })();
+        if result.is_ok() {
+            core.staging.give_back(lane);
+        }
+        result
+    }
+}

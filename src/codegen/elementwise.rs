@@ -1,0 +1,242 @@
+//! Elementwise ("map") programs: the one analysis that decides whether a program may run
+//! several invocations per thread with vector loads and stores, and whether the runtime
+//! may split its invocation range into independent chunks.
+//!
+//! A program is elementwise when invocation `i` touches global memory only at element `i`
+//! of each buffer: every `Load`/`Store` index is the 1-D global invocation index (`gid`,
+//! `InvocationId { axis: 0 }`, directly or through a `Let` that is never reassigned), and
+//! nothing lets invocations observe each other or their position in a workgroup: no
+//! atomics, barriers, workgroup memory, subgroup operations, async copies, other ID axes,
+//! local or workgroup IDs, or unresolved calls. The workgroup must be 1-D (`[w, 1, 1]`),
+//! so distinct invocations have distinct `gid`s. For such programs the order in which
+//! invocations run does not change any result, and a store to element `i` is only ever
+//! read back by invocation `i` itself.
+
+use super::visit::{children, for_each_child, for_each_expr};
+use rustc_hash::{FxHashMap, FxHashSet};
+use vyre_foundation::ir::{BufferAccess, Expr, Node, Program};
+
+/// Invocations one thread of the vector entry runs.
+pub const VECTOR_LANES: u32 = 4;
+
+/// What the vector lowering needs to know about an elementwise program.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Elementwise<'p> {
+    /// Buffers some `Store` writes.
+    pub(crate) stored: FxHashSet<&'p str>,
+    /// Buffers some `Load` reads.
+    pub(crate) loaded: FxHashSet<&'p str>,
+}
+
+/// `Some` when `program` (already prepared as the reference runs it) is elementwise for
+/// the effective `workgroup_size`.
+pub(crate) fn classify(program: &Program, workgroup_size: [u32; 3]) -> Option<Elementwise<'_>> {
+    if workgroup_size[1] != 1 || workgroup_size[2] != 1 {
+        return None;
+    }
+    if program
+        .buffers()
+        .iter()
+        .any(|decl| decl.access() == BufferAccess::Workgroup)
+    {
+        return None;
+    }
+    let mut walk = Walk::default();
+    walk.collect_names(program.entry());
+    let globals: FxHashSet<&str> = program.buffers().iter().map(|decl| decl.name()).collect();
+    let mut found = Elementwise::default();
+    walk.check_block(program.entry(), &globals, &mut found)
+        .then_some(found)
+}
+
+/// Name facts gathered before the check: which locals always hold `gid`.
+#[derive(Default)]
+struct Walk<'p> {
+    /// Every `Let` value of each name (names may be re-bound in sibling scopes).
+    lets: FxHashMap<&'p str, Vec<&'p Expr>>,
+    /// Names that are assigned or used as loop variables somewhere.
+    mutable: FxHashSet<&'p str>,
+}
+
+impl<'p> Walk<'p> {
+    fn collect_names(&mut self, nodes: &'p [Node]) {
+        for node in nodes {
+            match node {
+                Node::Let { name, value } => {
+                    self.lets.entry(name.as_str()).or_default().push(value);
+                }
+                Node::Assign { name, .. } => {
+                    self.mutable.insert(name.as_str());
+                }
+                Node::Loop { var, .. } => {
+                    self.mutable.insert(var.as_str());
+                }
+                _ => {}
+            }
+            for body in children(node) {
+                self.collect_names(body);
+            }
+        }
+    }
+
+    /// Whether `expr` is the invocation's own 1-D global index in every execution.
+    fn is_gid(&self, expr: &Expr, depth: u32) -> bool {
+        match expr {
+            Expr::InvocationId { axis: 0 } => true,
+            Expr::Var(name) if depth < 64 && !self.mutable.contains(name.as_str()) => self
+                .lets
+                .get(name.as_str())
+                .is_some_and(|values| values.iter().all(|v| self.is_gid(v, depth + 1))),
+            _ => false,
+        }
+    }
+
+    fn check_block(
+        &self,
+        nodes: &'p [Node],
+        globals: &FxHashSet<&str>,
+        found: &mut Elementwise<'p>,
+    ) -> bool {
+        nodes
+            .iter()
+            .all(|node| self.check_node(node, globals, found))
+    }
+
+    fn check_node(
+        &self,
+        node: &'p Node,
+        globals: &FxHashSet<&str>,
+        found: &mut Elementwise<'p>,
+    ) -> bool {
+        let shape_ok = match node {
+            Node::Let { .. }
+            | Node::Assign { .. }
+            | Node::If { .. }
+            | Node::Loop { .. }
+            | Node::Block(_)
+            | Node::Region { .. }
+            | Node::Return
+            | Node::Trap { .. } => true,
+            Node::Store { buffer, index, .. } => {
+                if !globals.contains(buffer.as_str()) || !self.is_gid(index, 0) {
+                    return false;
+                }
+                found.stored.insert(buffer.as_str());
+                true
+            }
+            _ => false,
+        };
+        if !shape_ok {
+            return false;
+        }
+        let mut exprs_ok = true;
+        for_each_expr(node, &mut |expr| {
+            exprs_ok = exprs_ok && self.check_expr(expr, globals, found);
+        });
+        exprs_ok
+            && children(node)
+                .into_iter()
+                .all(|body| self.check_block(body, globals, found))
+    }
+
+    fn check_expr(
+        &self,
+        expr: &'p Expr,
+        globals: &FxHashSet<&str>,
+        found: &mut Elementwise<'p>,
+    ) -> bool {
+        let own = match expr {
+            Expr::Load { buffer, index } => {
+                if !globals.contains(buffer.as_str()) || !self.is_gid(index, 0) {
+                    return false;
+                }
+                found.loaded.insert(buffer.as_str());
+                true
+            }
+            Expr::InvocationId { axis } => *axis == 0,
+            Expr::LitU32(_)
+            | Expr::LitI32(_)
+            | Expr::LitBool(_)
+            | Expr::LitF32(_)
+            | Expr::Var(_)
+            | Expr::BufLen { .. }
+            | Expr::BinOp { .. }
+            | Expr::UnOp { .. }
+            | Expr::Select { .. }
+            | Expr::Cast { .. }
+            | Expr::Fma { .. } => true,
+            _ => false,
+        };
+        if !own {
+            return false;
+        }
+        let mut ok = true;
+        for_each_child(expr, &mut |child| {
+            ok = ok && self.check_expr(child, globals, found);
+        });
+        ok
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vyre_foundation::ir::{BufferDecl, DataType};
+
+    fn gid() -> Expr {
+        Expr::InvocationId { axis: 0 }
+    }
+
+    fn program(body: Vec<Node>) -> Program {
+        Program::wrapped(
+            vec![
+                BufferDecl::read("a", 0, DataType::U32).with_count(64),
+                BufferDecl::output("out", 1, DataType::U32).with_count(64),
+            ],
+            [64, 1, 1],
+            body,
+        )
+    }
+
+    #[test]
+    fn direct_and_let_bound_gid_are_elementwise() {
+        let direct = program(vec![Node::store("out", gid(), Expr::load("a", gid()))]);
+        let found = classify(&direct, [64, 1, 1]).expect("elementwise");
+        assert!(found.stored.contains("out") && found.loaded.contains("a"));
+        let through_let = program(vec![
+            Node::let_bind("i", gid()),
+            Node::store("out", Expr::var("i"), Expr::load("a", Expr::var("i"))),
+        ]);
+        assert!(classify(&through_let, [64, 1, 1]).is_some());
+    }
+
+    #[test]
+    fn other_indices_and_shapes_are_not() {
+        let shifted = program(vec![Node::store(
+            "out",
+            gid(),
+            Expr::load("a", Expr::add(gid(), Expr::u32(1))),
+        )]);
+        assert!(classify(&shifted, [64, 1, 1]).is_none());
+        let reassigned = program(vec![
+            Node::let_bind("i", gid()),
+            Node::assign("i", Expr::u32(0)),
+            Node::store("out", Expr::var("i"), Expr::u32(1)),
+        ]);
+        assert!(classify(&reassigned, [64, 1, 1]).is_none());
+        let two_d = program(vec![Node::store("out", gid(), Expr::u32(1))]);
+        assert!(classify(&two_d, [8, 8, 1]).is_none());
+        let local = program(vec![Node::store("out", gid(), Expr::LocalId { axis: 0 })]);
+        assert!(classify(&local, [64, 1, 1]).is_none());
+        let atomic = program(vec![Node::let_bind(
+            "old",
+            Expr::atomic_add("out", gid(), Expr::u32(1)),
+        )]);
+        assert!(classify(&atomic, [64, 1, 1]).is_none());
+        let barrier = program(vec![
+            Node::barrier(),
+            Node::store("out", gid(), Expr::u32(1)),
+        ]);
+        assert!(classify(&barrier, [64, 1, 1]).is_none());
+    }
+}

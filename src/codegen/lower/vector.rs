@@ -1,0 +1,328 @@
+//! The vector entry of an elementwise program (see `codegen::elementwise`): each thread
+//! runs [`VECTOR_LANES`] consecutive invocations, `first .. first + 4` with
+//! `first = vyre_inv_base + 4 * thread`, skipping those at or past `vyre_inv_end`.
+//!
+//! Every invocation runs the ordinary lowering of the program body with its own `gid`, so
+//! each computes exactly what the scalar entry computes. Only the memory traffic of
+//! 4- and 8-byte buffers changes shape:
+//! * a buffer the program never stores is read before the first lane with one 16-byte
+//!   `ld.global.nc` per 16 bytes when those elements are all in bounds (per-element
+//!   predicated loads otherwise, out-of-bounds elements reading zero as in the reference);
+//! * a stored buffer's stores are deferred: each lane keeps its last stored word and
+//!   whether it stored in bounds; a later load of that element in the same lane reads the
+//!   deferred word (no other invocation can address it). After the lanes, 16 bytes whose
+//!   elements were all stored go out in one `st.global.v4`/`v2`, the rest element by
+//!   element; out-of-bounds stores stay dropped.
+//!
+//! The host launches this entry only when every binding's (virtual) base is 16-byte
+//! aligned, no two bindings overlap and the grid is 1-D (see `backend::launch`).
+
+use super::{KernelAbi, LoweredBody, Lowerer, Space, Val};
+use crate::codegen::elementwise::{Elementwise, VECTOR_LANES};
+use crate::codegen::kind::ValKind;
+use crate::codegen::writer::{emit, Label, Reg, RegClass};
+use crate::codegen::CodegenError;
+use rustc_hash::FxHashMap;
+use vyre_foundation::ir::Node;
+
+const LANES: usize = VECTOR_LANES as usize;
+
+/// Per-entry state of the vector lowering.
+pub(crate) struct Lanes<'p> {
+    /// The lane being lowered.
+    lane: usize,
+    /// Where `Return` sends the current lane.
+    lane_end: Label,
+    /// Raw words of never-stored buffers, loaded before the first lane.
+    preloaded: FxHashMap<&'p str, [Reg; LANES]>,
+    /// Deferred stores: each lane's last stored word and whether it stored (in bounds).
+    pending: FxHashMap<&'p str, ([Reg; LANES], [Reg; LANES])>,
+}
+
+/// Whether a buffer's elements travel as raw `.b32`/`.b64` words in the vector entry.
+fn word_class(stride: u32) -> Option<RegClass> {
+    match stride {
+        4 => Some(RegClass::B32),
+        8 => Some(RegClass::B64),
+        _ => None,
+    }
+}
+
+fn width(class: RegClass) -> &'static str {
+    if class == RegClass::B64 {
+        "u64"
+    } else {
+        "u32"
+    }
+}
+
+impl<'p> Lowerer<'p> {
+    /// Lower the vector entry of an elementwise program.
+    pub(crate) fn lower_vector_entry(
+        mut self,
+        abi: &KernelAbi,
+        entry: &'p [Node],
+        shape: &Elementwise<'p>,
+    ) -> Result<LoweredBody, CodegenError> {
+        let (inv_base, inv_end) = (self.b32(), self.b32());
+        emit!(self.w, "ld.param.u32 {inv_base}, [vyre_inv_base]");
+        emit!(self.w, "ld.param.u32 {inv_end}, [vyre_inv_end]");
+        let thread = self.ids.global[0];
+        let first = self.b32();
+        emit!(self.w, "mad.lo.u32 {first}, {thread}, {LANES}, {inv_base}");
+        let mut lanes = Lanes {
+            lane: 0,
+            lane_end: self.w.label(),
+            preloaded: FxHashMap::default(),
+            pending: FxHashMap::default(),
+        };
+        let mut deferred = Vec::new();
+        for binding in &abi.bindings {
+            let Some(class) = word_class(binding.element_size) else {
+                continue;
+            };
+            if ValKind::of_load(&binding.element).is_none() {
+                continue;
+            }
+            let Some((name, slot)) = self
+                .buffers
+                .get_key_value(&*binding.name)
+                .map(|(name, slot)| (*name, slot.clone()))
+            else {
+                continue;
+            };
+            let Space::Global { base, len } = slot.space else {
+                continue;
+            };
+            if shape.stored.contains(name) {
+                let words = [(); LANES].map(|()| self.w.reg(class));
+                let stored = [(); LANES].map(|()| self.pred());
+                for (&word, &flag) in words.iter().zip(&stored) {
+                    emit!(self.w, "mov.{} {word}, 0", class.ty());
+                    emit!(self.w, "setp.ne.u32 {flag}, 0, 0");
+                }
+                lanes.pending.insert(name, (words, stored));
+                deferred.push((base, slot.stride, class, words, stored));
+            } else if shape.loaded.contains(name) {
+                let words = self.preload(base, len, first, slot.stride, class);
+                lanes.preloaded.insert(name, words);
+            }
+        }
+        let flush = self.w.label();
+        self.lanes = Some(lanes);
+        let mut result = Ok(());
+        for lane in 0..LANES {
+            let gid = self.b32();
+            emit!(self.w, "add.u32 {gid}, {first}, {lane}");
+            let past = self.pred();
+            emit!(self.w, "setp.ge.u32 {past}, {gid}, {inv_end}");
+            emit!(self.w, "@{past} bra {flush}");
+            let lane_end = self.w.label();
+            if let Some(lanes) = self.lanes.as_mut() {
+                lanes.lane = lane;
+                lanes.lane_end = lane_end;
+            }
+            self.ids.global[0] = gid;
+            self.push_scope();
+            result = self.put_block(entry);
+            self.pop_scope();
+            if result.is_err() {
+                break;
+            }
+            self.w.put_label(lane_end);
+        }
+        self.ids.global[0] = thread;
+        self.lanes = None;
+        result?;
+        self.w.put_label(flush);
+        for (base, stride, class, words, stored) in deferred {
+            self.flush_stores(base, first, stride, class, words, stored);
+        }
+        self.finish_entry()
+    }
+
+    /// `first * stride` bytes past `base`.
+    fn lane_address(&mut self, base: Reg, first: Reg, stride: u32) -> Reg {
+        let offset = self.reg(RegClass::B64);
+        emit!(self.w, "mul.wide.u32 {offset}, {first}, {stride}");
+        let addr = self.reg(RegClass::B64);
+        emit!(self.w, "add.s64 {addr}, {base}, {offset}");
+        addr
+    }
+
+    /// The raw words of elements `first .. first + 4`, zero where out of bounds.
+    fn preload(
+        &mut self,
+        base: Reg,
+        len: Reg,
+        first: Reg,
+        stride: u32,
+        class: RegClass,
+    ) -> [Reg; LANES] {
+        let words = [(); LANES].map(|()| self.w.reg(class));
+        for &word in &words {
+            emit!(self.w, "mov.{} {word}, 0", class.ty());
+        }
+        let addr = self.lane_address(base, first, stride);
+        let per_vector = (16 / stride) as usize;
+        for (group, chunk) in words.chunks(per_vector).enumerate() {
+            let start = (group * per_vector) as u32;
+            let last = self.b32();
+            emit!(
+                self.w,
+                "add.u32 {last}, {first}, {}",
+                start + per_vector as u32 - 1
+            );
+            let (whole, partial) = (self.pred(), self.pred());
+            emit!(self.w, "setp.lt.u32 {whole}, {last}, {len}");
+            emit!(self.w, "not.pred {partial}, {whole}");
+            let list: Vec<String> = chunk.iter().map(ToString::to_string).collect();
+            let vector = if per_vector == 4 { "v4" } else { "v2" };
+            emit!(
+                self.w,
+                "@{whole} ld.global.nc.{vector}.{} {{{}}}, [{addr}+{}]",
+                width(class),
+                list.join(", "),
+                start * stride
+            );
+            for (k, &word) in chunk.iter().enumerate() {
+                let element = start + k as u32;
+                let (gid, inside) = (self.b32(), self.pred());
+                emit!(self.w, "add.u32 {gid}, {first}, {element}");
+                emit!(self.w, "setp.lt.u32 {inside}, {gid}, {len}");
+                emit!(self.w, "and.pred {inside}, {inside}, {partial}");
+                emit!(
+                    self.w,
+                    "@{inside} ld.global.nc.{} {word}, [{addr}+{}]",
+                    width(class),
+                    element * stride
+                );
+            }
+        }
+        words
+    }
+
+    /// Write the deferred stores of one buffer: whole 16-byte groups as one vector store.
+    fn flush_stores(
+        &mut self,
+        base: Reg,
+        first: Reg,
+        stride: u32,
+        class: RegClass,
+        words: [Reg; LANES],
+        stored: [Reg; LANES],
+    ) {
+        let addr = self.lane_address(base, first, stride);
+        let per_vector = (16 / stride) as usize;
+        for group in 0..LANES / per_vector {
+            let start = group * per_vector;
+            let lanes = start..start + per_vector;
+            let (whole, partial) = (self.pred(), self.pred());
+            emit!(self.w, "mov.pred {whole}, {}", stored[start]);
+            for k in lanes.clone().skip(1) {
+                emit!(self.w, "and.pred {whole}, {whole}, {}", stored[k]);
+            }
+            emit!(self.w, "not.pred {partial}, {whole}");
+            let list: Vec<String> = words[lanes.clone()]
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            let vector = if per_vector == 4 { "v4" } else { "v2" };
+            emit!(
+                self.w,
+                "@{whole} st.global.{vector}.{} [{addr}+{}], {{{}}}",
+                width(class),
+                start as u32 * stride,
+                list.join(", ")
+            );
+            for k in lanes {
+                let one = self.pred();
+                emit!(self.w, "and.pred {one}, {}, {partial}", stored[k]);
+                emit!(
+                    self.w,
+                    "@{one} st.global.{} [{addr}+{}], {}",
+                    width(class),
+                    k as u32 * stride,
+                    words[k]
+                );
+            }
+        }
+    }
+
+    /// In the vector entry: the current lane's element of a preloaded or deferred buffer
+    /// (`index` is the lane's `gid`, which the elementwise analysis guarantees).
+    pub(super) fn lane_load(&mut self, buffer: &str, index: Reg) -> Option<Reg> {
+        let lanes = self.lanes.as_ref()?;
+        let lane = lanes.lane;
+        if let Some(words) = lanes.preloaded.get(buffer) {
+            return Some(words[lane]);
+        }
+        let (words, stored) = lanes.pending.get(buffer)?;
+        let (word, stored) = (words[lane], stored[lane]);
+        let slot = self.buffers.get(buffer)?.clone();
+        let (in_bounds, addr) = self.element_address(&slot, index);
+        let class = word.class();
+        let raw = self.reg(class);
+        emit!(self.w, "mov.{} {raw}, 0", class.ty());
+        emit!(
+            self.w,
+            "@{in_bounds} ld.global.{} {raw}, [{addr}]",
+            width(class)
+        );
+        emit!(self.w, "selp.{} {raw}, {word}, {raw}, {stored}", class.ty());
+        Some(raw)
+    }
+
+    /// In the vector entry: defer a store of `payload` to the current lane's element when
+    /// the buffer's stores are deferred; `false` when the store must be emitted as usual.
+    pub(super) fn lane_store(&mut self, buffer: &str, in_bounds: Reg, payload: Reg) -> bool {
+        let Some(lanes) = self.lanes.as_ref() else {
+            return false;
+        };
+        let Some((words, stored)) = lanes.pending.get(buffer) else {
+            return false;
+        };
+        let (word, stored) = (words[lanes.lane], stored[lanes.lane]);
+        emit!(
+            self.w,
+            "@{in_bounds} mov.{} {word}, {payload}",
+            word.class().ty()
+        );
+        emit!(self.w, "or.pred {stored}, {stored}, {in_bounds}");
+        true
+    }
+
+    /// `Return` in the vector entry ends the current lane only.
+    pub(super) fn lane_return(&mut self) -> bool {
+        match self.lanes.as_ref() {
+            Some(lanes) => {
+                let end = lanes.lane_end;
+                emit!(self.w, "bra {end}");
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A raw element word as the value a load of `kind` yields (as `put_load` would).
+    pub(super) fn word_value(&mut self, kind: ValKind, word: Reg) -> Val {
+        let reg = match kind {
+            ValKind::F32 => {
+                let f = self.reg(RegClass::F32);
+                emit!(self.w, "mov.b32 {f}, {word}");
+                self.flush_subnormal(f)
+            }
+            ValKind::F64 => {
+                let f = self.reg(RegClass::F64);
+                emit!(self.w, "mov.b64 {f}, {word}");
+                f
+            }
+            _ => {
+                let copy = self.reg(word.class());
+                self.mov(copy, word);
+                copy
+            }
+        };
+        Val { kind, reg }
+    }
+}

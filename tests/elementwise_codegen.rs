@@ -1,0 +1,143 @@
+//! The elementwise (vector) entry, without a GPU: which programs get one, and that it
+//! assembles with ptxas for every gated target.
+
+mod common;
+
+use common::ptxas;
+use vyre_cuda::codegen::{emit_ptx, PtxTarget, VECTOR_ENTRY, VECTOR_LANES};
+use vyre_driver::DispatchConfig;
+use vyre_foundation::ir::{BinOp, BufferDecl, DataType, Expr, Node, Program};
+
+fn gid() -> Expr {
+    Expr::InvocationId { axis: 0 }
+}
+
+fn bin(op: BinOp, left: Expr, right: Expr) -> Expr {
+    Expr::BinOp {
+        op,
+        left: Box::new(left),
+        right: Box::new(right),
+    }
+}
+
+/// `out[i] = a[i] + (b[i] + 3)` under `i < n`: the benchmark's vadd.
+fn vadd(n: u32) -> Program {
+    Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(n),
+            BufferDecl::read("b", 1, DataType::U32).with_count(n),
+            BufferDecl::output("out", 2, DataType::U32).with_count(n),
+        ],
+        [256, 1, 1],
+        vec![Node::if_then(
+            bin(BinOp::Lt, gid(), Expr::u32(n)),
+            vec![Node::store(
+                "out",
+                gid(),
+                bin(
+                    BinOp::Add,
+                    Expr::load("a", gid()),
+                    bin(BinOp::Add, Expr::load("b", gid()), Expr::u32(3)),
+                ),
+            )],
+        )],
+    )
+}
+
+/// Every element size: a copy of `src[i]` (type `element`) into `dst[i]`, plus `x[i] += i`
+/// in place on a read-write u32 buffer and an f32 computed from the index.
+fn mixed(element: DataType) -> Program {
+    Program::wrapped(
+        vec![
+            BufferDecl::read("src", 0, element.clone()).with_count(37),
+            BufferDecl::output("dst", 1, element).with_count(41),
+            BufferDecl::read_write("x", 2, DataType::U32).with_count(29),
+            BufferDecl::output("f", 3, DataType::F32).with_count(33),
+        ],
+        [64, 1, 1],
+        vec![
+            Node::let_bind("i", gid()),
+            Node::store("dst", Expr::var("i"), Expr::load("src", Expr::var("i"))),
+            Node::store(
+                "x",
+                Expr::var("i"),
+                bin(BinOp::Add, Expr::load("x", Expr::var("i")), Expr::var("i")),
+            ),
+            Node::store(
+                "x",
+                Expr::var("i"),
+                bin(BinOp::Mul, Expr::load("x", Expr::var("i")), Expr::u32(3)),
+            ),
+            Node::if_then(
+                bin(
+                    BinOp::Eq,
+                    bin(BinOp::Mod, gid(), Expr::u32(5)),
+                    Expr::u32(0),
+                ),
+                vec![Node::Return],
+            ),
+            Node::store(
+                "f",
+                gid(),
+                bin(BinOp::Div, Expr::cast(DataType::F32, gid()), Expr::f32(3.0)),
+            ),
+        ],
+    )
+}
+
+fn assembles(program: &Program) {
+    let Some(ptxas) = ptxas::require_ptxas() else {
+        return;
+    };
+    for target in [PtxTarget::sm80(), PtxTarget::sm90()] {
+        let sm = target.sm();
+        let kernel = emit_ptx(program, &DispatchConfig::default(), target).expect("emits");
+        assert_eq!(kernel.abi.vector_lanes, VECTOR_LANES);
+        assert!(kernel.ptx.contains(VECTOR_ENTRY));
+        ptxas::assemble_for(&ptxas, &kernel.ptx).unwrap_or_else(|e| panic!("sm_{sm}: {e}"));
+    }
+}
+
+#[test]
+fn vadd_gets_a_vector_entry_that_assembles() {
+    assembles(&vadd(1000));
+}
+
+#[test]
+fn every_element_size_gets_a_vector_entry_that_assembles() {
+    for element in [
+        DataType::U8,
+        DataType::U16,
+        DataType::U32,
+        DataType::F32,
+        DataType::U64,
+        DataType::F64,
+        DataType::Vec4U32,
+    ] {
+        assembles(&mixed(element));
+    }
+}
+
+#[test]
+fn non_elementwise_programs_get_no_vector_entry() {
+    let shifted = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(8),
+            BufferDecl::output("out", 1, DataType::U32).with_count(8),
+        ],
+        [8, 1, 1],
+        vec![Node::store(
+            "out",
+            gid(),
+            Expr::load("a", bin(BinOp::Add, gid(), Expr::u32(1))),
+        )],
+    );
+    let kernel = emit_ptx(&shifted, &DispatchConfig::default(), PtxTarget::sm90()).unwrap();
+    assert_eq!(kernel.abi.vector_lanes, 0);
+    assert!(!kernel.ptx.contains(VECTOR_ENTRY));
+    // A 2-D workgroup gives several invocations the same x index.
+    let mut config = DispatchConfig::default();
+    config.workgroup_override = Some([16, 4, 1]);
+    let kernel = emit_ptx(&vadd(64), &config, PtxTarget::sm90()).unwrap();
+    assert_eq!(kernel.abi.vector_lanes, 0);
+}

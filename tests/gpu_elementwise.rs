@@ -1,0 +1,516 @@
+//! GPU: elementwise programs through the vector entry (4 invocations per thread, 16-byte
+//! loads/stores) and the chunked, overlapped borrowed pipeline, byte-identical to
+//! vyre-reference: every element size, lengths that are not multiples of 4, buffers of
+//! different sizes, read-write buffers, early returns, faults in the vector body,
+//! resident buffers (aliased ones take the scalar entry), and chunked dispatches above
+//! and below the threshold. Skips without a CUDA device.
+
+mod common;
+
+use common::gpu::{backend, reference, Rng};
+use vyre_cuda::CudaBackend;
+use vyre_driver::DispatchConfig;
+use vyre_foundation::ir::{BinOp, BufferDecl, DataType, Expr, Node, Program};
+
+const CHUNKED: &str = "vyre_cuda_chunked_dispatches_total";
+
+fn gid() -> Expr {
+    Expr::InvocationId { axis: 0 }
+}
+
+fn bin(op: BinOp, left: Expr, right: Expr) -> Expr {
+    Expr::BinOp {
+        op,
+        left: Box::new(left),
+        right: Box::new(right),
+    }
+}
+
+/// `dst[i] = src[i]` for any element type (through a `Let` index), `x[i] = (x[i] + i) * 3`
+/// on a read-write u32 buffer (a load after a store in the same invocation), an early
+/// `Return` for every fifth invocation, then an f32 from the index and a u64 from `x`.
+fn mixed(element: DataType, src: u32, dst: u32, x: u32, f: u32) -> Program {
+    Program::wrapped(
+        vec![
+            BufferDecl::read("src", 0, element.clone()).with_count(src),
+            BufferDecl::output("dst", 1, element).with_count(dst),
+            BufferDecl::read_write("x", 2, DataType::U32).with_count(x),
+            BufferDecl::read_write("f", 3, DataType::F32).with_count(f),
+            BufferDecl::read_write("w", 4, DataType::U64).with_count(f),
+        ],
+        [64, 1, 1],
+        vec![
+            Node::let_bind("i", gid()),
+            Node::store("dst", Expr::var("i"), Expr::load("src", Expr::var("i"))),
+            Node::store(
+                "x",
+                Expr::var("i"),
+                bin(BinOp::Add, Expr::load("x", Expr::var("i")), Expr::var("i")),
+            ),
+            Node::store(
+                "x",
+                Expr::var("i"),
+                bin(BinOp::Mul, Expr::load("x", Expr::var("i")), Expr::u32(3)),
+            ),
+            Node::if_then(
+                bin(
+                    BinOp::Eq,
+                    bin(BinOp::Mod, gid(), Expr::u32(5)),
+                    Expr::u32(0),
+                ),
+                vec![Node::Return],
+            ),
+            Node::store(
+                "f",
+                gid(),
+                bin(BinOp::Div, Expr::cast(DataType::F32, gid()), Expr::f32(3.0)),
+            ),
+            Node::store(
+                "w",
+                gid(),
+                Expr::cast(DataType::U64, Expr::load("x", gid())),
+            ),
+        ],
+    )
+}
+
+/// Inputs of [`mixed`]: `src` one element longer than declared (which widens the
+/// buffer, as in the reference), then `x`, `f` and `w`.
+fn mixed_inputs(rng: &mut Rng, element: &DataType, src: u32, x: u32, f: u32) -> Vec<Vec<u8>> {
+    let src_len = (src as usize + 1) * element_bytes(element);
+    let mut src_bytes = rng.bytes_u32(src_len.div_ceil(4));
+    src_bytes.truncate(src_len);
+    vec![
+        src_bytes,
+        rng.bytes_u32(x as usize),
+        rng.bytes_u32(f as usize),
+        rng.bytes_u32(f as usize * 2),
+    ]
+}
+
+/// Element types and `(src, dst, x, f)` counts [`mixed`] runs with.
+const ELEMENTS: [DataType; 7] = [
+    DataType::U8,
+    DataType::U16,
+    DataType::U32,
+    DataType::F32,
+    DataType::U64,
+    DataType::F64,
+    DataType::Vec4U32,
+];
+const SHAPES: [(u32, u32, u32, u32); 6] = [
+    (1, 1, 1, 1),
+    (3, 5, 2, 4),
+    (4, 4, 4, 4),
+    (37, 41, 29, 33),
+    (1023, 1029, 1030, 1021),
+    (4099, 4096, 4101, 4095),
+];
+
+fn element_bytes(element: &DataType) -> usize {
+    match element {
+        DataType::U8 => 1,
+        DataType::U16 => 2,
+        DataType::U32 | DataType::F32 => 4,
+        DataType::U64 | DataType::F64 => 8,
+        _ => 16,
+    }
+}
+
+/// The GPU's outputs equal the reference's, which must succeed.
+fn check_ok(backend: &CudaBackend, name: &str, program: &Program, inputs: &[Vec<u8>]) {
+    let want = reference(program, inputs).unwrap_or_else(|e| panic!("{name}: reference: {e}"));
+    let got = backend
+        .dispatch(program, inputs, &DispatchConfig::default())
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(want == got, "{name}: bytes differ from the reference");
+}
+
+/// The GPU matches the reference, or both fail (the GPU with a `Fix:`).
+fn check(backend: &CudaBackend, name: &str, program: &Program, inputs: &[Vec<u8>]) {
+    let want = reference(program, inputs);
+    let got = backend
+        .dispatch(program, inputs, &DispatchConfig::default())
+        .map_err(|e| e.to_string());
+    match (&want, &got) {
+        (Ok(want), Ok(got)) => assert!(want == got, "{name}: bytes differ from the reference"),
+        (Err(_), Err(error)) => assert!(error.contains("Fix:"), "{name}: {error}"),
+        _ => panic!("{name}: reference {want:?} vs gpu {got:?}"),
+    }
+}
+
+#[test]
+fn every_element_size_and_ragged_length_matches_the_reference() {
+    let Some(backend) = backend() else { return };
+    let mut rng = Rng::new(11);
+    let mut runs = 0;
+    for element in ELEMENTS {
+        for (src, dst, x, f) in SHAPES {
+            let program = mixed(element.clone(), src, dst, x, f);
+            let inputs = mixed_inputs(&mut rng, &element, src, x, f);
+            let name = format!("{element} {src}/{dst}/{x}/{f}");
+            check_ok(backend, &name, &program, &inputs);
+            runs += 1;
+        }
+    }
+    println!("elementwise: {runs} programs matched the reference");
+}
+
+/// A trap at invocation `at`, then `out[i] = i + 1`.
+fn trap_at(at: u32) -> Program {
+    Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::I32).with_count(1024),
+            BufferDecl::output("out", 1, DataType::U32).with_count(1024),
+        ],
+        [128, 1, 1],
+        vec![
+            Node::if_then(
+                bin(BinOp::Eq, gid(), Expr::u32(at)),
+                vec![Node::trap(Expr::u32(7), "boom")],
+            ),
+            Node::store("out", gid(), bin(BinOp::Add, gid(), Expr::u32(1))),
+        ],
+    )
+}
+
+/// `out[i] = a[i]`, then `out[i] = a[i] / d` (i32) where `d` is zero at invocation `at`
+/// when `a[at]` is odd: a run-time error there.
+fn division_by_zero_at(at: u32) -> Program {
+    Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::I32).with_count(1024),
+            BufferDecl::output("out", 1, DataType::I32).with_count(1024),
+        ],
+        [128, 1, 1],
+        vec![
+            Node::store("out", gid(), Expr::load("a", gid())),
+            Node::store(
+                "out",
+                gid(),
+                bin(
+                    BinOp::Div,
+                    Expr::load("a", gid()),
+                    Expr::select(
+                        bin(
+                            BinOp::And,
+                            bin(BinOp::Eq, gid(), Expr::u32(at)),
+                            bin(
+                                BinOp::Eq,
+                                bin(
+                                    BinOp::BitAnd,
+                                    Expr::cast(DataType::U32, Expr::load("a", gid())),
+                                    Expr::u32(1),
+                                ),
+                                Expr::u32(1),
+                            ),
+                        ),
+                        Expr::i32(0),
+                        Expr::i32(3),
+                    ),
+                ),
+            ),
+        ],
+    )
+}
+
+/// No GPU needed: the programs above are valid and run on the reference (so the GPU
+/// comparisons cannot pass by both sides rejecting them), and the trap faults there.
+#[test]
+fn the_test_programs_run_on_the_reference() {
+    let mut rng = Rng::new(3);
+    for element in ELEMENTS {
+        for (src, dst, x, f) in SHAPES {
+            let program = mixed(element.clone(), src, dst, x, f);
+            let inputs = mixed_inputs(&mut rng, &element, src, x, f);
+            assert_eq!(inputs[0].len() % element_bytes(&element), 0);
+            reference(&program, &inputs).unwrap();
+        }
+    }
+    let program = pipeline(1000, 501, 1300);
+    reference(&program, &pipeline_inputs(1000, 501, 13)).unwrap();
+    let error = reference(&trap_at(5), &[Rng::new(1).bytes_u32(1024)]).unwrap_err();
+    assert!(error.to_lowercase().contains("trap"), "{error}");
+    let mut a = vec![0u8; 4096];
+    reference(&division_by_zero_at(5), &[a.clone()]).unwrap();
+    a[5 * 4] = 1;
+    reference(&division_by_zero_at(5), &[a]).unwrap_err();
+}
+
+#[test]
+fn faults_in_the_vector_body_fail_like_the_reference() {
+    let Some(backend) = backend() else { return };
+    for at in [0u32, 1, 2, 3, 4, 5, 6, 7, 1001] {
+        let program = trap_at(at);
+        let inputs = vec![Rng::new(u64::from(at)).bytes_u32(1024)];
+        let error = backend
+            .dispatch(&program, &inputs, &DispatchConfig::default())
+            .unwrap_err();
+        assert!(error.to_string().contains("Fix:"), "{error}");
+        // An i32 division by zero also faults (in lane `at % 4`), after the lane's
+        // first store; with an even `a[at]` the same program succeeds.
+        let program = division_by_zero_at(at);
+        let (mut odd, mut even) = (inputs.clone(), inputs.clone());
+        odd[0][at as usize * 4] |= 1;
+        even[0][at as usize * 4] &= !1;
+        check(
+            backend,
+            &format!("division by zero at {at}"),
+            &program,
+            &odd,
+        );
+        assert!(backend
+            .dispatch(&program, &odd, &DispatchConfig::default())
+            .is_err());
+        check_ok(
+            backend,
+            &format!("no division by zero at {at}"),
+            &program,
+            &even,
+        );
+    }
+}
+
+/// `out[i] = a[i] + b[i] * 3` (u32), `half[i] = a[i]` (u8, shorter than the range),
+/// `x[i] ^= i` in place (u32, longer than the range), `wide[i] = b[i]` (u64); all but
+/// `out` are read-write.
+fn pipeline(n: u32, half: u32, out_count: u32) -> Program {
+    Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(n),
+            BufferDecl::read("b", 1, DataType::U32).with_count(n),
+            BufferDecl::output("out", 2, DataType::U32).with_count(out_count),
+            BufferDecl::read_write("half", 3, DataType::U8).with_count(half),
+            BufferDecl::read_write("x", 4, DataType::U32).with_count(n),
+            BufferDecl::read_write("wide", 5, DataType::U64).with_count(n / 3),
+        ],
+        [256, 1, 1],
+        vec![
+            Node::let_bind("i", gid()),
+            Node::store(
+                "out",
+                Expr::var("i"),
+                bin(
+                    BinOp::Add,
+                    Expr::load("a", Expr::var("i")),
+                    bin(BinOp::Mul, Expr::load("b", Expr::var("i")), Expr::u32(3)),
+                ),
+            ),
+            Node::store(
+                "half",
+                Expr::var("i"),
+                Expr::cast(DataType::U8, Expr::load("a", Expr::var("i"))),
+            ),
+            Node::store(
+                "x",
+                Expr::var("i"),
+                bin(
+                    BinOp::BitXor,
+                    Expr::load("x", Expr::var("i")),
+                    Expr::var("i"),
+                ),
+            ),
+            Node::store(
+                "wide",
+                Expr::var("i"),
+                Expr::cast(DataType::U64, Expr::load("b", Expr::var("i"))),
+            ),
+        ],
+    )
+}
+
+/// Inputs of [`pipeline`]: a, b (7 longer), half, x (`x_extra` longer), wide.
+fn pipeline_inputs(n: u32, half: u32, x_extra: usize) -> Vec<Vec<u8>> {
+    let mut rng = Rng::new(u64::from(n));
+    let mut half_bytes = rng.bytes_u32(half.div_ceil(4) as usize);
+    half_bytes.truncate(half as usize);
+    vec![
+        rng.bytes_u32(n as usize),
+        rng.bytes_u32(n as usize + 7),
+        half_bytes,
+        rng.bytes_u32(n as usize + x_extra),
+        rng.bytes_u32((n / 3) as usize * 2),
+    ]
+}
+
+#[test]
+fn the_pipeline_program_matches_the_reference_at_small_sizes() {
+    let Some(backend) = backend() else { return };
+    for n in [1u32, 5, 1000, 4097] {
+        let program = pipeline(n, n / 2 + 1, n + 300);
+        let inputs = pipeline_inputs(n, n / 2 + 1, 13);
+        check_ok(backend, &format!("pipeline {n}"), &program, &inputs);
+    }
+}
+
+#[test]
+fn chunked_dispatches_match_the_single_launch_byte_for_byte() {
+    let Some(backend) = backend() else { return };
+    // Above the threshold (32 MiB of inputs), ragged, with buffers of different sizes;
+    // and just below it, which must take the ordinary path.
+    for (n, chunked) in [(9_000_005u32, true), (20_000_003, true), (2_000_001, false)] {
+        let program = pipeline(n, n / 2 + 3, n + 1000);
+        let inputs = pipeline_inputs(n, n / 2 + 3, 4099);
+        let borrowed: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+        let before = backend.metric(CHUNKED);
+        let got = backend
+            .dispatch_borrowed(&program, &borrowed, &DispatchConfig::default())
+            .unwrap();
+        assert_eq!(
+            backend.metric(CHUNKED) - before,
+            u64::from(chunked),
+            "n={n}"
+        );
+        // The timed variant is one launch over the whole range.
+        let single = backend
+            .dispatch_borrowed_timed(&program, &borrowed, &DispatchConfig::default())
+            .unwrap();
+        assert!(
+            got == single.outputs,
+            "n={n}: chunked and single launch differ"
+        );
+        // Spot-check the arithmetic on the host too.
+        let word = |bytes: &[u8], i: usize| {
+            u32::from_le_bytes(bytes[i * 4..i * 4 + 4].try_into().unwrap())
+        };
+        for i in [0usize, 1, 4095, n as usize / 2, n as usize - 1] {
+            let expect = word(&inputs[0], i).wrapping_add(word(&inputs[1], i).wrapping_mul(3));
+            assert_eq!(word(&got[0], i), expect, "n={n} out[{i}]");
+            assert_eq!(
+                word(&got[2], i),
+                word(&inputs[3], i) ^ i as u32,
+                "n={n} x[{i}]"
+            );
+        }
+        // out[i] past `a` (n) but inside `b` (n + 7) is b[i] * 3, then zero.
+        let tail = (n as usize + 1000) * 4;
+        assert!(got[0][(n as usize + 7) * 4..tail].iter().all(|&b| b == 0));
+        assert_eq!(got[2].len(), inputs[3].len());
+        // A reused output Vec gives the same bytes.
+        let mut reused = got.clone();
+        for out in &mut reused {
+            out.iter_mut().for_each(|b| *b = 0xA5);
+        }
+        backend
+            .dispatch_borrowed_into(&program, &borrowed, &DispatchConfig::default(), &mut reused)
+            .unwrap();
+        assert!(reused == got, "n={n}: reused outputs differ");
+        if !chunked {
+            continue;
+        }
+        // A grid override covering only the first half: elements past the invocations
+        // are zero in outputs and keep the input in read-write buffers.
+        let mut config = DispatchConfig::default();
+        let invocations = (n as usize / 2).next_multiple_of(256);
+        config.grid_override = Some([(invocations / 256) as u32, 1, 1]);
+        let before = backend.metric(CHUNKED);
+        let half = backend
+            .dispatch_borrowed(&program, &borrowed, &config)
+            .unwrap();
+        assert_eq!(backend.metric(CHUNKED) - before, 1, "n={n}: grid override");
+        let single = backend
+            .dispatch_borrowed_timed(&program, &borrowed, &config)
+            .unwrap();
+        assert!(
+            half == single.outputs,
+            "n={n}: grid override: chunked and single differ"
+        );
+        assert!(half[0][invocations * 4..].iter().all(|&b| b == 0));
+        assert_eq!(half[2][invocations * 4..], inputs[3][invocations * 4..]);
+        assert_eq!(half[2][..invocations * 4], got[2][..invocations * 4]);
+    }
+}
+
+#[test]
+fn a_fault_in_a_late_chunk_fails_the_whole_dispatch() {
+    let Some(backend) = backend() else { return };
+    let n = 12_000_001u32;
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(n),
+            BufferDecl::output("out", 1, DataType::U32).with_count(n),
+        ],
+        [256, 1, 1],
+        vec![
+            Node::if_then(
+                bin(BinOp::Eq, gid(), Expr::u32(n - 3)),
+                vec![Node::trap(Expr::u32(1), "late")],
+            ),
+            Node::store("out", gid(), Expr::load("a", gid())),
+        ],
+    );
+    let a = Rng::new(5).bytes_u32(n as usize);
+    let before = backend.metric(CHUNKED);
+    let mut outputs = vec![vec![1u8; 16]];
+    let error = backend
+        .dispatch_borrowed_into(&program, &[&a], &DispatchConfig::default(), &mut outputs)
+        .unwrap_err();
+    assert_eq!(backend.metric(CHUNKED) - before, 1);
+    assert!(outputs.is_empty(), "a failed dispatch returns no outputs");
+    let single = backend
+        .dispatch_borrowed_timed(&program, &[&a], &DispatchConfig::default())
+        .unwrap_err();
+    assert_eq!(error.to_string(), single.to_string());
+}
+
+#[test]
+fn resident_elementwise_dispatch_matches_the_reference_and_aliases_safely() {
+    let Some(backend) = backend() else { return };
+    let n = 100_003u32;
+    let half = n / 2 + 1;
+    let program = pipeline(n, half, n + 5);
+    let inputs = pipeline_inputs(n, half, 0);
+    let want = reference(&program, &inputs).unwrap();
+    // Binding order: a, b, out, half, x, wide.
+    let sizes = [
+        n as usize * 4,
+        (n as usize + 7) * 4,
+        (n as usize + 5) * 4,
+        half as usize,
+        n as usize * 4,
+        (n / 3) as usize * 8,
+    ];
+    let handles: Vec<_> = sizes
+        .iter()
+        .map(|&len| backend.allocate_resident(len).unwrap())
+        .collect();
+    backend.upload_resident(&handles[0], &inputs[0]).unwrap();
+    for (handle, input) in [1, 3, 4, 5].into_iter().zip(&inputs[1..]) {
+        backend.upload_resident(&handles[handle], input).unwrap();
+    }
+    backend
+        .dispatch_resident_timed(&program, &handles, &DispatchConfig::default())
+        .unwrap();
+    for (out, handle) in want
+        .iter()
+        .zip([&handles[2], &handles[3], &handles[4], &handles[5]])
+    {
+        assert!(backend.download_resident(handle).unwrap() == *out);
+    }
+    // In place through an alias: `out` and `a` are one buffer.
+    let step = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(n),
+            BufferDecl::output("out", 1, DataType::U32).with_count(n),
+        ],
+        [256, 1, 1],
+        vec![
+            Node::store("out", gid(), Expr::u32(9)),
+            Node::store(
+                "out",
+                gid(),
+                bin(BinOp::Add, Expr::load("a", gid()), Expr::u32(1)),
+            ),
+        ],
+    );
+    let aliased = [handles[0].clone(), handles[0].clone()];
+    backend
+        .dispatch_resident_timed(&step, &aliased, &DispatchConfig::default())
+        .unwrap();
+    let got = backend.download_resident(&handles[0]).unwrap();
+    // Invocation by invocation, the load sees its own earlier store of 9.
+    assert!(got.chunks(4).all(|w| w == 10u32.to_le_bytes()));
+    for handle in handles {
+        backend.free_resident(handle).unwrap();
+    }
+}
