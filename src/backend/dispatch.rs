@@ -6,6 +6,7 @@ use super::launch::{self, LaunchArgs};
 use super::metrics::Metrics;
 use super::plan::{shape_output, starts_zeroed, DispatchPlan};
 use super::pool::{Block, StreamSlot};
+use super::small::{inputs_fit, Small};
 use super::staging::{DeviceToHost, HostToDevice};
 use super::{Core, CudaBackend};
 use crate::codegen::DeviceFault;
@@ -16,7 +17,7 @@ use vyre_driver::{BackendError, DispatchConfig, ResidentSequenceTiming, TimedDis
 use vyre_foundation::ir::Program;
 
 /// Each binding starts on a 256-byte boundary inside the dispatch's device block.
-const BINDING_ALIGN: usize = 256;
+pub(crate) const BINDING_ALIGN: usize = 256;
 
 /// Host and device time of one dispatch.
 #[derive(Debug, Clone, Copy, Default)]
@@ -345,9 +346,22 @@ impl Core {
         outputs: &mut Vec<Vec<u8>>,
     ) -> Result<Timing, CudaError> {
         Metrics::bump(&self.metrics.dispatches);
-        let result = self
-            .start(program, inputs, config, kernel, timed)
-            .and_then(|flight| flight.finish(self, outputs));
+        // Small dispatches take the packed path (one upload, launch, one download, one
+        // wait); the rest, and whatever does not fit a lane, the general one.
+        let mut kernel = kernel;
+        let mut packed = None;
+        if self.small.enabled() && inputs_fit(inputs, self.small.capacity()) {
+            match self.run_small(program, inputs, config, kernel.take(), timed, outputs) {
+                Small::Done(result) => packed = Some(result),
+                Small::TooLarge(loaded) => kernel = Some(loaded),
+            }
+        }
+        let result = match packed {
+            Some(result) => result,
+            None => self
+                .start(program, inputs, config, kernel, timed)
+                .and_then(|flight| flight.finish(self, outputs)),
+        };
         match &result {
             Ok(timing) if timed => {
                 Metrics::bump(&self.metrics.timed_dispatches);

@@ -10,6 +10,7 @@ mod cache;
 mod device_buffer;
 mod disk_cache;
 mod dispatch;
+mod graphs;
 mod identity;
 mod launch;
 mod metrics;
@@ -20,6 +21,7 @@ mod pool;
 pub(crate) mod recycle;
 mod resident;
 mod sequence;
+mod small;
 mod staging;
 
 pub use device_buffer::CudaDeviceBuffer;
@@ -58,6 +60,10 @@ pub const POOL_ENV: &str = "VYRE_CUDA_POOL";
 pub const RESIDENT_BUDGET_ENV: &str = "VYRE_CUDA_RESIDENT_BUDGET";
 /// Environment variable setting the worker threads of one large host transfer.
 pub const COPY_THREADS_ENV: &str = "VYRE_CUDA_COPY_THREADS";
+/// Environment variable setting the packed small-dispatch arena, in bytes (0 disables it).
+pub const SMALL_DISPATCH_BYTES_ENV: &str = "VYRE_CUDA_SMALL_DISPATCH_BYTES";
+/// Environment variable turning on blocking (sleeping) waits: `1` or `true`.
+pub const BLOCKING_WAIT_ENV: &str = "VYRE_CUDA_BLOCKING_WAIT";
 
 /// How a [`CudaBackend`] is set up. [`CudaOptions::from_env`] reads the `VYRE_CUDA_*`
 /// variables; tests and applications can also fill it in directly.
@@ -83,6 +89,13 @@ pub struct CudaOptions {
     pub module_cache_entries: usize,
     /// See `ptx_cache_entries` (counted as PTX bytes of the loaded modules).
     pub module_cache_bytes: usize,
+    /// Synchronous dispatches whose buffers (each rounded up to 256 bytes) and fault word
+    /// fit in this many bytes take the packed path: one upload, the launch, one download,
+    /// one wait. 0 sends every dispatch through the general path.
+    pub small_dispatch_bytes: usize,
+    /// Wait for small dispatches and resident sequences on blocking-sync events: the host
+    /// thread sleeps instead of spinning, which saves CPU time and costs wake-up latency.
+    pub blocking_wait: bool,
 }
 
 impl Default for CudaOptions {
@@ -100,13 +113,16 @@ impl Default for CudaOptions {
             ptx_cache_bytes: limits.ptx_bytes,
             module_cache_entries: limits.module_entries,
             module_cache_bytes: limits.module_bytes,
+            small_dispatch_bytes: small::DEFAULT_SMALL_DISPATCH_BYTES,
+            blocking_wait: false,
         }
     }
 }
 
 impl CudaOptions {
     /// Defaults overridden by `VYRE_CUDA_DEVICE`, `VYRE_CUDA_CACHE_DIR`, `VYRE_CUDA_POOL`,
-    /// `VYRE_CUDA_RESIDENT_BUDGET` and `VYRE_CUDA_COPY_THREADS`.
+    /// `VYRE_CUDA_RESIDENT_BUDGET`, `VYRE_CUDA_COPY_THREADS`,
+    /// `VYRE_CUDA_SMALL_DISPATCH_BYTES` and `VYRE_CUDA_BLOCKING_WAIT`.
     pub fn from_env() -> Result<Self, CudaError> {
         let mut options = Self::default();
         let number = |name: &str, text: String| -> Result<u64, CudaError> {
@@ -136,6 +152,21 @@ impl CudaOptions {
         }
         if let Ok(text) = std::env::var(COPY_THREADS_ENV) {
             options.copy_threads = number(COPY_THREADS_ENV, text)?.max(1) as usize;
+        }
+        if let Ok(text) = std::env::var(SMALL_DISPATCH_BYTES_ENV) {
+            options.small_dispatch_bytes = number(SMALL_DISPATCH_BYTES_ENV, text)? as usize;
+        }
+        if let Ok(text) = std::env::var(BLOCKING_WAIT_ENV) {
+            options.blocking_wait = match text.trim() {
+                "1" | "true" => true,
+                "0" | "false" | "" => false,
+                _ => {
+                    return Err(CudaError::invalid_input(
+                        format!("{BLOCKING_WAIT_ENV}={text:?} is not a switch"),
+                        format!("set {BLOCKING_WAIT_ENV} to 1 or 0, or unset it"),
+                    ))
+                }
+            };
         }
         Ok(options)
     }
@@ -178,6 +209,8 @@ pub(crate) struct Core {
     streams: StreamPool,
     pool: DevicePool,
     staging: Staging,
+    small: small::SmallLanes,
+    graphs: graphs::GraphCache,
     resident: HandleTable<ResidentBuffer>,
     budget: Arc<Budget>,
     metrics: Metrics,
@@ -255,6 +288,8 @@ impl CudaBackend {
                 options.staging_chunk_bytes,
                 options.copy_threads,
             )),
+            small: small::SmallLanes::new(options.small_dispatch_bytes, options.blocking_wait),
+            graphs: graphs::GraphCache::default(),
             resident: HandleTable::new(),
             budget: Arc::new(Budget::new(budget)),
             metrics: Metrics::default(),
@@ -324,8 +359,9 @@ impl CudaBackend {
         )
     }
 
-    /// Warm up: make the context current, create a stream with its events and a staging
-    /// lane with one pinned slot, so the first dispatch pays none of that.
+    /// Warm up: make the context current, create a stream with its events, a staging lane
+    /// with one pinned slot and a small-dispatch lane (arena and pinned buffer), so the
+    /// first dispatch pays none of that.
     pub fn prepare(&self) -> Result<(), CudaError> {
         self.core.prepare()
     }
@@ -382,6 +418,11 @@ impl Core {
             "vyre_cuda_staging_idle_bytes",
             self.staging.idle_bytes() as u64,
         ));
+        snapshot.push((
+            "vyre_cuda_small_lane_idle_bytes",
+            self.small.idle_bytes() as u64,
+        ));
+        snapshot.push(("vyre_cuda_cached_graphs", self.graphs.len() as u64));
         snapshot.push(("vyre_cuda_idle_streams", self.streams.idle() as u64));
         snapshot.push(("vyre_cuda_resident_buffers", self.resident.live() as u64));
         snapshot.push(("vyre_cuda_resident_bytes", self.budget.in_use()));
@@ -465,7 +506,7 @@ impl Core {
                 self.pool.give_back(block, &slot.stream);
                 self.staging.give_back(lane);
                 self.streams.give_back(slot);
-                Ok(())
+                self.small.prepare(self).map_err(|e| self.driver_error(e))
             }
             Err(error) => Err(self.driver_error(error)),
         }
@@ -480,9 +521,11 @@ impl Core {
         } else {
             Ok(())
         };
+        self.graphs.clear();
         drop(self.resident.drain());
         self.kernels.clear();
         self.pool.clear();
+        self.small.clear();
         self.staging.clear();
         self.streams.clear();
         synced.map_err(|e| self.driver_error(e))
@@ -498,7 +541,9 @@ impl Core {
         let workgroup = config
             .workgroup_override
             .unwrap_or_else(|| program.workgroup_size());
-        let key = KernelKey::new(&self.identities.of(program), workgroup, self.target);
+        let key = self.identities.kernel_key(program, workgroup, |identity| {
+            KernelKey::new(identity, workgroup, self.target)
+        });
         if let Some(kernel) = self
             .kernels
             .modules
@@ -690,6 +735,8 @@ impl Core {
     pub(crate) fn free_resident(&self, handle: u64) -> Result<(), CudaError> {
         self.usable()?;
         drop(self.resident.remove(handle).map_err(handle_error)?);
+        // Cached graphs that address it can never replay again: release them now.
+        self.graphs.forget_handle(handle);
         Metrics::bump(&self.metrics.resident_frees);
         Ok(())
     }
