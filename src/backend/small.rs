@@ -35,6 +35,9 @@ use vyre_foundation::ir::Program;
 /// one pageable copy per input.
 pub(crate) const DEFAULT_SMALL_DISPATCH_BYTES: usize = 64 * 1024;
 
+/// Alignment of the fault word after the data.
+const FAULT_ALIGN: usize = 16;
+
 /// Idle lanes kept for reuse (each holds one arena and one pinned buffer).
 const MAX_IDLE_LANES: usize = 16;
 
@@ -174,43 +177,39 @@ impl Layout {
         let abi = &kernel.abi;
         let mut offsets: smallvec::SmallVec<[usize; 8]> =
             smallvec::smallvec![0; abi.bindings.len()];
-        let mut total = 0usize;
+        let mut next = 0usize;
+        let mut data_end = 0usize;
+        let (mut download_at, mut download_end) = (usize::MAX, 0usize);
         for returned in [false, true] {
             for (index, (binding, bytes)) in abi.bindings.iter().zip(&plan.bindings).enumerate() {
-                if binding.role.is_returned() == returned {
-                    offsets[index] = total;
-                    total += bytes.len.next_multiple_of(BINDING_ALIGN);
+                if binding.role.is_returned() != returned {
+                    continue;
                 }
+                offsets[index] = next;
+                data_end = next + bytes.len;
+                if returned {
+                    download_at = download_at.min(next);
+                    download_end = data_end;
+                }
+                next += bytes.len.next_multiple_of(BINDING_ALIGN);
             }
         }
-        let download_at = abi
-            .bindings
-            .iter()
-            .zip(&offsets)
-            .filter(|(binding, _)| binding.role.is_returned())
-            .map(|(_, offset)| *offset)
-            .min()
-            .unwrap_or(total);
-        let fault = abi.fault_word.then_some(total);
-        let download_end = abi
-            .bindings
-            .iter()
-            .zip(&plan.bindings)
-            .zip(&offsets)
-            .filter(|((binding, _), _)| binding.role.is_returned())
-            .map(|((_, bytes), offset)| offset + bytes.len)
-            .max()
-            .unwrap_or(download_at);
-        let (total, download_end) = match fault {
-            Some(at) => (at + BINDING_ALIGN, at + 4),
-            None => (total, download_end),
-        };
+        // The fault word follows the last byte of data (16-byte aligned), so the upload and
+        // the download end a few bytes after the data.
+        let fault = abi
+            .fault_word
+            .then(|| data_end.next_multiple_of(FAULT_ALIGN));
+        if download_at == usize::MAX {
+            download_at = fault.unwrap_or(data_end);
+            download_end = download_at;
+        }
+        let end = fault.map_or(data_end, |at| at + 4);
         Self {
             offsets,
             fault,
-            total,
+            total: end,
             download_at,
-            download_end,
+            download_end: fault.map_or(download_end, |at| at + 4),
         }
     }
 }
@@ -441,17 +440,16 @@ mod tests {
             functions: Vec::new(),
         };
         let layout = Layout::new(&kernel, &plan);
-        // a, b (inputs) at 0 and 256; out, rw (returned) at 512 and 768; rw is 300 bytes.
+        // a, b (inputs) at 0 and 256; out, rw (returned) at 512 and 768; rw is 300 bytes,
+        // so the data ends at 1068 and the fault word (if any) sits at 1072.
         assert_eq!(layout.offsets.as_slice(), [0, 512, 768, 256]);
         assert!(layout.offsets.iter().all(|o| o % BINDING_ALIGN == 0));
         assert_eq!(layout.download_at, 512);
         if emitted.abi.fault_word {
-            assert_eq!(layout.fault, Some(768 + 512));
-            assert_eq!(layout.download_end, 768 + 512 + 4);
-            assert_eq!(layout.total, 768 + 512 + 256);
+            assert_eq!(layout.fault, Some(1072));
+            assert_eq!((layout.download_end, layout.total), (1076, 1076));
         } else {
-            assert_eq!(layout.download_end, 768 + 300);
-            assert_eq!(layout.total, 768 + 512);
+            assert_eq!((layout.download_end, layout.total), (1068, 1068));
         }
     }
 

@@ -14,7 +14,7 @@ mod programs;
 mod ptx;
 mod report;
 
-use floor::{DevBuf, Floor, Kernel, Pinned};
+use floor::{DevBuf, Floor, Kernel, Pinned, Registered};
 use programs::{Rng, ALPHA, SALT};
 use report::{fmt_time, Outcome, Report, Row, Stats};
 use std::collections::BTreeMap;
@@ -517,6 +517,29 @@ impl Harness {
             }
         };
         let page_out = std::cell::RefCell::new(vec![0u8; 4 * n]);
+        // Diagnostic variants (n == 1 only): registered instead of cuMemHostAlloc memory,
+        // and vyre-cuda's packed copy sizes (516 bytes up, 20 down).
+        let registered = (n == 1 && cpu).then(|| -> R<(Registered, Registered)> {
+            let mut ab = Registered::new(8)?;
+            ab.as_mut_slice()[..4].copy_from_slice(a);
+            ab.as_mut_slice()[4..].copy_from_slice(b);
+            Ok((ab, Registered::new(4)?))
+        });
+        let (reg_ab, reg_out) = match registered {
+            Some(Ok((ab, out))) => (Some(ab), Some(std::cell::RefCell::new(out))),
+            _ => (None, None),
+        };
+        let wide = (n == 1 && cpu).then(|| -> R<(Pinned, DevBuf, Pinned)> {
+            let mut packed = Pinned::new(516)?;
+            packed.as_mut_slice().fill(0);
+            packed.as_mut_slice()[..4].copy_from_slice(a);
+            packed.as_mut_slice()[256..260].copy_from_slice(b);
+            Ok((packed, DevBuf::new(1024)?, Pinned::new(20)?))
+        });
+        let (wide_in, wide_dev, wide_out) = match wide {
+            Some(Ok((p, d, o))) => (Some(p), Some(d), Some(std::cell::RefCell::new(o))),
+            _ => (None, None, None),
+        };
         let outs: Vec<std::cell::RefCell<Vec<Vec<u8>>>> = (0..2)
             .map(|_| std::cell::RefCell::new(Vec::new()))
             .collect();
@@ -531,6 +554,34 @@ impl Harness {
                 Box::new(move || expect.check_one(out.borrow().as_slice())),
             ));
             if cpu {
+                if let (Some(reg_ab), Some(reg_out)) = (&reg_ab, &reg_out) {
+                    jobs.push((
+                        "floor/registered_host".into(),
+                        Box::new(move || {
+                            floor.tiny_e2e(
+                                reg_ab.as_slice(),
+                                reg_out.borrow_mut().as_mut_slice(),
+                                dev,
+                            )
+                        }),
+                        Box::new(move || expect.check_one(reg_out.borrow().as_slice())),
+                    ));
+                }
+                if let (Some(wide_in), Some(wide_dev), Some(wide_out)) =
+                    (&wide_in, &wide_dev, &wide_out)
+                {
+                    jobs.push((
+                        "floor/packed_copy_sizes".into(),
+                        Box::new(move || {
+                            floor.tiny_packed_sizes(
+                                wide_in.as_slice(),
+                                &mut wide_out.borrow_mut().as_mut_slice()[..],
+                                wide_dev,
+                            )
+                        }),
+                        Box::new(move || expect.check_one(&wide_out.borrow().as_slice()[..4])),
+                    ));
+                }
                 jobs.push((
                     "floor/pageable_two_uploads".into(),
                     Box::new(|| floor.tiny_pageable(a, b, &mut page_out.borrow_mut(), dev)),
@@ -866,6 +917,36 @@ impl Harness {
                     }
                 }
             }
+            // The same in blocks (100 of one engine, then 100 of the other, four times): no
+            // engine runs right after the other.
+            let mut blocked: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+            for _ in 0..4 {
+                for (k, engine) in engines.iter().enumerate() {
+                    for sample in 0..110 {
+                        let t = Instant::now();
+                        if let Err(e) = engine.dispatch_borrowed_into(
+                            &program,
+                            &inputs,
+                            &self.config,
+                            &mut outs[k],
+                        ) {
+                            return self.log(format!("small_dispatch_threshold n={n}: {e}"));
+                        }
+                        if sample >= 10 {
+                            blocked[k].push(t.elapsed().as_secs_f64() * 1e9);
+                        }
+                    }
+                }
+            }
+            let [bp, bg] = blocked.map(|mut v| Stats::from_ns(&mut v).median_ns);
+            diag.insert(format!("n{n}_packed_blocked_median_ns"), bp);
+            diag.insert(format!("n{n}_general_blocked_median_ns"), bg);
+            self.log(format!(
+                "small_dispatch_threshold: vadd n={n} in blocks: packed {:.2} us, general {:.2} us, packed/general {:.3}",
+                bp / 1e3,
+                bg / 1e3,
+                bp / bg
+            ));
             if outs[0] != want || outs[1] != want {
                 return self.log(format!(
                     "small_dispatch_threshold n={n}: output differs from the reference"
