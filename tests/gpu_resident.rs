@@ -431,15 +431,61 @@ fn repeated_sequences_replay_a_graph() {
     let (want_x, want_acc) = chain_reference(&x0, &acc0, rounds as usize);
     assert_eq!(words(&got_acc), words(&want_acc));
     assert_eq!(got_x, want_x);
+    // The prefix and all 25 repeats are one graph: one capture, one replay.
     assert_eq!(
         backend.metric("vyre_cuda_graph_captures_total"),
         captures + 1
     );
     assert_eq!(
         backend.metric("vyre_cuda_graph_launches_total"),
-        replays + u64::from(rounds)
+        replays + 1
     );
     println!("repeated sequence x{rounds}: {timing:?}");
+    // The identical call again replays the cached graph without capturing.
+    let hits = backend.metric("vyre_cuda_graph_cache_hits_total");
+    backend
+        .upload_resident_many(&[(&x, &x0[..]), (&acc, &acc0[..])])
+        .unwrap();
+    let again = backend
+        .dispatch_resident_repeated_sequence_read_ranges_into(
+            &prefix,
+            &repeated,
+            rounds,
+            &ranges,
+            &mut [&mut got_acc, &mut got_x],
+        )
+        .unwrap();
+    assert_eq!(words(&got_acc), words(&want_acc));
+    assert_eq!(got_x, want_x);
+    assert_eq!(
+        backend.metric("vyre_cuda_graph_captures_total"),
+        captures + 1
+    );
+    assert_eq!(backend.metric("vyre_cuda_graph_cache_hits_total"), hits + 1);
+    println!("repeated sequence x{rounds}, cached: {again:?}");
+    // More repeats than one graph unrolls: the prefix with 64 repeats, 64 repeats, then
+    // the remaining 22 (150 = 64 + 64 + 22).
+    let long = 150u32;
+    backend
+        .upload_resident_many(&[(&x, &x0[..]), (&acc, &acc0[..])])
+        .unwrap();
+    let replays = backend.metric("vyre_cuda_graph_launches_total");
+    backend
+        .dispatch_resident_repeated_sequence_read_ranges_into(
+            &prefix,
+            &repeated,
+            long,
+            &ranges,
+            &mut [&mut got_acc, &mut got_x],
+        )
+        .unwrap();
+    let (long_x, long_acc) = chain_reference(&x0, &acc0, long as usize);
+    assert_eq!(words(&got_acc), words(&long_acc));
+    assert_eq!(got_x, long_x);
+    assert_eq!(
+        backend.metric("vyre_cuda_graph_launches_total"),
+        replays + 3
+    );
     // Zero repeats run only the prefix.
     let dynamic: &dyn VyreBackend = backend;
     dynamic
@@ -459,6 +505,141 @@ fn repeated_sequences_replay_a_graph() {
     assert_eq!((a, b), (want_acc, want_x));
     backend.free_resident(x).unwrap();
     backend.free_resident(acc).unwrap();
+}
+
+/// `x[i] = x[i] / d[i]` over i32 (a zero divisor faults). Bindings: `x` 0, `d` 1.
+fn quotient() -> vyre_foundation::ir::Program {
+    use vyre_foundation::ir::{BinOp, BufferAccess, BufferDecl, DataType, Expr, Node, Program};
+    let i = Expr::gid_x();
+    Program::wrapped(
+        vec![
+            BufferDecl::storage("x", 0, BufferAccess::ReadWrite, DataType::I32),
+            BufferDecl::storage("d", 1, BufferAccess::ReadOnly, DataType::I32),
+        ],
+        [64, 1, 1],
+        vec![Node::if_then(
+            Expr::lt(i.clone(), Expr::buf_len("x")),
+            vec![Node::store(
+                "x",
+                i.clone(),
+                common::kernels::bin(BinOp::Div, Expr::load("x", i.clone()), Expr::load("d", i)),
+            )],
+        )],
+    )
+}
+
+#[test]
+fn sequences_replay_cached_graphs_until_their_buffers_are_freed() {
+    let Some(backend) = backend() else { return };
+    let n = 1000usize;
+    let mut rng = Rng::new(6);
+    let x0 = rng.bytes_u32(n);
+    let x = upload_new(backend, &x0);
+    let scale = affine(3, 1, 64);
+    let x_only = [x.clone()];
+    let steps: Vec<ResidentDispatchStep<'_>> = (0..10)
+        .map(|_| ResidentDispatchStep {
+            program: &scale,
+            resources: &x_only,
+            grid_override: None,
+            workgroup_override: None,
+        })
+        .collect();
+    let mut want = x0.clone();
+    for _ in 0..10 {
+        want = reference(&scale, &[want]).unwrap().remove(0);
+    }
+    let ranges = [ResidentReadRange {
+        resource: &x,
+        byte_offset: 0,
+        byte_len: n * 4,
+    }];
+    let metric = |name: &str| backend.metric(name);
+    let (captures, hits) = (
+        metric("vyre_cuda_graph_captures_total"),
+        metric("vyre_cuda_graph_cache_hits_total"),
+    );
+    let mut got = Vec::new();
+    // First sight: launched directly; second: captured; third: replayed from the cache.
+    for (call, (want_captures, want_hits)) in [(0, 0), (1, 0), (1, 1)].into_iter().enumerate() {
+        backend.upload_resident(&x, &x0).unwrap();
+        backend
+            .dispatch_resident_sequence_read_ranges_into(&steps, &ranges, &mut [&mut got])
+            .unwrap();
+        assert_eq!(got, want, "call {call}");
+        assert_eq!(
+            (
+                metric("vyre_cuda_graph_captures_total") - captures,
+                metric("vyre_cuda_graph_cache_hits_total") - hits
+            ),
+            (want_captures, want_hits),
+            "call {call}"
+        );
+    }
+    let cached = metric("vyre_cuda_cached_graphs");
+    assert!(cached >= 1);
+    // Freeing the buffer drops its graphs; the freed handle is refused, never replayed.
+    backend.free_resident(x.clone()).unwrap();
+    assert!(metric("vyre_cuda_cached_graphs") < cached);
+    let text = fix_text(
+        backend
+            .dispatch_resident_sequence_read_ranges_into(&steps, &[], &mut [])
+            .unwrap_err(),
+    );
+    assert!(text.contains("already freed"), "{text}");
+
+    // A cached graph that faults reports the fault, and the next call is clean.
+    let divide = quotient();
+    let ints =
+        |values: &[i32]| -> Vec<u8> { values.iter().flat_map(|v| v.to_le_bytes()).collect() };
+    let numerators: Vec<i32> = (0..256).map(|k| 1000 + k).collect();
+    let divisors: Vec<i32> = (0..256).map(|k| 1 + k % 7).collect();
+    let mut zero_at_9 = divisors.clone();
+    zero_at_9[9] = 0;
+    let q = upload_new(backend, &ints(&numerators));
+    let d = upload_new(backend, &ints(&divisors));
+    let pair = [q.clone(), d.clone()];
+    let two = [0, 1].map(|_| ResidentDispatchStep {
+        program: &divide,
+        resources: &pair,
+        grid_override: None,
+        workgroup_override: None,
+    });
+    let q_range = [ResidentReadRange {
+        resource: &q,
+        byte_offset: 0,
+        byte_len: 256 * 4,
+    }];
+    let expected = |divisors: &[i32]| {
+        let mut x = ints(&numerators);
+        for _ in 0..2 {
+            x = reference(&divide, &[x, ints(divisors)]).unwrap().remove(0);
+        }
+        x
+    };
+    for call in 0..3 {
+        backend.upload_resident(&q, &ints(&numerators)).unwrap();
+        backend
+            .dispatch_resident_sequence_read_ranges_into(&two, &q_range, &mut [&mut got])
+            .unwrap();
+        assert_eq!(got, expected(&divisors), "call {call}");
+    }
+    backend.upload_resident(&d, &ints(&zero_at_9)).unwrap();
+    let text = fix_text(
+        backend
+            .dispatch_resident_sequence_read_ranges_into(&two, &q_range, &mut [&mut got])
+            .unwrap_err(),
+    );
+    assert!(text.to_lowercase().contains("division"), "{text}");
+    assert!(got.is_empty(), "a faulted sequence returns no bytes");
+    backend.upload_resident(&d, &ints(&divisors)).unwrap();
+    backend.upload_resident(&q, &ints(&numerators)).unwrap();
+    backend
+        .dispatch_resident_sequence_read_ranges_into(&two, &q_range, &mut [&mut got])
+        .unwrap();
+    assert_eq!(got, expected(&divisors), "after the fault");
+    backend.free_resident(q).unwrap();
+    backend.free_resident(d).unwrap();
 }
 
 #[test]

@@ -147,3 +147,98 @@ fn programs_differing_only_in_a_zero_sign_do_not_share_a_kernel() {
         assert_eq!(want, got, "1 / {zero:?}");
     }
 }
+
+#[test]
+fn the_packed_small_path_and_the_general_path_agree_on_every_case() {
+    let Some(packed) = common::gpu::backend() else {
+        return;
+    };
+    let mut options = vyre_cuda::CudaOptions::from_env().unwrap();
+    options.small_dispatch_bytes = 0;
+    let general = common::gpu::fresh(options.clone()).unwrap();
+    options.small_dispatch_bytes = 64 << 10;
+    options.blocking_wait = true;
+    let sleeping = common::gpu::fresh(options).unwrap();
+    let packed_before = packed.metric("vyre_cuda_packed_dispatches_total");
+    let cases = common::programs::all_cases();
+    let mut mismatches = Vec::new();
+    // Each case twice: a reused output Vec must not leak the previous case's bytes.
+    let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
+    for case in cases.iter().chain(&cases) {
+        let inputs: Vec<&[u8]> = case.inputs.iter().map(Vec::as_slice).collect();
+        let got_packed =
+            packed.dispatch_borrowed_into(&case.program, &inputs, &case.config, &mut a);
+        let got_general =
+            general.dispatch_borrowed_into(&case.program, &inputs, &case.config, &mut b);
+        let got_sleeping =
+            sleeping.dispatch_borrowed_into(&case.program, &inputs, &case.config, &mut c);
+        match (&got_packed, &got_general, &got_sleeping) {
+            (Ok(()), Ok(()), Ok(())) if a == b && b == c => {}
+            (Err(x), Err(y), Err(z))
+                if x.to_string() == y.to_string() && y.to_string() == z.to_string() => {}
+            _ => mismatches.push(format!(
+                "{}: packed {:?} general {:?} blocking-wait {:?} (outputs equal: {})",
+                case.name,
+                got_packed.as_ref().map_err(ToString::to_string),
+                got_general.as_ref().map_err(ToString::to_string),
+                got_sleeping.as_ref().map_err(ToString::to_string),
+                a == b && b == c
+            )),
+        }
+    }
+    let packed_runs = packed.metric("vyre_cuda_packed_dispatches_total") - packed_before;
+    println!(
+        "{} cases x2 on three paths; {packed_runs} took the packed path; {} mismatches",
+        cases.len(),
+        mismatches.len()
+    );
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+    assert!(packed_runs > 0, "small cases take the packed path");
+    assert_eq!(general.metric("vyre_cuda_packed_dispatches_total"), 0);
+    assert!(sleeping.metric("vyre_cuda_packed_dispatches_total") > 0);
+}
+
+#[test]
+fn a_warm_packed_dispatch_allocates_nothing_and_is_timed() {
+    let Some(backend) = common::gpu::backend() else {
+        return;
+    };
+    let case = &common::programs::u32_binops()[0];
+    let inputs: Vec<&[u8]> = case.inputs.iter().map(Vec::as_slice).collect();
+    let want = common::gpu::reference(&case.program, &case.inputs).unwrap();
+    let mut out = Vec::new();
+    backend
+        .dispatch_borrowed_into(&case.program, &inputs, &case.config, &mut out)
+        .unwrap();
+    let counters = [
+        "vyre_cuda_device_allocations_total",
+        "vyre_cuda_pinned_allocations_total",
+        "vyre_cuda_stream_creations_total",
+        "vyre_cuda_packed_dispatches_total",
+        "vyre_cuda_bytes_to_device_total",
+        "vyre_cuda_bytes_to_host_total",
+    ];
+    let before: Vec<u64> = counters.iter().map(|c| backend.metric(c)).collect();
+    backend
+        .dispatch_borrowed_into(&case.program, &inputs, &case.config, &mut out)
+        .unwrap();
+    assert_eq!(out, want);
+    let after: Vec<u64> = counters.iter().map(|c| backend.metric(c)).collect();
+    assert_eq!(
+        &after[..3],
+        &before[..3],
+        "no allocation, pinning or stream"
+    );
+    assert_eq!(after[3], before[3] + 1);
+    let input_bytes: u64 = case.inputs.iter().map(|i| i.len() as u64).sum();
+    let output_bytes: u64 = want.iter().map(|o| o.len() as u64).sum();
+    // One packed upload (inputs, zeroed outputs, padding) and one packed download.
+    assert!(after[4] - before[4] >= input_bytes);
+    assert!(after[5] - before[5] >= output_bytes);
+    let timed = backend
+        .dispatch_borrowed_timed(&case.program, &inputs, &case.config)
+        .unwrap();
+    assert_eq!(timed.outputs, want);
+    assert!(timed.device_ns.is_some_and(|ns| ns > 0), "{timed:?}");
+    assert!(timed.wall_ns >= timed.enqueue_ns.unwrap());
+}

@@ -6,6 +6,7 @@ use super::launch::{self, GridSyncLaunch, LaunchArgs};
 use super::metrics::Metrics;
 use super::plan::{shape_output, starts_zeroed, DispatchPlan};
 use super::pool::{Block, StreamSlot};
+use super::small::{inputs_fit, Small};
 use super::staging::{DeviceToHost, HostToDevice};
 use super::{Core, CudaBackend};
 use crate::codegen::{DeviceFault, FAULT_AREA_BYTES};
@@ -16,7 +17,7 @@ use vyre_driver::{BackendError, DispatchConfig, ResidentSequenceTiming, TimedDis
 use vyre_foundation::ir::Program;
 
 /// Each binding starts on a 256-byte boundary inside the dispatch's device block.
-const BINDING_ALIGN: usize = 256;
+pub(crate) const BINDING_ALIGN: usize = 256;
 
 /// Host and device time of one dispatch.
 #[derive(Debug, Clone, Copy, Default)]
@@ -353,19 +354,28 @@ impl Core {
         outputs: &mut Vec<Vec<u8>>,
     ) -> Result<Timing, CudaError> {
         Metrics::bump(&self.metrics.dispatches);
-        // Large elementwise dispatches run as overlapped chunks (chunked.rs); the timed
-        // variant keeps the single launch its device time measures.
-        let chunked = if timed {
-            Ok(None)
-        } else {
-            self.run_chunked(program, inputs, config, kernel.as_ref(), outputs)
-        };
-        let result = match chunked {
-            Ok(Some(timing)) => Ok(timing),
-            Ok(None) => self
+        // Small dispatches take the packed path (one upload, launch, one download, one
+        // wait); large elementwise ones run as overlapped chunks (chunked.rs; the timed
+        // variant keeps the single launch its device time measures); the rest, and
+        // whatever does not fit a lane, the general one.
+        let mut kernel = kernel;
+        let mut done = None;
+        if self.small.enabled() && inputs_fit(inputs, self.small.capacity()) {
+            match self.run_small(program, inputs, config, kernel.take(), timed, outputs) {
+                Small::Done(result) => done = Some(result),
+                Small::TooLarge(loaded) => kernel = Some(loaded),
+            }
+        }
+        if done.is_none() && !timed {
+            done = self
+                .run_chunked(program, inputs, config, kernel.as_ref(), outputs)
+                .transpose();
+        }
+        let result = match done {
+            Some(result) => result,
+            None => self
                 .start(program, inputs, config, kernel, timed)
                 .and_then(|flight| flight.finish(self, outputs)),
-            Err(error) => Err(error),
         };
         match &result {
             Ok(timing) if timed => {

@@ -2,8 +2,10 @@
 //! vyre's wire format folds `-0.0` (and negative subnormal) f32 literals into `+0.0`, yet
 //! the reference keeps a zero literal's sign (`1 / -0.0` is `-inf`). The identity adds
 //! the sign of every zero literal, in walk order, to the fingerprint. It is memoised per
-//! `Program::entry` allocation, so a warm dispatch does one map lookup, not a walk.
+//! `Program::entry` allocation, together with the last kernel-cache key derived from it,
+//! so a warm dispatch does one map lookup here and hashes nothing.
 
+use super::cache::KernelKey;
 use crate::codegen::visit::{children, for_each_child, for_each_expr};
 use rustc_hash::FxHashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -14,37 +16,90 @@ const MEMO_LIMIT: usize = 4096;
 
 type Entry = Weak<Vec<Node>>;
 
+/// One memoised program: its identity and the kernel key last derived from it (keys
+/// differ only by the effective workgroup; the PTX target is fixed per backend).
+struct Memo {
+    entry: Entry,
+    /// `Program::fingerprint()` when memoised: programs may share an entry allocation yet
+    /// differ in buffers or workgroup (`with_rewritten_buffers`, `set_workgroup_size`).
+    fingerprint: [u8; 32],
+    identity: [u8; 32],
+    key: Option<([u32; 3], KernelKey)>,
+}
+
+impl Memo {
+    /// Whether this record describes `program`: the Weak proves the entry allocation is
+    /// the one we walked (not a reuse of its address), and the fingerprint (cached inside
+    /// the program) covers everything else.
+    fn describes(&self, program: &Program) -> bool {
+        self.entry
+            .upgrade()
+            .is_some_and(|live| Arc::ptr_eq(&live, &program.entry))
+            && self.fingerprint == program.fingerprint()
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct ProgramIdentities {
-    memo: Mutex<FxHashMap<usize, (Entry, [u8; 32])>>,
+    memo: Mutex<FxHashMap<usize, Memo>>,
 }
 
 impl ProgramIdentities {
     /// The exact identity of `program`.
     pub(crate) fn of(&self, program: &Program) -> [u8; 32] {
-        let address = Arc::as_ptr(&program.entry) as usize;
-        if let Ok(memo) = self.memo.lock() {
-            if let Some((entry, identity)) = memo.get(&address) {
-                // The Weak proves the allocation is the one we hashed, not a reuse.
-                if entry
-                    .upgrade()
-                    .is_some_and(|live| Arc::ptr_eq(&live, &program.entry))
-                {
-                    return *identity;
-                }
+        self.with_memo(program, |memo| memo.identity)
+    }
+
+    /// The kernel-cache key of `program` under `workgroup`: memoised, so a warm dispatch
+    /// does not hash (`derive` runs only when the workgroup changed or on a memo miss).
+    pub(crate) fn kernel_key(
+        &self,
+        program: &Program,
+        workgroup: [u32; 3],
+        derive: impl FnOnce(&[u8; 32]) -> KernelKey,
+    ) -> KernelKey {
+        self.with_memo(program, |memo| match memo.key {
+            Some((memo_workgroup, key)) if memo_workgroup == workgroup => key,
+            _ => {
+                let key = derive(&memo.identity);
+                memo.key = Some((workgroup, key));
+                key
             }
+        })
+    }
+
+    fn with_memo<T>(&self, program: &Program, read: impl FnOnce(&mut Memo) -> T) -> T {
+        let address = Arc::as_ptr(&program.entry) as usize;
+        let Ok(mut memo) = self.memo.lock() else {
+            return read(&mut Memo {
+                entry: Weak::new(),
+                fingerprint: program.fingerprint(),
+                identity: compute(program),
+                key: None,
+            });
+        };
+        if let Some(record) = memo.get_mut(&address).filter(|r| r.describes(program)) {
+            return read(record);
         }
-        let identity = compute(program);
+        // A miss: hash outside the lock (the walk is the expensive part).
+        drop(memo);
+        let mut record = Memo {
+            entry: Arc::downgrade(&program.entry),
+            fingerprint: program.fingerprint(),
+            identity: compute(program),
+            key: None,
+        };
+        let value = read(&mut record);
         if let Ok(mut memo) = self.memo.lock() {
             if memo.len() >= MEMO_LIMIT {
-                memo.retain(|_, (entry, _)| entry.strong_count() > 0);
+                memo.retain(|_, record| record.entry.strong_count() > 0);
                 if memo.len() >= MEMO_LIMIT {
                     memo.clear();
                 }
             }
-            memo.insert(address, (Arc::downgrade(&program.entry), identity));
+            memo.insert(address, record);
         }
-        identity
+        value
     }
 }
 
@@ -109,5 +164,44 @@ mod tests {
         let clone = p.clone();
         assert_eq!(ids.of(&p), ids.of(&clone));
         assert_eq!(ids.of(&p), compute(&p));
+    }
+
+    #[test]
+    fn programs_sharing_an_entry_but_not_buffers_get_distinct_identities() {
+        let ids = ProgramIdentities::default();
+        let p = program(1.0);
+        let wider = p.with_rewritten_buffers(vec![
+            BufferDecl::output("out", 0, DataType::F32).with_count(8)
+        ]);
+        assert!(Arc::ptr_eq(&p.entry, &wider.entry));
+        assert_ne!(ids.of(&p), ids.of(&wider));
+        assert_eq!(ids.of(&wider), compute(&wider));
+        let mut regrouped = p.clone();
+        regrouped.set_workgroup_size([32, 1, 1]);
+        assert_ne!(ids.of(&p), ids.of(&regrouped));
+    }
+
+    #[test]
+    fn kernel_keys_are_memoised_per_workgroup() {
+        let ids = ProgramIdentities::default();
+        let p = program(1.0);
+        let target = crate::codegen::PtxTarget::sm90();
+        let mut derived = 0;
+        let mut key = |workgroup: [u32; 3]| {
+            ids.kernel_key(&p, workgroup, |identity| {
+                derived += 1;
+                KernelKey::new(identity, workgroup, target)
+            })
+        };
+        let first = key([64, 1, 1]);
+        assert_eq!(key([64, 1, 1]), first);
+        let other = key([32, 1, 1]);
+        assert_ne!(other, first);
+        assert_eq!(key([64, 1, 1]), first);
+        assert_eq!(
+            derived, 3,
+            "derived on the first use and on each workgroup change"
+        );
+        assert_eq!(first, KernelKey::new(&compute(&p), [64, 1, 1], target));
     }
 }

@@ -11,6 +11,7 @@ mod chunked;
 mod device_buffer;
 mod disk_cache;
 mod dispatch;
+mod graphs;
 mod identity;
 mod launch;
 mod metrics;
@@ -21,6 +22,7 @@ mod pool;
 pub(crate) mod recycle;
 mod resident;
 mod sequence;
+mod small;
 mod staging;
 
 pub use device_buffer::CudaDeviceBuffer;
@@ -62,6 +64,10 @@ pub const RESIDENT_BUDGET_ENV: &str = "VYRE_CUDA_RESIDENT_BUDGET";
 pub const COPY_THREADS_ENV: &str = "VYRE_CUDA_COPY_THREADS";
 /// Environment variable that, set to `1`, makes [`CudaOptions::split_grid_sync`] true.
 pub const SPLIT_GRID_SYNC_ENV: &str = "VYRE_CUDA_SPLIT_GRID_SYNC";
+/// Environment variable setting the packed small-dispatch arena, in bytes (0 disables it).
+pub const SMALL_DISPATCH_BYTES_ENV: &str = "VYRE_CUDA_SMALL_DISPATCH_BYTES";
+/// Environment variable turning on blocking (sleeping) waits: `1` or `true`.
+pub const BLOCKING_WAIT_ENV: &str = "VYRE_CUDA_BLOCKING_WAIT";
 
 /// How a [`CudaBackend`] is set up. [`CudaOptions::from_env`] reads the `VYRE_CUDA_*`
 /// variables; tests and applications can also fill it in directly.
@@ -91,6 +97,13 @@ pub struct CudaOptions {
     /// single cooperative launch would fit (by default the cooperative form runs whenever
     /// the device supports cooperative launches and the whole grid fits resident).
     pub split_grid_sync: bool,
+    /// Synchronous dispatches whose buffers (each rounded up to 256 bytes) and fault word
+    /// fit in this many bytes take the packed path: one upload, the launch, one download,
+    /// one wait. 0 sends every dispatch through the general path.
+    pub small_dispatch_bytes: usize,
+    /// Wait for small dispatches and resident sequences on blocking-sync events: the host
+    /// thread sleeps instead of spinning, which saves CPU time and costs wake-up latency.
+    pub blocking_wait: bool,
 }
 
 impl Default for CudaOptions {
@@ -109,14 +122,16 @@ impl Default for CudaOptions {
             module_cache_entries: limits.module_entries,
             module_cache_bytes: limits.module_bytes,
             split_grid_sync: false,
+            small_dispatch_bytes: small::DEFAULT_SMALL_DISPATCH_BYTES,
+            blocking_wait: false,
         }
     }
 }
 
 impl CudaOptions {
     /// Defaults overridden by `VYRE_CUDA_DEVICE`, `VYRE_CUDA_CACHE_DIR`, `VYRE_CUDA_POOL`,
-    /// `VYRE_CUDA_RESIDENT_BUDGET`, `VYRE_CUDA_COPY_THREADS` and
-    /// `VYRE_CUDA_SPLIT_GRID_SYNC`.
+    /// `VYRE_CUDA_RESIDENT_BUDGET`, `VYRE_CUDA_COPY_THREADS`, `VYRE_CUDA_SPLIT_GRID_SYNC`,
+    /// `VYRE_CUDA_SMALL_DISPATCH_BYTES` and `VYRE_CUDA_BLOCKING_WAIT`.
     pub fn from_env() -> Result<Self, CudaError> {
         let mut options = Self::default();
         let number = |name: &str, text: String| -> Result<u64, CudaError> {
@@ -155,6 +170,21 @@ impl CudaOptions {
                     return Err(CudaError::invalid_input(
                         format!("{SPLIT_GRID_SYNC_ENV}={text:?} is not 0 or 1"),
                         format!("set {SPLIT_GRID_SYNC_ENV} to 1 (always split grid-wide barriers into launches) or 0, or unset it"),
+                    ))
+                }
+            };
+        }
+        if let Ok(text) = std::env::var(SMALL_DISPATCH_BYTES_ENV) {
+            options.small_dispatch_bytes = number(SMALL_DISPATCH_BYTES_ENV, text)? as usize;
+        }
+        if let Ok(text) = std::env::var(BLOCKING_WAIT_ENV) {
+            options.blocking_wait = match text.trim() {
+                "1" | "true" => true,
+                "0" | "false" | "" => false,
+                _ => {
+                    return Err(CudaError::invalid_input(
+                        format!("{BLOCKING_WAIT_ENV}={text:?} is not a switch"),
+                        format!("set {BLOCKING_WAIT_ENV} to 1 or 0, or unset it"),
                     ))
                 }
             };
@@ -205,6 +235,8 @@ pub(crate) struct Core {
     streams: StreamPool,
     pool: DevicePool,
     staging: Staging,
+    small: small::SmallLanes,
+    graphs: graphs::GraphCache,
     resident: HandleTable<ResidentBuffer>,
     budget: Arc<Budget>,
     metrics: Metrics,
@@ -288,6 +320,8 @@ impl CudaBackend {
                 options.staging_chunk_bytes,
                 options.copy_threads,
             )),
+            small: small::SmallLanes::new(options.small_dispatch_bytes, options.blocking_wait),
+            graphs: graphs::GraphCache::default(),
             resident: HandleTable::new(),
             budget: Arc::new(Budget::new(budget)),
             metrics: Metrics::default(),
@@ -401,8 +435,9 @@ impl CudaBackend {
         )
     }
 
-    /// Warm up: make the context current, create a stream with its events and a staging
-    /// lane with one pinned slot, so the first dispatch pays none of that.
+    /// Warm up: make the context current, create a stream with its events, a staging lane
+    /// with one pinned slot and a small-dispatch lane (arena and pinned buffer), so the
+    /// first dispatch pays none of that.
     pub fn prepare(&self) -> Result<(), CudaError> {
         self.core.prepare()
     }
@@ -459,6 +494,11 @@ impl Core {
             "vyre_cuda_staging_idle_bytes",
             self.staging.idle_bytes() as u64,
         ));
+        snapshot.push((
+            "vyre_cuda_small_lane_idle_bytes",
+            self.small.idle_bytes() as u64,
+        ));
+        snapshot.push(("vyre_cuda_cached_graphs", self.graphs.len() as u64));
         snapshot.push(("vyre_cuda_idle_streams", self.streams.idle() as u64));
         snapshot.push(("vyre_cuda_resident_buffers", self.resident.live() as u64));
         snapshot.push(("vyre_cuda_resident_bytes", self.budget.in_use()));
@@ -560,7 +600,7 @@ impl Core {
                 self.pool.give_back(block, &slot.stream);
                 self.staging.give_back(lane);
                 self.streams.give_back(slot);
-                Ok(())
+                self.small.prepare(self).map_err(|e| self.driver_error(e))
             }
             Err(error) => Err(self.driver_error(error)),
         }
@@ -575,9 +615,11 @@ impl Core {
         } else {
             Ok(())
         };
+        self.graphs.clear();
         drop(self.resident.drain());
         self.kernels.clear();
         self.pool.clear();
+        self.small.clear();
         self.staging.clear();
         self.streams.clear();
         synced.map_err(|e| self.driver_error(e))
@@ -593,7 +635,9 @@ impl Core {
         let workgroup = config
             .workgroup_override
             .unwrap_or_else(|| program.workgroup_size());
-        let key = KernelKey::new(&self.identities.of(program), workgroup, self.target);
+        let key = self.identities.kernel_key(program, workgroup, |identity| {
+            KernelKey::new(identity, workgroup, self.target)
+        });
         if let Some(kernel) = self
             .kernels
             .modules
@@ -806,6 +850,8 @@ impl Core {
     pub(crate) fn free_resident(&self, handle: u64) -> Result<(), CudaError> {
         self.usable()?;
         drop(self.resident.remove(handle).map_err(handle_error)?);
+        // Cached graphs that address it can never replay again: release them now.
+        self.graphs.forget_handle(handle);
         Metrics::bump(&self.metrics.resident_frees);
         Ok(())
     }

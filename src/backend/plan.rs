@@ -28,7 +28,8 @@ pub(crate) struct BindingBytes {
 /// Everything one launch needs that depends on the inputs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct DispatchPlan {
-    pub(crate) bindings: Vec<BindingBytes>,
+    /// Inline for up to eight bindings: a warm dispatch allocates nothing to plan.
+    pub(crate) bindings: smallvec::SmallVec<[BindingBytes; 8]>,
     pub(crate) grid: [u32; 3],
 }
 
@@ -144,7 +145,7 @@ impl DispatchPlan {
         config: &DispatchConfig,
         limits: GridLimits,
     ) -> Result<Self, CudaError> {
-        let mut bindings = Vec::with_capacity(abi.bindings.len());
+        let mut bindings = smallvec::SmallVec::with_capacity(abi.bindings.len());
         let (mut max_returned, mut max_other) = (0u32, 1u32);
         for (binding, &(len, input)) in abi.bindings.iter().zip(lens) {
             let stride = binding.element_size as usize;
@@ -232,16 +233,15 @@ fn reference_grid(
         .fold(1u32, u32::saturating_mul)
         .max(1);
     let total = dispatch_elements.div_ceil(per_group).max(1);
-    let active: Vec<usize> = (0..3)
-        .filter(|&axis| abi.workgroup_size[axis] > 1)
-        .collect();
+    let active = (0..3).filter(|&axis| abi.workgroup_size[axis] > 1);
     let mut grid = [1u32, 1, 1];
-    if active.is_empty() {
-        grid[0] = total;
-    } else {
-        let base = (f64::from(total)).powf(1.0 / active.len() as f64).ceil() as u32;
-        for axis in active {
-            grid[axis] = base.max(1);
+    match active.clone().count() {
+        0 => grid[0] = total,
+        axes => {
+            let base = (f64::from(total)).powf(1.0 / axes as f64).ceil() as u32;
+            for axis in active {
+                grid[axis] = base.max(1);
+            }
         }
     }
     grid

@@ -1,10 +1,13 @@
 //! Resident work: one executor for every resident operation. A [`ResidentBatch`] (fills,
 //! uploads, a prefix of dispatch steps, a repeated group of steps, ranged reads) is
 //! validated completely before anything is enqueued, then runs on one stream with one host
-//! synchronisation at the end. A repeated group is captured once as a CUDA graph and
-//! replayed.
+//! synchronisation at the end. Step lists run as cached CUDA graphs (`graphs.rs`): the
+//! prefix and the repeated group unrolled up to [`MAX_UNROLL`] times are captured into one
+//! graph the first time they are needed, and later identical calls replay it. A one-off
+//! prefix-only list (seen for the first time) and a single launch run directly.
 
 use super::dispatch::{check_config, check_fault, nanos, Timing};
+use super::graphs::{CachedGraph, GraphKey, StepKey};
 use super::launch::{self, GridSyncLaunch, LaunchArgs};
 use super::metrics::Metrics;
 use super::plan::{binding_order, DispatchPlan};
@@ -12,6 +15,7 @@ use super::pool::Block;
 use super::staging::{DeviceToHost, HostToDevice};
 use super::{cache::LoadedKernel, resident_id, Core, CudaBackend, ResidentBuffer};
 use crate::codegen::FAULT_AREA_BYTES;
+use crate::driver::{DeviceAlloc, DriverError, Stream};
 use crate::error::CudaError;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -22,9 +26,13 @@ use vyre_driver::{
 };
 use vyre_foundation::ir::Program;
 
-/// Repeat counts at least this large are captured as a graph; smaller ones are launched
-/// directly (capture and instantiation cost more than they save).
-const GRAPH_MIN_REPEATS: u32 = 2;
+/// Prefix-only step lists with fewer kernel launches than this are launched directly:
+/// a graph of one launch saves nothing.
+const GRAPH_MIN_LAUNCHES: u64 = 2;
+/// Most repeats of a repeated group unrolled into one graph; longer runs replay it.
+pub(crate) const MAX_UNROLL: u32 = 64;
+/// Most kernel launches of a repeated group unrolled into one graph.
+const MAX_UNROLLED_LAUNCHES: u32 = 4096;
 
 /// Fill `len` bytes at `offset` of a resident buffer with `value`.
 #[derive(Debug, Clone, Copy)]
@@ -92,6 +100,98 @@ struct PreparedStep {
     grid: [u32; 3],
     args: LaunchArgs,
     launches: u32,
+}
+
+/// How a batch's steps run.
+enum Work {
+    /// Launched one by one (the prefix only).
+    Direct(Vec<PreparedStep>),
+    /// Graphs replayed in order.
+    Graphs(Vec<Segment>),
+}
+
+impl Work {
+    fn has_steps(&self) -> bool {
+        match self {
+            Self::Direct(prefix) => !prefix.is_empty(),
+            Self::Graphs(planned) => !planned.is_empty(),
+        }
+    }
+}
+
+/// One graph of a batch, replayed `times` times.
+struct Segment {
+    key: GraphKey,
+    graph: Found,
+    times: u32,
+}
+
+enum Found {
+    /// From the cache, or captured by this call.
+    Ready(CachedGraph),
+    /// Not cached: the steps to capture (the prefix, and the repeated group that the key
+    /// unrolls `key.unroll` times).
+    Capture {
+        prefix: Vec<PreparedStep>,
+        repeated: Vec<PreparedStep>,
+    },
+}
+
+/// The graphs that run `prefix` once and `repeated` `repeats` times: one graph when the
+/// repeats fit the unroll bound, else the prefix with `unroll` repeats, then a graph of
+/// `unroll` repeats replayed, then one of the remainder.
+fn segments(
+    prefix: &Arc<[StepKey]>,
+    repeated: &Arc<[StepKey]>,
+    repeats: u32,
+    unroll: u32,
+) -> smallvec::SmallVec<[(GraphKey, u32); 3]> {
+    let key = |prefix: &Arc<[StepKey]>, unroll: u32| GraphKey {
+        prefix: Arc::clone(prefix),
+        repeated: Arc::clone(repeated),
+        unroll,
+    };
+    if repeats <= unroll {
+        return smallvec::smallvec![(key(prefix, repeats), 1)];
+    }
+    let none: Arc<[StepKey]> = Arc::from([]);
+    let mut out = smallvec::SmallVec::new();
+    let mut rest = repeats;
+    if !prefix.is_empty() {
+        out.push((key(prefix, unroll), 1));
+        rest -= unroll;
+    }
+    if rest / unroll > 0 {
+        out.push((key(&none, unroll), rest / unroll));
+    }
+    if rest % unroll > 0 {
+        out.push((key(&none, rest % unroll), 1));
+    }
+    out
+}
+
+/// Enqueues one prepared step, pointing its fault word (if any) at `fault`; grid-wide
+/// barriers launch per `mode`, counted in `metrics`.
+fn launch_step(
+    stream: &Stream,
+    step: &PreparedStep,
+    fault: Option<u64>,
+    mode: GridSyncLaunch,
+    metrics: &Metrics,
+) -> Result<(), DriverError> {
+    let mut args = step.args.clone();
+    if step.kernel.abi.fault_word {
+        args.fault = fault;
+    }
+    launch::enqueue(
+        stream,
+        &step.kernel,
+        step.grid,
+        &args,
+        step.launches,
+        mode,
+        metrics,
+    )
 }
 
 fn range_error(handle: u64, offset: usize, len: usize, size: usize, what: &str) -> CudaError {
@@ -174,16 +274,7 @@ impl Core {
             });
             held.push(buffer);
         }
-        let prefix = batch
-            .prefix
-            .iter()
-            .map(|step| self.prepare_step(step, &mut held))
-            .collect::<Result<Vec<_>, _>>()?;
-        let repeated = batch
-            .repeated
-            .iter()
-            .map(|step| self.prepare_step(step, &mut held))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut work = self.plan_work(batch, &mut held)?;
         let mut reads = Vec::with_capacity(batch.reads.len());
         for read in batch.reads {
             let buffer = self.resident(read.handle)?;
@@ -191,11 +282,11 @@ impl Core {
             reads.push((buffer.ptr() + read.offset as u64, read.len));
             held.push(buffer);
         }
-        let steps = !prefix.is_empty() || (!repeated.is_empty() && batch.repeat_count > 0);
-        let needs_fault = prefix
-            .iter()
-            .chain(&repeated)
-            .any(|step| step.kernel.abi.fault_word);
+        let steps = work.has_steps();
+        let needs_fault = match &work {
+            Work::Direct(prefix) => prefix.iter().any(|step| step.kernel.abi.fault_word),
+            Work::Graphs(_) => false,
+        };
 
         let slot = self
             .streams
@@ -212,7 +303,9 @@ impl Core {
         };
         let fault_ptr = fault_block.as_ref().map(Block::ptr);
         let stream = &slot.stream;
-        let mut word = [0u8; 4];
+        // One fault word per source of faults: the direct launches' pooled word, or each
+        // graph's own.
+        let mut words: smallvec::SmallVec<[[u8; 4]; 4]> = smallvec::SmallVec::new();
         let mut enqueue_ns = 0;
         let mut wait_started = started;
         let outcome = (|| -> Result<Option<u64>, CudaError> {
@@ -228,107 +321,82 @@ impl Core {
             self.staging.give_back(lane);
             uploaded?;
             if let Some(fault) = fault_ptr {
+                // The fault word and the cooperative entry's grid-barrier words.
                 stream.memset_zero(fault, FAULT_AREA_BYTES)?;
+            }
+            if let Work::Graphs(planned) = &mut work {
+                for segment in planned.iter_mut() {
+                    self.capture_segment(stream, batch, segment)?;
+                }
             }
             if timed {
                 slot.start.record(stream)?;
             }
-            let launch_one = |stream: &crate::driver::Stream,
-                              step: &PreparedStep,
-                              mode: GridSyncLaunch,
-                              metrics: &Metrics| {
-                let mut args = step.args.clone();
-                if step.kernel.abi.fault_word {
-                    args.fault = fault_ptr;
-                }
-                launch::enqueue(
-                    stream,
-                    &step.kernel,
-                    step.grid,
-                    &args,
-                    step.launches,
-                    mode,
-                    metrics,
-                )
-            };
             {
                 let _span = tracing::trace_span!(
                     "vyre_cuda.launch",
-                    steps = prefix.len() + repeated.len(),
+                    steps = batch.prefix.len() + batch.repeated.len(),
                     repeats = batch.repeat_count
                 )
                 .entered();
-                for step in &prefix {
-                    launch_one(stream, step, self.grid_sync, &self.metrics)?;
-                    Metrics::add(&self.metrics.launches, u64::from(step.launches));
-                }
-                if !repeated.is_empty() && batch.repeat_count > 0 {
-                    let per_repeat: u64 = repeated.iter().map(|s| u64::from(s.launches)).sum();
-                    if batch.repeat_count >= GRAPH_MIN_REPEATS {
-                        // Launches made during capture are counted per replay below.
-                        let capture = |mode: GridSyncLaunch, counted: &Metrics| {
-                            stream
-                                .capture(|capturing| -> Result<(), CudaError> {
-                                    for step in &repeated {
-                                        launch_one(capturing, step, mode, counted)?;
-                                    }
-                                    Ok(())
-                                })
-                                .and_then(|graph| Ok(graph.instantiate()?))
-                        };
-                        let mut counted = Metrics::default();
-                        let mode = self.capture_grid_sync();
-                        let exec = match capture(mode, &counted) {
-                            Ok(exec) => {
-                                self.note_cooperative_capture(&counted, true);
-                                exec
-                            }
-                            Err(error)
-                                if counted.grid_sync_cooperative.load(Ordering::Relaxed) > 0 =>
-                            {
-                                // Cooperative kernels could not be captured (or the graph
-                                // not instantiated) on this device: split them in graphs.
-                                tracing::info!(%error, "cooperative launches do not work under CUDA graph capture here; grid-wide barriers in captured sequences are split into launches");
-                                self.note_cooperative_capture(&counted, false);
-                                counted = Metrics::default();
-                                capture(GridSyncLaunch::Split, &counted)?
-                            }
-                            Err(error) => return Err(error),
-                        };
-                        let replays = u64::from(batch.repeat_count);
-                        Metrics::add(
-                            &self.metrics.grid_sync_cooperative,
-                            counted.grid_sync_cooperative.load(Ordering::Relaxed) * replays,
-                        );
-                        Metrics::add(
-                            &self.metrics.grid_sync_split,
-                            counted.grid_sync_split.load(Ordering::Relaxed) * replays,
-                        );
-                        Metrics::bump(&self.metrics.graph_captures);
-                        launch::replay(stream, &exec, batch.repeat_count)?;
-                        Metrics::add(&self.metrics.graph_launches, u64::from(batch.repeat_count));
-                        // `exec` may be destroyed with replays in flight; the driver
-                        // finishes them.
-                    } else {
-                        for _ in 0..batch.repeat_count {
-                            for step in &repeated {
-                                launch_one(stream, step, self.grid_sync, &self.metrics)?;
-                            }
+                match &work {
+                    Work::Direct(prefix) => {
+                        for step in prefix {
+                            launch_step(stream, step, fault_ptr, self.grid_sync, &self.metrics)?;
+                            Metrics::add(&self.metrics.launches, u64::from(step.launches));
                         }
                     }
-                    Metrics::add(
-                        &self.metrics.launches,
-                        per_repeat * u64::from(batch.repeat_count),
-                    );
+                    Work::Graphs(planned) => {
+                        for segment in planned {
+                            let Found::Ready(graph) = &segment.graph else {
+                                unreachable!("every segment was captured above");
+                            };
+                            launch::replay(stream, &graph.exec, segment.times)?;
+                            Metrics::add(&self.metrics.graph_launches, u64::from(segment.times));
+                            let [cooperative, split] = graph.grid_sync_launches;
+                            Metrics::add(
+                                &self.metrics.grid_sync_cooperative,
+                                cooperative * u64::from(segment.times),
+                            );
+                            Metrics::add(
+                                &self.metrics.grid_sync_split,
+                                split * u64::from(segment.times),
+                            );
+                            Metrics::add(
+                                &self.metrics.launches,
+                                graph.launches * u64::from(segment.times),
+                            );
+                        }
+                    }
                 }
             }
             if timed {
                 slot.end.record(stream)?;
             }
+            if let Some(blocking) = self.small.blocking_event(self)? {
+                // Sleep through the kernels; the readback below is then short.
+                let slept = blocking
+                    .record(stream)
+                    .and_then(|()| blocking.synchronize());
+                self.small.give_back_event(blocking);
+                slept?;
+            }
             enqueue_ns = nanos(started);
             wait_started = Instant::now();
             let _span = tracing::trace_span!("vyre_cuda.readback").entered();
-            let mut copies: Vec<DeviceToHost<'_>> = Vec::with_capacity(reads.len() + 1);
+            let fault_sources: smallvec::SmallVec<[u64; 4]> = match &work {
+                Work::Direct(_) => fault_ptr.into_iter().collect(),
+                Work::Graphs(planned) => planned
+                    .iter()
+                    .filter_map(|segment| match &segment.graph {
+                        Found::Ready(graph) => graph.fault.as_ref().map(DeviceAlloc::ptr),
+                        Found::Capture { .. } => None,
+                    })
+                    .collect(),
+            };
+            words.resize(fault_sources.len(), [0; 4]);
+            let mut copies: Vec<DeviceToHost<'_>> =
+                Vec::with_capacity(reads.len() + fault_sources.len());
             for ((src, len), out) in reads.iter().zip(outputs.iter_mut()) {
                 out.truncate(*len);
                 out.resize(*len, 0);
@@ -337,10 +405,10 @@ impl Core {
                     dst: out.as_mut_slice(),
                 });
             }
-            if let Some(fault) = fault_ptr {
+            for (src, word) in fault_sources.iter().zip(words.iter_mut()) {
                 copies.push(DeviceToHost {
-                    src: fault,
-                    dst: &mut word,
+                    src: *src,
+                    dst: word,
                 });
             }
             let mut lane = self.staging.take();
@@ -358,7 +426,6 @@ impl Core {
                 None
             })
         })();
-        drop(held);
         let device_ns = match outcome {
             Ok(device_ns) => {
                 if let Some(block) = fault_block {
@@ -369,8 +436,27 @@ impl Core {
             }
             Err(error) => return Err(self.classify(error)),
         };
+        let code = words
+            .iter()
+            .map(|word| u32::from_le_bytes(*word))
+            .find(|&code| code != 0)
+            .unwrap_or(0);
+        if code == 0 {
+            // Idle graphs with zero fault words go back to the cache (a faulted graph's word
+            // is not zero any more: it is dropped instead).
+            if let Work::Graphs(planned) = work {
+                for segment in planned {
+                    if let Found::Ready(graph) = segment.graph {
+                        self.graphs.give_back(segment.key, graph, |handle| {
+                            self.resident.get(handle).is_ok()
+                        });
+                    }
+                }
+            }
+        }
+        drop(held);
         let mut faulted = Vec::new();
-        if let Err(error) = check_fault(self, u32::from_le_bytes(word), &mut faulted) {
+        if let Err(error) = check_fault(self, code, &mut faulted) {
             for out in outputs.iter_mut() {
                 out.clear();
             }
@@ -382,6 +468,204 @@ impl Core {
             enqueue_ns,
             wait_ns: nanos(wait_started),
         })
+    }
+
+    /// Decides how the batch's steps run and resolves what they need: direct launches for
+    /// a single launch or a step list seen for the first time, otherwise cached graphs
+    /// (found, or prepared for capture).
+    fn plan_work(
+        &self,
+        batch: &ResidentBatch<'_>,
+        held: &mut Vec<Arc<ResidentBuffer>>,
+    ) -> Result<Work, CudaError> {
+        let repeats = if batch.repeated.is_empty() {
+            0
+        } else {
+            batch.repeat_count
+        };
+        let direct = |held: &mut Vec<Arc<ResidentBuffer>>| -> Result<Work, CudaError> {
+            let prefix = batch
+                .prefix
+                .iter()
+                .map(|step| self.prepare_step(step, held))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Work::Direct(prefix))
+        };
+        let prefix_launches: u64 = batch
+            .prefix
+            .iter()
+            .map(|step| u64::from(step.launches.max(1)))
+            .sum();
+        if repeats == 0 && prefix_launches < GRAPH_MIN_LAUNCHES {
+            return direct(held);
+        }
+        let prefix_keys = self.step_keys(batch.prefix);
+        let repeated_keys = if repeats > 0 {
+            self.step_keys(batch.repeated)
+        } else {
+            Arc::from([])
+        };
+        let per_repeat: u32 = batch
+            .repeated
+            .iter()
+            .map(|step| step.launches.max(1))
+            .fold(0u32, u32::saturating_add)
+            .max(1);
+        let unroll = repeats
+            .min(MAX_UNROLL)
+            .min((MAX_UNROLLED_LAUNCHES / per_repeat).max(1));
+        let segments = segments(&prefix_keys, &repeated_keys, repeats, unroll);
+        let mut planned = Vec::with_capacity(segments.len());
+        for (key, times) in segments {
+            let cached = self.graphs.take(&key);
+            if cached.is_none() && repeats == 0 && self.graphs.first_sighting(&key) {
+                // A prefix-only list seen for the first time: capturing it costs more than
+                // launching it; the next identical call captures.
+                return direct(held);
+            }
+            let graph = match cached {
+                Some(graph) => {
+                    // Every handle must still be live (a freed one fails here, as it would
+                    // uncached); holding them keeps the memory until the replay is done.
+                    for &handle in &graph.handles {
+                        held.push(self.resident(handle)?);
+                    }
+                    Metrics::bump(&self.metrics.graph_cache_hits);
+                    Found::Ready(graph)
+                }
+                None => {
+                    let prepare = |steps: &[Step<'_>], held: &mut Vec<Arc<ResidentBuffer>>| {
+                        steps
+                            .iter()
+                            .map(|step| self.prepare_step(step, held))
+                            .collect::<Result<Vec<_>, _>>()
+                    };
+                    let prefix = if key.prefix.is_empty() {
+                        Vec::new()
+                    } else {
+                        prepare(batch.prefix, held)?
+                    };
+                    let repeated = if key.unroll == 0 {
+                        Vec::new()
+                    } else {
+                        prepare(batch.repeated, held)?
+                    };
+                    Found::Capture { prefix, repeated }
+                }
+            };
+            planned.push(Segment { key, graph, times });
+        }
+        Ok(Work::Graphs(planned))
+    }
+
+    /// The cache's view of `steps`. Consecutive steps of one program share its identity.
+    fn step_keys(&self, steps: &[Step<'_>]) -> Arc<[StepKey]> {
+        let mut keys: Vec<StepKey> = Vec::with_capacity(steps.len());
+        let mut previous: Option<(&Program, [u8; 32])> = None;
+        for step in steps {
+            let identity = match previous {
+                Some((program, identity)) if std::ptr::eq(program, step.program) => identity,
+                _ => self.identities.of(step.program),
+            };
+            previous = Some((step.program, identity));
+            keys.push(StepKey {
+                identity,
+                workgroup: step
+                    .workgroup_override
+                    .unwrap_or_else(|| step.program.workgroup_size()),
+                grid_override: step.grid_override,
+                launches: step.launches.max(1),
+                handles: step.handles.iter().copied().collect(),
+            });
+        }
+        keys.into()
+    }
+
+    /// Captures and instantiates a segment's graph if the cache did not have it.
+    fn capture_segment(
+        &self,
+        stream: &crate::driver::Stream,
+        batch: &ResidentBatch<'_>,
+        segment: &mut Segment,
+    ) -> Result<(), CudaError> {
+        let Found::Capture { prefix, repeated } = &segment.graph else {
+            return Ok(());
+        };
+        let _span =
+            tracing::debug_span!("vyre_cuda.graph_capture", repeats = batch.repeat_count).entered();
+        let unroll = segment.key.unroll;
+        let needs_fault = prefix
+            .iter()
+            .chain(repeated.iter())
+            .any(|step| step.kernel.abi.fault_word);
+        let fault = if needs_fault {
+            // The fault word, then the cooperative entry's grid-barrier words.
+            let word = DeviceAlloc::new(&self.device, FAULT_AREA_BYTES)?;
+            Metrics::bump(&self.metrics.device_allocations);
+            Metrics::add(
+                &self.metrics.device_allocation_bytes,
+                FAULT_AREA_BYTES as u64,
+            );
+            // Ordered before every replay on this stream; later calls find it zero (see
+            // `CachedGraph::fault`; the barrier words return to zero after each barrier).
+            stream.memset_zero(word.ptr(), FAULT_AREA_BYTES)?;
+            Some(word)
+        } else {
+            None
+        };
+        let fault_ptr = fault.as_ref().map(DeviceAlloc::ptr);
+        // Launches made during capture are counted per replay (see `CachedGraph`).
+        let capture = |mode: GridSyncLaunch, counted: &Metrics| -> Result<_, CudaError> {
+            let graph = stream.capture(|capturing| -> Result<(), CudaError> {
+                for step in prefix {
+                    launch_step(capturing, step, fault_ptr, mode, counted)?;
+                }
+                for _ in 0..unroll {
+                    for step in repeated {
+                        launch_step(capturing, step, fault_ptr, mode, counted)?;
+                    }
+                }
+                Ok(())
+            })?;
+            Ok(graph.instantiate()?)
+        };
+        let mut counted = Metrics::default();
+        let exec = match capture(self.capture_grid_sync(), &counted) {
+            Ok(exec) => {
+                self.note_cooperative_capture(&counted, true);
+                exec
+            }
+            Err(error) if counted.grid_sync_cooperative.load(Ordering::Relaxed) > 0 => {
+                // Cooperative kernels could not be captured (or the graph not
+                // instantiated) on this device: split them in graphs from now on.
+                tracing::info!(%error, "cooperative launches do not work under CUDA graph capture here; grid-wide barriers in captured sequences are split into launches");
+                self.note_cooperative_capture(&counted, false);
+                counted = Metrics::default();
+                capture(GridSyncLaunch::Split, &counted)?
+            }
+            Err(error) => return Err(error),
+        };
+        Metrics::bump(&self.metrics.graph_captures);
+        let launches = prefix.iter().map(|s| u64::from(s.launches)).sum::<u64>()
+            + u64::from(unroll) * repeated.iter().map(|s| u64::from(s.launches)).sum::<u64>();
+        let mut kernels: Vec<Arc<LoadedKernel>> = Vec::new();
+        for step in prefix.iter().chain(repeated.iter()) {
+            if !kernels.iter().any(|k| Arc::ptr_eq(k, &step.kernel)) {
+                kernels.push(Arc::clone(&step.kernel));
+            }
+        }
+        segment.graph = Found::Ready(CachedGraph::new(
+            exec,
+            kernels,
+            segment.key.handles(),
+            fault,
+            launches,
+            [
+                counted.grid_sync_cooperative.load(Ordering::Relaxed),
+                counted.grid_sync_split.load(Ordering::Relaxed),
+            ],
+        ));
+        Ok(())
     }
 
     fn prepare_step(
@@ -672,7 +956,7 @@ impl CudaBackend {
         read_ranges: &[ResidentReadRange<'_>],
         outputs: &mut [&mut Vec<u8>],
     ) -> Result<(), CudaError> {
-        self.dispatch_resident_sequence_read_ranges_timed_into(steps, read_ranges, outputs)
+        self.resident_sequence(steps, read_ranges, outputs, false)
             .map(|_| ())
     }
 
@@ -684,10 +968,21 @@ impl CudaBackend {
         read_ranges: &[ResidentReadRange<'_>],
         outputs: &mut [&mut Vec<u8>],
     ) -> Result<ResidentSequenceTiming, CudaError> {
+        self.resident_sequence(steps, read_ranges, outputs, true)
+            .map(Timing::into_sequence_timing)
+    }
+
+    fn resident_sequence(
+        &self,
+        steps: &[ResidentDispatchStep<'_>],
+        read_ranges: &[ResidentReadRange<'_>],
+        outputs: &mut [&mut Vec<u8>],
+        timed: bool,
+    ) -> Result<Timing, CudaError> {
         let reads = read_list(read_ranges)?;
         let core = self.core();
         Metrics::bump(&core.metrics().resident_sequences);
-        let timing = with_ids(steps, |steps| {
+        with_ids(steps, |steps| {
             self.resident_op(
                 &ResidentBatch {
                     prefix: steps,
@@ -695,14 +990,15 @@ impl CudaBackend {
                     ..ResidentBatch::default()
                 },
                 outputs,
-                true,
+                timed,
             )
-        })?;
-        Ok(timing.into_sequence_timing())
+        })
     }
 
-    /// Runs `prefix_steps` once, then `repeated_steps` `repeat_count` times (captured once
-    /// as a CUDA graph and replayed), then reads the ranges; one host synchronisation.
+    /// Runs `prefix_steps` once, then `repeated_steps` `repeat_count` times, then reads the
+    /// ranges; one host synchronisation. The prefix and up to 64 repeats are captured into
+    /// one cached CUDA graph (longer runs replay a graph of 64 repeats), so an identical
+    /// later call replays without capturing.
     pub fn dispatch_resident_repeated_sequence_read_ranges_into(
         &self,
         prefix_steps: &[ResidentDispatchStep<'_>],

@@ -18,6 +18,7 @@ mod error;
 mod graph;
 mod memory;
 mod module;
+mod round_trip;
 mod stream;
 
 pub use device::{Device, DeviceInfo};
@@ -25,6 +26,7 @@ pub use error::DriverError;
 pub use graph::{Graph, GraphExec};
 pub use memory::{DeviceAlloc, PinnedHostBuffer, StagingBuffer, StreamOrderedAlloc};
 pub use module::{Function, KernelArg, Module, ParamKind};
+pub use round_trip::{Exchange, RoundTripBuffer, Wait};
 pub use stream::{Event, Stream};
 
 use cudarc::driver::{result, sys};

@@ -362,6 +362,24 @@ impl Event {
         })
     }
 
+    /// Creates a completion-only event whose waits block the host thread
+    /// (`CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING`): [`Event::synchronize`] sleeps
+    /// until the work is done instead of spinning, whatever the context's scheduling flags.
+    pub fn new_blocking(device: &Arc<Device>) -> Result<Event, DriverError> {
+        let generation = device.generation();
+        device.bind_live(generation, "cuEventCreate")?;
+        let flags = sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32
+            | sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        let mut raw: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: `raw` is a valid out pointer; the flags are a valid combination.
+        unsafe { sys::cuEventCreate(&mut raw, flags) }.check("cuEventCreate")?;
+        Ok(Event {
+            device: Arc::clone(device),
+            raw,
+            generation,
+        })
+    }
+
     #[inline]
     fn enter(&self, call: &'static str) -> Result<(), DriverError> {
         self.device.bind_live(self.generation, call)

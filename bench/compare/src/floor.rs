@@ -97,6 +97,61 @@ impl Drop for Pinned {
     }
 }
 
+/// Page-aligned host memory registered with `cuMemHostRegister` (how vyre-cuda pins its
+/// staging and small-dispatch buffers), for comparing with `cuMemHostAlloc` memory.
+pub struct Registered {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Registered {
+    pub fn new(len: usize) -> R<Self> {
+        let layout = std::alloc::Layout::from_size_align(len.max(1).next_multiple_of(4096), 4096)
+            .map_err(|e| e.to_string())?;
+        // SAFETY: non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err("host allocation failed".into());
+        }
+        // SAFETY: `ptr..ptr+size` is a live allocation owned by this value, unregistered
+        // before it is freed.
+        let status = unsafe {
+            sys::cuMemHostRegister_v2(ptr.cast(), layout.size(), sys::CU_MEMHOSTREGISTER_PORTABLE)
+        };
+        if status != sys::CUresult::CUDA_SUCCESS {
+            // SAFETY: allocated above with this layout.
+            unsafe { std::alloc::dealloc(ptr, layout) };
+            return Err(format!("cuMemHostRegister: {status:?}"));
+        }
+        Ok(Self { ptr, len })
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: `ptr` points to at least `len` bytes we own; no copy is in flight outside
+        // a floor operation (which synchronises before returning).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as `as_slice`, and `&mut self` makes this the only view.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        // SAFETY: registered and allocated in `new` with this layout, released once.
+        unsafe {
+            let _ = sys::cuMemHostUnregister(self.ptr.cast());
+            if let Ok(layout) =
+                std::alloc::Layout::from_size_align(self.len.max(1).next_multiple_of(4096), 4096)
+            {
+                std::alloc::dealloc(self.ptr, layout);
+            }
+        }
+    }
+}
+
 /// What the floor learned about the device.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct DeviceFacts {
@@ -610,6 +665,17 @@ impl Floor {
         let elapsed = started.elapsed();
         drop(module);
         Ok(elapsed)
+    }
+
+    /// `tiny_e2e` for one element with vyre-cuda's packed-dispatch copy sizes: the upload is
+    /// all of `packed` (inputs at 0 and 256, the output at 512), the readback all of `out`
+    /// from offset 512 (the output and what follows it).
+    pub fn tiny_packed_sizes(&self, packed: &[u8], out: &mut [u8], dev: &DevBuf) -> R<()> {
+        self.bind()?;
+        self.h2d(dev.ptr, packed, 0)?;
+        self.launch_elementwise(self.f_vadd, dev.ptr, dev.ptr + 256, dev.ptr + 512, 1, 0)?;
+        self.d2h(out, dev.ptr + 512, 0)?;
+        self.sync(0)
     }
 
     /// `tiny_e2e`, but the host waits on a blocking-sync event (the thread sleeps instead

@@ -14,7 +14,7 @@ mod programs;
 mod ptx;
 mod report;
 
-use floor::{DevBuf, Floor, Kernel, Pinned};
+use floor::{DevBuf, Floor, Kernel, Pinned, Registered};
 use programs::{Rng, ALPHA, SALT};
 use report::{fmt_time, Outcome, Report, Row, Stats};
 use std::collections::BTreeMap;
@@ -41,6 +41,9 @@ vyre-compare: floor vs vyre-driver-cuda 0.6.5 vs vyre-cuda, on one GPU
   --deadline-s S     skip the workloads that would start after S seconds (default 480)
   --blocking-sync    set CU_CTX_SCHED_BLOCKING_SYNC on the primary context first (waits
                      sleep instead of spinning: CPU-time experiments; not for the table)
+  --ours-blocking-wait
+                     open vyre-cuda with CudaOptions::blocking_wait (its small-dispatch and
+                     sequence waits sleep on blocking-sync events; the context is untouched)
   --render JSON      no GPU: read a results file, print the tables, write --svg/--markdown
   --dump-ptx DIR     no GPU: write the floor's PTX (for ptxas) and exit
 ";
@@ -55,6 +58,7 @@ struct Opts {
     dump_ptx: Option<PathBuf>,
     deadline: Duration,
     blocking_sync: bool,
+    ours_blocking_wait: bool,
 }
 
 fn parse_opts() -> Opts {
@@ -68,6 +72,7 @@ fn parse_opts() -> Opts {
         dump_ptx: None,
         deadline: Duration::from_secs(480),
         blocking_sync: false,
+        ours_blocking_wait: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -84,6 +89,7 @@ fn parse_opts() -> Opts {
             "--only" => opts.only = Some(value("--only").split(',').map(str::to_string).collect()),
             "--quick" => opts.quick = true,
             "--blocking-sync" => opts.blocking_sync = true,
+            "--ours-blocking-wait" => opts.ours_blocking_wait = true,
             "--render" => opts.render = Some(value("--render").into()),
             "--dump-ptx" => opts.dump_ptx = Some(value("--dump-ptx").into()),
             "--deadline-s" => {
@@ -511,6 +517,29 @@ impl Harness {
             }
         };
         let page_out = std::cell::RefCell::new(vec![0u8; 4 * n]);
+        // Diagnostic variants (n == 1 only): registered instead of cuMemHostAlloc memory,
+        // and vyre-cuda's packed copy sizes (516 bytes up, 20 down).
+        let registered = (n == 1 && cpu).then(|| -> R<(Registered, Registered)> {
+            let mut ab = Registered::new(8)?;
+            ab.as_mut_slice()[..4].copy_from_slice(a);
+            ab.as_mut_slice()[4..].copy_from_slice(b);
+            Ok((ab, Registered::new(4)?))
+        });
+        let (reg_ab, reg_out) = match registered {
+            Some(Ok((ab, out))) => (Some(ab), Some(std::cell::RefCell::new(out))),
+            _ => (None, None),
+        };
+        let wide = (n == 1 && cpu).then(|| -> R<(Pinned, DevBuf, Pinned)> {
+            let mut packed = Pinned::new(516)?;
+            packed.as_mut_slice().fill(0);
+            packed.as_mut_slice()[..4].copy_from_slice(a);
+            packed.as_mut_slice()[256..260].copy_from_slice(b);
+            Ok((packed, DevBuf::new(1024)?, Pinned::new(20)?))
+        });
+        let (wide_in, wide_dev, wide_out) = match wide {
+            Some(Ok((p, d, o))) => (Some(p), Some(d), Some(std::cell::RefCell::new(o))),
+            _ => (None, None, None),
+        };
         let outs: Vec<std::cell::RefCell<Vec<Vec<u8>>>> = (0..2)
             .map(|_| std::cell::RefCell::new(Vec::new()))
             .collect();
@@ -525,6 +554,34 @@ impl Harness {
                 Box::new(move || expect.check_one(out.borrow().as_slice())),
             ));
             if cpu {
+                if let (Some(reg_ab), Some(reg_out)) = (&reg_ab, &reg_out) {
+                    jobs.push((
+                        "floor/registered_host".into(),
+                        Box::new(move || {
+                            floor.tiny_e2e(
+                                reg_ab.as_slice(),
+                                reg_out.borrow_mut().as_mut_slice(),
+                                dev,
+                            )
+                        }),
+                        Box::new(move || expect.check_one(reg_out.borrow().as_slice())),
+                    ));
+                }
+                if let (Some(wide_in), Some(wide_dev), Some(wide_out)) =
+                    (&wide_in, &wide_dev, &wide_out)
+                {
+                    jobs.push((
+                        "floor/packed_copy_sizes".into(),
+                        Box::new(move || {
+                            floor.tiny_packed_sizes(
+                                wide_in.as_slice(),
+                                &mut wide_out.borrow_mut().as_mut_slice()[..],
+                                wide_dev,
+                            )
+                        }),
+                        Box::new(move || expect.check_one(&wide_out.borrow().as_slice()[..4])),
+                    ));
+                }
                 jobs.push((
                     "floor/pageable_two_uploads".into(),
                     Box::new(|| floor.tiny_pageable(a, b, &mut page_out.borrow_mut(), dev)),
@@ -819,6 +876,100 @@ impl Harness {
     }
 
     /// `resident_sequence_100`: 100 dependent small steps on a resident buffer, one readback.
+    /// `small_dispatch_threshold` (diagnostics only): warm end-to-end vadd at sizes around
+    /// vyre-cuda's packed small-dispatch arena, once through a backend whose packed path
+    /// takes everything up to 256 KiB and once through one with it disabled, samples
+    /// interleaved. Where the packed path stops winning is where its default belongs.
+    fn small_dispatch_threshold(&mut self) {
+        let open = |bytes: usize| -> R<vyre_cuda::CudaBackend> {
+            let mut options = vyre_cuda::CudaOptions::from_env().map_err(|e| e.to_string())?;
+            options.small_dispatch_bytes = bytes;
+            vyre_cuda::CudaBackend::with_options(options).map_err(|e| e.to_string())
+        };
+        let (packed, general) = match (open(256 << 10), open(0)) {
+            (Ok(p), Ok(g)) => (p, g),
+            (Err(e), _) | (_, Err(e)) => return self.log(format!("small_dispatch_threshold: {e}")),
+        };
+        let mut diag = BTreeMap::new();
+        for n in [1usize, 1024, 2048, 4096, 8192, 12288, 16384] {
+            let program = programs::vadd(n as u32, SALT);
+            let mut rng = Rng::new(n as u64 + 7);
+            let (a, b) = (rng.u32_bytes(n), rng.u32_bytes(n));
+            let inputs = [a.as_slice(), b.as_slice()];
+            let want = match programs::reference(&program, &inputs) {
+                Ok(w) => w,
+                Err(e) => return self.log(format!("small_dispatch_threshold: reference: {e}")),
+            };
+            let mut outs = [Vec::new(), Vec::new()];
+            let engines = [&packed, &general];
+            let mut samples: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+            let rounds = self.samples(400);
+            for round in 0..rounds + 30 {
+                for (k, engine) in engines.iter().enumerate() {
+                    let t = Instant::now();
+                    if let Err(e) =
+                        engine.dispatch_borrowed_into(&program, &inputs, &self.config, &mut outs[k])
+                    {
+                        return self.log(format!("small_dispatch_threshold n={n}: {e}"));
+                    }
+                    if round >= 30 {
+                        samples[k].push(t.elapsed().as_secs_f64() * 1e9);
+                    }
+                }
+            }
+            // The same in blocks (100 of one engine, then 100 of the other, four times): no
+            // engine runs right after the other.
+            let mut blocked: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+            for _ in 0..4 {
+                for (k, engine) in engines.iter().enumerate() {
+                    for sample in 0..110 {
+                        let t = Instant::now();
+                        if let Err(e) = engine.dispatch_borrowed_into(
+                            &program,
+                            &inputs,
+                            &self.config,
+                            &mut outs[k],
+                        ) {
+                            return self.log(format!("small_dispatch_threshold n={n}: {e}"));
+                        }
+                        if sample >= 10 {
+                            blocked[k].push(t.elapsed().as_secs_f64() * 1e9);
+                        }
+                    }
+                }
+            }
+            let [bp, bg] = blocked.map(|mut v| Stats::from_ns(&mut v).median_ns);
+            diag.insert(format!("n{n}_packed_blocked_median_ns"), bp);
+            diag.insert(format!("n{n}_general_blocked_median_ns"), bg);
+            self.log(format!(
+                "small_dispatch_threshold: vadd n={n} in blocks: packed {:.2} us, general {:.2} us, packed/general {:.3}",
+                bp / 1e3,
+                bg / 1e3,
+                bp / bg
+            ));
+            if outs[0] != want || outs[1] != want {
+                return self.log(format!(
+                    "small_dispatch_threshold n={n}: output differs from the reference"
+                ));
+            }
+            let arena = 3 * (4 * n).next_multiple_of(256) + 256;
+            let [p, g] = samples.map(|mut v| Stats::from_ns(&mut v).median_ns);
+            self.log(format!(
+                "small_dispatch_threshold: vadd n={n} (arena {arena} B): packed {:.2} us, general {:.2} us, packed/general {:.3}",
+                p / 1e3,
+                g / 1e3,
+                p / g
+            ));
+            diag.insert(format!("n{n}_arena_bytes"), arena as f64);
+            diag.insert(format!("n{n}_packed_median_ns"), p);
+            diag.insert(format!("n{n}_general_median_ns"), g);
+        }
+        self.report
+            .diagnostics
+            .insert("small_dispatch_threshold".into(), diag);
+        self.save();
+    }
+
     fn resident_sequence(&mut self) {
         let n = 4096usize;
         let steps = 100usize;
@@ -1957,23 +2108,32 @@ fn main() {
     }
     // vyre-cuda opens the device first, so its own driver defaults (applied before cuInit)
     // take effect as they would in a program of its own.
-    let ours =
-        match std::panic::catch_unwind(|| vyre_cuda::CudaBackend::new().map_err(|e| e.to_string()))
-            .unwrap_or_else(|_| Err("panicked while opening the device".into()))
-        {
-            Ok(b) => {
-                log.push(format!(
-                    "vyre-cuda: {} / {}",
-                    b.device_info().name,
-                    b.target()
-                ));
-                Some(b)
-            }
-            Err(e) => {
-                log.push(format!("vyre-cuda: cannot open the device: {e}"));
-                None
-            }
-        };
+    let ours_blocking_wait = opts.ours_blocking_wait;
+    let ours = match std::panic::catch_unwind(|| {
+        let mut options = vyre_cuda::CudaOptions::from_env().map_err(|e| e.to_string())?;
+        options.blocking_wait |= ours_blocking_wait;
+        vyre_cuda::CudaBackend::with_options(options).map_err(|e| e.to_string())
+    })
+    .unwrap_or_else(|_| Err("panicked while opening the device".into()))
+    {
+        Ok(b) => {
+            log.push(format!(
+                "vyre-cuda: {} / {}{}",
+                b.device_info().name,
+                b.target(),
+                if ours_blocking_wait {
+                    " (CudaOptions::blocking_wait)"
+                } else {
+                    ""
+                }
+            ));
+            Some(b)
+        }
+        Err(e) => {
+            log.push(format!("vyre-cuda: cannot open the device: {e}"));
+            None
+        }
+    };
     let floor = std::panic::catch_unwind(|| Floor::open(0, SALT, ALPHA))
         .unwrap_or_else(|_| Err("panicked while opening the device".into()));
     let floor = match floor {
@@ -2059,6 +2219,10 @@ fn main() {
             workloads.push((id, Box::new(move |h| h.resident_vadd(id, 1 << k))));
         }
         workloads.push(("resident_sequence_100", Box::new(|h| h.resident_sequence())));
+        workloads.push((
+            "small_dispatch_threshold",
+            Box::new(|h| h.small_dispatch_threshold()),
+        ));
         workloads.push(("reduce_atomic_2^24", Box::new(|h| h.reduce_atomic())));
         workloads.push(("cold_compile", Box::new(|h| h.cold_compile())));
         // Diagnostics before the corpus: a corpus program that poisons the context (a
