@@ -1551,6 +1551,36 @@ pub fn bytes_cases() -> Vec<Case> {
             vec![],
         ),
         Case::new(
+            "async load between bytes buffers",
+            Program::wrapped(
+                vec![bytes_in("a", 0, 37), bytes_out("out", 1, 16)],
+                [4, 1, 1],
+                vec![Node::if_then(
+                    first(),
+                    vec![
+                        Node::async_load_ext("a", "out", Expr::u32(29), Expr::u32(12), "t"),
+                        Node::AsyncWait { tag: "t".into() },
+                    ],
+                )],
+            ),
+            vec![source.clone()],
+        ),
+        Case::new(
+            "async store between bytes buffers",
+            Program::wrapped(
+                vec![bytes_in("a", 0, 37), bytes_out("out", 1, 40)],
+                [4, 1, 1],
+                vec![Node::if_then(
+                    first(),
+                    vec![
+                        Node::async_store("a", "out", Expr::u32(9), Expr::u32(37), "t"),
+                        Node::AsyncWait { tag: "t".into() },
+                    ],
+                )],
+            ),
+            vec![source.clone()],
+        ),
+        Case::new(
             "unaligned u32 stores into a read-write bytes buffer",
             Program::wrapped(
                 vec![
