@@ -3,7 +3,9 @@
 
 use vyre_cuda::codegen::{emit_ptx, CodegenError, PtxTarget};
 use vyre_driver::{BackendError, DispatchConfig};
-use vyre_foundation::ir::{BufferDecl, DataType, Expr, MemoryOrdering, Node, Program, UnOp};
+use vyre_foundation::ir::{
+    BufferAccess, BufferDecl, DataType, Expr, MemoryOrdering, Node, Program, UnOp,
+};
 
 fn program_with(body: Vec<Node>, workgroup: [u32; 3]) -> Program {
     Program::wrapped(
@@ -158,15 +160,94 @@ fn impossible_workgroups_are_invalid() {
 #[test]
 fn unsupported_element_types_are_rejected_up_front() {
     let program = Program::wrapped(
-        vec![BufferDecl::output("out", 0, DataType::Bytes).with_count(4)],
+        vec![BufferDecl::output("out", 0, DataType::Array { element_size: 3 }).with_count(4)],
         [4, 1, 1],
         vec![],
     );
-    let error = emit(&program).expect_err("bytes buffers are not lowered yet");
+    let error = emit(&program).expect_err("array elements are not lowered");
     assert!(
-        error.construct().is_some_and(|c| c.contains("bytes")),
+        error
+            .construct()
+            .is_some_and(|c| c.contains("element type")),
         "{error}"
     );
+}
+
+/// A read-only bytes input `a` (8 bytes) and the given output.
+fn bytes_program(out: BufferDecl, body: Vec<Node>) -> Program {
+    Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::Bytes)
+                .with_count(8)
+                .with_bytes_extraction(true),
+            out,
+        ],
+        [4, 1, 1],
+        body,
+    )
+}
+
+#[test]
+fn run_time_sized_bytes_values_lower_only_as_stored_values() {
+    let out = || BufferDecl::output("out", 1, DataType::U32).with_count(4);
+    let bytes = || Expr::load("a", Expr::u32(1));
+    let consumed = [
+        // Arithmetic, comparison and casts of the rest of a buffer.
+        Expr::add(bytes(), Expr::u32(1)),
+        Expr::eq(bytes(), bytes()),
+        Expr::Cast {
+            target: DataType::U32,
+            value: Box::new(bytes()),
+        },
+        Expr::select(Expr::bool(true), bytes(), bytes()),
+    ];
+    for value in consumed {
+        let program = bytes_program(out(), vec![Node::store("out", Expr::u32(0), value)]);
+        assert_rejected(&program, "run-time-sized bytes value");
+    }
+    let assigned = bytes_program(
+        out(),
+        vec![Node::let_bind("v", bytes()), Node::assign("v", bytes())],
+    );
+    assert_rejected(&assigned, "run-time-sized bytes value");
+    let as_index = bytes_program(out(), vec![Node::store("out", bytes(), Expr::u32(1))]);
+    assert_rejected(&as_index, "run-time-sized bytes value");
+    let into_f32 = bytes_program(
+        BufferDecl::output("out", 1, DataType::F32).with_count(4),
+        vec![Node::store("out", Expr::u32(0), bytes())],
+    );
+    assert_rejected(
+        &into_f32,
+        "Store of a run-time-sized bytes value into a f32 buffer",
+    );
+}
+
+#[test]
+fn bytes_are_loaded_only_from_read_only_buffers() {
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::storage("io", 0, BufferAccess::ReadWrite, DataType::Bytes)
+                .with_count(8)
+                .with_bytes_extraction(true),
+            BufferDecl::output("out", 1, DataType::U32).with_count(4),
+        ],
+        [4, 1, 1],
+        vec![Node::store(
+            "out",
+            Expr::u32(0),
+            Expr::load("io", Expr::u32(2)),
+        )],
+    );
+    assert_rejected(&program, "Load from a writable bytes buffer");
+    let shared = Program::wrapped(
+        vec![
+            BufferDecl::workgroup("scratch", 8, DataType::Bytes),
+            BufferDecl::output("out", 0, DataType::U32).with_count(4),
+        ],
+        [4, 1, 1],
+        vec![],
+    );
+    assert_rejected(&shared, "workgroup buffer of bytes elements");
 }
 
 #[test]

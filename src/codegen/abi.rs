@@ -161,10 +161,20 @@ pub(crate) fn layout(
                     "buffer `{}` has an element type the emitter does not address yet",
                     decl.name()
                 ),
-                "use u8/i8/u16/i16/f16/bf16/u32/i32/f32/bool/u64/i64/f64/vec2<u32> elements",
+                "use u8/i8/u16/i16/f16/bf16/u32/i32/f32/bool/u64/i64/f64/vec2<u32>/vec4<u32>/bytes elements",
             ));
         };
         if decl.access() == BufferAccess::Workgroup {
+            if element == DataType::Bytes {
+                return Err(CodegenError::unsupported(
+                    "workgroup buffer of bytes elements",
+                    format!(
+                        "workgroup buffer `{}` holds bytes, whose loads are run-time-sized values",
+                        decl.name()
+                    ),
+                    "declare the workgroup buffer with u8 or u32 elements",
+                ));
+            }
             let bytes = u64::from(decl.count()) * u64::from(element_size);
             shared_bytes = shared_bytes.next_multiple_of(16);
             let offset = u32::try_from(shared_bytes).map_err(|_| shared_too_large(shared_bytes))?;

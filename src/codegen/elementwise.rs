@@ -14,7 +14,7 @@
 
 use super::visit::{children, for_each_child, for_each_expr};
 use rustc_hash::{FxHashMap, FxHashSet};
-use vyre_foundation::ir::{BufferAccess, Expr, Node, Program};
+use vyre_foundation::ir::{BufferAccess, DataType, Expr, Node, Program};
 
 /// Invocations one thread of the vector entry runs.
 pub const VECTOR_LANES: u32 = 4;
@@ -34,10 +34,12 @@ pub(crate) fn classify(program: &Program, workgroup_size: [u32; 3]) -> Option<El
     if workgroup_size[1] != 1 || workgroup_size[2] != 1 {
         return None;
     }
+    // A `Bytes` load is the rest of the buffer from its index and a `Bytes` store writes
+    // a whole value's bytes from its index: both reach past element `i`.
     if program
         .buffers()
         .iter()
-        .any(|decl| decl.access() == BufferAccess::Workgroup)
+        .any(|decl| decl.access() == BufferAccess::Workgroup || decl.element() == DataType::Bytes)
     {
         return None;
     }
@@ -238,5 +240,19 @@ mod tests {
             Node::store("out", gid(), Expr::u32(1)),
         ]);
         assert!(classify(&barrier, [64, 1, 1]).is_none());
+        // A bytes copy at `gid` reads and writes the rest of each buffer, not element `gid`.
+        let bytes = Program::wrapped(
+            vec![
+                BufferDecl::read("src", 0, DataType::Bytes)
+                    .with_count(64)
+                    .with_bytes_extraction(true),
+                BufferDecl::output("dst", 1, DataType::Bytes)
+                    .with_count(64)
+                    .with_bytes_extraction(true),
+            ],
+            [64, 1, 1],
+            vec![Node::store("dst", gid(), Expr::load("src", gid()))],
+        );
+        assert!(classify(&bytes, [64, 1, 1]).is_none());
     }
 }

@@ -86,7 +86,8 @@ impl ValKind {
 /// The byte stride of one element of a buffer this emitter can address, if supported.
 pub(crate) fn element_stride(element: &DataType) -> Option<u32> {
     match element {
-        DataType::U8 | DataType::I8 => Some(1),
+        // A `Bytes` buffer is addressed per byte: its element count is its byte length.
+        DataType::U8 | DataType::I8 | DataType::Bytes => Some(1),
         DataType::U16 | DataType::I16 | DataType::F16 | DataType::BF16 => Some(2),
         DataType::U32 | DataType::I32 | DataType::F32 | DataType::Bool => Some(4),
         DataType::U64 | DataType::I64 | DataType::F64 | DataType::Vec2U32 => Some(8),

@@ -5,7 +5,9 @@
 //! variants (see `kind.rs`); cases where the reference raises a run-time error branch to
 //! an out-of-line block that records a [`DeviceFault`] and ends the invocation.
 
-use super::abi::{KernelAbi, SharedBuffer};
+mod bytes;
+
+use super::abi::{BindingRole, KernelAbi, SharedBuffer};
 use super::async_copy::{self, PendingCopy};
 use super::fault::DeviceFault;
 use super::kind::{element_stride, ValKind};
@@ -64,6 +66,8 @@ struct BufferSlot {
     stride: u32,
     /// Storage buffer the reference allows atomics on.
     storage: bool,
+    /// Storage buffer the program cannot write (a read-only input).
+    read_only: bool,
 }
 
 /// Registers holding the invocation coordinates.
@@ -81,6 +85,8 @@ pub(crate) struct Lowerer<'p> {
     shared: Vec<SharedBuffer>,
     shared_base: Reg,
     locals: FxHashMap<&'p str, Local>,
+    /// Variables bound to run-time-sized bytes values (see `bytes`).
+    byte_views: FxHashMap<&'p str, bytes::ByteView>,
     scopes: Vec<Vec<&'p str>>,
     ids: Ids,
     fault_ptr: Reg,
@@ -159,6 +165,7 @@ impl<'p> Lowerer<'p> {
                     element: binding.element.clone(),
                     stride: binding.element_size,
                     storage: true,
+                    read_only: binding.role == BindingRole::Input,
                 },
             );
         }
@@ -178,6 +185,7 @@ impl<'p> Lowerer<'p> {
                         element: buffer.element.clone(),
                         stride: element_stride(&buffer.element).unwrap_or(4),
                         storage: false,
+                        read_only: false,
                     },
                 );
             }
@@ -212,6 +220,7 @@ impl<'p> Lowerer<'p> {
             shared,
             shared_base,
             locals: FxHashMap::default(),
+            byte_views: FxHashMap::default(),
             scopes: vec![Vec::new()],
             ids,
             fault_ptr,
@@ -477,12 +486,13 @@ impl<'p> Lowerer<'p> {
         if let Some(names) = self.scopes.pop() {
             for name in names {
                 self.locals.remove(name);
+                self.byte_views.remove(name);
             }
         }
     }
 
     fn bind(&mut self, name: &'p str, val: Val, loop_var: bool) -> Result<(), CodegenError> {
-        if self.locals.contains_key(name) {
+        if self.locals.contains_key(name) || self.byte_views.contains_key(name) {
             return Err(CodegenError::invalid(
                 format!("duplicate local binding `{name}`"),
                 "choose a unique local name; shadowing is not allowed",
@@ -526,6 +536,10 @@ impl<'p> Lowerer<'p> {
 
     fn put_node_inner(&mut self, node: &'p Node) -> Result<(), CodegenError> {
         match node {
+            Node::Let { name, value } if self.is_bytes_view(value) => {
+                let view = self.put_bytes_view(value)?;
+                self.bind_bytes_view(name.as_str(), view)
+            }
             Node::Let { name, value } => {
                 let value = match value {
                     Expr::Atomic { .. } if !self.read_vars.contains(name.as_str()) => {
@@ -551,6 +565,11 @@ impl<'p> Lowerer<'p> {
                 )
             }
             Node::Assign { name, value } => {
+                if self.byte_views.contains_key(name.as_str()) {
+                    return Err(bytes::runtime_sized_use(&format!(
+                        "the assignment to variable `{name}`"
+                    )));
+                }
                 let value = self.put_expr(value)?;
                 let Some(local) = self.locals.get(name.as_str()).copied() else {
                     return Err(CodegenError::invalid(
@@ -588,6 +607,10 @@ impl<'p> Lowerer<'p> {
                 value,
             } => {
                 let index = self.put_index(index)?;
+                if self.is_bytes_view(value) {
+                    let view = self.put_bytes_view(value)?;
+                    return self.put_bytes_view_store(buffer.as_str(), index, view);
+                }
                 let value = self.put_expr(value)?;
                 self.put_store(buffer.as_str(), index, value)
             }
@@ -769,6 +792,9 @@ impl<'p> Lowerer<'p> {
 
     fn put_store(&mut self, buffer: &str, index: Reg, value: Val) -> Result<(), CodegenError> {
         let slot = self.slot(buffer)?;
+        if slot.element == DataType::Bytes {
+            return self.put_value_into_bytes(buffer, index, value);
+        }
         let Some(payload) = self.store_payload(&slot.element, value)? else {
             return Err(CodegenError::unsupported(
                 format!(
@@ -878,6 +904,9 @@ impl<'p> Lowerer<'p> {
                 kind: ValKind::F32,
                 reg: self.f32_const(canonical_f32_bits_host(*v)),
             }),
+            Expr::Var(name) if self.byte_views.contains_key(name.as_str()) => {
+                Err(bytes::runtime_sized_use(&format!("variable `{name}`")))
+            }
             Expr::Var(name) => self
                 .locals
                 .get(name.as_str())
@@ -1031,6 +1060,9 @@ impl<'p> Lowerer<'p> {
 
     fn put_load(&mut self, buffer: &str, index: Reg) -> Result<Val, CodegenError> {
         let slot = self.slot(buffer)?;
+        if slot.element == DataType::Bytes {
+            return Err(bytes::runtime_sized_use(&format!("a load from `{buffer}`")));
+        }
         let Some(kind) = ValKind::of_load(&slot.element) else {
             return Err(CodegenError::unsupported(
                 format!("Load from a {} buffer", slot.element),

@@ -1437,5 +1437,172 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(wide_and_raw_type_cases());
     cases.extend(async_copy_cases());
     cases.extend(fault_cases());
+    cases.extend(bytes_cases());
     cases
+}
+
+/// A read-only bytes buffer.
+fn bytes_in(name: &str, binding: u32, count: u32) -> BufferDecl {
+    BufferDecl::read(name, binding, DataType::Bytes)
+        .with_count(count)
+        .with_bytes_extraction(true)
+}
+
+/// A backend-allocated bytes output.
+fn bytes_out(name: &str, binding: u32, count: u32) -> BufferDecl {
+    BufferDecl::output(name, binding, DataType::Bytes)
+        .with_count(count)
+        .with_bytes_extraction(true)
+}
+
+/// `Bytes` buffers: a load is the rest of the buffer from a byte offset (length known
+/// at run time), a store writes all of the value's bytes, truncated at the buffer's end.
+pub fn bytes_cases() -> Vec<Case> {
+    let source: Vec<u8> = (0..37u32).map(|i| (i * 7 + 0x91) as u8).collect();
+    let first = || bin(BinOp::Eq, gid(), Expr::u32(0));
+    let below = |n: u32| bin(BinOp::Lt, gid(), Expr::u32(n));
+    vec![
+        Case::new(
+            "bytes copy of the rest of the buffer from every offset",
+            Program::wrapped(
+                vec![bytes_in("a", 0, 37), bytes_out("out", 1, 40)],
+                [64, 1, 1],
+                vec![Node::if_then(
+                    below(40),
+                    vec![Node::store("out", gid(), Expr::load("a", gid()))],
+                )],
+            ),
+            vec![source.clone()],
+        ),
+        Case::new(
+            "bytes copies truncate at either end and skip past-the-end offsets",
+            Program::wrapped(
+                vec![bytes_in("a", 0, 37), bytes_out("out", 1, 40)],
+                [32, 1, 1],
+                vec![Node::if_then(
+                    first(),
+                    vec![
+                        Node::store("out", Expr::u32(5), Expr::load("a", Expr::u32(30))),
+                        Node::store("out", Expr::u32(38), Expr::load("a", Expr::u32(0))),
+                        Node::store("out", Expr::u32(20), Expr::load("a", Expr::u32(37))),
+                        Node::store("out", Expr::u32(21), Expr::load("a", Expr::u32(90))),
+                        // A constant index past the end fails validation; this one is 40 at run time.
+                        Node::store(
+                            "out",
+                            bin(BinOp::Add, gid(), Expr::u32(40)),
+                            Expr::load("a", Expr::u32(1)),
+                        ),
+                    ],
+                )],
+            ),
+            vec![source.clone()],
+        ),
+        Case::new(
+            "bytes view bound by let is copied later",
+            Program::wrapped(
+                vec![bytes_in("a", 0, 37), bytes_out("out", 1, 40)],
+                [32, 1, 1],
+                vec![
+                    Node::let_bind("tail", Expr::load("a", Expr::u32(33))),
+                    Node::if_then(
+                        first(),
+                        vec![
+                            Node::store("out", Expr::u32(0), Expr::load("a", Expr::u32(0))),
+                            Node::store("out", Expr::u32(2), Expr::var("tail")),
+                        ],
+                    ),
+                ],
+            ),
+            vec![source.clone()],
+        ),
+        Case::new(
+            "bytes load stored into u32 keeps its first four bytes",
+            Program::wrapped(
+                vec![
+                    bytes_in("a", 0, 37),
+                    BufferDecl::output("out", 1, DataType::U32).with_count(40),
+                ],
+                [64, 1, 1],
+                vec![Node::if_then(
+                    below(40),
+                    vec![Node::store("out", gid(), Expr::load("a", gid()))],
+                )],
+            ),
+            vec![source.clone()],
+        ),
+        Case::new(
+            "u32 stores into a bytes buffer truncate at its end",
+            Program::wrapped(
+                vec![bytes_out("out", 0, 38)],
+                [16, 1, 1],
+                vec![Node::if_then(
+                    below(10),
+                    vec![Node::store(
+                        "out",
+                        bin(BinOp::Mul, gid(), Expr::u32(4)),
+                        bin(
+                            BinOp::Add,
+                            bin(BinOp::Mul, gid(), Expr::u32(0x0102_0304)),
+                            Expr::u32(0xA0B0_C0D0),
+                        ),
+                    )],
+                )],
+            ),
+            vec![],
+        ),
+        Case::new(
+            "async load between bytes buffers",
+            Program::wrapped(
+                vec![bytes_in("a", 0, 37), bytes_out("out", 1, 16)],
+                [4, 1, 1],
+                vec![Node::if_then(
+                    first(),
+                    vec![
+                        Node::async_load_ext("a", "out", Expr::u32(29), Expr::u32(12), "t"),
+                        Node::AsyncWait { tag: "t".into() },
+                    ],
+                )],
+            ),
+            vec![source.clone()],
+        ),
+        Case::new(
+            "async store between bytes buffers",
+            Program::wrapped(
+                vec![bytes_in("a", 0, 37), bytes_out("out", 1, 40)],
+                [4, 1, 1],
+                vec![Node::if_then(
+                    first(),
+                    vec![
+                        Node::async_store("a", "out", Expr::u32(9), Expr::u32(37), "t"),
+                        Node::AsyncWait { tag: "t".into() },
+                    ],
+                )],
+            ),
+            vec![source.clone()],
+        ),
+        Case::new(
+            "unaligned u32 stores into a read-write bytes buffer",
+            Program::wrapped(
+                vec![
+                    BufferDecl::storage("io", 0, BufferAccess::ReadWrite, DataType::Bytes)
+                        .with_count(23)
+                        .with_bytes_extraction(true),
+                ],
+                [8, 1, 1],
+                vec![Node::if_then(
+                    below(6),
+                    vec![Node::store(
+                        "io",
+                        bin(
+                            BinOp::Add,
+                            bin(BinOp::Mul, gid(), Expr::u32(4)),
+                            Expr::u32(3),
+                        ),
+                        bin(BinOp::BitXor, gid(), Expr::u32(0xDEAD_BEEF)),
+                    )],
+                )],
+            ),
+            vec![(0..23u8).map(|i| i.wrapping_mul(11)).collect()],
+        ),
+    ]
 }

@@ -41,6 +41,21 @@ pub struct SavedCase {
 
 // ------------------------------------------------------------------ files
 
+/// vyre 0.6.5's wire format drops `BufferDecl::bytes_extraction`, without which the
+/// validator rejects every load and store of a bytes buffer; the generator sets it on
+/// exactly the bytes buffers, so set it back on those.
+fn with_bytes_extraction_restored(program: &Program) -> Program {
+    let buffers = program
+        .buffers()
+        .iter()
+        .map(|decl| {
+            let bytes = decl.element() == DataType::Bytes;
+            decl.clone().with_bytes_extraction(bytes)
+        })
+        .collect();
+    program.with_rewritten_buffers(buffers)
+}
+
 fn hex(bytes: &[u8]) -> String {
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
@@ -166,7 +181,8 @@ pub fn parse(path: &Path, text: &str) -> Result<SavedCase, String> {
             }
             "program" => {
                 let bytes = unhex(value).map_err(at)?;
-                program = Some(Program::from_wire(&bytes).map_err(|e| at(e.to_string()))?);
+                let decoded = Program::from_wire(&bytes).map_err(|e| at(e.to_string()))?;
+                program = Some(with_bytes_extraction_restored(&decoded));
             }
             "input" => inputs.push(unhex(value).map_err(at)?),
             other => return Err(at(format!("unknown key `{other}`"))),

@@ -56,6 +56,8 @@ pub enum Stmt {
     CounterAtomic,
     SharedPhase,
     Barrier,
+    /// A store whose value is a run-time-sized bytes load (see `Role::BytesSource`).
+    BytesStore,
 }
 
 /// The table of enabled constructs.
@@ -96,6 +98,9 @@ pub struct Features {
     /// Percentage of i32 `Div`/`Mod` whose divisor is not guarded against 0 (run-time
     /// errors in the reference and fault words on the GPU).
     pub unguarded_division: u32,
+    /// Bytes buffers: a read-only source whose loads (the rest of the buffer) are stored
+    /// into a bytes mirror or into own u32 slots.
+    pub bytes_buffers: bool,
 }
 
 impl Features {
@@ -250,11 +255,13 @@ impl Features {
                 (Stmt::CounterAtomic, 5),
                 (Stmt::SharedPhase, 6),
                 (Stmt::Barrier, 1),
+                (Stmt::BytesStore, 8),
             ],
             narrow_casts: true,
             wide_casts: true,
             odd_indices: true,
             unguarded_division: 5,
+            bytes_buffers: true,
         }
     }
 
@@ -273,6 +280,7 @@ impl Features {
             output_elements: wide.to_vec(),
             narrow_casts: false,
             wide_casts: false,
+            bytes_buffers: false,
             ..Self::lowered()
         }
     }
@@ -358,6 +366,11 @@ enum Role {
     /// u32 ReadWrite counter hit only by `op` atomics.
     Counter(AtomicOp),
     Shared,
+    /// Read-only bytes input, loaded only as the value of a `Stmt::BytesStore`.
+    BytesSource,
+    /// Bytes output written only by `mirror[t] = source[t]`: every invocation that
+    /// writes byte `m` writes `source[m]`, so the overlapping copies never race.
+    BytesMirror,
 }
 
 #[derive(Debug, Clone)]
@@ -387,14 +400,14 @@ impl GBuf {
     fn takes_input(&self) -> bool {
         matches!(
             self.role,
-            Role::Input | Role::InOut { .. } | Role::Counter(_)
+            Role::Input | Role::InOut { .. } | Role::Counter(_) | Role::BytesSource
         )
     }
 
     fn returned(&self) -> bool {
         matches!(
             self.role,
-            Role::InOut { .. } | Role::Output { .. } | Role::Counter(_)
+            Role::InOut { .. } | Role::Output { .. } | Role::Counter(_) | Role::BytesMirror
         )
     }
 }
@@ -1236,6 +1249,7 @@ impl Gen<'_> {
             .is_empty();
         let has_shared = !self.bufs_where(|b| b.role == Role::Shared).is_empty();
         let has_assignable = self.scopes.iter().flatten().any(|v| v.assignable);
+        let has_bytes = !self.bufs_where(|b| b.role == Role::BytesSource).is_empty();
         let deep = ctx.depth >= 4;
         let weights: Vec<u32> = features
             .statements
@@ -1251,6 +1265,7 @@ impl Gen<'_> {
                     Stmt::CounterAtomic => has_counter,
                     Stmt::SharedPhase => has_shared && ctx.uniform,
                     Stmt::Barrier => ctx.uniform && !self.elementwise,
+                    Stmt::BytesStore => has_bytes,
                 };
                 if ok {
                     *w
@@ -1322,6 +1337,7 @@ impl Gen<'_> {
                 }]
             }
             Stmt::Loop => self.loop_stmt(ctx),
+            Stmt::BytesStore => self.bytes_store(),
             Stmt::Block => {
                 let inner = self.nested(ctx, true);
                 vec![Node::Block(self.block(inner, 4))]
@@ -1439,6 +1455,54 @@ impl Gen<'_> {
     }
 
     /// `sh[lid] = v; barrier; let x = sh[any]...; barrier` (uniform control flow only).
+    /// `mirror[t] = source[t]` (through a `Let` of the load or not), or
+    /// `own_u32[own] = source[any]` (the first four bytes of the rest, zero-padded).
+    fn bytes_store(&mut self) -> Vec<Node> {
+        let sources = self.bufs_where(|b| b.role == Role::BytesSource);
+        let source = *self.rng.pick(&sources);
+        let source_name = self.bufs[source].name.clone();
+        let mirrors = self.bufs_where(|b| b.role == Role::BytesMirror);
+        let words =
+            self.bufs_where(|b| b.own_k().is_some() && !b.atomic && b.element == DataType::U32);
+        if !mirrors.is_empty() && (words.is_empty() || self.rng.chance(60)) {
+            let mirror = self.bufs[*self.rng.pick(&mirrors)].name.clone();
+            let at = self.fresh("t");
+            let index = self.any_index(source, 1);
+            let mut nodes = vec![Node::Let {
+                name: at.as_str().into(),
+                value: index,
+            }];
+            self.declare(at.clone(), Ty::U32, false);
+            let value = if self.rng.chance(30) {
+                let view = self.fresh("bytes");
+                nodes.push(Node::Let {
+                    name: view.as_str().into(),
+                    value: load(&source_name, var(&at)),
+                });
+                var(&view)
+            } else {
+                load(&source_name, var(&at))
+            };
+            nodes.push(Node::Store {
+                buffer: mirror.as_str().into(),
+                index: var(&at),
+                value,
+            });
+            return nodes;
+        }
+        if words.is_empty() {
+            return Vec::new();
+        }
+        let b = *self.rng.pick(&words);
+        let index = self.own_index(b);
+        let from = self.any_index(source, 1);
+        vec![Node::Store {
+            buffer: self.bufs[b].name.as_str().into(),
+            index,
+            value: load(&source_name, from),
+        }]
+    }
+
     fn shared_phase(&mut self) -> Vec<Node> {
         let shared = self.bufs_where(|b| b.role == Role::Shared);
         let b = *self.rng.pick(&shared);
@@ -1627,6 +1691,35 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
             });
         }
     }
+    if f.bytes_buffers && rng.chance(20) {
+        let count = pick_count(rng, max);
+        let (count, len) = if rng.chance(20) {
+            (0, count)
+        } else {
+            (count, count)
+        };
+        bufs.push(GBuf {
+            name: "bsrc".into(),
+            element: DataType::Bytes,
+            role: Role::BytesSource,
+            count,
+            len,
+            uniform: false,
+            atomic: false,
+        });
+        if rng.chance(70) {
+            let count = pick_count(rng, max);
+            bufs.push(GBuf {
+                name: "bmirror".into(),
+                element: DataType::Bytes,
+                role: Role::BytesMirror,
+                count,
+                len: count,
+                uniform: false,
+                atomic: false,
+            });
+        }
+    }
     for b in &mut bufs {
         if !elementwise
             && b.own_k().is_some()
@@ -1680,11 +1773,16 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
                     Role::Input if b.uniform => {
                         BufferDecl::uniform(&b.name, binding, b.element.clone())
                     }
-                    Role::Input => BufferDecl::read(&b.name, binding, b.element.clone()),
-                    Role::Output { .. } => BufferDecl::output(&b.name, binding, b.element.clone()),
+                    Role::Input | Role::BytesSource => {
+                        BufferDecl::read(&b.name, binding, b.element.clone())
+                    }
+                    Role::Output { .. } | Role::BytesMirror => {
+                        BufferDecl::output(&b.name, binding, b.element.clone())
+                    }
                     _ => BufferDecl::read_write(&b.name, binding, b.element.clone()),
                 };
                 decl.with_count(b.count)
+                    .with_bytes_extraction(b.element == DataType::Bytes)
             }
         })
         .collect();

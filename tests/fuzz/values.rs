@@ -144,7 +144,7 @@ pub fn buffer_bytes(rng: &mut Rng, element: &DataType, count: usize) -> Vec<u8> 
                 };
                 out.extend(word.to_le_bytes());
             }
-            DataType::U8 | DataType::I8 => out.push(u32_edge(rng) as u8),
+            DataType::U8 | DataType::I8 | DataType::Bytes => out.push(u32_edge(rng) as u8),
             DataType::U16 | DataType::I16 => out.extend((u32_edge(rng) as u16).to_le_bytes()),
             DataType::U64 | DataType::I64 => {
                 // Mostly values that fit in u32 (so checked casts succeed), some that do not.
@@ -164,7 +164,7 @@ pub fn buffer_bytes(rng: &mut Rng, element: &DataType, count: usize) -> Vec<u8> 
 /// Bytes per element of the element types the generator uses.
 pub fn element_size(element: &DataType) -> usize {
     match element {
-        DataType::U8 | DataType::I8 => 1,
+        DataType::U8 | DataType::I8 | DataType::Bytes => 1,
         DataType::U16 | DataType::I16 => 2,
         DataType::U64 | DataType::I64 => 8,
         _ => 4,

@@ -1,0 +1,271 @@
+//! Buffers of `Bytes` elements, exactly as `vyre-reference`'s `oob.rs` treats them.
+//!
+//! A `Bytes` buffer is addressed per byte: its element count is its byte length.
+//! `Load(buf, i)` yields the REST of the buffer from byte `i` (empty when `i` is past the
+//! end), a value whose length is known only at run time. `Store(buf, i, v)` writes all of
+//! `v.to_bytes()` at byte `i`, truncated at the buffer's end, and nothing when `i >= len`.
+//!
+//! No register holds a run-time-sized value, so a bytes load is lowered as a *view*: the
+//! address of its first byte and its length. Reading the bytes late through the view is
+//! exact only if they cannot change between the load and its uses, so views are taken
+//! only of buffers the program cannot write: read-only storage buffers (the validator
+//! rejects stores to them and atomics on bytes buffers; workgroup bytes buffers are
+//! refused by the ABI layout). A view may be bound by `Let` and consumed by a `Store` into
+//! a bytes buffer (a byte copy of `min(len_view, len_dst - j)` bytes) or into a u32 buffer
+//! (its first four bytes, zero-padded: the reference's `write_bytes_width_into`). Every
+//! other use of a run-time-sized value is rejected with a `Fix:` hint.
+//!
+//! Races: the reference runs invocations one at a time, so stores of different invocations
+//! that overlap resolve as "last stepped lane wins", while the GPU runs them concurrently.
+//! The contract (§6.7, races) puts write-write races outside what any backend reproduces:
+//! a program whose result changes under `reference_eval_lane_reversed` has one. Overlapping
+//! byte ranges written with the SAME bytes are not a race in either model and come out
+//! identical on the GPU whatever the interleaving (e.g. `out[gid] = in[gid]`, where every
+//! invocation copies the rest of `in` from its own offset: all writers of byte `m` write
+//! `in[m]`). Byte copies therefore add no class of program beyond the one plain element
+//! stores already have: different bytes written to the same place by different
+//! invocations, which the reference resolves by invocation order and no backend is
+//! required to reproduce.
+
+use super::{Lowerer, Space, Val};
+use crate::codegen::kind::ValKind;
+use crate::codegen::writer::{emit, Reg, RegClass};
+use crate::codegen::CodegenError;
+use vyre_foundation::ir::{DataType, Expr};
+
+/// A run-time-sized `Value::Bytes` that lives in a read-only buffer.
+#[derive(Clone, Copy)]
+pub(super) struct ByteView {
+    /// Global address of the first byte (past the buffer's end when `len` is 0).
+    start: Reg,
+    /// Number of bytes (`.b32`).
+    len: Reg,
+}
+
+impl<'p> Lowerer<'p> {
+    /// Whether the reference evaluates `expr` to a run-time-sized `Value::Bytes`: a load
+    /// from a bytes buffer, or a variable bound to one.
+    pub(super) fn is_bytes_view(&self, expr: &Expr) -> bool {
+        match expr {
+            Expr::Load { buffer, .. } => self
+                .buffers
+                .get(buffer.as_str())
+                .is_some_and(|slot| slot.element == DataType::Bytes),
+            Expr::Var(name) => self.byte_views.contains_key(name.as_str()),
+            _ => false,
+        }
+    }
+
+    /// Lower an expression [`Self::is_bytes_view`] accepted.
+    pub(super) fn put_bytes_view(&mut self, expr: &'p Expr) -> Result<ByteView, CodegenError> {
+        match expr {
+            Expr::Load { buffer, index } => {
+                let index = self.put_index(index)?;
+                self.bytes_load(buffer.as_str(), index)
+            }
+            Expr::Var(name) => self
+                .byte_views
+                .get(name.as_str())
+                .copied()
+                .ok_or_else(|| runtime_sized_use(&format!("variable `{name}`"))),
+            _ => Err(runtime_sized_use("this expression")),
+        }
+    }
+
+    /// Bind `name` to a view (`Let name = bytes_load`).
+    pub(super) fn bind_bytes_view(
+        &mut self,
+        name: &'p str,
+        view: ByteView,
+    ) -> Result<(), CodegenError> {
+        if self.locals.contains_key(name) || self.byte_views.contains_key(name) {
+            return Err(CodegenError::invalid(
+                format!("duplicate local binding `{name}`"),
+                "choose a unique local name; shadowing is not allowed",
+            ));
+        }
+        self.byte_views.insert(name, view);
+        if let Some(scope) = self.scopes.last_mut() {
+            scope.push(name);
+        }
+        Ok(())
+    }
+
+    /// `Load(buffer, index)` of a bytes buffer: the rest of the buffer from byte `index`,
+    /// empty when `index` is past the end.
+    fn bytes_load(&mut self, buffer: &str, index: Reg) -> Result<ByteView, CodegenError> {
+        let slot = self.slot(buffer)?;
+        let Space::Global { base, len } = slot.space else {
+            return Err(runtime_sized_use(&format!("a load from `{buffer}`")));
+        };
+        if !slot.read_only {
+            return Err(CodegenError::unsupported(
+                "Load from a writable bytes buffer",
+                format!(
+                    "`{buffer}` can be written while the loaded bytes (the rest of the buffer, \
+                     read when they are used) are still live"
+                ),
+                "load bytes only from read-only buffers (BufferDecl::read), or use a u8 buffer",
+            ));
+        }
+        let rest = self.bytes_after(len, index);
+        let offset = self.w.reg(RegClass::B64);
+        emit!(self.w, "cvt.u64.u32 {offset}, {index}");
+        let start = self.w.reg(RegClass::B64);
+        emit!(self.w, "add.s64 {start}, {base}, {offset}");
+        Ok(ByteView { start, len: rest })
+    }
+
+    /// `len - index` saturated at zero (`.b32`).
+    fn bytes_after(&mut self, len: Reg, index: Reg) -> Reg {
+        let top = self.b32();
+        emit!(self.w, "max.u32 {top}, {len}, {index}");
+        let rest = self.b32();
+        emit!(self.w, "sub.u32 {rest}, {top}, {index}");
+        rest
+    }
+
+    /// `Store(buffer, index, view)`: the reference writes the view's bytes into a bytes
+    /// buffer, or its first four (zero-padded) into a u32 element.
+    pub(super) fn put_bytes_view_store(
+        &mut self,
+        buffer: &str,
+        index: Reg,
+        view: ByteView,
+    ) -> Result<(), CodegenError> {
+        let slot = self.slot(buffer)?;
+        match (&slot.element, slot.space) {
+            (DataType::Bytes, Space::Global { base, len }) => {
+                self.copy_bytes(view, base, len, index);
+                Ok(())
+            }
+            (DataType::U32, _) => {
+                let word = self.bytes_prefix_u32(view);
+                self.put_store(
+                    buffer,
+                    index,
+                    Val {
+                        kind: ValKind::Bytes(4),
+                        reg: word,
+                    },
+                )
+            }
+            (element, _) => Err(CodegenError::unsupported(
+                format!("Store of a run-time-sized bytes value into a {element} buffer"),
+                "only bytes and u32 buffers take a bytes value",
+                "store the bytes into a bytes or u32 buffer",
+            )),
+        }
+    }
+
+    /// Copy `min(view.len, len - index)` bytes from the view to byte `index` of the
+    /// destination, one byte per iteration (nothing when `index >= len`).
+    fn copy_bytes(&mut self, view: ByteView, base: Reg, len: Reg, index: Reg) {
+        let room = self.bytes_after(len, index);
+        let count = self.b32();
+        emit!(self.w, "min.u32 {count}, {room}, {}", view.len);
+        let offset = self.w.reg(RegClass::B64);
+        emit!(self.w, "cvt.u64.u32 {offset}, {index}");
+        let dst = self.w.reg(RegClass::B64);
+        emit!(self.w, "add.s64 {dst}, {base}, {offset}");
+        let k = self.b32();
+        emit!(self.w, "mov.u32 {k}, 0");
+        let (top, end) = (self.w.label(), self.w.label());
+        self.w.put_label(top);
+        let done = self.pred();
+        emit!(self.w, "setp.ge.u32 {done}, {k}, {count}");
+        emit!(self.w, "@{done} bra {end}");
+        let k64 = self.w.reg(RegClass::B64);
+        emit!(self.w, "cvt.u64.u32 {k64}, {k}");
+        let (from, to) = (self.w.reg(RegClass::B64), self.w.reg(RegClass::B64));
+        emit!(self.w, "add.s64 {from}, {}, {k64}", view.start);
+        emit!(self.w, "add.s64 {to}, {dst}, {k64}");
+        let byte = self.b32();
+        emit!(self.w, "ld.global.u8 {byte}, [{from}]");
+        emit!(self.w, "st.global.u8 [{to}], {byte}");
+        emit!(self.w, "add.u32 {k}, {k}, 1");
+        emit!(self.w, "bra {top}");
+        self.w.put_label(end);
+    }
+
+    /// The view's first four bytes, little-endian, zero-padded past its end.
+    fn bytes_prefix_u32(&mut self, view: ByteView) -> Reg {
+        let word = self.b32();
+        emit!(self.w, "mov.u32 {word}, 0");
+        for k in 0..4u32 {
+            let present = self.pred();
+            emit!(self.w, "setp.gt.u32 {present}, {}, {k}", view.len);
+            let byte = self.b32();
+            emit!(self.w, "mov.u32 {byte}, 0");
+            emit!(
+                self.w,
+                "@{present} ld.global.u8 {byte}, [{}+{k}]",
+                view.start
+            );
+            if k > 0 {
+                emit!(self.w, "shl.b32 {byte}, {byte}, {}", 8 * k);
+            }
+            emit!(self.w, "or.b32 {word}, {word}, {byte}");
+        }
+        word
+    }
+
+    /// `Store(bytes_buffer, index, value)` of a fixed-size value: all of `to_bytes()` (a
+    /// float contributes its f64 bytes) at byte `index`, truncated at the buffer's end.
+    pub(super) fn put_value_into_bytes(
+        &mut self,
+        buffer: &str,
+        index: Reg,
+        value: Val,
+    ) -> Result<(), CodegenError> {
+        let slot = self.slot(buffer)?;
+        let Space::Global { base, len } = slot.space else {
+            return Err(CodegenError::unsupported(
+                "Store into a workgroup bytes buffer",
+                "workgroup bytes buffers are not laid out",
+                "use a u8 workgroup buffer",
+            ));
+        };
+        let width = value.kind.byte_len();
+        let low = match value.kind {
+            ValKind::F32 | ValKind::F64 => self.float_bytes(value),
+            _ if value.reg.class() == RegClass::B64 => value.reg,
+            _ => {
+                let wide = self.w.reg(RegClass::B64);
+                emit!(self.w, "cvt.u64.u32 {wide}, {}", value.reg);
+                wide
+            }
+        };
+        let high = self.high_half(value);
+        let room = self.bytes_after(len, index);
+        let offset = self.w.reg(RegClass::B64);
+        emit!(self.w, "cvt.u64.u32 {offset}, {index}");
+        let dst = self.w.reg(RegClass::B64);
+        emit!(self.w, "add.s64 {dst}, {base}, {offset}");
+        for k in 0..u32::from(width) {
+            let fits = self.pred();
+            emit!(self.w, "setp.gt.u32 {fits}, {room}, {k}");
+            let half = if k < 8 { low } else { high };
+            let shifted = self.w.reg(RegClass::B64);
+            emit!(self.w, "shr.b64 {shifted}, {half}, {}", 8 * (k % 8));
+            let byte = self.b32();
+            emit!(self.w, "cvt.u32.u64 {byte}, {shifted}");
+            emit!(self.w, "@{fits} st.global.u8 [{dst}+{k}], {byte}");
+        }
+        Ok(())
+    }
+}
+
+/// The error for a run-time-sized bytes value used where only a fixed-size value lowers.
+pub(super) fn runtime_sized_use(what: &str) -> CodegenError {
+    CodegenError::unsupported(
+        "run-time-sized bytes value",
+        format!(
+            "{what} is a `Load` of a bytes buffer: the rest of the buffer, whose length is \
+             known only at run time; it lowers only as the value of a Store into a bytes or \
+             u32 buffer, directly or through a Let"
+        ),
+        "store the loaded bytes directly (`out[j] = in[i]`), or read single bytes from a u8 \
+         buffer to compute with them",
+    )
+}
