@@ -400,7 +400,12 @@ impl Lowerer<'_> {
                 "neg.{} {d}, {a}",
                 if wide { "s64" } else { "s32" }
             ),
-            UnOp::BitNot => emit!(self.writer(), "not.{bits} {d}, {a}"),
+            UnOp::BitNot => {
+                // Operand through the opaque zero: ptxas 13.0 (sm_90) folds `not x` to 0
+                // where a dominating branch proved x == 0 (it must be all ones).
+                let a = self.opaque(a);
+                emit!(self.writer(), "not.{bits} {d}, {a}");
+            }
             UnOp::LogicalNot => {
                 let p = self.pred();
                 emit!(self.writer(), "setp.eq.{} {p}, {a}, 0", t.ty());
