@@ -17,8 +17,11 @@ export VYRE_CUDA_FUZZ_THREADS=2 VYRE_CUDA_FUZZ_SAVE_DIR="$out/fuzz"
 [ -n "$seed" ] && export VYRE_CUDA_FUZZ_SEED="$seed"
 pids=()
 for k in $(seq 0 $((shards - 1))); do
-  VYRE_CUDA_FUZZ_SHARD="$k/$shards" "$bin_dir/bin/gpu_fuzz" --nocapture --test-threads=1 \
-    > "$out/fuzz/shard_$k.log" 2>&1 &
+  # Odd shards run every elementwise launch through the vector entry (the default keeps
+  # launches under 2^16 invocations, i.e. nearly all fuzz programs, on the scalar entry).
+  vector_min=$([ $((k % 2)) -eq 1 ] && echo 0 || echo 65536)
+  VYRE_CUDA_VECTOR_MIN_INVOCATIONS="$vector_min" VYRE_CUDA_FUZZ_SHARD="$k/$shards" \
+    "$bin_dir/bin/gpu_fuzz" --nocapture --test-threads=1 > "$out/fuzz/shard_$k.log" 2>&1 &
   pids+=($!)
 done
 status=0

@@ -4,7 +4,7 @@
 mod common;
 
 use common::ptxas;
-use vyre_cuda::codegen::{emit_ptx, PtxTarget, VECTOR_ENTRY, VECTOR_LANES};
+use vyre_cuda::codegen::{emit_ptx, split_vector_entry, PtxTarget, VECTOR_ENTRY, VECTOR_LANES};
 use vyre_driver::DispatchConfig;
 use vyre_foundation::ir::{BinOp, BufferDecl, DataType, Expr, Node, Program};
 
@@ -95,6 +95,14 @@ fn assembles(program: &Program) {
         assert_eq!(kernel.abi.vector_lanes, VECTOR_LANES);
         assert!(kernel.ptx.contains(VECTOR_ENTRY));
         ptxas::assemble_for(&ptxas, &kernel.ptx).unwrap_or_else(|e| panic!("sm_{sm}: {e}"));
+        // The runtime loads the two halves as separate modules (the vector one lazily).
+        let (scalar, vector) = split_vector_entry(&kernel.ptx).expect("a vector entry");
+        assert!(scalar.contains(".entry vyre_main(") && !scalar.contains(VECTOR_ENTRY));
+        assert!(vector.contains(VECTOR_ENTRY) && !vector.contains(".entry vyre_main("));
+        for (half, ptx) in [("scalar", &scalar), ("vector", &vector)] {
+            ptxas::assemble_for(&ptxas, ptx)
+                .unwrap_or_else(|e| panic!("sm_{sm} {half} module: {e}"));
+        }
     }
 }
 
@@ -135,6 +143,7 @@ fn non_elementwise_programs_get_no_vector_entry() {
     let kernel = emit_ptx(&shifted, &DispatchConfig::default(), PtxTarget::sm90()).unwrap();
     assert_eq!(kernel.abi.vector_lanes, 0);
     assert!(!kernel.ptx.contains(VECTOR_ENTRY));
+    assert!(split_vector_entry(&kernel.ptx).is_none());
     // A 2-D workgroup gives several invocations the same x index.
     let mut config = DispatchConfig::default();
     config.workgroup_override = Some([16, 4, 1]);

@@ -7,12 +7,27 @@
 
 mod common;
 
-use common::gpu::{backend, reference, Rng};
-use vyre_cuda::CudaBackend;
+use common::gpu::{reference, Rng};
+use std::sync::OnceLock;
+use vyre_cuda::{CudaBackend, CudaOptions};
 use vyre_driver::DispatchConfig;
 use vyre_foundation::ir::{BinOp, BufferDecl, DataType, Expr, Node, Program};
 
 const CHUNKED: &str = "vyre_cuda_chunked_dispatches_total";
+const VECTOR: &str = "vyre_cuda_vector_launches_total";
+
+/// The backend these tests use: the vector entry for every launch that may take it
+/// (`vector_min_invocations = 0`), so small programs exercise it too. The default
+/// backend (`common::gpu::backend`) keeps small launches on the scalar entry.
+fn backend() -> Option<&'static CudaBackend> {
+    static VECTOR_EVERYWHERE: OnceLock<CudaBackend> = OnceLock::new();
+    common::gpu::backend()?;
+    Some(VECTOR_EVERYWHERE.get_or_init(|| {
+        let mut options = CudaOptions::from_env().expect("options");
+        options.vector_min_invocations = 0;
+        CudaBackend::with_options(options).expect("open a CUDA backend")
+    }))
+}
 
 fn gid() -> Expr {
     Expr::InvocationId { axis: 0 }
@@ -149,11 +164,24 @@ fn every_element_size_and_ragged_length_matches_the_reference() {
             let program = mixed(element.clone(), src, dst, x, f);
             let inputs = mixed_inputs(&mut rng, &element, src, x, f);
             let name = format!("{element} {src}/{dst}/{x}/{f}");
+            let vector = backend.metric(VECTOR);
             check_ok(backend, &name, &program, &inputs);
+            assert!(backend.metric(VECTOR) > vector, "{name}: no vector launch");
+            // The default backend keeps launches this small on the scalar entry.
+            let scalar = common::gpu::backend().unwrap();
+            let vector = scalar.metric(VECTOR);
+            check_ok(scalar, &name, &program, &inputs);
+            assert_eq!(
+                scalar.metric(VECTOR),
+                vector,
+                "{name}: small launch took the vector entry"
+            );
             runs += 1;
         }
     }
-    println!("elementwise: {runs} programs matched the reference");
+    println!(
+        "elementwise: {runs} programs matched the reference on the vector and the scalar entry"
+    );
 }
 
 /// A trap at invocation `at`, then `out[i] = i + 1`.

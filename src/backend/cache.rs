@@ -4,11 +4,11 @@
 //! Eviction only drops the cache's `Arc`: a dispatch that already holds a kernel keeps its
 //! module loaded until it finishes, so eviction never unloads a module in use.
 
-use crate::codegen::{EmittedKernel, KernelAbi, PtxTarget, EMITTER_VERSION};
-use crate::driver::Function;
+use crate::codegen::{EmittedKernel, KernelAbi, PtxTarget, EMITTER_VERSION, VECTOR_ENTRY};
+use crate::driver::{Device, Function, Module};
 use rustc_hash::FxHashMap;
 use std::hash::Hash;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// blake3 over the program's exact identity (its fingerprint plus the signs of its zero
 /// literals, see `identity.rs`), the effective workgroup size, the PTX target, the
@@ -49,8 +49,54 @@ pub(crate) struct LoadedKernel {
     pub(crate) functions: Vec<Function>,
     /// The single-kernel form of a split program, where the device can launch it.
     pub(crate) cooperative: Option<CooperativeEntry>,
-    /// The elementwise vector entry, when the ABI has one (`KernelAbi::vector_lanes`).
-    pub(crate) vector: Option<Function>,
+    /// The elementwise vector entry, when the ABI has one (`KernelAbi::vector_lanes`):
+    /// its own module, JIT-compiled on first use.
+    pub(crate) vector: Option<LazyVector>,
+}
+
+impl LoadedKernel {
+    /// The vector entry, loading its module on first use; `None` when the kernel has none
+    /// or its module failed to load (logged; launches then use the scalar entry).
+    pub(crate) fn vector_function(&self) -> Option<&Function> {
+        self.vector.as_ref().and_then(LazyVector::function)
+    }
+}
+
+/// The vector entry's module text and, once loaded, the entry.
+pub(crate) struct LazyVector {
+    device: Arc<Device>,
+    ptx: String,
+    function: OnceLock<Option<Function>>,
+    /// Launches of fewer invocations keep the scalar entry.
+    pub(crate) min_invocations: u32,
+}
+
+impl LazyVector {
+    pub(crate) fn new(device: Arc<Device>, ptx: String, min_invocations: u32) -> Self {
+        Self {
+            device,
+            ptx,
+            function: OnceLock::new(),
+            min_invocations,
+        }
+    }
+
+    fn function(&self) -> Option<&Function> {
+        self.function
+            .get_or_init(|| {
+                let _span = tracing::debug_span!("vyre_cuda.vector_module_load").entered();
+                let loaded = Module::load_ptx(&self.device, &self.ptx)
+                    .and_then(|module| module.function(VECTOR_ENTRY));
+                match loaded {
+                    Ok(function) => Some(function),
+                    Err(error) => {
+                        tracing::warn!(%error, "vyre-cuda: the vector entry's module did not load; this kernel keeps using its scalar entry");
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
 }
 
 /// A kernel's cooperative entry and the largest grid that is resident at once with it.

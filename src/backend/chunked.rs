@@ -128,7 +128,7 @@ impl Core {
             None => self.kernel(program, config)?,
         };
         let abi = &kernel.abi;
-        if abi.vector_lanes == 0 || kernel.vector.is_none() {
+        if abi.vector_lanes == 0 || kernel.vector_function().is_none() {
             return Ok(None);
         }
         let input_lens: smallvec::SmallVec<[usize; 8]> = inputs.iter().map(|i| i.len()).collect();

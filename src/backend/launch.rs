@@ -64,6 +64,7 @@ pub(crate) fn enqueue(
         for _ in 0..launches {
             stream.launch(function, grid, abi.workgroup_size, &kernel_args)?;
         }
+        Metrics::add(&metrics.vector_launches, u64::from(launches));
         return Ok(());
     }
     let blocks = grid.iter().map(|&d| u64::from(d)).product::<u64>();
@@ -108,7 +109,8 @@ fn kernel_args(args: &LaunchArgs) -> smallvec::SmallVec<[KernelArg; 24]> {
 }
 
 /// The invocation range the vector entry would run for this launch, when it may: the
-/// kernel has one, the grid is 1-D, and [`vector_fits`] holds for `args`.
+/// kernel has one, the grid is 1-D with at least `CudaOptions::vector_min_invocations`
+/// invocations, and [`vector_fits`] holds for `args`.
 fn vector_invocations(
     kernel: &LoadedKernel,
     grid: [u32; 3],
@@ -120,7 +122,14 @@ fn vector_invocations(
     let total = u64::from(grid[0]) * u64::from(kernel.abi.workgroup_size[0]);
     let total = u32::try_from(total).ok()?;
     let invocations = 0..total;
-    vector_fits(kernel, args, &invocations).then_some(invocations)
+    // Small launches keep the scalar entry: the vector form only pays off in bandwidth,
+    // and its module is compiled on first use.
+    let min = kernel
+        .vector
+        .as_ref()
+        .map_or(u32::MAX, |v| v.min_invocations);
+    (total >= min && vector_fits(kernel, args, &invocations) && kernel.vector_function().is_some())
+        .then_some(invocations)
 }
 
 /// Whether the vector entry may run `invocations` over `args`: the range ends early
@@ -166,8 +175,7 @@ fn vector_grid<'k>(
     invocations: &Range<u32>,
 ) -> Result<(&'k crate::driver::Function, [u32; 3]), DriverError> {
     let function = kernel
-        .vector
-        .as_ref()
+        .vector_function()
         .ok_or_else(|| mismatch("vector entry"))?;
     let threads = (invocations.end.saturating_sub(invocations.start)).div_ceil(VECTOR_LANES);
     let blocks = threads.div_ceil(kernel.abi.workgroup_size[0]).max(1);

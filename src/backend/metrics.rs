@@ -29,6 +29,7 @@ metrics! {
     grid_sync_cooperative => "vyre_cuda_grid_sync_cooperative_launches_total",
     grid_sync_split => "vyre_cuda_grid_sync_split_launches_total",
     chunked_dispatches => "vyre_cuda_chunked_dispatches_total",
+    vector_launches => "vyre_cuda_vector_launches_total",
     packed_dispatches => "vyre_cuda_packed_dispatches_total",
     graph_captures => "vyre_cuda_graph_captures_total",
     graph_launches => "vyre_cuda_graph_launches_total",

@@ -34,7 +34,7 @@ pub(crate) use sequence::{Fill, Read, ResidentBatch, Step, Upload};
 use crate::codegen::{emit_ptx, CodegenError, EmittedKernel, PtxTarget, COOPERATIVE_ENTRY};
 use crate::driver::{Device, DeviceAlloc, DeviceInfo, DriverError, Module};
 use crate::error::CudaError;
-use cache::{CacheLimits, CooperativeEntry, KernelCache, KernelKey, LoadedKernel};
+use cache::{CacheLimits, CooperativeEntry, KernelCache, KernelKey, LazyVector, LoadedKernel};
 use disk_cache::{DiskCache, Miss};
 use identity::ProgramIdentities;
 use launch::GridSyncLaunch;
@@ -66,6 +66,8 @@ pub const COPY_THREADS_ENV: &str = "VYRE_CUDA_COPY_THREADS";
 pub const SPLIT_GRID_SYNC_ENV: &str = "VYRE_CUDA_SPLIT_GRID_SYNC";
 /// Environment variable setting the packed small-dispatch arena, in bytes (0 disables it).
 pub const SMALL_DISPATCH_BYTES_ENV: &str = "VYRE_CUDA_SMALL_DISPATCH_BYTES";
+/// Environment variable setting [`CudaOptions::vector_min_invocations`].
+pub const VECTOR_MIN_INVOCATIONS_ENV: &str = "VYRE_CUDA_VECTOR_MIN_INVOCATIONS";
 /// Environment variable turning on blocking (sleeping) waits: `1` or `true`.
 pub const BLOCKING_WAIT_ENV: &str = "VYRE_CUDA_BLOCKING_WAIT";
 
@@ -104,6 +106,11 @@ pub struct CudaOptions {
     /// Wait for small dispatches and resident sequences on blocking-sync events: the host
     /// thread sleeps instead of spinning, which saves CPU time and costs wake-up latency.
     pub blocking_wait: bool,
+    /// Launches of elementwise programs with at least this many invocations use the
+    /// vector entry (4 invocations per thread, 16-byte accesses), whose module is compiled
+    /// on the first such launch; smaller ones use the scalar entry, so small and one-off
+    /// programs pay for one JIT compilation only. 0 uses the vector entry whenever it may.
+    pub vector_min_invocations: u32,
 }
 
 impl Default for CudaOptions {
@@ -123,6 +130,7 @@ impl Default for CudaOptions {
             module_cache_bytes: limits.module_bytes,
             split_grid_sync: false,
             small_dispatch_bytes: small::DEFAULT_SMALL_DISPATCH_BYTES,
+            vector_min_invocations: 1 << 16,
             blocking_wait: false,
         }
     }
@@ -131,7 +139,8 @@ impl Default for CudaOptions {
 impl CudaOptions {
     /// Defaults overridden by `VYRE_CUDA_DEVICE`, `VYRE_CUDA_CACHE_DIR`, `VYRE_CUDA_POOL`,
     /// `VYRE_CUDA_RESIDENT_BUDGET`, `VYRE_CUDA_COPY_THREADS`, `VYRE_CUDA_SPLIT_GRID_SYNC`,
-    /// `VYRE_CUDA_SMALL_DISPATCH_BYTES` and `VYRE_CUDA_BLOCKING_WAIT`.
+    /// `VYRE_CUDA_SMALL_DISPATCH_BYTES`, `VYRE_CUDA_BLOCKING_WAIT` and
+    /// `VYRE_CUDA_VECTOR_MIN_INVOCATIONS`.
     pub fn from_env() -> Result<Self, CudaError> {
         let mut options = Self::default();
         let number = |name: &str, text: String| -> Result<u64, CudaError> {
@@ -173,6 +182,10 @@ impl CudaOptions {
                     ))
                 }
             };
+        }
+        if let Ok(text) = std::env::var(VECTOR_MIN_INVOCATIONS_ENV) {
+            options.vector_min_invocations =
+                u32::try_from(number(VECTOR_MIN_INVOCATIONS_ENV, text)?).unwrap_or(u32::MAX);
         }
         if let Ok(text) = std::env::var(SMALL_DISPATCH_BYTES_ENV) {
             options.small_dispatch_bytes = number(SMALL_DISPATCH_BYTES_ENV, text)? as usize;
@@ -243,6 +256,8 @@ pub(crate) struct Core {
     /// How programs with grid-wide barriers launch (cooperative only where the device
     /// supports it and the options allow it).
     grid_sync: GridSyncLaunch,
+    /// [`CudaOptions::vector_min_invocations`].
+    vector_min_invocations: u32,
     /// Whether cooperative launches work inside a CUDA graph capture on this device:
     /// unknown until the first capture that needs one tries (see `sequence.rs`).
     cooperative_capture: AtomicU8,
@@ -330,6 +345,7 @@ impl CudaBackend {
             } else {
                 GridSyncLaunch::Split
             },
+            vector_min_invocations: options.vector_min_invocations,
             cooperative_capture: AtomicU8::new(CAPTURE_UNTRIED),
             state: AtomicU8::new(OPEN),
             lost: Mutex::new(None),
@@ -662,9 +678,22 @@ impl Core {
             )
             .into());
         }
+        // An elementwise program's vector entry gets its own module, compiled by the
+        // driver only when a dispatch large enough to use it comes (see `LazyVector`).
+        let (ptx, vector) = match crate::codegen::split_vector_entry(&emitted.ptx) {
+            Some((others, vector)) if emitted.abi.vector_lanes > 0 => (
+                std::borrow::Cow::Owned(others),
+                Some(LazyVector::new(
+                    Arc::clone(&self.device),
+                    vector,
+                    self.vector_min_invocations,
+                )),
+            ),
+            _ => (std::borrow::Cow::Borrowed(emitted.ptx.as_str()), None),
+        };
         let module = {
             let _span = tracing::debug_span!("vyre_cuda.module_load").entered();
-            Module::load_ptx(&self.device, &emitted.ptx).map_err(|e| self.driver_error(e))?
+            Module::load_ptx(&self.device, &ptx).map_err(|e| self.driver_error(e))?
         };
         Metrics::bump(&self.metrics.module_loads);
         let functions = (0..emitted.abi.segments)
@@ -686,10 +715,6 @@ impl Core {
         } else {
             None
         };
-        let vector = (emitted.abi.vector_lanes > 0)
-            .then(|| module.function(crate::codegen::VECTOR_ENTRY))
-            .transpose()
-            .map_err(|e| self.driver_error(e))?;
         let kernel = Arc::new(LoadedKernel {
             key,
             abi: emitted.abi.clone(),

@@ -65,7 +65,7 @@ use vyre_driver::DispatchConfig;
 use vyre_foundation::ir::Program;
 
 /// Version of the emitter's output format; part of every cache key.
-pub const EMITTER_VERSION: u32 = 5;
+pub const EMITTER_VERSION: u32 = 6;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;
@@ -149,6 +149,26 @@ pub fn emit_ptx(
         vector.as_ref(),
     );
     Ok(EmittedKernel { ptx, abi, target })
+}
+
+/// Splits a module emitted with a vector entry ([`KernelAbi::vector_lanes`] > 0) into two
+/// modules: every other entry, and the vector entry alone (each with the shared header and
+/// helper functions). The driver JIT-compiles a whole module at load, so the runtime loads
+/// the vector module only when a dispatch is large enough to use it: small and one-off
+/// dispatches do not pay for a second entry's compilation. `None` when `ptx` has no vector
+/// entry.
+#[must_use]
+pub fn split_vector_entry(ptx: &str) -> Option<(String, String)> {
+    const ENTRY: &str = "\n.visible .entry ";
+    let start = ptx.find(&format!("{ENTRY}{VECTOR_ENTRY}("))? + 1;
+    let entries = ptx.find(ENTRY)? + 1;
+    let end = ptx[start..]
+        .find(ENTRY)
+        .map_or(ptx.len(), |offset| start + offset + 1);
+    let header = &ptx[..entries];
+    let vector = &ptx[start..end];
+    let others = format!("{}{}", &ptx[..start], &ptx[end..]);
+    Some((others, format!("{header}{vector}")))
 }
 
 fn check_workgroup(size: [u32; 3]) -> Result<(), CodegenError> {
