@@ -13,10 +13,11 @@ use super::fault::DeviceFault;
 use super::kind::{element_stride, ValKind};
 use super::libm::Libm;
 use super::reduction::{
-    commutative_opcode, partial_buffers, read_variables, DiscardedAtomic, Partial, PARTIALS,
+    commutative_opcode, partial_buffers as partial_buffers_of, read_variables, DiscardedAtomic,
+    Partial, PARTIALS,
 };
 use super::uniform::Uniformity;
-use super::visit::contains_barrier;
+use super::visit::{any_expr_in, contains_barrier};
 use super::writer::{emit, Label, PtxWriter, Reg, RegClass};
 use super::CodegenError;
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -209,9 +210,14 @@ impl<'p> Lowerer<'p> {
         let opaque_zero = w.reg(RegClass::B32);
         let subgroup_lanes = w.reg(RegClass::B32);
         let subgroup_mask = w.reg(RegClass::B32);
+        // Only atomics consult which variables are read (a discarded atomic result may
+        // become a `red`): skip the two whole-program walks for programs without any.
         let mut read_vars = FxHashSet::default();
-        read_variables(program.entry(), &mut read_vars);
-        let partial_buffers = partial_buffers(program.entry(), &read_vars);
+        let mut partial_buffers = FxHashSet::default();
+        if any_expr_in(program.entry(), &|e| matches!(e, Expr::Atomic { .. })) {
+            read_variables(program.entry(), &mut read_vars);
+            partial_buffers = partial_buffers_of(program.entry(), &read_vars);
+        }
         let epilogue = (!partial_buffers.is_empty()).then(|| w.label());
         Self {
             w,
