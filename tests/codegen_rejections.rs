@@ -199,7 +199,8 @@ fn run_time_sized_bytes_values_lower_only_as_stored_values() {
             target: DataType::U32,
             value: Box::new(bytes()),
         },
-        Expr::select(Expr::bool(true), bytes(), bytes()),
+        // A select between a bytes view and a fixed-size value (two bytes views lower).
+        Expr::select(Expr::bool(true), bytes(), Expr::u32(1)),
     ];
     for value in consumed {
         let program = bytes_program(out(), vec![Node::store("out", Expr::u32(0), value)]);

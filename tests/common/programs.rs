@@ -1498,6 +1498,40 @@ pub fn bytes_cases() -> Vec<Case> {
             vec![source.clone()],
         ),
         Case::new(
+            "bytes select between two views and a cast to bytes keep the bytes",
+            Program::wrapped(
+                vec![bytes_in("a", 0, 37), bytes_out("out", 1, 40)],
+                [32, 1, 1],
+                vec![Node::if_then(
+                    first(),
+                    vec![
+                        Node::store(
+                            "out",
+                            Expr::u32(3),
+                            Expr::select(
+                                bin(BinOp::Eq, gid(), Expr::u32(0)),
+                                Expr::load("a", Expr::u32(30)),
+                                Expr::load("a", Expr::u32(2)),
+                            ),
+                        ),
+                        Node::store(
+                            "out",
+                            Expr::u32(20),
+                            Expr::select(
+                                bin(BinOp::Ne, gid(), Expr::u32(0)),
+                                Expr::load("a", Expr::u32(1)),
+                                Expr::Cast {
+                                    target: DataType::Bytes,
+                                    value: Box::new(Expr::load("a", Expr::u32(25))),
+                                },
+                            ),
+                        ),
+                    ],
+                )],
+            ),
+            vec![source.clone()],
+        ),
+        Case::new(
             "bytes view bound by let is copied later",
             Program::wrapped(
                 vec![bytes_in("a", 0, 37), bytes_out("out", 1, 40)],

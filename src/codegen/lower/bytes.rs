@@ -52,6 +52,16 @@ impl<'p> Lowerer<'p> {
                 .get(buffer.as_str())
                 .is_some_and(|slot| slot.element == DataType::Bytes),
             Expr::Var(name) => self.byte_views.contains_key(name.as_str()),
+            // The reference's cast to bytes of a bytes value is `to_bytes()`: the same bytes.
+            Expr::Cast {
+                target: DataType::Bytes,
+                value,
+            } => self.is_bytes_view(value),
+            Expr::Select {
+                true_val,
+                false_val,
+                ..
+            } => self.is_bytes_view(true_val) && self.is_bytes_view(false_val),
             _ => false,
         }
     }
@@ -68,6 +78,26 @@ impl<'p> Lowerer<'p> {
                 .get(name.as_str())
                 .copied()
                 .ok_or_else(|| runtime_sized_use(&format!("variable `{name}`"))),
+            Expr::Cast {
+                target: DataType::Bytes,
+                value,
+            } if self.is_bytes_view(value) => self.put_bytes_view(value),
+            Expr::Select {
+                cond,
+                true_val,
+                false_val,
+            } => {
+                // As the reference: the condition, both arms, then the pick.
+                let cond = self.put_expr(cond)?;
+                let p = self.truthy(cond);
+                let t = self.put_bytes_view(true_val)?;
+                let f = self.put_bytes_view(false_val)?;
+                let start = self.w.reg(RegClass::B64);
+                let len = self.w.reg(RegClass::B32);
+                emit!(self.w, "selp.b64 {start}, {}, {}, {p}", t.start, f.start);
+                emit!(self.w, "selp.b32 {len}, {}, {}, {p}", t.len, f.len);
+                Ok(ByteView { start, len })
+            }
             _ => Err(runtime_sized_use("this expression")),
         }
     }
