@@ -1638,5 +1638,30 @@ pub fn bytes_cases() -> Vec<Case> {
             ),
             vec![(0..23u8).map(|i| i.wrapping_mul(11)).collect()],
         ),
+        Case::new(
+            "bytes copies within one read-write buffer behave like memmove",
+            Program::wrapped(
+                vec![
+                    BufferDecl::storage("io", 0, BufferAccess::ReadWrite, DataType::Bytes)
+                        .with_count(29)
+                        .with_bytes_extraction(true),
+                    BufferDecl::output("word", 1, DataType::U32).with_count(2),
+                ],
+                [8, 1, 1],
+                vec![Node::if_then(
+                    first(),
+                    vec![
+                        // Up by 3 (overlapping: must copy from the top), then down by 5.
+                        Node::store("io", Expr::u32(7), Expr::load("io", Expr::u32(4))),
+                        Node::store("io", Expr::u32(1), Expr::load("io", Expr::u32(6))),
+                        // After both copies, the u32 prefix of the rest from byte 9.
+                        Node::store("word", Expr::u32(1), Expr::load("io", Expr::u32(9))),
+                    ],
+                )],
+            ),
+            vec![(0..29u8)
+                .map(|i| i.wrapping_mul(13).wrapping_add(5))
+                .collect()],
+        ),
     ]
 }

@@ -40,6 +40,9 @@ pub(super) struct ByteView {
     start: Reg,
     /// Number of bytes (`.b32`).
     len: Reg,
+    /// The bytes live in a writable buffer: the view is only valid within the statement
+    /// that loads it (a later store could change the bytes the reference snapshotted).
+    writable: bool,
 }
 
 impl<'p> Lowerer<'p> {
@@ -96,7 +99,11 @@ impl<'p> Lowerer<'p> {
                 let len = self.w.reg(RegClass::B32);
                 emit!(self.w, "selp.b64 {start}, {}, {}, {p}", t.start, f.start);
                 emit!(self.w, "selp.b32 {len}, {}, {}, {p}", t.len, f.len);
-                Ok(ByteView { start, len })
+                Ok(ByteView {
+                    start,
+                    len,
+                    writable: t.writable || f.writable,
+                })
             }
             _ => Err(runtime_sized_use("this expression")),
         }
@@ -108,6 +115,17 @@ impl<'p> Lowerer<'p> {
         name: &'p str,
         view: ByteView,
     ) -> Result<(), CodegenError> {
+        if view.writable {
+            return Err(CodegenError::unsupported(
+                "Let of a load from a writable bytes buffer",
+                format!(
+                    "`{name}` would hold the rest of a writable buffer, which a later store \
+                     could change before the bytes are used"
+                ),
+                "store the load directly (`Store(dst, j, Load(buf, i))` copies like memmove), \
+                 or load from a read-only buffer",
+            ));
+        }
         if self.locals.contains_key(name) || self.byte_views.contains_key(name) {
             return Err(CodegenError::invalid(
                 format!("duplicate local binding `{name}`"),
@@ -128,22 +146,17 @@ impl<'p> Lowerer<'p> {
         let Space::Global { base, len } = slot.space else {
             return Err(runtime_sized_use(&format!("a load from `{buffer}`")));
         };
-        if !slot.read_only {
-            return Err(CodegenError::unsupported(
-                "Load from a writable bytes buffer",
-                format!(
-                    "`{buffer}` can be written while the loaded bytes (the rest of the buffer, \
-                     read when they are used) are still live"
-                ),
-                "load bytes only from read-only buffers (BufferDecl::read), or use a u8 buffer",
-            ));
-        }
+        let writable = !slot.read_only;
         let rest = self.bytes_after(len, index);
         let offset = self.w.reg(RegClass::B64);
         emit!(self.w, "cvt.u64.u32 {offset}, {index}");
         let start = self.w.reg(RegClass::B64);
         emit!(self.w, "add.s64 {start}, {base}, {offset}");
-        Ok(ByteView { start, len: rest })
+        Ok(ByteView {
+            start,
+            len: rest,
+            writable,
+        })
     }
 
     /// `len - index` saturated at zero (`.b32`).
@@ -189,7 +202,10 @@ impl<'p> Lowerer<'p> {
     }
 
     /// Copy `min(view.len, len - index)` bytes from the view to byte `index` of the
-    /// destination, one byte per iteration (nothing when `index >= len`).
+    /// destination, one byte per iteration (nothing when `index >= len`). The reference
+    /// snapshots the view before writing, so a copy within one buffer behaves like
+    /// `memmove`: it runs from the last byte down when the destination lies above the
+    /// source.
     fn copy_bytes(&mut self, view: ByteView, base: Reg, len: Reg, index: Reg) {
         let room = self.bytes_after(len, index);
         let count = self.b32();
@@ -198,6 +214,9 @@ impl<'p> Lowerer<'p> {
         emit!(self.w, "cvt.u64.u32 {offset}, {index}");
         let dst = self.w.reg(RegClass::B64);
         emit!(self.w, "add.s64 {dst}, {base}, {offset}");
+        // Byte `step` of the copy is byte `k` (forward) or `count - 1 - k` (backward).
+        let backward = self.pred();
+        emit!(self.w, "setp.gt.u64 {backward}, {dst}, {}", view.start);
         let k = self.b32();
         emit!(self.w, "mov.u32 {k}, 0");
         let (top, end) = (self.w.label(), self.w.label());
@@ -205,8 +224,13 @@ impl<'p> Lowerer<'p> {
         let done = self.pred();
         emit!(self.w, "setp.ge.u32 {done}, {k}, {count}");
         emit!(self.w, "@{done} bra {end}");
+        let down = self.b32();
+        emit!(self.w, "sub.u32 {down}, {count}, {k}");
+        emit!(self.w, "sub.u32 {down}, {down}, 1");
+        let at = self.b32();
+        emit!(self.w, "selp.b32 {at}, {down}, {k}, {backward}");
         let k64 = self.w.reg(RegClass::B64);
-        emit!(self.w, "cvt.u64.u32 {k64}, {k}");
+        emit!(self.w, "cvt.u64.u32 {k64}, {at}");
         let (from, to) = (self.w.reg(RegClass::B64), self.w.reg(RegClass::B64));
         emit!(self.w, "add.s64 {from}, {}, {k64}", view.start);
         emit!(self.w, "add.s64 {to}, {dst}, {k64}");
