@@ -1225,16 +1225,11 @@ impl<'p> Lowerer<'p> {
             &**value,
             *ordering,
         );
-        let opcode = match op {
-            AtomicOp::Add => "add.u32",
-            AtomicOp::Or => "or.b32",
-            AtomicOp::And => "and.b32",
-            AtomicOp::Xor => "xor.b32",
-            AtomicOp::Min => "min.u32",
-            AtomicOp::Max | AtomicOp::LruUpdate => "max.u32",
-            AtomicOp::Exchange => "exch.b32",
-            AtomicOp::CompareExchange => "cas.b32",
-            other => {
+        let opcode = match (commutative_opcode(op), op) {
+            (Some(opcode), _) => opcode,
+            (None, AtomicOp::Exchange) => "exch.b32",
+            (None, AtomicOp::CompareExchange) => "cas.b32",
+            (None, other) => {
                 return Err(CodegenError::unsupported(
                     format!("AtomicOp::{other:?}"),
                     "the reference defines no semantics for this atomic",
