@@ -26,7 +26,7 @@
 //! a fault returns no outputs.
 
 use super::cache::LoadedKernel;
-use super::dispatch::{check_config, check_fault, nanos, Timing};
+use super::dispatch::{check_fault, nanos, Prepared, Timing};
 use super::launch::{self, LaunchArgs};
 use super::metrics::Metrics;
 use super::plan::{shape_output, starts_zeroed, DispatchPlan};
@@ -35,10 +35,8 @@ use super::Core;
 use crate::driver::DriverError;
 use crate::error::CudaError;
 use std::ops::Range;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
-use vyre_driver::DispatchConfig;
-use vyre_foundation::ir::Program;
 
 /// Dispatches whose inputs total less than this take the ordinary path.
 pub(crate) const CHUNKED_MIN_INPUT_BYTES: usize = 32 << 20;
@@ -109,30 +107,21 @@ impl Core {
     /// `Ok(None)` when the dispatch should take the ordinary path.
     pub(crate) fn run_chunked(
         &self,
-        program: &Program,
+        prepared: &Prepared,
         inputs: &[&[u8]],
-        config: &DispatchConfig,
-        kernel: Option<&Arc<LoadedKernel>>,
+        started: Instant,
         outputs: &mut Vec<Vec<u8>>,
     ) -> Result<Option<Timing>, CudaError> {
-        let started = Instant::now();
-        if inputs.iter().map(|input| input.len()).sum::<usize>() < CHUNKED_MIN_INPUT_BYTES {
+        if inputs.iter().map(|input| input.len()).sum::<usize>() < CHUNKED_MIN_INPUT_BYTES
+            || prepared.launches != 1
+        {
             return Ok(None);
         }
-        self.usable()?;
-        if check_config(config, self.grid_sync)? != 1 {
-            return Ok(None);
-        }
-        let kernel = match kernel {
-            Some(kernel) => Arc::clone(kernel),
-            None => self.kernel(program, config)?,
-        };
+        let Prepared { kernel, plan, .. } = prepared;
         let abi = &kernel.abi;
         if abi.vector_lanes == 0 || kernel.vector_function().is_none() {
             return Ok(None);
         }
-        let input_lens: smallvec::SmallVec<[usize; 8]> = inputs.iter().map(|i| i.len()).collect();
-        let plan = DispatchPlan::new(program, abi, &input_lens, config, self.limits)?;
         let total = u64::from(plan.grid[0]) * u64::from(abi.workgroup_size[0]);
         let Some(total) = u32::try_from(total)
             .ok()
@@ -194,11 +183,11 @@ impl Core {
             return Ok(None);
         }
         Metrics::bump(&self.metrics.chunked_dispatches);
-        prepare_outputs(abi, &plan, inputs, &returned, total, outputs);
+        prepare_outputs(abi, plan, inputs, &returned, total, outputs);
         let shared = Shared {
             core: self,
-            kernel: &kernel,
-            plan: &plan,
+            kernel,
+            plan,
             inputs,
             offsets: &offsets,
             fault_offset,
@@ -206,7 +195,7 @@ impl Core {
         };
         let results: Vec<Result<u32, DriverError>> = {
             let queue = Mutex::new(
-                split_outputs(abi, &plan, &returned, &ranges, total, outputs).into_iter(),
+                split_outputs(abi, plan, &returned, &ranges, total, outputs).into_iter(),
             );
             std::thread::scope(|scope| {
                 let handles: Vec<_> = resources

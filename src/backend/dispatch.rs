@@ -6,7 +6,7 @@ use super::launch::{self, GridSyncLaunch, LaunchArgs};
 use super::metrics::Metrics;
 use super::plan::{shape_output, starts_zeroed, DispatchPlan};
 use super::pool::{Block, StreamSlot};
-use super::small::{inputs_fit, Small};
+use super::small::inputs_fit;
 use super::staging::{DeviceToHost, HostToDevice};
 use super::{Core, CudaBackend};
 use crate::codegen::{DeviceFault, FAULT_AREA_BYTES};
@@ -69,7 +69,39 @@ pub(crate) struct InFlight {
     enqueue_ns: u64,
 }
 
+/// What every borrowed dispatch path needs before it touches the device: the launch
+/// count, the loaded kernel and the plan (built once per dispatch, whichever path runs).
+pub(crate) struct Prepared {
+    pub(crate) launches: u32,
+    pub(crate) kernel: Arc<LoadedKernel>,
+    pub(crate) plan: DispatchPlan,
+}
+
 impl Core {
+    /// Checks the backend and `config`, loads the kernel (unless given) and plans the
+    /// dispatch of `program` over `inputs`.
+    pub(crate) fn prepare_dispatch(
+        &self,
+        program: &Program,
+        inputs: &[&[u8]],
+        config: &DispatchConfig,
+        kernel: Option<Arc<LoadedKernel>>,
+    ) -> Result<Prepared, CudaError> {
+        self.usable()?;
+        let launches = check_config(config, self.grid_sync)?;
+        let kernel = match kernel {
+            Some(kernel) => kernel,
+            None => self.kernel(program, config)?,
+        };
+        let input_lens: smallvec::SmallVec<[usize; 8]> = inputs.iter().map(|i| i.len()).collect();
+        let plan = DispatchPlan::new(program, &kernel.abi, &input_lens, config, self.limits)?;
+        Ok(Prepared {
+            launches,
+            kernel,
+            plan,
+        })
+    }
+
     /// Stages `inputs`, zeroes outputs and enqueues the launches. When this returns, the
     /// inputs have been read: the caller may drop them.
     pub(crate) fn start(
@@ -81,15 +113,24 @@ impl Core {
         timed: bool,
     ) -> Result<InFlight, CudaError> {
         let started = Instant::now();
-        self.usable()?;
-        let launches = check_config(config, self.grid_sync)?;
-        let kernel = match kernel {
-            Some(kernel) => kernel,
-            None => self.kernel(program, config)?,
-        };
+        let prepared = self.prepare_dispatch(program, inputs, config, kernel)?;
+        self.start_prepared(prepared, inputs, timed, started)
+    }
+
+    /// [`Core::start`] after [`Core::prepare_dispatch`]; `started` is when the dispatch began.
+    fn start_prepared(
+        &self,
+        prepared: Prepared,
+        inputs: &[&[u8]],
+        timed: bool,
+        started: Instant,
+    ) -> Result<InFlight, CudaError> {
+        let Prepared {
+            launches,
+            kernel,
+            plan,
+        } = prepared;
         let abi = &kernel.abi;
-        let input_lens: smallvec::SmallVec<[usize; 8]> = inputs.iter().map(|i| i.len()).collect();
-        let plan = DispatchPlan::new(program, abi, &input_lens, config, self.limits)?;
 
         // One device block holds every binding, then the fault word.
         let mut offsets: smallvec::SmallVec<[usize; 8]> = smallvec::SmallVec::new();
@@ -354,29 +395,10 @@ impl Core {
         outputs: &mut Vec<Vec<u8>>,
     ) -> Result<Timing, CudaError> {
         Metrics::bump(&self.metrics.dispatches);
-        // Small dispatches take the packed path (one upload, launch, one download, one
-        // wait); large elementwise ones run as overlapped chunks (chunked.rs; the timed
-        // variant keeps the single launch its device time measures); the rest, and
-        // whatever does not fit a lane, the general one.
-        let mut kernel = kernel;
-        let mut done = None;
-        if self.small.enabled() && inputs_fit(inputs, self.small.capacity()) {
-            match self.run_small(program, inputs, config, kernel.take(), timed, outputs) {
-                Small::Done(result) => done = Some(result),
-                Small::TooLarge(loaded) => kernel = Some(loaded),
-            }
-        }
-        if done.is_none() && !timed {
-            done = self
-                .run_chunked(program, inputs, config, kernel.as_ref(), outputs)
-                .transpose();
-        }
-        let result = match done {
-            Some(result) => result,
-            None => self
-                .start(program, inputs, config, kernel, timed)
-                .and_then(|flight| flight.finish(self, outputs)),
-        };
+        let started = Instant::now();
+        let result = self
+            .prepare_dispatch(program, inputs, config, kernel)
+            .and_then(|prepared| self.run_prepared(prepared, inputs, timed, started, outputs));
         match &result {
             Ok(timing) if timed => {
                 Metrics::bump(&self.metrics.timed_dispatches);
@@ -387,6 +409,32 @@ impl Core {
             Err(_) => Metrics::bump(&self.metrics.dispatch_errors),
         }
         result.map_err(|e| self.classify(e))
+    }
+
+    /// Small dispatches take the packed path (one upload, launch, one download, one wait);
+    /// large elementwise ones run as overlapped chunks (chunked.rs; the timed variant
+    /// keeps the single launch its device time measures); the rest, and whatever does not
+    /// fit a lane, the general one.
+    fn run_prepared(
+        &self,
+        prepared: Prepared,
+        inputs: &[&[u8]],
+        timed: bool,
+        started: Instant,
+        outputs: &mut Vec<Vec<u8>>,
+    ) -> Result<Timing, CudaError> {
+        if self.small.enabled() && inputs_fit(inputs, self.small.capacity()) {
+            if let Some(result) = self.run_small(&prepared, inputs, timed, started, outputs) {
+                return result;
+            }
+        }
+        if !timed {
+            if let Some(timing) = self.run_chunked(&prepared, inputs, started, outputs)? {
+                return Ok(timing);
+            }
+        }
+        self.start_prepared(prepared, inputs, timed, started)
+            .and_then(|flight| flight.finish(self, outputs))
     }
 }
 

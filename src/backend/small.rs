@@ -16,7 +16,7 @@
 //! hashes nothing and takes three uncontended locks (identity memo, module cache, lanes).
 
 use super::cache::LoadedKernel;
-use super::dispatch::{check_config, check_fault, nanos, Timing, BINDING_ALIGN};
+use super::dispatch::{check_fault, nanos, Prepared, Timing, BINDING_ALIGN};
 use super::launch::{self, LaunchArgs};
 use super::metrics::Metrics;
 use super::plan::{starts_zeroed, DispatchPlan};
@@ -25,10 +25,8 @@ use super::Core;
 use crate::codegen::FAULT_AREA_BYTES;
 use crate::driver::{DeviceAlloc, DriverError, Event, Exchange, RoundTripBuffer, Wait};
 use crate::error::CudaError;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Instant;
-use vyre_driver::DispatchConfig;
-use vyre_foundation::ir::Program;
 
 /// Default arena size: dispatches whose bindings (each rounded up to 256 bytes) plus the
 /// fault word fit take the packed path. Chosen by measurement (`bench/compare`,
@@ -217,47 +215,28 @@ impl Layout {
     }
 }
 
-/// Either the finished small dispatch, or the loaded kernel for the general path (the
-/// dispatch does not fit a lane).
-pub(crate) enum Small {
-    Done(Result<Timing, CudaError>),
-    TooLarge(Arc<LoadedKernel>),
-}
-
 impl Core {
-    /// Runs a synchronous dispatch on the packed path when its arena fits a lane.
+    /// Runs a synchronous dispatch on the packed path when its arena fits a lane; `None`
+    /// when it does not (the general path runs it).
     pub(crate) fn run_small(
         &self,
-        program: &Program,
+        prepared: &Prepared,
         inputs: &[&[u8]],
-        config: &DispatchConfig,
-        kernel: Option<Arc<LoadedKernel>>,
         timed: bool,
+        started: Instant,
         outputs: &mut Vec<Vec<u8>>,
-    ) -> Small {
-        let started = Instant::now();
-        let prepared = (|| -> Result<_, CudaError> {
-            self.usable()?;
-            let launches = check_config(config, self.grid_sync)?;
-            let kernel = match kernel {
-                Some(kernel) => kernel,
-                None => self.kernel(program, config)?,
-            };
-            let input_lens: smallvec::SmallVec<[usize; 8]> =
-                inputs.iter().map(|i| i.len()).collect();
-            let plan = DispatchPlan::new(program, &kernel.abi, &input_lens, config, self.limits)?;
-            Ok((launches, kernel, plan))
-        })();
-        let (launches, kernel, plan) = match prepared {
-            Ok(prepared) => prepared,
-            Err(error) => return Small::Done(Err(error)),
-        };
-        let layout = Layout::new(&kernel, &plan);
+    ) -> Option<Result<Timing, CudaError>> {
+        let Prepared {
+            launches,
+            kernel,
+            plan,
+        } = prepared;
+        let layout = Layout::new(kernel, plan);
         if layout.total > self.small.capacity {
-            return Small::TooLarge(kernel);
+            return None;
         }
-        Small::Done(self.run_packed(
-            &kernel, &plan, &layout, inputs, launches, timed, started, outputs,
+        Some(self.run_packed(
+            kernel, plan, &layout, inputs, *launches, timed, started, outputs,
         ))
     }
 
@@ -410,7 +389,8 @@ mod tests {
     use super::*;
     use crate::backend::plan::GridLimits;
     use crate::codegen::{emit_ptx, PtxTarget};
-    use vyre_foundation::ir::{BufferAccess, BufferDecl, DataType, Expr, Node};
+    use vyre_driver::DispatchConfig;
+    use vyre_foundation::ir::{BufferAccess, BufferDecl, DataType, Expr, Node, Program};
 
     #[test]
     fn returned_buffers_and_the_fault_word_are_contiguous_at_the_end() {
