@@ -347,14 +347,13 @@ impl Core {
         outputs.resize_with(returned, Vec::new);
         let faulted = check_fault(self, word, outputs);
         if faulted.is_ok() {
-            let mut slots = outputs.iter_mut();
-            for ((binding, bytes), offset) in
-                abi.bindings.iter().zip(&plan.bindings).zip(&layout.offsets)
-            {
-                if !binding.role.is_returned() {
-                    continue;
-                }
-                let out = slots.next().expect("one slot per returned binding");
+            let returned_bindings = abi
+                .bindings
+                .iter()
+                .zip(&plan.bindings)
+                .zip(&layout.offsets)
+                .filter(|((binding, _), _)| binding.role.is_returned());
+            for (((binding, bytes), offset), out) in returned_bindings.zip(outputs.iter_mut()) {
                 let whole = &packed[*offset..*offset + bytes.len];
                 // The reference's `output_byte_range` narrowing, applied while copying.
                 let shaped = match &binding.output_byte_range {
