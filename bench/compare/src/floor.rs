@@ -189,6 +189,51 @@ impl Module {
         Ok(Self { raw })
     }
 
+    /// JIT through the linker (`cuLinkCreate`/`cuLinkAddData`/`cuLinkComplete`) at
+    /// optimisation `level`, then load the resulting cubin: the path an engine takes to get
+    /// a cubin it can keep in its own cache.
+    fn load_linked(ptx_text: &str, level: u32) -> R<Self> {
+        let text = CString::new(ptx_text).map_err(|e| e.to_string())?;
+        let mut options = [sys::CUjit_option::CU_JIT_OPTIMIZATION_LEVEL];
+        let mut values = [level as usize as *mut c_void];
+        let mut state = std::ptr::null_mut();
+        // SAFETY: one option with its value; `state` receives the linker.
+        ckr("cuLinkCreate", unsafe {
+            sys::cuLinkCreate_v2(1, options.as_mut_ptr(), values.as_mut_ptr(), &mut state)
+        })?;
+        let name = CString::new("probe.ptx").map_err(|e| e.to_string())?;
+        let linked = (|| -> R<Self> {
+            // SAFETY: `text` (with its NUL) and `name` outlive the call; no options.
+            ckr("cuLinkAddData", unsafe {
+                sys::cuLinkAddData_v2(
+                    state,
+                    sys::CUjitInputType::CU_JIT_INPUT_PTX,
+                    text.as_ptr() as *mut c_void,
+                    text.as_bytes_with_nul().len(),
+                    name.as_ptr(),
+                    0,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            })?;
+            let mut cubin = std::ptr::null_mut();
+            let mut size = 0usize;
+            // SAFETY: `cubin` points into the linker's memory until `cuLinkDestroy`.
+            ckr("cuLinkComplete", unsafe {
+                sys::cuLinkComplete(state, &mut cubin, &mut size)
+            })?;
+            let mut raw = std::ptr::null_mut();
+            // SAFETY: `cubin` is a complete image owned by the live linker.
+            ckr("cuModuleLoadData(cubin)", unsafe {
+                sys::cuModuleLoadData(&mut raw, cubin as *const c_void)
+            })?;
+            Ok(Self { raw })
+        })();
+        // SAFETY: the linker is destroyed once; the module holds its own copy of the image.
+        unsafe { sys::cuLinkDestroy(state) };
+        linked
+    }
+
     fn load(ptx_text: &str) -> R<Self> {
         let text = CString::new(ptx_text).map_err(|e| e.to_string())?;
         // SAFETY: `text` is a NUL-terminated PTX image that lives across the call.
@@ -662,6 +707,29 @@ impl Floor {
         self.bind()?;
         let started = Instant::now();
         let module = Module::load_at(ptx_text, level)?;
+        let elapsed = started.elapsed();
+        drop(module);
+        Ok(elapsed)
+    }
+
+    /// Wall time of one JIT of `ptx_text` by `method`: `load` (`cuModuleLoadData`), `O<k>`
+    /// (`cuModuleLoadDataEx` at level k), `link` / `link-O<k>` (linker, then cubin load).
+    pub fn jit_time_by(&self, ptx_text: &str, method: &str) -> R<Duration> {
+        self.bind()?;
+        let started = Instant::now();
+        let module = match method {
+            "load" => Module::load(ptx_text)?,
+            "link" => Module::load_linked(ptx_text, 4)?,
+            m => match (m.strip_prefix("link-O"), m.strip_prefix('O')) {
+                (Some(k), _) => {
+                    Module::load_linked(ptx_text, k.parse().map_err(|_| m.to_string())?)?
+                }
+                (None, Some(k)) => {
+                    Module::load_at(ptx_text, k.parse().map_err(|_| m.to_string())?)?
+                }
+                _ => return Err(format!("unknown JIT method {m}")),
+            },
+        };
         let elapsed = started.elapsed();
         drop(module);
         Ok(elapsed)

@@ -44,6 +44,10 @@ vyre-compare: floor vs vyre-driver-cuda 0.6.5 vs vyre-cuda, on one GPU
   --ours-blocking-wait
                      open vyre-cuda with CudaOptions::blocking_wait (its small-dispatch and
                      sequence waits sleep on blocking-sync events; the context is untouched)
+  --staging-sweep    also time vyre-cuda on the vadd and reduce rows with other staging chunk
+                     sizes and copy-thread counts (extra keys sweep.*; tuning, not the table)
+  --only jit_probe   (run only when named) driver JIT time per method (load, O0, linker) on
+                     the floor's, the incumbent's and vyre-cuda's PTX, vadd and the corpus
   --render JSON      no GPU: read a results file, print the tables, write --svg/--markdown
   --dump-ptx DIR     no GPU: write the floor's PTX (for ptxas) and exit
 ";
@@ -59,6 +63,7 @@ struct Opts {
     deadline: Duration,
     blocking_sync: bool,
     ours_blocking_wait: bool,
+    staging_sweep: bool,
 }
 
 fn parse_opts() -> Opts {
@@ -73,6 +78,7 @@ fn parse_opts() -> Opts {
         deadline: Duration::from_secs(480),
         blocking_sync: false,
         ours_blocking_wait: false,
+        staging_sweep: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -90,6 +96,7 @@ fn parse_opts() -> Opts {
             "--quick" => opts.quick = true,
             "--blocking-sync" => opts.blocking_sync = true,
             "--ours-blocking-wait" => opts.ours_blocking_wait = true,
+            "--staging-sweep" => opts.staging_sweep = true,
             "--render" => opts.render = Some(value("--render").into()),
             "--dump-ptx" => opts.dump_ptx = Some(value("--dump-ptx").into()),
             "--deadline-s" => {
@@ -367,6 +374,66 @@ impl Harness {
             Err(err) => Outcome::Fail {
                 reason: format!("error while timing: {err}"),
             },
+        }
+    }
+
+    /// `--staging-sweep`: vyre-cuda's end-to-end median for `program` under other staging
+    /// chunk sizes and copy-thread counts (fresh backends; each checked before timing).
+    fn staging_sweep(
+        &self,
+        program: &Program,
+        inputs: &[&[u8]],
+        expect: &Expect,
+        samples: usize,
+    ) -> BTreeMap<String, f64> {
+        let mut found = BTreeMap::new();
+        if !self.opts.staging_sweep {
+            return found;
+        }
+        for chunk_kib in [256usize, 512, 1024, 2048, 4096] {
+            for threads in [4usize, 8, 15] {
+                let key = format!("sweep.chunk_{chunk_kib}k.threads_{threads}.median_ns");
+                let run = || -> R<f64> {
+                    let mut options =
+                        vyre_cuda::CudaOptions::from_env().map_err(|e| e.to_string())?;
+                    options.staging_chunk_bytes = chunk_kib << 10;
+                    options.copy_threads = threads;
+                    let backend =
+                        vyre_cuda::CudaBackend::with_options(options).map_err(|e| e.to_string())?;
+                    let mut out = Vec::new();
+                    backend
+                        .dispatch_borrowed_into(program, inputs, &self.config, &mut out)
+                        .map_err(|e| e.to_string())?;
+                    expect.check(&out)?;
+                    let stats = measure(2, samples, self.budget, || {
+                        timed(|| {
+                            backend
+                                .dispatch_borrowed_into(program, inputs, &self.config, &mut out)
+                                .map_err(|e| e.to_string())
+                        })
+                    })?;
+                    Ok(stats.median_ns)
+                };
+                match run() {
+                    Ok(median) => {
+                        found.insert(key, median);
+                    }
+                    Err(e) => {
+                        found.insert(format!("{key}.error: {e}"), 0.0);
+                    }
+                }
+            }
+        }
+        found
+    }
+
+    /// Adds `--staging-sweep` results to vyre-cuda's outcome in `row` and logs them.
+    fn attach_sweep(&mut self, row: &mut Row, sweep: BTreeMap<String, f64>) {
+        for (k, v) in &sweep {
+            self.log(format!("    {} {k} = {v:.0}", row.id));
+        }
+        if let Some(Outcome::Ok { extra, .. }) = row.engines.get_mut(Eng::Ours.name()) {
+            extra.extend(sweep);
         }
     }
 
@@ -807,8 +874,121 @@ impl Harness {
             let o = self.backend_e2e(e, &program, &inputs, &expect, warm, samples);
             row.engines.insert(e.name().into(), o);
         }
+        // The chunked pipeline (inputs of 32 MiB and more) does not use the staging lanes.
+        if n * 8 < 32 << 20 && n >= 1 << 16 {
+            let sweep = self.staging_sweep(&program, &inputs, &expect, samples.min(30));
+            self.attach_sweep(&mut row, sweep);
+        }
         row.notes.push(expect.describe());
         self.push(row);
+    }
+
+    /// `jit_probe` (only when named): wall time of the driver's JIT by method on each
+    /// engine's PTX. Every text gets a unique unused `.global` so no JIT cache entry hits.
+    fn jit_probe(&mut self) {
+        let Some(floor) = self.floor.as_ref() else {
+            return self.log("jit_probe: the floor could not open the device".into());
+        };
+        let (major, minor) = floor.facts.compute_capability;
+        let sm = major as u32 * 10 + minor as u32;
+        let config = self.config.clone();
+        let ours_text = |program: &Program| -> Option<String> {
+            let ptx = self.ours.as_ref()?.emit(program, &config).ok()?.ptx;
+            // What a dispatch JIT-compiles: the vector entry is a module of its own.
+            Some(vyre_cuda::codegen::split_vector_entry(&ptx).map_or(ptx, |(scalar, _)| scalar))
+        };
+        let inc_text = |program: &Program| {
+            vyre_driver_cuda::codegen::program_to_ptx_for_sm(program, &config, sm).ok()
+        };
+        let mut sets: Vec<(&str, &str, Vec<String>)> = Vec::new();
+        let vadd = |k: u32| programs::vadd(1024, 0x5100_0000 + k);
+        sets.push((
+            "floor",
+            "vadd",
+            vec![ptx::cold_module(major, minor, 0x5100_0000)],
+        ));
+        sets.push((
+            "vyre-cuda",
+            "vadd",
+            ours_text(&vadd(1)).into_iter().collect(),
+        ));
+        sets.push((
+            "incumbent",
+            "vadd",
+            inc_text(&vadd(2)).into_iter().collect(),
+        ));
+        let programs: Vec<Program> = corpus().iter().map(|f| (f.build)()).collect();
+        let (mut ours_corpus, mut inc_corpus) = (Vec::new(), Vec::new());
+        for program in &programs {
+            // Only programs both engines emit, so the sums compare like with like.
+            if let (Some(a), Some(b)) = (ours_text(program), inc_text(program)) {
+                ours_corpus.push(a);
+                inc_corpus.push(b);
+            }
+        }
+        sets.push(("vyre-cuda", "corpus", ours_corpus));
+        sets.push(("incumbent", "corpus", inc_corpus));
+        let salt = std::process::id() as u64 * 1_000_000;
+        let mut serial = 0u64;
+        let mut m = BTreeMap::new();
+        for (engine, set, texts) in &sets {
+            let (methods, reps): (&[&str], usize) = if *set == "vadd" {
+                (&["load", "O0", "O1", "O3", "link", "link-O0"], 7)
+            } else {
+                (&["load", "O0", "link"], 1)
+            };
+            let mut bytes: Vec<f64> = texts.iter().map(|t| t.len() as f64).collect();
+            if bytes.is_empty() {
+                continue;
+            }
+            m.insert(format!("{engine}.{set}.programs"), bytes.len() as f64);
+            m.insert(
+                format!("{engine}.{set}.ptx_bytes.median"),
+                Stats::from_ns(&mut bytes).median_ns,
+            );
+            for method in methods {
+                let mut times = Vec::new();
+                for text in texts {
+                    for _ in 0..reps {
+                        serial += 1;
+                        let salted = match text.find(".address_size 64\n") {
+                            Some(at) => {
+                                let end = at + ".address_size 64\n".len();
+                                format!(
+                                    "{}.global .u32 vyre_probe_salt_{};\n{}",
+                                    &text[..end],
+                                    salt + serial,
+                                    &text[end..]
+                                )
+                            }
+                            None => text.clone(),
+                        };
+                        match floor.jit_time_by(&salted, method) {
+                            Ok(d) => times.push(d.as_secs_f64() * 1e9),
+                            Err(e) => {
+                                m.insert(format!("{engine}.{set}.{method}.error: {e}"), 0.0);
+                            }
+                        }
+                    }
+                }
+                if times.is_empty() {
+                    continue;
+                }
+                let sum: f64 = times.iter().sum();
+                m.insert(format!("{engine}.{set}.{method}.sum_ns"), sum);
+                m.insert(
+                    format!("{engine}.{set}.{method}.median_ns"),
+                    Stats::from_ns(&mut times).median_ns,
+                );
+            }
+        }
+        for (k, v) in &m {
+            self.log(format!("jit_probe {k} = {v:.0}"));
+        }
+        self.report
+            .diagnostics
+            .insert("jit_probe: driver JIT by method".into(), m);
+        self.save();
     }
 
     /// `resident_vadd_2^k`: kernel time over resident buffers (device events).
@@ -1122,6 +1302,8 @@ impl Harness {
             let o = self.backend_e2e(e, &program, &inputs, &expect, warm, samples);
             row.engines.insert(e.name().into(), o);
         }
+        let sweep = self.staging_sweep(&program, &inputs, &expect, samples);
+        self.attach_sweep(&mut row, sweep);
         row.notes.push(format!("n = {n}; checked in full against vyre-reference (one atomic per element in the reference)"));
         self.push(row);
     }
@@ -1376,6 +1558,17 @@ impl Harness {
                     warm[ei][ci][pass] = started.elapsed().as_secs_f64() * 1e9;
                 }
             }
+        }
+        // Where the first pass goes: the common cases vyre-cuda spends longest on.
+        let mut slowest: Vec<usize> = common.clone();
+        slowest.sort_by(|&x, &y| first[0][y].total_cmp(&first[0][x]));
+        for &ci in slowest.iter().take(12) {
+            self.log(format!(
+                "corpus_first case {}: vyre-cuda {} | incumbent {}",
+                fixtures[cases[ci].program].id,
+                fmt_time(first[0][ci]),
+                fmt_time(first[1][ci])
+            ));
         }
         let mut first_row = Row::new(
             "corpus_first",
@@ -2229,6 +2422,10 @@ fn main() {
         // sticky error) must not take the floor's measurements with it.
         workloads.push(("diagnostics", Box::new(|h| h.diagnostics())));
         workloads.push(("corpus", Box::new(|h| h.corpus())));
+        // Probes that run only when `--only` names them.
+        if h.opts.only.iter().flatten().any(|w| w == "jit_probe") {
+            workloads.push(("jit_probe", Box::new(|h| h.jit_probe())));
+        }
     } else {
         workloads.truncate(1);
         h.log("no GPU: only the emitter row runs".into());
