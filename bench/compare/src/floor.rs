@@ -168,6 +168,18 @@ struct Module {
     raw: sys::CUmodule,
 }
 
+/// How [`Floor::jit_time`] JIT-compiles PTX.
+#[derive(Debug, Clone, Copy)]
+pub enum Jit {
+    /// `cuModuleLoadData` (the driver's defaults: optimisation level 4).
+    Load,
+    /// `cuModuleLoadDataEx` with `CU_JIT_OPTIMIZATION_LEVEL` = the level (0..=4).
+    Level(u32),
+    /// The linker (`cuLinkCreate`/`cuLinkAddData`/`cuLinkComplete`) at the level, then a
+    /// `cuModuleLoadData` of its cubin.
+    Linked(u32),
+}
+
 impl Module {
     /// JIT with `CU_JIT_OPTIMIZATION_LEVEL` = `level` (the driver's default is 4).
     fn load_at(ptx_text: &str, level: u32) -> R<Self> {
@@ -692,43 +704,14 @@ impl Floor {
         self.sync(0)
     }
 
-    /// Wall time of `cuModuleLoadData` for `ptx_text` (the driver's PTX JIT); unloads it.
-    pub fn jit_time(&self, ptx_text: &str) -> R<Duration> {
+    /// Wall time of one driver JIT of `ptx_text` by `how`; the module is unloaded after.
+    pub fn jit_time(&self, ptx_text: &str, how: Jit) -> R<Duration> {
         self.bind()?;
         let started = Instant::now();
-        let module = Module::load(ptx_text)?;
-        let elapsed = started.elapsed();
-        drop(module);
-        Ok(elapsed)
-    }
-
-    /// As `jit_time`, at JIT optimisation level `level` (0..=4).
-    pub fn jit_time_at(&self, ptx_text: &str, level: u32) -> R<Duration> {
-        self.bind()?;
-        let started = Instant::now();
-        let module = Module::load_at(ptx_text, level)?;
-        let elapsed = started.elapsed();
-        drop(module);
-        Ok(elapsed)
-    }
-
-    /// Wall time of one JIT of `ptx_text` by `method`: `load` (`cuModuleLoadData`), `O<k>`
-    /// (`cuModuleLoadDataEx` at level k), `link` / `link-O<k>` (linker, then cubin load).
-    pub fn jit_time_by(&self, ptx_text: &str, method: &str) -> R<Duration> {
-        self.bind()?;
-        let started = Instant::now();
-        let module = match method {
-            "load" => Module::load(ptx_text)?,
-            "link" => Module::load_linked(ptx_text, 4)?,
-            m => match (m.strip_prefix("link-O"), m.strip_prefix('O')) {
-                (Some(k), _) => {
-                    Module::load_linked(ptx_text, k.parse().map_err(|_| m.to_string())?)?
-                }
-                (None, Some(k)) => {
-                    Module::load_at(ptx_text, k.parse().map_err(|_| m.to_string())?)?
-                }
-                _ => return Err(format!("unknown JIT method {m}")),
-            },
+        let module = match how {
+            Jit::Load => Module::load(ptx_text)?,
+            Jit::Level(level) => Module::load_at(ptx_text, level)?,
+            Jit::Linked(level) => Module::load_linked(ptx_text, level)?,
         };
         let elapsed = started.elapsed();
         drop(module);

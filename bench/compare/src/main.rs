@@ -14,7 +14,7 @@ mod programs;
 mod ptx;
 mod report;
 
-use floor::{DevBuf, Floor, Kernel, Pinned, Registered};
+use floor::{DevBuf, Floor, Jit, Kernel, Pinned, Registered};
 use programs::{Rng, ALPHA, SALT};
 use report::{fmt_time, Outcome, Report, Row, Stats};
 use std::collections::BTreeMap;
@@ -334,23 +334,13 @@ impl Harness {
         inputs: &[&[u8]],
         out: &mut Vec<Vec<u8>>,
     ) -> R<()> {
-        match e {
-            Eng::Inc => match &self.inc {
-                Some(inc) => inc
-                    .dispatch_borrowed_into(program, inputs, &self.config, out)
-                    .map_err(|err| err.to_string()),
-                None => Err("engine not available".into()),
-            },
-            Eng::Ours => match &self.ours {
-                Some(ours) => ours
-                    .dispatch_borrowed_into(program, inputs, &self.config, out)
-                    .map_err(|err| err.to_string()),
-                None => Err("engine not available".into()),
-            },
-        }
+        self.backend(e)
+            .ok_or_else(|| "engine not available".to_string())?
+            .dispatch_borrowed_into(program, inputs, &self.config, out)
+            .map_err(|err| err.to_string())
     }
 
-    /// Check, then time, one backend on an end-to-end borrowed dispatch.
+    /// Check, then time, one engine on an end-to-end borrowed dispatch.
     fn backend_e2e(
         &self,
         e: Eng,
@@ -360,15 +350,38 @@ impl Harness {
         warmup: usize,
         samples: usize,
     ) -> Outcome {
+        match self.backend(e) {
+            Some(backend) => self.e2e_on(backend, program, inputs, expect, warmup, samples),
+            None => Outcome::Unsupported {
+                reason: "engine not available".into(),
+            },
+        }
+    }
+
+    /// Check, then time, `backend` on an end-to-end borrowed dispatch.
+    fn e2e_on(
+        &self,
+        backend: &dyn VyreBackend,
+        program: &Program,
+        inputs: &[&[u8]],
+        expect: &Expect,
+        warmup: usize,
+        samples: usize,
+    ) -> Outcome {
         let mut out = Vec::new();
-        if let Err(err) = self.dispatch(e, program, inputs, &mut out) {
+        let dispatch = |out: &mut Vec<Vec<u8>>| {
+            backend
+                .dispatch_borrowed_into(program, inputs, &self.config, out)
+                .map_err(|err| err.to_string())
+        };
+        if let Err(err) = dispatch(&mut out) {
             return Outcome::Unsupported { reason: err };
         }
         if let Err(why) = expect.check(&out) {
             return Outcome::Fail { reason: why };
         }
         match measure(warmup, samples, self.budget, || {
-            timed(|| self.dispatch(e, program, inputs, &mut out))
+            timed(|| dispatch(&mut out))
         }) {
             Ok(stats) => Outcome::ok(stats),
             Err(err) => Outcome::Fail {
@@ -393,33 +406,18 @@ impl Harness {
         for chunk_kib in [256usize, 512, 1024, 2048, 4096] {
             for threads in [4usize, 8, 15] {
                 let key = format!("sweep.chunk_{chunk_kib}k.threads_{threads}.median_ns");
-                let run = || -> R<f64> {
-                    let mut options =
-                        vyre_cuda::CudaOptions::from_env().map_err(|e| e.to_string())?;
+                let outcome = open_ours(|options| {
                     options.staging_chunk_bytes = chunk_kib << 10;
                     options.copy_threads = threads;
-                    let backend =
-                        vyre_cuda::CudaBackend::with_options(options).map_err(|e| e.to_string())?;
-                    let mut out = Vec::new();
-                    backend
-                        .dispatch_borrowed_into(program, inputs, &self.config, &mut out)
-                        .map_err(|e| e.to_string())?;
-                    expect.check(&out)?;
-                    let stats = measure(2, samples, self.budget, || {
-                        timed(|| {
-                            backend
-                                .dispatch_borrowed_into(program, inputs, &self.config, &mut out)
-                                .map_err(|e| e.to_string())
-                        })
-                    })?;
-                    Ok(stats.median_ns)
-                };
-                match run() {
-                    Ok(median) => {
-                        found.insert(key, median);
+                })
+                .map(|backend| self.e2e_on(&backend, program, inputs, expect, 2, samples));
+                match outcome {
+                    Ok(Outcome::Ok { stats, .. }) => {
+                        found.insert(key, stats.median_ns);
                     }
-                    Err(e) => {
-                        found.insert(format!("{key}.error: {e}"), 0.0);
+                    Ok(Outcome::Fail { reason } | Outcome::Unsupported { reason })
+                    | Err(reason) => {
+                        found.insert(format!("{key}.error: {reason}"), 0.0);
                     }
                 }
             }
@@ -932,10 +930,27 @@ impl Harness {
         let mut serial = 0u64;
         let mut m = BTreeMap::new();
         for (engine, set, texts) in &sets {
-            let (methods, reps): (&[&str], usize) = if *set == "vadd" {
-                (&["load", "O0", "O1", "O3", "link", "link-O0"], 7)
+            let (methods, reps): (&[(&str, Jit)], usize) = if *set == "vadd" {
+                (
+                    &[
+                        ("load", Jit::Load),
+                        ("O0", Jit::Level(0)),
+                        ("O1", Jit::Level(1)),
+                        ("O3", Jit::Level(3)),
+                        ("link", Jit::Linked(4)),
+                        ("link-O0", Jit::Linked(0)),
+                    ],
+                    7,
+                )
             } else {
-                (&["load", "O0", "link"], 1)
+                (
+                    &[
+                        ("load", Jit::Load),
+                        ("O0", Jit::Level(0)),
+                        ("link", Jit::Linked(4)),
+                    ],
+                    1,
+                )
             };
             let mut bytes: Vec<f64> = texts.iter().map(|t| t.len() as f64).collect();
             if bytes.is_empty() {
@@ -946,7 +961,7 @@ impl Harness {
                 format!("{engine}.{set}.ptx_bytes.median"),
                 Stats::from_ns(&mut bytes).median_ns,
             );
-            for method in methods {
+            for &(method, how) in methods {
                 let mut times = Vec::new();
                 for text in texts {
                     for _ in 0..reps {
@@ -963,7 +978,7 @@ impl Harness {
                             }
                             None => text.clone(),
                         };
-                        match floor.jit_time_by(&salted, method) {
+                        match floor.jit_time(&salted, how) {
                             Ok(d) => times.push(d.as_secs_f64() * 1e9),
                             Err(e) => {
                                 m.insert(format!("{engine}.{set}.{method}.error: {e}"), 0.0);
@@ -1061,11 +1076,7 @@ impl Harness {
     /// takes everything up to 256 KiB and once through one with it disabled, samples
     /// interleaved. Where the packed path stops winning is where its default belongs.
     fn small_dispatch_threshold(&mut self) {
-        let open = |bytes: usize| -> R<vyre_cuda::CudaBackend> {
-            let mut options = vyre_cuda::CudaOptions::from_env().map_err(|e| e.to_string())?;
-            options.small_dispatch_bytes = bytes;
-            vyre_cuda::CudaBackend::with_options(options).map_err(|e| e.to_string())
-        };
+        let open = |bytes: usize| open_ours(|options| options.small_dispatch_bytes = bytes);
         let (packed, general) = match (open(256 << 10), open(0)) {
             (Ok(p), Ok(g)) => (p, g),
             (Err(e), _) | (_, Err(e)) => return self.log(format!("small_dispatch_threshold: {e}")),
@@ -1888,7 +1899,7 @@ impl Harness {
                         }
                     };
                     gen.push(started.elapsed().as_secs_f64() * 1e9);
-                    match floor.jit_time(&t) {
+                    match floor.jit_time(&t, Jit::Load) {
                         Ok(d) => times.push(d.as_secs_f64() * 1e9),
                         Err(e) => {
                             m.insert(format!("{name}.jit_error: {e}"), 0.0);
@@ -1955,7 +1966,7 @@ impl Harness {
                     for (name, text) in texts {
                         let Some(text) = text else { continue };
                         let key = format!("{name}.O{level}.jit_ns");
-                        match floor.jit_time_at(&text, level) {
+                        match floor.jit_time(&text, Jit::Level(level)) {
                             Ok(d) => jit_levels
                                 .entry(key)
                                 .or_default()
@@ -2174,6 +2185,13 @@ struct Fixture {
 }
 
 /// Every entry of the vyre-primitives and vyre-intrinsics fixture corpora.
+/// vyre-cuda with its environment's options, adjusted by `adjust`.
+fn open_ours(adjust: impl FnOnce(&mut vyre_cuda::CudaOptions)) -> R<vyre_cuda::CudaBackend> {
+    let mut options = vyre_cuda::CudaOptions::from_env().map_err(|e| e.to_string())?;
+    adjust(&mut options);
+    vyre_cuda::CudaBackend::with_options(options).map_err(|e| e.to_string())
+}
+
 fn corpus() -> Vec<Fixture> {
     let primitives = vyre_primitives::harness::all_entries().map(|e| Fixture {
         id: e.id,
@@ -2303,9 +2321,7 @@ fn main() {
     // take effect as they would in a program of its own.
     let ours_blocking_wait = opts.ours_blocking_wait;
     let ours = match std::panic::catch_unwind(|| {
-        let mut options = vyre_cuda::CudaOptions::from_env().map_err(|e| e.to_string())?;
-        options.blocking_wait |= ours_blocking_wait;
-        vyre_cuda::CudaBackend::with_options(options).map_err(|e| e.to_string())
+        open_ours(|options| options.blocking_wait |= ours_blocking_wait)
     })
     .unwrap_or_else(|_| Err("panicked while opening the device".into()))
     {
