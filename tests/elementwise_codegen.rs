@@ -150,3 +150,59 @@ fn non_elementwise_programs_get_no_vector_entry() {
     let kernel = emit_ptx(&vadd(64), &config, PtxTarget::sm90()).unwrap();
     assert_eq!(kernel.abi.vector_lanes, 0);
 }
+
+/// A sum (literal index), a histogram (computed index) and an elementwise store: the
+/// accumulated buffers are flagged in the ABI and the vector entry assembles.
+#[test]
+fn reductions_get_a_vector_entry_with_accumulated_bindings() {
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(1000),
+            BufferDecl::read_write("sum", 1, DataType::U32).with_count(1),
+            BufferDecl::output("hist", 2, DataType::U32).with_count(64),
+            BufferDecl::read_write("out", 3, DataType::U32).with_count(1000),
+        ],
+        [256, 1, 1],
+        vec![Node::if_then(
+            bin(BinOp::Lt, gid(), Expr::u32(1000)),
+            vec![
+                Node::let_bind(
+                    "s",
+                    Expr::atomic_add("sum", Expr::u32(0), Expr::load("a", gid())),
+                ),
+                Node::let_bind(
+                    "h",
+                    Expr::atomic_or(
+                        "hist",
+                        bin(BinOp::BitAnd, Expr::load("a", gid()), Expr::u32(63)),
+                        gid(),
+                    ),
+                ),
+                Node::store("out", gid(), Expr::load("a", gid())),
+            ],
+        )],
+    );
+    let kernel = emit_ptx(&program, &DispatchConfig::default(), PtxTarget::sm90()).unwrap();
+    let accumulated: Vec<bool> = kernel.abi.bindings.iter().map(|b| b.accumulated).collect();
+    assert_eq!(accumulated, [false, true, true, false]);
+    assembles(&program);
+    // Reading an atomic's old value keeps the program on the scalar entry only.
+    let observed = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(8),
+            BufferDecl::read_write("sum", 1, DataType::U32).with_count(1),
+            BufferDecl::output("out", 2, DataType::U32).with_count(8),
+        ],
+        [8, 1, 1],
+        vec![
+            Node::let_bind(
+                "s",
+                Expr::atomic_add("sum", Expr::u32(0), Expr::load("a", gid())),
+            ),
+            Node::store("out", gid(), Expr::var("s")),
+        ],
+    );
+    let kernel = emit_ptx(&observed, &DispatchConfig::default(), PtxTarget::sm90()).unwrap();
+    assert_eq!(kernel.abi.vector_lanes, 0);
+    assert!(kernel.abi.bindings.iter().all(|b| !b.accumulated));
+}

@@ -2,8 +2,10 @@
 //! loads/stores) and the chunked, overlapped borrowed pipeline, byte-identical to
 //! vyre-reference: every element size, lengths that are not multiples of 4, buffers of
 //! different sizes, read-write buffers, early returns, faults in the vector body,
-//! resident buffers (aliased ones take the scalar entry), and chunked dispatches above
-//! and below the threshold. Skips without a CUDA device.
+//! resident buffers (aliased ones take the scalar entry), chunked dispatches above
+//! and below the threshold, and reductions and histograms (discarded order-independent
+//! atomics on accumulated buffers) on both the vector entry and the chunked pipeline.
+//! Skips without a CUDA device.
 
 mod common;
 
@@ -257,6 +259,12 @@ fn the_test_programs_run_on_the_reference() {
     }
     let program = pipeline(1000, 501, 1300);
     reference(&program, &pipeline_inputs(1000, 501, 13)).unwrap();
+    // The host fold the chunked reduction test checks against is the reference's.
+    let inputs = reduction_inputs(4097);
+    let want = reference(&reductions(4097), &inputs).unwrap();
+    let (folds, out) = host_reductions(&inputs, 4097);
+    let host: Vec<Vec<u32>> = folds.into_iter().chain([out]).collect();
+    assert_eq!(want.iter().map(|w| words(w)).collect::<Vec<_>>(), host);
     let error = reference(&trap_at(5), &[Rng::new(1).bytes_u32(1024)]).unwrap_err();
     assert!(error.to_lowercase().contains("trap"), "{error}");
     let mut a = vec![0u8; 4096];
@@ -479,6 +487,204 @@ fn a_fault_in_a_late_chunk_fails_the_whole_dispatch() {
         .dispatch_borrowed_timed(&program, &[&a], &DispatchConfig::default())
         .unwrap_err();
     assert_eq!(error.to_string(), single.to_string());
+}
+
+/// A reduction and a histogram next to an elementwise store, all guarded by `i < n`:
+/// `sum[0] += a[i]` (a literal index: per-workgroup partials), `hist[a[i] & 255] += 1`
+/// (a computed index, the one zeroed output), `low[i % 8] min= a[i]` and
+/// `bits[b[i] & 15] ^= i` on read-write accumulators with starting contents, and
+/// `out[i] = a[i] * 2` in place.
+fn reductions(n: u32) -> Program {
+    let i = || Expr::var("i");
+    let a = || Expr::load("a", i());
+    Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(n),
+            BufferDecl::read("b", 1, DataType::U32).with_count(n),
+            BufferDecl::read_write("sum", 2, DataType::U32).with_count(1),
+            BufferDecl::output("hist", 3, DataType::U32).with_count(256),
+            BufferDecl::read_write("low", 4, DataType::U32).with_count(8),
+            BufferDecl::read_write("bits", 5, DataType::U32).with_count(16),
+            BufferDecl::read_write("out", 6, DataType::U32).with_count(n),
+        ],
+        [256, 1, 1],
+        vec![
+            Node::let_bind("i", gid()),
+            Node::if_then(
+                bin(BinOp::Lt, i(), Expr::u32(n)),
+                vec![
+                    Node::let_bind("s", Expr::atomic_add("sum", Expr::u32(0), a())),
+                    Node::let_bind(
+                        "h",
+                        Expr::atomic_add(
+                            "hist",
+                            bin(BinOp::BitAnd, a(), Expr::u32(255)),
+                            Expr::u32(1),
+                        ),
+                    ),
+                    Node::let_bind(
+                        "m",
+                        Expr::atomic_min("low", bin(BinOp::Mod, i(), Expr::u32(8)), a()),
+                    ),
+                    Node::let_bind(
+                        "x",
+                        Expr::atomic_xor(
+                            "bits",
+                            bin(BinOp::BitAnd, Expr::load("b", i()), Expr::u32(15)),
+                            i(),
+                        ),
+                    ),
+                    Node::store("out", i(), bin(BinOp::Mul, a(), Expr::u32(2))),
+                ],
+            ),
+        ],
+    )
+}
+
+/// Inputs of [`reductions`]: a, b, sum, low (starting minima), bits, out (all random).
+fn reduction_inputs(n: u32) -> Vec<Vec<u8>> {
+    let mut rng = Rng::new(u64::from(n) ^ 0xacc);
+    vec![
+        rng.bytes_u32(n as usize),
+        rng.bytes_u32(n as usize),
+        rng.bytes_u32(1),
+        rng.bytes_u32(8),
+        rng.bytes_u32(16),
+        rng.bytes_u32(n as usize),
+    ]
+}
+
+/// The host's run of the first `invocations` invocations of [`reductions`]: the four
+/// accumulators (sum, histogram, minima, xor words) and `out`.
+fn host_reductions(inputs: &[Vec<u8>], invocations: usize) -> (Vec<Vec<u32>>, Vec<u32>) {
+    let (a, b) = (words(&inputs[0]), words(&inputs[1]));
+    let mut sum = words(&inputs[2])[0];
+    let mut hist = vec![0u32; 256];
+    let mut low = words(&inputs[3]);
+    let mut bits = words(&inputs[4]);
+    let mut out = words(&inputs[5]);
+    for i in 0..invocations {
+        sum = sum.wrapping_add(a[i]);
+        hist[(a[i] & 255) as usize] += 1;
+        low[i % 8] = low[i % 8].min(a[i]);
+        bits[(b[i] & 15) as usize] ^= i as u32;
+        out[i] = a[i].wrapping_mul(2);
+    }
+    (vec![vec![sum], hist, low, bits], out)
+}
+
+fn words(bytes: &[u8]) -> Vec<u32> {
+    bytes
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes(w.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn reductions_take_the_vector_entry_and_match_the_reference() {
+    let Some(backend) = backend() else { return };
+    for n in [1u32, 5, 1000, 4097, 70_001] {
+        let program = reductions(n);
+        let before = backend.metric(VECTOR);
+        check_ok(
+            backend,
+            &format!("reductions {n}"),
+            &program,
+            &reduction_inputs(n),
+        );
+        assert!(
+            backend.metric(VECTOR) > before,
+            "n={n}: took the scalar entry"
+        );
+    }
+}
+
+#[test]
+fn chunked_reductions_match_the_single_launch_and_the_host() {
+    let Some(backend) = backend() else { return };
+    let n = 9_000_005u32;
+    let program = reductions(n);
+    let inputs = reduction_inputs(n);
+    let borrowed: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+    for (label, config) in [
+        ("whole range", DispatchConfig::default()),
+        ("first half", {
+            let mut config = DispatchConfig::default();
+            config.grid_override = Some([(n / 2).div_ceil(256), 1, 1]);
+            config
+        }),
+    ] {
+        let invocations = config
+            .grid_override
+            .map_or(n.div_ceil(256) * 256, |grid| grid[0] * 256)
+            .min(n) as usize;
+        let before = backend.metric(CHUNKED);
+        let got = backend
+            .dispatch_borrowed(&program, &borrowed, &config)
+            .unwrap();
+        assert_eq!(backend.metric(CHUNKED) - before, 1, "{label}: not chunked");
+        let single = backend
+            .dispatch_borrowed_timed(&program, &borrowed, &config)
+            .unwrap();
+        assert!(
+            got == single.outputs,
+            "{label}: chunked and single launch differ"
+        );
+        let (folds, doubled) = host_reductions(&inputs, invocations);
+        for (k, (got, want)) in got.iter().zip(&folds).enumerate() {
+            assert!(
+                words(got) == *want,
+                "{label}: accumulator {k} differs from the host"
+            );
+        }
+        let out = words(&got[4]);
+        assert_eq!(out.len(), n as usize);
+        assert!(out == doubled, "{label}: out differs from the host");
+        // Reused output Vecs (stale bytes, wrong sizes) give the same bytes.
+        let mut reused = vec![vec![0xA5u8; 3]; 5];
+        backend
+            .dispatch_borrowed_into(&program, &borrowed, &config, &mut reused)
+            .unwrap();
+        assert!(reused == got, "{label}: reused outputs differ");
+    }
+}
+
+#[test]
+fn a_fault_in_a_chunked_reduction_returns_nothing() {
+    let Some(backend) = backend() else { return };
+    let n = 12_000_001u32;
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(n),
+            BufferDecl::output("sum", 1, DataType::U32).with_count(1),
+        ],
+        [256, 1, 1],
+        vec![
+            Node::if_then(
+                bin(BinOp::Eq, gid(), Expr::u32(n - 3)),
+                vec![Node::trap(Expr::u32(1), "late")],
+            ),
+            Node::let_bind(
+                "s",
+                Expr::atomic_add("sum", Expr::u32(0), Expr::load("a", gid())),
+            ),
+        ],
+    );
+    let a = Rng::new(6).bytes_u32(n as usize);
+    let before = backend.metric(CHUNKED);
+    let mut outputs = vec![vec![1u8; 16]];
+    let error = backend
+        .dispatch_borrowed_into(&program, &[&a], &DispatchConfig::default(), &mut outputs)
+        .unwrap_err();
+    assert_eq!(backend.metric(CHUNKED) - before, 1);
+    assert!(outputs.is_empty(), "a failed dispatch returns no outputs");
+    let single = backend
+        .dispatch_borrowed_timed(&program, &[&a], &DispatchConfig::default())
+        .unwrap_err();
+    assert_eq!(error.to_string(), single.to_string());
+    // The next dispatch on the same backend is unaffected.
+    let ok = reductions(4097);
+    check_ok(backend, "after the fault", &ok, &reduction_inputs(4097));
 }
 
 #[test]

@@ -24,6 +24,12 @@
 //! invocation count) are filled on the host: zero for fresh outputs, the input bytes for
 //! read-write buffers. Each stream has a fault word; all are checked once at the end, and
 //! a fault returns no outputs.
+//!
+//! Accumulated bindings (reduction targets and histograms, `KernelBinding::accumulated`)
+//! are not cut: one device copy of each, filled before the chunks start (input bytes or
+//! zeros), is passed with its real base to every chunk's launch on every stream, and read
+//! back once after all streams finished. Their one order-independent operator makes the
+//! result the same for any interleaving of the chunks' atomics.
 
 use super::cache::LoadedKernel;
 use super::dispatch::{check_fault, nanos, Prepared, Timing};
@@ -100,6 +106,8 @@ struct Shared<'a> {
     fault_offset: usize,
     /// Indices (into `abi.bindings`) of the returned bindings, in output order.
     returned: &'a [usize],
+    /// Device address of each accumulated binding's whole buffer (0 for the others).
+    accumulators: &'a [u64],
 }
 
 impl Core {
@@ -132,6 +140,7 @@ impl Core {
         let widest = abi
             .bindings
             .iter()
+            .filter(|b| !b.accumulated)
             .map(|b| b.element_size)
             .max()
             .unwrap_or(4) as usize;
@@ -150,10 +159,17 @@ impl Core {
             .collect();
         let mut offsets = Vec::with_capacity(abi.bindings.len());
         let mut block_bytes = 0usize;
-        for binding in &abi.bindings {
+        let mut accumulator_offsets = Vec::with_capacity(abi.bindings.len());
+        let mut accumulator_bytes = 0usize;
+        for (binding, bytes) in abi.bindings.iter().zip(&plan.bindings) {
             offsets.push(block_bytes);
-            block_bytes +=
-                (chunk as usize * binding.element_size as usize).next_multiple_of(BINDING_ALIGN);
+            accumulator_offsets.push(accumulator_bytes);
+            if binding.accumulated {
+                accumulator_bytes += bytes.len.max(1).next_multiple_of(BINDING_ALIGN);
+            } else {
+                block_bytes += (chunk as usize * binding.element_size as usize)
+                    .next_multiple_of(BINDING_ALIGN);
+            }
         }
         let fault_offset = block_bytes;
         block_bytes += BINDING_ALIGN;
@@ -170,17 +186,56 @@ impl Core {
                 .map_err(|e| self.driver_error(e))?;
             resources.push((slot, block));
         }
+        let accumulator_block = if accumulator_bytes > 0 {
+            let stream = &resources[0].0.stream;
+            match self
+                .pool
+                .take(&self.device, stream, accumulator_bytes, &self.metrics)
+            {
+                Ok(block) => Some(block),
+                Err(error) => {
+                    for (slot, block) in resources {
+                        self.pool.give_back(block, &slot.stream);
+                        self.streams.give_back(slot);
+                    }
+                    return Err(self.driver_error(error));
+                }
+            }
+        } else {
+            None
+        };
         if resources
             .iter()
-            .any(|(_, block)| block.ptr() % BINDING_ALIGN as u64 != 0)
+            .map(|(_, block)| block)
+            .chain(&accumulator_block)
+            .any(|block| block.ptr() % BINDING_ALIGN as u64 != 0)
         {
             // Never expected (device allocations are 256-byte aligned); the ordinary path
             // does not need the alignment.
+            if let Some(block) = accumulator_block {
+                self.pool.give_back(block, &resources[0].0.stream);
+            }
             for (slot, block) in resources {
                 self.pool.give_back(block, &slot.stream);
                 self.streams.give_back(slot);
             }
             return Ok(None);
+        }
+        let accumulators: Vec<u64> = abi
+            .bindings
+            .iter()
+            .zip(&accumulator_offsets)
+            .map(|(binding, &offset)| match &accumulator_block {
+                Some(block) if binding.accumulated => block.ptr() + offset as u64,
+                _ => 0,
+            })
+            .collect();
+        if let Err(error) =
+            self.fill_accumulators(&resources[0].0.stream, abi, plan, inputs, &accumulators)
+        {
+            drop(resources);
+            drop(accumulator_block);
+            return Err(self.driver_error(error));
         }
         Metrics::bump(&self.metrics.chunked_dispatches);
         prepare_outputs(abi, plan, inputs, &returned, total, outputs);
@@ -192,6 +247,7 @@ impl Core {
             offsets: &offsets,
             fault_offset,
             returned: &returned,
+            accumulators: &accumulators,
         };
         let results: Vec<Result<u32, DriverError>> = {
             let queue = Mutex::new(
@@ -228,11 +284,28 @@ impl Core {
                 Err(error) => failure = failure.or(Some(error)),
             }
         }
+        if failure.is_none() && code == 0 {
+            // Every stream has finished; the accumulators hold their final contents.
+            failure = self
+                .read_accumulators(
+                    &resources[0].0.stream,
+                    abi,
+                    plan,
+                    &returned,
+                    &accumulators,
+                    outputs,
+                )
+                .err();
+        }
         if let Some(error) = failure {
             // Dropping the memory and streams waits for whatever is still queued on them.
             drop(resources);
+            drop(accumulator_block);
             outputs.clear();
             return Err(self.driver_error(error));
+        }
+        if let Some(block) = accumulator_block {
+            self.pool.give_back(block, &resources[0].0.stream);
         }
         for (slot, block) in resources {
             self.pool.give_back(block, &slot.stream);
@@ -252,8 +325,82 @@ impl Core {
     }
 }
 
+impl Core {
+    /// Gives each accumulated binding its starting contents (the input's bytes, or zeros
+    /// for a fresh output) and waits, so every pipeline stream sees them.
+    fn fill_accumulators(
+        &self,
+        stream: &crate::driver::Stream,
+        abi: &crate::codegen::KernelAbi,
+        plan: &DispatchPlan,
+        inputs: &[&[u8]],
+        accumulators: &[u64],
+    ) -> Result<(), DriverError> {
+        let mut uploads: smallvec::SmallVec<[HostToDevice<'_>; 4]> = smallvec::SmallVec::new();
+        for (b, binding) in abi.bindings.iter().enumerate() {
+            if !binding.accumulated {
+                continue;
+            }
+            let bytes = &plan.bindings[b];
+            match bytes.input {
+                Some(input) => uploads.push(HostToDevice {
+                    dst: accumulators[b],
+                    src: &inputs[input][..bytes.len],
+                }),
+                None if bytes.len > 0 => stream.memset_zero(accumulators[b], bytes.len)?,
+                None => {}
+            }
+        }
+        if uploads.is_empty() {
+            return stream.synchronize();
+        }
+        let mut lane = self.staging.take();
+        self.staging
+            .upload(&mut lane, &self.device, stream, &uploads, &self.metrics)?;
+        stream.synchronize()?;
+        self.staging.give_back(lane);
+        Ok(())
+    }
+
+    /// Copies the returned accumulated bindings into their outputs (all streams done).
+    fn read_accumulators(
+        &self,
+        stream: &crate::driver::Stream,
+        abi: &crate::codegen::KernelAbi,
+        plan: &DispatchPlan,
+        returned: &[usize],
+        accumulators: &[u64],
+        outputs: &mut [Vec<u8>],
+    ) -> Result<(), DriverError> {
+        let mut downloads: smallvec::SmallVec<[DeviceToHost<'_>; 4]> = smallvec::SmallVec::new();
+        for (out, &b) in outputs.iter_mut().zip(returned) {
+            if abi.bindings[b].accumulated {
+                let len = plan.bindings[b].len;
+                downloads.push(DeviceToHost {
+                    src: accumulators[b],
+                    dst: &mut out[..len],
+                });
+            }
+        }
+        if downloads.is_empty() {
+            return Ok(());
+        }
+        let mut lane = self.staging.take();
+        self.staging.download(
+            &mut lane,
+            &self.device,
+            stream,
+            &mut downloads,
+            &self.metrics,
+        )?;
+        self.staging.give_back(lane);
+        Ok(())
+    }
+}
+
 /// Sizes every returned buffer and fills the bytes no invocation addresses: zero for
-/// outputs, the input's bytes for read-write buffers. A buffer that must grow is
+/// outputs, the input's bytes for read-write buffers (accumulated buffers are read back
+/// whole instead). A buffer that must grow is
 /// replaced by a fresh zeroed allocation, whose pages the pipeline threads then touch
 /// in parallel as they copy results in (instead of one thread zero-filling it first).
 fn prepare_outputs(
@@ -276,6 +423,9 @@ fn prepare_outputs(
                 out.resize(len, 0);
             }
         }
+        if abi.bindings[b].accumulated {
+            continue;
+        }
         let covered = covered_bytes(abi, plan, b, total);
         match plan.bindings[b].input {
             Some(input) => out[covered..].copy_from_slice(&inputs[input][covered..len]),
@@ -291,6 +441,10 @@ fn covered_bytes(
     b: usize,
     total: u32,
 ) -> usize {
+    if abi.bindings[b].accumulated {
+        // Read back whole after the chunks (`Core::read_accumulators`), never per chunk.
+        return 0;
+    }
     let stride = abi.bindings[b].element_size as usize;
     (total as usize * stride).min(plan.bindings[b].len)
 }
@@ -352,6 +506,11 @@ impl Shared<'_> {
                 let mut args = LaunchArgs::default();
                 for (b, binding) in abi.bindings.iter().enumerate() {
                     let bytes = &self.plan.bindings[b];
+                    if binding.accumulated {
+                        args.pointers.push(self.accumulators[b]);
+                        args.counts.push(bytes.elements);
+                        continue;
+                    }
                     let stride = binding.element_size as usize;
                     let lo = range.start.min(bytes.elements) as usize * stride;
                     let hi = range.end.min(bytes.elements) as usize * stride;

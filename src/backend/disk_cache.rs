@@ -18,7 +18,7 @@ use std::sync::Arc;
 use vyre_foundation::ir::{BufferAccess, Program};
 
 const MAGIC: &[u8; 8] = b"VYRECUDA";
-const FORMAT: u32 = 4;
+const FORMAT: u32 = 5;
 
 /// The on-disk PTX cache rooted at one directory.
 #[derive(Debug)]
@@ -115,6 +115,7 @@ fn encode(key: &KernelKey, kernel: &EmittedKernel) -> Vec<u8> {
             BindingRole::InputOutput => 1,
             BindingRole::Output => 2,
         });
+        payload.push(u8::from(binding.accumulated));
         payload.extend_from_slice(&binding.element_size.to_le_bytes());
         payload.extend_from_slice(&(binding.output_bytes as u64).to_le_bytes());
         match &binding.output_byte_range {
@@ -220,6 +221,11 @@ fn decode(
             2 => BindingRole::Output,
             other => return Err(format!("unknown binding role {other}")),
         };
+        let accumulated = match r.u8()? {
+            0 => false,
+            1 if vector_lanes != 0 => true,
+            other => return Err(format!("unknown binding flags {other:#x}")),
+        };
         let element_size = r.u32()?;
         if element_size == 0 {
             return Err("zero element size".to_string());
@@ -237,6 +243,7 @@ fn decode(
             role,
             output_bytes,
             output_byte_range,
+            accumulated,
         });
     }
     let storage_buffers = buffers

@@ -135,9 +135,9 @@ fn vector_invocations(
 /// Whether the vector entry may run `invocations` over `args`: the range ends early
 /// enough that `end + lanes` does not wrap, starts on a lane boundary, every binding base
 /// (as passed: a chunk's base may be virtual, `chunk - start * stride`) is 16-byte
-/// aligned, and no two bindings' addressed bytes (elements `start .. min(end, count)`)
-/// overlap: the vector entry reads never-stored buffers ahead of the stores, which an
-/// alias would make visible.
+/// aligned, and no two bindings' addressed bytes (elements `start .. min(end, count)`;
+/// every element of an accumulated binding) overlap: the vector entry reads never-stored
+/// buffers ahead of the stores, which an alias would make visible.
 pub(crate) fn vector_fits(
     kernel: &LoadedKernel,
     args: &LaunchArgs,
@@ -158,8 +158,15 @@ pub(crate) fn vector_fits(
         .zip(&abi.bindings)
         .map(|((&p, &count), binding)| {
             let stride = u64::from(binding.element_size);
-            let first = u64::from(invocations.start.min(count));
-            let end = u64::from(invocations.end.min(count));
+            // An accumulated binding's atomics may address any element.
+            let (first, end) = if binding.accumulated {
+                (0, u64::from(count))
+            } else {
+                (
+                    u64::from(invocations.start.min(count)),
+                    u64::from(invocations.end.min(count)),
+                )
+            };
             (p.wrapping_add(first * stride), p.wrapping_add(end * stride))
         })
         .collect();

@@ -68,6 +68,12 @@ pub struct KernelBinding {
     pub output_bytes: usize,
     /// Slice of the buffer that is returned, when the declaration narrows it.
     pub output_byte_range: Option<Range<usize>>,
+    /// In a program with a vector entry: the buffer is touched only through atomics with
+    /// one order-independent operator whose old value is discarded (a reduction target or
+    /// histogram). Its final contents do not depend on invocation order, so when the host
+    /// splits the invocation range into chunks, every chunk updates the whole buffer
+    /// (real base, not a chunk's virtual one).
+    pub accumulated: bool,
 }
 
 /// Everything the host needs to launch an emitted kernel.
@@ -92,8 +98,9 @@ pub struct KernelAbi {
     /// cooperative launch (always with a fault word: its grid barrier lives in that area).
     pub cooperative: bool,
     /// Invocations per thread of the module's [`VECTOR_ENTRY`], or 0 when it has none.
-    /// Only elementwise programs (every global access is `buf[gid]`) get one; the host
-    /// may launch it instead of the scalar entry when every binding base is 16-byte
+    /// Only elementwise programs (every global access is `buf[gid]`, or a discarded
+    /// order-independent atomic on an [`KernelBinding::accumulated`] buffer) get one; the
+    /// host may launch it instead of the scalar entry when every binding base is 16-byte
     /// aligned, no two bindings overlap and the grid is 1-D, and may split the
     /// invocation range into independent chunks.
     pub vector_lanes: u32,
@@ -207,6 +214,7 @@ pub(crate) fn layout(
             role,
             output_bytes,
             output_byte_range: decl.output_byte_range(),
+            accumulated: false,
         });
     }
     let shared_bytes = shared_bytes.next_multiple_of(16);

@@ -6,12 +6,21 @@
 //! of each buffer: every `Load`/`Store` index is the 1-D global invocation index (`gid`,
 //! `InvocationId { axis: 0 }`, directly or through a `Let` that is never reassigned), and
 //! nothing lets invocations observe each other or their position in a workgroup: no
-//! atomics, barriers, workgroup memory, subgroup operations, async copies, other ID axes,
-//! local or workgroup IDs, or unresolved calls. The workgroup must be 1-D (`[w, 1, 1]`),
-//! so distinct invocations have distinct `gid`s. For such programs the order in which
+//! barriers, workgroup memory, subgroup operations, async copies, other ID axes, local or
+//! workgroup IDs, or unresolved calls. The workgroup must be 1-D (`[w, 1, 1]`), so
+//! distinct invocations have distinct `gid`s. For such programs the order in which
 //! invocations run does not change any result, and a store to element `i` is only ever
 //! read back by invocation `i` itself.
+//!
+//! One kind of atomic keeps a program elementwise: the *accumulated* buffers. A buffer
+//! the program touches only through `Let`s of atomics whose old value nobody reads, all
+//! with one order-independent operator (wrapping add, unsigned min/max, and/or/xor; see
+//! `reduction::commutative_opcode`) and no `expected`, at any index, ends with the fold
+//! of every contribution whatever order the invocations run in, and no invocation can
+//! observe another's contribution. So reductions and histograms chunk and vectorise too;
+//! a chunked dispatch gives every chunk the whole accumulated buffer.
 
+use super::reduction::{commutative_opcode, read_variables};
 use super::visit::{children, for_each_child, for_each_expr};
 use rustc_hash::{FxHashMap, FxHashSet};
 use vyre_foundation::ir::{BufferAccess, DataType, Expr, Node, Program};
@@ -26,6 +35,8 @@ pub(crate) struct Elementwise<'p> {
     pub(crate) stored: FxHashSet<&'p str>,
     /// Buffers some `Load` reads.
     pub(crate) loaded: FxHashSet<&'p str>,
+    /// Buffers touched only through discarded order-independent atomics (module docs).
+    pub(crate) accumulated: FxHashSet<&'p str>,
 }
 
 /// `Some` when `program` (already prepared as the reference runs it) is elementwise for
@@ -47,8 +58,18 @@ pub(crate) fn classify(program: &Program, workgroup_size: [u32; 3]) -> Option<El
     walk.collect_names(program.entry());
     let globals: FxHashSet<&str> = program.buffers().iter().map(|decl| decl.name()).collect();
     let mut found = Elementwise::default();
-    walk.check_block(program.entry(), &globals, &mut found)
-        .then_some(found)
+    let mut operators = FxHashMap::default();
+    if !walk.check_block(program.entry(), &globals, &mut found, &mut operators) {
+        return None;
+    }
+    // An accumulated buffer is touched by nothing but its one operator's atomics.
+    let accumulated: FxHashSet<&str> = operators.keys().copied().collect();
+    (accumulated.is_disjoint(&found.loaded) && accumulated.is_disjoint(&found.stored)).then(|| {
+        Elementwise {
+            accumulated,
+            ..found
+        }
+    })
 }
 
 /// Name facts gathered before the check: which locals always hold `gid`.
@@ -58,10 +79,17 @@ struct Walk<'p> {
     lets: FxHashMap<&'p str, Vec<&'p Expr>>,
     /// Names that are assigned or used as loop variables somewhere.
     mutable: FxHashSet<&'p str>,
+    /// Names some expression reads (a discarded atomic's `Let` name is not among them).
+    read: FxHashSet<&'p str>,
 }
 
 impl<'p> Walk<'p> {
     fn collect_names(&mut self, nodes: &'p [Node]) {
+        read_variables(nodes, &mut self.read);
+        self.collect_bindings(nodes);
+    }
+
+    fn collect_bindings(&mut self, nodes: &'p [Node]) {
         for node in nodes {
             match node {
                 Node::Let { name, value } => {
@@ -76,7 +104,7 @@ impl<'p> Walk<'p> {
                 _ => {}
             }
             for body in children(node) {
-                self.collect_names(body);
+                self.collect_bindings(body);
             }
         }
     }
@@ -98,10 +126,11 @@ impl<'p> Walk<'p> {
         nodes: &'p [Node],
         globals: &FxHashSet<&str>,
         found: &mut Elementwise<'p>,
+        operators: &mut FxHashMap<&'p str, &'static str>,
     ) -> bool {
         nodes
             .iter()
-            .all(|node| self.check_node(node, globals, found))
+            .all(|node| self.check_node(node, globals, found, operators))
     }
 
     fn check_node(
@@ -109,7 +138,36 @@ impl<'p> Walk<'p> {
         node: &'p Node,
         globals: &FxHashSet<&str>,
         found: &mut Elementwise<'p>,
+        operators: &mut FxHashMap<&'p str, &'static str>,
     ) -> bool {
+        if let Node::Let {
+            name,
+            value:
+                Expr::Atomic {
+                    op,
+                    buffer,
+                    index,
+                    expected: None,
+                    value,
+                    ..
+                },
+        } = node
+        {
+            // A discarded order-independent atomic: its buffer is accumulated, provided
+            // every other atomic on it uses the same operator (two operators do not
+            // commute with each other).
+            let Some(opcode) = commutative_opcode(*op) else {
+                return false;
+            };
+            if self.read.contains(name.as_str())
+                || !globals.contains(buffer.as_str())
+                || *operators.entry(buffer.as_str()).or_insert(opcode) != opcode
+            {
+                return false;
+            }
+            return self.check_expr(index, globals, found)
+                && self.check_expr(value, globals, found);
+        }
         let shape_ok = match node {
             Node::Let { .. }
             | Node::Assign { .. }
@@ -138,7 +196,7 @@ impl<'p> Walk<'p> {
         exprs_ok
             && children(node)
                 .into_iter()
-                .all(|body| self.check_block(body, globals, found))
+                .all(|body| self.check_block(body, globals, found, operators))
     }
 
     fn check_expr(
@@ -213,6 +271,66 @@ mod tests {
     }
 
     #[test]
+    fn discarded_order_independent_atomics_accumulate() {
+        let sum = program(vec![Node::let_bind(
+            "old",
+            Expr::atomic_add("out", Expr::u32(0), Expr::load("a", gid())),
+        )]);
+        let found = classify(&sum, [64, 1, 1]).expect("a reduction is elementwise");
+        assert!(found.accumulated.contains("out") && found.loaded.contains("a"));
+        assert!(found.stored.is_empty());
+        // A histogram: computed index, two atomics with the same operator.
+        let bucket = Expr::BinOp {
+            op: vyre_foundation::ir::BinOp::BitAnd,
+            left: Box::new(Expr::load("a", gid())),
+            right: Box::new(Expr::u32(63)),
+        };
+        let histogram = program(vec![
+            Node::let_bind("x", Expr::atomic_max("out", bucket.clone(), gid())),
+            Node::let_bind("y", Expr::atomic_max("out", gid(), Expr::u32(7))),
+        ]);
+        let found = classify(&histogram, [64, 1, 1]).expect("a histogram is elementwise");
+        assert!(found.accumulated.contains("out"));
+    }
+
+    #[test]
+    fn atomics_that_order_or_observe_are_not_accumulated() {
+        let two_operators = program(vec![
+            Node::let_bind("x", Expr::atomic_add("out", Expr::u32(0), gid())),
+            Node::let_bind("y", Expr::atomic_max("out", Expr::u32(0), gid())),
+        ]);
+        assert!(classify(&two_operators, [64, 1, 1]).is_none());
+        let exchange = program(vec![Node::let_bind(
+            "x",
+            Expr::atomic_exchange("out", Expr::u32(0), gid()),
+        )]);
+        assert!(classify(&exchange, [64, 1, 1]).is_none());
+        let compare = program(vec![Node::let_bind(
+            "x",
+            Expr::atomic_compare_exchange("out", Expr::u32(0), Expr::u32(0), gid()),
+        )]);
+        assert!(classify(&compare, [64, 1, 1]).is_none());
+        // The accumulated buffer is also stored or loaded elsewhere.
+        let stored_too = program(vec![
+            Node::let_bind("x", Expr::atomic_add("out", Expr::u32(0), gid())),
+            Node::store("out", gid(), Expr::u32(1)),
+        ]);
+        assert!(classify(&stored_too, [64, 1, 1]).is_none());
+        let loaded_too = program(vec![
+            Node::let_bind("x", Expr::atomic_or("out", Expr::u32(0), gid())),
+            Node::store("out", gid(), Expr::load("out", gid())),
+        ]);
+        assert!(classify(&loaded_too, [64, 1, 1]).is_none());
+        // An atomic inside another expression has its result used.
+        let nested = program(vec![Node::store(
+            "out",
+            gid(),
+            Expr::atomic_add("a", Expr::u32(0), Expr::u32(1)),
+        )]);
+        assert!(classify(&nested, [64, 1, 1]).is_none());
+    }
+
+    #[test]
     fn other_indices_and_shapes_are_not() {
         let shifted = program(vec![Node::store(
             "out",
@@ -230,11 +348,12 @@ mod tests {
         assert!(classify(&two_d, [8, 8, 1]).is_none());
         let local = program(vec![Node::store("out", gid(), Expr::LocalId { axis: 0 })]);
         assert!(classify(&local, [64, 1, 1]).is_none());
-        let atomic = program(vec![Node::let_bind(
-            "old",
-            Expr::atomic_add("out", gid(), Expr::u32(1)),
-        )]);
-        assert!(classify(&atomic, [64, 1, 1]).is_none());
+        // An atomic whose old value is read lets invocations observe each other.
+        let observed = program(vec![
+            Node::let_bind("old", Expr::atomic_add("out", gid(), Expr::u32(1))),
+            Node::store("out", gid(), Expr::var("old")),
+        ]);
+        assert!(classify(&observed, [64, 1, 1]).is_none());
         let barrier = program(vec![
             Node::barrier(),
             Node::store("out", gid(), Expr::u32(1)),

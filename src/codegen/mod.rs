@@ -65,7 +65,7 @@ use vyre_driver::DispatchConfig;
 use vyre_foundation::ir::Program;
 
 /// Version of the emitter's output format; part of every cache key.
-pub const EMITTER_VERSION: u32 = 6;
+pub const EMITTER_VERSION: u32 = 7;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;
@@ -131,6 +131,9 @@ pub fn emit_ptx(
         Some(shape) if bodies.len() == 1 => {
             let lowerer = lower::Lowerer::new(program, &abi, shared, target.sm());
             abi.vector_lanes = VECTOR_LANES;
+            for binding in &mut abi.bindings {
+                binding.accumulated = shape.accumulated.contains(&*binding.name);
+            }
             Some(lowerer.lower_vector_entry(&abi, program.entry(), &shape)?)
         }
         _ => None,
