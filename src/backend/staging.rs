@@ -89,6 +89,11 @@ impl Slot {
 /// its copies in flight (each [`StagingBuffer`] does).
 pub(crate) struct Lane {
     slots: Vec<Slot>,
+    /// The slot a one-thread transfer starts in: the one after the slot the previous
+    /// one-thread transfer ended in. A thread that uploads piece after piece (the chunked
+    /// pipeline) then fills one slot while the other's copy to the device is in flight,
+    /// instead of waiting for its own last copy before each new piece.
+    turn: usize,
 }
 
 /// The pool of lanes.
@@ -121,6 +126,7 @@ impl Staging {
                 slots: (0..2 * self.config.workers)
                     .map(|_| Slot::default())
                     .collect(),
+                turn: 0,
             })
     }
 
@@ -205,7 +211,9 @@ impl Staging {
         };
         let workers = self.workers(workers, total);
         if workers == 1 {
-            return upload_worker(&ctx, &mut lane.slots[..2], &pieces);
+            let last = upload_worker(&ctx, &mut lane.slots[..2], &pieces, lane.turn)?;
+            lane.turn = (last + 1) % 2;
+            return Ok(());
         }
         let groups = partition(pieces, |p| p.src.len(), workers);
         std::thread::scope(|scope| {
@@ -214,7 +222,7 @@ impl Staging {
                 .zip(lane.slots.chunks_mut(2))
                 .map(|(group, slots)| {
                     let ctx = &ctx;
-                    scope.spawn(move || upload_worker(ctx, slots, group))
+                    scope.spawn(move || upload_worker(ctx, slots, group, 0).map(drop))
                 })
                 .collect();
             join_all(handles)
@@ -268,7 +276,9 @@ impl Staging {
         };
         let workers = self.workers(workers, total);
         if workers == 1 {
-            return download_worker(&ctx, &mut lane.slots[..2], pieces);
+            let last = download_worker(&ctx, &mut lane.slots[..2], pieces, lane.turn)?;
+            lane.turn = (last + 1) % 2;
+            return Ok(());
         }
         let groups = partition(pieces, |p| p.dst.len(), workers);
         std::thread::scope(|scope| {
@@ -277,7 +287,7 @@ impl Staging {
                 .zip(lane.slots.chunks_mut(2))
                 .map(|(group, slots)| {
                     let ctx = &ctx;
-                    scope.spawn(move || download_worker(ctx, slots, group))
+                    scope.spawn(move || download_worker(ctx, slots, group, 0).map(drop))
                 })
                 .collect();
             join_all(handles)
@@ -339,12 +349,15 @@ fn partition<T>(items: Vec<T>, len: impl Fn(&T) -> usize, groups: usize) -> Vec<
     out
 }
 
+/// Copies `pieces` through `slots`, filling them in turn from `first`; returns the index
+/// of the last slot filled.
 fn upload_worker(
     ctx: &Ctx<'_>,
     slots: &mut [Slot],
     pieces: &[HostToDevice<'_>],
-) -> Result<(), DriverError> {
-    let mut current = 0usize;
+    first: usize,
+) -> Result<usize, DriverError> {
+    let mut current = first % slots.len();
     let mut opened = false;
     for piece in pieces {
         let fits = opened
@@ -362,14 +375,17 @@ fn upload_worker(
         let buffer = slots[current].buffer.as_mut().expect("restarted above");
         buffer.upload(ctx.stream, piece.src, piece.dst)?;
     }
-    Ok(())
+    Ok(current)
 }
 
+/// Copies `pieces` back through `slots`, filling them in turn from `first`, and waits for
+/// them; returns the index of the last slot filled.
 fn download_worker(
     ctx: &Ctx<'_>,
     slots: &mut [Slot],
     pieces: Vec<DeviceToHost<'_>>,
-) -> Result<(), DriverError> {
+    first: usize,
+) -> Result<usize, DriverError> {
     // Destinations waiting for each slot's copies: (offset in the slot, destination).
     let mut waiting: Vec<Vec<(usize, &mut [u8])>> = (0..slots.len()).map(|_| Vec::new()).collect();
     fn drain(slot: &mut Slot, entries: &mut Vec<(usize, &mut [u8])>) -> Result<(), DriverError> {
@@ -381,7 +397,7 @@ fn download_worker(
         }
         Ok(())
     }
-    let mut current = 0usize;
+    let mut current = first % slots.len();
     let mut opened = false;
     for piece in pieces {
         let len = piece.dst.len();
@@ -407,7 +423,7 @@ fn download_worker(
         let index = (current + step) % slots.len();
         drain(&mut slots[index], &mut waiting[index])?;
     }
-    Ok(())
+    Ok(current)
 }
 
 #[cfg(test)]
