@@ -147,13 +147,11 @@ impl Core {
         // A multiple of 16 invocations, so every chunk's virtual bases stay 16-byte
         // aligned for every element size.
         let chunk = ((chunk_bytes() / widest).max(1 << 12) & !15) as u32;
-        let ranges: Vec<Range<u32>> = (0..total)
-            .step_by(chunk as usize)
-            .map(|start| start..start.saturating_add(chunk).min(total))
-            .collect();
-        if ranges.len() < 2 {
+        if total <= chunk {
             return Ok(None);
         }
+        let streams = pipeline_threads().min(total.div_ceil(chunk) as usize);
+        let ranges = chunk_ranges(total, chunk, streams);
         let returned: Vec<usize> = (0..abi.bindings.len())
             .filter(|&b| abi.bindings[b].role.is_returned())
             .collect();
@@ -173,7 +171,6 @@ impl Core {
         }
         let fault_offset = block_bytes;
         block_bytes += BINDING_ALIGN;
-        let streams = pipeline_threads().min(ranges.len());
         let mut resources = Vec::with_capacity(streams);
         for _ in 0..streams {
             let slot = self
@@ -398,6 +395,30 @@ impl Core {
     }
 }
 
+/// Cuts `0..total` into chunks of `chunk` invocations, except that the first `streams`
+/// (one per pipeline thread, which take them together) grow from `chunk / streams` to
+/// `chunk`. Equal first chunks would finish their host copies all at once, leaving the
+/// copy engine idle until then and then queueing all of them; staggered ones hand it
+/// work from early on and keep the threads' later chunks out of step. Every chunk but the
+/// last is a multiple of 16 invocations.
+fn chunk_ranges(total: u32, chunk: u32, streams: usize) -> Vec<Range<u32>> {
+    let streams = streams.max(1) as u64;
+    let mut ranges = Vec::with_capacity(total.div_ceil(chunk) as usize + streams as usize);
+    let mut start = 0u32;
+    while start < total {
+        let k = ranges.len() as u64;
+        let size = if k < streams {
+            ((u64::from(chunk) * (k + 1) / streams) as u32).next_multiple_of(16)
+        } else {
+            chunk
+        };
+        let end = start.saturating_add(size).min(total);
+        ranges.push(start..end);
+        start = end;
+    }
+    ranges
+}
+
 /// Sizes every returned buffer and fills the bytes no invocation addresses: zero for
 /// outputs, the input's bytes for read-write buffers (accumulated buffers are read back
 /// whole instead). A buffer that must grow is
@@ -582,5 +603,41 @@ impl Shared<'_> {
             core.staging.give_back(lane);
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chunk_ranges;
+
+    #[test]
+    fn chunk_ranges_cover_the_range_with_a_staggered_first_round() {
+        for (total, chunk, streams) in [
+            (1u32 << 24, 1u32 << 19, 15usize),
+            (9_000_005, 1 << 18, 15),
+            (100_003, 4096, 4),
+            (5000, 4096, 2),
+            (u32::MAX - 65, 1 << 19, 15),
+        ] {
+            let ranges = chunk_ranges(total, chunk, streams);
+            assert_eq!(ranges.first().map(|r| r.start), Some(0));
+            assert_eq!(ranges.last().map(|r| r.end), Some(total));
+            for pair in ranges.windows(2) {
+                assert_eq!(pair[0].end, pair[1].start, "contiguous");
+                assert_eq!(pair[0].end % 16, 0, "chunk starts stay 16-aligned");
+            }
+            assert!(ranges
+                .iter()
+                .all(|r| r.start < r.end && r.len() <= chunk as usize));
+            let first: Vec<usize> = ranges.iter().take(streams).map(|r| r.len()).collect();
+            let whole_round = first.len() == streams && ranges.len() > streams;
+            if whole_round {
+                assert!(first.windows(2).all(|w| w[0] < w[1]), "{first:?}");
+                assert!(first[0] <= chunk as usize / streams + 16);
+                assert!(ranges[streams..ranges.len() - 1]
+                    .iter()
+                    .all(|r| r.len() == chunk as usize));
+            }
+        }
     }
 }
