@@ -7,11 +7,12 @@
 //! [`CHUNK_BYTES`] per buffer, which pipeline threads (nearly one per core, each with its
 //! own stream, device block and pinned staging lane) take from a shared queue. Per chunk a
 //! thread copies the inputs' element range into pinned memory and uploads it, zeroes the
-//! outputs' range, launches the vector entry over the chunk's invocations, reads the
-//! returned ranges back and copies them into the caller's buffers. The host copies run
-//! on every thread at once (one core copies pageable memory at only ~6.5 GB/s), and
-//! while one thread waits for its copies the others upload, compute and read back, so
-//! both copy directions and the kernels overlap.
+//! outputs' range, launches the vector entry over the chunk's invocations and queues the
+//! returned ranges' copies back; it copies them into the caller's buffers after it has
+//! staged and launched its next chunk, so its own host copies overlap its transfers. The
+//! host copies run on every thread at once (one core copies pageable memory at only
+//! ~6.5 GB/s), and while one thread waits for its copies the others upload, compute and
+//! read back, so both copy directions and the kernels overlap.
 //!
 //! Tuning: `VYRE_CUDA_PIPELINE_THREADS` overrides the number of pipeline threads and
 //! `VYRE_CUDA_PIPELINE_CHUNK_BYTES` the bytes of the widest buffer per chunk (read once
@@ -36,7 +37,7 @@ use super::dispatch::{check_fault, nanos, Prepared, Timing};
 use super::launch::{self, LaunchArgs};
 use super::metrics::Metrics;
 use super::plan::{shape_output, starts_zeroed, DispatchPlan};
-use super::staging::{DeviceToHost, HostToDevice, Workers};
+use super::staging::{DeviceToHost, HostToDevice, QueuedDownload, Workers};
 use super::Core;
 use crate::driver::DriverError;
 use crate::error::CudaError;
@@ -518,6 +519,7 @@ impl Shared<'_> {
         }
         let mut lane = core.staging.take();
         let result = (|| {
+            let mut queued: Option<QueuedDownload<'o>> = None;
             loop {
                 let next = queue.lock().ok().and_then(|mut queue| queue.next());
                 let Some(mut chunk) = next else { break };
@@ -564,24 +566,45 @@ impl Shared<'_> {
                 )?;
                 launch::enqueue_range(stream, self.kernel, &args, range.clone())?;
                 Metrics::bump(&core.metrics.launches);
-                let mut downloads: smallvec::SmallVec<[DeviceToHost<'_>; 8]> =
-                    smallvec::SmallVec::new();
-                for (&b, piece) in self.returned.iter().zip(chunk.outputs.iter_mut()) {
-                    if !piece.is_empty() {
-                        downloads.push(DeviceToHost {
-                            src: block + self.offsets[b] as u64,
-                            dst: piece,
-                        });
-                    }
+                // The previous chunk's results: their copies were queued before this
+                // chunk's upload on the same stream, so they are done or nearly; this
+                // chunk's upload and kernel run while the host copies them out.
+                if let Some(previous) = queued.take() {
+                    core.staging.finish_download(&mut lane, previous)?;
                 }
-                core.staging.download_with(
+                let downloads: Vec<DeviceToHost<'o>> = self
+                    .returned
+                    .iter()
+                    .zip(chunk.outputs.drain(..))
+                    .filter(|(_, piece)| !piece.is_empty())
+                    .map(|(&b, piece)| DeviceToHost {
+                        src: block + self.offsets[b] as u64,
+                        dst: piece,
+                    })
+                    .collect();
+                if downloads.is_empty() {
+                    continue;
+                }
+                match core.staging.queue_download(
                     &mut lane,
                     &core.device,
                     stream,
-                    &mut downloads,
+                    downloads,
                     &core.metrics,
-                    Workers::CallingThread,
-                )?;
+                )? {
+                    Ok(download) => queued = Some(download),
+                    Err(mut downloads) => core.staging.download_with(
+                        &mut lane,
+                        &core.device,
+                        stream,
+                        &mut downloads,
+                        &core.metrics,
+                        Workers::CallingThread,
+                    )?,
+                }
+            }
+            if let Some(previous) = queued.take() {
+                core.staging.finish_download(&mut lane, previous)?;
             }
             let mut word = [0u8; 4];
             if abi.fault_word {

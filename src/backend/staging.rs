@@ -14,6 +14,10 @@
 //!
 //! Uploads of at most [`DIRECT_UPLOAD_MAX`] bytes in total skip staging: the driver's own
 //! pageable path is as fast for them.
+//!
+//! A thread that streams many transfers through one lane (the chunked pipeline) alternates
+//! its upload slots from call to call, and may queue a download into two further slots and
+//! collect it later ([`Staging::queue_download`]), so its next upload overlaps it.
 
 use super::metrics::Metrics;
 use crate::driver::{Device, DriverError, StagingBuffer, Stream};
@@ -21,6 +25,10 @@ use std::sync::{Arc, Mutex};
 
 /// Uploads this small (in total) go straight from pageable memory.
 pub(crate) const DIRECT_UPLOAD_MAX: usize = 64 * 1024;
+
+/// The lane slots a queued download fills ([`Staging::queue_download`]); one-thread
+/// transfers use slots 0 and 1, so a thread can upload while its last download is queued.
+const QUEUED_SLOTS: std::ops::Range<usize> = 2..4;
 
 /// A host-to-device copy.
 pub(crate) struct HostToDevice<'a> {
@@ -123,7 +131,8 @@ impl Staging {
             .ok()
             .and_then(|mut idle| idle.pop())
             .unwrap_or_else(|| Lane {
-                slots: (0..2 * self.config.workers)
+                // At least the queued-download slots; each is pinned on first use only.
+                slots: (0..(2 * self.config.workers).max(QUEUED_SLOTS.end))
                     .map(|_| Slot::default())
                     .collect(),
                 turn: 0,
@@ -295,7 +304,93 @@ impl Staging {
     }
 }
 
+/// A download whose device-to-host copies are queued on a stream but not yet waited for
+/// ([`Staging::queue_download`]).
+pub(crate) struct QueuedDownload<'d> {
+    /// Per queued slot: where each destination's bytes land in it.
+    waiting: [Vec<(usize, &'d mut [u8])>; 2],
+}
+
 impl Staging {
+    /// Queues `copies` on `stream` behind the work already there, into the lane's two
+    /// queued-download slots, and returns without waiting; [`Staging::finish_download`]
+    /// waits and copies the bytes out. The calling thread can meanwhile stage its next
+    /// upload (the chunked pipeline). When the copies need more than those two slots hold,
+    /// nothing is queued and they come back as `Ok(Err(copies))`.
+    pub(crate) fn queue_download<'d>(
+        &self,
+        lane: &mut Lane,
+        device: &Arc<Device>,
+        stream: &Stream,
+        copies: Vec<DeviceToHost<'d>>,
+        metrics: &Metrics,
+    ) -> Result<Result<QueuedDownload<'d>, Vec<DeviceToHost<'d>>>, DriverError> {
+        let chunk = self.config.chunk;
+        // Pieces of at most one slot, packed in order; find each one's slot first.
+        let mut placed: Vec<(usize, u64, usize)> = Vec::with_capacity(copies.len());
+        let (mut slot, mut used) = (0usize, 0usize);
+        for copy in &copies {
+            let mut offset = 0usize;
+            while offset < copy.dst.len() {
+                let len = (copy.dst.len() - offset).min(chunk);
+                if used + len > chunk {
+                    slot += 1;
+                    used = 0;
+                    if slot == QUEUED_SLOTS.len() {
+                        return Ok(Err(copies));
+                    }
+                }
+                placed.push((slot, copy.src + offset as u64, len));
+                used += len;
+                offset += len;
+            }
+        }
+        let total: usize = copies.iter().map(|c| c.dst.len()).sum();
+        Metrics::add(&metrics.bytes_to_host, total as u64);
+        let mut queued = QueuedDownload {
+            waiting: [Vec::new(), Vec::new()],
+        };
+        let mut restarted = [false; 2];
+        let mut placed = placed.into_iter();
+        for copy in copies {
+            let mut rest = copy.dst;
+            while !rest.is_empty() {
+                let Some((slot, src, len)) = placed.next() else {
+                    break;
+                };
+                let lane_slot = &mut lane.slots[QUEUED_SLOTS.start + slot];
+                if !restarted[slot] {
+                    // Waits for this slot's previous fill (finished before, normally).
+                    lane_slot.restart(device, chunk, metrics)?;
+                    restarted[slot] = true;
+                }
+                let buffer = lane_slot.buffer.as_mut().expect("restarted above");
+                let at = buffer.download(stream, src, len)?;
+                let (piece, tail) = rest.split_at_mut(len);
+                queued.waiting[slot].push((at, piece));
+                rest = tail;
+            }
+        }
+        Ok(Ok(queued))
+    }
+
+    /// Waits for a queued download and copies its bytes to their destinations.
+    pub(crate) fn finish_download(
+        &self,
+        lane: &mut Lane,
+        queued: QueuedDownload<'_>,
+    ) -> Result<(), DriverError> {
+        for (slot, waiting) in queued.waiting.into_iter().enumerate() {
+            let Some(buffer) = lane.slots[QUEUED_SLOTS.start + slot].buffer.as_mut() else {
+                continue;
+            };
+            for (at, dst) in waiting {
+                dst.copy_from_slice(buffer.read(at, dst.len())?);
+            }
+        }
+        Ok(())
+    }
+
     fn workers(&self, policy: Workers, total: usize) -> usize {
         match policy {
             Workers::BySize => self.config.workers_for(total),
