@@ -475,16 +475,21 @@ fn a_fault_in_a_late_chunk_fails_the_whole_dispatch() {
             Node::store("out", gid(), Expr::load("a", gid())),
         ],
     );
-    let a = Rng::new(5).bytes_u32(n as usize);
+    late_chunk_fault_fails_the_dispatch(backend, &program, &Rng::new(5).bytes_u32(n as usize));
+}
+
+/// A chunked dispatch of `program` over `a` faults in a late chunk: it fails whole (no
+/// outputs, even into reused buffers) with the error the single launch reports.
+fn late_chunk_fault_fails_the_dispatch(backend: &CudaBackend, program: &Program, a: &[u8]) {
     let before = backend.metric(CHUNKED);
     let mut outputs = vec![vec![1u8; 16]];
     let error = backend
-        .dispatch_borrowed_into(&program, &[&a], &DispatchConfig::default(), &mut outputs)
+        .dispatch_borrowed_into(program, &[a], &DispatchConfig::default(), &mut outputs)
         .unwrap_err();
     assert_eq!(backend.metric(CHUNKED) - before, 1);
     assert!(outputs.is_empty(), "a failed dispatch returns no outputs");
     let single = backend
-        .dispatch_borrowed_timed(&program, &[&a], &DispatchConfig::default())
+        .dispatch_borrowed_timed(program, &[a], &DispatchConfig::default())
         .unwrap_err();
     assert_eq!(error.to_string(), single.to_string());
 }
@@ -670,18 +675,7 @@ fn a_fault_in_a_chunked_reduction_returns_nothing() {
             ),
         ],
     );
-    let a = Rng::new(6).bytes_u32(n as usize);
-    let before = backend.metric(CHUNKED);
-    let mut outputs = vec![vec![1u8; 16]];
-    let error = backend
-        .dispatch_borrowed_into(&program, &[&a], &DispatchConfig::default(), &mut outputs)
-        .unwrap_err();
-    assert_eq!(backend.metric(CHUNKED) - before, 1);
-    assert!(outputs.is_empty(), "a failed dispatch returns no outputs");
-    let single = backend
-        .dispatch_borrowed_timed(&program, &[&a], &DispatchConfig::default())
-        .unwrap_err();
-    assert_eq!(error.to_string(), single.to_string());
+    late_chunk_fault_fails_the_dispatch(backend, &program, &Rng::new(6).bytes_u32(n as usize));
     // The next dispatch on the same backend is unaffected.
     let ok = reductions(4097);
     check_ok(backend, "after the fault", &ok, &reduction_inputs(4097));

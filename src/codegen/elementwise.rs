@@ -20,7 +20,7 @@
 //! observe another's contribution. So reductions and histograms chunk and vectorise too;
 //! a chunked dispatch gives every chunk the whole accumulated buffer.
 
-use super::reduction::{commutative_opcode, read_variables};
+use super::reduction::{commutative_opcode, discarded_let, read_variables};
 use super::visit::{children, for_each_child, for_each_expr};
 use rustc_hash::{FxHashMap, FxHashSet};
 use vyre_foundation::ir::{BufferAccess, DataType, Expr, Node, Program};
@@ -140,33 +140,20 @@ impl<'p> Walk<'p> {
         found: &mut Elementwise<'p>,
         operators: &mut FxHashMap<&'p str, &'static str>,
     ) -> bool {
-        if let Node::Let {
-            name,
-            value:
-                Expr::Atomic {
-                    op,
-                    buffer,
-                    index,
-                    expected: None,
-                    value,
-                    ..
-                },
-        } = node
-        {
+        if let Some(atomic) = discarded_let(node, &self.read) {
             // A discarded order-independent atomic: its buffer is accumulated, provided
             // every other atomic on it uses the same operator (two operators do not
-            // commute with each other).
-            let Some(opcode) = commutative_opcode(*op) else {
+            // commute with each other). Any other atomic fails below (`check_expr`).
+            let Some(opcode) = commutative_opcode(atomic.op) else {
                 return false;
             };
-            if self.read.contains(name.as_str())
-                || !globals.contains(buffer.as_str())
-                || *operators.entry(buffer.as_str()).or_insert(opcode) != opcode
+            if !globals.contains(atomic.buffer)
+                || *operators.entry(atomic.buffer).or_insert(opcode) != opcode
             {
                 return false;
             }
-            return self.check_expr(index, globals, found)
-                && self.check_expr(value, globals, found);
+            return self.check_expr(atomic.index, globals, found)
+                && self.check_expr(atomic.value, globals, found);
         }
         let shape_ok = match node {
             Node::Let { .. }

@@ -62,6 +62,42 @@ pub(crate) fn commutative_opcode(op: AtomicOp) -> Option<&'static str> {
     })
 }
 
+/// A `Let` of an atomic without `expected` whose name no expression reads: the atomic's
+/// old value is discarded.
+pub(crate) struct DiscardedLet<'p> {
+    pub(crate) op: AtomicOp,
+    pub(crate) buffer: &'p str,
+    pub(crate) index: &'p Expr,
+    pub(crate) value: &'p Expr,
+}
+
+/// `node` as a [`DiscardedLet`], given every name some expression reads.
+pub(crate) fn discarded_let<'p>(
+    node: &'p Node,
+    read_vars: &FxHashSet<&str>,
+) -> Option<DiscardedLet<'p>> {
+    match node {
+        Node::Let {
+            name,
+            value:
+                Expr::Atomic {
+                    op,
+                    buffer,
+                    index,
+                    expected: None,
+                    value,
+                    ..
+                },
+        } if !read_vars.contains(name.as_str()) => Some(DiscardedLet {
+            op: *op,
+            buffer: buffer.as_str(),
+            index,
+            value,
+        }),
+        _ => None,
+    }
+}
+
 /// An `atom` whose old value nobody reads, with its operands already lowered.
 pub(crate) struct DiscardedAtomic {
     /// `<op>.<type>` shared by `red` and `redux.sync` (see [`commutative_opcode`]).
@@ -203,28 +239,18 @@ struct Census<'p, 'r> {
 impl<'p> Census<'p, '_> {
     fn nodes(&mut self, nodes: &'p [Node]) {
         for node in nodes {
-            match node {
-                Node::Let {
-                    name,
-                    value:
-                        Expr::Atomic {
-                            op,
-                            buffer,
-                            index,
-                            expected: None,
-                            value,
-                            ..
-                        },
-                } if !self.read_vars.contains(name.as_str()) => {
-                    let opcode =
-                        commutative_opcode(*op).filter(|_| matches!(**index, Expr::LitU32(_)));
-                    let entry = self.opcodes.entry(buffer.as_str()).or_insert(opcode);
-                    if *entry != opcode {
-                        *entry = None;
-                    }
-                    self.expr(index);
-                    self.expr(value);
+            if let Some(atomic) = discarded_let(node, self.read_vars) {
+                let opcode = commutative_opcode(atomic.op)
+                    .filter(|_| matches!(atomic.index, Expr::LitU32(_)));
+                let entry = self.opcodes.entry(atomic.buffer).or_insert(opcode);
+                if *entry != opcode {
+                    *entry = None;
                 }
+                self.expr(atomic.index);
+                self.expr(atomic.value);
+                continue;
+            }
+            match node {
                 Node::Store { buffer, .. } => {
                     self.other_use.insert(buffer.as_str());
                     for_each_expr(node, &mut |expr| self.expr(expr));
