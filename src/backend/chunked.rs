@@ -37,6 +37,7 @@ use super::dispatch::{check_fault, nanos, Prepared, Timing};
 use super::launch::{self, LaunchArgs};
 use super::metrics::Metrics;
 use super::plan::{shape_output, starts_zeroed, DispatchPlan};
+use super::pool::{Block, StreamSlot};
 use super::staging::{DeviceToHost, HostToDevice, QueuedDownload, Workers};
 use super::Core;
 use crate::driver::DriverError;
@@ -192,10 +193,7 @@ impl Core {
             {
                 Ok(block) => Some(block),
                 Err(error) => {
-                    for (slot, block) in resources {
-                        self.pool.give_back(block, &slot.stream);
-                        self.streams.give_back(slot);
-                    }
+                    self.release(resources, None);
                     return Err(self.driver_error(error));
                 }
             }
@@ -210,13 +208,7 @@ impl Core {
         {
             // Never expected (device allocations are 256-byte aligned); the ordinary path
             // does not need the alignment.
-            if let Some(block) = accumulator_block {
-                self.pool.give_back(block, &resources[0].0.stream);
-            }
-            for (slot, block) in resources {
-                self.pool.give_back(block, &slot.stream);
-                self.streams.give_back(slot);
-            }
+            self.release(resources, accumulator_block);
             return Ok(None);
         }
         let accumulators: Vec<u64> = abi
@@ -302,13 +294,7 @@ impl Core {
             outputs.clear();
             return Err(self.driver_error(error));
         }
-        if let Some(block) = accumulator_block {
-            self.pool.give_back(block, &resources[0].0.stream);
-        }
-        for (slot, block) in resources {
-            self.pool.give_back(block, &slot.stream);
-            self.streams.give_back(slot);
-        }
+        self.release(resources, accumulator_block);
         let wait_started = Instant::now();
         check_fault(self, code, outputs)?;
         for (out, &b) in outputs.iter_mut().zip(&returned) {
@@ -324,6 +310,18 @@ impl Core {
 }
 
 impl Core {
+    /// Returns a chunked dispatch's streams, their blocks and the accumulator block to
+    /// their pools; nothing may still be queued on them.
+    fn release(&self, resources: Vec<(StreamSlot, Block)>, accumulators: Option<Block>) {
+        if let (Some(block), Some((slot, _))) = (accumulators, resources.first()) {
+            self.pool.give_back(block, &slot.stream);
+        }
+        for (slot, block) in resources {
+            self.pool.give_back(block, &slot.stream);
+            self.streams.give_back(slot);
+        }
+    }
+
     /// Gives each accumulated binding its starting contents (the input's bytes, or zeros
     /// for a fresh output) and waits, so every pipeline stream sees them.
     fn fill_accumulators(

@@ -267,16 +267,7 @@ impl Staging {
             return Ok(());
         }
         let chunk = self.config.chunk;
-        let mut pieces: Vec<DeviceToHost<'_>> = Vec::with_capacity(copies.len());
-        for copy in copies.iter_mut() {
-            let src = copy.src;
-            for (k, dst) in copy.dst.chunks_mut(chunk).enumerate() {
-                pieces.push(DeviceToHost {
-                    src: src + (k * chunk) as u64,
-                    dst,
-                });
-            }
-        }
+        let pieces = cut_downloads(copies.iter_mut().map(|c| (c.src, &mut *c.dst)), chunk);
         let ctx = Ctx {
             device,
             stream,
@@ -316,7 +307,7 @@ impl Staging {
     /// queued-download slots, and returns without waiting; [`Staging::finish_download`]
     /// waits and copies the bytes out. The calling thread can meanwhile stage its next
     /// upload (the chunked pipeline). When the copies need more than those two slots hold,
-    /// nothing is queued and they come back as `Ok(Err(copies))`.
+    /// nothing is queued and they come back, cut into slot-sized pieces, as `Ok(Err(..))`.
     pub(crate) fn queue_download<'d>(
         &self,
         lane: &mut Lane,
@@ -326,50 +317,37 @@ impl Staging {
         metrics: &Metrics,
     ) -> Result<Result<QueuedDownload<'d>, Vec<DeviceToHost<'d>>>, DriverError> {
         let chunk = self.config.chunk;
-        // Pieces of at most one slot, packed in order; find each one's slot first.
-        let mut placed: Vec<(usize, u64, usize)> = Vec::with_capacity(copies.len());
+        let pieces = cut_downloads(copies.into_iter().map(|c| (c.src, c.dst)), chunk);
+        // Each piece's slot: packed in order, at most one slot's bytes per slot.
+        let mut slots = Vec::with_capacity(pieces.len());
         let (mut slot, mut used) = (0usize, 0usize);
-        for copy in &copies {
-            let mut offset = 0usize;
-            while offset < copy.dst.len() {
-                let len = (copy.dst.len() - offset).min(chunk);
-                if used + len > chunk {
-                    slot += 1;
-                    used = 0;
-                    if slot == QUEUED_SLOTS.len() {
-                        return Ok(Err(copies));
-                    }
-                }
-                placed.push((slot, copy.src + offset as u64, len));
-                used += len;
-                offset += len;
+        for piece in &pieces {
+            if used + piece.dst.len() > chunk {
+                slot += 1;
+                used = 0;
             }
+            slots.push(slot);
+            used += piece.dst.len();
         }
-        let total: usize = copies.iter().map(|c| c.dst.len()).sum();
+        if slot >= QUEUED_SLOTS.len() {
+            return Ok(Err(pieces));
+        }
+        let total: usize = pieces.iter().map(|p| p.dst.len()).sum();
         Metrics::add(&metrics.bytes_to_host, total as u64);
         let mut queued = QueuedDownload {
             waiting: [Vec::new(), Vec::new()],
         };
         let mut restarted = [false; 2];
-        let mut placed = placed.into_iter();
-        for copy in copies {
-            let mut rest = copy.dst;
-            while !rest.is_empty() {
-                let Some((slot, src, len)) = placed.next() else {
-                    break;
-                };
-                let lane_slot = &mut lane.slots[QUEUED_SLOTS.start + slot];
-                if !restarted[slot] {
-                    // Waits for this slot's previous fill (finished before, normally).
-                    lane_slot.restart(device, chunk, metrics)?;
-                    restarted[slot] = true;
-                }
-                let buffer = lane_slot.buffer.as_mut().expect("restarted above");
-                let at = buffer.download(stream, src, len)?;
-                let (piece, tail) = rest.split_at_mut(len);
-                queued.waiting[slot].push((at, piece));
-                rest = tail;
+        for (piece, slot) in pieces.into_iter().zip(slots) {
+            let lane_slot = &mut lane.slots[QUEUED_SLOTS.start + slot];
+            if !restarted[slot] {
+                // Waits for this slot's previous fill (finished before, normally).
+                lane_slot.restart(device, chunk, metrics)?;
+                restarted[slot] = true;
             }
+            let buffer = lane_slot.buffer.as_mut().expect("restarted above");
+            let at = buffer.download(stream, piece.src, piece.dst.len())?;
+            queued.waiting[slot].push((at, piece.dst));
         }
         Ok(Ok(queued))
     }
@@ -397,6 +375,23 @@ impl Staging {
             Workers::CallingThread => 1,
         }
     }
+}
+
+/// Device-to-host copies cut, in order, into pieces of at most `chunk` bytes.
+fn cut_downloads<'d>(
+    copies: impl IntoIterator<Item = (u64, &'d mut [u8])>,
+    chunk: usize,
+) -> Vec<DeviceToHost<'d>> {
+    let mut pieces = Vec::new();
+    for (src, dst) in copies {
+        for (k, dst) in dst.chunks_mut(chunk).enumerate() {
+            pieces.push(DeviceToHost {
+                src: src + (k * chunk) as u64,
+                dst,
+            });
+        }
+    }
+    pieces
 }
 
 /// How many threads one transfer uses.
@@ -535,6 +530,14 @@ mod tests {
         assert_eq!(groups.len(), 4);
         assert!(groups.iter().all(|g| g.len() == 2));
         assert_eq!(partition(Vec::<usize>::new(), |x| *x, 4).len(), 1);
+    }
+
+    #[test]
+    fn downloads_are_cut_in_order_into_chunk_sized_pieces() {
+        let (mut a, mut b) = (vec![0u8; 10], vec![0u8; 3]);
+        let pieces = cut_downloads([(1000, &mut a[..]), (5000, &mut b[..])], 4);
+        let shape: Vec<(u64, usize)> = pieces.iter().map(|p| (p.src, p.dst.len())).collect();
+        assert_eq!(shape, [(1000, 4), (1004, 4), (1008, 2), (5000, 3)]);
     }
 
     #[test]
