@@ -1,11 +1,19 @@
 //! CI mode of the differential fuzzer (no GPU needed): generate a few thousand random
-//! valid Programs from fixed seeds, emit PTX for sm_80 and sm_90, assemble every kernel
-//! with ptxas, run vyre-reference (forward and lane-reversed) on each, and assert that
-//! nothing panics, every emitted kernel assembles, and every rejection carries `Fix:`.
-//! Failures are shrunk and saved under `tests/fuzz_regressions/`.
+//! valid Programs from fixed seeds, emit PTX for sm_80 and sm_90, assemble every module
+//! the runtime would load (the vector entry's module too) with the pinned CUDA 13 ptxas
+//! and the CUDA 12 one at their default optimisation level, run vyre-reference (forward
+//! and lane-reversed) on each, and assert that nothing panics, every kernel assembles
+//! (a ptxas crash is narrowed to its kernel and reported), and every rejection carries
+//! `Fix:`. Failures are shrunk and saved under `tests/fuzz_regressions/`.
 //!
-//! `VYRE_CUDA_FUZZ_CI_PROGRAMS` (default 3000) and `VYRE_CUDA_FUZZ_SEED` override the
-//! program count and base seed.
+//! Two shapes run: the default one (28 statements, expression depth 3) and the large one
+//! of `GenConfig::large` (48 statements, depth 6, literal-only conditions and division
+//! operands, cast chains, libm calls), which reaches programs like
+//! `../shared/regressions/ptxas-crash-1`.
+//!
+//! `VYRE_CUDA_FUZZ_CI_PROGRAMS` (default 3000) and `VYRE_CUDA_FUZZ_CI_LARGE_PROGRAMS`
+//! (default 1500) set the program counts, `VYRE_CUDA_FUZZ_SEED` the base seed (the large
+//! shape uses it xor a constant).
 
 mod common;
 #[path = "fuzz/mod.rs"]
@@ -24,6 +32,9 @@ use std::time::Instant;
 
 const DEFAULT_PROGRAMS: usize = 3000;
 const DEFAULT_SEED: u64 = 0x5EED_C0DE_2024;
+const DEFAULT_LARGE_PROGRAMS: usize = 1500;
+/// The large shape's seeds differ from the default shape's.
+const LARGE_SEED_XOR: u64 = 0x1A96_E000;
 /// Kernels per ptxas process.
 const BATCH: usize = 120;
 
@@ -59,8 +70,28 @@ fn threads() -> usize {
 fn fuzz_codegen_emits_assembles_and_never_panics() {
     let programs = env_or("VYRE_CUDA_FUZZ_CI_PROGRAMS", DEFAULT_PROGRAMS);
     let base = env_or("VYRE_CUDA_FUZZ_SEED", DEFAULT_SEED);
+    sweep("default", &GenConfig::default(), programs, base);
+}
+
+#[test]
+fn fuzz_codegen_large_programs_emit_assemble_and_never_panic() {
+    let programs = env_or("VYRE_CUDA_FUZZ_CI_LARGE_PROGRAMS", DEFAULT_LARGE_PROGRAMS);
+    let base = env_or("VYRE_CUDA_FUZZ_SEED", DEFAULT_SEED) ^ LARGE_SEED_XOR;
+    sweep("large", &GenConfig::large(), programs, base);
+}
+
+/// The compilers every kernel is assembled with: the pinned CUDA 13 `ptxas` and, when
+/// installed, the CUDA 12 one (for the modules whose ISA it reads).
+fn compilers(primary: &std::path::Path) -> Vec<(&'static str, std::path::PathBuf)> {
+    let mut list = vec![("cuda13", primary.to_path_buf())];
+    if let Some(cu12) = common::ptxas::cu12_ptxas() {
+        list.push(("cuda12", cu12));
+    }
+    list
+}
+
+fn sweep(shape: &str, config: &GenConfig, programs: usize, base: u64) {
     let ptxas = common::ptxas::require_ptxas();
-    let config = GenConfig::default();
     let start = Instant::now();
 
     // Phase 1: generate, emit for both targets, run the reference.
@@ -74,7 +105,7 @@ fn fuzz_codegen_emits_assembles_and_never_panics() {
                     break;
                 }
                 let seed = program_seed(base, i as u64);
-                let generated = generate(seed, &config);
+                let generated = generate(seed, config);
                 let case = generated.case;
                 let verdict = judge(&case);
                 let (mut failures, kernels, rejected) = cpu_check(&case, true);
@@ -104,47 +135,64 @@ fn fuzz_codegen_emits_assembles_and_never_panics() {
     results.sort_by_key(|(i, _)| *i);
     let phase1 = start.elapsed();
 
-    // Phase 2: assemble every kernel, batched, both targets in parallel.
-    let mut ptxas_failures: Vec<(u64, String, String)> = Vec::new();
+    // Phase 2: assemble every module the runtime loads, batched, with every compiler,
+    // both targets, in parallel.
     let mut assembled = [0usize; 2];
-    if let Some(ptxas) = &ptxas {
-        let mut jobs: Vec<(usize, Vec<Kernel>)> = Vec::new();
+    let mut modules_assembled = 0usize;
+    let compilers = ptxas.as_deref().map(compilers).unwrap_or_default();
+    let mut jobs: Vec<(usize, usize, Vec<Kernel>)> = Vec::new();
+    for (c, (label, _)) in compilers.iter().enumerate() {
         for (t, _) in fuzz::check::targets().iter().enumerate() {
-            let kernels: Vec<Kernel> = results
+            let modules: Vec<Kernel> = results
                 .iter()
-                .filter_map(|(_, p)| {
-                    p.kernels[t].as_ref().map(|ptx| Kernel {
-                        id: format!("{:#x}", p.seed),
-                        ptx: ptx.clone(),
-                    })
+                .filter_map(|(_, p)| p.kernels[t].as_ref().map(|ptx| (p.seed, ptx)))
+                .flat_map(|(seed, ptx)| {
+                    fuzz::check::loaded_modules(ptx)
+                        .into_iter()
+                        .map(move |ptx| Kernel {
+                            id: format!("{seed:#x}"),
+                            ptx,
+                        })
                 })
+                .filter(|k| *label != "cuda12" || common::ptxas::cu12_reads(&k.ptx))
                 .collect();
-            assembled[t] = kernels.len();
-            let mut kernels = kernels.into_iter().peekable();
-            while kernels.peek().is_some() {
-                jobs.push((t, kernels.by_ref().take(BATCH).collect()));
+            if c == 0 {
+                assembled[t] = results
+                    .iter()
+                    .filter(|(_, p)| p.kernels[t].is_some())
+                    .count();
+            }
+            modules_assembled += modules.len();
+            let mut modules = modules.into_iter().peekable();
+            while modules.peek().is_some() {
+                jobs.push((c, t, modules.by_ref().take(BATCH).collect()));
             }
         }
-        let next = AtomicUsize::new(0);
-        let found = Mutex::new(Vec::new());
-        std::thread::scope(|scope| {
-            for _ in 0..threads() {
-                scope.spawn(|| loop {
-                    let j = next.fetch_add(1, Ordering::Relaxed);
-                    let Some((t, kernels)) = jobs.get(j) else {
-                        break;
-                    };
-                    let arch = fuzz::check::targets()[*t].1;
-                    for (id, error) in assemble_all(ptxas, kernels, arch) {
-                        let seed =
-                            u64::from_str_radix(id.trim_start_matches("0x"), 16).unwrap_or(0);
-                        found.lock().unwrap().push((seed, arch.to_string(), error));
-                    }
-                });
-            }
-        });
-        ptxas_failures = found.into_inner().unwrap();
     }
+    let next = AtomicUsize::new(0);
+    let found = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..threads() {
+            scope.spawn(|| loop {
+                let j = next.fetch_add(1, Ordering::Relaxed);
+                let Some((c, t, kernels)) = jobs.get(j) else {
+                    break;
+                };
+                let (label, path) = &compilers[*c];
+                let arch = fuzz::check::targets()[*t].1;
+                for (id, error) in assemble_all(path, kernels, arch) {
+                    let seed = u64::from_str_radix(id.trim_start_matches("0x"), 16).unwrap_or(0);
+                    let kind = if *label == "cuda13" {
+                        arch.to_string()
+                    } else {
+                        format!("{arch}-{label}")
+                    };
+                    found.lock().unwrap().push((seed, kind, error));
+                }
+            });
+        }
+    });
+    let ptxas_failures: Vec<(u64, String, String)> = found.into_inner().unwrap();
     let phase2 = start.elapsed() - phase1;
 
     // Counts.
@@ -174,7 +222,7 @@ fn fuzz_codegen_emits_assembles_and_never_panics() {
         if !seen.insert(failure.kind.clone()) || seen.len() > 6 {
             continue;
         }
-        let case = generate(*seed, &config).case;
+        let case = generate(*seed, config).case;
         let mut predicate = cpu_still_fails(&failure.kind, ptxas.clone(), true);
         if !predicate(&case) {
             continue;
@@ -197,7 +245,7 @@ fn fuzz_codegen_emits_assembles_and_never_panics() {
 
     let total = start.elapsed();
     println!(
-        "fuzz-codegen: {programs} programs (base seed {base:#x}) from {drafts} drafts: {:.1}% accepted by vyre's validator",
+        "fuzz-codegen ({shape} shape): {programs} programs (base seed {base:#x}) from {drafts} drafts: {:.1}% accepted by vyre's validator",
         100.0 * programs as f64 / drafts.max(1) as f64
     );
     println!(
@@ -214,8 +262,12 @@ fn fuzz_codegen_emits_assembles_and_never_panics() {
     );
     match &ptxas {
         Some(_) => println!(
-            "  ptxas: {} kernels assembled, {} failed",
-            assembled[0] + assembled[1],
+            "  ptxas ({}): {modules_assembled} modules assembled at the default -O3, {} failed",
+            compilers
+                .iter()
+                .map(|(label, _)| *label)
+                .collect::<Vec<_>>()
+                .join(" + "),
             ptxas_failures.len()
         ),
         None => println!("  ptxas: not found, assembly skipped"),
@@ -247,18 +299,34 @@ fn fuzz_codegen_emits_assembles_and_never_panics() {
 }
 
 /// Tooling: `SEED=0x.. cargo test --release --test fuzz_codegen -- --ignored shrink_seed`
-/// shrinks one generated program whose kernel ptxas rejects or crashes on (for sm_90)
-/// and saves it as a regression case.
+/// shrinks one generated program whose kernel ptxas rejects or crashes on (for sm_90),
+/// or, with `CASE=path/to/file.case` instead of `SEED`, a saved case; the result is saved
+/// as a regression case.
 #[test]
 #[ignore]
 fn shrink_seed() {
-    let seed = std::env::var("SEED").expect("SEED=0x...");
-    let seed = u64::from_str_radix(seed.trim_start_matches("0x"), 16).expect("hex seed");
     let ptxas = common::ptxas::require_ptxas();
     let kind = std::env::var("KIND").unwrap_or_else(|_| "ptxas-sm_90".into());
-    let case = generate(seed, &GenConfig::default()).case;
+    let (case, origin) = match std::env::var("CASE") {
+        Ok(path) => {
+            let text = std::fs::read_to_string(&path).expect("CASE file");
+            let saved = fuzz::case::parse(std::path::Path::new(&path), &text).expect("case");
+            (saved.case, path)
+        }
+        Err(_) => {
+            let seed = std::env::var("SEED").expect("SEED=0x... or CASE=file");
+            let seed = u64::from_str_radix(seed.trim_start_matches("0x"), 16).expect("hex seed");
+            let shape = std::env::var("SHAPE").unwrap_or_else(|_| "default".into());
+            let config = GenConfig::named(&shape).expect("SHAPE=default or large");
+            (
+                generate(seed, &config).case,
+                format!("seed {seed:#x} ({shape} shape)"),
+            )
+        }
+    };
+    let seed = case.seed;
     let mut predicate = cpu_still_fails(&kind, ptxas, true);
-    assert!(predicate(&case), "seed {seed:#x} does not fail with {kind}");
+    assert!(predicate(&case), "{origin} does not fail with {kind}");
     let budget = fuzz::shrink::Budget {
         max_time: std::time::Duration::from_secs(600),
         max_evaluations: 20000,
@@ -266,14 +334,39 @@ fn shrink_seed() {
     };
     let (small, stats) = fuzz::shrink::shrink(&case, &mut predicate, budget);
     let comments = format!(
-        "found by tests/gpu_fuzz.rs (seed {seed:#x}); shrunk on the CPU {:?} -> {:?} in {} evaluations\n{kind}",
+        "shrunk from {origin} on the CPU {:?} -> {:?} in {} evaluations\n{kind}",
         stats.before, stats.after, stats.evaluations
     );
-    let path =
-        fuzz::case::save(&small, &format!("cpu-{kind}-{seed:016x}"), &kind, &comments).unwrap();
+    let name = std::env::var("NAME").unwrap_or_else(|_| format!("cpu-{kind}-{seed:016x}"));
+    let path = fuzz::case::save(&small, &name, &kind, &comments).unwrap();
     println!(
         "saved {}\n{}",
         path.display(),
         fuzz::case::pretty(&small.program)
     );
+}
+
+/// Tooling: `CASE=path/to/file.case OUT=dir cargo test --release --test fuzz_codegen --
+/// --ignored dump_case_ptx` writes the case's kernel for sm_80 and sm_90 to
+/// `<OUT>/<case>.sm_NN.ptx` (for reducing a ptxas failure by hand).
+#[test]
+#[ignore]
+fn dump_case_ptx() {
+    let path = std::env::var("CASE").expect("CASE=file");
+    let out = std::path::PathBuf::from(std::env::var("OUT").expect("OUT=dir"));
+    let text = std::fs::read_to_string(&path).expect("CASE file");
+    let saved = fuzz::case::parse(std::path::Path::new(&path), &text).expect("case");
+    let stem = saved
+        .path
+        .file_stem()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    for (target, arch) in fuzz::check::targets() {
+        let kernel = vyre_cuda::codegen::emit_ptx(&saved.case.program, &saved.case.config, target)
+            .expect("emit");
+        let file = out.join(format!("{stem}.{arch}.ptx"));
+        std::fs::write(&file, kernel.ptx).expect("write");
+        println!("wrote {}", file.display());
+    }
 }

@@ -1,8 +1,8 @@
 //! Replays every saved fuzz finding in `tests/fuzz_regressions/*.case`.
 //!
 //! * CPU (always): the emitter must not panic, every rejection must carry `Fix:`, every
-//!   emitted kernel must assemble with ptxas for sm_80 and sm_90, and vyre-reference must
-//!   not panic.
+//!   module the runtime loads must assemble for sm_80 and sm_90 with the CUDA 13 ptxas and
+//!   the CUDA 12 one, and vyre-reference must not panic.
 //! * GPU (with a device): dispatch and compare with the reference byte for byte (or both
 //!   fail; an `Unsupported` rejection is also acceptable).
 //!
@@ -82,8 +82,9 @@ fn saved_cases_emit_assemble_and_never_panic() {
             .collect();
         if let Some(ptxas) = &ptxas {
             for ((_, arch), ptx) in fuzz::check::targets().iter().zip(&kernels) {
-                if let Some(ptx) = ptx {
-                    if let Err(e) = fuzz::ptxas_batch::assemble_one(ptxas, ptx, arch) {
+                // Every module the runtime loads, with the CUDA 13 and CUDA 12 compilers.
+                for module in ptx.iter().flat_map(|ptx| fuzz::check::loaded_modules(ptx)) {
+                    if let Err(e) = common::ptxas::assemble_arch(ptxas, &module, arch) {
                         problems.push(format!("ptxas-{arch}: {e}"));
                     }
                 }

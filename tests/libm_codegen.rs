@@ -151,3 +151,120 @@ fn a_kernel_without_transcendentals_carries_no_libm_code() {
     .ptx;
     assert!(!ptx.contains("vyre_libm_"));
 }
+
+/// `out[0] = i32(op(0.0))` inside `for i in 0..trips`.
+fn call_loop(op: &UnOp, trips: u32) -> Node {
+    Node::loop_for(
+        "i",
+        Expr::u32(0),
+        Expr::u32(trips),
+        vec![Node::store(
+            "out",
+            Expr::u32(0),
+            Expr::Cast {
+                target: DataType::I32,
+                value: Box::new(Expr::UnOp {
+                    op: op.clone(),
+                    operand: Box::new(Expr::f32(0.0)),
+                }),
+            },
+        )],
+    )
+}
+
+/// Ways for a branch to skip a loop of libm calls that ptxas can prove is never taken.
+/// The first is the shape of `../shared/regressions/ptxas-crash-1` reduced: before the
+/// emitter hid such conditions from ptxas (`Lowerer::unprovable`), ptxas 13.0 crashed
+/// with SIGSEGV on it for Sin, Cos and Tan (whose ports call `vyre_libm_rem_pio2f`).
+fn dead_loop_shapes(op: &UnOp) -> Vec<(&'static str, Vec<Node>)> {
+    let v_plus_one_is_zero = Expr::UnOp {
+        op: UnOp::LogicalNot,
+        operand: Box::new(Expr::add(Expr::var("v"), Expr::u32(1))),
+    };
+    vec![
+        (
+            "let-folded condition",
+            vec![
+                Node::let_bind("v", Expr::u32(0)),
+                Node::store("flag", Expr::u32(0), Expr::u32(0)),
+                Node::if_then(
+                    v_plus_one_is_zero,
+                    vec![Node::assign("v", Expr::u32(1)), call_loop(op, 1)],
+                ),
+                Node::store("flag", Expr::u32(0), Expr::var("v")),
+            ],
+        ),
+        (
+            "literal false",
+            vec![Node::if_then(Expr::bool(false), vec![call_loop(op, 3)])],
+        ),
+        (
+            "dead else",
+            vec![Node::if_then_else(
+                Expr::bool(true),
+                vec![Node::store("flag", Expr::u32(0), Expr::u32(1))],
+                vec![call_loop(op, 2)],
+            )],
+        ),
+        (
+            "after a constant fault",
+            vec![
+                Node::store(
+                    "flag",
+                    Expr::u32(0),
+                    Expr::Cast {
+                        target: DataType::U32,
+                        value: Box::new(Expr::Cast {
+                            target: DataType::I64,
+                            value: Box::new(Expr::i32(-18)),
+                        }),
+                    },
+                ),
+                call_loop(op, 0),
+            ],
+        ),
+        (
+            "after a constant return",
+            vec![
+                Node::if_then(Expr::bool(true), vec![Node::Return]),
+                call_loop(op, 2),
+            ],
+        ),
+        (
+            "nested dead loops",
+            vec![Node::if_then(
+                Expr::eq(Expr::u32(1), Expr::u32(2)),
+                vec![Node::loop_for(
+                    "j",
+                    Expr::u32(0),
+                    Expr::u32(2),
+                    vec![call_loop(op, 2)],
+                )],
+            )],
+        ),
+    ]
+}
+
+#[test]
+fn transcendentals_in_statically_dead_loops_assemble() {
+    let mut failures = Vec::new();
+    for (op, symbol) in transcendentals() {
+        for (shape, nodes) in dead_loop_shapes(&op) {
+            let program = Program::wrapped(
+                vec![
+                    BufferDecl::output("out", 0, DataType::I32).with_count(1),
+                    BufferDecl::output("flag", 1, DataType::U32).with_count(1),
+                ],
+                [1, 1, 1],
+                nodes,
+            );
+            gate(
+                &format!("{op:?} ({shape})"),
+                &program,
+                &[symbol],
+                &mut failures,
+            );
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}

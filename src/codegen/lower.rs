@@ -107,6 +107,9 @@ pub(crate) struct Lowerer<'p> {
     /// f32 arithmetic with the wrong rounding, folding `-0.0` away, and fusing sign
     /// extensions or byte extractions into wrong `I2F` forms (all found by the fuzzer).
     opaque_zero: Reg,
+    /// The program calls libm `.func`s, so every branch and loop test is hidden from
+    /// ptxas's constant folding ([`Lowerer::branch_pred`]).
+    guard_branches: bool,
     depth: u32,
     workgroup_size: [u32; 3],
     libm_used: BTreeSet<Libm>,
@@ -235,6 +238,7 @@ impl<'p> Lowerer<'p> {
             uses_fault_word: false,
             faulted,
             opaque_zero,
+            guard_branches: calls_libm(program.entry()),
             depth: 0,
             workgroup_size: abi.workgroup_size,
             libm_used: BTreeSet::new(),
@@ -628,6 +632,7 @@ impl<'p> Lowerer<'p> {
                 let cond_expr = cond;
                 let cond = self.put_expr(cond)?;
                 let p = self.truthy(cond);
+                let p = self.branch_pred(p);
                 let has_barrier = then.iter().chain(otherwise.iter()).any(contains_barrier);
                 if has_barrier && !self.uniformity.is_uniform(cond_expr) {
                     // The reference fails when live lanes disagree on a branch holding a
@@ -688,7 +693,7 @@ impl<'p> Lowerer<'p> {
                 let bound = self.w.reg(RegClass::B32);
                 self.mov(counter, from);
                 self.mov(bound, to);
-                let done = self.w.reg(RegClass::Pred);
+                let mut done = self.w.reg(RegClass::Pred);
                 let (top, end) = (self.w.label(), self.w.label());
                 self.w.put_label(top);
                 emit!(self.w, "setp.ge.u32 {done}, {counter}, {bound}");
@@ -701,6 +706,7 @@ impl<'p> Lowerer<'p> {
                     // where every lane must stay in step.
                     emit!(self.w, "or.pred {done}, {done}, {}", self.faulted);
                 }
+                done = self.branch_pred(done);
                 emit!(self.w, "@{done} bra {end}");
                 self.push_scope();
                 self.divergence += u32::from(divergent);
@@ -1400,6 +1406,7 @@ impl<'p> Lowerer<'p> {
                 label
             }
         };
+        let p = self.branch_pred(p);
         emit!(self.w, "@{p} bra {label}");
     }
 
@@ -1474,6 +1481,31 @@ impl<'p> Lowerer<'p> {
             }
             _ => emit!(self.w, "or.b32 {out}, {r}, {}", self.opaque_zero),
         }
+        out
+    }
+
+    /// The predicate a branch or loop test steers by: `p` itself, or, in a program that
+    /// calls libm `.func`s, `p` through the opaque zero so ptxas cannot prove it constant.
+    ///
+    /// ptxas 12.9, 13.0 and 13.5 (-O2 and -O3, sm_80 and sm_90) crash with SIGSEGV, and
+    /// the driver's JIT with them inside the caller's process, when code they prove dead
+    /// by constant folding holds a loop calling a `.func` that itself loops with two exits
+    /// (`vyre_libm_rem_pio2f`, behind Sin, Cos and Tan): a branch folded to never-taken
+    /// around it (`../shared/regressions/ptxas-crash-1`, reduced in
+    /// `tests/fuzz_regressions/cpu-ptxas-crash-1-*.case`), a loop whose test folds to
+    /// done, or a constant fault that makes later loops exit at once
+    /// (`cpu-ptxas-crash-2-*.case`). The PTX is legal; the compiler's removal of such dead
+    /// regions is not. So no branch or loop test of such a program is foldable: the
+    /// region is never deleted (it still never runs), for two instructions per test and
+    /// no unrolling of constant-trip loops in kernels that call libm anyway.
+    pub(crate) fn branch_pred(&mut self, p: Reg) -> Reg {
+        if !self.guard_branches {
+            return p;
+        }
+        let never = self.pred();
+        emit!(self.w, "setp.ne.u32 {never}, {}, 0", self.opaque_zero);
+        let out = self.pred();
+        emit!(self.w, "xor.pred {out}, {p}, {never}");
         out
     }
 
@@ -1646,5 +1678,13 @@ fn unsupported_node(name: &str) -> CodegenError {
         name,
         "this statement is not lowered by vyre-cuda yet",
         "remove it or lower it to core IR before dispatch",
+    )
+}
+
+/// Whether `nodes` call a libm `.func` anywhere (see [`Lowerer::branch_pred`]).
+fn calls_libm(nodes: &[Node]) -> bool {
+    any_expr_in(
+        nodes,
+        &|e| matches!(e, Expr::UnOp { op, .. } if Libm::for_unop(op).is_some()),
     )
 }

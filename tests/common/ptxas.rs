@@ -32,11 +32,68 @@ pub const PTXAS_ENV: &str = "VYRE_CUDA_PTXAS";
 /// Set to `1` to make a missing `ptxas` a test failure instead of a skip (as `CI` does).
 pub const REQUIRE_ENV: &str = "VYRE_CUDA_REQUIRE_PTXAS";
 
+/// Environment variable naming the CUDA 12 line's `ptxas` (the `nvidia-cuda-nvcc-cu12`
+/// wheel, 12.9.86). A user's driver JITs with the compiler of its own CUDA version, so
+/// every kernel the gate assembles with the pinned CUDA 13 `ptxas` is assembled with this
+/// one too, where its PTX ISA is one CUDA 12.9 reads.
+pub const PTXAS_CU12_ENV: &str = "VYRE_CUDA_PTXAS_CU12";
+
+/// The newest PTX ISA (major, minor) the CUDA 12.9 `ptxas` reads. Newer modules are
+/// written only for drivers of CUDA 13 and later (`PtxTarget::for_device`), which JIT
+/// with the CUDA 13 compiler.
+const CU12_NEWEST_ISA: (u32, u32) = (8, 8);
+
 /// The targets every kernel must assemble for.
 pub const GATE_TARGETS: [u32; 2] = [80, 90];
 
 /// How many PTX lines an assembly error quotes.
 const LISTING_LINES: usize = 40;
+
+/// The CUDA 12 `ptxas`: `$VYRE_CUDA_PTXAS_CU12`, else
+/// `<CARGO_MANIFEST_DIR>/.tools/cuda-nvcc-cu12/**/ptxas` (where `scripts/test.sh` puts it).
+/// `None` (and a one-line note) when absent; under `CI` or `VYRE_CUDA_REQUIRE_PTXAS=1` a
+/// missing one is a failure.
+pub fn cu12_ptxas() -> Option<PathBuf> {
+    static FOUND: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    FOUND
+        .get_or_init(|| {
+            if let Some(p) = std::env::var_os(PTXAS_CU12_ENV).filter(|p| !p.is_empty()) {
+                let p = PathBuf::from(p);
+                if p.is_file() {
+                    return Some(p);
+                }
+            }
+            let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/cuda-nvcc-cu12");
+            let found = find_in_tree(&tools, OsStr::new("ptxas"), 8);
+            if found.is_none() {
+                let required = std::env::var_os("CI").is_some()
+                    || std::env::var_os(REQUIRE_ENV).is_some_and(|v| v == "1");
+                assert!(
+                    !required,
+                    "the CUDA 12 ptxas is required here (CI or {REQUIRE_ENV}=1) and was not \
+                     found. Fix: run `bash scripts/test.sh` (it installs nvidia-cuda-nvcc-cu12==12.9.86 \
+                     into .tools/cuda-nvcc-cu12/), or set {PTXAS_CU12_ENV}."
+                );
+                eprintln!("note: CUDA 12 ptxas not found; assembling with CUDA 13 only");
+            }
+            found
+        })
+        .clone()
+}
+
+/// Whether the CUDA 12 `ptxas` reads `ptx`'s `.version`.
+pub fn cu12_reads(ptx: &str) -> bool {
+    ptx_isa(ptx).is_some_and(|isa| isa <= CU12_NEWEST_ISA)
+}
+
+/// The `.version` of a PTX module as (major, minor).
+pub fn ptx_isa(ptx: &str) -> Option<(u32, u32)> {
+    let line = ptx
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(".version"))?;
+    let (major, minor) = line.trim().split_once('.')?;
+    Some((major.parse().ok()?, minor.trim().parse().ok()?))
+}
 
 /// Finds `ptxas`: `$VYRE_CUDA_PTXAS` if set and it exists, else
 /// `<CARGO_MANIFEST_DIR>/.tools/cuda-nvcc/**/ptxas` (where `scripts/test.sh` installs it),
@@ -131,8 +188,19 @@ pub fn ptx_target(ptx: &str) -> Option<String> {
     })
 }
 
-/// `assemble` with a free-form `-arch` (e.g. `sm_90a`).
+/// `assemble` with a free-form `-arch` (e.g. `sm_90a`), then the same with the CUDA 12
+/// `ptxas` when it is installed and reads the module's ISA.
 pub fn assemble_arch(ptxas: &Path, ptx: &str, arch: &str) -> Result<(), String> {
+    assemble_with(ptxas, ptx, arch)?;
+    match cu12_ptxas() {
+        Some(cu12) if cu12_reads(ptx) => assemble_with(&cu12, ptx, arch)
+            .map_err(|e| format!("CUDA 12 ptxas ({}): {e}", cu12.display())),
+        _ => Ok(()),
+    }
+}
+
+/// One `ptxas -arch=<arch>` run.
+fn assemble_with(ptxas: &Path, ptx: &str, arch: &str) -> Result<(), String> {
     let scratch = Scratch::new();
     fs::write(&scratch.ptx, ptx)
         .map_err(|e| format!("cannot write {}: {e}", scratch.ptx.display()))?;

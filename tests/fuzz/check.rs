@@ -74,6 +74,15 @@ pub fn emit(case: &FuzzCase, target: PtxTarget, name: &str, valid: bool) -> Emit
     }
 }
 
+/// The modules the runtime loads for an emitted kernel: a kernel with a vector entry is
+/// loaded as two (`split_vector_entry`), anything else as it is.
+pub fn loaded_modules(ptx: &str) -> Vec<String> {
+    match vyre_cuda::codegen::split_vector_entry(ptx) {
+        Some((others, vector)) => vec![others, vector],
+        None => vec![ptx.to_string()],
+    }
+}
+
 /// The outcome of a GPU dispatch.
 pub enum GpuVerdict {
     Pass,
@@ -211,13 +220,23 @@ pub fn cpu_still_fails(
         if require_valid && !valid {
             return false;
         }
-        if let Some(arch) = kind.strip_prefix("ptxas-") {
+        if let Some(rest) = kind.strip_prefix("ptxas-") {
+            // `ptxas-sm_90` (CUDA 13) or `ptxas-sm_90-cuda12`.
+            let (arch, cu12) = match rest.strip_suffix("-cuda12") {
+                Some(arch) => (arch, true),
+                None => (rest, false),
+            };
+            let compiler = if cu12 {
+                crate::common::ptxas::cu12_ptxas()
+            } else {
+                ptxas.clone()
+            };
             let index = targets().iter().position(|(_, n)| *n == arch).unwrap_or(1);
             let (target, name) = targets()[index];
-            return match emit(case, target, name, valid) {
-                Emitted::Kernel(k) => ptxas
-                    .as_deref()
-                    .is_some_and(|p| super::ptxas_batch::assemble_one(p, &k.ptx, arch).is_err()),
+            return match (emit(case, target, name, valid), compiler) {
+                (Emitted::Kernel(k), Some(p)) => loaded_modules(&k.ptx)
+                    .iter()
+                    .any(|m| super::ptxas_batch::assemble_one(&p, m, arch).is_err()),
                 _ => false,
             };
         }

@@ -77,6 +77,8 @@ pub struct Features {
     pub f32_unops: Vec<UnOp>,
     /// f32 -> bool tests.
     pub f32_tests: Vec<UnOp>,
+    /// The transcendentals lowered to calls of the bit-exact libm `.func`s.
+    pub libm_unops: Vec<UnOp>,
     /// Atomics on an invocation's own slot (any operator; the old value is used).
     pub own_atomics: Vec<AtomicOp>,
     /// Atomics on shared counters (commutative operators only; results discarded).
@@ -101,6 +103,12 @@ pub struct Features {
     /// Bytes buffers: a read-only source whose loads (the rest of the buffer) are stored
     /// into a bytes mirror or into own u32 slots.
     pub bytes_buffers: bool,
+    /// Percentage of branch conditions, dividends and divisors built from literals alone,
+    /// which the compiler folds to constants (statically dead branches, constant
+    /// divisions).
+    pub constant_operands: u32,
+    /// Casts through 2..=5 intermediate integer types (`u8(u32(u8(u64(x))))`).
+    pub cast_chains: bool,
 }
 
 impl Features {
@@ -169,6 +177,21 @@ impl Features {
                 U::Sign,
             ],
             f32_tests: vec![U::IsNan, U::IsInf, U::IsFinite],
+            libm_unops: vec![
+                U::Sin,
+                U::Cos,
+                U::Tan,
+                U::Asin,
+                U::Acos,
+                U::Atan,
+                U::Sinh,
+                U::Cosh,
+                U::Tanh,
+                U::Exp,
+                U::Exp2,
+                U::Log,
+                U::Log2,
+            ],
             own_atomics: vec![
                 AtomicOp::Add,
                 AtomicOp::Or,
@@ -262,6 +285,8 @@ impl Features {
             odd_indices: true,
             unguarded_division: 5,
             bytes_buffers: true,
+            constant_operands: 5,
+            cast_chains: true,
         }
     }
 
@@ -297,6 +322,8 @@ pub struct GenConfig {
     pub max_trip_product: u32,
     /// Largest declared element count of a buffer.
     pub max_count: u32,
+    /// Deepest statement nesting (`If`, `Loop`, blocks) that may open another level.
+    pub max_nesting: u32,
 }
 
 impl Default for GenConfig {
@@ -307,6 +334,35 @@ impl Default for GenConfig {
             max_expr_depth: 3,
             max_trip_product: 24,
             max_count: 200,
+            max_nesting: 4,
+        }
+    }
+}
+
+impl GenConfig {
+    /// The larger shape of `../shared/regressions/ptxas-crash-1` (a random program whose
+    /// PTX crashed ptxas): 48 statements, expression depth 6, loops nested six deep, and
+    /// more literal-only conditions and division operands.
+    pub fn large() -> Self {
+        Self {
+            features: Features {
+                constant_operands: 20,
+                ..Features::lowered()
+            },
+            max_statements: 48,
+            max_expr_depth: 6,
+            max_trip_product: 48,
+            max_count: 200,
+            max_nesting: 6,
+        }
+    }
+
+    /// `large` when `name` is "large", `default` when it is "default".
+    pub fn named(name: &str) -> Option<Self> {
+        match name {
+            "default" => Some(Self::default()),
+            "large" => Some(Self::large()),
+            _ => None,
         }
     }
 }
@@ -455,6 +511,8 @@ struct Gen<'a> {
     /// no atomics, barriers, workgroup memory or other ID axes, so the backend runs the
     /// program through its vector entry and chunked pipeline.
     elementwise: bool,
+    /// Leaves are literals only (see [`Gen::constant_expr`]).
+    literal_leaves: bool,
 }
 
 fn lit_u32(v: u32) -> Expr {
@@ -503,6 +561,23 @@ fn load(buffer: &str, index: Expr) -> Expr {
 }
 
 /// Mirrors vyre's V044 check: a literal (possibly cast) zero.
+/// Whether `e` is built from literals alone (no loads, variables, ids or atomics).
+fn literal_only(e: &Expr) -> bool {
+    match e {
+        Expr::LitU32(_) | Expr::LitI32(_) | Expr::LitF32(_) | Expr::LitBool(_) => true,
+        Expr::BinOp { left, right, .. } => literal_only(left) && literal_only(right),
+        Expr::UnOp { operand, .. } => literal_only(operand),
+        Expr::Cast { value, .. } => literal_only(value),
+        Expr::Select {
+            cond,
+            true_val,
+            false_val,
+        } => literal_only(cond) && literal_only(true_val) && literal_only(false_val),
+        Expr::Fma { a, b, c } => literal_only(a) && literal_only(b) && literal_only(c),
+        _ => false,
+    }
+}
+
 fn static_zero(e: &Expr) -> bool {
     match e {
         Expr::LitU32(0) | Expr::LitI32(0) => true,
@@ -816,6 +891,9 @@ impl Gen<'_> {
     }
 
     fn leaf(&mut self, ty: Ty) -> Expr {
+        if self.literal_leaves {
+            return self.lit(ty);
+        }
         for _ in 0..8 {
             let choice = self.rng.below(100);
             let picked = match choice {
@@ -868,13 +946,49 @@ impl Gen<'_> {
         }
     }
 
+    /// An expression of literals only (no loads, variables, ids or atomics).
+    fn constant_expr(&mut self, ty: Ty, d: u32) -> Expr {
+        let outer = std::mem::replace(&mut self.literal_leaves, true);
+        let e = self.expr(ty, d);
+        self.literal_leaves = outer;
+        e
+    }
+
+    /// `expr(ty, d)`, or a literal-only one `constant_operands` percent of the time.
+    fn maybe_constant(&mut self, ty: Ty, d: u32) -> Expr {
+        if self.rng.chance(self.cfg.features.constant_operands) {
+            self.constant_expr(ty, d)
+        } else {
+            self.expr(ty, d)
+        }
+    }
+
+    /// `target(chain(...(inner)))`: 2..=5 casts through integer types.
+    fn cast_chain(&mut self, target: DataType, d: u32) -> Expr {
+        const STEPS: &[DataType] = &[
+            DataType::U8,
+            DataType::I8,
+            DataType::U16,
+            DataType::I16,
+            DataType::U32,
+            DataType::I32,
+            DataType::U64,
+            DataType::I64,
+        ];
+        let mut e = self.other_ty(&[Ty::U32, Ty::I32, Ty::Bool], d);
+        for _ in 0..self.rng.range(2, 5) {
+            e = cast(self.rng.pick(STEPS).clone(), e);
+        }
+        cast(target, e)
+    }
+
     fn other_ty(&mut self, choices: &[Ty], d: u32) -> Expr {
         let t = *self.rng.pick(choices);
         self.expr(t, d)
     }
 
     fn divisor(&mut self, ty: Ty, d: u32) -> Expr {
-        let e = self.expr(ty, d);
+        let e = self.maybe_constant(ty, d);
         if static_zero(&e) {
             return self.nonzero_lit(ty);
         }
@@ -883,6 +997,7 @@ impl Gen<'_> {
             // side-effect free: a leaf.
             let leaf = match e {
                 Expr::LitI32(_) | Expr::Var(_) => e,
+                _ if literal_only(&e) => e,
                 _ => self.leaf(Ty::I32),
             };
             if static_zero(&leaf) {
@@ -909,12 +1024,18 @@ impl Gen<'_> {
             if f.narrow_casts { 4 } else { 0 }, // narrow round trip
             if f.wide_casts { 3 } else { 0 },   // u64 detour
             3,                                  // own atomic
+            if f.cast_chains { 3 } else { 0 },  // cast chain
         ];
         match self.rng.weighted(&weights) {
             0 if !f.u32_binops.is_empty() => {
                 let op = *self.rng.pick(&f.u32_binops);
-                let l = self.expr(Ty::U32, d);
-                let r = if matches!(op, BinOp::Div | BinOp::Mod) {
+                let division = matches!(op, BinOp::Div | BinOp::Mod);
+                let l = if division {
+                    self.maybe_constant(Ty::U32, d)
+                } else {
+                    self.expr(Ty::U32, d)
+                };
+                let r = if division {
                     self.divisor(Ty::U32, d)
                 } else {
                     self.expr(Ty::U32, d)
@@ -978,7 +1099,8 @@ impl Gen<'_> {
                     }
                 }
             }
-            7 => self.atomic_own(d).unwrap_or_else(|| self.leaf(Ty::U32)),
+            7 if !self.literal_leaves => self.atomic_own(d).unwrap_or_else(|| self.leaf(Ty::U32)),
+            8 => self.cast_chain(DataType::U32, d),
             _ => self.leaf(Ty::U32),
         }
     }
@@ -994,11 +1116,16 @@ impl Gen<'_> {
             8,                                  // cast
             if f.narrow_casts { 4 } else { 0 }, // narrow
             if f.wide_casts { 2 } else { 0 },   // wide
+            if f.cast_chains { 3 } else { 0 },  // cast chain
         ];
         match self.rng.weighted(&weights) {
             0 if !f.i32_binops.is_empty() => {
                 let op = *self.rng.pick(&f.i32_binops);
-                let l = self.expr(Ty::I32, d);
+                let l = if op == BinOp::Div {
+                    self.maybe_constant(Ty::I32, d)
+                } else {
+                    self.expr(Ty::I32, d)
+                };
                 let r = if op == BinOp::Div {
                     self.divisor(Ty::I32, d)
                 } else {
@@ -1008,7 +1135,11 @@ impl Gen<'_> {
             }
             1 if !f.i32_recast_binops.is_empty() => {
                 let op = *self.rng.pick(&f.i32_recast_binops);
-                let l = self.expr(Ty::I32, d);
+                let l = if op == BinOp::Mod {
+                    self.maybe_constant(Ty::I32, d)
+                } else {
+                    self.expr(Ty::I32, d)
+                };
                 let r = if op == BinOp::Mod {
                     self.divisor(Ty::I32, d)
                 } else {
@@ -1041,6 +1172,7 @@ impl Gen<'_> {
                 let wide = self.rng.pick(&[DataType::U64, DataType::I64]).clone();
                 cast(DataType::I32, cast(wide, inner))
             }
+            7 => self.cast_chain(DataType::I32, d),
             _ => self.leaf(Ty::I32),
         }
     }
@@ -1048,7 +1180,8 @@ impl Gen<'_> {
     fn f32_expr(&mut self, d: u32) -> Expr {
         let cfg: &GenConfig = self.cfg;
         let f = &cfg.features;
-        match self.rng.weighted(&[30, 15, 6, 5, 8]) {
+        let libm = if f.libm_unops.is_empty() { 0 } else { 4 };
+        match self.rng.weighted(&[30, 15, 6, 5, 8, libm]) {
             0 if !f.f32_binops.is_empty() => {
                 let op = *self.rng.pick(&f.f32_binops);
                 let l = self.expr(Ty::F32, d);
@@ -1076,6 +1209,10 @@ impl Gen<'_> {
                 DataType::F32,
                 self.other_ty(&[Ty::U32, Ty::I32, Ty::Bool], d),
             ),
+            5 => {
+                let op = self.rng.pick(&f.libm_unops).clone();
+                un(op, self.expr(Ty::F32, d))
+            }
             _ => self.leaf(Ty::F32),
         }
     }
@@ -1137,6 +1274,10 @@ impl Gen<'_> {
 
     /// A condition for `If`/`Select`: bool, u32 (truthiness) or a raw Bool-buffer word.
     fn cond(&mut self, d: u32) -> Expr {
+        if self.rng.chance(self.cfg.features.constant_operands) {
+            let ty = *self.rng.pick(&[Ty::Bool, Ty::Bool, Ty::U32]);
+            return self.constant_expr(ty, d);
+        }
         match self.rng.below(20) {
             0..=13 => self.expr(Ty::Bool, d),
             14..=15 => self.expr(Ty::U32, d),
@@ -1250,7 +1391,7 @@ impl Gen<'_> {
         let has_shared = !self.bufs_where(|b| b.role == Role::Shared).is_empty();
         let has_assignable = self.scopes.iter().flatten().any(|v| v.assignable);
         let has_bytes = !self.bufs_where(|b| b.role == Role::BytesSource).is_empty();
-        let deep = ctx.depth >= 4;
+        let deep = ctx.depth >= self.cfg.max_nesting;
         let weights: Vec<u32> = features
             .statements
             .iter()
@@ -1744,6 +1885,7 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
         budget: 0,
         threads,
         elementwise,
+        literal_leaves: false,
     };
     gen.budget = gen.rng.range(3, cfg.max_statements) as i32;
     let top = Ctx {
