@@ -3,6 +3,7 @@
 # .devrun/ (git-ignored) so a GPU machine without a Rust toolchain can run them:
 #   bash scripts/device-bundle.sh            # here
 #   bash scripts/device-run.sh               # on the GPU machine (with .devrun/ carried)
+#   bash scripts/device-ptxas-sweep.sh       # the long ptxas sweep there
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .devrun && mkdir -p .devrun
@@ -16,7 +17,7 @@ for line in sys.stdin:
         continue
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] != ["bin"]:
         name = m["target"]["name"]
-        if name.startswith("gpu_") or name in ("registration", "driver_smoke", "fuzz_regressions"):
+        if name.startswith("gpu_") or name in ("registration", "driver_smoke", "fuzz_regressions", "fuzz_codegen"):
             print(name, m["executable"])
 ' > .devrun/manifest
 cargo bench --no-run --message-format=json 2>/dev/null \
@@ -36,6 +37,13 @@ for example in target/release/examples/*; do
 done
 mkdir -p .devrun/bin
 while read -r name path; do cp "$path" ".devrun/bin/$name" && strip ".devrun/bin/$name"; done < .devrun/manifest
-# The device transfer is limited to 64 MiB: ship the binaries compressed.
-tar -C .devrun -czf .devrun/bin.tar.gz bin && rm -rf .devrun/bin
+# The pinned ptxas binaries (installed by scripts/test.sh) for the ptxas sweep
+# (scripts/device-ptxas-sweep.sh): the device's CPUs assemble far more kernels per minute.
+for tools in cuda-nvcc cuda-nvcc-cu12; do
+  ptxas="$(find ".tools/$tools" -type f -name ptxas -path '*/bin/ptxas' 2>/dev/null | head -n 1)"
+  [ -n "$ptxas" ] && cp "$ptxas" ".devrun/bin/ptxas-$tools"
+done
+# The device transfer is limited to 64 MiB: ship the binaries xz-compressed (unpacked there
+# with python3's tarfile, which needs no xz binary).
+tar -C .devrun -cf - bin | xz -T0 -6 > .devrun/bin.tar.xz && rm -rf .devrun/bin
 du -sh .devrun && cut -d' ' -f1 .devrun/manifest
