@@ -31,7 +31,8 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and "bench" in m["target"]["kind"]:
         print("bench_" + m["target"]["name"], m["executable"])
 ' >> .devrun/manifest
-cargo build --release --examples --quiet
+cargo build --release --examples --bins --quiet
+echo "vyre-cuda-jit target/release/vyre-cuda-jit" >> .devrun/manifest
 for example in target/release/examples/*; do
   [ -x "$example" ] && [ -f "$example" ] && case "$example" in *-*) ;; *) echo "example_$(basename "$example") $example" >> .devrun/manifest;; esac
 done

@@ -15,12 +15,20 @@ for bin in $(cut -d' ' -f1 .devrun/manifest); do
   if [ $# -gt 0 ] && [[ " $* " != *" $bin "* ]]; then continue; fi
   echo "=== $bin"
   case "$bin" in
+    vyre-cuda-jit) continue ;;
+    example_jit_isolation)
+      # Each mode in its own fresh process, the driver's JIT cache disabled.
+      for mode in in-process isolated in-process isolated; do
+        CUDA_CACHE_DISABLE=1 VYRE_CUDA_JIT_HELPER="$bin_dir/bin/vyre-cuda-jit" "$bin_dir/bin/$bin" "$mode"
+      done > "$out/$bin.log" 2>&1 ;;
+    gpu_jit_helper)
+      VYRE_CUDA_JIT_HELPER="$bin_dir/bin/vyre-cuda-jit" "$bin_dir/bin/$bin" --nocapture --test-threads=1 > "$out/$bin.log" 2>&1 ;;
     example_*|bench_*) "$bin_dir/bin/$bin" > "$out/$bin.log" 2>&1 ;;
     *) "$bin_dir/bin/$bin" --nocapture --test-threads=1 > "$out/$bin.log" 2>&1 ;;
   esac
   rc=$?
   [ $rc -eq 0 ] || status=1
   echo "rc=$rc"
-  grep -E "test result|cases run|fixtures:|rejected for|panicked|skipped|match|p50|fuzz:|libm sweep" "$out/$bin.log" | head -40
+  grep -E "test result|cases run|fixtures:|rejected for|panicked|skipped|match|p50|fuzz:|libm sweep|jit_isolation|first dispatches|device memory|JIT helper|crash-1" "$out/$bin.log" | head -40
 done
 exit $status

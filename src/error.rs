@@ -42,6 +42,16 @@ pub enum CudaError {
         /// The error that destroyed the context.
         cause: String,
     },
+    /// The JIT helper process (`VYRE_CUDA_JIT_HELPER`) could not compile a kernel: it did
+    /// not start, died (the driver's PTX compiler crashed on the kernel), or reported an
+    /// error.
+    #[error("{message}. Fix: {fix}")]
+    JitHelper {
+        /// What happened.
+        message: String,
+        /// How to get past it.
+        fix: String,
+    },
     /// A device allocation would exceed the free device memory.
     #[error("device out of memory: requested {requested} bytes, {available} available")]
     OutOfMemory {
@@ -74,12 +84,12 @@ impl From<CudaError> for BackendError {
                 code: None,
                 message: format!("kernel run-time error: {message}. Fix: {fix}"),
             },
-            error @ (CudaError::ShutDown | CudaError::DeviceLost { .. }) => {
-                BackendError::DispatchFailed {
-                    code: None,
-                    message: error.to_string(),
-                }
-            }
+            error @ (CudaError::ShutDown
+            | CudaError::DeviceLost { .. }
+            | CudaError::JitHelper { .. }) => BackendError::DispatchFailed {
+                code: None,
+                message: error.to_string(),
+            },
             CudaError::OutOfMemory {
                 requested,
                 available,

@@ -29,7 +29,8 @@ pub mod optimizer;
 
 pub use adapter::CUDA_BACKEND_ID;
 pub use backend::{
-    CudaBackend, CudaDeviceBuffer, CudaOptions, CudaPendingDispatch, CudaPipeline, PoolKind,
+    serve_jit_helper, CudaBackend, CudaDeviceBuffer, CudaOptions, CudaPendingDispatch,
+    CudaPipeline, PoolKind, JIT_HELPER_ENV,
 };
 pub use error::CudaError;
 pub use optimizer::CudaOptimizerDispatcher;

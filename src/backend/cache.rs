@@ -5,7 +5,7 @@
 //! module loaded until it finishes, so eviction never unloads a module in use.
 
 use crate::codegen::{EmittedKernel, KernelAbi, PtxTarget, EMITTER_VERSION, VECTOR_ENTRY};
-use crate::driver::{Device, Function, Module};
+use crate::driver::{Device, Function};
 use rustc_hash::FxHashMap;
 use std::hash::Hash;
 use std::sync::{Arc, OnceLock};
@@ -65,6 +65,7 @@ impl LoadedKernel {
 /// The vector entry's module text and, once loaded, the entry.
 pub(crate) struct LazyVector {
     device: Arc<Device>,
+    jit: Arc<super::jit::Jit>,
     ptx: String,
     function: OnceLock<Option<Function>>,
     /// Launches of fewer invocations keep the scalar entry.
@@ -72,9 +73,15 @@ pub(crate) struct LazyVector {
 }
 
 impl LazyVector {
-    pub(crate) fn new(device: Arc<Device>, ptx: String, min_invocations: u32) -> Self {
+    pub(crate) fn new(
+        device: Arc<Device>,
+        jit: Arc<super::jit::Jit>,
+        ptx: String,
+        min_invocations: u32,
+    ) -> Self {
         Self {
             device,
+            jit,
             ptx,
             function: OnceLock::new(),
             min_invocations,
@@ -85,8 +92,11 @@ impl LazyVector {
         self.function
             .get_or_init(|| {
                 let _span = tracing::debug_span!("vyre_cuda.vector_module_load").entered();
-                let loaded = Module::load_ptx(&self.device, &self.ptx)
-                    .and_then(|module| module.function(VECTOR_ENTRY));
+                let loaded = match self.jit.load(&self.device, &self.ptx) {
+                    Ok(module) => module.function(VECTOR_ENTRY).map_err(|e| e.to_string()),
+                    Err(super::jit::LoadError::Driver(e)) => Err(e.to_string()),
+                    Err(super::jit::LoadError::Helper(e)) => Err(e),
+                };
                 match loaded {
                     Ok(function) => Some(function),
                     Err(error) => {

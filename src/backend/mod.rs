@@ -13,6 +13,7 @@ mod disk_cache;
 mod dispatch;
 mod graphs;
 mod identity;
+mod jit;
 mod launch;
 mod metrics;
 mod pending;
@@ -32,7 +33,7 @@ pub use pool::PoolKind;
 pub(crate) use sequence::{Fill, Read, ResidentBatch, Step, Upload};
 
 use crate::codegen::{emit_ptx, CodegenError, EmittedKernel, PtxTarget, COOPERATIVE_ENTRY};
-use crate::driver::{Device, DeviceAlloc, DeviceInfo, DriverError, Module};
+use crate::driver::{Device, DeviceAlloc, DeviceInfo, DriverError};
 use crate::error::CudaError;
 use cache::{CacheLimits, CooperativeEntry, KernelCache, KernelKey, LazyVector, LoadedKernel};
 use disk_cache::{DiskCache, Miss};
@@ -66,6 +67,8 @@ pub const COPY_THREADS_ENV: &str = "VYRE_CUDA_COPY_THREADS";
 pub const SPLIT_GRID_SYNC_ENV: &str = "VYRE_CUDA_SPLIT_GRID_SYNC";
 /// Environment variable setting the packed small-dispatch arena, in bytes (0 disables it).
 pub const SMALL_DISPATCH_BYTES_ENV: &str = "VYRE_CUDA_SMALL_DISPATCH_BYTES";
+pub use jit::{serve as serve_jit_helper, JIT_HELPER_ENV};
+
 /// Environment variable setting [`CudaOptions::vector_min_invocations`].
 pub const VECTOR_MIN_INVOCATIONS_ENV: &str = "VYRE_CUDA_VECTOR_MIN_INVOCATIONS";
 /// Environment variable turning on blocking (sleeping) waits: `1` or `true`.
@@ -111,6 +114,11 @@ pub struct CudaOptions {
     /// on the first such launch; smaller ones use the scalar entry, so small and one-off
     /// programs pay for one JIT compilation only. 0 uses the vector entry whenever it may.
     pub vector_min_invocations: u32,
+    /// Compile every module in this helper executable instead of in this process
+    /// (`VYRE_CUDA_JIT_HELPER`; see `backend/jit.rs` and the README's "If the driver's
+    /// compiler crashes"): a crash of the driver's PTX compiler then fails one dispatch
+    /// instead of killing the process. `None`: the driver's JIT runs in-process.
+    pub jit_helper: Option<PathBuf>,
 }
 
 impl Default for CudaOptions {
@@ -132,6 +140,7 @@ impl Default for CudaOptions {
             small_dispatch_bytes: small::DEFAULT_SMALL_DISPATCH_BYTES,
             vector_min_invocations: 1 << 16,
             blocking_wait: false,
+            jit_helper: None,
         }
     }
 }
@@ -139,8 +148,8 @@ impl Default for CudaOptions {
 impl CudaOptions {
     /// Defaults overridden by `VYRE_CUDA_DEVICE`, `VYRE_CUDA_CACHE_DIR`, `VYRE_CUDA_POOL`,
     /// `VYRE_CUDA_RESIDENT_BUDGET`, `VYRE_CUDA_COPY_THREADS`, `VYRE_CUDA_SPLIT_GRID_SYNC`,
-    /// `VYRE_CUDA_SMALL_DISPATCH_BYTES`, `VYRE_CUDA_BLOCKING_WAIT` and
-    /// `VYRE_CUDA_VECTOR_MIN_INVOCATIONS`.
+    /// `VYRE_CUDA_SMALL_DISPATCH_BYTES`, `VYRE_CUDA_BLOCKING_WAIT`,
+    /// `VYRE_CUDA_VECTOR_MIN_INVOCATIONS` and `VYRE_CUDA_JIT_HELPER`.
     pub fn from_env() -> Result<Self, CudaError> {
         let mut options = Self::default();
         let number = |name: &str, text: String| -> Result<u64, CudaError> {
@@ -153,6 +162,9 @@ impl CudaOptions {
         };
         if let Ok(text) = std::env::var(DEVICE_ENV) {
             options.device = number(DEVICE_ENV, text)? as usize;
+        }
+        if let Some(helper) = std::env::var_os(JIT_HELPER_ENV).filter(|h| !h.is_empty()) {
+            options.jit_helper = Some(PathBuf::from(helper));
         }
         if let Some(dir) = std::env::var_os(CACHE_DIR_ENV).filter(|d| !d.is_empty()) {
             options.disk_cache_dir = Some(PathBuf::from(dir));
@@ -258,6 +270,8 @@ pub(crate) struct Core {
     grid_sync: GridSyncLaunch,
     /// [`CudaOptions::vector_min_invocations`].
     vector_min_invocations: u32,
+    /// Where modules are compiled ([`CudaOptions::jit_helper`]).
+    jit: Arc<jit::Jit>,
     /// Whether cooperative launches work inside a CUDA graph capture on this device:
     /// unknown until the first capture that needs one tries (see `sequence.rs`).
     cooperative_capture: AtomicU8,
@@ -346,6 +360,7 @@ impl CudaBackend {
                 GridSyncLaunch::Split
             },
             vector_min_invocations: options.vector_min_invocations,
+            jit: Arc::new(jit::Jit::new(options.jit_helper, options.device)),
             cooperative_capture: AtomicU8::new(CAPTURE_UNTRIED),
             state: AtomicU8::new(OPEN),
             lost: Mutex::new(None),
@@ -560,6 +575,20 @@ impl Core {
     }
 
     /// Classifies a driver error: a sticky one marks the device lost for good.
+    /// A failed module load as the caller sees it.
+    fn load_error(&self, error: jit::LoadError) -> CudaError {
+        match error {
+            jit::LoadError::Driver(e) => self.driver_error(e),
+            jit::LoadError::Helper(message) => CudaError::JitHelper {
+                message,
+                fix: "the kernel cannot run on this driver; report the program (vyre-cuda \
+                      avoids every PTX shape known to crash NVIDIA's compiler), and check \
+                      that VYRE_CUDA_JIT_HELPER names a working vyre-cuda-jit"
+                    .to_string(),
+            },
+        }
+    }
+
     pub(crate) fn driver_error(&self, error: DriverError) -> CudaError {
         if error.is_sticky() {
             Metrics::bump(&self.metrics.sticky_errors);
@@ -685,6 +714,7 @@ impl Core {
                 std::borrow::Cow::Owned(others),
                 Some(LazyVector::new(
                     Arc::clone(&self.device),
+                    Arc::clone(&self.jit),
                     vector,
                     self.vector_min_invocations,
                 )),
@@ -693,7 +723,9 @@ impl Core {
         };
         let module = {
             let _span = tracing::debug_span!("vyre_cuda.module_load").entered();
-            Module::load_ptx(&self.device, &ptx).map_err(|e| self.driver_error(e))?
+            self.jit
+                .load(&self.device, &ptx)
+                .map_err(|e| self.load_error(e))?
         };
         Metrics::bump(&self.metrics.module_loads);
         let functions = (0..emitted.abi.segments)

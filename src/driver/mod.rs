@@ -25,7 +25,7 @@ pub use device::{Device, DeviceInfo};
 pub use error::DriverError;
 pub use graph::{Graph, GraphExec};
 pub use memory::{DeviceAlloc, PinnedHostBuffer, StagingBuffer, StreamOrderedAlloc};
-pub use module::{Function, KernelArg, Module, ParamKind};
+pub use module::{compile_to_cubin, Function, KernelArg, Module, ParamKind};
 pub use round_trip::{Exchange, RoundTripBuffer, Wait};
 pub use stream::{Event, Stream};
 
@@ -73,6 +73,11 @@ const REQUIRED_SYMBOLS: &[&str] = &[
     "cuEventElapsedTime",
     "cuEventDestroy_v2",
     "cuModuleLoadDataEx",
+    "cuModuleLoadData",
+    "cuLinkCreate_v2",
+    "cuLinkAddData_v2",
+    "cuLinkComplete",
+    "cuLinkDestroy",
     "cuModuleGetFunction",
     "cuModuleUnload",
     "cuFuncGetAttribute",

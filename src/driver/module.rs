@@ -136,6 +136,35 @@ impl Module {
         }))
     }
 
+    /// Loads a cubin (an ELF image the driver's JIT made from `ptx`, see
+    /// [`compile_to_cubin`]) with `cuModuleLoadData`: no compilation happens in this
+    /// process. `ptx` supplies the entries' parameter lists.
+    pub fn load_cubin(
+        device: &Arc<Device>,
+        cubin: &[u8],
+        ptx: &str,
+    ) -> Result<Arc<Module>, DriverError> {
+        if !cubin.starts_with(b"\x7fELF") {
+            return Err(DriverError::invalid_ptx_text(
+                "the compiled image handed to cuModuleLoadData is not an ELF cubin",
+            ));
+        }
+        let generation = device.generation();
+        device.bind_live(generation, "cuModuleLoadData")?;
+        let mut raw: sys::CUmodule = std::ptr::null_mut();
+        // SAFETY: `cubin` is a complete ELF image (checked magic; the driver reads its
+        // own size from the ELF headers) that outlives the synchronous call; the context is
+        // current.
+        unsafe { sys::cuModuleLoadData(&mut raw, cubin.as_ptr().cast()) }
+            .check("cuModuleLoadData")?;
+        Ok(Arc::new(Module {
+            device: Arc::clone(device),
+            raw,
+            generation,
+            entries: entry_signatures(ptx),
+        }))
+    }
+
     /// Looks up the kernel `name` (`cuModuleGetFunction`); the [`Function`] keeps the module
     /// loaded.
     pub fn function(self: &Arc<Self>, name: &str) -> Result<Function, DriverError> {
@@ -274,6 +303,86 @@ impl Function {
         }
         .check("cuFuncSetAttribute")
     }
+}
+
+/// A `cuLink` session, destroyed on drop (which also frees the cubin it completed).
+struct LinkState(sys::CUlinkState);
+
+impl Drop for LinkState {
+    fn drop(&mut self) {
+        // SAFETY: `self.0` is a live link state created by `cuLinkCreate`, destroyed once.
+        if let Err(e) = unsafe { sys::cuLinkDestroy(self.0) }.check("cuLinkDestroy") {
+            tracing::warn!(%e, "destroying a CUDA link state failed");
+        }
+    }
+}
+
+/// JIT-compiles `ptx` for `device` to a cubin through the driver's linker (`cuLinkCreate`,
+/// `cuLinkAddData`, `cuLinkComplete`): the same compiler and default optimisation level as
+/// [`Module::load_ptx`], but the result comes back as bytes instead of a loaded module, so
+/// a helper process can compile and the caller only loads ([`Module::load_cubin`]).
+pub fn compile_to_cubin(device: &Arc<Device>, ptx: &str) -> Result<Vec<u8>, DriverError> {
+    let image = CString::new(ptx).map_err(|e| {
+        DriverError::invalid_ptx_text(format!(
+            "the PTX text contains a NUL byte at offset {}",
+            e.nul_position()
+        ))
+    })?;
+    device.bind_live(device.generation(), "cuLinkCreate")?;
+    let mut log = vec![0u8; JIT_LOG_BYTES];
+    let mut options = [
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+    ];
+    // As in `load_ptx`: the size option's value is the integer itself (driver ABI).
+    let mut values: [*mut c_void; 2] = [log.as_mut_ptr().cast(), JIT_LOG_BYTES as *mut c_void];
+    let mut raw: sys::CUlinkState = std::ptr::null_mut();
+    // SAFETY: `options`/`values` have 2 entries; the log buffer stays writable for
+    // `JIT_LOG_BYTES` bytes until the link state is destroyed (it lives to the end of this
+    // function, after `state` is dropped); the context is current.
+    unsafe {
+        sys::cuLinkCreate_v2(
+            options.len() as u32,
+            options.as_mut_ptr(),
+            values.as_mut_ptr(),
+            &mut raw,
+        )
+    }
+    .check("cuLinkCreate")?;
+    let state = LinkState(raw);
+    let name = c"vyre_kernel.ptx";
+    let bytes = image.as_bytes_with_nul();
+    // SAFETY: `bytes` is the NUL-terminated PTX (its length includes the NUL, as the
+    // driver expects for PTX input) and outlives the call; no per-input options.
+    let added = unsafe {
+        sys::cuLinkAddData_v2(
+            state.0,
+            sys::CUjitInputType::CU_JIT_INPUT_PTX,
+            bytes.as_ptr().cast_mut().cast(),
+            bytes.len(),
+            name.as_ptr(),
+            0,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        )
+    }
+    .check("cuLinkAddData");
+    let mut cubin: *mut c_void = std::ptr::null_mut();
+    let mut size = 0usize;
+    // SAFETY: `state` is live; the driver writes the cubin's address and size, the image
+    // staying valid until `state` is destroyed (copied out below first).
+    let completed = added.and_then(|()| {
+        unsafe { sys::cuLinkComplete(state.0, &mut cubin, &mut size) }.check("cuLinkComplete")
+    });
+    if let Err(e) = completed {
+        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
+        return Err(e.with_log(String::from_utf8_lossy(&log[..end]).into_owned()));
+    }
+    // SAFETY: the driver returned `size` readable bytes at `cubin`, owned by `state`,
+    // which is still alive here.
+    let out = unsafe { std::slice::from_raw_parts(cubin.cast::<u8>(), size) }.to_vec();
+    drop(state);
+    Ok(out)
 }
 
 #[cfg(test)]

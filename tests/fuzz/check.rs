@@ -101,6 +101,7 @@ fn error_class(error: &CudaError) -> &'static str {
         CudaError::Rejected(_) => "rejected",
         CudaError::KernelRuntime { .. } => "kernel-runtime",
         CudaError::OutOfMemory { .. } => "out-of-memory",
+        CudaError::JitHelper { .. } => "jit-helper",
         CudaError::ShutDown => "shut-down",
         CudaError::DeviceLost { .. } => "device-lost",
     }

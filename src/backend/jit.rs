@@ -1,0 +1,293 @@
+//! How PTX becomes a loaded module: in this process (`cuModuleLoadDataEx`, the default), or
+//! isolated, compiled to a cubin by a helper process so that a crash of the driver's PTX
+//! compiler kills the helper and fails one dispatch instead of killing the caller.
+//!
+//! The driver's JIT is NVIDIA's PTX compiler running inside the calling process. It has
+//! crashed (SIGSEGV) on legal PTX: `../shared/regressions/ptxas-crash-1` killed a user's
+//! process in `dispatch`. The emitter avoids every shape known to crash it (see
+//! `Lowerer::branch_pred`) and the fuzz gate sweeps for new ones, but a sweep proves
+//! nothing about the next program. With `VYRE_CUDA_JIT_HELPER` (or
+//! [`CudaOptions::jit_helper`](super::CudaOptions::jit_helper)) naming a helper executable
+//! (`vyre-cuda-jit`, this crate's binary, or any program that calls [`serve`]), every
+//! module is compiled there through the driver's linker API and only the cubin is loaded
+//! here.
+//!
+//! The helper is one persistent process per backend, started on the first compilation and
+//! again after it dies; compilations through it are serialised. Protocol over its stdin and
+//! stdout: a request is a little-endian `u64` length and the PTX bytes; a reply is a tag
+//! byte (0: cubin, 1: error text), a little-endian `u64` length and the bytes.
+
+use crate::driver::{compile_to_cubin, Device, DriverError, Module};
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+/// Environment variable naming the JIT helper executable (unset: compile in-process).
+pub const JIT_HELPER_ENV: &str = "VYRE_CUDA_JIT_HELPER";
+
+/// The helper's command-line flag selecting the device ordinal.
+const DEVICE_FLAG: &str = "--device";
+
+/// Largest message either side accepts (PTX in, cubin out).
+const MAX_MESSAGE_BYTES: u64 = 1 << 30;
+
+const TAG_CUBIN: u8 = 0;
+const TAG_ERROR: u8 = 1;
+
+/// Why a module did not load.
+#[derive(Debug)]
+pub(crate) enum LoadError {
+    /// A driver call of this process failed.
+    Driver(DriverError),
+    /// The helper failed: it could not start, died (the compiler crashed), or reported an
+    /// error compiling this kernel.
+    Helper(String),
+}
+
+/// Where PTX is compiled.
+pub(crate) enum Jit {
+    InProcess,
+    Isolated(IsolatedJit),
+}
+
+impl Jit {
+    pub(crate) fn new(helper: Option<PathBuf>, device: usize) -> Self {
+        match helper {
+            None => Self::InProcess,
+            Some(path) => Self::Isolated(IsolatedJit {
+                helper: path,
+                device,
+                process: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Compile (here or in the helper) and load `ptx` on `device`.
+    pub(crate) fn load(&self, device: &Arc<Device>, ptx: &str) -> Result<Arc<Module>, LoadError> {
+        match self {
+            Self::InProcess => Module::load_ptx(device, ptx).map_err(LoadError::Driver),
+            Self::Isolated(isolated) => {
+                let cubin = isolated.compile(ptx).map_err(LoadError::Helper)?;
+                Module::load_cubin(device, &cubin, ptx).map_err(LoadError::Driver)
+            }
+        }
+    }
+}
+
+/// The client side of the helper.
+pub(crate) struct IsolatedJit {
+    helper: PathBuf,
+    device: usize,
+    process: Mutex<Option<HelperProcess>>,
+}
+
+/// A running helper, killed and reaped on drop.
+struct HelperProcess {
+    child: Child,
+    stdin: BufWriter<ChildStdin>,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Drop for HelperProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl IsolatedJit {
+    /// The cubin of `ptx`, or why there is none.
+    fn compile(&self, ptx: &str) -> Result<Vec<u8>, String> {
+        let mut slot = self
+            .process
+            .lock()
+            .map_err(|_| "the JIT helper's lock was poisoned".to_string())?;
+        if slot.is_none() {
+            *slot = Some(self.spawn()?);
+        }
+        let process = slot.as_mut().expect("spawned above");
+        match exchange(process, ptx.as_bytes()) {
+            Ok((TAG_CUBIN, cubin)) => Ok(cubin),
+            Ok((_, text)) => Err(format!(
+                "the JIT helper could not compile the kernel: {}",
+                String::from_utf8_lossy(&text)
+            )),
+            Err(io) => {
+                // The helper is gone (its compiler crashed) or its pipe broke: reap it and
+                // start a fresh one for the next kernel.
+                let mut dead = slot.take().expect("present above");
+                let status = match dead.child.try_wait() {
+                    Ok(Some(status)) => status.to_string(),
+                    _ => {
+                        let _ = dead.child.kill();
+                        dead.child
+                            .wait()
+                            .map_or_else(|e| e.to_string(), |s| s.to_string())
+                    }
+                };
+                Err(format!(
+                    "the JIT helper {} died while compiling this kernel ({status}; {io}): \
+                     the driver's PTX compiler crashed on it, and this process lives on",
+                    self.helper.display()
+                ))
+            }
+        }
+    }
+
+    fn spawn(&self) -> Result<HelperProcess, String> {
+        let mut child = Command::new(&self.helper)
+            .arg(DEVICE_FLAG)
+            .arg(self.device.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start the JIT helper {}: {e}", self.helper.display()))?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err("the JIT helper's pipes were not set up".to_string());
+        };
+        Ok(HelperProcess {
+            child,
+            stdin: BufWriter::new(stdin),
+            stdout: BufReader::new(stdout),
+        })
+    }
+}
+
+/// One request and its reply.
+fn exchange(process: &mut HelperProcess, request: &[u8]) -> std::io::Result<(u8, Vec<u8>)> {
+    write_message(&mut process.stdin, None, request)?;
+    process.stdin.flush()?;
+    let mut tag = [0u8; 1];
+    process.stdout.read_exact(&mut tag)?;
+    Ok((tag[0], read_message(&mut process.stdout)?))
+}
+
+fn write_message(out: &mut impl Write, tag: Option<u8>, bytes: &[u8]) -> std::io::Result<()> {
+    if let Some(tag) = tag {
+        out.write_all(&[tag])?;
+    }
+    out.write_all(&(bytes.len() as u64).to_le_bytes())?;
+    out.write_all(bytes)
+}
+
+fn read_message(input: &mut impl Read) -> std::io::Result<Vec<u8>> {
+    let mut len = [0u8; 8];
+    input.read_exact(&mut len)?;
+    let len = u64::from_le_bytes(len);
+    if len > MAX_MESSAGE_BYTES {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!(
+                "a JIT helper message of {len} bytes is over the {MAX_MESSAGE_BYTES}-byte limit"
+            ),
+        ));
+    }
+    let mut bytes = vec![0u8; len as usize];
+    input.read_exact(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// The helper's main loop: compile each PTX request from stdin to a cubin for the device
+/// given by `--device N` (default 0) and reply on stdout, until stdin closes. Returns the
+/// process exit code. `vyre-cuda-jit` is exactly `std::process::exit(serve())`; an
+/// application may instead call it from its own binary (e.g. behind a command-line switch)
+/// and point `VYRE_CUDA_JIT_HELPER` at that.
+#[must_use]
+pub fn serve() -> i32 {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let device = match args.as_slice() {
+        [] => Ok(0),
+        [flag, n] if flag == DEVICE_FLAG => n.parse::<usize>().map_err(|_| n.clone()),
+        _ => Err(args.join(" ")),
+    };
+    let device = match device {
+        Ok(ordinal) => Device::open(ordinal).map_err(|e| e.to_string()),
+        Err(bad) => Err(format!(
+            "usage: vyre-cuda-jit [{DEVICE_FLAG} N] (got {bad:?})"
+        )),
+    };
+    let mut input = BufReader::new(std::io::stdin().lock());
+    let mut output = BufWriter::new(std::io::stdout().lock());
+    loop {
+        let request = match read_message(&mut input) {
+            Ok(request) => request,
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return 0,
+            Err(_) => return 2,
+        };
+        let reply = match &device {
+            Err(e) => Err(format!("the JIT helper could not open the device: {e}")),
+            Ok(device) => String::from_utf8(request)
+                .map_err(|_| "the request is not UTF-8 PTX text".to_string())
+                .and_then(|ptx| compile_to_cubin(device, &ptx).map_err(|e| e.to_string())),
+        };
+        let written = match reply {
+            Ok(cubin) => write_message(&mut output, Some(TAG_CUBIN), &cubin),
+            Err(text) => write_message(&mut output, Some(TAG_ERROR), text.as_bytes()),
+        };
+        if written.and_then(|()| output.flush()).is_err() {
+            return 2;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip() {
+        let mut wire = Vec::new();
+        write_message(&mut wire, Some(TAG_ERROR), b"bad").unwrap();
+        assert_eq!(wire[0], TAG_ERROR);
+        assert_eq!(read_message(&mut &wire[1..]).unwrap(), b"bad");
+    }
+
+    #[test]
+    fn an_oversized_length_is_refused_before_allocating() {
+        let wire = (MAX_MESSAGE_BYTES + 1).to_le_bytes();
+        assert!(read_message(&mut &wire[..]).is_err());
+    }
+
+    /// A helper that dies the way a crashing compiler does (SIGSEGV) fails the kernel with
+    /// a clear error, and the next compilation starts a fresh helper.
+    #[cfg(unix)]
+    #[test]
+    fn a_helper_that_crashes_is_reported_and_replaced() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("vyre-cuda-jit-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("crashing-helper");
+        std::fs::write(&script, "#!/bin/sh\nkill -SEGV $$\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let jit = IsolatedJit {
+            helper: script,
+            device: 0,
+            process: Mutex::new(None),
+        };
+        for _ in 0..2 {
+            let error = jit.compile(".version 7.8").unwrap_err();
+            assert!(error.contains("died while compiling"), "{error}");
+            assert!(
+                error.contains("SIGSEGV") || error.contains("signal: 11"),
+                "{error}"
+            );
+            assert!(jit.process.lock().unwrap().is_none());
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_missing_helper_is_a_clear_error() {
+        let jit = IsolatedJit {
+            helper: PathBuf::from("/nonexistent/vyre-cuda-jit"),
+            device: 0,
+            process: Mutex::new(None),
+        };
+        let error = jit.compile(".version 7.8").unwrap_err();
+        assert!(error.contains("cannot start the JIT helper"), "{error}");
+    }
+}
