@@ -10,7 +10,8 @@
 //! [`CudaOptions::jit_helper`](super::CudaOptions::jit_helper)) naming a helper executable
 //! (`vyre-cuda-jit`, this crate's binary, or any program that calls [`serve`]), every
 //! module is compiled there through the driver's linker API and only the cubin is loaded
-//! here.
+//! here. (The linker's route differs from `cuModuleLoadDataEx`'s: the PTX that crashed the
+//! in-process JIT compiles through it; its kernels ran the fixture corpus byte-identical.)
 //!
 //! The helper is one persistent process per backend, started on the first compilation and
 //! again after it dies; compilations through it are serialised. Protocol over its stdin and

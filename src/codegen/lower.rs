@@ -1485,7 +1485,8 @@ impl<'p> Lowerer<'p> {
     }
 
     /// The predicate a branch or loop test steers by: `p` itself, or, in a program that
-    /// calls libm `.func`s, `p` through the opaque zero so ptxas cannot prove it constant.
+    /// calls libm `.func`s, `p` xor a predicate that is false at run time but that ptxas
+    /// cannot evaluate, so it cannot prove the branch constant.
     ///
     /// ptxas 12.9, 13.0 and 13.5 (-O2 and -O3, sm_80 and sm_90) crash with SIGSEGV, and
     /// the driver's JIT with them inside the caller's process, when code they prove dead
@@ -1493,17 +1494,24 @@ impl<'p> Lowerer<'p> {
     /// (`vyre_libm_rem_pio2f`, behind Sin, Cos and Tan): a branch folded to never-taken
     /// around it (`../shared/regressions/ptxas-crash-1`, reduced in
     /// `tests/fuzz_regressions/cpu-ptxas-crash-1-*.case`), a loop whose test folds to
-    /// done, or a constant fault that makes later loops exit at once
+    /// done, or a certain fault that makes later loops exit at once
     /// (`cpu-ptxas-crash-2-*.case`). The PTX is legal; the compiler's removal of such dead
     /// regions is not. So no branch or loop test of such a program is foldable: the
-    /// region is never deleted (it still never runs), for two instructions per test and
-    /// no unrolling of constant-trip loops in kernels that call libm anyway.
+    /// region stays (and never runs), for two instructions per test and no unrolling of
+    /// constant-trip loops in kernels that call libm anyway.
+    ///
+    /// The hidden predicate is `opaque zero == 16`, not `!= 0`: inside a branch steered by
+    /// `opaque zero != 0` ptxas would learn the opaque zero's value and fold every
+    /// operand guarded by it, bringing back the miscompiles it exists to prevent (found:
+    /// `not.b32` of a proven zero folded to 0, `gpu-mismatch-97b6641b948d4a05.case`).
+    /// Learning `!= 16` on the path that runs tells ptxas nothing it can fold with; the
+    /// path that learns `== 16` never runs.
     pub(crate) fn branch_pred(&mut self, p: Reg) -> Reg {
         if !self.guard_branches {
             return p;
         }
         let never = self.pred();
-        emit!(self.w, "setp.ne.u32 {never}, {}, 0", self.opaque_zero);
+        emit!(self.w, "setp.eq.u32 {never}, {}, 16", self.opaque_zero);
         let out = self.pred();
         emit!(self.w, "xor.pred {out}, {p}, {never}");
         out

@@ -318,9 +318,11 @@ impl Drop for LinkState {
 }
 
 /// JIT-compiles `ptx` for `device` to a cubin through the driver's linker (`cuLinkCreate`,
-/// `cuLinkAddData`, `cuLinkComplete`): the same compiler and default optimisation level as
-/// [`Module::load_ptx`], but the result comes back as bytes instead of a loaded module, so
-/// a helper process can compile and the caller only loads ([`Module::load_cubin`]).
+/// `cuLinkAddData`, `cuLinkComplete`; the driver's default optimisation level), returning
+/// bytes instead of a loaded module, so a helper process can compile and the caller only
+/// loads ([`Module::load_cubin`]). The linker compiles the module by its own route, not
+/// exactly as `cuModuleLoadDataEx` does: on the H100 (driver 580.159.04) the PTX of
+/// `../shared/regressions/ptxas-crash-1` crashes the latter at -O3 and compiles here.
 pub fn compile_to_cubin(device: &Arc<Device>, ptx: &str) -> Result<Vec<u8>, DriverError> {
     let image = CString::new(ptx).map_err(|e| {
         DriverError::invalid_ptx_text(format!(
