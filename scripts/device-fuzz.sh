@@ -8,9 +8,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 programs="${1:-112000}"; seconds="${2:-270}"; shards="${3:-16}"; seed="${4:-}"
-[ -f .devrun/bin.tar.xz ] || { echo "no .devrun bundle: run scripts/device-bundle.sh first" >&2; exit 2; }
-bin_dir="${TMPDIR:-/tmp}/vyre-cuda-devrun"
-[ -x "$bin_dir/bin/gpu_fuzz" ] || { rm -rf "$bin_dir" && mkdir -p "$bin_dir" && python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" .devrun/bin.tar.xz "$bin_dir"; }
+. scripts/devrun-unpack.sh
 out="${OUT:-device-logs}"; mkdir -p "$out/fuzz"
 export VYRE_CUDA_REQUIRE_GPU=1 VYRE_CUDA_FUZZ_PROGRAMS="$programs" VYRE_CUDA_FUZZ_SECONDS="$seconds"
 export VYRE_CUDA_FUZZ_THREADS=2 VYRE_CUDA_FUZZ_SAVE_DIR="$out/fuzz"

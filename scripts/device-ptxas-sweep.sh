@@ -9,9 +9,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 programs="${1:-10000}"; seed="${2:-0x5eedc0de2024}"; shape="${3:-large}"; compilers="${4:-both}"
-[ -f .devrun/bin.tar.xz ] || { echo "no .devrun bundle: run scripts/device-bundle.sh first" >&2; exit 2; }
-bin_dir="${TMPDIR:-/tmp}/vyre-cuda-devrun"
-[ -x "$bin_dir/bin/fuzz_codegen" ] || { rm -rf "$bin_dir" && mkdir -p "$bin_dir" && python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" .devrun/bin.tar.xz "$bin_dir"; }
+. scripts/devrun-unpack.sh
 out="${OUT:-device-logs}"; mkdir -p "$out/found"
 export VYRE_CUDA_PTXAS="$bin_dir/bin/ptxas-cuda-nvcc"
 if [ "$compilers" = cuda13 ]; then

@@ -4,9 +4,7 @@
 # $OUT (or ./device-logs). Pass names to run a subset: bash scripts/device-run.sh gpu_semantics
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[ -f .devrun/bin.tar.xz ] || { echo "no .devrun bundle: run scripts/device-bundle.sh first" >&2; exit 2; }
-bin_dir="${TMPDIR:-/tmp}/vyre-cuda-devrun"
-rm -rf "$bin_dir" && mkdir -p "$bin_dir" && python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" .devrun/bin.tar.xz "$bin_dir"
+. scripts/devrun-unpack.sh
 out="${OUT:-device-logs}"; mkdir -p "$out"
 export VYRE_CUDA_REQUIRE_GPU=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
