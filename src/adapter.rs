@@ -5,7 +5,7 @@
 //! direct API (resident workflows, the PTX emitter) use [`CudaBackend`] itself.
 
 use crate::backend::{CudaBackend, CudaPendingDispatch, CudaPipeline};
-use crate::error::CudaError;
+use crate::error::{CudaError, CUDA_BACKEND_ID};
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 use vyre_driver::backend::private::Sealed;
@@ -21,9 +21,6 @@ use vyre_foundation::ir::{OpId, Program};
 fn err(error: CudaError) -> BackendError {
     error.into()
 }
-
-/// Backend id under which vyre-cuda registers.
-pub const CUDA_BACKEND_ID: &str = "cuda";
 
 /// Statement-level op ids the emitter accepts: vyre's default set plus `Trap` (a kernel
 /// fault, as in the reference) and `vyre.node.unknown`, the id vyre-driver's validator

@@ -1,32 +1,54 @@
-//! The crate's typed error. Every variant becomes a `BackendError` with a `Fix:` hint at
-//! the `VyreBackend` boundary.
+//! The error boundary: [`CudaError`], the crate's one typed error; the `Fix:` rendering of
+//! every message; the conversion to vyre's `BackendError`; the backend id.
+//!
+//! `codegen` and `driver` return their own typed errors ([`CodegenError`],
+//! [`DriverError`]) that carry what went wrong and, for codegen, what to do instead;
+//! neither knows about vyre-driver. This module is the only place that writes `Fix:` and
+//! the only place that builds a `BackendError`, so every message a user sees carries
+//! exactly one hint (vyre-driver's own variants append a generic `Fix:` of their own, so
+//! our texts go only into variants that print them verbatim, or into variants whose hint
+//! is the right one).
 
 use crate::codegen::CodegenError;
-use crate::driver::DriverError;
+use crate::driver::{DriverError, DriverErrorKind};
+use std::borrow::Cow;
+use std::fmt;
 use vyre_driver::BackendError;
 
-/// Everything that can go wrong inside vyre-cuda.
+/// Backend id under which vyre-cuda registers.
+pub const CUDA_BACKEND_ID: &str = "cuda";
+
+/// Everything that can go wrong inside vyre-cuda. `Display` is "what went wrong. Fix: what
+/// to do", with exactly one `Fix:`.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CudaError {
     /// The program cannot be lowered to PTX (unsupported construct, invalid shape, ...).
-    #[error(transparent)]
     Codegen(#[from] CodegenError),
     /// A CUDA driver call failed.
-    #[error(transparent)]
     Driver(#[from] DriverError),
     /// The caller's inputs or configuration do not fit the program's dispatch ABI.
-    #[error("{message} Fix: {fix}")]
     InvalidInput {
         /// What is wrong.
         message: String,
         /// How to fix it.
         fix: String,
     },
-    /// The program was rejected by vyre's validator or capability checks.
-    #[error("{0}")]
-    Rejected(BackendError),
+    /// vyre's validator rejected the program.
+    InvalidProgram {
+        /// The validator's messages.
+        errors: Vec<String>,
+    },
+    /// A dispatch setting asks for something this backend does not do.
+    UnsupportedSetting {
+        /// The setting, e.g. "forced speculation".
+        feature: &'static str,
+        /// What to set instead.
+        fix: &'static str,
+    },
+    /// An error returned by one of vyre's own checks, passed through unchanged (it carries
+    /// vyre's own `Fix:`).
+    Vyre(BackendError),
     /// The kernel reported a run-time error that the reference also reports.
-    #[error("kernel run-time error: {message}. Fix: {fix}")]
     KernelRuntime {
         /// The reference's description of the failing operation.
         message: String,
@@ -34,10 +56,8 @@ pub enum CudaError {
         fix: String,
     },
     /// The backend was shut down; it cannot be used any more.
-    #[error("the CUDA backend was shut down. Fix: create a new backend (CudaBackend::new or vyre_driver::acquire) after shutdown")]
     ShutDown,
     /// An earlier sticky driver error (e.g. an illegal address) destroyed the CUDA context.
-    #[error("the CUDA device is lost: {cause}. Fix: restart the process; the driver keeps this error for the whole process, so in-process recovery is not possible")]
     DeviceLost {
         /// The error that destroyed the context.
         cause: String,
@@ -45,7 +65,6 @@ pub enum CudaError {
     /// The JIT helper process (`VYRE_CUDA_JIT_HELPER`) could not compile a kernel: it did
     /// not start, died (the driver's PTX compiler crashed on the kernel), or reported an
     /// error.
-    #[error("{message}. Fix: {fix}")]
     JitHelper {
         /// What happened.
         message: String,
@@ -53,7 +72,6 @@ pub enum CudaError {
         fix: String,
     },
     /// A device allocation would exceed the free device memory.
-    #[error("device out of memory: requested {requested} bytes, {available} available")]
     OutOfMemory {
         /// Bytes requested.
         requested: u64,
@@ -62,34 +80,144 @@ pub enum CudaError {
     },
 }
 
+impl fmt::Display for CudaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Self::Vyre(inner) = self {
+            return write!(f, "{inner}");
+        }
+        let (what, fix) = self.parts();
+        write!(f, "{}. Fix: {}", fold_hints(&what), fold_hints(&fix))
+    }
+}
+
+/// Text from elsewhere (vyre's validator and inliner, the driver) may carry its own
+/// `Fix:`; inside our message it reads "to fix:", so the message keeps exactly one.
+fn fold_hints(text: &str) -> Cow<'_, str> {
+    let text = text.trim_end_matches('.');
+    if text.contains("Fix:") {
+        Cow::Owned(text.replace("Fix:", "to fix:"))
+    } else {
+        Cow::Borrowed(text)
+    }
+}
+
 impl CudaError {
+    /// What went wrong and what to do about it.
+    fn parts(&self) -> (Cow<'_, str>, Cow<'_, str>) {
+        match self {
+            Self::Codegen(inner) => (inner.to_string().into(), inner.fix().into()),
+            Self::Driver(inner) => (inner.to_string().into(), driver_fix(inner).into()),
+            Self::InvalidInput { message, fix }
+            | Self::KernelRuntime { message, fix }
+            | Self::JitHelper { message, fix } => {
+                let what = match self {
+                    Self::KernelRuntime { .. } => format!("kernel run-time error: {message}"),
+                    _ => message.clone(),
+                };
+                (what.into(), fix.as_str().into())
+            }
+            Self::InvalidProgram { errors } => (
+                format!(
+                    "vyre's validator rejects the program: {}",
+                    errors.join("; ")
+                )
+                .into(),
+                "repair the Program as the validator says before dispatching it".into(),
+            ),
+            Self::UnsupportedSetting { feature, fix } => (
+                format!("unsupported dispatch setting: {feature}").into(),
+                (*fix).into(),
+            ),
+            Self::Vyre(inner) => (inner.to_string().into(), "".into()),
+            Self::ShutDown => (
+                "the CUDA backend was shut down".into(),
+                "create a new backend (CudaBackend::new or vyre_driver::acquire) after shutdown"
+                    .into(),
+            ),
+            Self::DeviceLost { cause } => (
+                format!("the CUDA device is lost: {cause}").into(),
+                "restart the process; the driver keeps this error for the whole process, so \
+                 in-process recovery is not possible"
+                    .into(),
+            ),
+            Self::OutOfMemory {
+                requested,
+                available,
+            } => (
+                format!("device out of memory: requested {requested} bytes, {available} available")
+                    .into(),
+                "reduce the buffer sizes or split the dispatch, or free GPU memory held \
+                 elsewhere (resident buffers, other processes)"
+                    .into(),
+            ),
+        }
+    }
+
     pub(crate) fn invalid_input(message: impl Into<String>, fix: impl Into<String>) -> Self {
         Self::InvalidInput {
             message: message.into(),
             fix: fix.into(),
         }
     }
+
+    pub(crate) fn invalid_program<'a>(messages: impl IntoIterator<Item = &'a str>) -> Self {
+        Self::InvalidProgram {
+            errors: messages.into_iter().map(str::to_owned).collect(),
+        }
+    }
 }
 
+/// What to do about a failed driver call, by class of error.
+fn driver_fix(error: &DriverError) -> &'static str {
+    match error.kind() {
+        DriverErrorKind::NoDriver => {
+            "install or update the NVIDIA driver (CUDA 12.0 or newer) so that libcuda.so.1 is \
+             loadable, or add its directory to LD_LIBRARY_PATH"
+        }
+        DriverErrorKind::NoDevice => {
+            "check that `nvidia-smi` lists a GPU, that CUDA_VISIBLE_DEVICES does not hide it, \
+             and that VYRE_CUDA_DEVICE names a valid device ordinal"
+        }
+        DriverErrorKind::OutOfMemory => {
+            "reduce the buffer sizes or dispatch size, or free GPU memory held by other \
+             processes (see `nvidia-smi`), then retry"
+        }
+        DriverErrorKind::Sticky => {
+            "a GPU kernel fault corrupted the CUDA context and its device buffers are lost; \
+             the driver keeps this error for the whole process, so restart the process, and \
+             report a vyre-cuda bug with the program that faulted"
+        }
+        DriverErrorKind::Jit => {
+            "the driver rejected the generated PTX: report a vyre-cuda bug with the PTX and the \
+             JIT log (or update the driver if the PTX version is unsupported)"
+        }
+        DriverErrorKind::LaunchResources => {
+            "reduce the workgroup size or shared memory of the kernel; the launch needs more \
+             registers or shared memory than a multiprocessor has"
+        }
+        DriverErrorKind::Other => {
+            "check GPU health with `nvidia-smi` and retry; if the error persists, report a \
+             vyre-cuda bug with this message"
+        }
+    }
+}
+
+/// The one conversion to vyre's error type. Variants whose vyre-driver rendering adds a
+/// hint of its own get text without ours; the rest print our message verbatim.
 impl From<CudaError> for BackendError {
     fn from(error: CudaError) -> Self {
+        if let Some(name) = error.unsupported_name() {
+            let (what, fix) = error.parts();
+            return BackendError::UnsupportedFeature {
+                name: format!(
+                    "{name}: {}; instead: {}",
+                    fold_hints(&what),
+                    fold_hints(&fix)
+                ),
+                backend: CUDA_BACKEND_ID.to_string(),
+            };
+        }
         match error {
-            CudaError::Codegen(inner) => inner.into(),
-            CudaError::Driver(inner) => inner.into(),
-            CudaError::InvalidInput { message, fix } => BackendError::InvalidProgram {
-                fix: format!("Fix: {fix} ({message})"),
-            },
-            CudaError::Rejected(inner) => inner,
-            CudaError::KernelRuntime { message, fix } => BackendError::DispatchFailed {
-                code: None,
-                message: format!("kernel run-time error: {message}. Fix: {fix}"),
-            },
-            error @ (CudaError::ShutDown
-            | CudaError::DeviceLost { .. }
-            | CudaError::JitHelper { .. }) => BackendError::DispatchFailed {
-                code: None,
-                message: error.to_string(),
-            },
             CudaError::OutOfMemory {
                 requested,
                 available,
@@ -97,6 +225,112 @@ impl From<CudaError> for BackendError {
                 requested,
                 available,
             },
+            CudaError::Vyre(inner) => inner,
+            error @ (CudaError::Codegen(_)
+            | CudaError::InvalidInput { .. }
+            | CudaError::InvalidProgram { .. }) => BackendError::InvalidProgram {
+                fix: error.to_string(),
+            },
+            error => BackendError::new(error.to_string()),
+        }
+    }
+}
+
+impl CudaError {
+    /// The construct or setting of an error vyre calls an unsupported feature.
+    fn unsupported_name(&self) -> Option<&str> {
+        match self {
+            Self::Codegen(CodegenError::Unsupported { construct, .. }) => Some(construct),
+            Self::UnsupportedSetting { feature, .. } => Some(feature),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn driver(code: u32) -> CudaError {
+        DriverError::from_code("cuTest", code)
+            .with_description("something happened")
+            .into()
+    }
+
+    fn every_kind() -> Vec<CudaError> {
+        vec![
+            CodegenError::unsupported("UnOp::Sin", "no exact lowering", "remove it").into(),
+            CodegenError::invalid("bad", "repair").into(),
+            CodegenError::Target {
+                detail: "sm_50".into(),
+                fix: "use sm_70+".into(),
+            }
+            .into(),
+            driver(2),
+            driver(700),
+            DriverError::library_missing().into(),
+            CudaError::invalid_input("3 inputs for 2 bindings", "pass 2"),
+            CudaError::invalid_program(["V018: too deep. Fix: flatten", "V033: wide. Fix: split"]),
+            CudaError::UnsupportedSetting {
+                feature: "forced speculation",
+                fix: "use SpeculationMode::Auto",
+            },
+            CudaError::KernelRuntime {
+                message: "division by zero".into(),
+                fix: "guard the divisor".into(),
+            },
+            CudaError::ShutDown,
+            CudaError::DeviceLost {
+                cause: "illegal address".into(),
+            },
+            CudaError::JitHelper {
+                message: "helper died".into(),
+                fix: "retry".into(),
+            },
+            CudaError::OutOfMemory {
+                requested: 10,
+                available: 5,
+            },
+        ]
+    }
+
+    #[test]
+    fn every_message_carries_exactly_one_fix() {
+        for error in every_kind() {
+            let text = error.to_string();
+            assert_eq!(text.matches("Fix:").count(), 1, "{text}");
+            let backend = BackendError::from(error).to_string();
+            assert_eq!(backend.matches("Fix:").count(), 1, "{backend}");
+        }
+    }
+
+    #[test]
+    fn driver_hints_follow_the_error_class() {
+        let hint = |code| driver(code).to_string();
+        assert!(hint(2).contains("Fix: reduce"));
+        assert!(hint(700).contains("restart the process"));
+        assert!(hint(100).contains("nvidia-smi"));
+        assert!(hint(101).contains("VYRE_CUDA_DEVICE"));
+        assert!(hint(218).contains("PTX"));
+        assert!(hint(222).contains("PTX"));
+        assert!(hint(34).contains("NVIDIA driver"));
+        assert!(hint(701).contains("shared memory"));
+        let text = CudaError::from(DriverError::invalid_ptx_text("NUL")).to_string();
+        assert!(text.contains("PTX"), "{text}");
+        let text = CudaError::from(DriverError::library_missing()).to_string();
+        assert!(text.contains("LD_LIBRARY_PATH"), "{text}");
+    }
+
+    #[test]
+    fn unsupported_constructs_stay_unsupported_features() {
+        let error: CudaError =
+            CodegenError::unsupported("UnOp::Sin", "no exact lowering", "remove it").into();
+        match BackendError::from(error) {
+            BackendError::UnsupportedFeature { name, backend } => {
+                assert!(name.starts_with("UnOp::Sin"), "{name}");
+                assert_eq!(backend, CUDA_BACKEND_ID);
+            }
+            other => panic!("unexpected {other:?}"),
         }
     }
 }

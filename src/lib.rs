@@ -27,10 +27,9 @@ pub mod driver;
 mod error;
 pub mod optimizer;
 
-pub use adapter::CUDA_BACKEND_ID;
 pub use backend::{
     serve_jit_helper, CudaBackend, CudaDeviceBuffer, CudaOptions, CudaPendingDispatch,
     CudaPipeline, PoolKind, JIT_HELPER_ENV,
 };
-pub use error::CudaError;
+pub use error::{CudaError, CUDA_BACKEND_ID};
 pub use optimizer::CudaOptimizerDispatcher;

@@ -17,7 +17,7 @@ use crate::backend::{CudaBackend, Fill, Read, ResidentBatch, Step, Upload};
 use crate::codegen::EMITTER_VERSION;
 use crate::error::CudaError;
 use std::sync::Mutex;
-use vyre_driver::{BackendError, DispatchConfig};
+use vyre_driver::DispatchConfig;
 use vyre_foundation::ir::Program;
 use vyre_self_substrate::optimizer::dispatcher::{
     DispatchError, OptimizerDispatcher, ResidentDispatchStep, ResidentReadRange,
@@ -41,20 +41,28 @@ impl std::fmt::Debug for CudaOptimizerDispatcher {
 
 fn convert(error: CudaError) -> DispatchError {
     match error {
-        CudaError::InvalidInput { .. } => {
-            DispatchError::BadInputs(BackendError::from(error).to_string())
-        }
-        CudaError::Codegen(_) | CudaError::Rejected(_) => {
-            DispatchError::Rejected(BackendError::from(error).to_string())
-        }
-        other => DispatchError::BackendError(BackendError::from(other).to_string()),
+        CudaError::InvalidInput { .. } => DispatchError::BadInputs(error.to_string()),
+        CudaError::Codegen(_)
+        | CudaError::InvalidProgram { .. }
+        | CudaError::UnsupportedSetting { .. }
+        | CudaError::Vyre(_) => DispatchError::Rejected(error.to_string()),
+        other => DispatchError::BackendError(other.to_string()),
     }
 }
 
 fn freed(handle: u64) -> DispatchError {
-    DispatchError::BadInputs(format!(
-        "Fix: resident handle {handle:#x} was freed through this dispatcher; allocate a new one instead of reusing it."
+    convert(CudaError::invalid_input(
+        format!("resident handle {handle:#x} was freed through this dispatcher"),
+        "allocate a new one instead of reusing it",
     ))
+}
+
+fn poisoned() -> DispatchError {
+    let error = CudaError::invalid_input(
+        "a dispatcher lock is poisoned (a thread panicked while holding it)",
+        "create a new dispatcher",
+    );
+    DispatchError::BackendError(error.to_string())
 }
 
 impl CudaOptimizerDispatcher {
@@ -102,11 +110,7 @@ impl CudaOptimizerDispatcher {
     }
 
     fn check_live(&self, handles: impl IntoIterator<Item = u64>) -> Result<(), DispatchError> {
-        let free = self.free.lock().map_err(|_| {
-            DispatchError::BackendError(
-                "Fix: a dispatcher lock is poisoned; create a new dispatcher.".to_string(),
-            )
-        })?;
+        let free = self.free.lock().map_err(|_| poisoned())?;
         for handle in handles {
             if free.contains(handle) {
                 return Err(freed(handle));
@@ -312,11 +316,7 @@ impl OptimizerDispatcher for CudaOptimizerDispatcher {
             return Err(error);
         }
         let bytes: u64 = lens.iter().map(|&l| l as u64).sum();
-        let mut statics = self.statics.lock().map_err(|_| {
-            DispatchError::BackendError(
-                "Fix: a dispatcher lock is poisoned; create a new dispatcher.".to_string(),
-            )
-        })?;
+        let mut statics = self.statics.lock().map_err(|_| poisoned())?;
         if !statics.fits(bytes) {
             return Ok(ResidentStaticBufferSet {
                 handles,

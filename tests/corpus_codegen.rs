@@ -36,7 +36,8 @@ fn primitive_corpus_lowers_and_assembles() {
                 }
                 Err(error) => {
                     let construct = error.construct().unwrap_or("invalid").to_string();
-                    assert!(error.to_string().contains("Fix:"), "{error}");
+                    let text = vyre_cuda::CudaError::from(error.clone()).to_string();
+                    assert_eq!(text.matches("Fix:").count(), 1, "{text}");
                     if target == PtxTarget::sm80() {
                         rejected.entry(construct).or_default().push(entry.id);
                     }

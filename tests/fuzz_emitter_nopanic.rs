@@ -55,8 +55,8 @@ impl Tally {
                         CodegenError::Target { .. } => "target",
                     };
                     *self.errors.entry(class).or_default() += 1;
-                    let text = BackendError::from(error).to_string();
-                    if !text.contains("Fix:") && self.missing_fix.len() < 20 {
+                    let text = BackendError::from(vyre_cuda::CudaError::from(error)).to_string();
+                    if text.matches("Fix:").count() != 1 && self.missing_fix.len() < 20 {
                         self.missing_fix.push(format!("{label}: {text}"));
                     }
                 }

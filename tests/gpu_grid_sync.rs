@@ -33,7 +33,11 @@ fn check(backend: &CudaBackend, case: &GridCase) -> (u64, u64) {
         ),
         (Err(want), Err(got)) => {
             assert!(case.expect_error, "{}: unexpected failure {got}", case.name);
-            assert!(got.to_string().contains("Fix:"), "{}: {got}", case.name);
+            assert!(
+                got.to_string().matches("Fix:").count() == 1,
+                "{}: {got}",
+                case.name
+            );
             println!("{}: reference `{want}`, gpu `{got}`", case.name);
         }
         (want, got) => panic!(

@@ -11,7 +11,7 @@ use vyre_self_substrate::optimizer::dispatcher::{
 };
 
 fn has_fix(error: &DispatchError) -> bool {
-    error.to_string().contains("Fix:")
+    error.to_string().matches("Fix:").count() == 1
 }
 
 #[test]

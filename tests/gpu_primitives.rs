@@ -23,7 +23,11 @@ fn primitive_fixtures_match_the_reference() {
         let config = DispatchConfig::default();
         if let Err(error) = backend.emit(&program, &config) {
             let construct = error.to_string();
-            assert!(construct.contains("Fix:"), "{}: {construct}", entry.id);
+            assert!(
+                construct.matches("Fix:").count() == 1,
+                "{}: {construct}",
+                entry.id
+            );
             let key = match &error {
                 vyre_cuda::CudaError::Codegen(c) => c.construct().unwrap_or("invalid").to_string(),
                 other => other.to_string(),

@@ -22,7 +22,7 @@ fn acquire_opens_the_device_or_explains_why_not() {
         }
         Err(error) => {
             let text = error.to_string();
-            assert!(text.contains("Fix:"), "{text}");
+            assert!(text.matches("Fix:").count() == 1, "{text}");
             if common::gpu::backend().is_some() {
                 panic!("a device is present but acquire failed: {text}");
             }
@@ -44,4 +44,104 @@ fn registered_dispatch_matches_the_reference() {
             .unwrap(),
         want
     );
+}
+
+/// Every kind of failure a user can meet through the registry (`acquire("cuda")`) says what
+/// went wrong and carries exactly one `Fix:` (vyre-driver's own variants append a hint of
+/// their own, so a second one slips in easily).
+#[test]
+fn every_failure_through_the_registry_carries_exactly_one_fix() {
+    use vyre_driver::persistent::PersistentThreadMode;
+    use vyre_driver::speculate::SpeculationMode;
+    use vyre_driver::DispatchConfig;
+    use vyre_foundation::ir::{BufferDecl, DataType, Expr, Node, Program};
+    let Some(_) = common::gpu::backend() else {
+        println!("skipped: no CUDA device");
+        return;
+    };
+    let backend = vyre_driver::backend::acquire("cuda").expect("acquire cuda");
+    let copy = common::kernels::vadd(64, 1);
+    let trap = Program::wrapped(
+        vec![BufferDecl::output("out", 0, DataType::U32).with_count(64)],
+        [64, 1, 1],
+        vec![
+            Node::if_then(
+                Expr::eq(Expr::gid_x(), Expr::u32(5)),
+                vec![Node::trap(Expr::u32(7), "boom")],
+            ),
+            Node::store("out", Expr::gid_x(), Expr::u32(1)),
+        ],
+    );
+    let unknown_call = Program::wrapped(
+        vec![BufferDecl::output("out", 0, DataType::U32).with_count(1)],
+        [1, 1, 1],
+        vec![Node::store(
+            "out",
+            Expr::u32(0),
+            Expr::call("some.unknown.op", vec![]),
+        )],
+    );
+    // A negative test: a raw entry that is not Region-wrapped.
+    #[allow(deprecated)]
+    let unwrapped = Program::new(
+        vec![BufferDecl::output("out", 0, DataType::U32).with_count(1)],
+        [1, 1, 1],
+        vec![Node::store("out", Expr::u32(0), Expr::u32(1))],
+    );
+    let words = |n: usize| vec![0u8; n * 4];
+    let mut speculate = DispatchConfig::default();
+    speculate.speculation = Some(SpeculationMode::Force);
+    let mut persistent = DispatchConfig::default();
+    persistent.persistent_thread = Some(PersistentThreadMode::Force);
+    let mut zero_iterations = DispatchConfig::default();
+    zero_iterations.fixpoint_iterations = Some(0);
+    let default = DispatchConfig::default();
+    type Outcome = Result<Vec<Vec<u8>>, vyre_driver::BackendError>;
+    let cases: Vec<(&str, Outcome)> = vec![
+        (
+            "wrong input count",
+            backend.dispatch(&copy, &[words(64)], &default),
+        ),
+        (
+            "short input",
+            backend.dispatch(&copy, &[words(64), words(3)], &default),
+        ),
+        ("run-time trap", backend.dispatch(&trap, &[], &default)),
+        (
+            "unknown call",
+            backend.dispatch(&unknown_call, &[], &default),
+        ),
+        (
+            "unwrapped program",
+            backend.dispatch(&unwrapped, &[], &default),
+        ),
+        (
+            "forced speculation",
+            backend.dispatch(&copy, &[words(64), words(64)], &speculate),
+        ),
+        (
+            "forced persistent",
+            backend.dispatch(&copy, &[words(64), words(64)], &persistent),
+        ),
+        (
+            "zero iterations",
+            backend.dispatch(&copy, &[words(64), words(64)], &zero_iterations),
+        ),
+    ];
+    let mut texts: Vec<(&str, String)> = cases
+        .into_iter()
+        .map(|(name, result)| (name, result.expect_err(name).to_string()))
+        .collect();
+    let huge = backend
+        .allocate_resident(1 << 50)
+        .map(|_| ())
+        .expect_err("2^50 bytes");
+    texts.push(("out of memory", huge.to_string()));
+    backend.shutdown().expect("shutdown");
+    let after = backend.dispatch(&copy, &[words(64), words(64)], &default);
+    texts.push(("after shutdown", after.expect_err("shut down").to_string()));
+    for (name, text) in &texts {
+        println!("{name}: {text}");
+        assert_eq!(text.matches("Fix:").count(), 1, "{name}: {text}");
+    }
 }

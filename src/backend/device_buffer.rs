@@ -1,8 +1,8 @@
 //! [`CudaDeviceBuffer`]: a `vyre_driver::DeviceBuffer` backed by a resident buffer.
 
 use super::{Core, CudaBackend};
-use crate::adapter::CUDA_BACKEND_ID;
 use crate::error::CudaError;
+use crate::error::CUDA_BACKEND_ID;
 use std::sync::{Arc, Weak};
 use vyre_driver::{DeviceBuffer, DispatchConfig, Resource};
 use vyre_foundation::ir::Program;
@@ -93,7 +93,7 @@ impl CudaBackend {
         index: usize,
     ) -> Result<&'b CudaDeviceBuffer, CudaError> {
         vyre_driver::validate_buffer_ownership(CUDA_BACKEND_ID, [buffer])
-            .map_err(CudaError::Rejected)?;
+            .map_err(CudaError::Vyre)?;
         let ours = buffer
             .as_any()
             .downcast_ref::<CudaDeviceBuffer>()

@@ -13,7 +13,7 @@ use crate::codegen::{DeviceFault, FAULT_AREA_BYTES};
 use crate::error::CudaError;
 use std::sync::Arc;
 use std::time::Instant;
-use vyre_driver::{BackendError, DispatchConfig, ResidentSequenceTiming, TimedDispatchResult};
+use vyre_driver::{DispatchConfig, ResidentSequenceTiming, TimedDispatchResult};
 use vyre_foundation::ir::Program;
 
 /// Each binding starts on a 256-byte boundary inside the dispatch's device block.
@@ -506,25 +506,29 @@ pub(crate) fn check_config(
     // grid fits resident (and as ordered launches where it does not), so the flag asks for
     // nothing more; without them it must be refused (the trait's contract).
     if config.cooperative && grid_sync == GridSyncLaunch::Split {
-        return Err(CudaError::Rejected(BackendError::UnsupportedFeature {
-            name: "cooperative grid-sync launch (Fix: leave DispatchConfig::cooperative false; this device or backend configuration launches grid-wide barriers as ordered launches, one per segment)".to_string(),
-            backend: crate::adapter::CUDA_BACKEND_ID.to_string(),
-        }));
+        return Err(CudaError::UnsupportedSetting {
+            feature: "cooperative grid-sync launch",
+            fix: "leave DispatchConfig::cooperative false; this device or backend configuration launches grid-wide barriers as ordered launches, one per segment",
+        });
     }
     if config.speculation == Some(SpeculationMode::Force) {
-        return Err(CudaError::Rejected(BackendError::UnsupportedFeature {
-            name: "forced speculation (Fix: use SpeculationMode::Auto or Disable)".to_string(),
-            backend: crate::adapter::CUDA_BACKEND_ID.to_string(),
-        }));
+        return Err(CudaError::UnsupportedSetting {
+            feature: "forced speculation",
+            fix: "use SpeculationMode::Auto or Disable",
+        });
     }
     if config.persistent_thread == Some(PersistentThreadMode::Force) {
-        return Err(CudaError::Rejected(BackendError::UnsupportedFeature {
-            name:
-                "forced persistent-thread dispatch (Fix: use PersistentThreadMode::Auto or Disable)"
-                    .to_string(),
-            backend: crate::adapter::CUDA_BACKEND_ID.to_string(),
-        }));
+        return Err(CudaError::UnsupportedSetting {
+            feature: "forced persistent-thread dispatch",
+            fix: "use PersistentThreadMode::Auto or Disable",
+        });
     }
-    vyre_driver::resolve_fixpoint_iterations(config, crate::adapter::CUDA_BACKEND_ID)
-        .map_err(CudaError::Rejected)
+    match config.fixpoint_iterations {
+        Some(0) => Err(CudaError::invalid_input(
+            "DispatchConfig::fixpoint_iterations is 0",
+            "set it to at least 1, or leave it unset for one launch",
+        )),
+        Some(iterations) => Ok(iterations),
+        None => Ok(1),
+    }
 }

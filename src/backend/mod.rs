@@ -47,7 +47,7 @@ use staging::{Staging, StagingConfig};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
-use vyre_driver::{BackendError, DispatchConfig, Resource};
+use vyre_driver::{DispatchConfig, Resource};
 use vyre_foundation::ir::Program;
 use vyre_foundation::validate::{
     validate::validate_with_options, BackendCapabilities, ValidationOptions,
@@ -971,13 +971,9 @@ fn validate(program: &Program) -> Result<(), CudaError> {
     if report.errors.is_empty() {
         return Ok(());
     }
-    let messages: Vec<&str> = report.errors.iter().map(|e| e.message()).collect();
-    Err(CudaError::Rejected(BackendError::InvalidProgram {
-        fix: format!(
-            "Fix: repair the Program before dispatch; vyre's validator reports: {}",
-            messages.join("; ")
-        ),
-    }))
+    Err(CudaError::invalid_program(
+        report.errors.iter().map(|e| e.message()),
+    ))
 }
 
 #[cfg(test)]

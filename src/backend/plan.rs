@@ -413,7 +413,7 @@ mod tests {
         let program = copy_program([64, 1, 1]);
         for inputs in [&[][..], &[400, 400, 4][..], &[399][..], &[398][..]] {
             let error = plan(&program, inputs, &DispatchConfig::default()).unwrap_err();
-            let backend: vyre_driver::BackendError = error.into();
+            let backend = error.to_string();
             assert!(backend.to_string().contains("Fix:"), "{backend}");
         }
         let mut config = DispatchConfig::default();
@@ -527,7 +527,7 @@ mod tests {
             LIMITS,
         )
         .unwrap_err();
-        let text = vyre_driver::BackendError::from(error).to_string();
+        let text = error.to_string();
         assert!(
             text.contains("res, rw, in1, in0") && text.contains("Fix:"),
             "{text}"

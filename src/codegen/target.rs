@@ -206,7 +206,7 @@ mod tests {
     #[test]
     fn driver_too_old_for_the_architecture_is_an_error() {
         let error = PtxTarget::for_device(9, 0, 11070).unwrap_err();
-        assert!(error.to_string().contains("Fix:"), "{error}");
+        assert!(error.fix().contains("driver"), "{}", error.fix());
     }
 
     #[test]

@@ -84,15 +84,23 @@ fn fallback_name(code: u32) -> &'static str {
     }
 }
 
+/// What kind of failure a [`DriverError`] is: decides recovery here and the remediation
+/// hint at the crate's error boundary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Class {
+pub enum DriverErrorKind {
+    /// No usable libcuda (missing, too old, stub, or mismatched).
     NoDriver,
+    /// No usable device.
     NoDevice,
+    /// Device memory exhausted.
     OutOfMemory,
+    /// A kernel fault that leaves the context unusable for the rest of the process.
     Sticky,
+    /// The driver's PTX compiler rejected a module.
     Jit,
+    /// A launch needs more registers or shared memory than a multiprocessor has.
     LaunchResources,
-    StaleContext,
+    /// Anything else.
     Other,
 }
 
@@ -199,76 +207,41 @@ impl DriverError {
     /// True for errors that leave the CUDA context unusable until
     /// [`Device::reset_after_fault`](super::Device::reset_after_fault).
     pub fn is_sticky(&self) -> bool {
-        self.class() == Class::Sticky
+        self.kind() == DriverErrorKind::Sticky
     }
 
     /// True for `CUDA_ERROR_OUT_OF_MEMORY`.
     pub fn is_out_of_memory(&self) -> bool {
-        self.class() == Class::OutOfMemory
+        self.kind() == DriverErrorKind::OutOfMemory
     }
 
     /// True when no usable CUDA driver or device exists (the backend is unavailable,
     /// as opposed to a failed operation).
     pub fn is_unavailable(&self) -> bool {
-        matches!(self.class(), Class::NoDriver | Class::NoDevice)
+        matches!(
+            self.kind(),
+            DriverErrorKind::NoDriver | DriverErrorKind::NoDevice
+        )
     }
 
-    /// A short remediation sentence for this class of error.
-    pub fn fix_hint(&self) -> &'static str {
-        match self.class() {
-            Class::NoDriver => {
-                "install or update the NVIDIA driver (CUDA 12.0 or newer) so that libcuda.so.1 \
-                 is loadable, or add its directory to LD_LIBRARY_PATH"
-            }
-            Class::NoDevice => {
-                "check that `nvidia-smi` lists a GPU, that CUDA_VISIBLE_DEVICES does not hide \
-                 it, and that VYRE_CUDA_DEVICE names a valid device ordinal"
-            }
-            Class::OutOfMemory => {
-                "reduce the buffer sizes or dispatch size, or free GPU memory held by other \
-                 processes (see `nvidia-smi`), then retry"
-            }
-            Class::Sticky => {
-                "a GPU kernel fault corrupted the CUDA context and its device buffers are lost; \
-                 the backend tries Device::reset_after_fault, but most drivers keep this error \
-                 for the whole process, so restart the process, and report a vyre-cuda bug with \
-                 the program that faulted"
-            }
-            Class::Jit => {
-                "the driver rejected the generated PTX: report a vyre-cuda bug with the PTX and \
-                 the JIT log (or update the driver if the PTX version is unsupported)"
-            }
-            Class::LaunchResources => {
-                "reduce the workgroup size or shared memory of the kernel; the launch needs more \
-                 registers or shared memory than a multiprocessor has"
-            }
-            Class::StaleContext => {
-                "the CUDA context was reset; recreate buffers, streams and modules and retry"
-            }
-            Class::Other => {
-                "check GPU health with `nvidia-smi` and retry; if the error persists, report a \
-                 vyre-cuda bug with this message"
-            }
-        }
-    }
-
-    fn class(&self) -> Class {
+    /// The class of this failure.
+    pub fn kind(&self) -> DriverErrorKind {
         match self.code {
-            None if self.name == NO_DRIVER => Class::NoDriver,
-            None if self.name == BAD_PTX_TEXT => Class::Jit,
-            None => Class::Other,
-            Some(code) if STICKY.contains(&code) => Class::Sticky,
+            None if self.name == NO_DRIVER => DriverErrorKind::NoDriver,
+            None if self.name == BAD_PTX_TEXT => DriverErrorKind::Jit,
+            None => DriverErrorKind::Other,
+            Some(code) if STICKY.contains(&code) => DriverErrorKind::Sticky,
             Some(
                 NOT_INITIALIZED
                 | DEINITIALIZED
                 | STUB_LIBRARY
                 | SYSTEM_DRIVER_MISMATCH
                 | COMPAT_NOT_SUPPORTED_ON_DEVICE,
-            ) => Class::NoDriver,
+            ) => DriverErrorKind::NoDriver,
             Some(NO_DEVICE | INVALID_DEVICE | DEVICE_UNAVAILABLE | SYSTEM_NOT_READY) => {
-                Class::NoDevice
+                DriverErrorKind::NoDevice
             }
-            Some(OUT_OF_MEMORY) => Class::OutOfMemory,
+            Some(OUT_OF_MEMORY) => DriverErrorKind::OutOfMemory,
             Some(
                 INVALID_IMAGE
                 | NO_BINARY_FOR_GPU
@@ -276,10 +249,9 @@ impl DriverError {
                 | JIT_COMPILER_NOT_FOUND
                 | UNSUPPORTED_PTX_VERSION
                 | JIT_COMPILATION_DISABLED,
-            ) => Class::Jit,
-            Some(LAUNCH_OUT_OF_RESOURCES) => Class::LaunchResources,
-            Some(CONTEXT_IS_DESTROYED) => Class::StaleContext,
-            Some(_) => Class::Other,
+            ) => DriverErrorKind::Jit,
+            Some(LAUNCH_OUT_OF_RESOURCES) => DriverErrorKind::LaunchResources,
+            Some(_) => DriverErrorKind::Other,
         }
     }
 }
@@ -326,15 +298,6 @@ impl fmt::Display for DriverError {
 
 impl std::error::Error for DriverError {}
 
-impl From<DriverError> for vyre_driver::BackendError {
-    fn from(error: DriverError) -> Self {
-        vyre_driver::BackendError::DispatchFailed {
-            code: error.code.and_then(|code| i32::try_from(code).ok()),
-            message: format!("{error}. Fix: {}", error.fix_hint()),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -367,20 +330,16 @@ mod tests {
     }
 
     #[test]
-    fn out_of_memory_and_hints() {
+    fn classification() {
         assert!(err(2).is_out_of_memory());
         assert!(!err(700).is_out_of_memory());
-        assert!(err(2).fix_hint().contains("reduce"));
-        assert!(err(700).fix_hint().contains("restart the process"));
-        assert!(err(100).fix_hint().contains("nvidia-smi"));
-        assert!(err(101).fix_hint().contains("VYRE_CUDA_DEVICE"));
-        assert!(err(218).fix_hint().contains("PTX"));
-        assert!(err(222).fix_hint().contains("PTX"));
-        assert!(err(34).fix_hint().contains("NVIDIA driver"));
-        assert!(err(701).fix_hint().contains("shared memory"));
-        assert!(DriverError::invalid_ptx_text("NUL")
-            .fix_hint()
-            .contains("PTX"));
+        assert_eq!(err(34).kind(), DriverErrorKind::NoDriver);
+        assert_eq!(err(218).kind(), DriverErrorKind::Jit);
+        assert_eq!(err(701).kind(), DriverErrorKind::LaunchResources);
+        assert_eq!(
+            DriverError::invalid_ptx_text("NUL").kind(),
+            DriverErrorKind::Jit
+        );
         assert!(err(100).is_unavailable() && !err(2).is_unavailable());
     }
 
@@ -389,27 +348,7 @@ mod tests {
         let e = DriverError::library_missing();
         assert_eq!(e.code(), None);
         assert!(e.to_string().contains("libcuda could not be loaded"));
-        assert!(e.fix_hint().contains("NVIDIA driver"));
-        assert!(e.fix_hint().contains("LD_LIBRARY_PATH"));
         assert!(e.is_unavailable());
         assert!(DriverError::library_too_old("cuFoo").is_unavailable());
-    }
-
-    #[test]
-    fn backend_error_carries_code_and_fix() {
-        let backend: vyre_driver::BackendError = err(2).into();
-        match backend {
-            vyre_driver::BackendError::DispatchFailed { code, message } => {
-                assert_eq!(code, Some(2));
-                assert!(message.contains("CUDA_ERROR_OUT_OF_MEMORY (2)"));
-                assert!(message.contains(". Fix: reduce"));
-            }
-            other => panic!("unexpected {other:?}"),
-        }
-        let backend: vyre_driver::BackendError = DriverError::library_missing().into();
-        assert!(matches!(
-            backend,
-            vyre_driver::BackendError::DispatchFailed { code: None, .. }
-        ));
     }
 }

@@ -94,10 +94,10 @@ pub fn fresh(options: vyre_cuda::CudaOptions) -> Option<CudaBackend> {
     Some(CudaBackend::with_options(options).expect("a second backend on the same device"))
 }
 
-/// `BackendError`'s text, asserting it carries a `Fix:` hint.
+/// `BackendError`'s text, asserting it carries exactly one `Fix:` hint.
 pub fn fix_text(error: impl Into<vyre_driver::BackendError>) -> String {
     let error: vyre_driver::BackendError = error.into();
     let text = error.to_string();
-    assert!(text.contains("Fix:"), "no Fix: in {text}");
+    assert_eq!(text.matches("Fix:").count(), 1, "not one Fix: in {text}");
     text
 }

@@ -53,8 +53,8 @@ pub fn emit(case: &FuzzCase, target: PtxTarget, name: &str, valid: bool) -> Emit
         )),
         Ok(Ok(kernel)) => Emitted::Kernel(Box::new(kernel)),
         Ok(Err(error)) => {
-            let text = BackendError::from(error.clone()).to_string();
-            if !text.contains("Fix:") {
+            let text = BackendError::from(CudaError::from(error.clone())).to_string();
+            if text.matches("Fix:").count() != 1 {
                 return Emitted::Failed(Failure::new(
                     "missing-fix",
                     format!("emit_ptx for {name}: error without a Fix: hint: {text}"),
@@ -98,7 +98,8 @@ fn error_class(error: &CudaError) -> &'static str {
         CudaError::Driver(e) if e.is_sticky() => "driver-sticky",
         CudaError::Driver(_) => "driver",
         CudaError::InvalidInput { .. } => "invalid-input",
-        CudaError::Rejected(_) => "rejected",
+        CudaError::InvalidProgram { .. } | CudaError::Vyre(_) => "rejected",
+        CudaError::UnsupportedSetting { .. } => "unsupported-setting",
         CudaError::KernelRuntime { .. } => "kernel-runtime",
         CudaError::OutOfMemory { .. } => "out-of-memory",
         CudaError::JitHelper { .. } => "jit-helper",
@@ -147,7 +148,7 @@ pub fn gpu_check(backend: &CudaBackend, case: &FuzzCase, verdict: &Verdict) -> G
         )),
         (Outcome::Err(_), Err(error)) => {
             let text = BackendError::from(error.clone()).to_string();
-            if text.contains("Fix:") {
+            if text.matches("Fix:").count() == 1 {
                 GpuVerdict::Pass
             } else {
                 GpuVerdict::Fail(Failure::new(
