@@ -119,7 +119,7 @@ impl Row {
 pub struct Report {
     pub date: String,
     pub command: String,
-    pub device: Option<crate::floor::DeviceFacts>,
+    pub device: Option<crate::engines::floor::driver::DeviceFacts>,
     pub environment: BTreeMap<String, String>,
     pub rows: Vec<Row>,
     /// Free-form per-engine diagnostics (metric deltas, phase times).
