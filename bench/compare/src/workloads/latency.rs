@@ -145,10 +145,12 @@ fn round_robin(ctx: &Ctx, l: &Latency<'_>) -> (Named, Named) {
             Outcome::Unsupported { reason: e.clone() },
         ));
     }
-    let outs: Vec<RefCell<Vec<Vec<u8>>>> = (0..2).map(|_| RefCell::new(Vec::new())).collect();
+    let engines = ctx.engines.vyre();
+    let outs: Vec<RefCell<Vec<Vec<u8>>>> =
+        engines.iter().map(|_| RefCell::new(Vec::new())).collect();
     let inputs = [l.a, l.b];
     let mut jobs = floor.jobs(l);
-    for (engine, slot) in ctx.engines.vyre().into_iter().zip(&outs) {
+    for (engine, slot) in engines.into_iter().zip(&outs) {
         let inputs = &inputs;
         jobs.push(entry(
             engine.name(),
