@@ -191,18 +191,6 @@ $L_{name}_done:
 /// shuffle tree, a shared-memory block tree and one `atom.add` per block. Wrapping integer
 /// addition is associative and commutative, so any order gives the reference's value.
 pub fn reduce(name: &str) -> String {
-    let tree = |reg: &str| {
-        [16, 8, 4, 2, 1]
-            .iter()
-            .map(|d| {
-                format!(
-                    "\tshfl.sync.down.b32 %r17, {reg}, {d}, 31, -1;\n\tadd.u32 {reg}, {reg}, %r17;\n"
-                )
-            })
-            .collect::<String>()
-    };
-    let tree9 = tree("%r9");
-    let tree24 = tree("%r24");
     format!(
         r#".visible .entry {name}(
 	.param .u64 pa,
@@ -210,7 +198,19 @@ pub fn reduce(name: &str) -> String {
 	.param .u32 pn
 )
 {{
-	.reg .pred %p<8>;
+{}{}}}
+
+"#,
+        reduce_threads(name),
+        reduce_block(name)
+    )
+}
+
+/// The reduction's body, first half: each thread's grid-stride `v4` sum, and thread
+/// 0's scalar tail (the last `n % 4` elements).
+fn reduce_threads(name: &str) -> String {
+    format!(
+        r#"	.reg .pred %p<8>;
 	.reg .b32 %r<32>;
 	.reg .b64 %rd<8>;
 	.shared .align 4 .b32 {name}_warps[32];
@@ -251,7 +251,27 @@ $L_{name}_tail:
 	add.u32 %r9, %r9, %r16;
 	add.u32 %r15, %r15, 1;
 	bra $L_{name}_tail;
-$L_{name}_warp:
+"#
+    )
+}
+
+/// The reduction's body, second half: the warp shuffle tree, the block tree through shared
+/// memory, one `atom.add` per block.
+fn reduce_block(name: &str) -> String {
+    let tree = |reg: &str| {
+        [16, 8, 4, 2, 1]
+            .iter()
+            .map(|d| {
+                format!(
+                    "\tshfl.sync.down.b32 %r17, {reg}, {d}, 31, -1;\n\tadd.u32 {reg}, {reg}, %r17;\n"
+                )
+            })
+            .collect::<String>()
+    };
+    let tree9 = tree("%r9");
+    let tree24 = tree("%r24");
+    format!(
+        r#"$L_{name}_warp:
 {tree9}	and.b32 %r18, %r4, 31;
 	shr.u32 %r19, %r4, 5;
 	setp.ne.u32 %p4, %r18, 0;
@@ -278,8 +298,6 @@ $L_{name}_w0:
 	atom.global.add.u32 %r25, [%rd2], %r24;
 $L_{name}_done:
 	ret;
-}}
-
 "#
     )
 }

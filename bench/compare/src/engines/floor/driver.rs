@@ -1,10 +1,10 @@
 //! The floor: the CUDA driver API called directly (cudarc's `driver::result`/`sys`, no
-//! safe layer, no event tracking), hand-written PTX (`crate::ptx`), pinned host memory.
+//! safe layer, no event tracking), hand-written PTX (`super::ptx`), pinned host memory.
 //!
 //! Every public operation here enqueues its work and synchronises before it returns, so a
 //! host slice handed to an asynchronous copy outlives the copy.
 
-use crate::ptx;
+use super::ptx;
 use cudarc::driver::{result, sys};
 use std::ffi::{c_void, CString};
 use std::time::{Duration, Instant};

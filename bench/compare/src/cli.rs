@@ -1,0 +1,96 @@
+//! The command line: usage text, options, parsing.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub const USAGE: &str = "\
+vyre-compare: floor vs vyre-driver-cuda 0.6.5 vs vyre-cuda, on one GPU
+
+  cargo run --release -- [options]
+
+  --json PATH        write the results as JSON (default: compare.json)
+  --svg PATH         render the ratio chart as SVG
+  --markdown PATH    write the table and the target table as markdown
+  --only a,b,...     run only these workloads (ids or prefixes: tiny, warm, cold, emit,
+                     vadd, saxpy, resident, sequence, reduce, corpus, diag)
+  --quick            fewer samples and sizes (a smoke run, not for reporting)
+  --deadline-s S     skip the workloads that would start after S seconds (default 480)
+  --blocking-sync    set CU_CTX_SCHED_BLOCKING_SYNC on the primary context first (waits
+                     sleep instead of spinning: CPU-time experiments; not for the table)
+  --ours-blocking-wait
+                     open vyre-cuda with CudaOptions::blocking_wait (its small-dispatch and
+                     sequence waits sleep on blocking-sync events; the context is untouched)
+  --staging-sweep    also time vyre-cuda on the vadd and reduce rows with other staging chunk
+                     sizes and copy-thread counts (extra keys sweep.*; tuning, not the table)
+  --only jit_probe   (run only when named) driver JIT time per method (load, O0, linker) on
+                     the floor's, the incumbent's and vyre-cuda's PTX, vadd and the corpus
+  --render JSON      no GPU: read a results file, print the tables, write --svg/--markdown
+  --dump-ptx DIR     no GPU: write the floor's PTX (for ptxas) and exit
+";
+
+pub struct Opts {
+    pub json: PathBuf,
+    pub svg: Option<PathBuf>,
+    pub markdown: Option<PathBuf>,
+    pub only: Option<Vec<String>>,
+    pub quick: bool,
+    pub render: Option<PathBuf>,
+    pub dump_ptx: Option<PathBuf>,
+    pub deadline: Duration,
+    pub blocking_sync: bool,
+    pub ours_blocking_wait: bool,
+    pub staging_sweep: bool,
+}
+
+pub fn parse_opts() -> Opts {
+    let mut opts = Opts {
+        json: PathBuf::from("compare.json"),
+        svg: None,
+        markdown: None,
+        only: None,
+        quick: false,
+        render: None,
+        dump_ptx: None,
+        deadline: Duration::from_secs(480),
+        blocking_sync: false,
+        ours_blocking_wait: false,
+        staging_sweep: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = |name: &str| {
+            args.next().unwrap_or_else(|| {
+                eprintln!("{name} needs a value\n{USAGE}");
+                std::process::exit(2)
+            })
+        };
+        match arg.as_str() {
+            "--json" => opts.json = value("--json").into(),
+            "--svg" => opts.svg = Some(value("--svg").into()),
+            "--markdown" => opts.markdown = Some(value("--markdown").into()),
+            "--only" => opts.only = Some(value("--only").split(',').map(str::to_string).collect()),
+            "--quick" => opts.quick = true,
+            "--blocking-sync" => opts.blocking_sync = true,
+            "--ours-blocking-wait" => opts.ours_blocking_wait = true,
+            "--staging-sweep" => opts.staging_sweep = true,
+            "--render" => opts.render = Some(value("--render").into()),
+            "--dump-ptx" => opts.dump_ptx = Some(value("--dump-ptx").into()),
+            "--deadline-s" => {
+                let v = value("--deadline-s");
+                opts.deadline = Duration::from_secs(v.parse().unwrap_or_else(|_| {
+                    eprintln!("--deadline-s {v}: not a number of seconds");
+                    std::process::exit(2)
+                }))
+            }
+            "-h" | "--help" => {
+                print!("{USAGE}");
+                std::process::exit(0)
+            }
+            other => {
+                eprintln!("unknown argument {other}\n{USAGE}");
+                std::process::exit(2)
+            }
+        }
+    }
+    opts
+}

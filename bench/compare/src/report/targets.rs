@@ -1,0 +1,181 @@
+//! Issue 5's targets, each with vyre-cuda's measured ratio and met / not met.
+
+use super::{fmt_ratio, fmt_time, Report};
+use std::fmt::Write as _;
+
+/// (workload, target, measured, verdict).
+type Target = (String, String, String, String);
+
+const US: &str = "vyre-cuda";
+
+fn verdict(ok: Option<bool>) -> String {
+    match ok {
+        Some(true) => "met".to_string(),
+        Some(false) => "NOT met".to_string(),
+        None => "not measured".to_string(),
+    }
+}
+
+/// The verdict of a target with two conditions: met when both are; NOT met when either
+/// measured one is not; not measured otherwise.
+fn both(a: Option<bool>, b: Option<bool>) -> Option<bool> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a && b),
+        (Some(a), None) => Some(a).filter(|ok| !ok),
+        (None, Some(b)) => Some(b).filter(|ok| !ok),
+        _ => None,
+    }
+}
+
+fn target(workload: &str, goal: &str, measured: String, ok: Option<bool>) -> Target {
+    (workload.into(), goal.into(), measured, verdict(ok))
+}
+
+impl Report {
+    /// vyre-cuda's median over `other`'s in row `id`.
+    fn ours_over(&self, id: &str, other: &str) -> Option<f64> {
+        self.row(id).and_then(|row| row.ratio(US, other))
+    }
+
+    fn ours_median(&self, id: &str) -> Option<f64> {
+        self.row(id).and_then(|row| row.median(US))
+    }
+
+    /// Issue 5's targets, each with the measured ratio and met / not met.
+    pub fn targets(&self) -> Vec<Target> {
+        let mut t = vec![self.tiny_target()];
+        t.extend(self.floor_throughput_targets());
+        let step = self.ours_median("resident_sequence_100");
+        t.push(target(
+            "resident sequence, 100 steps",
+            "<= 1.5 us per step",
+            step.map(|ns| format!("{:.2} us per step", ns / 1e3))
+                .unwrap_or_else(|| "-".into()),
+            step.map(|ns| ns <= 1500.0),
+        ));
+        t.push(self.cold_target());
+        t.extend(self.incumbent_targets());
+        let cpu = self.ours_median("tiny_cpu");
+        t.push(target(
+            "host CPU time per warm tiny dispatch",
+            "<= 5 us",
+            cpu.map(fmt_time).unwrap_or_else(|| "-".into()),
+            cpu.map(|ns| ns <= 5000.0),
+        ));
+        t
+    }
+
+    fn tiny_target(&self) -> Target {
+        let (a, b) = (
+            self.ours_over("tiny", "floor"),
+            self.ours_over("tiny", "incumbent"),
+        );
+        target(
+            "tiny dispatch p50",
+            "<= 1.3x the floor's minimal round trip, and <= 0.35x the incumbent",
+            format!("{} floor, {} incumbent", fmt_ratio(a), fmt_ratio(b)),
+            both(a.map(|a| a <= 1.3), b.map(|b| b <= 0.35)),
+        )
+    }
+
+    /// Throughput ratio = the floor's time / ours.
+    fn floor_throughput_targets(&self) -> Vec<Target> {
+        [
+            (
+                "vadd_u32_2^26",
+                "vadd_u32 2^26 borrowed end to end",
+                ">= 0.8x the floor's pinned-memory end-to-end throughput",
+                0.8,
+            ),
+            (
+                "resident_vadd_2^26",
+                "resident elementwise kernel 2^26",
+                ">= 0.97x the floor's hand-written kernel throughput",
+                0.97,
+            ),
+        ]
+        .into_iter()
+        .map(|(id, workload, goal, limit)| {
+            let tp = self.ours_over(id, "floor").map(|x| 1.0 / x);
+            target(
+                workload,
+                goal,
+                format!("{} of the floor's throughput", fmt_ratio(tp)),
+                tp.map(|x| x >= limit),
+            )
+        })
+        .collect()
+    }
+
+    fn cold_target(&self) -> Target {
+        let cold = self.ours_over("cold_compile", "incumbent");
+        let emit = self.ours_median("emit_ptx_corpus");
+        target(
+            "cold compile, first dispatch",
+            "<= 0.5x the incumbent; emitter time for the corpus median program <= 50 us",
+            format!(
+                "{} incumbent; emitter median {}",
+                fmt_ratio(cold),
+                emit.map(fmt_time).unwrap_or_else(|| "-".into())
+            ),
+            both(cold.map(|c| c <= 0.5), emit.map(|e| e <= 50_000.0)),
+        )
+    }
+
+    /// Time ratios over the incumbent.
+    fn incumbent_targets(&self) -> Vec<Target> {
+        let whole = "<= 0.5x the incumbent's wall time";
+        let matched = " incumbent (cases both matched)";
+        [
+            (
+                "warm_1024",
+                "warm re-dispatch, 1024 elements",
+                "<= 0.4x the incumbent",
+                0.4,
+                " incumbent",
+            ),
+            (
+                "reduce_atomic_2^24",
+                "reduce_atomic 2^24 end to end",
+                "<= 0.15x the incumbent",
+                0.15,
+                " incumbent",
+            ),
+            (
+                "corpus_warm",
+                "whole fixture corpus end to end (warm pass)",
+                whole,
+                0.5,
+                matched,
+            ),
+            (
+                "corpus_first",
+                "whole fixture corpus end to end (first pass, compiles included)",
+                whole,
+                0.5,
+                matched,
+            ),
+        ]
+        .into_iter()
+        .map(|(id, workload, goal, limit, suffix)| {
+            let r = self.ours_over(id, "incumbent");
+            target(
+                workload,
+                goal,
+                format!("{}{suffix}", fmt_ratio(r)),
+                r.map(|x| x <= limit),
+            )
+        })
+        .collect()
+    }
+
+    pub fn targets_table(&self) -> String {
+        let mut s = String::from(
+            "| workload | target | measured (vyre-cuda) | verdict |\n|---|---|---|---|\n",
+        );
+        for (w, target, measured, verdict) in self.targets() {
+            let _ = writeln!(s, "| {w} | {target} | {measured} | {verdict} |");
+        }
+        s
+    }
+}

@@ -1,0 +1,161 @@
+//! `jit_probe` (only when `--only` names it): wall time of the driver's JIT by method
+//! (load, O0, linker, ...) on the floor's, the incumbent's and vyre-cuda's PTX, for a vadd
+//! and for the corpus. Every text gets a unique unused `.global` so no JIT cache entry hits.
+
+use super::corpus::corpus;
+use crate::engines::floor::driver::{Floor, Jit};
+use crate::engines::floor::ptx;
+use crate::engines::Engine;
+use crate::harness::{Ctx, Sink};
+use crate::programs;
+use crate::report::Stats;
+use std::collections::BTreeMap;
+use vyre_foundation::ir::Program;
+
+/// PTX texts of one engine: (engine, set, texts).
+type Set = (&'static str, &'static str, Vec<String>);
+
+const VADD_METHODS: [(&str, Jit); 6] = [
+    ("load", Jit::Load),
+    ("O0", Jit::Level(0)),
+    ("O1", Jit::Level(1)),
+    ("O3", Jit::Level(3)),
+    ("link", Jit::Linked(4)),
+    ("link-O0", Jit::Linked(0)),
+];
+const CORPUS_METHODS: [(&str, Jit); 3] = [
+    ("load", Jit::Load),
+    ("O0", Jit::Level(0)),
+    ("link", Jit::Linked(4)),
+];
+
+pub fn run(ctx: &Ctx, sink: &mut Sink) {
+    let Some(floor) = ctx.engines.floor.get() else {
+        return sink.log("jit_probe: the floor could not open the device".into());
+    };
+    let sets = sets(ctx, floor);
+    let mut probe = Probe {
+        floor,
+        salt: std::process::id() as u64 * 1_000_000,
+        serial: 0,
+        found: BTreeMap::new(),
+    };
+    for (engine, set, texts) in &sets {
+        let (methods, reps): (&[(&str, Jit)], usize) = if *set == "vadd" {
+            (&VADD_METHODS, 7)
+        } else {
+            (&CORPUS_METHODS, 1)
+        };
+        probe.set(&format!("{engine}.{set}"), texts, methods, reps);
+    }
+    for (k, v) in &probe.found {
+        sink.log(format!("jit_probe {k} = {v:.0}"));
+    }
+    sink.diagnostics("jit_probe: driver JIT by method", probe.found);
+}
+
+/// What a dispatch of `program` hands the driver's JIT, where the engine can say here.
+fn jit_text(engine: &dyn Engine, program: &Program, ctx: &Ctx) -> Option<String> {
+    let ptx = engine.device_ptx(program, &ctx.config)?.ok()?;
+    Some(engine.jit_input(ptx))
+}
+
+/// The texts: a vadd of each engine, then the corpus programs every vyre engine emits (so
+/// the sums compare like with like).
+fn sets(ctx: &Ctx, floor: &Floor) -> Vec<Set> {
+    let (major, minor) = floor.facts.compute_capability;
+    let mut sets: Vec<Set> = Vec::new();
+    let vadd = |k: u32| programs::vadd(1024, 0x5100_0000 + k);
+    sets.push((
+        "floor",
+        "vadd",
+        vec![ptx::cold_module(major, minor, 0x5100_0000)],
+    ));
+    let engines = ctx.engines.vyre();
+    for (k, &engine) in (1u32..).zip(engines.iter()) {
+        let text = jit_text(engine, &vadd(k), ctx);
+        sets.push((engine.name(), "vadd", text.into_iter().collect()));
+    }
+    let programs: Vec<Program> = corpus().iter().map(|f| (f.build)()).collect();
+    let mut corpus_texts: Vec<Vec<String>> = engines.iter().map(|_| Vec::new()).collect();
+    for program in &programs {
+        let texts: Vec<Option<String>> = engines
+            .iter()
+            .map(|&engine| jit_text(engine, program, ctx))
+            .collect();
+        if texts.iter().all(Option::is_some) {
+            for (list, text) in corpus_texts.iter_mut().zip(texts) {
+                list.extend(text);
+            }
+        }
+    }
+    for (engine, texts) in engines.iter().zip(corpus_texts) {
+        sets.push((engine.name(), "corpus", texts));
+    }
+    sets
+}
+
+/// The floor's JIT timings, keyed `engine.set.*`.
+struct Probe<'f> {
+    floor: &'f Floor,
+    /// This process's salts: `salt + serial` for every text JIT-compiled.
+    salt: u64,
+    serial: u64,
+    found: BTreeMap<String, f64>,
+}
+
+impl Probe<'_> {
+    /// Every method on every text of one set, `reps` times each.
+    fn set(&mut self, key: &str, texts: &[String], methods: &[(&str, Jit)], reps: usize) {
+        let mut bytes: Vec<f64> = texts.iter().map(|t| t.len() as f64).collect();
+        if bytes.is_empty() {
+            return;
+        }
+        let m = &mut self.found;
+        m.insert(format!("{key}.programs"), bytes.len() as f64);
+        m.insert(
+            format!("{key}.ptx_bytes.median"),
+            Stats::from_ns(&mut bytes).median_ns,
+        );
+        for &(method, how) in methods {
+            let mut times = Vec::new();
+            for text in texts {
+                for _ in 0..reps {
+                    self.serial += 1;
+                    let salted = salted(text, self.salt + self.serial);
+                    match self.floor.jit_time(&salted, how) {
+                        Ok(d) => times.push(d.as_secs_f64() * 1e9),
+                        Err(e) => {
+                            self.found.insert(format!("{key}.{method}.error: {e}"), 0.0);
+                        }
+                    }
+                }
+            }
+            if times.is_empty() {
+                continue;
+            }
+            let sum: f64 = times.iter().sum();
+            self.found.insert(format!("{key}.{method}.sum_ns"), sum);
+            self.found.insert(
+                format!("{key}.{method}.median_ns"),
+                Stats::from_ns(&mut times).median_ns,
+            );
+        }
+    }
+}
+
+/// `text` with an unused `.global` named after `salt` after its header.
+fn salted(text: &str, salt: u64) -> String {
+    match text.find(".address_size 64\n") {
+        Some(at) => {
+            let end = at + ".address_size 64\n".len();
+            format!(
+                "{}.global .u32 vyre_probe_salt_{};\n{}",
+                &text[..end],
+                salt,
+                &text[end..]
+            )
+        }
+        None => text.to_string(),
+    }
+}
