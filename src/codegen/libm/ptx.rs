@@ -527,6 +527,12 @@ impl Func {
         self.body.push(Inst::Mov { d, a });
     }
 
+    /// `d = value(self)`: a mutable variable updated to a freshly computed value.
+    pub(crate) fn update(&mut self, d: R, value: impl FnOnce(&mut Self) -> R) {
+        let v = value(self);
+        self.set(d, v);
+    }
+
     /// A comparison.
     pub(crate) fn setp(&mut self, cmp: Cmp, ty: CmpTy, a: impl Into<Op>, b: impl Into<Op>) -> R {
         let (a, b) = (a.into(), b.into());
@@ -606,6 +612,23 @@ impl Func {
         self.bra(done);
         self.place(other);
         otherwise(self);
+        self.place(done);
+    }
+
+    /// `loop { if exit { break } body }`, `exit` evaluated at the top of every
+    /// iteration; `body` gets the loop's exit label for a `break` of its own.
+    pub(crate) fn until(
+        &mut self,
+        exit: impl FnOnce(&mut Self) -> R,
+        body: impl FnOnce(&mut Self, Label),
+    ) {
+        let top = self.label();
+        let done = self.label();
+        self.place(top);
+        let end = exit(self);
+        self.bra_if(end, true, done);
+        body(self, done);
+        self.bra(top);
         self.place(done);
     }
 
