@@ -3,14 +3,10 @@
 //! variants are for i586 only). `exp2f` evaluates its polynomial in f64 with a table;
 //! the others are all f32.
 
-use super::ptx::{f32b, f32c, f64c, int, Class, Cmp, Cvt, Func, Op, Table, R};
+use super::ptx::{f32b, f32c, f64c, int, Class, Cmp, Cvt, Func, Table, R};
 use super::scalbn::scalbn;
 
 pub(super) const EXPF: &str = "vyre_libm_expf";
-
-fn ret(f: &mut Func, v: R) {
-    f.ret(&[Op::Reg(v)]);
-}
 
 /// `expf`.
 pub(super) fn expf() -> Func {
@@ -31,20 +27,20 @@ pub(super) fn expf() -> Func {
     let special = f.ucmp(Cmp::Ge, hx, int(0x42ae_ac50));
     f.when(special, |f| {
         let nan = f.ucmp(Cmp::Gt, hx, int(0x7f80_0000));
-        f.when(nan, |f| ret(f, x0));
+        f.when(nan, |f| f.ret1(x0));
         // x >= 88.722839f: overflow
         let big = f.ucmp(Cmp::Ge, hx, int(0x42b1_7218));
         let positive = f.scmp(Cmp::Eq, sign, int(0));
         f.when(big, |f| {
             f.when(positive, |f| {
                 let y = f.mul(x0, f32b(X1P127));
-                ret(f, y);
+                f.ret1(y);
             });
         });
         // underflow: x <= -103.972084f
         f.when(signb, |f| {
             let zero = f.ucmp(Cmp::Ge, hx, int(0x42cf_f1b5));
-            f.when(zero, |f| f.ret(&[f32c(0.0)]));
+            f.when(zero, |f| f.ret1(f32c(0.0)));
         });
     });
 
@@ -100,7 +96,7 @@ pub(super) fn expf() -> Func {
                 |f| {
                     // 1. + x
                     let y = f.add(f32c(1.0), x);
-                    ret(f, y);
+                    f.ret1(y);
                 },
             );
         },
@@ -121,9 +117,9 @@ pub(super) fn expf() -> Func {
     let t = f.add(t, hi);
     let y = f.add(f32c(1.0), t);
     let k_zero = f.scmp(Cmp::Eq, k, int(0));
-    f.when(k_zero, |f| ret(f, y));
+    f.when(k_zero, |f| f.ret1(y));
     let y = scalbn(&mut f, y, k);
-    ret(&mut f, y);
+    f.ret1(y);
     f
 }
 
@@ -170,26 +166,26 @@ pub(super) fn exp2f() -> Func {
         |f| {
             // |x| > 126
             let nan = f.ucmp(Cmp::Gt, ix, int(0x7f80_0000));
-            f.when(nan, |f| ret(f, x));
+            f.when(nan, |f| f.ret1(x));
             // x >= 128 (0x43000000 <= ui < 0x80000000)
             let ge_128 = f.ucmp(Cmp::Ge, ui, int(0x4300_0000));
             let positive = f.ucmp(Cmp::Lt, ui, int(0x8000_0000));
             f.when(ge_128, |f| {
                 f.when(positive, |f| {
                     let y = f.mul(x, f32b(X1P127));
-                    ret(f, y);
+                    f.ret1(y);
                 });
             });
             // x <= -150
             let le_m150 = f.ucmp(Cmp::Ge, ui, int(0xc316_0000));
-            f.when(le_m150, |f| f.ret(&[f32c(0.0)]));
+            f.when(le_m150, |f| f.ret1(f32c(0.0)));
         },
         |f| {
             // |x| <= 0x1p-25
             let tiny = f.ucmp(Cmp::Le, ix, int(0x3300_0000));
             f.when(tiny, |f| {
                 let y = f.add(f32c(1.0), x);
-                ret(f, y);
+                f.ret1(y);
             });
         },
     );
@@ -226,7 +222,7 @@ pub(super) fn exp2f() -> Func {
     // Scale by 2**k
     let y = f.mul(r, ukf);
     let y = f.cvt(Cvt::F32F64, y);
-    ret(&mut f, y);
+    f.ret1(y);
     f
 }
 
@@ -258,13 +254,13 @@ fn log_reduce(f: &mut Func) -> (R, R) {
                 // log(+-0) = -inf: -1. / (x * x)
                 let t = f.mul(x, x);
                 let y = f.div(f32c(-1.0), t);
-                ret(f, y);
+                f.ret1(y);
             });
             f.when(negative, |f| {
                 // log(-#) = NaN: (x - x) / 0.
                 let t = f.sub(x, x);
                 let y = f.div(t, f32c(0.0));
-                ret(f, y);
+                f.ret1(y);
             });
             // subnormal number, scale up x
             f.set(k, int(-25));
@@ -275,9 +271,9 @@ fn log_reduce(f: &mut Func) -> (R, R) {
         },
         |f| {
             let special = f.ucmp(Cmp::Ge, ix, int(0x7f80_0000));
-            f.when(special, |f| ret(f, x));
+            f.when(special, |f| f.ret1(x));
             let one = f.ucmp(Cmp::Eq, ix, int(0x3f80_0000));
-            f.when(one, |f| f.ret(&[f32c(0.0)]));
+            f.when(one, |f| f.ret1(f32c(0.0)));
         },
     );
     // reduce x into [sqrt(2)/2, sqrt(2)]
@@ -330,7 +326,7 @@ pub(super) fn logf() -> Func {
     let t = f.add(t, fm);
     let u = f.mul(dk, f32c(LN2_HI));
     let y = f.add(t, u);
-    ret(&mut f, y);
+    f.ret1(y);
     f
 }
 
@@ -361,6 +357,6 @@ pub(super) fn log2f() -> Func {
     let t = f.add(t, u);
     let kf = f.cvt(Cvt::F32S32, k);
     let y = f.add(t, kf);
-    ret(&mut f, y);
+    f.ret1(y);
     f
 }

@@ -2,7 +2,7 @@
 //! `s_atanf.c`). `asinf` finishes in f64 (libm's `sqrt` is `sqrtsd`: correctly rounded);
 //! `acosf` and `atanf` are all f32.
 
-use super::ptx::{f32b, f32c, f64b, f64c, int, Class, Cmp, Cvt, Func, Op, Table, R};
+use super::ptx::{f32b, f32c, f64b, f64c, int, Class, Cmp, Cvt, Func, Table, R};
 
 const P_S0: f32 = 1.6666586697e-01;
 const P_S1: f32 = -4.2743422091e-02;
@@ -19,10 +19,6 @@ fn r(f: &mut Func, z: R) -> R {
     let t = f.mul(z, f32c(Q_S1));
     let q = f.add(f32c(1.0), t);
     f.div(p, q)
-}
-
-fn ret(f: &mut Func, v: R) {
-    f.ret(&[Op::Reg(v)]);
 }
 
 /// `asinf`.
@@ -42,25 +38,25 @@ pub(super) fn asinf() -> Func {
             let t = f.mul(x64, f64c(PIO2));
             let t = f.add(t, f64b(X1P_120));
             let y = f.cvt(Cvt::F32F64, t);
-            ret(f, y);
+            f.ret1(y);
         });
         // asin(|x|>1) is NaN: 0. / (x - x)
         let d = f.sub(x, x);
         let y = f.div(f32c(0.0), d);
-        ret(f, y);
+        f.ret1(y);
     });
     let lt_half = f.ucmp(Cmp::Lt, ix, int(0x3f00_0000));
     f.when(lt_half, |f| {
         // if 0x1p-126 <= |x| < 0x1p-12, avoid raising underflow
         let normal = f.ucmp(Cmp::Ge, ix, int(0x0080_0000));
         let tiny = f.ucmp(Cmp::Lt, ix, int(0x3980_0000));
-        f.when(normal, |f| f.when(tiny, |f| ret(f, x)));
+        f.when(normal, |f| f.when(tiny, |f| f.ret1(x)));
         // x + x * r(x * x)
         let xx = f.mul(x, x);
         let t = r(f, xx);
         let t = f.mul(x, t);
         let y = f.add(x, t);
-        ret(f, y);
+        f.ret1(y);
     });
     // 1 > |x| >= 0.5
     let ax = f.abs(x);
@@ -79,7 +75,7 @@ pub(super) fn asinf() -> Func {
     let neg = f.neg(y);
     let sign = f.scmp(Cmp::Lt, hx, int(0));
     let y = f.selp(sign, neg, y);
-    ret(&mut f, y);
+    f.ret1(y);
     f
 }
 
@@ -102,14 +98,14 @@ pub(super) fn acosf() -> Func {
                 // 2. * PIO2_HI + x1p_120
                 let t = f.mul(f32c(2.0), f32c(PIO2_HI));
                 let y = f.add(t, f32b(X1P_120));
-                ret(f, y);
+                f.ret1(y);
             });
-            f.ret(&[f32c(0.0)]);
+            f.ret1(f32c(0.0));
         });
         // 0. / (x - x)
         let d = f.sub(x, x);
         let y = f.div(f32c(0.0), d);
-        ret(f, y);
+        f.ret1(y);
     });
     // |x| < 0.5
     let lt_half = f.ucmp(Cmp::Lt, ix, int(0x3f00_0000));
@@ -118,7 +114,7 @@ pub(super) fn acosf() -> Func {
         let tiny = f.ucmp(Cmp::Le, ix, int(0x3280_0000));
         f.when(tiny, |f| {
             let y = f.add(f32c(PIO2_HI), f32b(X1P_120));
-            ret(f, y);
+            f.ret1(y);
         });
         // PIO2_HI - (x - (PIO2_LO - x * r(x * x)))
         let xx = f.mul(x, x);
@@ -127,7 +123,7 @@ pub(super) fn acosf() -> Func {
         let t = f.sub(f32c(PIO2_LO), t);
         let t = f.sub(x, t);
         let y = f.sub(f32c(PIO2_HI), t);
-        ret(f, y);
+        f.ret1(y);
     });
     // x < -0.5
     f.when(sign, |f| {
@@ -141,7 +137,7 @@ pub(super) fn acosf() -> Func {
         let t = f.add(s, w);
         let t = f.sub(f32c(PIO2_HI), t);
         let y = f.mul(f32c(2.0), t);
-        ret(f, y);
+        f.ret1(y);
     });
     // x > 0.5
     let t = f.sub(f32c(1.0), x);
@@ -161,7 +157,7 @@ pub(super) fn acosf() -> Func {
     let w = f.add(t, c);
     let t = f.add(df, w);
     let y = f.mul(f32c(2.0), t);
-    ret(&mut f, y);
+    f.ret1(y);
     f
 }
 
@@ -210,12 +206,12 @@ pub(super) fn atanf() -> Func {
     let huge = f.ucmp(Cmp::Ge, ix, int(0x4c80_0000));
     f.when(huge, |f| {
         let nan = f.fcmp(Cmp::Ne, x0, x0);
-        f.when(nan, |f| ret(f, x0));
+        f.when(nan, |f| f.ret1(x0));
         let hi = f.ld_table(&ATAN_HI, int(3));
         let z = f.add(hi, f32b(X1P_120));
         let neg = f.neg(z);
         let y = f.selp(sign, neg, z);
-        ret(f, y);
+        f.ret1(y);
     });
     let x = f.copy(Class::F32, x0);
     let id = f.reg(Class::B32);
@@ -225,7 +221,7 @@ pub(super) fn atanf() -> Func {
         |f| {
             // |x| < 0.4375; |x| < 2**-12 returns x
             let tiny = f.ucmp(Cmp::Lt, ix, int(0x3980_0000));
-            f.when(tiny, |f| ret(f, x0));
+            f.when(tiny, |f| f.ret1(x0));
             f.set(id, int(-1));
         },
         |f| {
@@ -300,7 +296,7 @@ pub(super) fn atanf() -> Func {
         // x - x * (s1 + s2)
         let t = f.mul(x, s);
         let y = f.sub(x, t);
-        ret(f, y);
+        f.ret1(y);
     });
     // z = ATAN_HI[id] - ((x * (s1 + s2) - ATAN_LO[id]) - x)
     let hi = f.ld_table(&ATAN_HI, id);
@@ -311,6 +307,6 @@ pub(super) fn atanf() -> Func {
     let z = f.sub(hi, t);
     let neg = f.neg(z);
     let y = f.selp(sign, neg, z);
-    ret(&mut f, y);
+    f.ret1(y);
     f
 }

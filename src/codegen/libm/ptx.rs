@@ -653,6 +653,11 @@ impl Func {
         self.body.push(Inst::Ret(regs));
     }
 
+    /// `return v` from a function of one result.
+    pub(crate) fn ret1(&mut self, v: impl Into<Op>) {
+        self.ret(&[v.into()]);
+    }
+
     /// Call another `.func` of the module.
     pub(crate) fn call(&mut self, callee: &Func, args: &[Op]) -> Vec<R> {
         assert_eq!(args.len(), callee.params.len(), "{}: arity", callee.name);

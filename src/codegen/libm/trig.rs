@@ -1,7 +1,7 @@
 //! `sinf`, `cosf`, `tanf` (libm 0.2.16, from FreeBSD `s_sinf.c`, `s_cosf.c`, `s_tanf.c`)
 //! with their f64 kernels `k_sinf`, `k_cosf`, `k_tanf` inlined.
 
-use super::ptx::{f32c, f64c, int, Class, Cmp, Cvt, Func, Op, R};
+use super::ptx::{f32c, f64c, int, Class, Cmp, Cvt, Func, R};
 use core::f64::consts::FRAC_PI_2;
 
 /* Small multiples of pi/2 rounded to double precision. */
@@ -114,10 +114,6 @@ fn rem_pio2f(f: &mut Func, rem: &Func, x: R) -> (R, R) {
     (out[1], out[0])
 }
 
-fn ret(f: &mut Func, v: R) {
-    f.ret(&[Op::Reg(v)]);
-}
-
 /// `sinf`.
 pub(super) fn sinf(rem: &Func) -> Func {
     let mut f = Func::new("vyre_libm_sinf", &[Class::F32], &[Class::F32]);
@@ -126,9 +122,9 @@ pub(super) fn sinf(rem: &Func) -> Func {
     f.when(small, |f| {
         // |x| ~<= pi/4
         let tiny = f.ucmp(Cmp::Lt, ix, int(0x3980_0000));
-        f.when(tiny, |f| ret(f, x));
+        f.when(tiny, |f| f.ret1(x));
         let y = k_sinf(f, x64);
-        ret(f, y);
+        f.ret1(y);
     });
     let le_5pio4 = f.ucmp(Cmp::Le, ix, int(0x407b_53d1));
     f.when(le_5pio4, |f| {
@@ -139,13 +135,13 @@ pub(super) fn sinf(rem: &Func) -> Func {
             let c = k_cosf(f, arg);
             let neg = f.neg(c);
             let y = f.selp(sign, neg, c);
-            ret(f, y);
+            f.ret1(y);
         });
         // k_sinf(if sign { -(x64 + S2_PIO2) } else { -(x64 - S2_PIO2) })
         let arg = toward_zero(f, sign, x64, PIO2_2);
         let arg = f.neg(arg);
         let y = k_sinf(f, arg);
-        ret(f, y);
+        f.ret1(y);
     });
     let le_9pio4 = f.ucmp(Cmp::Le, ix, int(0x40e2_31d5));
     f.when(le_9pio4, |f| {
@@ -156,17 +152,17 @@ pub(super) fn sinf(rem: &Func) -> Func {
             let c = k_cosf(f, arg);
             let neg = f.neg(c);
             let y = f.selp(sign, c, neg);
-            ret(f, y);
+            f.ret1(y);
         });
         let arg = toward_zero(f, sign, x64, PIO2_4);
         let y = k_sinf(f, arg);
-        ret(f, y);
+        f.ret1(y);
     });
     // sin(Inf or NaN) is NaN
     let special = f.ucmp(Cmp::Ge, ix, int(0x7f80_0000));
     f.when(special, |f| {
         let y = f.sub(x, x);
-        ret(f, y);
+        f.ret1(y);
     });
     // general argument reduction needed
     let (n, y) = rem_pio2f(&mut f, rem, x);
@@ -179,14 +175,14 @@ pub(super) fn sinf(rem: &Func) -> Func {
         let neg = f.neg(y);
         let arg = f.selp(second, neg, y);
         let v = k_sinf(f, arg);
-        ret(f, v);
+        f.ret1(v);
     });
     // 1 => k_cosf(y), _ => -k_cosf(y)
     let c = k_cosf(&mut f, y);
     let neg = f.neg(c);
     let first = f.scmp(Cmp::Eq, quadrant, int(1));
     let v = f.selp(first, c, neg);
-    ret(&mut f, v);
+    f.ret1(v);
     f
 }
 
@@ -198,9 +194,9 @@ pub(super) fn cosf(rem: &Func) -> Func {
     f.when(small, |f| {
         // |x| ~<= pi/4
         let tiny = f.ucmp(Cmp::Lt, ix, int(0x3980_0000));
-        f.when(tiny, |f| f.ret(&[f32c(1.0)]));
+        f.when(tiny, |f| f.ret1(f32c(1.0)));
         let y = k_cosf(f, x64);
-        ret(f, y);
+        f.ret1(y);
     });
     let le_5pio4 = f.ucmp(Cmp::Le, ix, int(0x407b_53d1));
     f.when(le_5pio4, |f| {
@@ -210,14 +206,14 @@ pub(super) fn cosf(rem: &Func) -> Func {
             let arg = toward_zero(f, sign, x64, PIO2_2);
             let c = k_cosf(f, arg);
             let y = f.neg(c);
-            ret(f, y);
+            f.ret1(y);
         });
         // if sign { k_sinf(x64 + C1_PIO2) } else { k_sinf(C1_PIO2 - x64) }
         let plus = f.add(x64, f64c(PIO2_1));
         let minus = f.sub(f64c(PIO2_1), x64);
         let arg = f.selp(sign, plus, minus);
         let y = k_sinf(f, arg);
-        ret(f, y);
+        f.ret1(y);
     });
     let le_9pio4 = f.ucmp(Cmp::Le, ix, int(0x40e2_31d5));
     f.when(le_9pio4, |f| {
@@ -226,7 +222,7 @@ pub(super) fn cosf(rem: &Func) -> Func {
             // k_cosf(if sign { x64 + C4_PIO2 } else { x64 - C4_PIO2 })
             let arg = toward_zero(f, sign, x64, PIO2_4);
             let y = k_cosf(f, arg);
-            ret(f, y);
+            f.ret1(y);
         });
         // if sign { k_sinf(-x64 - C3_PIO2) } else { k_sinf(x64 - C3_PIO2) }
         let nx = f.neg(x64);
@@ -234,13 +230,13 @@ pub(super) fn cosf(rem: &Func) -> Func {
         let minus = f.sub(x64, f64c(PIO2_3));
         let arg = f.selp(sign, plus, minus);
         let y = k_sinf(f, arg);
-        ret(f, y);
+        f.ret1(y);
     });
     // cos(Inf or NaN) is NaN
     let special = f.ucmp(Cmp::Ge, ix, int(0x7f80_0000));
     f.when(special, |f| {
         let y = f.sub(x, x);
-        ret(f, y);
+        f.ret1(y);
     });
     // general argument reduction needed
     let (n, y) = rem_pio2f(&mut f, rem, x);
@@ -253,14 +249,14 @@ pub(super) fn cosf(rem: &Func) -> Func {
         let neg = f.neg(y);
         let arg = f.selp(first, neg, y);
         let v = k_sinf(f, arg);
-        ret(f, v);
+        f.ret1(v);
     });
     // 0 => k_cosf(y), 2 => -k_cosf(y)
     let c = k_cosf(&mut f, y);
     let neg = f.neg(c);
     let zero = f.scmp(Cmp::Eq, quadrant, int(0));
     let v = f.selp(zero, c, neg);
-    ret(&mut f, v);
+    f.ret1(v);
     f
 }
 
@@ -272,9 +268,9 @@ pub(super) fn tanf(rem: &Func) -> Func {
     f.when(small, |f| {
         // |x| ~<= pi/4
         let tiny = f.ucmp(Cmp::Lt, ix, int(0x3980_0000));
-        f.when(tiny, |f| ret(f, x));
+        f.when(tiny, |f| f.ret1(x));
         let y = k_tanf(f, x64, None);
-        ret(f, y);
+        f.ret1(y);
     });
     let le_5pio4 = f.ucmp(Cmp::Le, ix, int(0x407b_53d1));
     f.when(le_5pio4, |f| {
@@ -284,7 +280,7 @@ pub(super) fn tanf(rem: &Func) -> Func {
         let a2 = toward_zero(f, sign, x64, PIO2_2);
         let arg = f.selp(le_3pio4, a1, a2);
         let y = k_tanf(f, arg, Some(le_3pio4));
-        ret(f, y);
+        f.ret1(y);
     });
     let le_9pio4 = f.ucmp(Cmp::Le, ix, int(0x40e2_31d5));
     f.when(le_9pio4, |f| {
@@ -293,19 +289,19 @@ pub(super) fn tanf(rem: &Func) -> Func {
         let a4 = toward_zero(f, sign, x64, PIO2_4);
         let arg = f.selp(le_7pio4, a3, a4);
         let y = k_tanf(f, arg, Some(le_7pio4));
-        ret(f, y);
+        f.ret1(y);
     });
     // tan(Inf or NaN) is NaN
     let special = f.ucmp(Cmp::Ge, ix, int(0x7f80_0000));
     f.when(special, |f| {
         let y = f.sub(x, x);
-        ret(f, y);
+        f.ret1(y);
     });
     // argument reduction
     let (n, y) = rem_pio2f(&mut f, rem, x);
     let odd = f.and(n, int(1));
     let odd = f.scmp(Cmp::Ne, odd, int(0));
     let v = k_tanf(&mut f, y, Some(odd));
-    ret(&mut f, v);
+    f.ret1(v);
     f
 }
