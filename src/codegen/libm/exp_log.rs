@@ -8,22 +8,59 @@ use super::scalbn::scalbn;
 
 pub(super) const EXPF: &str = "vyre_libm_expf";
 
+const INV_LN2: f32 = 1.4426950216e+00; /* 0x3fb8aa3b */
+const X1P127: u32 = 0x7f00_0000;
+
+/// Overflow: `return x * 2^127`.
+pub(super) fn overflow(f: &mut Func, x: R) {
+    let y = f.mul(x, f32b(X1P127));
+    f.ret1(y);
+}
+
+/// `k = (INV_LN2 * x + (if sign { -0.5 } else { 0.5 })) as i32`, the nearest multiple
+/// of ln2 (expf and expm1f).
+pub(super) fn nearest_k(f: &mut Func, x: R, sign: R) -> R {
+    let half = f.selp(sign, f32c(-0.5), f32c(0.5));
+    let t = f.mul(f32c(INV_LN2), x);
+    let t = f.add(t, half);
+    f.cvt(Cvt::S32F32, t)
+}
+
 /// `expf`.
 pub(super) fn expf() -> Func {
-    const LN2_HI: f32 = 6.9314575195e-01; /* 0x3f317200 */
-    const LN2_LO: f32 = 1.4286067653e-06; /* 0x35bfbe8e */
-    const INV_LN2: f32 = 1.4426950216e+00; /* 0x3fb8aa3b */
-    const P1: f32 = 1.6666625440e-1; /*  0xaaaa8f.0p-26 */
-    const P2: f32 = -2.7667332906e-3; /* -0xb55215.0p-32 */
-    const X1P127: u32 = 0x7f00_0000;
     let mut f = Func::new(EXPF, &[Class::F32], &[Class::F32]);
     let x0 = f.param(0);
     let bits = f.bits(x0);
     let sign = f.shr_u(bits, int(31)); // sign bit of x (0 or 1)
     let signb = f.scmp(Cmp::Ne, sign, int(0));
     let hx = f.and(bits, int(0x7fff_ffff)); // high word of |x|
+    expf_special(&mut f, x0, hx, [sign, signb]);
+    let (x, k, hi, lo) = expf_reduce(&mut f, x0, hx, [sign, signb]);
+    // x is now in primary range
+    const P1: f32 = 1.6666625440e-1; /*  0xaaaa8f.0p-26 */
+    const P2: f32 = -2.7667332906e-3; /* -0xb55215.0p-32 */
+    let xx = f.mul(x, x);
+    // c = x - xx * (P1 + xx * P2)
+    let t = f.mul(xx, f32c(P2));
+    let t = f.add(f32c(P1), t);
+    let t = f.mul(xx, t);
+    let c = f.sub(x, t);
+    // y = 1. + (x * c / (2. - c) - lo + hi)
+    let t = f.mul(x, c);
+    let u = f.sub(f32c(2.0), c);
+    let t = f.div(t, u);
+    let t = f.sub(t, lo);
+    let t = f.add(t, hi);
+    let y = f.add(f32c(1.0), t);
+    let k_zero = f.scmp(Cmp::Eq, k, int(0));
+    f.when(k_zero, |f| f.ret1(y));
+    let y = scalbn(&mut f, y, k);
+    f.ret1(y);
+    f
+}
 
-    // special cases: if |x| >= -87.33655f or NaN
+/// Special cases: if |x| >= -87.33655f or NaN.
+fn expf_special(f: &mut Func, x0: R, hx: R, [sign, signb]: [R; 2]) {
     let special = f.ucmp(Cmp::Ge, hx, int(0x42ae_ac50));
     f.when(special, |f| {
         let nan = f.ucmp(Cmp::Gt, hx, int(0x7f80_0000));
@@ -31,20 +68,20 @@ pub(super) fn expf() -> Func {
         // x >= 88.722839f: overflow
         let big = f.ucmp(Cmp::Ge, hx, int(0x42b1_7218));
         let positive = f.scmp(Cmp::Eq, sign, int(0));
-        f.when(big, |f| {
-            f.when(positive, |f| {
-                let y = f.mul(x0, f32b(X1P127));
-                f.ret1(y);
-            });
-        });
+        f.when(big, |f| f.when(positive, |f| overflow(f, x0)));
         // underflow: x <= -103.972084f
         f.when(signb, |f| {
             let zero = f.ucmp(Cmp::Ge, hx, int(0x42cf_f1b5));
             f.when(zero, |f| f.ret1(f32c(0.0)));
         });
     });
+}
 
-    // argument reduction
+/// Argument reduction: `(x, k, hi, lo)` with x = hi - lo = x0 - k*ln2 (tiny |x| returns
+/// 1 + x).
+fn expf_reduce(f: &mut Func, x0: R, hx: R, [sign, signb]: [R; 2]) -> (R, R, R, R) {
+    const LN2_HI: f32 = 6.9314575195e-01; /* 0x3f317200 */
+    const LN2_LO: f32 = 1.4286067653e-06; /* 0x35bfbe8e */
     let x = f.copy(Class::F32, x0);
     let k = f.reg(Class::B32);
     let hi = f.reg(Class::F32);
@@ -54,34 +91,26 @@ pub(super) fn expf() -> Func {
     f.if_else(
         reduce,
         |f| {
-            // if |x| > 1.5 ln2
+            // if |x| > 1.5 ln2: k = nearest; else k = 1 - sign - sign
             let far = f.ucmp(Cmp::Gt, hx, int(0x3f85_1592));
             f.if_else(
                 far,
+                |f| f.update(k, |f| nearest_k(f, x, signb)),
                 |f| {
-                    // k = (INV_LN2 * x + HALF[sign]) as i32
-                    let half = f.selp(signb, f32c(-0.5), f32c(0.5));
-                    let t = f.mul(f32c(INV_LN2), x);
-                    let t = f.add(t, half);
-                    let t = f.cvt(Cvt::S32F32, t);
-                    f.set(k, t);
-                },
-                |f| {
-                    // k = 1 - sign - sign
-                    let t = f.isub(int(1), sign);
-                    let t = f.isub(t, sign);
-                    f.set(k, t);
+                    f.update(k, |f| {
+                        let t = f.isub(int(1), sign);
+                        f.isub(t, sign)
+                    })
                 },
             );
             let kf = f.cvt(Cvt::F32S32, k);
             // hi = x - kf * LN2_HI (exact here); lo = kf * LN2_LO; x = hi - lo
-            let t = f.mul(kf, f32c(LN2_HI));
-            let t = f.sub(x, t);
-            f.set(hi, t);
-            let t = f.mul(kf, f32c(LN2_LO));
-            f.set(lo, t);
-            let t = f.sub(hi, lo);
-            f.set(x, t);
+            f.update(hi, |f| {
+                let t = f.mul(kf, f32c(LN2_HI));
+                f.sub(x, t)
+            });
+            f.update(lo, |f| f.mul(kf, f32c(LN2_LO)));
+            f.update(x, |f| f.sub(hi, lo));
         },
         |f| {
             // |x| > 2**-14
@@ -101,26 +130,7 @@ pub(super) fn expf() -> Func {
             );
         },
     );
-
-    // x is now in primary range
-    let xx = f.mul(x, x);
-    // c = x - xx * (P1 + xx * P2)
-    let t = f.mul(xx, f32c(P2));
-    let t = f.add(f32c(P1), t);
-    let t = f.mul(xx, t);
-    let c = f.sub(x, t);
-    // y = 1. + (x * c / (2. - c) - lo + hi)
-    let t = f.mul(x, c);
-    let u = f.sub(f32c(2.0), c);
-    let t = f.div(t, u);
-    let t = f.sub(t, lo);
-    let t = f.add(t, hi);
-    let y = f.add(f32c(1.0), t);
-    let k_zero = f.scmp(Cmp::Eq, k, int(0));
-    f.when(k_zero, |f| f.ret1(y));
-    let y = scalbn(&mut f, y, k);
-    f.ret1(y);
-    f
+    (x, k, hi, lo)
 }
 
 static EXP2FT: Table = Table {
@@ -154,7 +164,6 @@ pub(super) fn exp2f() -> Func {
     let p2 = f32::from_bits(0x3e75_fdf0);
     let p3 = f32::from_bits(0x3d63_59a4);
     let p4 = f32::from_bits(0x3c1d_964e);
-    const X1P127: u32 = 0x7f00_0000;
     let mut f = Func::new("vyre_libm_exp2f", &[Class::F32], &[Class::F32]);
     let x = f.param(0);
     // Filter out exceptional cases.
@@ -170,12 +179,7 @@ pub(super) fn exp2f() -> Func {
             // x >= 128 (0x43000000 <= ui < 0x80000000)
             let ge_128 = f.ucmp(Cmp::Ge, ui, int(0x4300_0000));
             let positive = f.ucmp(Cmp::Lt, ui, int(0x8000_0000));
-            f.when(ge_128, |f| {
-                f.when(positive, |f| {
-                    let y = f.mul(x, f32b(X1P127));
-                    f.ret1(y);
-                });
-            });
+            f.when(ge_128, |f| f.when(positive, |f| overflow(f, x)));
             // x <= -150
             let le_m150 = f.ucmp(Cmp::Ge, ui, int(0xc316_0000));
             f.when(le_m150, |f| f.ret1(f32c(0.0)));

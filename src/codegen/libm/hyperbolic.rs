@@ -2,13 +2,13 @@
 //! their helpers `expm1f` (FreeBSD `s_expm1f.c`, an internal `.func`) and `k_expo2f`
 //! (inlined). All f32.
 
+use super::exp_log::{nearest_k, overflow};
 use super::ptx::{f32b, f32c, int, Class, Cmp, Cvt, Func, R};
 
 pub(super) const EXPM1F: &str = "vyre_libm_expm1f";
 
 const LN2_HI: f32 = 6.9313812256e-01; /* 0x3f317180 */
 const LN2_LO: f32 = 9.0580006145e-06; /* 0x3717f7d1 */
-const INV_LN2: f32 = 1.4426950216e+00; /* 0x3fb8aa3b */
 const Q1: f32 = -3.3333212137e-2; /* -0x888868.0p-28 */
 const Q2: f32 = 1.5807170421e-3; /*  0xcf3010.0p-33 */
 const X1P127: u32 = 0x7f00_0000;
@@ -36,10 +36,7 @@ fn expm1_huge(f: &mut Func, x0: R, hx: R, sign: R) {
         f.when(sign, |f| f.ret1(f32c(-1.0)));
         // x > log(FLT_MAX)
         let over = f.ucmp(Cmp::Gt, hx, int(0x42b1_7217));
-        f.when(over, |f| {
-            let y = f.mul(x0, f32b(X1P127));
-            f.ret1(y);
-        });
+        f.when(over, |f| overflow(f, x0));
     });
 }
 
@@ -90,11 +87,7 @@ fn expm1_hi_lo(f: &mut Func, [x, k]: [R; 2], hx: R, sign: R) -> (R, R) {
         near,
         |f| f.if_else(sign, |f| by_one(f, -1), |f| by_one(f, 1)),
         |f| {
-            // k = (INV_LN2 * x + (if sign { -0.5 } else { 0.5 })) as i32
-            let half = f.selp(sign, f32c(-0.5), f32c(0.5));
-            let t = f.mul(f32c(INV_LN2), x);
-            let t = f.add(t, half);
-            f.update(k, |f| f.cvt(Cvt::S32F32, t));
+            f.update(k, |f| nearest_k(f, x, sign));
             let t = f.cvt(Cvt::F32S32, k);
             // hi = x - t * LN2_HI (exact here); lo = t * LN2_LO
             f.update(hi, |f| {
@@ -374,8 +367,7 @@ pub(super) fn tanhf(expm1f: &Func) -> Func {
         |f| f.set(tt, x),
     );
     f.place(done);
-    let neg = f.neg(tt);
-    let y = f.selp(sign, neg, tt);
+    let y = f.negate_if(sign, tt);
     f.ret1(y);
     f
 }

@@ -209,8 +209,7 @@ pub(super) fn atanf() -> Func {
         f.when(nan, |f| f.ret1(x0));
         let hi = f.ld_table(&ATAN_HI, int(3));
         let z = f.add(hi, f32b(X1P_120));
-        let neg = f.neg(z);
-        let y = f.selp(sign, neg, z);
+        let y = f.negate_if(sign, z);
         f.ret1(y);
     });
     let x = f.copy(Class::F32, x0);
@@ -305,8 +304,7 @@ pub(super) fn atanf() -> Func {
     let t = f.sub(t, lo);
     let t = f.sub(t, x);
     let z = f.sub(hi, t);
-    let neg = f.neg(z);
-    let y = f.selp(sign, neg, z);
+    let y = f.negate_if(sign, z);
     f.ret1(y);
     f
 }

@@ -565,6 +565,12 @@ impl Func {
         d
     }
 
+    /// `if p { -v } else { v }`.
+    pub(crate) fn negate_if(&mut self, p: R, v: R) -> R {
+        let neg = self.neg(v);
+        self.selp(p, neg, v)
+    }
+
     /// A new label (placed with [`Func::place`]).
     pub(crate) fn label(&mut self) -> Label {
         self.labels += 1;

@@ -133,8 +133,7 @@ pub(super) fn sinf(rem: &Func) -> Func {
             // if sign { -k_cosf(x64 + S1_PIO2) } else { k_cosf(x64 - S1_PIO2) }
             let arg = toward_zero(f, sign, x64, PIO2_1);
             let c = k_cosf(f, arg);
-            let neg = f.neg(c);
-            let y = f.selp(sign, neg, c);
+            let y = f.negate_if(sign, c);
             f.ret1(y);
         });
         // k_sinf(if sign { -(x64 + S2_PIO2) } else { -(x64 - S2_PIO2) })
@@ -172,8 +171,7 @@ pub(super) fn sinf(rem: &Func) -> Func {
     f.when(even, |f| {
         // 0 => k_sinf(y), 2 => k_sinf(-y)
         let second = f.scmp(Cmp::Eq, quadrant, int(2));
-        let neg = f.neg(y);
-        let arg = f.selp(second, neg, y);
+        let arg = f.negate_if(second, y);
         let v = k_sinf(f, arg);
         f.ret1(v);
     });
@@ -246,8 +244,7 @@ pub(super) fn cosf(rem: &Func) -> Func {
     f.when(odd, |f| {
         // 1 => k_sinf(-y), _ => k_sinf(y)
         let first = f.scmp(Cmp::Eq, quadrant, int(1));
-        let neg = f.neg(y);
-        let arg = f.selp(first, neg, y);
+        let arg = f.negate_if(first, y);
         let v = k_sinf(f, arg);
         f.ret1(v);
     });
