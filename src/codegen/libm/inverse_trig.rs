@@ -79,11 +79,12 @@ pub(super) fn asinf() -> Func {
     f
 }
 
+const PIO2_HI: f32 = 1.5707962513e+00; /* 0x3fc90fda */
+const PIO2_LO: f32 = 7.5497894159e-08; /* 0x33a22168 */
+const X1P_120: u32 = 0x0380_0000; // 2^-120 as f32
+
 /// `acosf`.
 pub(super) fn acosf() -> Func {
-    const PIO2_HI: f32 = 1.5707962513e+00; /* 0x3fc90fda */
-    const PIO2_LO: f32 = 7.5497894159e-08; /* 0x33a22168 */
-    const X1P_120: u32 = 0x0380_0000; // 2^-120 as f32
     let mut f = Func::new("vyre_libm_acosf", &[Class::F32], &[Class::F32]);
     let x = f.param(0);
     let hx = f.bits(x);
@@ -107,7 +108,14 @@ pub(super) fn acosf() -> Func {
         let y = f.div(f32c(0.0), d);
         f.ret1(y);
     });
-    // |x| < 0.5
+    acos_small(&mut f, x, ix);
+    acos_negative(&mut f, x, sign);
+    acos_positive(&mut f, x);
+    f
+}
+
+/// |x| < 0.5: PIO2_HI - (x - (PIO2_LO - x * r(x * x))).
+fn acos_small(f: &mut Func, x: R, ix: R) {
     let lt_half = f.ucmp(Cmp::Lt, ix, int(0x3f00_0000));
     f.when(lt_half, |f| {
         // |x| < 2**-26
@@ -116,7 +124,6 @@ pub(super) fn acosf() -> Func {
             let y = f.add(f32c(PIO2_HI), f32b(X1P_120));
             f.ret1(y);
         });
-        // PIO2_HI - (x - (PIO2_LO - x * r(x * x)))
         let xx = f.mul(x, x);
         let t = r(f, xx);
         let t = f.mul(x, t);
@@ -125,12 +132,14 @@ pub(super) fn acosf() -> Func {
         let y = f.sub(f32c(PIO2_HI), t);
         f.ret1(y);
     });
-    // x < -0.5
+}
+
+/// x < -0.5: 2. * (PIO2_HI - (s + (r(z) * s - PIO2_LO))) with z = (1 + x) / 2, s = sqrt(z).
+fn acos_negative(f: &mut Func, x: R, sign: R) {
     f.when(sign, |f| {
         let t = f.add(f32c(1.0), x);
         let z = f.mul(t, f32c(0.5));
         let s = f.sqrt(z);
-        // w = r(z) * s - PIO2_LO; 2. * (PIO2_HI - (s + w))
         let t = r(f, z);
         let t = f.mul(t, s);
         let w = f.sub(t, f32c(PIO2_LO));
@@ -139,26 +148,27 @@ pub(super) fn acosf() -> Func {
         let y = f.mul(f32c(2.0), t);
         f.ret1(y);
     });
-    // x > 0.5
+}
+
+/// x > 0.5: 2. * (df + (r(z) * s + c)) with z = (1 - x) / 2, s = sqrt(z), df = s with
+/// the low 12 bits cleared and c = (z - df * df) / (s + df).
+fn acos_positive(f: &mut Func, x: R) {
     let t = f.sub(f32c(1.0), x);
     let z = f.mul(t, f32c(0.5));
     let s = f.sqrt(z);
     let sb = f.bits(s);
     let dfb = f.and(sb, int(0xffff_f000));
     let df = f.bits(dfb);
-    // c = (z - df * df) / (s + df)
     let t = f.mul(df, df);
     let t = f.sub(z, t);
     let u = f.add(s, df);
     let c = f.div(t, u);
-    // w = r(z) * s + c; 2. * (df + w)
-    let t = r(&mut f, z);
+    let t = r(f, z);
     let t = f.mul(t, s);
     let w = f.add(t, c);
     let t = f.add(df, w);
     let y = f.mul(f32c(2.0), t);
     f.ret1(y);
-    f
 }
 
 const fn f32_bits(v: f32) -> u64 {
@@ -189,14 +199,6 @@ static ATAN_LO: Table = Table {
 
 /// `atanf`.
 pub(super) fn atanf() -> Func {
-    const A_T: [f32; 5] = [
-        3.3333328366e-01,
-        -1.9999158382e-01,
-        1.4253635705e-01,
-        -1.0648017377e-01,
-        6.1687607318e-02,
-    ];
-    const X1P_120: u32 = 0x0380_0000; // 2^-120 as f32
     let mut f = Func::new("vyre_libm_atanf", &[Class::F32], &[Class::F32]);
     let x0 = f.param(0);
     let bits = f.bits(x0);
@@ -212,9 +214,24 @@ pub(super) fn atanf() -> Func {
         let y = f.negate_if(sign, z);
         f.ret1(y);
     });
+    let (x, id) = atan_reduce(&mut f, x0, ix);
+    atan_finish(&mut f, x, id, sign);
+    f
+}
+
+/// Argument reduction: `(x, id)`, id = -1 for |x| < 7/16 (x unchanged; tiny |x|
+/// returns x) and otherwise the index of atan(0.5), atan(1), atan(1.5) or atan(inf)
+/// that the reduced x is an offset from.
+fn atan_reduce(f: &mut Func, x0: R, ix: R) -> (R, R) {
     let x = f.copy(Class::F32, x0);
     let id = f.reg(Class::B32);
     let small = f.ucmp(Cmp::Lt, ix, int(0x3ee0_0000));
+    // x = v(x); id = n
+    let reduced = |f: &mut Func, v: R, n: i64| {
+        f.set(x, v);
+        f.set(id, int(n));
+    };
+    let below = |f: &mut Func, bound: i64| f.ucmp(Cmp::Lt, ix, int(bound));
     f.if_else(
         small,
         |f| {
@@ -224,13 +241,12 @@ pub(super) fn atanf() -> Func {
             f.set(id, int(-1));
         },
         |f| {
-            let ax = f.abs(x);
-            f.set(x, ax);
-            let lt_19_16 = f.ucmp(Cmp::Lt, ix, int(0x3f98_0000));
+            f.update(x, |f| f.abs(x));
+            let lt_19_16 = below(f, 0x3f98_0000);
             f.if_else(
                 lt_19_16,
                 |f| {
-                    let lt_11_16 = f.ucmp(Cmp::Lt, ix, int(0x3f30_0000));
+                    let lt_11_16 = below(f, 0x3f30_0000);
                     f.if_else(
                         lt_11_16,
                         |f| {
@@ -239,21 +255,19 @@ pub(super) fn atanf() -> Func {
                             let t = f.sub(t, f32c(1.0));
                             let u = f.add(f32c(2.0), x);
                             let v = f.div(t, u);
-                            f.set(x, v);
-                            f.set(id, int(0));
+                            reduced(f, v, 0);
                         },
                         |f| {
                             // 11/16 <= |x| < 19/16: x = (x - 1.) / (x + 1.)
                             let t = f.sub(x, f32c(1.0));
                             let u = f.add(x, f32c(1.0));
                             let v = f.div(t, u);
-                            f.set(x, v);
-                            f.set(id, int(1));
+                            reduced(f, v, 1);
                         },
                     );
                 },
                 |f| {
-                    let lt_39_16 = f.ucmp(Cmp::Lt, ix, int(0x401c_0000));
+                    let lt_39_16 = below(f, 0x401c_0000);
                     f.if_else(
                         lt_39_16,
                         |f| {
@@ -262,21 +276,30 @@ pub(super) fn atanf() -> Func {
                             let u = f.mul(f32c(1.5), x);
                             let u = f.add(f32c(1.0), u);
                             let v = f.div(t, u);
-                            f.set(x, v);
-                            f.set(id, int(2));
+                            reduced(f, v, 2);
                         },
                         |f| {
                             // 2.4375 <= |x| < 2**26: x = -1. / x
                             let v = f.div(f32c(-1.0), x);
-                            f.set(x, v);
-                            f.set(id, int(3));
+                            reduced(f, v, 3);
                         },
                     );
                 },
             );
         },
     );
-    // end of argument reduction
+    (x, id)
+}
+
+/// The polynomial on the reduced x, plus the table entry `id`, with x's sign.
+fn atan_finish(f: &mut Func, x: R, id: R, sign: R) {
+    const A_T: [f32; 5] = [
+        3.3333328366e-01,
+        -1.9999158382e-01,
+        1.4253635705e-01,
+        -1.0648017377e-01,
+        6.1687607318e-02,
+    ];
     let z = f.mul(x, x);
     let w = f.mul(z, z);
     // s1 = z * (A_T[0] + w * (A_T[2] + w * A_T[4]))
@@ -306,5 +329,4 @@ pub(super) fn atanf() -> Func {
     let z = f.sub(hi, t);
     let y = f.negate_if(sign, z);
     f.ret1(y);
-    f
 }
