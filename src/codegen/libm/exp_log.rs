@@ -26,6 +26,17 @@ pub(super) fn nearest_k(f: &mut Func, x: R, sign: R) -> R {
     f.cvt(Cvt::S32F32, t)
 }
 
+/// `hi = x - k * ln2_hi` (exact here) and `lo = k * ln2_lo`, for expf and expm1f
+/// (each with its own split of ln2).
+pub(super) fn split_by_k(f: &mut Func, [x, k]: [R; 2], [hi, lo]: [R; 2], ln2: [f32; 2]) {
+    let kf = f.cvt(Cvt::F32S32, k);
+    f.update(hi, |f| {
+        let t = f.mul(kf, f32c(ln2[0]));
+        f.sub(x, t)
+    });
+    f.update(lo, |f| f.mul(kf, f32c(ln2[1])));
+}
+
 /// `expf`.
 pub(super) fn expf() -> Func {
     let mut f = Func::new(EXPF, &[Class::F32], &[Class::F32]);
@@ -103,13 +114,7 @@ fn expf_reduce(f: &mut Func, x0: R, hx: R, [sign, signb]: [R; 2]) -> (R, R, R, R
                     })
                 },
             );
-            let kf = f.cvt(Cvt::F32S32, k);
-            // hi = x - kf * LN2_HI (exact here); lo = kf * LN2_LO; x = hi - lo
-            f.update(hi, |f| {
-                let t = f.mul(kf, f32c(LN2_HI));
-                f.sub(x, t)
-            });
-            f.update(lo, |f| f.mul(kf, f32c(LN2_LO)));
+            split_by_k(f, [x, k], [hi, lo], [LN2_HI, LN2_LO]);
             f.update(x, |f| f.sub(hi, lo));
         },
         |f| {

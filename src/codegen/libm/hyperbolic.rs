@@ -2,8 +2,8 @@
 //! their helpers `expm1f` (FreeBSD `s_expm1f.c`, an internal `.func`) and `k_expo2f`
 //! (inlined). All f32.
 
-use super::exp_log::{nearest_k, overflow};
-use super::ptx::{f32b, f32c, int, Class, Cmp, Cvt, Func, R};
+use super::exp_log::{nearest_k, overflow, split_by_k};
+use super::ptx::{f32b, f32c, int, Class, Cmp, Func, R};
 
 pub(super) const EXPM1F: &str = "vyre_libm_expm1f";
 
@@ -88,13 +88,7 @@ fn expm1_hi_lo(f: &mut Func, [x, k]: [R; 2], hx: R, sign: R) -> (R, R) {
         |f| f.if_else(sign, |f| by_one(f, -1), |f| by_one(f, 1)),
         |f| {
             f.update(k, |f| nearest_k(f, x, sign));
-            let t = f.cvt(Cvt::F32S32, k);
-            // hi = x - t * LN2_HI (exact here); lo = t * LN2_LO
-            f.update(hi, |f| {
-                let u = f.mul(t, f32c(LN2_HI));
-                f.sub(x, u)
-            });
-            f.update(lo, |f| f.mul(t, f32c(LN2_LO)));
+            split_by_k(f, [x, k], [hi, lo], [LN2_HI, LN2_LO]);
         },
     );
     (hi, lo)
