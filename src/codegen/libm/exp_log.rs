@@ -165,13 +165,34 @@ static EXP2FT: Table = Table {
 pub(super) fn exp2f() -> Func {
     const TBLSIZE: u32 = 16;
     let redux = f32::from_bits(0x4b40_0000) / TBLSIZE as f32;
-    let p1 = f32::from_bits(0x3f31_7218);
-    let p2 = f32::from_bits(0x3e75_fdf0);
-    let p3 = f32::from_bits(0x3d63_59a4);
-    let p4 = f32::from_bits(0x3c1d_964e);
     let mut f = Func::new("vyre_libm_exp2f", &[Class::F32], &[Class::F32]);
     let x = f.param(0);
-    // Filter out exceptional cases.
+    exp2f_special(&mut f, x);
+    // Reduce x, computing z, i0, and k.
+    let t = f.add(x, f32c(redux));
+    let ui = f.bits(t);
+    let i0 = f.iadd(ui, int(i64::from(TBLSIZE / 2)));
+    let k = f.shr_u(i0, int(4)); // i0 / TBLSIZE
+                                 // ukf = f64::from_bits(((0x3ff + k) as u64) << 52)
+    let t = f.iadd(k, int(0x3ff));
+    let t = f.cvt(Cvt::U64U32, t);
+    let t = f.shl(t, int(52));
+    let ukf = f.bits(t);
+    let i0 = f.and(i0, int(i64::from(TBLSIZE - 1)));
+    let uf = f.bits(ui);
+    let uf = f.sub(uf, f32c(redux));
+    let z = f.sub(x, uf);
+    let z = f.cvt(Cvt::F64F32, z);
+    let r = exp2f_table_poly(&mut f, i0, z);
+    // Scale by 2**k
+    let y = f.mul(r, ukf);
+    let y = f.cvt(Cvt::F32F64, y);
+    f.ret1(y);
+    f
+}
+
+/// Filter out exceptional cases: NaN, overflow, underflow to 0 and tiny |x|.
+fn exp2f_special(f: &mut Func, x: R) {
     let ui = f.bits(x);
     let ix = f.and(ui, int(0x7fff_ffff));
     let big = f.ucmp(Cmp::Gt, ix, int(0x42fc_0000));
@@ -198,41 +219,30 @@ pub(super) fn exp2f() -> Func {
             });
         },
     );
+}
 
-    // Reduce x, computing z, i0, and k.
-    let t = f.add(x, f32c(redux));
-    let ui = f.bits(t);
-    let i0 = f.iadd(ui, int(i64::from(TBLSIZE / 2)));
-    let k = f.shr_u(i0, int(4)); // i0 / TBLSIZE
-                                 // ukf = f64::from_bits(((0x3ff + k) as u64) << 52)
-    let t = f.iadd(k, int(0x3ff));
-    let t = f.cvt(Cvt::U64U32, t);
-    let t = f.shl(t, int(52));
-    let ukf = f.bits(t);
-    let i0 = f.and(i0, int(i64::from(TBLSIZE - 1)));
-    let uf = f.bits(ui);
-    let uf = f.sub(uf, f32c(redux));
-    let z = f.sub(x, uf);
-    let z = f.cvt(Cvt::F64F32, z);
-    // Compute r = exp2(y) = exp2ft[i0] * p(z).
+/// `r = exp2(y) = exp2ft[i0] * p(z)`, in f64.
+fn exp2f_table_poly(f: &mut Func, i0: R, z: R) -> R {
+    let p = |bits: u32| f64c(f64::from(f32::from_bits(bits)));
+    let (p1, p2, p3, p4) = (
+        p(0x3f31_7218),
+        p(0x3e75_fdf0),
+        p(0x3d63_59a4),
+        p(0x3c1d_964e),
+    );
     let r = f.ld_table(&EXP2FT, i0);
     let t = f.mul(r, z);
     // r + t * (p1 + z * p2) + t * (z * z) * (p3 + z * p4)
-    let a = f.mul(z, f64c(f64::from(p2)));
-    let a = f.add(f64c(f64::from(p1)), a);
+    let a = f.mul(z, p2);
+    let a = f.add(p1, a);
     let a = f.mul(t, a);
     let a = f.add(r, a);
     let zz = f.mul(z, z);
     let b = f.mul(t, zz);
-    let c = f.mul(z, f64c(f64::from(p4)));
-    let c = f.add(f64c(f64::from(p3)), c);
+    let c = f.mul(z, p4);
+    let c = f.add(p3, c);
     let b = f.mul(b, c);
-    let r = f.add(a, b);
-    // Scale by 2**k
-    let y = f.mul(r, ukf);
-    let y = f.cvt(Cvt::F32F64, y);
-    f.ret1(y);
-    f
+    f.add(a, b)
 }
 
 const LG1: f32 = 0.66666662693; /*  0xaaaaaa.0p-24*/

@@ -307,6 +307,11 @@ pub(super) fn tanhf(expm1f: &Func) -> Func {
     // x = |x|
     let ix = f.and(bits, int(0x7fff_ffff));
     let x = f.bits(ix);
+    // expm1f(c * x)
+    let expm1 = |f: &mut Func, c: f32| {
+        let a = f.mul(f32c(c), x);
+        f.call(expm1f, &[a.into()])[0]
+    };
     let tt = f.reg(Class::F32);
     let done = f.label();
     // |x| > log(3)/2 ~= 0.5493 or nan
@@ -318,17 +323,14 @@ pub(super) fn tanhf(expm1f: &Func) -> Func {
             |f| {
                 // |x| > 10: 1. + 0. / x
                 let t = f.div(f32c(0.0), x);
-                let t = f.add(f32c(1.0), t);
-                f.set(tt, t);
+                f.update(tt, |f| f.add(f32c(1.0), t));
             },
             |f| {
                 // 1. - 2. / (t + 2.) with t = expm1f(2. * x)
-                let a = f.mul(f32c(2.0), x);
-                let t = f.call(expm1f, &[a.into()])[0];
+                let t = expm1(f, 2.0);
                 let b = f.add(t, f32c(2.0));
                 let b = f.div(f32c(2.0), b);
-                let b = f.sub(f32c(1.0), b);
-                f.set(tt, b);
+                f.update(tt, |f| f.sub(f32c(1.0), b));
             },
         );
         f.bra(done);
@@ -337,11 +339,9 @@ pub(super) fn tanhf(expm1f: &Func) -> Func {
     let mid = f.ucmp(Cmp::Gt, ix, int(0x3e82_c578));
     f.when(mid, |f| {
         // t / (t + 2.) with t = expm1f(2. * x)
-        let a = f.mul(f32c(2.0), x);
-        let t = f.call(expm1f, &[a.into()])[0];
+        let t = expm1(f, 2.0);
         let b = f.add(t, f32c(2.0));
-        let b = f.div(t, b);
-        f.set(tt, b);
+        f.update(tt, |f| f.div(t, b));
         f.bra(done);
     });
     // |x| >= 0x1p-126
@@ -350,12 +350,10 @@ pub(super) fn tanhf(expm1f: &Func) -> Func {
         normal,
         |f| {
             // -t / (t + 2.) with t = expm1f(-2. * x)
-            let a = f.mul(f32c(-2.0), x);
-            let t = f.call(expm1f, &[a.into()])[0];
+            let t = expm1(f, -2.0);
             let n = f.neg(t);
             let b = f.add(t, f32c(2.0));
-            let b = f.div(n, b);
-            f.set(tt, b);
+            f.update(tt, |f| f.div(n, b));
         },
         // |x| is subnormal
         |f| f.set(tt, x),
