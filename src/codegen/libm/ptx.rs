@@ -315,6 +315,16 @@ pub(crate) enum Inst {
     },
 }
 
+/// `name(a, b) -> R` builder methods, each `self.via(op, a, b)`.
+macro_rules! binary_ops {
+    ($($(#[$doc:meta])* $name:ident => $via:ident($op:expr);)*) => {$(
+        $(#[$doc])*
+        pub(crate) fn $name(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
+            self.$via($op, a, b)
+        }
+    )*};
+}
+
 /// One `.func` under construction.
 #[derive(Debug, Clone)]
 pub(crate) struct Func {
@@ -388,48 +398,56 @@ impl Func {
         d
     }
 
-    /// `a + b` (`add.rn`).
-    pub(crate) fn add(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.fop(FOp::Add, a, b)
+    binary_ops! {
+        /// `a + b` (`add.rn`).
+        add => fop(FOp::Add);
+        /// `a - b` (`sub.rn`).
+        sub => fop(FOp::Sub);
+        /// `a * b` (`mul.rn`).
+        mul => fop(FOp::Mul);
+        /// `a / b` (`div.rn`, IEEE).
+        div => fop(FOp::Div);
+        /// Wrapping `a + b`.
+        iadd => iop(IOp::Add);
+        /// Wrapping `a - b`.
+        isub => iop(IOp::Sub);
+        /// Wrapping `a * b` (low half).
+        imul => iop(IOp::Mul);
+        /// Signed division, truncating (Rust `/` on `i32`; never by zero here).
+        idiv_s => iop(IOp::DivS);
+        /// `a & b`.
+        and => iop(IOp::And);
+        /// `a | b`.
+        or => iop(IOp::Or);
+        /// `a << b` (PTX clamps counts above the width; the ports only shift in range).
+        shl => iop(IOp::Shl);
+        /// Logical `a >> b` (`u32`).
+        shr_u => iop(IOp::ShrU);
+        /// Arithmetic `a >> b` (`i32`).
+        shr_s => iop(IOp::ShrS);
     }
 
-    /// `a - b` (`sub.rn`).
-    pub(crate) fn sub(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.fop(FOp::Sub, a, b)
-    }
-
-    /// `a * b` (`mul.rn`).
-    pub(crate) fn mul(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.fop(FOp::Mul, a, b)
-    }
-
-    /// `a / b` (`div.rn`, IEEE).
-    pub(crate) fn div(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.fop(FOp::Div, a, b)
+    /// A one-operand float instruction `make(d, a)`.
+    fn unary(&mut self, a: impl Into<Op>, make: fn(R, Op) -> Inst) -> R {
+        let a = a.into();
+        let d = self.reg(Self::float_class(a, a));
+        self.body.push(make(d, a));
+        d
     }
 
     /// Correctly rounded square root (`sqrt.rn`; SSE `sqrtss`/`sqrtsd`).
     pub(crate) fn sqrt(&mut self, a: impl Into<Op>) -> R {
-        let a = a.into();
-        let d = self.reg(Self::float_class(a, a));
-        self.body.push(Inst::Sqrt { d, a });
-        d
+        self.unary(a, |d, a| Inst::Sqrt { d, a })
     }
 
     /// `-a` (sign flip).
     pub(crate) fn neg(&mut self, a: impl Into<Op>) -> R {
-        let a = a.into();
-        let d = self.reg(Self::float_class(a, a));
-        self.body.push(Inst::Neg { d, a });
-        d
+        self.unary(a, |d, a| Inst::Neg { d, a })
     }
 
     /// `a.abs()` (sign clear).
     pub(crate) fn abs(&mut self, a: impl Into<Op>) -> R {
-        let a = a.into();
-        let d = self.reg(Self::float_class(a, a));
-        self.body.push(Inst::Abs { d, a });
-        d
+        self.unary(a, |d, a| Inst::Abs { d, a })
     }
 
     fn iop(&mut self, op: IOp, a: impl Into<Op>, b: impl Into<Op>) -> R {
@@ -443,49 +461,6 @@ impl Func {
         let d = self.reg(class);
         self.body.push(Inst::I { op, d, a, b });
         d
-    }
-
-    /// Wrapping `a + b`.
-    pub(crate) fn iadd(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.iop(IOp::Add, a, b)
-    }
-
-    /// Wrapping `a - b`.
-    pub(crate) fn isub(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.iop(IOp::Sub, a, b)
-    }
-
-    /// Wrapping `a * b` (low half).
-    pub(crate) fn imul(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.iop(IOp::Mul, a, b)
-    }
-
-    /// Signed division, truncating (Rust `/` on `i32`; never by zero here).
-    pub(crate) fn idiv_s(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.iop(IOp::DivS, a, b)
-    }
-
-    pub(crate) fn and(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.iop(IOp::And, a, b)
-    }
-
-    pub(crate) fn or(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.iop(IOp::Or, a, b)
-    }
-
-    /// `a << b` (PTX clamps counts above the width; the ports only shift in range).
-    pub(crate) fn shl(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.iop(IOp::Shl, a, b)
-    }
-
-    /// Logical `a >> b` (`u32`).
-    pub(crate) fn shr_u(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.iop(IOp::ShrU, a, b)
-    }
-
-    /// Arithmetic `a >> b` (`i32`).
-    pub(crate) fn shr_s(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.iop(IOp::ShrS, a, b)
     }
 
     /// A conversion.
