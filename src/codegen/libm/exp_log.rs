@@ -3,110 +3,53 @@
 //! variants are for i586 only). `exp2f` evaluates its polynomial in f64 with a table;
 //! the others are all f32.
 
-use super::ptx::{f32b, f32c, f64c, int, Class, Cmp, Cvt, Func, Op, Table, R};
+use super::ptx::{f32b, f32c, f64c, int, Class, Cmp, Cvt, Func, Table, R};
 use super::scalbn::scalbn;
 
 pub(super) const EXPF: &str = "vyre_libm_expf";
 
-fn ret(f: &mut Func, v: R) {
-    f.ret(&[Op::Reg(v)]);
+const INV_LN2: f32 = 1.4426950216e+00; /* 0x3fb8aa3b */
+const X1P127: u32 = 0x7f00_0000;
+
+/// Overflow: `return x * 2^127`.
+pub(super) fn overflow(f: &mut Func, x: R) {
+    let y = f.mul(x, f32b(X1P127));
+    f.ret1(y);
+}
+
+/// `k = (INV_LN2 * x + (if sign { -0.5 } else { 0.5 })) as i32`, the nearest multiple
+/// of ln2 (expf and expm1f).
+pub(super) fn nearest_k(f: &mut Func, x: R, sign: R) -> R {
+    let half = f.selp(sign, f32c(-0.5), f32c(0.5));
+    let t = f.mul(f32c(INV_LN2), x);
+    let t = f.add(t, half);
+    f.cvt(Cvt::S32F32, t)
+}
+
+/// `hi = x - k * ln2_hi` (exact here) and `lo = k * ln2_lo`, for expf and expm1f
+/// (each with its own split of ln2).
+pub(super) fn split_by_k(f: &mut Func, [x, k]: [R; 2], [hi, lo]: [R; 2], ln2: [f32; 2]) {
+    let kf = f.cvt(Cvt::F32S32, k);
+    f.update(hi, |f| {
+        let t = f.mul(kf, f32c(ln2[0]));
+        f.sub(x, t)
+    });
+    f.update(lo, |f| f.mul(kf, f32c(ln2[1])));
 }
 
 /// `expf`.
 pub(super) fn expf() -> Func {
-    const LN2_HI: f32 = 6.9314575195e-01; /* 0x3f317200 */
-    const LN2_LO: f32 = 1.4286067653e-06; /* 0x35bfbe8e */
-    const INV_LN2: f32 = 1.4426950216e+00; /* 0x3fb8aa3b */
-    const P1: f32 = 1.6666625440e-1; /*  0xaaaa8f.0p-26 */
-    const P2: f32 = -2.7667332906e-3; /* -0xb55215.0p-32 */
-    const X1P127: u32 = 0x7f00_0000;
     let mut f = Func::new(EXPF, &[Class::F32], &[Class::F32]);
     let x0 = f.param(0);
     let bits = f.bits(x0);
     let sign = f.shr_u(bits, int(31)); // sign bit of x (0 or 1)
     let signb = f.scmp(Cmp::Ne, sign, int(0));
     let hx = f.and(bits, int(0x7fff_ffff)); // high word of |x|
-
-    // special cases: if |x| >= -87.33655f or NaN
-    let special = f.ucmp(Cmp::Ge, hx, int(0x42ae_ac50));
-    f.when(special, |f| {
-        let nan = f.ucmp(Cmp::Gt, hx, int(0x7f80_0000));
-        f.when(nan, |f| ret(f, x0));
-        // x >= 88.722839f: overflow
-        let big = f.ucmp(Cmp::Ge, hx, int(0x42b1_7218));
-        let positive = f.scmp(Cmp::Eq, sign, int(0));
-        f.when(big, |f| {
-            f.when(positive, |f| {
-                let y = f.mul(x0, f32b(X1P127));
-                ret(f, y);
-            });
-        });
-        // underflow: x <= -103.972084f
-        f.when(signb, |f| {
-            let zero = f.ucmp(Cmp::Ge, hx, int(0x42cf_f1b5));
-            f.when(zero, |f| f.ret(&[f32c(0.0)]));
-        });
-    });
-
-    // argument reduction
-    let x = f.copy(Class::F32, x0);
-    let k = f.reg(Class::B32);
-    let hi = f.reg(Class::F32);
-    let lo = f.reg(Class::F32);
-    // if |x| > 0.5 ln2
-    let reduce = f.ucmp(Cmp::Gt, hx, int(0x3eb1_7218));
-    f.if_else(
-        reduce,
-        |f| {
-            // if |x| > 1.5 ln2
-            let far = f.ucmp(Cmp::Gt, hx, int(0x3f85_1592));
-            f.if_else(
-                far,
-                |f| {
-                    // k = (INV_LN2 * x + HALF[sign]) as i32
-                    let half = f.selp(signb, f32c(-0.5), f32c(0.5));
-                    let t = f.mul(f32c(INV_LN2), x);
-                    let t = f.add(t, half);
-                    let t = f.cvt(Cvt::S32F32, t);
-                    f.set(k, t);
-                },
-                |f| {
-                    // k = 1 - sign - sign
-                    let t = f.isub(int(1), sign);
-                    let t = f.isub(t, sign);
-                    f.set(k, t);
-                },
-            );
-            let kf = f.cvt(Cvt::F32S32, k);
-            // hi = x - kf * LN2_HI (exact here); lo = kf * LN2_LO; x = hi - lo
-            let t = f.mul(kf, f32c(LN2_HI));
-            let t = f.sub(x, t);
-            f.set(hi, t);
-            let t = f.mul(kf, f32c(LN2_LO));
-            f.set(lo, t);
-            let t = f.sub(hi, lo);
-            f.set(x, t);
-        },
-        |f| {
-            // |x| > 2**-14
-            let above = f.ucmp(Cmp::Gt, hx, int(0x3900_0000));
-            f.if_else(
-                above,
-                |f| {
-                    f.set(k, int(0));
-                    f.set(hi, x);
-                    f.set(lo, f32c(0.0));
-                },
-                |f| {
-                    // 1. + x
-                    let y = f.add(f32c(1.0), x);
-                    ret(f, y);
-                },
-            );
-        },
-    );
-
+    expf_special(&mut f, x0, hx, [sign, signb]);
+    let (x, k, hi, lo) = expf_reduce(&mut f, x0, hx, [sign, signb]);
     // x is now in primary range
+    const P1: f32 = 1.6666625440e-1; /*  0xaaaa8f.0p-26 */
+    const P2: f32 = -2.7667332906e-3; /* -0xb55215.0p-32 */
     let xx = f.mul(x, x);
     // c = x - xx * (P1 + xx * P2)
     let t = f.mul(xx, f32c(P2));
@@ -121,10 +64,78 @@ pub(super) fn expf() -> Func {
     let t = f.add(t, hi);
     let y = f.add(f32c(1.0), t);
     let k_zero = f.scmp(Cmp::Eq, k, int(0));
-    f.when(k_zero, |f| ret(f, y));
+    f.when(k_zero, |f| f.ret1(y));
     let y = scalbn(&mut f, y, k);
-    ret(&mut f, y);
+    f.ret1(y);
     f
+}
+
+/// Special cases: if |x| >= -87.33655f or NaN.
+fn expf_special(f: &mut Func, x0: R, hx: R, [sign, signb]: [R; 2]) {
+    let special = f.ucmp(Cmp::Ge, hx, int(0x42ae_ac50));
+    f.when(special, |f| {
+        let nan = f.ucmp(Cmp::Gt, hx, int(0x7f80_0000));
+        f.when(nan, |f| f.ret1(x0));
+        // x >= 88.722839f: overflow
+        let big = f.ucmp(Cmp::Ge, hx, int(0x42b1_7218));
+        let positive = f.scmp(Cmp::Eq, sign, int(0));
+        f.when(big, |f| f.when(positive, |f| overflow(f, x0)));
+        // underflow: x <= -103.972084f
+        f.when(signb, |f| {
+            let zero = f.ucmp(Cmp::Ge, hx, int(0x42cf_f1b5));
+            f.when(zero, |f| f.ret1(f32c(0.0)));
+        });
+    });
+}
+
+/// Argument reduction: `(x, k, hi, lo)` with x = hi - lo = x0 - k*ln2 (tiny |x| returns
+/// 1 + x).
+fn expf_reduce(f: &mut Func, x0: R, hx: R, [sign, signb]: [R; 2]) -> (R, R, R, R) {
+    const LN2_HI: f32 = 6.9314575195e-01; /* 0x3f317200 */
+    const LN2_LO: f32 = 1.4286067653e-06; /* 0x35bfbe8e */
+    let x = f.copy(Class::F32, x0);
+    let k = f.reg(Class::B32);
+    let hi = f.reg(Class::F32);
+    let lo = f.reg(Class::F32);
+    // if |x| > 0.5 ln2
+    let reduce = f.ucmp(Cmp::Gt, hx, int(0x3eb1_7218));
+    f.if_else(
+        reduce,
+        |f| {
+            // if |x| > 1.5 ln2: k = nearest; else k = 1 - sign - sign
+            let far = f.ucmp(Cmp::Gt, hx, int(0x3f85_1592));
+            f.if_else(
+                far,
+                |f| f.update(k, |f| nearest_k(f, x, signb)),
+                |f| {
+                    f.update(k, |f| {
+                        let t = f.isub(int(1), sign);
+                        f.isub(t, sign)
+                    })
+                },
+            );
+            split_by_k(f, [x, k], [hi, lo], [LN2_HI, LN2_LO]);
+            f.update(x, |f| f.sub(hi, lo));
+        },
+        |f| {
+            // |x| > 2**-14
+            let above = f.ucmp(Cmp::Gt, hx, int(0x3900_0000));
+            f.if_else(
+                above,
+                |f| {
+                    f.set(k, int(0));
+                    f.set(hi, x);
+                    f.set(lo, f32c(0.0));
+                },
+                |f| {
+                    // 1. + x
+                    let y = f.add(f32c(1.0), x);
+                    f.ret1(y);
+                },
+            );
+        },
+    );
+    (x, k, hi, lo)
 }
 
 static EXP2FT: Table = Table {
@@ -154,46 +165,9 @@ static EXP2FT: Table = Table {
 pub(super) fn exp2f() -> Func {
     const TBLSIZE: u32 = 16;
     let redux = f32::from_bits(0x4b40_0000) / TBLSIZE as f32;
-    let p1 = f32::from_bits(0x3f31_7218);
-    let p2 = f32::from_bits(0x3e75_fdf0);
-    let p3 = f32::from_bits(0x3d63_59a4);
-    let p4 = f32::from_bits(0x3c1d_964e);
-    const X1P127: u32 = 0x7f00_0000;
     let mut f = Func::new("vyre_libm_exp2f", &[Class::F32], &[Class::F32]);
     let x = f.param(0);
-    // Filter out exceptional cases.
-    let ui = f.bits(x);
-    let ix = f.and(ui, int(0x7fff_ffff));
-    let big = f.ucmp(Cmp::Gt, ix, int(0x42fc_0000));
-    f.if_else(
-        big,
-        |f| {
-            // |x| > 126
-            let nan = f.ucmp(Cmp::Gt, ix, int(0x7f80_0000));
-            f.when(nan, |f| ret(f, x));
-            // x >= 128 (0x43000000 <= ui < 0x80000000)
-            let ge_128 = f.ucmp(Cmp::Ge, ui, int(0x4300_0000));
-            let positive = f.ucmp(Cmp::Lt, ui, int(0x8000_0000));
-            f.when(ge_128, |f| {
-                f.when(positive, |f| {
-                    let y = f.mul(x, f32b(X1P127));
-                    ret(f, y);
-                });
-            });
-            // x <= -150
-            let le_m150 = f.ucmp(Cmp::Ge, ui, int(0xc316_0000));
-            f.when(le_m150, |f| f.ret(&[f32c(0.0)]));
-        },
-        |f| {
-            // |x| <= 0x1p-25
-            let tiny = f.ucmp(Cmp::Le, ix, int(0x3300_0000));
-            f.when(tiny, |f| {
-                let y = f.add(f32c(1.0), x);
-                ret(f, y);
-            });
-        },
-    );
-
+    exp2f_special(&mut f, x);
     // Reduce x, computing z, i0, and k.
     let t = f.add(x, f32c(redux));
     let ui = f.bits(t);
@@ -209,25 +183,66 @@ pub(super) fn exp2f() -> Func {
     let uf = f.sub(uf, f32c(redux));
     let z = f.sub(x, uf);
     let z = f.cvt(Cvt::F64F32, z);
-    // Compute r = exp2(y) = exp2ft[i0] * p(z).
+    let r = exp2f_table_poly(&mut f, i0, z);
+    // Scale by 2**k
+    let y = f.mul(r, ukf);
+    let y = f.cvt(Cvt::F32F64, y);
+    f.ret1(y);
+    f
+}
+
+/// Filter out exceptional cases: NaN, overflow, underflow to 0 and tiny |x|.
+fn exp2f_special(f: &mut Func, x: R) {
+    let ui = f.bits(x);
+    let ix = f.and(ui, int(0x7fff_ffff));
+    let big = f.ucmp(Cmp::Gt, ix, int(0x42fc_0000));
+    f.if_else(
+        big,
+        |f| {
+            // |x| > 126
+            let nan = f.ucmp(Cmp::Gt, ix, int(0x7f80_0000));
+            f.when(nan, |f| f.ret1(x));
+            // x >= 128 (0x43000000 <= ui < 0x80000000)
+            let ge_128 = f.ucmp(Cmp::Ge, ui, int(0x4300_0000));
+            let positive = f.ucmp(Cmp::Lt, ui, int(0x8000_0000));
+            f.when(ge_128, |f| f.when(positive, |f| overflow(f, x)));
+            // x <= -150
+            let le_m150 = f.ucmp(Cmp::Ge, ui, int(0xc316_0000));
+            f.when(le_m150, |f| f.ret1(f32c(0.0)));
+        },
+        |f| {
+            // |x| <= 0x1p-25
+            let tiny = f.ucmp(Cmp::Le, ix, int(0x3300_0000));
+            f.when(tiny, |f| {
+                let y = f.add(f32c(1.0), x);
+                f.ret1(y);
+            });
+        },
+    );
+}
+
+/// `r = exp2(y) = exp2ft[i0] * p(z)`, in f64.
+fn exp2f_table_poly(f: &mut Func, i0: R, z: R) -> R {
+    let p = |bits: u32| f64c(f64::from(f32::from_bits(bits)));
+    let (p1, p2, p3, p4) = (
+        p(0x3f31_7218),
+        p(0x3e75_fdf0),
+        p(0x3d63_59a4),
+        p(0x3c1d_964e),
+    );
     let r = f.ld_table(&EXP2FT, i0);
     let t = f.mul(r, z);
     // r + t * (p1 + z * p2) + t * (z * z) * (p3 + z * p4)
-    let a = f.mul(z, f64c(f64::from(p2)));
-    let a = f.add(f64c(f64::from(p1)), a);
+    let a = f.mul(z, p2);
+    let a = f.add(p1, a);
     let a = f.mul(t, a);
     let a = f.add(r, a);
     let zz = f.mul(z, z);
     let b = f.mul(t, zz);
-    let c = f.mul(z, f64c(f64::from(p4)));
-    let c = f.add(f64c(f64::from(p3)), c);
+    let c = f.mul(z, p4);
+    let c = f.add(p3, c);
     let b = f.mul(b, c);
-    let r = f.add(a, b);
-    // Scale by 2**k
-    let y = f.mul(r, ukf);
-    let y = f.cvt(Cvt::F32F64, y);
-    ret(&mut f, y);
-    f
+    f.add(a, b)
 }
 
 const LG1: f32 = 0.66666662693; /*  0xaaaaaa.0p-24*/
@@ -258,13 +273,13 @@ fn log_reduce(f: &mut Func) -> (R, R) {
                 // log(+-0) = -inf: -1. / (x * x)
                 let t = f.mul(x, x);
                 let y = f.div(f32c(-1.0), t);
-                ret(f, y);
+                f.ret1(y);
             });
             f.when(negative, |f| {
                 // log(-#) = NaN: (x - x) / 0.
                 let t = f.sub(x, x);
                 let y = f.div(t, f32c(0.0));
-                ret(f, y);
+                f.ret1(y);
             });
             // subnormal number, scale up x
             f.set(k, int(-25));
@@ -275,9 +290,9 @@ fn log_reduce(f: &mut Func) -> (R, R) {
         },
         |f| {
             let special = f.ucmp(Cmp::Ge, ix, int(0x7f80_0000));
-            f.when(special, |f| ret(f, x));
+            f.when(special, |f| f.ret1(x));
             let one = f.ucmp(Cmp::Eq, ix, int(0x3f80_0000));
-            f.when(one, |f| f.ret(&[f32c(0.0)]));
+            f.when(one, |f| f.ret1(f32c(0.0)));
         },
     );
     // reduce x into [sqrt(2)/2, sqrt(2)]
@@ -330,7 +345,7 @@ pub(super) fn logf() -> Func {
     let t = f.add(t, fm);
     let u = f.mul(dk, f32c(LN2_HI));
     let y = f.add(t, u);
-    ret(&mut f, y);
+    f.ret1(y);
     f
 }
 
@@ -361,6 +376,6 @@ pub(super) fn log2f() -> Func {
     let t = f.add(t, u);
     let kf = f.cvt(Cvt::F32S32, k);
     let y = f.add(t, kf);
-    ret(&mut f, y);
+    f.ret1(y);
     f
 }

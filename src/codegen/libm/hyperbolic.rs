@@ -2,105 +2,100 @@
 //! their helpers `expm1f` (FreeBSD `s_expm1f.c`, an internal `.func`) and `k_expo2f`
 //! (inlined). All f32.
 
-use super::ptx::{f32b, f32c, int, Class, Cmp, Cvt, Func, Op, R};
+use super::exp_log::{nearest_k, overflow, split_by_k};
+use super::ptx::{f32b, f32c, int, Class, Cmp, Func, R};
 
 pub(super) const EXPM1F: &str = "vyre_libm_expm1f";
 
-fn ret(f: &mut Func, v: R) {
-    f.ret(&[Op::Reg(v)]);
-}
+const LN2_HI: f32 = 6.9313812256e-01; /* 0x3f317180 */
+const LN2_LO: f32 = 9.0580006145e-06; /* 0x3717f7d1 */
+const Q1: f32 = -3.3333212137e-2; /* -0x888868.0p-28 */
+const Q2: f32 = 1.5807170421e-3; /*  0xcf3010.0p-33 */
+const X1P127: u32 = 0x7f00_0000;
 
 /// `expm1f` (not a vyre op itself; sinhf, coshf and tanhf call it).
 pub(super) fn expm1f() -> Func {
-    const LN2_HI: f32 = 6.9313812256e-01; /* 0x3f317180 */
-    const LN2_LO: f32 = 9.0580006145e-06; /* 0x3717f7d1 */
-    const INV_LN2: f32 = 1.4426950216e+00; /* 0x3fb8aa3b */
-    const Q1: f32 = -3.3333212137e-2; /* -0x888868.0p-28 */
-    const Q2: f32 = 1.5807170421e-3; /*  0xcf3010.0p-33 */
-    const X1P127: u32 = 0x7f00_0000;
     let mut f = Func::new(EXPM1F, &[Class::F32], &[Class::F32]);
     let x0 = f.param(0);
     let bits = f.bits(x0);
     let sign = f.scmp(Cmp::Lt, bits, int(0));
     let hx = f.and(bits, int(0x7fff_ffff));
+    expm1_huge(&mut f, x0, hx, sign);
+    let (x, k, c) = expm1_reduce(&mut f, x0, hx, sign);
+    let e = expm1_kernel(&mut f, x, k, c);
+    expm1_scale(&mut f, x, e, k);
+    f
+}
 
-    // filter out huge and non-finite argument: if |x| >= 27*ln2
+/// Filter out huge and non-finite arguments: if |x| >= 27*ln2.
+fn expm1_huge(f: &mut Func, x0: R, hx: R, sign: R) {
     let huge = f.ucmp(Cmp::Ge, hx, int(0x4195_b844));
     f.when(huge, |f| {
         let nan = f.ucmp(Cmp::Gt, hx, int(0x7f80_0000));
-        f.when(nan, |f| ret(f, x0));
-        f.when(sign, |f| f.ret(&[f32c(-1.0)]));
+        f.when(nan, |f| f.ret1(x0));
+        f.when(sign, |f| f.ret1(f32c(-1.0)));
         // x > log(FLT_MAX)
         let over = f.ucmp(Cmp::Gt, hx, int(0x42b1_7217));
-        f.when(over, |f| {
-            let y = f.mul(x0, f32b(X1P127));
-            ret(f, y);
-        });
+        f.when(over, |f| overflow(f, x0));
     });
+}
 
+/// Argument reduction: `(x, k, c)` with x = hi - lo the reduced argument and c its
+/// correction (tiny |x| returns x itself).
+fn expm1_reduce(f: &mut Func, x0: R, hx: R, sign: R) -> (R, R, R) {
     let x = f.copy(Class::F32, x0);
     let k = f.reg(Class::B32);
     let c = f.copy(Class::F32, f32c(0.0));
-    // argument reduction: if |x| > 0.5 ln2
+    // if |x| > 0.5 ln2
     let reduce = f.ucmp(Cmp::Gt, hx, int(0x3eb1_7218));
     f.if_else(
         reduce,
         |f| {
-            let hi = f.reg(Class::F32);
-            let lo = f.reg(Class::F32);
-            // and |x| < 1.5 ln2
-            let near = f.ucmp(Cmp::Lt, hx, int(0x3F85_1592));
-            f.if_else(
-                near,
-                |f| {
-                    f.if_else(
-                        sign,
-                        |f| {
-                            let t = f.add(x, f32c(LN2_HI));
-                            f.set(hi, t);
-                            f.set(lo, f32c(-LN2_LO));
-                            f.set(k, int(-1));
-                        },
-                        |f| {
-                            let t = f.sub(x, f32c(LN2_HI));
-                            f.set(hi, t);
-                            f.set(lo, f32c(LN2_LO));
-                            f.set(k, int(1));
-                        },
-                    );
-                },
-                |f| {
-                    // k = (INV_LN2 * x + (if sign { -0.5 } else { 0.5 })) as i32
-                    let half = f.selp(sign, f32c(-0.5), f32c(0.5));
-                    let t = f.mul(f32c(INV_LN2), x);
-                    let t = f.add(t, half);
-                    let kk = f.cvt(Cvt::S32F32, t);
-                    f.set(k, kk);
-                    let t = f.cvt(Cvt::F32S32, k);
-                    // hi = x - t * LN2_HI (exact here); lo = t * LN2_LO
-                    let u = f.mul(t, f32c(LN2_HI));
-                    let u = f.sub(x, u);
-                    f.set(hi, u);
-                    let u = f.mul(t, f32c(LN2_LO));
-                    f.set(lo, u);
-                },
-            );
+            let (hi, lo) = expm1_hi_lo(f, [x, k], hx, sign);
             // x = hi - lo; c = (hi - x) - lo
-            let t = f.sub(hi, lo);
-            f.set(x, t);
-            let t = f.sub(hi, x);
-            let t = f.sub(t, lo);
-            f.set(c, t);
+            f.update(x, |f| f.sub(hi, lo));
+            f.update(c, |f| {
+                let t = f.sub(hi, x);
+                f.sub(t, lo)
+            });
         },
         |f| {
             // when |x|<2**-25, return x
             let tiny = f.ucmp(Cmp::Lt, hx, int(0x3300_0000));
-            f.when(tiny, |f| ret(f, x0));
+            f.when(tiny, |f| f.ret1(x0));
             f.set(k, int(0));
         },
     );
+    (x, k, c)
+}
 
-    // x is now in primary range
+/// `(hi, lo)` of the reduction, setting k: x = k*ln2 + (hi - lo).
+fn expm1_hi_lo(f: &mut Func, [x, k]: [R; 2], hx: R, sign: R) -> (R, R) {
+    let hi = f.reg(Class::F32);
+    let lo = f.reg(Class::F32);
+    // and |x| < 1.5 ln2: k = -1 (hi = x + LN2_HI) or 1 (hi = x - LN2_HI)
+    let near = f.ucmp(Cmp::Lt, hx, int(0x3F85_1592));
+    let by_one = |f: &mut Func, k_is: i64| {
+        f.update(hi, |f| match k_is {
+            -1 => f.add(x, f32c(LN2_HI)),
+            _ => f.sub(x, f32c(LN2_HI)),
+        });
+        f.set(lo, f32c(k_is as f32 * LN2_LO));
+        f.set(k, int(k_is));
+    };
+    f.if_else(
+        near,
+        |f| f.if_else(sign, |f| by_one(f, -1), |f| by_one(f, 1)),
+        |f| {
+            f.update(k, |f| nearest_k(f, x, sign));
+            split_by_k(f, [x, k], [hi, lo], [LN2_HI, LN2_LO]);
+        },
+    );
+    (hi, lo)
+}
+
+/// The primary range: `e`, the correction of x - e + 1 ~ exp(x) 2^-k; k == 0 returns.
+fn expm1_kernel(f: &mut Func, x: R, k: R, c: R) -> R {
     let hfx = f.mul(f32c(0.5), x);
     let hxs = f.mul(x, hfx);
     // r1 = 1. + hxs * (Q1 + hxs * Q2)
@@ -123,21 +118,24 @@ pub(super) fn expm1f() -> Func {
         let t = f.mul(x, e);
         let t = f.sub(t, hxs);
         let y = f.sub(x, t);
-        ret(f, y);
+        f.ret1(y);
     });
     // e = x * (e - c) - c; e -= hxs
     let t = f.sub(e, c);
     let t = f.mul(x, t);
     let t = f.sub(t, c);
-    let e = f.sub(t, hxs);
-    // exp(x) ~ 2^k (x_reduced - e + 1)
+    f.sub(t, hxs)
+}
+
+/// exp(x) ~ 2^k (x_reduced - e + 1), minus 1, by the cases of k.
+fn expm1_scale(f: &mut Func, x: R, e: R, k: R) {
     let k_m1 = f.scmp(Cmp::Eq, k, int(-1));
     f.when(k_m1, |f| {
         // 0.5 * (x - e) - 0.5
         let t = f.sub(x, e);
         let t = f.mul(f32c(0.5), t);
         let y = f.sub(t, f32c(0.5));
-        ret(f, y);
+        f.ret1(y);
     });
     let k_1 = f.scmp(Cmp::Eq, k, int(1));
     f.when(k_1, |f| {
@@ -147,44 +145,19 @@ pub(super) fn expm1f() -> Func {
             let t = f.add(x, f32c(0.5));
             let t = f.sub(e, t);
             let y = f.mul(f32c(-2.0), t);
-            ret(f, y);
+            f.ret1(y);
         });
         // 1. + 2. * (x - e)
         let t = f.sub(x, e);
         let t = f.mul(f32c(2.0), t);
         let y = f.add(f32c(1.0), t);
-        ret(f, y);
+        f.ret1(y);
     });
     // twopk = f32::from_bits(((0x7f + k) << 23) as u32)
     let t = f.iadd(k, int(0x7f));
     let t = f.shl(t, int(23));
     let twopk = f.bits(t);
-    let negative = f.scmp(Cmp::Lt, k, int(0));
-    let past = f.scmp(Cmp::Gt, k, int(56));
-    let outside = f.copy(Class::Pred, negative);
-    f.when(past, |f| f.set(outside, past));
-    f.when(outside, |f| {
-        // suffice to return exp(x)-1
-        let t = f.sub(x, e);
-        let y = f.add(t, f32c(1.0));
-        let k_128 = f.scmp(Cmp::Eq, k, int(128));
-        let scaled = f.reg(Class::F32);
-        f.if_else(
-            k_128,
-            |f| {
-                // y * 2. * x1p127
-                let t = f.mul(y, f32c(2.0));
-                let t = f.mul(t, f32b(X1P127));
-                f.set(scaled, t);
-            },
-            |f| {
-                let t = f.mul(y, twopk);
-                f.set(scaled, t);
-            },
-        );
-        let r = f.sub(scaled, f32c(1.0));
-        ret(f, r);
-    });
+    expm1_scale_far(f, x, e, k, twopk);
     // uf = f32::from_bits(((0x7f - k) << 23) as u32) (2^-k)
     let t = f.isub(int(0x7f), k);
     let t = f.shl(t, int(23));
@@ -196,15 +169,41 @@ pub(super) fn expm1f() -> Func {
         let u = f.sub(f32c(1.0), uf);
         let t = f.add(t, u);
         let y = f.mul(t, twopk);
-        ret(f, y);
+        f.ret1(y);
     });
     // (x - (e + uf) + 1.) * twopk
     let t = f.add(e, uf);
     let t = f.sub(x, t);
     let t = f.add(t, f32c(1.0));
     let y = f.mul(t, twopk);
-    ret(&mut f, y);
-    f
+    f.ret1(y);
+}
+
+/// k < 0 or k > 56: it suffices to return exp(x) - 1.
+fn expm1_scale_far(f: &mut Func, x: R, e: R, k: R, twopk: R) {
+    let negative = f.scmp(Cmp::Lt, k, int(0));
+    let past = f.scmp(Cmp::Gt, k, int(56));
+    let outside = f.copy(Class::Pred, negative);
+    f.when(past, |f| f.set(outside, past));
+    f.when(outside, |f| {
+        let t = f.sub(x, e);
+        let y = f.add(t, f32c(1.0));
+        let k_128 = f.scmp(Cmp::Eq, k, int(128));
+        let scaled = f.reg(Class::F32);
+        f.if_else(
+            k_128,
+            // y * 2. * x1p127
+            |f| {
+                f.update(scaled, |f| {
+                    let t = f.mul(y, f32c(2.0));
+                    f.mul(t, f32b(X1P127))
+                })
+            },
+            |f| f.update(scaled, |f| f.mul(y, twopk)),
+        );
+        let r = f.sub(scaled, f32c(1.0));
+        f.ret1(r);
+    });
 }
 
 /// `k_expo2f(x)`: `expf(x - k*ln2) * 2^(k/2) * 2^(k/2)` with `k = 235`.
@@ -236,7 +235,7 @@ pub(super) fn sinhf(expm1f: &Func, expf: &Func) -> Func {
         let lt_one = f.ucmp(Cmp::Lt, ix, int(0x3f80_0000));
         f.when(lt_one, |f| {
             let tiny = f.ucmp(Cmp::Lt, ix, int(0x3f80_0000 - (12 << 23)));
-            f.when(tiny, |f| ret(f, x));
+            f.when(tiny, |f| f.ret1(x));
             // h * (2. * t - t * t / (t + 1.))
             let a = f.mul(f32c(2.0), t);
             let b = f.mul(t, t);
@@ -244,20 +243,20 @@ pub(super) fn sinhf(expm1f: &Func, expf: &Func) -> Func {
             let b = f.div(b, c);
             let a = f.sub(a, b);
             let y = f.mul(h, a);
-            ret(f, y);
+            f.ret1(y);
         });
         // h * (t + t / (t + 1.))
         let c = f.add(t, f32c(1.0));
         let b = f.div(t, c);
         let a = f.add(t, b);
         let y = f.mul(h, a);
-        ret(f, y);
+        f.ret1(y);
     });
     // |x| > logf(FLT_MAX) or nan: 2. * h * k_expo2f(absx)
     let two_h = f.mul(f32c(2.0), h);
     let e = k_expo2f(&mut f, expf, absx);
     let y = f.mul(two_h, e);
-    ret(&mut f, y);
+    f.ret1(y);
     f
 }
 
@@ -273,7 +272,7 @@ pub(super) fn coshf(expm1f: &Func, expf: &Func) -> Func {
     let small = f.ucmp(Cmp::Lt, ix, int(0x3f31_7217));
     f.when(small, |f| {
         let tiny = f.ucmp(Cmp::Lt, ix, int(0x3f80_0000 - (12 << 23)));
-        f.when(tiny, |f| f.ret(&[f32c(1.0)]));
+        f.when(tiny, |f| f.ret1(f32c(1.0)));
         // 1. + t * t / (2. * (1. + t))
         let t = f.call(expm1f, &[x.into()])[0];
         let a = f.mul(t, t);
@@ -281,7 +280,7 @@ pub(super) fn coshf(expm1f: &Func, expf: &Func) -> Func {
         let b = f.mul(f32c(2.0), b);
         let a = f.div(a, b);
         let y = f.add(f32c(1.0), a);
-        ret(f, y);
+        f.ret1(y);
     });
     // |x| < log(FLT_MAX)
     let finite = f.ucmp(Cmp::Lt, ix, int(0x42b1_7217));
@@ -291,11 +290,11 @@ pub(super) fn coshf(expm1f: &Func, expf: &Func) -> Func {
         let a = f.div(f32c(1.0), t);
         let a = f.add(t, a);
         let y = f.mul(f32c(0.5), a);
-        ret(f, y);
+        f.ret1(y);
     });
     // |x| > log(FLT_MAX) or nan
     let y = k_expo2f(&mut f, expf, x);
-    ret(&mut f, y);
+    f.ret1(y);
     f
 }
 
@@ -308,6 +307,11 @@ pub(super) fn tanhf(expm1f: &Func) -> Func {
     // x = |x|
     let ix = f.and(bits, int(0x7fff_ffff));
     let x = f.bits(ix);
+    // expm1f(c * x)
+    let expm1 = |f: &mut Func, c: f32| {
+        let a = f.mul(f32c(c), x);
+        f.call(expm1f, &[a.into()])[0]
+    };
     let tt = f.reg(Class::F32);
     let done = f.label();
     // |x| > log(3)/2 ~= 0.5493 or nan
@@ -319,17 +323,14 @@ pub(super) fn tanhf(expm1f: &Func) -> Func {
             |f| {
                 // |x| > 10: 1. + 0. / x
                 let t = f.div(f32c(0.0), x);
-                let t = f.add(f32c(1.0), t);
-                f.set(tt, t);
+                f.update(tt, |f| f.add(f32c(1.0), t));
             },
             |f| {
                 // 1. - 2. / (t + 2.) with t = expm1f(2. * x)
-                let a = f.mul(f32c(2.0), x);
-                let t = f.call(expm1f, &[a.into()])[0];
+                let t = expm1(f, 2.0);
                 let b = f.add(t, f32c(2.0));
                 let b = f.div(f32c(2.0), b);
-                let b = f.sub(f32c(1.0), b);
-                f.set(tt, b);
+                f.update(tt, |f| f.sub(f32c(1.0), b));
             },
         );
         f.bra(done);
@@ -338,11 +339,9 @@ pub(super) fn tanhf(expm1f: &Func) -> Func {
     let mid = f.ucmp(Cmp::Gt, ix, int(0x3e82_c578));
     f.when(mid, |f| {
         // t / (t + 2.) with t = expm1f(2. * x)
-        let a = f.mul(f32c(2.0), x);
-        let t = f.call(expm1f, &[a.into()])[0];
+        let t = expm1(f, 2.0);
         let b = f.add(t, f32c(2.0));
-        let b = f.div(t, b);
-        f.set(tt, b);
+        f.update(tt, |f| f.div(t, b));
         f.bra(done);
     });
     // |x| >= 0x1p-126
@@ -351,19 +350,16 @@ pub(super) fn tanhf(expm1f: &Func) -> Func {
         normal,
         |f| {
             // -t / (t + 2.) with t = expm1f(-2. * x)
-            let a = f.mul(f32c(-2.0), x);
-            let t = f.call(expm1f, &[a.into()])[0];
+            let t = expm1(f, -2.0);
             let n = f.neg(t);
             let b = f.add(t, f32c(2.0));
-            let b = f.div(n, b);
-            f.set(tt, b);
+            f.update(tt, |f| f.div(n, b));
         },
         // |x| is subnormal
         |f| f.set(tt, x),
     );
     f.place(done);
-    let neg = f.neg(tt);
-    let y = f.selp(sign, neg, tt);
-    ret(&mut f, y);
+    let y = f.negate_if(sign, tt);
+    f.ret1(y);
     f
 }

@@ -2,7 +2,7 @@
 //! `s_atanf.c`). `asinf` finishes in f64 (libm's `sqrt` is `sqrtsd`: correctly rounded);
 //! `acosf` and `atanf` are all f32.
 
-use super::ptx::{f32b, f32c, f64b, f64c, int, Class, Cmp, Cvt, Func, Op, Table, R};
+use super::ptx::{f32b, f32c, f64b, f64c, int, Class, Cmp, Cvt, Func, Table, R};
 
 const P_S0: f32 = 1.6666586697e-01;
 const P_S1: f32 = -4.2743422091e-02;
@@ -19,10 +19,6 @@ fn r(f: &mut Func, z: R) -> R {
     let t = f.mul(z, f32c(Q_S1));
     let q = f.add(f32c(1.0), t);
     f.div(p, q)
-}
-
-fn ret(f: &mut Func, v: R) {
-    f.ret(&[Op::Reg(v)]);
 }
 
 /// `asinf`.
@@ -42,25 +38,25 @@ pub(super) fn asinf() -> Func {
             let t = f.mul(x64, f64c(PIO2));
             let t = f.add(t, f64b(X1P_120));
             let y = f.cvt(Cvt::F32F64, t);
-            ret(f, y);
+            f.ret1(y);
         });
         // asin(|x|>1) is NaN: 0. / (x - x)
         let d = f.sub(x, x);
         let y = f.div(f32c(0.0), d);
-        ret(f, y);
+        f.ret1(y);
     });
     let lt_half = f.ucmp(Cmp::Lt, ix, int(0x3f00_0000));
     f.when(lt_half, |f| {
         // if 0x1p-126 <= |x| < 0x1p-12, avoid raising underflow
         let normal = f.ucmp(Cmp::Ge, ix, int(0x0080_0000));
         let tiny = f.ucmp(Cmp::Lt, ix, int(0x3980_0000));
-        f.when(normal, |f| f.when(tiny, |f| ret(f, x)));
+        f.when(normal, |f| f.when(tiny, |f| f.ret1(x)));
         // x + x * r(x * x)
         let xx = f.mul(x, x);
         let t = r(f, xx);
         let t = f.mul(x, t);
         let y = f.add(x, t);
-        ret(f, y);
+        f.ret1(y);
     });
     // 1 > |x| >= 0.5
     let ax = f.abs(x);
@@ -79,15 +75,16 @@ pub(super) fn asinf() -> Func {
     let neg = f.neg(y);
     let sign = f.scmp(Cmp::Lt, hx, int(0));
     let y = f.selp(sign, neg, y);
-    ret(&mut f, y);
+    f.ret1(y);
     f
 }
 
+const PIO2_HI: f32 = 1.5707962513e+00; /* 0x3fc90fda */
+const PIO2_LO: f32 = 7.5497894159e-08; /* 0x33a22168 */
+const X1P_120: u32 = 0x0380_0000; // 2^-120 as f32
+
 /// `acosf`.
 pub(super) fn acosf() -> Func {
-    const PIO2_HI: f32 = 1.5707962513e+00; /* 0x3fc90fda */
-    const PIO2_LO: f32 = 7.5497894159e-08; /* 0x33a22168 */
-    const X1P_120: u32 = 0x0380_0000; // 2^-120 as f32
     let mut f = Func::new("vyre_libm_acosf", &[Class::F32], &[Class::F32]);
     let x = f.param(0);
     let hx = f.bits(x);
@@ -102,67 +99,76 @@ pub(super) fn acosf() -> Func {
                 // 2. * PIO2_HI + x1p_120
                 let t = f.mul(f32c(2.0), f32c(PIO2_HI));
                 let y = f.add(t, f32b(X1P_120));
-                ret(f, y);
+                f.ret1(y);
             });
-            f.ret(&[f32c(0.0)]);
+            f.ret1(f32c(0.0));
         });
         // 0. / (x - x)
         let d = f.sub(x, x);
         let y = f.div(f32c(0.0), d);
-        ret(f, y);
+        f.ret1(y);
     });
-    // |x| < 0.5
+    acos_small(&mut f, x, ix);
+    acos_negative(&mut f, x, sign);
+    acos_positive(&mut f, x);
+    f
+}
+
+/// |x| < 0.5: PIO2_HI - (x - (PIO2_LO - x * r(x * x))).
+fn acos_small(f: &mut Func, x: R, ix: R) {
     let lt_half = f.ucmp(Cmp::Lt, ix, int(0x3f00_0000));
     f.when(lt_half, |f| {
         // |x| < 2**-26
         let tiny = f.ucmp(Cmp::Le, ix, int(0x3280_0000));
         f.when(tiny, |f| {
             let y = f.add(f32c(PIO2_HI), f32b(X1P_120));
-            ret(f, y);
+            f.ret1(y);
         });
-        // PIO2_HI - (x - (PIO2_LO - x * r(x * x)))
         let xx = f.mul(x, x);
         let t = r(f, xx);
         let t = f.mul(x, t);
         let t = f.sub(f32c(PIO2_LO), t);
         let t = f.sub(x, t);
         let y = f.sub(f32c(PIO2_HI), t);
-        ret(f, y);
+        f.ret1(y);
     });
-    // x < -0.5
+}
+
+/// x < -0.5: 2. * (PIO2_HI - (s + (r(z) * s - PIO2_LO))) with z = (1 + x) / 2, s = sqrt(z).
+fn acos_negative(f: &mut Func, x: R, sign: R) {
     f.when(sign, |f| {
         let t = f.add(f32c(1.0), x);
         let z = f.mul(t, f32c(0.5));
         let s = f.sqrt(z);
-        // w = r(z) * s - PIO2_LO; 2. * (PIO2_HI - (s + w))
         let t = r(f, z);
         let t = f.mul(t, s);
         let w = f.sub(t, f32c(PIO2_LO));
         let t = f.add(s, w);
         let t = f.sub(f32c(PIO2_HI), t);
         let y = f.mul(f32c(2.0), t);
-        ret(f, y);
+        f.ret1(y);
     });
-    // x > 0.5
+}
+
+/// x > 0.5: 2. * (df + (r(z) * s + c)) with z = (1 - x) / 2, s = sqrt(z), df = s with
+/// the low 12 bits cleared and c = (z - df * df) / (s + df).
+fn acos_positive(f: &mut Func, x: R) {
     let t = f.sub(f32c(1.0), x);
     let z = f.mul(t, f32c(0.5));
     let s = f.sqrt(z);
     let sb = f.bits(s);
     let dfb = f.and(sb, int(0xffff_f000));
     let df = f.bits(dfb);
-    // c = (z - df * df) / (s + df)
     let t = f.mul(df, df);
     let t = f.sub(z, t);
     let u = f.add(s, df);
     let c = f.div(t, u);
-    // w = r(z) * s + c; 2. * (df + w)
-    let t = r(&mut f, z);
+    let t = r(f, z);
     let t = f.mul(t, s);
     let w = f.add(t, c);
     let t = f.add(df, w);
     let y = f.mul(f32c(2.0), t);
-    ret(&mut f, y);
-    f
+    f.ret1(y);
 }
 
 const fn f32_bits(v: f32) -> u64 {
@@ -193,14 +199,6 @@ static ATAN_LO: Table = Table {
 
 /// `atanf`.
 pub(super) fn atanf() -> Func {
-    const A_T: [f32; 5] = [
-        3.3333328366e-01,
-        -1.9999158382e-01,
-        1.4253635705e-01,
-        -1.0648017377e-01,
-        6.1687607318e-02,
-    ];
-    const X1P_120: u32 = 0x0380_0000; // 2^-120 as f32
     let mut f = Func::new("vyre_libm_atanf", &[Class::F32], &[Class::F32]);
     let x0 = f.param(0);
     let bits = f.bits(x0);
@@ -210,32 +208,45 @@ pub(super) fn atanf() -> Func {
     let huge = f.ucmp(Cmp::Ge, ix, int(0x4c80_0000));
     f.when(huge, |f| {
         let nan = f.fcmp(Cmp::Ne, x0, x0);
-        f.when(nan, |f| ret(f, x0));
+        f.when(nan, |f| f.ret1(x0));
         let hi = f.ld_table(&ATAN_HI, int(3));
         let z = f.add(hi, f32b(X1P_120));
-        let neg = f.neg(z);
-        let y = f.selp(sign, neg, z);
-        ret(f, y);
+        let y = f.negate_if(sign, z);
+        f.ret1(y);
     });
+    let (x, id) = atan_reduce(&mut f, x0, ix);
+    atan_finish(&mut f, x, id, sign);
+    f
+}
+
+/// Argument reduction: `(x, id)`, id = -1 for |x| < 7/16 (x unchanged; tiny |x|
+/// returns x) and otherwise the index of atan(0.5), atan(1), atan(1.5) or atan(inf)
+/// that the reduced x is an offset from.
+fn atan_reduce(f: &mut Func, x0: R, ix: R) -> (R, R) {
     let x = f.copy(Class::F32, x0);
     let id = f.reg(Class::B32);
     let small = f.ucmp(Cmp::Lt, ix, int(0x3ee0_0000));
+    // x = v(x); id = n
+    let reduced = |f: &mut Func, v: R, n: i64| {
+        f.set(x, v);
+        f.set(id, int(n));
+    };
+    let below = |f: &mut Func, bound: i64| f.ucmp(Cmp::Lt, ix, int(bound));
     f.if_else(
         small,
         |f| {
             // |x| < 0.4375; |x| < 2**-12 returns x
             let tiny = f.ucmp(Cmp::Lt, ix, int(0x3980_0000));
-            f.when(tiny, |f| ret(f, x0));
+            f.when(tiny, |f| f.ret1(x0));
             f.set(id, int(-1));
         },
         |f| {
-            let ax = f.abs(x);
-            f.set(x, ax);
-            let lt_19_16 = f.ucmp(Cmp::Lt, ix, int(0x3f98_0000));
+            f.update(x, |f| f.abs(x));
+            let lt_19_16 = below(f, 0x3f98_0000);
             f.if_else(
                 lt_19_16,
                 |f| {
-                    let lt_11_16 = f.ucmp(Cmp::Lt, ix, int(0x3f30_0000));
+                    let lt_11_16 = below(f, 0x3f30_0000);
                     f.if_else(
                         lt_11_16,
                         |f| {
@@ -244,21 +255,19 @@ pub(super) fn atanf() -> Func {
                             let t = f.sub(t, f32c(1.0));
                             let u = f.add(f32c(2.0), x);
                             let v = f.div(t, u);
-                            f.set(x, v);
-                            f.set(id, int(0));
+                            reduced(f, v, 0);
                         },
                         |f| {
                             // 11/16 <= |x| < 19/16: x = (x - 1.) / (x + 1.)
                             let t = f.sub(x, f32c(1.0));
                             let u = f.add(x, f32c(1.0));
                             let v = f.div(t, u);
-                            f.set(x, v);
-                            f.set(id, int(1));
+                            reduced(f, v, 1);
                         },
                     );
                 },
                 |f| {
-                    let lt_39_16 = f.ucmp(Cmp::Lt, ix, int(0x401c_0000));
+                    let lt_39_16 = below(f, 0x401c_0000);
                     f.if_else(
                         lt_39_16,
                         |f| {
@@ -267,21 +276,30 @@ pub(super) fn atanf() -> Func {
                             let u = f.mul(f32c(1.5), x);
                             let u = f.add(f32c(1.0), u);
                             let v = f.div(t, u);
-                            f.set(x, v);
-                            f.set(id, int(2));
+                            reduced(f, v, 2);
                         },
                         |f| {
                             // 2.4375 <= |x| < 2**26: x = -1. / x
                             let v = f.div(f32c(-1.0), x);
-                            f.set(x, v);
-                            f.set(id, int(3));
+                            reduced(f, v, 3);
                         },
                     );
                 },
             );
         },
     );
-    // end of argument reduction
+    (x, id)
+}
+
+/// The polynomial on the reduced x, plus the table entry `id`, with x's sign.
+fn atan_finish(f: &mut Func, x: R, id: R, sign: R) {
+    const A_T: [f32; 5] = [
+        3.3333328366e-01,
+        -1.9999158382e-01,
+        1.4253635705e-01,
+        -1.0648017377e-01,
+        6.1687607318e-02,
+    ];
     let z = f.mul(x, x);
     let w = f.mul(z, z);
     // s1 = z * (A_T[0] + w * (A_T[2] + w * A_T[4]))
@@ -300,7 +318,7 @@ pub(super) fn atanf() -> Func {
         // x - x * (s1 + s2)
         let t = f.mul(x, s);
         let y = f.sub(x, t);
-        ret(f, y);
+        f.ret1(y);
     });
     // z = ATAN_HI[id] - ((x * (s1 + s2) - ATAN_LO[id]) - x)
     let hi = f.ld_table(&ATAN_HI, id);
@@ -309,8 +327,6 @@ pub(super) fn atanf() -> Func {
     let t = f.sub(t, lo);
     let t = f.sub(t, x);
     let z = f.sub(hi, t);
-    let neg = f.neg(z);
-    let y = f.selp(sign, neg, z);
-    ret(&mut f, y);
-    f
+    let y = f.negate_if(sign, z);
+    f.ret1(y);
 }

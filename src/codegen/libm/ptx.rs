@@ -102,6 +102,17 @@ pub(crate) enum FOp {
     Div,
 }
 
+impl FOp {
+    fn name(self) -> &'static str {
+        match self {
+            FOp::Add => "add",
+            FOp::Sub => "sub",
+            FOp::Mul => "mul",
+            FOp::Div => "div",
+        }
+    }
+}
+
 /// Wrapping integer arithmetic and bit operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum IOp {
@@ -114,6 +125,23 @@ pub(crate) enum IOp {
     Shl,
     ShrU,
     ShrS,
+}
+
+impl IOp {
+    /// The opcode and its type letter (`s`igned, `b`its or `u`nsigned; the width follows).
+    fn ptx(self) -> (&'static str, char) {
+        match self {
+            IOp::Add => ("add", 's'),
+            IOp::Sub => ("sub", 's'),
+            IOp::Mul => ("mul.lo", 's'),
+            IOp::DivS => ("div", 's'),
+            IOp::And => ("and", 'b'),
+            IOp::Or => ("or", 'b'),
+            IOp::Shl => ("shl", 'b'),
+            IOp::ShrU => ("shr", 'u'),
+            IOp::ShrS => ("shr", 's'),
+        }
+    }
 }
 
 /// Conversions (each the exact PTX counterpart of a Rust `as`).
@@ -137,6 +165,22 @@ pub(crate) enum Cvt {
     U64U32,
 }
 
+impl Cvt {
+    /// The PTX instruction, and the classes it converts from and to.
+    fn spec(self) -> (&'static str, Class, Class) {
+        match self {
+            Cvt::F64F32 => ("cvt.f64.f32", Class::F32, Class::F64),
+            Cvt::F32F64 => ("cvt.rn.f32.f64", Class::F64, Class::F32),
+            Cvt::S32F32 => ("cvt.rzi.s32.f32", Class::F32, Class::B32),
+            Cvt::S32F64 => ("cvt.rzi.s32.f64", Class::F64, Class::B32),
+            Cvt::F32S32 => ("cvt.rn.f32.s32", Class::B32, Class::F32),
+            Cvt::F64S32 => ("cvt.rn.f64.s32", Class::B32, Class::F64),
+            Cvt::FloorF64 => ("cvt.rmi.f64.f64", Class::F64, Class::F64),
+            Cvt::U64U32 => ("cvt.u64.u32", Class::B32, Class::B64),
+        }
+    }
+}
+
 /// Comparison. Float comparisons are ordered (false on NaN) except `Ne`, which is true on
 /// NaN like Rust's `!=`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,6 +191,21 @@ pub(crate) enum Cmp {
     Ge,
     Eq,
     Ne,
+}
+
+impl Cmp {
+    /// The `setp` condition (`!=` of floats is unordered).
+    fn name(self, ty: CmpTy) -> &'static str {
+        match self {
+            Cmp::Lt => "lt",
+            Cmp::Le => "le",
+            Cmp::Gt => "gt",
+            Cmp::Ge => "ge",
+            Cmp::Eq => "eq",
+            Cmp::Ne if ty == CmpTy::Float => "neu",
+            Cmp::Ne => "ne",
+        }
+    }
 }
 
 /// How the operands of a comparison are read.
@@ -256,6 +315,16 @@ pub(crate) enum Inst {
     },
 }
 
+/// `name(a, b) -> R` builder methods, each `self.via(op, a, b)`.
+macro_rules! binary_ops {
+    ($($(#[$doc:meta])* $name:ident => $via:ident($op:expr);)*) => {$(
+        $(#[$doc])*
+        pub(crate) fn $name(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
+            self.$via($op, a, b)
+        }
+    )*};
+}
+
 /// One `.func` under construction.
 #[derive(Debug, Clone)]
 pub(crate) struct Func {
@@ -329,48 +398,56 @@ impl Func {
         d
     }
 
-    /// `a + b` (`add.rn`).
-    pub(crate) fn add(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.fop(FOp::Add, a, b)
+    binary_ops! {
+        /// `a + b` (`add.rn`).
+        add => fop(FOp::Add);
+        /// `a - b` (`sub.rn`).
+        sub => fop(FOp::Sub);
+        /// `a * b` (`mul.rn`).
+        mul => fop(FOp::Mul);
+        /// `a / b` (`div.rn`, IEEE).
+        div => fop(FOp::Div);
+        /// Wrapping `a + b`.
+        iadd => iop(IOp::Add);
+        /// Wrapping `a - b`.
+        isub => iop(IOp::Sub);
+        /// Wrapping `a * b` (low half).
+        imul => iop(IOp::Mul);
+        /// Signed division, truncating (Rust `/` on `i32`; never by zero here).
+        idiv_s => iop(IOp::DivS);
+        /// `a & b`.
+        and => iop(IOp::And);
+        /// `a | b`.
+        or => iop(IOp::Or);
+        /// `a << b` (PTX clamps counts above the width; the ports only shift in range).
+        shl => iop(IOp::Shl);
+        /// Logical `a >> b` (`u32`).
+        shr_u => iop(IOp::ShrU);
+        /// Arithmetic `a >> b` (`i32`).
+        shr_s => iop(IOp::ShrS);
     }
 
-    /// `a - b` (`sub.rn`).
-    pub(crate) fn sub(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.fop(FOp::Sub, a, b)
-    }
-
-    /// `a * b` (`mul.rn`).
-    pub(crate) fn mul(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.fop(FOp::Mul, a, b)
-    }
-
-    /// `a / b` (`div.rn`, IEEE).
-    pub(crate) fn div(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.fop(FOp::Div, a, b)
+    /// A one-operand float instruction `make(d, a)`.
+    fn unary(&mut self, a: impl Into<Op>, make: fn(R, Op) -> Inst) -> R {
+        let a = a.into();
+        let d = self.reg(Self::float_class(a, a));
+        self.body.push(make(d, a));
+        d
     }
 
     /// Correctly rounded square root (`sqrt.rn`; SSE `sqrtss`/`sqrtsd`).
     pub(crate) fn sqrt(&mut self, a: impl Into<Op>) -> R {
-        let a = a.into();
-        let d = self.reg(Self::float_class(a, a));
-        self.body.push(Inst::Sqrt { d, a });
-        d
+        self.unary(a, |d, a| Inst::Sqrt { d, a })
     }
 
     /// `-a` (sign flip).
     pub(crate) fn neg(&mut self, a: impl Into<Op>) -> R {
-        let a = a.into();
-        let d = self.reg(Self::float_class(a, a));
-        self.body.push(Inst::Neg { d, a });
-        d
+        self.unary(a, |d, a| Inst::Neg { d, a })
     }
 
     /// `a.abs()` (sign clear).
     pub(crate) fn abs(&mut self, a: impl Into<Op>) -> R {
-        let a = a.into();
-        let d = self.reg(Self::float_class(a, a));
-        self.body.push(Inst::Abs { d, a });
-        d
+        self.unary(a, |d, a| Inst::Abs { d, a })
     }
 
     fn iop(&mut self, op: IOp, a: impl Into<Op>, b: impl Into<Op>) -> R {
@@ -386,61 +463,9 @@ impl Func {
         d
     }
 
-    /// Wrapping `a + b`.
-    pub(crate) fn iadd(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.iop(IOp::Add, a, b)
-    }
-
-    /// Wrapping `a - b`.
-    pub(crate) fn isub(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.iop(IOp::Sub, a, b)
-    }
-
-    /// Wrapping `a * b` (low half).
-    pub(crate) fn imul(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.iop(IOp::Mul, a, b)
-    }
-
-    /// Signed division, truncating (Rust `/` on `i32`; never by zero here).
-    pub(crate) fn idiv_s(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.iop(IOp::DivS, a, b)
-    }
-
-    pub(crate) fn and(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.iop(IOp::And, a, b)
-    }
-
-    pub(crate) fn or(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.iop(IOp::Or, a, b)
-    }
-
-    /// `a << b` (PTX clamps counts above the width; the ports only shift in range).
-    pub(crate) fn shl(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.iop(IOp::Shl, a, b)
-    }
-
-    /// Logical `a >> b` (`u32`).
-    pub(crate) fn shr_u(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.iop(IOp::ShrU, a, b)
-    }
-
-    /// Arithmetic `a >> b` (`i32`).
-    pub(crate) fn shr_s(&mut self, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        self.iop(IOp::ShrS, a, b)
-    }
-
     /// A conversion.
     pub(crate) fn cvt(&mut self, op: Cvt, a: R) -> R {
-        let (from, to) = match op {
-            Cvt::F64F32 => (Class::F32, Class::F64),
-            Cvt::F32F64 => (Class::F64, Class::F32),
-            Cvt::S32F32 => (Class::F32, Class::B32),
-            Cvt::S32F64 => (Class::F64, Class::B32),
-            Cvt::F32S32 => (Class::B32, Class::F32),
-            Cvt::F64S32 => (Class::B32, Class::F64),
-            Cvt::FloorF64 => (Class::F64, Class::F64),
-            Cvt::U64U32 => (Class::B32, Class::B64),
-        };
+        let (_, from, to) = op.spec();
         assert_eq!(a.class, from, "{op:?} of {a}");
         let d = self.reg(to);
         self.body.push(Inst::Cvt { op, d, a });
@@ -477,6 +502,12 @@ impl Func {
         self.body.push(Inst::Mov { d, a });
     }
 
+    /// `d = value(self)`: a mutable variable updated to a freshly computed value.
+    pub(crate) fn update(&mut self, d: R, value: impl FnOnce(&mut Self) -> R) {
+        let v = value(self);
+        self.set(d, v);
+    }
+
     /// A comparison.
     pub(crate) fn setp(&mut self, cmp: Cmp, ty: CmpTy, a: impl Into<Op>, b: impl Into<Op>) -> R {
         let (a, b) = (a.into(), b.into());
@@ -507,6 +538,12 @@ impl Func {
         let d = self.reg(class);
         self.body.push(Inst::Selp { d, a, b, p });
         d
+    }
+
+    /// `if p { -v } else { v }`.
+    pub(crate) fn negate_if(&mut self, p: R, v: R) -> R {
+        let neg = self.neg(v);
+        self.selp(p, neg, v)
     }
 
     /// A new label (placed with [`Func::place`]).
@@ -559,6 +596,23 @@ impl Func {
         self.place(done);
     }
 
+    /// `loop { if exit { break } body }`, `exit` evaluated at the top of every
+    /// iteration; `body` gets the loop's exit label for a `break` of its own.
+    pub(crate) fn until(
+        &mut self,
+        exit: impl FnOnce(&mut Self) -> R,
+        body: impl FnOnce(&mut Self, Label),
+    ) {
+        let top = self.label();
+        let done = self.label();
+        self.place(top);
+        let end = exit(self);
+        self.bra_if(end, true, done);
+        body(self, done);
+        self.bra(top);
+        self.place(done);
+    }
+
     fn materialize(&mut self, v: Op, class: Class) -> R {
         match v {
             Op::Reg(r) => {
@@ -578,6 +632,11 @@ impl Func {
             .map(|(&v, class)| self.materialize(v, class))
             .collect();
         self.body.push(Inst::Ret(regs));
+    }
+
+    /// `return v` from a function of one result.
+    pub(crate) fn ret1(&mut self, v: impl Into<Op>) {
+        self.ret(&[v.into()]);
     }
 
     /// Call another `.func` of the module.
@@ -657,11 +716,7 @@ impl Func {
 
     /// The `.func` prototype line (without the trailing body).
     fn header(&self) -> String {
-        let rets = if self.rets.len() == 1 {
-            format!(".param .{} vyre_ret", self.rets[0].ty())
-        } else {
-            format!(".param .align 8 .b8 vyre_ret[{}]", 8 * self.rets.len())
-        };
+        let rets = ret_param("vyre_ret", &self.rets);
         let params: Vec<String> = self
             .params
             .iter()
@@ -699,93 +754,34 @@ impl Func {
         out
     }
 
-    fn ret_slot(&self, i: usize) -> String {
-        if self.rets.len() == 1 {
-            "[vyre_ret]".into()
-        } else {
-            format!("[vyre_ret+{}]", 8 * i)
-        }
-    }
-
+    /// Print one instruction (with the address arithmetic a memory access needs).
     fn print(&self, out: &mut String, inst: &Inst) {
-        let line = match inst {
-            Inst::F { op, d, a, b } => {
-                let name = match op {
-                    FOp::Add => "add",
-                    FOp::Sub => "sub",
-                    FOp::Mul => "mul",
-                    FOp::Div => "div",
-                };
-                format!("{name}.rn.{} {d}, {a}, {b};", d.class.ty())
-            }
+        let line = match *inst {
+            Inst::F { op, d, a, b } => format!("{}.rn.{} {d}, {a}, {b};", op.name(), d.class.ty()),
             Inst::Sqrt { d, a } => format!("sqrt.rn.{} {d}, {a};", d.class.ty()),
             Inst::Neg { d, a } => format!("neg.{} {d}, {a};", d.class.ty()),
             Inst::Abs { d, a } => format!("abs.{} {d}, {a};", d.class.ty()),
             Inst::I { op, d, a, b } => {
-                let wide = d.class == Class::B64;
-                let (s, b_, u) = if wide {
-                    ("s64", "b64", "u64")
-                } else {
-                    ("s32", "b32", "u32")
-                };
-                match op {
-                    IOp::Add => format!("add.{s} {d}, {a}, {b};"),
-                    IOp::Sub => format!("sub.{s} {d}, {a}, {b};"),
-                    IOp::Mul => format!("mul.lo.{s} {d}, {a}, {b};"),
-                    IOp::DivS => format!("div.{s} {d}, {a}, {b};"),
-                    IOp::And => format!("and.{b_} {d}, {a}, {b};"),
-                    IOp::Or => format!("or.{b_} {d}, {a}, {b};"),
-                    IOp::Shl => format!("shl.{b_} {d}, {a}, {b};"),
-                    IOp::ShrU => format!("shr.{u} {d}, {a}, {b};"),
-                    IOp::ShrS => format!("shr.{s} {d}, {a}, {b};"),
-                }
+                let (name, ty) = op.ptx();
+                format!("{name}.{ty}{} {d}, {a}, {b};", 8 * d.class.bytes())
             }
-            Inst::Cvt { op, d, a } => {
-                let name = match op {
-                    Cvt::F64F32 => "cvt.f64.f32",
-                    Cvt::F32F64 => "cvt.rn.f32.f64",
-                    Cvt::S32F32 => "cvt.rzi.s32.f32",
-                    Cvt::S32F64 => "cvt.rzi.s32.f64",
-                    Cvt::F32S32 => "cvt.rn.f32.s32",
-                    Cvt::F64S32 => "cvt.rn.f64.s32",
-                    Cvt::FloorF64 => "cvt.rmi.f64.f64",
-                    Cvt::U64U32 => "cvt.u64.u32",
-                };
-                format!("{name} {d}, {a};")
-            }
+            Inst::Cvt { op, d, a } => format!("{} {d}, {a};", op.spec().0),
             Inst::Mov { d, a } => {
+                // A reinterpretation between classes moves untyped bits.
                 let ty = match a {
-                    Op::Reg(r) if r.class != d.class => {
-                        if d.class.bytes() == 8 {
-                            "b64"
-                        } else {
-                            "b32"
-                        }
-                    }
-                    _ => d.class.ty(),
+                    Op::Reg(r) if r.class != d.class => format!("b{}", 8 * d.class.bytes()),
+                    _ => d.class.ty().to_string(),
                 };
                 format!("mov.{ty} {d}, {a};")
             }
             Inst::Setp { cmp, ty, d, a, b } => {
                 let class = a.class().or(b.class()).unwrap_or(Class::B32);
-                let wide = class.bytes() == 8;
-                let t = match (ty, wide) {
-                    (CmpTy::Float, _) => class.ty(),
-                    (CmpTy::Signed, false) => "s32",
-                    (CmpTy::Signed, true) => "s64",
-                    (CmpTy::Unsigned, false) => "u32",
-                    (CmpTy::Unsigned, true) => "u64",
+                let t = match ty {
+                    CmpTy::Float => class.ty().to_string(),
+                    CmpTy::Signed => format!("s{}", 8 * class.bytes()),
+                    CmpTy::Unsigned => format!("u{}", 8 * class.bytes()),
                 };
-                let c = match cmp {
-                    Cmp::Lt => "lt",
-                    Cmp::Le => "le",
-                    Cmp::Gt => "gt",
-                    Cmp::Ge => "ge",
-                    Cmp::Eq => "eq",
-                    Cmp::Ne if *ty == CmpTy::Float => "neu",
-                    Cmp::Ne => "ne",
-                };
-                format!("setp.{c}.{t} {d}, {a}, {b};")
+                format!("setp.{}.{t} {d}, {a}, {b};", cmp.name(ty))
             }
             Inst::Selp { d, a, b, p } => format!("selp.{} {d}, {a}, {b}, {p};", d.class.ty()),
             Inst::Bra { to, when } => match when {
@@ -797,62 +793,75 @@ impl Func {
                 let _ = writeln!(out, "$Lv{l}:");
                 return;
             }
-            Inst::Ret(vals) => {
+            Inst::Ret(ref vals) => {
                 let mut s = String::new();
                 for (i, v) in vals.iter().enumerate() {
-                    let _ = write!(
-                        s,
-                        "st.param.{} {}, {v};\n\t",
-                        v.class.ty(),
-                        self.ret_slot(i)
-                    );
+                    let slot = param_slot("vyre_ret", vals.len(), i);
+                    let _ = write!(s, "st.param.{} {slot}, {v};\n\t", v.class.ty());
                 }
-                s.push_str("ret;");
-                s
+                s + "ret;"
             }
-            Inst::Call { callee, args, rets } => {
-                let mut s = String::from("{\n");
-                for (i, a) in args.iter().enumerate() {
-                    let _ = writeln!(s, "\t.param .{} vyre_ca{i};", a.class.ty());
-                }
-                if rets.len() == 1 {
-                    let _ = writeln!(s, "\t.param .{} vyre_cr;", rets[0].class.ty());
-                } else {
-                    let _ = writeln!(s, "\t.param .align 8 .b8 vyre_cr[{}];", 8 * rets.len());
-                }
-                for (i, a) in args.iter().enumerate() {
-                    let _ = writeln!(s, "\tst.param.{} [vyre_ca{i}], {a};", a.class.ty());
-                }
-                let names: Vec<String> = (0..args.len()).map(|i| format!("vyre_ca{i}")).collect();
-                let _ = writeln!(s, "\tcall (vyre_cr), {callee}, ({});", names.join(", "));
-                for (i, r) in rets.iter().enumerate() {
-                    let slot = if rets.len() == 1 {
-                        "[vyre_cr]".to_string()
-                    } else {
-                        format!("[vyre_cr+{}]", 8 * i)
-                    };
-                    let _ = writeln!(s, "\tld.param.{} {r}, {slot};", r.class.ty());
-                }
-                s.push_str("\t}");
-                s
-            }
+            Inst::Call {
+                callee,
+                ref args,
+                ref rets,
+            } => call(callee, args, rets),
             Inst::LdTable { d, table, idx, tmp } => {
-                let addr = address(out, table.name, table.class.bytes(), *idx, *tmp);
+                let addr = address(out, table.name, table.class.bytes(), idx, tmp);
                 format!("ld.const.{} {d}, {addr};", d.class.ty())
             }
             Inst::LdLocal { d, arr, idx, tmp } => {
-                let local = self.locals[*arr];
-                let addr = address(out, local.name, local.class.bytes(), *idx, *tmp);
+                let local = self.locals[arr];
+                let addr = address(out, local.name, local.class.bytes(), idx, tmp);
                 format!("ld.local.{} {d}, {addr};", d.class.ty())
             }
             Inst::StLocal { arr, idx, v, tmp } => {
-                let local = self.locals[*arr];
-                let addr = address(out, local.name, local.class.bytes(), *idx, *tmp);
+                let local = self.locals[arr];
+                let addr = address(out, local.name, local.class.bytes(), idx, tmp);
                 format!("st.local.{} {addr}, {v};", v.class.ty())
             }
         };
         let _ = writeln!(out, "\t{line}");
     }
+}
+
+/// The declaration of the return parameter `name` holding values of `classes` (one
+/// typed scalar, or an 8-byte-aligned array of 8-byte slots).
+fn ret_param(name: &str, classes: &[Class]) -> String {
+    match classes {
+        [one] => format!(".param .{} {name}", one.ty()),
+        _ => format!(".param .align 8 .b8 {name}[{}]", 8 * classes.len()),
+    }
+}
+
+/// Slot `i` of the return parameter `name` holding `n` values.
+fn param_slot(name: &str, n: usize, i: usize) -> String {
+    if n == 1 {
+        format!("[{name}]")
+    } else {
+        format!("[{name}+{}]", 8 * i)
+    }
+}
+
+/// A `call` of `callee` in its own scope: declare the parameters, store the arguments,
+/// call, load the results.
+fn call(callee: &str, args: &[R], rets: &[R]) -> String {
+    let mut s = String::from("{\n");
+    for (i, a) in args.iter().enumerate() {
+        let _ = writeln!(s, "\t.param .{} vyre_ca{i};", a.class.ty());
+    }
+    let classes: Vec<Class> = rets.iter().map(|r| r.class).collect();
+    let _ = writeln!(s, "\t{};", ret_param("vyre_cr", &classes));
+    for (i, a) in args.iter().enumerate() {
+        let _ = writeln!(s, "\tst.param.{} [vyre_ca{i}], {a};", a.class.ty());
+    }
+    let names: Vec<String> = (0..args.len()).map(|i| format!("vyre_ca{i}")).collect();
+    let _ = writeln!(s, "\tcall (vyre_cr), {callee}, ({});", names.join(", "));
+    for (i, r) in rets.iter().enumerate() {
+        let slot = param_slot("vyre_cr", rets.len(), i);
+        let _ = writeln!(s, "\tld.param.{} {r}, {slot};", r.class.ty());
+    }
+    s + "\t}"
 }
 
 /// The address operand of `symbol[idx]`, emitting the arithmetic it needs into `out`.

@@ -6,7 +6,7 @@
 //! digit `jx = 0`, `prec = 0`, so `jk = jp = 3`); its loops and arrays are kept as in the
 //! source (arrays in `.local` memory) so every f64 operation happens in the same order.
 
-use super::ptx::{f64b, f64c, int, Class, Cmp, Cvt, Func, Table, R};
+use super::ptx::{f64b, f64c, int, Class, Cmp, Cvt, Func, Label, Op, Table, R};
 use super::scalbn::scalbn;
 
 pub(super) const NAME: &str = "vyre_libm_rem_pio2f";
@@ -65,387 +65,404 @@ pub(super) fn rem_pio2f() -> Func {
 
 /// `rem_pio2_large(&[x], &mut y, e0, 0)`: returns `(n & 7, y[0])`.
 fn rem_pio2_large(f: &mut Func, x: R, e0: R) -> (R, R) {
-    const JK: i64 = 3; // INIT_JK[prec]
-    const JP: i64 = JK;
-    const JX: i64 = 0; // nx - 1
-    let fa = f.local("vyre_rp_f", Class::F64, 20);
-    let fq = f.local("vyre_rp_fq", Class::F64, 20);
-    let q = f.local("vyre_rp_q", Class::F64, 20);
-    let iq = f.local("vyre_rp_iq", Class::B32, 20);
-
-    // determine jx, jv, q0 (jv = max((e0 - 3) / 24, 0))
-    let t = f.isub(e0, int(3));
-    let jv = f.idiv_s(t, int(24));
-    let negative = f.scmp(Cmp::Lt, jv, int(0));
-    let jv = f.selp(negative, int(0), jv);
-    let jv1 = f.iadd(jv, int(1));
-    let t = f.imul(jv1, int(24));
-    let q0 = f.reg(Class::B32);
-    let t = f.isub(e0, t);
-    f.set(q0, t);
-
-    // set up f[0] to f[jx+jk] where f[jx+jk] = ipio2[jv+jk]; j = jv - jx >= 0 here
-    for i in 0..=JX + JK {
-        let j = f.iadd(jv, int(i - JX));
-        let digit = f.ld_table(&IPIO2, j);
-        let v = f.cvt(Cvt::F64S32, digit);
-        f.st_local(fa, int(i), v);
-    }
-    // compute q[0],q[1],...q[jk]
-    for i in 0..=JK {
-        let fi = f.ld_local(fa, int(JX + i));
-        let p = f.mul(x, fi);
-        let fw = f.add(f64c(0.0), p);
-        f.st_local(q, int(i), fw);
-    }
-
-    let jz = f.copy(Class::B32, int(JK));
-    let z = f.reg(Class::F64);
-    let n = f.reg(Class::B32);
-    let ih = f.reg(Class::B32);
-    let i = f.reg(Class::B32);
-    let j = f.reg(Class::B32);
-    let carry = f.reg(Class::B32);
-    let k = f.reg(Class::B32);
-
+    let s = Large::setup(f, x, e0);
     let recompute = f.label();
     f.place(recompute);
-    // distill q[] into iq[] reversingly
-    f.set(i, int(0));
-    let qz = f.ld_local(q, jz);
-    f.set(z, qz);
-    f.set(j, jz);
-    {
-        let top = f.label();
-        let done = f.label();
-        f.place(top);
-        let end = f.scmp(Cmp::Lt, j, int(1));
-        f.bra_if(end, true, done);
+    s.distill(f);
+    let jz1 = s.compute_n(f);
+    s.complement(f, jz1);
+    let z_zero = s.recompute_if_zero(f, jz1, recompute);
+    s.chop(f, z_zero);
+    let fw = s.to_float(f);
+    s.times_pio2(f, fw);
+    s.compress(f, fw)
+}
+
+/// `q[at] = 0. + x * f[fi]` (`fa`, `q`: the arrays f and q).
+fn q_term(f: &mut Func, x: R, [fa, q]: [usize; 2], fi: Op, at: Op) {
+    let fv = f.ld_local(fa, fi);
+    let p = f.mul(x, fv);
+    let fw = f.add(f64c(0.0), p);
+    f.st_local(q, at, fw);
+}
+
+const JK: i64 = 3; // INIT_JK[prec]
+const JP: i64 = JK;
+const JX: i64 = 0; // nx - 1
+
+/// The arrays (`.local` handles) and the variables (registers, assigned with `set`) of
+/// `rem_pio2_large`; each method is one step of the source, in its order.
+struct Large {
+    x: R,
+    jv: R,
+    q0: R,
+    fa: usize,
+    fq: usize,
+    q: usize,
+    iq: usize,
+    jz: R,
+    z: R,
+    n: R,
+    ih: R,
+    i: R,
+    j: R,
+    carry: R,
+    k: R,
+}
+
+impl Large {
+    /// Determine jv and q0, set up f[] from ipio2[] and compute q[0..=jk].
+    fn setup(f: &mut Func, x: R, e0: R) -> Self {
+        let fa = f.local("vyre_rp_f", Class::F64, 20);
+        let fq = f.local("vyre_rp_fq", Class::F64, 20);
+        let q = f.local("vyre_rp_q", Class::F64, 20);
+        let iq = f.local("vyre_rp_iq", Class::B32, 20);
+        // determine jx, jv, q0 (jv = max((e0 - 3) / 24, 0))
+        let t = f.isub(e0, int(3));
+        let jv = f.idiv_s(t, int(24));
+        let negative = f.scmp(Cmp::Lt, jv, int(0));
+        let jv = f.selp(negative, int(0), jv);
+        let jv1 = f.iadd(jv, int(1));
+        let t = f.imul(jv1, int(24));
+        let q0 = f.reg(Class::B32);
+        let t = f.isub(e0, t);
+        f.set(q0, t);
+        // set up f[0] to f[jx+jk] where f[jx+jk] = ipio2[jv+jk]; j = jv - jx >= 0 here
+        for i in 0..=JX + JK {
+            let j = f.iadd(jv, int(i - JX));
+            let digit = f.ld_table(&IPIO2, j);
+            let v = f.cvt(Cvt::F64S32, digit);
+            f.st_local(fa, int(i), v);
+        }
+        // compute q[0],q[1],...q[jk]
+        for i in 0..=JK {
+            q_term(f, x, [fa, q], int(JX + i), int(i));
+        }
+        Large {
+            x,
+            jv,
+            q0,
+            fa,
+            fq,
+            q,
+            iq,
+            jz: f.copy(Class::B32, int(JK)),
+            z: f.reg(Class::F64),
+            n: f.reg(Class::B32),
+            ih: f.reg(Class::B32),
+            i: f.reg(Class::B32),
+            j: f.reg(Class::B32),
+            carry: f.reg(Class::B32),
+            k: f.reg(Class::B32),
+        }
+    }
+
+    /// `(fw, digit)`: `z` split into 24-bit parts, `fw = (2^-24 z) as i32` (as an f64) and
+    /// `digit = (z - 2^24 fw) as i32`.
+    fn split24(f: &mut Func, z: R) -> (R, R) {
         let t = f.mul(f64b(X1P_24), z);
         let t = f.cvt(Cvt::S32F64, t);
         let fw = f.cvt(Cvt::F64S32, t);
         let t = f.mul(f64b(X1P24), fw);
         let t = f.sub(z, t);
-        let digit = f.cvt(Cvt::S32F64, t);
-        f.st_local(iq, i, digit);
-        let jm1 = f.isub(j, int(1));
-        let qj = f.ld_local(q, jm1);
-        let t = f.add(qj, fw);
-        f.set(z, t);
-        let t = f.iadd(i, int(1));
-        f.set(i, t);
-        f.set(j, jm1);
-        f.bra(top);
-        f.place(done);
+        (fw, f.cvt(Cvt::S32F64, t))
     }
 
-    // compute n
-    let t = scalbn(f, z, q0);
-    f.set(z, t);
-    let t = f.mul(z, f64c(0.125));
-    let t = f.cvt(Cvt::FloorF64, t);
-    let t = f.mul(f64c(8.0), t);
-    let t = f.sub(z, t);
-    f.set(z, t);
-    let t = f.cvt(Cvt::S32F64, z);
-    f.set(n, t);
-    let t = f.cvt(Cvt::F64S32, n);
-    let t = f.sub(z, t);
-    f.set(z, t);
-    f.set(ih, int(0));
-    let jz1 = f.isub(jz, int(1));
-    let q0_pos = f.scmp(Cmp::Gt, q0, int(0));
-    f.if_else(
-        q0_pos,
-        |f| {
-            // need iq[jz-1] to determine n
-            let s = f.isub(int(24), q0);
-            let digit = f.ld_local(iq, jz1);
-            let t = f.shr_s(digit, s);
-            f.set(i, t);
-            let t = f.iadd(n, i);
-            f.set(n, t);
-            let t = f.shl(i, s);
-            let digit = f.isub(digit, t);
-            f.st_local(iq, jz1, digit);
-            let s = f.isub(int(23), q0);
-            let t = f.shr_s(digit, s);
-            f.set(ih, t);
-        },
-        |f| {
-            let q0_zero = f.scmp(Cmp::Eq, q0, int(0));
-            f.if_else(
-                q0_zero,
-                |f| {
-                    let digit = f.ld_local(iq, jz1);
-                    let t = f.shr_s(digit, int(23));
-                    f.set(ih, t);
-                },
-                |f| {
-                    let half = f.fcmp(Cmp::Ge, z, f64c(0.5));
-                    f.when(half, |f| f.set(ih, int(2)));
-                },
-            );
-        },
-    );
-
-    // q > 0.5
-    let ih_pos = f.scmp(Cmp::Gt, ih, int(0));
-    f.when(ih_pos, |f| {
-        let t = f.iadd(n, int(1));
-        f.set(n, t);
-        f.set(carry, int(0));
-        // compute 1-q
+    /// Distill q[] into iq[] reversingly.
+    fn distill(&self, f: &mut Func) {
+        let (i, j, z) = (self.i, self.j, self.z);
         f.set(i, int(0));
-        let top = f.label();
-        let done = f.label();
-        f.place(top);
-        let end = f.scmp(Cmp::Ge, i, jz);
-        f.bra_if(end, true, done);
-        let digit = f.ld_local(iq, i);
-        let no_carry = f.scmp(Cmp::Eq, carry, int(0));
-        f.if_else(
-            no_carry,
-            |f| {
-                let nonzero = f.scmp(Cmp::Ne, digit, int(0));
-                f.when(nonzero, |f| {
-                    f.set(carry, int(1));
-                    let t = f.isub(int(0x100_0000), digit);
-                    f.st_local(iq, i, t);
-                });
-            },
-            |f| {
-                let t = f.isub(int(0xff_ffff), digit);
-                f.st_local(iq, i, t);
+        let qz = f.ld_local(self.q, self.jz);
+        f.set(z, qz);
+        f.set(j, self.jz);
+        f.until(
+            |f| f.scmp(Cmp::Lt, j, int(1)),
+            |f, _| {
+                let (fw, digit) = Self::split24(f, z);
+                f.st_local(self.iq, i, digit);
+                let jm1 = f.isub(j, int(1));
+                let qj = f.ld_local(self.q, jm1);
+                f.update(z, |f| f.add(qj, fw));
+                f.update(i, |f| f.iadd(i, int(1)));
+                f.set(j, jm1);
             },
         );
-        let t = f.iadd(i, int(1));
-        f.set(i, t);
-        f.bra(top);
-        f.place(done);
-        // rare case: chance is 1 in 12
-        let q0_one = f.scmp(Cmp::Eq, q0, int(1));
-        f.when(q0_one, |f| {
-            let digit = f.ld_local(iq, jz1);
-            let t = f.and(digit, int(0x7f_ffff));
-            f.st_local(iq, jz1, t);
-        });
-        let q0_two = f.scmp(Cmp::Eq, q0, int(2));
-        f.when(q0_two, |f| {
-            let digit = f.ld_local(iq, jz1);
-            let t = f.and(digit, int(0x3f_ffff));
-            f.st_local(iq, jz1, t);
-        });
-        let ih_two = f.scmp(Cmp::Eq, ih, int(2));
-        f.when(ih_two, |f| {
-            let t = f.sub(f64c(1.0), z);
-            f.set(z, t);
-            let carried = f.scmp(Cmp::Ne, carry, int(0));
-            f.when(carried, |f| {
-                let one = f.copy(Class::F64, f64c(1.0));
-                let s = scalbn(f, one, q0);
-                let t = f.sub(z, s);
-                f.set(z, t);
-            });
-        });
-    });
+    }
 
-    // check if recomputation is needed
-    let z_zero = f.fcmp(Cmp::Eq, z, f64c(0.0));
-    f.when(z_zero, |f| {
-        // j = iq[jk] | ... | iq[jz-1]
-        f.set(j, int(0));
-        f.set(i, jz1);
-        let top = f.label();
-        let done = f.label();
-        f.place(top);
-        let end = f.scmp(Cmp::Lt, i, int(JK));
-        f.bra_if(end, true, done);
-        let digit = f.ld_local(iq, i);
-        let t = f.or(j, digit);
-        f.set(j, t);
-        let t = f.isub(i, int(1));
-        f.set(i, t);
-        f.bra(top);
-        f.place(done);
-        let all_zero = f.scmp(Cmp::Eq, j, int(0));
-        f.when(all_zero, |f| {
-            // k = no. of terms needed
-            f.set(k, int(1));
-            let top = f.label();
-            let done = f.label();
-            f.place(top);
-            // (the source would index out of bounds, and panic, past iq[0])
-            let past = f.scmp(Cmp::Gt, k, int(JK));
-            f.bra_if(past, true, done);
-            let at = f.isub(int(JK), k);
-            let digit = f.ld_local(iq, at);
-            let nonzero = f.scmp(Cmp::Ne, digit, int(0));
-            f.bra_if(nonzero, true, done);
-            let t = f.iadd(k, int(1));
-            f.set(k, t);
-            f.bra(top);
-            f.place(done);
-            // add q[jz+1] to q[jz+k]
-            let last = f.iadd(jz, k);
-            let t = f.iadd(jz, int(1));
-            f.set(i, t);
-            let top = f.label();
-            let done = f.label();
-            f.place(top);
-            let end = f.scmp(Cmp::Gt, i, last);
-            f.bra_if(end, true, done);
-            let at = f.iadd(jv, i);
-            let digit = f.ld_table(&IPIO2, at);
-            let v = f.cvt(Cvt::F64S32, digit);
-            let fi = f.iadd(i, int(JX));
-            f.st_local(fa, fi, v);
-            let fv = f.ld_local(fa, fi);
-            let p = f.mul(x, fv);
-            let fw = f.add(f64c(0.0), p);
-            f.st_local(q, i, fw);
-            let t = f.iadd(i, int(1));
-            f.set(i, t);
-            f.bra(top);
-            f.place(done);
-            f.set(jz, last);
-            f.bra(recompute);
+    /// Compute n and ih (whether q > 0.5, 2 for the upper half); returns jz - 1.
+    fn compute_n(&self, f: &mut Func) -> R {
+        let (z, n, ih, q0) = (self.z, self.n, self.ih, self.q0);
+        f.update(z, |f| scalbn(f, z, q0));
+        f.update(z, |f| {
+            let t = f.mul(z, f64c(0.125));
+            let t = f.cvt(Cvt::FloorF64, t);
+            let t = f.mul(f64c(8.0), t);
+            f.sub(z, t)
         });
-    });
+        f.update(n, |f| f.cvt(Cvt::S32F64, z));
+        f.update(z, |f| {
+            let t = f.cvt(Cvt::F64S32, n);
+            f.sub(z, t)
+        });
+        f.set(ih, int(0));
+        let jz1 = f.isub(self.jz, int(1));
+        let q0_pos = f.scmp(Cmp::Gt, q0, int(0));
+        f.if_else(
+            q0_pos,
+            |f| {
+                // need iq[jz-1] to determine n
+                let s = f.isub(int(24), q0);
+                let digit = f.ld_local(self.iq, jz1);
+                f.update(self.i, |f| f.shr_s(digit, s));
+                f.update(n, |f| f.iadd(n, self.i));
+                let t = f.shl(self.i, s);
+                let digit = f.isub(digit, t);
+                f.st_local(self.iq, jz1, digit);
+                let s = f.isub(int(23), q0);
+                f.update(ih, |f| f.shr_s(digit, s));
+            },
+            |f| {
+                let q0_zero = f.scmp(Cmp::Eq, q0, int(0));
+                f.if_else(
+                    q0_zero,
+                    |f| {
+                        let digit = f.ld_local(self.iq, jz1);
+                        f.update(ih, |f| f.shr_s(digit, int(23)));
+                    },
+                    |f| {
+                        let half = f.fcmp(Cmp::Ge, z, f64c(0.5));
+                        f.when(half, |f| f.set(ih, int(2)));
+                    },
+                );
+            },
+        );
+        jz1
+    }
 
-    // chop off zero terms
-    f.if_else(
-        z_zero,
-        |f| {
-            let t = f.isub(jz, int(1));
-            f.set(jz, t);
-            let t = f.isub(q0, int(24));
-            f.set(q0, t);
-            let top = f.label();
-            let done = f.label();
-            f.place(top);
-            let digit = f.ld_local(iq, jz);
-            let nonzero = f.scmp(Cmp::Ne, digit, int(0));
-            f.bra_if(nonzero, true, done);
-            let t = f.isub(jz, int(1));
-            f.set(jz, t);
-            let t = f.isub(q0, int(24));
-            f.set(q0, t);
-            f.bra(top);
-            f.place(done);
-        },
-        |f| {
-            // break z into 24-bit if necessary
-            let mq0 = f.isub(int(0), q0);
-            let t = scalbn(f, z, mq0);
-            f.set(z, t);
-            let big = f.fcmp(Cmp::Ge, z, f64b(X1P24));
-            f.if_else(
-                big,
-                |f| {
-                    let t = f.mul(f64b(X1P_24), z);
-                    let t = f.cvt(Cvt::S32F64, t);
-                    let fw = f.cvt(Cvt::F64S32, t);
-                    let t = f.mul(f64b(X1P24), fw);
-                    let t = f.sub(z, t);
-                    let digit = f.cvt(Cvt::S32F64, t);
-                    f.st_local(iq, jz, digit);
-                    let t = f.iadd(jz, int(1));
-                    f.set(jz, t);
-                    let t = f.iadd(q0, int(24));
-                    f.set(q0, t);
-                    let digit = f.cvt(Cvt::S32F64, fw);
-                    f.st_local(iq, jz, digit);
-                },
-                |f| {
-                    let digit = f.cvt(Cvt::S32F64, z);
-                    f.st_local(iq, jz, digit);
+    /// q > 0.5: n += 1 and q = 1 - q (iq[] complemented, z from 1).
+    fn complement(&self, f: &mut Func, jz1: R) {
+        let (i, carry, z, q0) = (self.i, self.carry, self.z, self.q0);
+        let ih_pos = f.scmp(Cmp::Gt, self.ih, int(0));
+        f.when(ih_pos, |f| {
+            f.update(self.n, |f| f.iadd(self.n, int(1)));
+            f.set(carry, int(0));
+            // compute 1-q
+            f.set(i, int(0));
+            f.until(
+                |f| f.scmp(Cmp::Ge, i, self.jz),
+                |f, _| {
+                    let digit = f.ld_local(self.iq, i);
+                    let no_carry = f.scmp(Cmp::Eq, carry, int(0));
+                    f.if_else(
+                        no_carry,
+                        |f| {
+                            let nonzero = f.scmp(Cmp::Ne, digit, int(0));
+                            f.when(nonzero, |f| {
+                                f.set(carry, int(1));
+                                let t = f.isub(int(0x100_0000), digit);
+                                f.st_local(self.iq, i, t);
+                            });
+                        },
+                        |f| {
+                            let t = f.isub(int(0xff_ffff), digit);
+                            f.st_local(self.iq, i, t);
+                        },
+                    );
+                    f.update(i, |f| f.iadd(i, int(1)));
                 },
             );
-        },
-    );
-
-    // convert integer "bit" chunk to floating-point value
-    let one = f.copy(Class::F64, f64c(1.0));
-    let fw = f.reg(Class::F64);
-    let t = scalbn(f, one, q0);
-    f.set(fw, t);
-    f.set(i, jz);
-    {
-        let top = f.label();
-        let done = f.label();
-        f.place(top);
-        let end = f.scmp(Cmp::Lt, i, int(0));
-        f.bra_if(end, true, done);
-        let digit = f.ld_local(iq, i);
-        let v = f.cvt(Cvt::F64S32, digit);
-        let t = f.mul(fw, v);
-        f.st_local(q, i, t);
-        let t = f.mul(fw, f64b(X1P_24));
-        f.set(fw, t);
-        let t = f.isub(i, int(1));
-        f.set(i, t);
-        f.bra(top);
-        f.place(done);
+            // rare case: chance is 1 in 12
+            for (q0_is, mask) in [(1, 0x7f_ffff), (2, 0x3f_ffff)] {
+                let hit = f.scmp(Cmp::Eq, q0, int(q0_is));
+                f.when(hit, |f| {
+                    let digit = f.ld_local(self.iq, jz1);
+                    let t = f.and(digit, int(mask));
+                    f.st_local(self.iq, jz1, t);
+                });
+            }
+            let ih_two = f.scmp(Cmp::Eq, self.ih, int(2));
+            f.when(ih_two, |f| {
+                f.update(z, |f| f.sub(f64c(1.0), z));
+                let carried = f.scmp(Cmp::Ne, carry, int(0));
+                f.when(carried, |f| {
+                    let one = f.copy(Class::F64, f64c(1.0));
+                    let s = scalbn(f, one, q0);
+                    f.update(z, |f| f.sub(z, s));
+                });
+            });
+        });
     }
 
-    // compute PIo2[0,...,jp]*q[jz,...,0]
-    f.set(i, jz);
-    {
-        let top = f.label();
-        let done = f.label();
-        f.place(top);
-        let end = f.scmp(Cmp::Lt, i, int(0));
-        f.bra_if(end, true, done);
+    /// Check if recomputation is needed (z == 0 with the remaining digits all zero):
+    /// then fetch more digits of 2/pi and jump back to `recompute`. Returns `z == 0`.
+    fn recompute_if_zero(&self, f: &mut Func, jz1: R, recompute: Label) -> R {
+        let (i, j) = (self.i, self.j);
+        let z_zero = f.fcmp(Cmp::Eq, self.z, f64c(0.0));
+        f.when(z_zero, |f| {
+            // j = iq[jk] | ... | iq[jz-1]
+            f.set(j, int(0));
+            f.set(i, jz1);
+            f.until(
+                |f| f.scmp(Cmp::Lt, i, int(JK)),
+                |f, _| {
+                    let digit = f.ld_local(self.iq, i);
+                    f.update(j, |f| f.or(j, digit));
+                    f.update(i, |f| f.isub(i, int(1)));
+                },
+            );
+            let all_zero = f.scmp(Cmp::Eq, j, int(0));
+            f.when(all_zero, |f| self.fetch_more(f, recompute));
+        });
+        z_zero
+    }
+
+    /// Find k, the number of terms needed, add q[jz+1] to q[jz+k] and recompute.
+    fn fetch_more(&self, f: &mut Func, recompute: Label) {
+        let (i, k, jz) = (self.i, self.k, self.jz);
+        f.set(k, int(1));
+        // (the source would index out of bounds, and panic, past iq[0])
+        f.until(
+            |f| f.scmp(Cmp::Gt, k, int(JK)),
+            |f, done| {
+                let at = f.isub(int(JK), k);
+                let digit = f.ld_local(self.iq, at);
+                let nonzero = f.scmp(Cmp::Ne, digit, int(0));
+                f.bra_if(nonzero, true, done);
+                f.update(k, |f| f.iadd(k, int(1)));
+            },
+        );
+        // add q[jz+1] to q[jz+k]
+        let last = f.iadd(jz, k);
+        f.update(i, |f| f.iadd(jz, int(1)));
+        f.until(
+            |f| f.scmp(Cmp::Gt, i, last),
+            |f, _| {
+                let at = f.iadd(self.jv, i);
+                let digit = f.ld_table(&IPIO2, at);
+                let v = f.cvt(Cvt::F64S32, digit);
+                let fi = f.iadd(i, int(JX));
+                f.st_local(self.fa, fi, v);
+                q_term(f, self.x, [self.fa, self.q], fi.into(), i.into());
+                f.update(i, |f| f.iadd(i, int(1)));
+            },
+        );
+        f.set(jz, last);
+        f.bra(recompute);
+    }
+
+    /// Chop off zero terms (z == 0), or break z into 24-bit digits if necessary.
+    fn chop(&self, f: &mut Func, z_zero: R) {
+        let (jz, q0, z, iq) = (self.jz, self.q0, self.z, self.iq);
+        let drop_digit = |f: &mut Func| {
+            f.update(jz, |f| f.isub(jz, int(1)));
+            f.update(q0, |f| f.isub(q0, int(24)));
+        };
+        f.if_else(
+            z_zero,
+            |f| {
+                drop_digit(f);
+                f.until(
+                    |f| {
+                        let digit = f.ld_local(iq, jz);
+                        f.scmp(Cmp::Ne, digit, int(0))
+                    },
+                    |f, _| drop_digit(f),
+                );
+            },
+            |f| {
+                // break z into 24-bit if necessary
+                let mq0 = f.isub(int(0), q0);
+                f.update(z, |f| scalbn(f, z, mq0));
+                let big = f.fcmp(Cmp::Ge, z, f64b(X1P24));
+                f.if_else(
+                    big,
+                    |f| {
+                        let (fw, digit) = Self::split24(f, z);
+                        f.st_local(iq, jz, digit);
+                        f.update(jz, |f| f.iadd(jz, int(1)));
+                        f.update(q0, |f| f.iadd(q0, int(24)));
+                        let digit = f.cvt(Cvt::S32F64, fw);
+                        f.st_local(iq, jz, digit);
+                    },
+                    |f| {
+                        let digit = f.cvt(Cvt::S32F64, z);
+                        f.st_local(iq, jz, digit);
+                    },
+                );
+            },
+        );
+    }
+
+    /// Convert the integer "bit" chunks to floating-point values in q[]; returns the
+    /// variable `fw`.
+    fn to_float(&self, f: &mut Func) -> R {
+        let i = self.i;
+        let one = f.copy(Class::F64, f64c(1.0));
+        let fw = f.reg(Class::F64);
+        f.update(fw, |f| scalbn(f, one, self.q0));
+        f.set(i, self.jz);
+        f.until(
+            |f| f.scmp(Cmp::Lt, i, int(0)),
+            |f, _| {
+                let digit = f.ld_local(self.iq, i);
+                let v = f.cvt(Cvt::F64S32, digit);
+                let t = f.mul(fw, v);
+                f.st_local(self.q, i, t);
+                f.update(fw, |f| f.mul(fw, f64b(X1P_24)));
+                f.update(i, |f| f.isub(i, int(1)));
+            },
+        );
+        fw
+    }
+
+    /// Compute fq[jz - i] = PIo2[0,...,jp] * q[i,...,jz].
+    fn times_pio2(&self, f: &mut Func, fw: R) {
+        let (i, k) = (self.i, self.k);
+        f.set(i, self.jz);
+        f.until(
+            |f| f.scmp(Cmp::Lt, i, int(0)),
+            |f, _| {
+                f.set(fw, f64c(0.0));
+                f.set(k, int(0));
+                let span = f.isub(self.jz, i);
+                f.until(
+                    |f| f.scmp(Cmp::Gt, k, int(JP)),
+                    |f, done| {
+                        let past_jz = f.scmp(Cmp::Gt, k, span);
+                        f.bra_if(past_jz, true, done);
+                        let c = f.ld_table(&PIO2, k);
+                        let at = f.iadd(i, k);
+                        let qv = f.ld_local(self.q, at);
+                        let p = f.mul(c, qv);
+                        f.update(fw, |f| f.add(fw, p));
+                        f.update(k, |f| f.iadd(k, int(1)));
+                    },
+                );
+                f.st_local(self.fq, span, fw);
+                f.update(i, |f| f.isub(i, int(1)));
+            },
+        );
+    }
+
+    /// Compress fq[] into y[] (prec 0): `(n & 7, ±(fq[jz] + ... + fq[0]))`.
+    fn compress(&self, f: &mut Func, fw: R) -> (R, R) {
+        let i = self.i;
         f.set(fw, f64c(0.0));
-        f.set(k, int(0));
-        let span = f.isub(jz, i);
-        let inner = f.label();
-        let inner_done = f.label();
-        f.place(inner);
-        let past_jp = f.scmp(Cmp::Gt, k, int(JP));
-        f.bra_if(past_jp, true, inner_done);
-        let past_jz = f.scmp(Cmp::Gt, k, span);
-        f.bra_if(past_jz, true, inner_done);
-        let c = f.ld_table(&PIO2, k);
-        let at = f.iadd(i, k);
-        let qv = f.ld_local(q, at);
-        let p = f.mul(c, qv);
-        let t = f.add(fw, p);
-        f.set(fw, t);
-        let t = f.iadd(k, int(1));
-        f.set(k, t);
-        f.bra(inner);
-        f.place(inner_done);
-        f.st_local(fq, span, fw);
-        let t = f.isub(i, int(1));
-        f.set(i, t);
-        f.bra(top);
-        f.place(done);
+        f.set(i, self.jz);
+        f.until(
+            |f| f.scmp(Cmp::Lt, i, int(0)),
+            |f, _| {
+                let v = f.ld_local(self.fq, i);
+                f.update(fw, |f| f.add(fw, v));
+                f.update(i, |f| f.isub(i, int(1)));
+            },
+        );
+        let neg = f.neg(fw);
+        let ih_zero = f.scmp(Cmp::Eq, self.ih, int(0));
+        let y = f.selp(ih_zero, fw, neg);
+        let n = f.and(self.n, int(7));
+        (n, y)
     }
-
-    // compress fq[] into y[] (prec 0)
-    f.set(fw, f64c(0.0));
-    f.set(i, jz);
-    {
-        let top = f.label();
-        let done = f.label();
-        f.place(top);
-        let end = f.scmp(Cmp::Lt, i, int(0));
-        f.bra_if(end, true, done);
-        let v = f.ld_local(fq, i);
-        let t = f.add(fw, v);
-        f.set(fw, t);
-        let t = f.isub(i, int(1));
-        f.set(i, t);
-        f.bra(top);
-        f.place(done);
-    }
-    let neg = f.neg(fw);
-    let ih_zero = f.scmp(Cmp::Eq, ih, int(0));
-    let y = f.selp(ih_zero, fw, neg);
-    let n = f.and(n, int(7));
-    (n, y)
 }
 
 /// `PIo2`: pi/2 split into 24-bit pieces.

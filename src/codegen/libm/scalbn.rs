@@ -1,6 +1,6 @@
 //! `scalbn`/`scalbnf` (libm's `generic::scalbn`): `x * 2^n` with the same pre-scaling steps.
 
-use super::ptx::{f32b, f64b, int, Class, Cmp, Cvt, Func, R};
+use super::ptx::{f32b, f64b, int, Class, Cmp, Cvt, Func, Op, R};
 
 /// `scalbnf(x, n)` for an f32 `x`, or `scalbn(x, n)` for an f64 `x`; `n` is an `i32`.
 pub(super) fn scalbn(f: &mut Func, x: R, n: R) -> R {
@@ -22,38 +22,10 @@ pub(super) fn scalbn(f: &mut Func, x: R, n: R) -> R {
     let over = f.scmp(Cmp::Gt, n, int(exp_max));
     f.if_else(
         over,
-        |f| {
-            let t = f.mul(x, f_exp_max);
-            f.set(x, t);
-            let t = f.isub(n, int(exp_max));
-            f.set(n, t);
-            let over = f.scmp(Cmp::Gt, n, int(exp_max));
-            f.when(over, |f| {
-                let t = f.mul(x, f_exp_max);
-                f.set(x, t);
-                let t = f.isub(n, int(exp_max));
-                f.set(n, t);
-                let over = f.scmp(Cmp::Gt, n, int(exp_max));
-                f.when(over, |f| f.set(n, int(exp_max)));
-            });
-        },
+        |f| prescale(f, [x, n], f_exp_max, -exp_max, (Cmp::Gt, exp_max)),
         |f| {
             let under = f.scmp(Cmp::Lt, n, int(exp_min));
-            f.when(under, |f| {
-                let t = f.mul(x, mul);
-                f.set(x, t);
-                let t = f.iadd(n, int(add));
-                f.set(n, t);
-                let under = f.scmp(Cmp::Lt, n, int(exp_min));
-                f.when(under, |f| {
-                    let t = f.mul(x, mul);
-                    f.set(x, t);
-                    let t = f.iadd(n, int(add));
-                    f.set(n, t);
-                    let under = f.scmp(Cmp::Lt, n, int(exp_min));
-                    f.when(under, |f| f.set(n, int(exp_min)));
-                });
-            });
+            f.when(under, |f| prescale(f, [x, n], mul, add, (Cmp::Lt, exp_min)));
         },
     );
     // scale = from_parts(false, (EXP_BIAS + n) as u32, 0)
@@ -67,4 +39,26 @@ pub(super) fn scalbn(f: &mut Func, x: R, n: R) -> R {
         f.bits(bits)
     };
     f.mul(x, scale)
+}
+
+/// `x *= factor; n += dn`, and once more if n is still past `limit` (`cmp`), after which
+/// n is clamped to `limit`.
+fn prescale(f: &mut Func, [x, n]: [R; 2], factor: Op, dn: i64, (cmp, limit): (Cmp, i64)) {
+    let step = |f: &mut Func| {
+        f.update(x, |f| f.mul(x, factor));
+        f.update(n, |f| {
+            if dn < 0 {
+                f.isub(n, int(-dn))
+            } else {
+                f.iadd(n, int(dn))
+            }
+        });
+    };
+    step(f);
+    let past = f.scmp(cmp, n, int(limit));
+    f.when(past, |f| {
+        step(f);
+        let past = f.scmp(cmp, n, int(limit));
+        f.when(past, |f| f.set(n, int(limit)));
+    });
 }

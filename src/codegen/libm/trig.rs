@@ -1,7 +1,7 @@
 //! `sinf`, `cosf`, `tanf` (libm 0.2.16, from FreeBSD `s_sinf.c`, `s_cosf.c`, `s_tanf.c`)
 //! with their f64 kernels `k_sinf`, `k_cosf`, `k_tanf` inlined.
 
-use super::ptx::{f32c, f64c, int, Class, Cmp, Cvt, Func, Op, R};
+use super::ptx::{f32c, f64c, int, Class, Cmp, Cvt, Func, R};
 use core::f64::consts::FRAC_PI_2;
 
 /* Small multiples of pi/2 rounded to double precision. */
@@ -91,221 +91,225 @@ fn k_tanf(f: &mut Func, x: R, odd: Option<R>) -> R {
     f.cvt(Cvt::F32F64, r)
 }
 
-/// The common prologue: `(x, x as f64, |x| bits, sign)`.
-fn prologue(f: &mut Func) -> (R, R, R, R) {
-    let x = f.param(0);
-    let x64 = f.cvt(Cvt::F64F32, x);
-    let bits = f.bits(x);
-    let sign = f.scmp(Cmp::Lt, bits, int(0));
-    let ix = f.and(bits, int(0x7fff_ffff));
-    (x, x64, ix, sign)
+/// The parts of the argument the ranges read: x, `x as f64`, |x| bits and its sign.
+#[derive(Debug, Clone, Copy)]
+struct Arg {
+    x: R,
+    x64: R,
+    ix: R,
+    sign: R,
 }
 
-/// `if sign { x64 + c } else { x64 - c }`.
-fn toward_zero(f: &mut Func, sign: R, x64: R, c: f64) -> R {
-    let plus = f.add(x64, f64c(c));
-    let minus = f.sub(x64, f64c(c));
-    f.selp(sign, plus, minus)
+impl Arg {
+    fn new(f: &mut Func) -> Self {
+        let x = f.param(0);
+        let x64 = f.cvt(Cvt::F64F32, x);
+        let bits = f.bits(x);
+        let sign = f.scmp(Cmp::Lt, bits, int(0));
+        let ix = f.and(bits, int(0x7fff_ffff));
+        Arg { x, x64, ix, sign }
+    }
+
+    /// `if sign { x64 + c } else { x64 - c }`.
+    fn toward_zero(self, f: &mut Func, c: f64) -> R {
+        let plus = f.add(self.x64, f64c(c));
+        let minus = f.sub(self.x64, f64c(c));
+        f.selp(self.sign, plus, minus)
+    }
+
+    /// `|x| <= bound` (on the bits).
+    fn le(self, f: &mut Func, bound: i64) -> R {
+        f.ucmp(Cmp::Le, self.ix, int(bound))
+    }
 }
 
-/// `(n, y) = rem_pio2f(x)`.
-fn rem_pio2f(f: &mut Func, rem: &Func, x: R) -> (R, R) {
-    let out = f.call(rem, &[x.into()]);
-    (out[1], out[0])
+/// One of sinf, cosf and tanf by the ranges of |x| they share: `kernel(x64)` for
+/// |x| ~<= pi/4 (where |x| < 2^-12 returns x, or 1 for cos), `near` for |x| ~<= 5pi/4,
+/// `far` for |x| ~<= 9pi/4, NaN for Inf and NaN, and `general(n, y)` with
+/// `(n, y) = rem_pio2f(x)` beyond. `near`, `far` and `general` return.
+struct Trig {
+    name: &'static str,
+    tiny_is_one: bool,
+    kernel: fn(&mut Func, R) -> R,
+    near: fn(&mut Func, Arg),
+    far: fn(&mut Func, Arg),
+    general: fn(&mut Func, R, R),
 }
 
-fn ret(f: &mut Func, v: R) {
-    f.ret(&[Op::Reg(v)]);
+impl Trig {
+    fn build(&self, rem: &Func) -> Func {
+        let mut f = Func::new(self.name, &[Class::F32], &[Class::F32]);
+        let a = Arg::new(&mut f);
+        let small = a.le(&mut f, 0x3f49_0fda);
+        f.when(small, |f| {
+            // |x| ~<= pi/4
+            let tiny = f.ucmp(Cmp::Lt, a.ix, int(0x3980_0000));
+            let tiny_value = if self.tiny_is_one {
+                f32c(1.0)
+            } else {
+                a.x.into()
+            };
+            f.when(tiny, |f| f.ret1(tiny_value));
+            let y = (self.kernel)(f, a.x64);
+            f.ret1(y);
+        });
+        let le_5pio4 = a.le(&mut f, 0x407b_53d1);
+        f.when(le_5pio4, |f| (self.near)(f, a));
+        let le_9pio4 = a.le(&mut f, 0x40e2_31d5);
+        f.when(le_9pio4, |f| (self.far)(f, a));
+        // f(Inf or NaN) is NaN
+        let special = f.ucmp(Cmp::Ge, a.ix, int(0x7f80_0000));
+        f.when(special, |f| {
+            let y = f.sub(a.x, a.x);
+            f.ret1(y);
+        });
+        // general argument reduction needed: (n, y) = rem_pio2f(x)
+        let out = f.call(rem, &[a.x.into()]);
+        (self.general)(&mut f, out[1], out[0]);
+        f
+    }
 }
 
 /// `sinf`.
 pub(super) fn sinf(rem: &Func) -> Func {
-    let mut f = Func::new("vyre_libm_sinf", &[Class::F32], &[Class::F32]);
-    let (x, x64, ix, sign) = prologue(&mut f);
-    let small = f.ucmp(Cmp::Le, ix, int(0x3f49_0fda));
-    f.when(small, |f| {
-        // |x| ~<= pi/4
-        let tiny = f.ucmp(Cmp::Lt, ix, int(0x3980_0000));
-        f.when(tiny, |f| ret(f, x));
-        let y = k_sinf(f, x64);
-        ret(f, y);
-    });
-    let le_5pio4 = f.ucmp(Cmp::Le, ix, int(0x407b_53d1));
-    f.when(le_5pio4, |f| {
-        let le_3pio4 = f.ucmp(Cmp::Le, ix, int(0x4016_cbe3));
-        f.when(le_3pio4, |f| {
-            // if sign { -k_cosf(x64 + S1_PIO2) } else { k_cosf(x64 - S1_PIO2) }
-            let arg = toward_zero(f, sign, x64, PIO2_1);
-            let c = k_cosf(f, arg);
+    Trig {
+        name: "vyre_libm_sinf",
+        tiny_is_one: false,
+        kernel: k_sinf,
+        near: |f, a| {
+            let le_3pio4 = a.le(f, 0x4016_cbe3);
+            f.when(le_3pio4, |f| {
+                // if sign { -k_cosf(x64 + S1_PIO2) } else { k_cosf(x64 - S1_PIO2) }
+                let arg = a.toward_zero(f, PIO2_1);
+                let c = k_cosf(f, arg);
+                let y = f.negate_if(a.sign, c);
+                f.ret1(y);
+            });
+            // k_sinf(if sign { -(x64 + S2_PIO2) } else { -(x64 - S2_PIO2) })
+            let arg = a.toward_zero(f, PIO2_2);
+            let arg = f.neg(arg);
+            let y = k_sinf(f, arg);
+            f.ret1(y);
+        },
+        far: |f, a| {
+            let le_7pio4 = a.le(f, 0x40af_eddf);
+            f.when(le_7pio4, |f| {
+                // if sign { k_cosf(x64 + S3_PIO2) } else { -k_cosf(x64 - S3_PIO2) }
+                let arg = a.toward_zero(f, PIO2_3);
+                let c = k_cosf(f, arg);
+                let neg = f.neg(c);
+                let y = f.selp(a.sign, c, neg);
+                f.ret1(y);
+            });
+            let arg = a.toward_zero(f, PIO2_4);
+            let y = k_sinf(f, arg);
+            f.ret1(y);
+        },
+        general: |f, n, y| {
+            let quadrant = f.and(n, int(3));
+            let even = f.and(quadrant, int(1));
+            let even = f.scmp(Cmp::Eq, even, int(0));
+            f.when(even, |f| {
+                // 0 => k_sinf(y), 2 => k_sinf(-y)
+                let second = f.scmp(Cmp::Eq, quadrant, int(2));
+                let arg = f.negate_if(second, y);
+                let v = k_sinf(f, arg);
+                f.ret1(v);
+            });
+            // 1 => k_cosf(y), _ => -k_cosf(y)
+            let c = k_cosf(f, y);
             let neg = f.neg(c);
-            let y = f.selp(sign, neg, c);
-            ret(f, y);
-        });
-        // k_sinf(if sign { -(x64 + S2_PIO2) } else { -(x64 - S2_PIO2) })
-        let arg = toward_zero(f, sign, x64, PIO2_2);
-        let arg = f.neg(arg);
-        let y = k_sinf(f, arg);
-        ret(f, y);
-    });
-    let le_9pio4 = f.ucmp(Cmp::Le, ix, int(0x40e2_31d5));
-    f.when(le_9pio4, |f| {
-        let le_7pio4 = f.ucmp(Cmp::Le, ix, int(0x40af_eddf));
-        f.when(le_7pio4, |f| {
-            // if sign { k_cosf(x64 + S3_PIO2) } else { -k_cosf(x64 - S3_PIO2) }
-            let arg = toward_zero(f, sign, x64, PIO2_3);
-            let c = k_cosf(f, arg);
-            let neg = f.neg(c);
-            let y = f.selp(sign, c, neg);
-            ret(f, y);
-        });
-        let arg = toward_zero(f, sign, x64, PIO2_4);
-        let y = k_sinf(f, arg);
-        ret(f, y);
-    });
-    // sin(Inf or NaN) is NaN
-    let special = f.ucmp(Cmp::Ge, ix, int(0x7f80_0000));
-    f.when(special, |f| {
-        let y = f.sub(x, x);
-        ret(f, y);
-    });
-    // general argument reduction needed
-    let (n, y) = rem_pio2f(&mut f, rem, x);
-    let quadrant = f.and(n, int(3));
-    let even = f.and(quadrant, int(1));
-    let even = f.scmp(Cmp::Eq, even, int(0));
-    f.when(even, |f| {
-        // 0 => k_sinf(y), 2 => k_sinf(-y)
-        let second = f.scmp(Cmp::Eq, quadrant, int(2));
-        let neg = f.neg(y);
-        let arg = f.selp(second, neg, y);
-        let v = k_sinf(f, arg);
-        ret(f, v);
-    });
-    // 1 => k_cosf(y), _ => -k_cosf(y)
-    let c = k_cosf(&mut f, y);
-    let neg = f.neg(c);
-    let first = f.scmp(Cmp::Eq, quadrant, int(1));
-    let v = f.selp(first, c, neg);
-    ret(&mut f, v);
-    f
+            let first = f.scmp(Cmp::Eq, quadrant, int(1));
+            let v = f.selp(first, c, neg);
+            f.ret1(v);
+        },
+    }
+    .build(rem)
 }
 
 /// `cosf`.
 pub(super) fn cosf(rem: &Func) -> Func {
-    let mut f = Func::new("vyre_libm_cosf", &[Class::F32], &[Class::F32]);
-    let (x, x64, ix, sign) = prologue(&mut f);
-    let small = f.ucmp(Cmp::Le, ix, int(0x3f49_0fda));
-    f.when(small, |f| {
-        // |x| ~<= pi/4
-        let tiny = f.ucmp(Cmp::Lt, ix, int(0x3980_0000));
-        f.when(tiny, |f| f.ret(&[f32c(1.0)]));
-        let y = k_cosf(f, x64);
-        ret(f, y);
-    });
-    let le_5pio4 = f.ucmp(Cmp::Le, ix, int(0x407b_53d1));
-    f.when(le_5pio4, |f| {
-        let gt_3pio4 = f.ucmp(Cmp::Gt, ix, int(0x4016_cbe3));
-        f.when(gt_3pio4, |f| {
-            // -k_cosf(if sign { x64 + C2_PIO2 } else { x64 - C2_PIO2 })
-            let arg = toward_zero(f, sign, x64, PIO2_2);
-            let c = k_cosf(f, arg);
-            let y = f.neg(c);
-            ret(f, y);
-        });
-        // if sign { k_sinf(x64 + C1_PIO2) } else { k_sinf(C1_PIO2 - x64) }
-        let plus = f.add(x64, f64c(PIO2_1));
-        let minus = f.sub(f64c(PIO2_1), x64);
-        let arg = f.selp(sign, plus, minus);
-        let y = k_sinf(f, arg);
-        ret(f, y);
-    });
-    let le_9pio4 = f.ucmp(Cmp::Le, ix, int(0x40e2_31d5));
-    f.when(le_9pio4, |f| {
-        let gt_7pio4 = f.ucmp(Cmp::Gt, ix, int(0x40af_eddf));
-        f.when(gt_7pio4, |f| {
-            // k_cosf(if sign { x64 + C4_PIO2 } else { x64 - C4_PIO2 })
-            let arg = toward_zero(f, sign, x64, PIO2_4);
-            let y = k_cosf(f, arg);
-            ret(f, y);
-        });
-        // if sign { k_sinf(-x64 - C3_PIO2) } else { k_sinf(x64 - C3_PIO2) }
-        let nx = f.neg(x64);
-        let plus = f.sub(nx, f64c(PIO2_3));
-        let minus = f.sub(x64, f64c(PIO2_3));
-        let arg = f.selp(sign, plus, minus);
-        let y = k_sinf(f, arg);
-        ret(f, y);
-    });
-    // cos(Inf or NaN) is NaN
-    let special = f.ucmp(Cmp::Ge, ix, int(0x7f80_0000));
-    f.when(special, |f| {
-        let y = f.sub(x, x);
-        ret(f, y);
-    });
-    // general argument reduction needed
-    let (n, y) = rem_pio2f(&mut f, rem, x);
-    let quadrant = f.and(n, int(3));
-    let odd = f.and(quadrant, int(1));
-    let odd = f.scmp(Cmp::Ne, odd, int(0));
-    f.when(odd, |f| {
-        // 1 => k_sinf(-y), _ => k_sinf(y)
-        let first = f.scmp(Cmp::Eq, quadrant, int(1));
-        let neg = f.neg(y);
-        let arg = f.selp(first, neg, y);
-        let v = k_sinf(f, arg);
-        ret(f, v);
-    });
-    // 0 => k_cosf(y), 2 => -k_cosf(y)
-    let c = k_cosf(&mut f, y);
-    let neg = f.neg(c);
-    let zero = f.scmp(Cmp::Eq, quadrant, int(0));
-    let v = f.selp(zero, c, neg);
-    ret(&mut f, v);
-    f
+    Trig {
+        name: "vyre_libm_cosf",
+        tiny_is_one: true,
+        kernel: k_cosf,
+        near: |f, a| {
+            let gt_3pio4 = f.ucmp(Cmp::Gt, a.ix, int(0x4016_cbe3));
+            f.when(gt_3pio4, |f| {
+                // -k_cosf(if sign { x64 + C2_PIO2 } else { x64 - C2_PIO2 })
+                let arg = a.toward_zero(f, PIO2_2);
+                let c = k_cosf(f, arg);
+                let y = f.neg(c);
+                f.ret1(y);
+            });
+            // if sign { k_sinf(x64 + C1_PIO2) } else { k_sinf(C1_PIO2 - x64) }
+            let plus = f.add(a.x64, f64c(PIO2_1));
+            let minus = f.sub(f64c(PIO2_1), a.x64);
+            let arg = f.selp(a.sign, plus, minus);
+            let y = k_sinf(f, arg);
+            f.ret1(y);
+        },
+        far: |f, a| {
+            let gt_7pio4 = f.ucmp(Cmp::Gt, a.ix, int(0x40af_eddf));
+            f.when(gt_7pio4, |f| {
+                // k_cosf(if sign { x64 + C4_PIO2 } else { x64 - C4_PIO2 })
+                let arg = a.toward_zero(f, PIO2_4);
+                let y = k_cosf(f, arg);
+                f.ret1(y);
+            });
+            // if sign { k_sinf(-x64 - C3_PIO2) } else { k_sinf(x64 - C3_PIO2) }
+            let nx = f.neg(a.x64);
+            let plus = f.sub(nx, f64c(PIO2_3));
+            let minus = f.sub(a.x64, f64c(PIO2_3));
+            let arg = f.selp(a.sign, plus, minus);
+            let y = k_sinf(f, arg);
+            f.ret1(y);
+        },
+        general: |f, n, y| {
+            let quadrant = f.and(n, int(3));
+            let odd = f.and(quadrant, int(1));
+            let odd = f.scmp(Cmp::Ne, odd, int(0));
+            f.when(odd, |f| {
+                // 1 => k_sinf(-y), _ => k_sinf(y)
+                let first = f.scmp(Cmp::Eq, quadrant, int(1));
+                let arg = f.negate_if(first, y);
+                let v = k_sinf(f, arg);
+                f.ret1(v);
+            });
+            // 0 => k_cosf(y), 2 => -k_cosf(y)
+            let c = k_cosf(f, y);
+            let neg = f.neg(c);
+            let zero = f.scmp(Cmp::Eq, quadrant, int(0));
+            let v = f.selp(zero, c, neg);
+            f.ret1(v);
+        },
+    }
+    .build(rem)
 }
 
-/// `tanf`.
+/// `tanf`: near and far are `k_tanf(x64 -+ k*pi/2, k odd)` for the two multiples of
+/// pi/2 each range spans.
 pub(super) fn tanf(rem: &Func) -> Func {
-    let mut f = Func::new("vyre_libm_tanf", &[Class::F32], &[Class::F32]);
-    let (x, x64, ix, sign) = prologue(&mut f);
-    let small = f.ucmp(Cmp::Le, ix, int(0x3f49_0fda));
-    f.when(small, |f| {
-        // |x| ~<= pi/4
-        let tiny = f.ucmp(Cmp::Lt, ix, int(0x3980_0000));
-        f.when(tiny, |f| ret(f, x));
-        let y = k_tanf(f, x64, None);
-        ret(f, y);
-    });
-    let le_5pio4 = f.ucmp(Cmp::Le, ix, int(0x407b_53d1));
-    f.when(le_5pio4, |f| {
-        let le_3pio4 = f.ucmp(Cmp::Le, ix, int(0x4016_cbe3));
-        // odd: k_tanf(x64 -+ T1_PIO2, true); even: k_tanf(x64 -+ T2_PIO2, false)
-        let a1 = toward_zero(f, sign, x64, PIO2_1);
-        let a2 = toward_zero(f, sign, x64, PIO2_2);
-        let arg = f.selp(le_3pio4, a1, a2);
-        let y = k_tanf(f, arg, Some(le_3pio4));
-        ret(f, y);
-    });
-    let le_9pio4 = f.ucmp(Cmp::Le, ix, int(0x40e2_31d5));
-    f.when(le_9pio4, |f| {
-        let le_7pio4 = f.ucmp(Cmp::Le, ix, int(0x40af_eddf));
-        let a3 = toward_zero(f, sign, x64, PIO2_3);
-        let a4 = toward_zero(f, sign, x64, PIO2_4);
-        let arg = f.selp(le_7pio4, a3, a4);
-        let y = k_tanf(f, arg, Some(le_7pio4));
-        ret(f, y);
-    });
-    // tan(Inf or NaN) is NaN
-    let special = f.ucmp(Cmp::Ge, ix, int(0x7f80_0000));
-    f.when(special, |f| {
-        let y = f.sub(x, x);
-        ret(f, y);
-    });
-    // argument reduction
-    let (n, y) = rem_pio2f(&mut f, rem, x);
-    let odd = f.and(n, int(1));
-    let odd = f.scmp(Cmp::Ne, odd, int(0));
-    let v = k_tanf(&mut f, y, Some(odd));
-    ret(&mut f, v);
-    f
+    fn between(f: &mut Func, a: Arg, bound: i64, [lo, hi]: [f64; 2]) {
+        let in_lower = a.le(f, bound);
+        let a_lo = a.toward_zero(f, lo);
+        let a_hi = a.toward_zero(f, hi);
+        let arg = f.selp(in_lower, a_lo, a_hi);
+        let y = k_tanf(f, arg, Some(in_lower));
+        f.ret1(y);
+    }
+    Trig {
+        name: "vyre_libm_tanf",
+        tiny_is_one: false,
+        kernel: |f, x64| k_tanf(f, x64, None),
+        near: |f, a| between(f, a, 0x4016_cbe3, [PIO2_1, PIO2_2]),
+        far: |f, a| between(f, a, 0x40af_eddf, [PIO2_3, PIO2_4]),
+        general: |f, n, y| {
+            let odd = f.and(n, int(1));
+            let odd = f.scmp(Cmp::Ne, odd, int(0));
+            let v = k_tanf(f, y, Some(odd));
+            f.ret1(v);
+        },
+    }
+    .build(rem)
 }
