@@ -1,13 +1,12 @@
 //! Program -> PTX. Pure Rust: no CUDA calls, usable with no GPU.
 //!
-//! [`emit_ptx`] is the whole public surface: given a `Program`, the `DispatchConfig`
-//! (its `workgroup_override` decides the block shape) and a [`PtxTarget`], it returns the
+//! [`emit_ptx`] is the whole public surface: given a `Program`, an optional workgroup
+//! size overriding the program's (the block shape) and a [`PtxTarget`], it returns the
 //! PTX text and the [`KernelAbi`] the host needs to launch it. Tests, offline (AOT)
 //! compilation and outside tools use it directly:
 //!
 //! ```
 //! use vyre_cuda::codegen::{emit_ptx, PtxTarget};
-//! use vyre_driver::DispatchConfig;
 //! use vyre_foundation::ir::{BufferDecl, DataType, Expr, Node, Program};
 //!
 //! let program = Program::wrapped(
@@ -22,7 +21,7 @@
 //!         Expr::add(Expr::load("a", Expr::InvocationId { axis: 0 }), Expr::u32(1)),
 //!     )],
 //! );
-//! let kernel = emit_ptx(&program, &DispatchConfig::default(), PtxTarget::sm90()).unwrap();
+//! let kernel = emit_ptx(&program, None, PtxTarget::sm90()).unwrap();
 //! assert!(kernel.ptx.contains(".target sm_90"));
 //! assert_eq!(kernel.abi.input_count(), 1);
 //! ```
@@ -55,7 +54,6 @@ pub use error::CodegenError;
 pub use fault::DeviceFault;
 pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 
-use vyre_driver::DispatchConfig;
 use vyre_foundation::ir::{Node, Program};
 
 /// Version of the emitter's output format; part of every cache key.
@@ -64,11 +62,17 @@ pub const EMITTER_VERSION: u32 = 7;
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;
 
-/// A kernel ready to load: PTX text plus its launch ABI.
+/// A kernel ready to load: its PTX module texts plus its launch ABI.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EmittedKernel {
-    /// PTX module text (NUL-free).
+    /// PTX module text (NUL-free) of every entry but the vector one: the segment entries
+    /// and the cooperative entry.
     pub ptx: String,
+    /// The [`VECTOR_ENTRY`] alone, as a module of its own (NUL-free), exactly when
+    /// [`KernelAbi::vector_lanes`] > 0. The driver JIT-compiles a whole module at load, so
+    /// the runtime loads it only when a dispatch is large enough to use it: small and
+    /// one-off dispatches do not pay for a second entry's compilation.
+    pub vector_ptx: Option<String>,
     /// How to launch it.
     pub abi: KernelAbi,
     /// The target it was written for.
@@ -77,18 +81,16 @@ pub struct EmittedKernel {
 
 /// Lower `program` to a PTX kernel for `target`.
 ///
-/// The effective workgroup size is `config.workgroup_override`, else the program's.
+/// The effective workgroup size is `workgroup_override`, else the program's.
 /// The program should already have passed vyre's validator (the backend validates before
 /// calling this); anything the emitter cannot lower exactly is an error, never a kernel
 /// with different semantics.
 pub fn emit_ptx(
     program: &Program,
-    config: &DispatchConfig,
+    workgroup_override: Option<[u32; 3]>,
     target: PtxTarget,
 ) -> Result<EmittedKernel, CodegenError> {
-    let workgroup_size = config
-        .workgroup_override
-        .unwrap_or_else(|| program.workgroup_size());
+    let workgroup_size = workgroup_override.unwrap_or_else(|| program.workgroup_size());
     check_workgroup(workgroup_size)?;
     let program = prepare::prepare(program)?;
     let program = program.as_ref();
@@ -124,8 +126,13 @@ pub fn emit_ptx(
         cooperative: &cooperative,
         vector: vector.as_ref(),
     };
-    let ptx = module::compose(program, &abi, target, &bodies);
-    Ok(EmittedKernel { ptx, abi, target })
+    let modules = module::compose(program, &abi, target, &bodies);
+    Ok(EmittedKernel {
+        ptx: modules.ptx,
+        vector_ptx: modules.vector_ptx,
+        abi,
+        target,
+    })
 }
 
 /// The segments of the cooperative entry, where it runs them exactly as the split
@@ -146,26 +153,6 @@ fn lower_cooperative<'p>(
                 .lower_entry(segment)
         })
         .collect()
-}
-
-/// Splits a module emitted with a vector entry ([`KernelAbi::vector_lanes`] > 0) into two
-/// modules: every other entry, and the vector entry alone (each with the shared header and
-/// helper functions). The driver JIT-compiles a whole module at load, so the runtime loads
-/// the vector module only when a dispatch is large enough to use it: small and one-off
-/// dispatches do not pay for a second entry's compilation. `None` when `ptx` has no vector
-/// entry.
-#[must_use]
-pub fn split_vector_entry(ptx: &str) -> Option<(String, String)> {
-    const ENTRY: &str = "\n.visible .entry ";
-    let start = ptx.find(&format!("{ENTRY}{VECTOR_ENTRY}("))? + 1;
-    let entries = ptx.find(ENTRY)? + 1;
-    let end = ptx[start..]
-        .find(ENTRY)
-        .map_or(ptx.len(), |offset| start + offset + 1);
-    let header = &ptx[..entries];
-    let vector = &ptx[start..end];
-    let others = format!("{}{}", &ptx[..start], &ptx[end..]);
-    Some((others, format!("{header}{vector}")))
 }
 
 fn check_workgroup(size: [u32; 3]) -> Result<(), CodegenError> {

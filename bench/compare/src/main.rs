@@ -891,9 +891,8 @@ impl Harness {
         let sm = major as u32 * 10 + minor as u32;
         let config = self.config.clone();
         let ours_text = |program: &Program| -> Option<String> {
-            let ptx = self.ours.as_ref()?.emit(program, &config).ok()?.ptx;
             // What a dispatch JIT-compiles: the vector entry is a module of its own.
-            Some(vyre_cuda::codegen::split_vector_entry(&ptx).map_or(ptx, |(scalar, _)| scalar))
+            Some(self.ours.as_ref()?.emit(program, &config).ok()?.ptx)
         };
         let inc_text = |program: &Program| {
             vyre_driver_cuda::codegen::program_to_ptx_for_sm(program, &config, sm).ok()
@@ -1458,7 +1457,7 @@ impl Harness {
         };
         let config = self.config.clone();
         let (mut ours, ours_rej) =
-            per_program(&|p| vyre_cuda::codegen::emit_ptx(p, &config, target).is_ok());
+            per_program(&|p| vyre_cuda::codegen::emit_ptx(p, config.workgroup_override, target).is_ok());
         let (mut inc, inc_rej) = per_program(&|p| {
             vyre_driver_cuda::codegen::program_to_ptx_for_sm(p, &config, sm).is_ok()
         });
@@ -2258,7 +2257,7 @@ fn main() {
         let program = programs::vadd(1024, 12345);
         let config = DispatchConfig::default();
         if let Ok(k) =
-            vyre_cuda::codegen::emit_ptx(&program, &config, vyre_cuda::codegen::PtxTarget::sm90())
+            vyre_cuda::codegen::emit_ptx(&program, config.workgroup_override, vyre_cuda::codegen::PtxTarget::sm90())
         {
             let _ = std::fs::write(dir.join("vyre_cuda_cold.ptx"), k.ptx);
         }

@@ -1,6 +1,7 @@
-//! Assembly of the PTX module text from the lowered entry bodies: the header and the
-//! libm `.func`s every entry shares, then one `.entry` per segment, the cooperative entry
-//! and the vector entry, each declaring the parameters [`KernelAbi::params`] lists.
+//! Assembly of the PTX module texts from the lowered entry bodies: the header and the
+//! libm `.func`s every entry shares, then one `.entry` per segment and the cooperative
+//! entry; the vector entry gets a module of its own. Each entry declares the parameters
+//! [`KernelAbi::params`] (or [`KernelAbi::vector_params`]) lists.
 
 mod grid_barrier;
 
@@ -34,30 +35,43 @@ impl Bodies<'_> {
     }
 }
 
-/// The whole module text: header, segment entries, vector entry, cooperative entry.
+/// The module texts of one kernel.
+pub(crate) struct Modules {
+    /// The segment entries and the cooperative entry.
+    pub(crate) ptx: String,
+    /// The vector entry alone, when there is one.
+    pub(crate) vector_ptx: Option<String>,
+}
+
+/// The kernel's modules. Both start with the same header (with the libm `.func`s of
+/// every entry), so the driver compiles each on its own.
 pub(crate) fn compose(
     program: &Program,
     abi: &KernelAbi,
     target: PtxTarget,
     bodies: &Bodies<'_>,
-) -> String {
-    let size: usize = bodies.all().map(|b| b.body.len() + b.prologue.len()).sum();
-    let mut out = String::with_capacity(size + 1024);
-    put_header(&mut out, program, target, bodies);
-    let params = param_list(abi.params());
+) -> Modules {
+    let mut header = String::new();
+    put_header(&mut header, program, target, bodies);
     let shared = shared_decl(abi);
+    let size: usize = bodies.all().map(|b| b.body.len() + b.prologue.len()).sum();
+    let mut ptx = String::with_capacity(header.len() + size + 1024);
+    ptx.push_str(&header);
+    let params = param_list(abi.params());
     for (index, body) in bodies.segments.iter().enumerate() {
         let name = abi.entry_name(index as u32);
-        put_entry(&mut out, &name, &params, abi, &shared, body);
-    }
-    if let Some(vector) = bodies.vector {
-        let params = param_list(abi.vector_params());
-        put_entry(&mut out, VECTOR_ENTRY, &params, abi, &shared, vector);
+        put_entry(&mut ptx, &name, &params, abi, &shared, body);
     }
     if !bodies.cooperative.is_empty() {
-        put_cooperative_entry(&mut out, &params, abi, &shared, bodies.cooperative);
+        put_cooperative_entry(&mut ptx, &params, abi, &shared, bodies.cooperative);
     }
-    out
+    let vector_ptx = bodies.vector.map(|vector| {
+        let mut text = header;
+        let params = param_list(abi.vector_params());
+        put_entry(&mut text, VECTOR_ENTRY, &params, abi, &shared, vector);
+        text
+    });
+    Modules { ptx, vector_ptx }
 }
 
 /// Provenance comment, `.version`/`.target`, and the libm `.func`s any entry calls.
