@@ -50,6 +50,7 @@ pub use abi::{
     BindingRole, KernelAbi, KernelBinding, KernelParam, COOPERATIVE_ENTRY, FAULT_AREA_BYTES,
     KERNEL_ENTRY, VECTOR_ENTRY, VECTOR_LANES,
 };
+pub use analysis::nesting::{check_nesting, MAX_EXPRESSION_DEPTH, MAX_STATEMENT_DEPTH};
 pub use error::CodegenError;
 pub use fault::DeviceFault;
 pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
@@ -82,6 +83,8 @@ pub struct EmittedKernel {
 /// Lower `program` to a PTX kernel for `target`.
 ///
 /// The effective workgroup size is `workgroup_override`, else the program's.
+/// A program nested deeper than [`MAX_STATEMENT_DEPTH`] or [`MAX_EXPRESSION_DEPTH`] is
+/// rejected first ([`check_nesting`]), so no walk of the emitter can overflow the stack.
 /// The program should already have passed vyre's validator (the backend validates before
 /// calling this); anything the emitter cannot lower exactly is an error, never a kernel
 /// with different semantics.
@@ -90,10 +93,15 @@ pub fn emit_ptx(
     workgroup_override: Option<[u32; 3]>,
     target: PtxTarget,
 ) -> Result<EmittedKernel, CodegenError> {
+    check_nesting(program)?;
     let workgroup_size = workgroup_override.unwrap_or_else(|| program.workgroup_size());
     check_workgroup(workgroup_size)?;
-    let program = prepare::prepare(program)?;
-    let program = program.as_ref();
+    let prepared = prepare::prepare(program)?;
+    if let std::borrow::Cow::Owned(inlined) = &prepared {
+        // Inlining calls may nest the program deeper than it was.
+        check_nesting(inlined)?;
+    }
+    let program = prepared.as_ref();
     let facts = analysis::ProgramFacts::analyse(program, workgroup_size);
     analysis::uniform::check(program, &facts.uniformity)?;
     let (mut abi, shared) = abi::layout(program, workgroup_size)?;

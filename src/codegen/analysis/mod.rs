@@ -6,6 +6,7 @@ pub(crate) mod async_copy;
 pub(crate) mod atomics;
 pub(crate) mod elementwise;
 pub(crate) mod grid_sync;
+pub(crate) mod nesting;
 pub(crate) mod uniform;
 
 use super::libm::Libm;

@@ -9,14 +9,8 @@ use crate::codegen::CodegenError;
 use vyre_foundation::ir::Expr;
 
 impl<'p> Lowerer<'p> {
-    pub(crate) fn put_expr(&mut self, expr: &'p Expr) -> Result<Val, CodegenError> {
-        self.enter()?;
-        let result = self.put_expr_inner(expr);
-        self.leave();
-        result
-    }
-
-    fn put_expr_inner(&mut self, expr: &'p Expr) -> Result<Val, CodegenError> {
+    /// The recursion depth is bounded by `analysis::nesting`, checked up front.
+    pub(super) fn put_expr(&mut self, expr: &'p Expr) -> Result<Val, CodegenError> {
         match expr {
             Expr::LitU32(v) => Ok(self.lit_b32(ValKind::U32, *v)),
             Expr::LitI32(v) => Ok(self.lit_b32(ValKind::I32, *v as u32)),

@@ -36,9 +36,6 @@ use rustc_hash::FxHashMap;
 use std::collections::BTreeSet;
 use vyre_foundation::ir::{Expr, Program};
 
-/// Deepest expression/statement nesting the walker accepts (protects the host stack).
-const MAX_NESTING: u32 = 384;
-
 /// A lowered value: which reference variant it is and the register holding it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Val {
@@ -113,7 +110,6 @@ pub(crate) struct Lowerer<'p> {
     /// f32 arithmetic with the wrong rounding, folding `-0.0` away, and fusing sign
     /// extensions or byte extractions into wrong `I2F` forms (all found by the fuzzer).
     opaque_zero: Reg,
-    depth: u32,
     libm_used: BTreeSet<Libm>,
     /// Lanes present in this invocation's 32-lane subgroup, and their member mask.
     subgroup_lanes: Reg,
@@ -173,7 +169,6 @@ impl<'p> Lowerer<'p> {
             uses_fault_word: false,
             faulted,
             opaque_zero,
-            depth: 0,
             libm_used: BTreeSet::new(),
             subgroup_lanes,
             subgroup_mask,
@@ -185,22 +180,6 @@ impl<'p> Lowerer<'p> {
             epilogue,
             lanes: None,
         }
-    }
-
-    fn enter(&mut self) -> Result<(), CodegenError> {
-        self.depth += 1;
-        if self.depth > MAX_NESTING {
-            return Err(CodegenError::unsupported(
-                "deeply nested IR",
-                format!("nesting deeper than {MAX_NESTING} levels"),
-                "split the expression into Let bindings",
-            ));
-        }
-        Ok(())
-    }
-
-    fn leave(&mut self) {
-        self.depth -= 1;
     }
 
     fn push_scope(&mut self) {

@@ -33,14 +33,8 @@ impl<'p> Lowerer<'p> {
         Ok(())
     }
 
+    /// The recursion depth is bounded by `analysis::nesting`, checked up front.
     fn put_node(&mut self, node: &'p Node) -> Result<(), CodegenError> {
-        self.enter()?;
-        let result = self.put_node_inner(node);
-        self.leave();
-        result
-    }
-
-    fn put_node_inner(&mut self, node: &'p Node) -> Result<(), CodegenError> {
         match node {
             Node::Let { name, value } => self.put_let(name.as_str(), value),
             Node::Assign { name, value } => self.put_assign(name.as_str(), value),
@@ -128,7 +122,7 @@ impl<'p> Lowerer<'p> {
                 tag.as_str(),
             ),
             Node::AsyncWait { tag } => self.finish_copy(tag.as_str()),
-            // `put_node_inner` sends only the async nodes here.
+            // `put_node` sends only the async nodes here.
             _ => Ok(()),
         }
     }
