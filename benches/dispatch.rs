@@ -133,7 +133,7 @@ fn main() {
     let mut emit_samples = Vec::new();
     for program in &programs {
         let started = Instant::now();
-        let _ = emit_ptx(program, &config, PtxTarget::sm90());
+        let _ = emit_ptx(program, config.workgroup_override, PtxTarget::sm90());
         emit_samples.push(started.elapsed());
     }
     row("emit_ptx, corpus program", emit_samples, None);

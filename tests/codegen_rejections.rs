@@ -2,7 +2,7 @@
 //! `Fix:` hint; it never panics and never emits a kernel with other semantics.
 
 use vyre_cuda::codegen::{emit_ptx, CodegenError, PtxTarget};
-use vyre_driver::{BackendError, DispatchConfig};
+use vyre_driver::BackendError;
 use vyre_foundation::ir::{
     BufferAccess, BufferDecl, DataType, Expr, MemoryOrdering, Node, Program, UnOp,
 };
@@ -19,7 +19,7 @@ fn program_with(body: Vec<Node>, workgroup: [u32; 3]) -> Program {
 }
 
 fn emit(program: &Program) -> Result<String, CodegenError> {
-    emit_ptx(program, &DispatchConfig::default(), PtxTarget::sm90()).map(|k| k.ptx)
+    emit_ptx(program, None, PtxTarget::sm90()).map(|k| k.ptx)
 }
 
 fn assert_rejected(program: &Program, construct: &str) {
@@ -36,12 +36,7 @@ fn top_level_grid_sync_splits_the_kernel_into_ordered_entries() {
         Node::barrier_with_ordering(MemoryOrdering::GridSync),
         Node::store("out", Expr::gid_x(), Expr::f32(2.0)),
     ];
-    let kernel = emit_ptx(
-        &program_with(body, [4, 1, 1]),
-        &DispatchConfig::default(),
-        PtxTarget::sm90(),
-    )
-    .unwrap();
+    let kernel = emit_ptx(&program_with(body, [4, 1, 1]), None, PtxTarget::sm90()).unwrap();
     assert_eq!(kernel.abi.segments, 2);
     assert_eq!(kernel.abi.entry_name(1), "vyre_main_1");
 }

@@ -6,7 +6,6 @@ mod common;
 
 use std::collections::BTreeMap;
 use vyre_cuda::codegen::{emit_ptx, PtxIsa, PtxTarget};
-use vyre_driver::DispatchConfig;
 
 fn targets() -> [PtxTarget; 3] {
     [
@@ -25,7 +24,7 @@ fn primitive_corpus_lowers_and_assembles() {
     for entry in common::corpus::fixtures() {
         let program = (entry.build)();
         for target in targets() {
-            match emit_ptx(&program, &DispatchConfig::default(), target) {
+            match emit_ptx(&program, None, target) {
                 Ok(kernel) => {
                     emitted += 1;
                     if let Some(ptxas) = &ptxas {

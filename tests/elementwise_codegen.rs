@@ -4,7 +4,7 @@
 mod common;
 
 use common::ptxas;
-use vyre_cuda::codegen::{emit_ptx, split_vector_entry, PtxTarget, VECTOR_ENTRY, VECTOR_LANES};
+use vyre_cuda::codegen::{emit_ptx, PtxTarget, VECTOR_ENTRY, VECTOR_LANES};
 use vyre_driver::DispatchConfig;
 use vyre_foundation::ir::{BinOp, BufferDecl, DataType, Expr, Node, Program};
 
@@ -91,15 +91,16 @@ fn assembles(program: &Program) {
     };
     for target in [PtxTarget::sm80(), PtxTarget::sm90()] {
         let sm = target.sm();
-        let kernel = emit_ptx(program, &DispatchConfig::default(), target).expect("emits");
+        let kernel = emit_ptx(program, None, target).expect("emits");
         assert_eq!(kernel.abi.vector_lanes, VECTOR_LANES);
-        assert!(kernel.ptx.contains(VECTOR_ENTRY));
-        ptxas::assemble_for(&ptxas, &kernel.ptx).unwrap_or_else(|e| panic!("sm_{sm}: {e}"));
-        // The runtime loads the two halves as separate modules (the vector one lazily).
-        let (scalar, vector) = split_vector_entry(&kernel.ptx).expect("a vector entry");
+        // The runtime loads the two modules separately (the vector one lazily).
+        let (scalar, vector) = (
+            &kernel.ptx,
+            kernel.vector_ptx.as_ref().expect("a vector entry"),
+        );
         assert!(scalar.contains(".entry vyre_main(") && !scalar.contains(VECTOR_ENTRY));
         assert!(vector.contains(VECTOR_ENTRY) && !vector.contains(".entry vyre_main("));
-        for (half, ptx) in [("scalar", &scalar), ("vector", &vector)] {
+        for (half, ptx) in [("scalar", scalar), ("vector", vector)] {
             ptxas::assemble_for(&ptxas, ptx)
                 .unwrap_or_else(|e| panic!("sm_{sm} {half} module: {e}"));
         }
@@ -140,14 +141,14 @@ fn non_elementwise_programs_get_no_vector_entry() {
             Expr::load("a", bin(BinOp::Add, gid(), Expr::u32(1))),
         )],
     );
-    let kernel = emit_ptx(&shifted, &DispatchConfig::default(), PtxTarget::sm90()).unwrap();
+    let kernel = emit_ptx(&shifted, None, PtxTarget::sm90()).unwrap();
     assert_eq!(kernel.abi.vector_lanes, 0);
     assert!(!kernel.ptx.contains(VECTOR_ENTRY));
-    assert!(split_vector_entry(&kernel.ptx).is_none());
+    assert!(kernel.vector_ptx.is_none());
     // A 2-D workgroup gives several invocations the same x index.
     let mut config = DispatchConfig::default();
     config.workgroup_override = Some([16, 4, 1]);
-    let kernel = emit_ptx(&vadd(64), &config, PtxTarget::sm90()).unwrap();
+    let kernel = emit_ptx(&vadd(64), config.workgroup_override, PtxTarget::sm90()).unwrap();
     assert_eq!(kernel.abi.vector_lanes, 0);
 }
 
@@ -182,7 +183,7 @@ fn reductions_get_a_vector_entry_with_accumulated_bindings() {
             ],
         )],
     );
-    let kernel = emit_ptx(&program, &DispatchConfig::default(), PtxTarget::sm90()).unwrap();
+    let kernel = emit_ptx(&program, None, PtxTarget::sm90()).unwrap();
     let accumulated: Vec<bool> = kernel.abi.bindings.iter().map(|b| b.accumulated).collect();
     assert_eq!(accumulated, [false, true, true, false]);
     assembles(&program);
@@ -202,7 +203,7 @@ fn reductions_get_a_vector_entry_with_accumulated_bindings() {
             Node::store("out", gid(), Expr::var("s")),
         ],
     );
-    let kernel = emit_ptx(&observed, &DispatchConfig::default(), PtxTarget::sm90()).unwrap();
+    let kernel = emit_ptx(&observed, None, PtxTarget::sm90()).unwrap();
     assert_eq!(kernel.abi.vector_lanes, 0);
     assert!(kernel.abi.bindings.iter().all(|b| !b.accumulated));
 }

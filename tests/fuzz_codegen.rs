@@ -44,7 +44,7 @@ struct Program {
     outcome: &'static str,
     lane_order_dependent: bool,
     failures: Vec<Failure>,
-    kernels: Vec<Option<String>>,
+    kernels: Vec<Option<Vec<String>>>,
     rejected: Vec<String>,
     coverage: Coverage,
 }
@@ -145,14 +145,12 @@ fn sweep(shape: &str, config: &GenConfig, programs: usize, base: u64) {
         for (t, _) in fuzz::check::targets().iter().enumerate() {
             let modules: Vec<Kernel> = results
                 .iter()
-                .filter_map(|(_, p)| p.kernels[t].as_ref().map(|ptx| (p.seed, ptx)))
-                .flat_map(|(seed, ptx)| {
-                    fuzz::check::loaded_modules(ptx)
-                        .into_iter()
-                        .map(move |ptx| Kernel {
-                            id: format!("{seed:#x}"),
-                            ptx,
-                        })
+                .filter_map(|(_, p)| p.kernels[t].as_ref().map(|modules| (p.seed, modules)))
+                .flat_map(|(seed, modules)| {
+                    modules.iter().cloned().map(move |ptx| Kernel {
+                        id: format!("{seed:#x}"),
+                        ptx,
+                    })
                 })
                 .filter(|k| *label != "cuda12" || common::ptxas::cu12_reads(&k.ptx))
                 .collect();
@@ -363,8 +361,12 @@ fn dump_case_ptx() {
         .to_string_lossy()
         .into_owned();
     for (target, arch) in fuzz::check::targets() {
-        let kernel = vyre_cuda::codegen::emit_ptx(&saved.case.program, &saved.case.config, target)
-            .expect("emit");
+        let kernel = vyre_cuda::codegen::emit_ptx(
+            &saved.case.program,
+            saved.case.config.workgroup_override,
+            target,
+        )
+        .expect("emit");
         let file = out.join(format!("{stem}.{arch}.ptx"));
         std::fs::write(&file, kernel.ptx).expect("write");
         println!("wrote {}", file.display());

@@ -43,7 +43,7 @@ impl Tally {
     fn emit(&mut self, label: &str, program: &Program, config: &DispatchConfig) {
         self.programs += 1;
         for target in targets() {
-            match catch_quiet(|| emit_ptx(program, config, target)) {
+            match catch_quiet(|| emit_ptx(program, config.workgroup_override, target)) {
                 Ok(Ok(kernel)) => {
                     self.ok += 1;
                     assert!(!kernel.ptx.contains('\0'), "{label}: NUL in PTX");
@@ -148,7 +148,7 @@ fn the_emitter_never_panics_on_arbitrary_programs() {
         };
         let mut predicate = |c: &FuzzCase| {
             targets().into_iter().any(|t| {
-                matches!(catch_quiet(|| emit_ptx(&c.program, &c.config, t)), Err(p) if panic_key(&p) == key)
+                matches!(catch_quiet(|| emit_ptx(&c.program, c.config.workgroup_override, t)), Err(p) if panic_key(&p) == key)
             })
         };
         let (small, _) = fuzz::shrink::shrink(&case, &mut predicate, Default::default());

@@ -126,7 +126,7 @@ fn the_shrinker_minimises_while_the_predicate_holds() {
         validate(&case.program).is_ok()
             && vyre_cuda::codegen::emit_ptx(
                 &case.program,
-                &case.config,
+                case.config.workgroup_override,
                 vyre_cuda::codegen::PtxTarget::sm90(),
             )
             .is_ok_and(|k| k.ptx.contains("div.rn.f32"))
@@ -168,7 +168,7 @@ fn gpu_shrinking_keeps_own_slot_indices_and_the_lin_binding() {
         validate(&case.program).is_ok()
             && vyre_cuda::codegen::emit_ptx(
                 &case.program,
-                &case.config,
+                case.config.workgroup_override,
                 vyre_cuda::codegen::PtxTarget::sm90(),
             )
             .is_ok_and(|k| k.ptx.contains("st.global"))
@@ -302,7 +302,7 @@ fn dump_case_ptx() {
     let saved = fuzz::case::parse(std::path::Path::new(&path), &text).unwrap();
     let k = vyre_cuda::codegen::emit_ptx(
         &saved.case.program,
-        &saved.case.config,
+        saved.case.config.workgroup_override,
         vyre_cuda::codegen::PtxTarget::sm90(),
     )
     .unwrap();
@@ -327,7 +327,9 @@ fn dump_shard_ptx() {
         let i = local * shards + shard;
         let seed = program_seed(base, i);
         let case = generate(seed, &GenConfig::default()).case;
-        if let Ok(k) = vyre_cuda::codegen::emit_ptx(&case.program, &case.config, target) {
+        if let Ok(k) =
+            vyre_cuda::codegen::emit_ptx(&case.program, case.config.workgroup_override, target)
+        {
             std::fs::write(dir.join(format!("{local:05}-{seed:016x}.ptx")), k.ptx).unwrap();
         }
     }

@@ -83,8 +83,8 @@ fn saved_cases_emit_assemble_and_never_panic() {
         if let Some(ptxas) = &ptxas {
             for ((_, arch), ptx) in fuzz::check::targets().iter().zip(&kernels) {
                 // Every module the runtime loads, with the CUDA 13 and CUDA 12 compilers.
-                for module in ptx.iter().flat_map(|ptx| fuzz::check::loaded_modules(ptx)) {
-                    if let Err(e) = common::ptxas::assemble_arch(ptxas, &module, arch) {
+                for module in ptx.iter().flatten() {
+                    if let Err(e) = common::ptxas::assemble_arch(ptxas, module, arch) {
                         problems.push(format!("ptxas-{arch}: {e}"));
                     }
                 }
@@ -185,8 +185,10 @@ fn signed_zero_literals_emit_distinct_kernels() {
     let programs = signed_zero_programs();
     let (plus, minus) = (&programs[0].1, &programs[2].1);
     let target = vyre_cuda::codegen::PtxTarget::sm90();
-    let a = vyre_cuda::codegen::emit_ptx(&plus.program, &plus.config, target).unwrap();
-    let b = vyre_cuda::codegen::emit_ptx(&minus.program, &minus.config, target).unwrap();
+    let a = vyre_cuda::codegen::emit_ptx(&plus.program, plus.config.workgroup_override, target)
+        .unwrap();
+    let b = vyre_cuda::codegen::emit_ptx(&minus.program, minus.config.workgroup_override, target)
+        .unwrap();
     assert_ne!(a.ptx, b.ptx, "the emitter must keep the literal's sign");
     println!(
         "fingerprints of `out[i] = +0.0` and `out[i] = -0.0` are {}",

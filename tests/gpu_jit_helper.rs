@@ -134,10 +134,9 @@ fn the_reported_ptx_compiles_in_the_helper_and_loads_here() {
         cubin.len()
     );
     // A valid kernel too.
-    let valid =
-        vyre_cuda::codegen::emit_ptx(&add_one(), &DispatchConfig::default(), backend.target())
-            .expect("emit")
-            .ptx;
+    let valid = vyre_cuda::codegen::emit_ptx(&add_one(), None, backend.target())
+        .expect("emit")
+        .ptx;
     let (tag, cubin) = ask_fresh_helper(&valid).expect("a fresh helper answers");
     assert_eq!(tag, 0, "{}", String::from_utf8_lossy(&cubin));
     assert!(

@@ -181,7 +181,7 @@ fn libm_ports_match_the_reference_on_the_gpu() {
     for (op, name, f) in routines() {
         let started = Instant::now();
         let program = program(&op);
-        if let Err(error) = emit_ptx(&program, &config, PtxTarget::sm90()) {
+        if let Err(error) = emit_ptx(&program, config.workgroup_override, PtxTarget::sm90()) {
             println!("libm sweep {name}: not ported (the emitter rejects it: {error})");
             continue;
         }
@@ -246,7 +246,7 @@ fn libm_ports_match_the_reference_on_every_input() {
         }
         let started = Instant::now();
         let program = program_of(&op, CHUNK);
-        if let Err(error) = emit_ptx(&program, &config, PtxTarget::sm90()) {
+        if let Err(error) = emit_ptx(&program, config.workgroup_override, PtxTarget::sm90()) {
             println!("libm sweep {name}: not ported (the emitter rejects it: {error})");
             continue;
         }

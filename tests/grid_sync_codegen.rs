@@ -5,7 +5,6 @@ mod common;
 
 use common::grid_programs;
 use vyre_cuda::codegen::{emit_ptx, PtxTarget, COOPERATIVE_ENTRY};
-use vyre_driver::DispatchConfig;
 use vyre_foundation::ir::{BufferDecl, DataType, Expr, MemoryOrdering, Node, Program};
 
 #[test]
@@ -13,7 +12,7 @@ fn every_grid_case_has_a_cooperative_entry_that_assembles() {
     let ptxas = common::ptxas::require_ptxas();
     for case in grid_programs::all() {
         for target in [PtxTarget::sm80(), PtxTarget::sm90()] {
-            let kernel = emit_ptx(&case.program, &DispatchConfig::default(), target)
+            let kernel = emit_ptx(&case.program, None, target)
                 .unwrap_or_else(|e| panic!("{}: {e}", case.name));
             assert!(kernel.abi.segments > 1, "{}", case.name);
             assert!(kernel.abi.cooperative, "{}", case.name);
@@ -43,7 +42,7 @@ fn cooperative_segments_never_exit_early() {
     // `Return` and the workgroup-wide fault exits must branch to the segment end: a thread
     // that exits never reaches the next grid barrier, and every other block would wait.
     let case = grid_programs::return_inside_segment();
-    let kernel = emit_ptx(&case.program, &DispatchConfig::default(), PtxTarget::sm90()).unwrap();
+    let kernel = emit_ptx(&case.program, None, PtxTarget::sm90()).unwrap();
     let coop = &kernel.ptx[kernel.ptx.find(COOPERATIVE_ENTRY).unwrap()..];
     assert!(!coop.contains("\texit;"), "{coop}");
     assert!(coop.contains("bra vyre_segment_end_0;"));
@@ -71,12 +70,7 @@ fn return_beside_barrier() -> Program {
 fn return_beside_a_workgroup_barrier_keeps_only_the_split_form() {
     // Returned lanes leave a workgroup barrier's count only by exiting, which the
     // cooperative entry cannot do; such programs launch split.
-    let kernel = emit_ptx(
-        &return_beside_barrier(),
-        &DispatchConfig::default(),
-        PtxTarget::sm90(),
-    )
-    .unwrap();
+    let kernel = emit_ptx(&return_beside_barrier(), None, PtxTarget::sm90()).unwrap();
     assert_eq!(kernel.abi.segments, 2);
     assert!(!kernel.abi.cooperative);
     assert!(!kernel.ptx.contains(COOPERATIVE_ENTRY));
@@ -93,7 +87,7 @@ fn programs_without_grid_barriers_have_no_cooperative_entry() {
             Expr::u32(1),
         )],
     );
-    let kernel = emit_ptx(&program, &DispatchConfig::default(), PtxTarget::sm90()).unwrap();
+    let kernel = emit_ptx(&program, None, PtxTarget::sm90()).unwrap();
     assert_eq!(kernel.abi.segments, 1);
     assert!(!kernel.abi.cooperative);
     assert!(!kernel.abi.fault_word);

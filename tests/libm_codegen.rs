@@ -5,7 +5,6 @@
 mod common;
 
 use vyre_cuda::codegen::{emit_ptx, PtxIsa, PtxTarget};
-use vyre_driver::DispatchConfig;
 use vyre_foundation::ir::{BinOp, BufferDecl, DataType, Expr, Node, Program, UnOp};
 
 const N: u32 = 1024;
@@ -71,7 +70,7 @@ fn targets() -> [PtxTarget; 3] {
 fn gate(name: &str, program: &Program, symbols: &[&str], failures: &mut Vec<String>) {
     let ptxas = common::ptxas::require_ptxas();
     for target in targets() {
-        let kernel = match emit_ptx(program, &DispatchConfig::default(), target) {
+        let kernel = match emit_ptx(program, None, target) {
             Ok(kernel) => kernel,
             Err(error) => {
                 failures.push(format!("{name} for {target}: rejected: {error}"));
@@ -124,13 +123,9 @@ fn all_transcendentals_in_one_kernel_share_their_helpers() {
     let mut failures = Vec::new();
     gate("all", &program(&ops), &symbols, &mut failures);
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
-    let ptx = emit_ptx(
-        &program(&ops),
-        &DispatchConfig::default(),
-        PtxTarget::sm90(),
-    )
-    .expect("lowers")
-    .ptx;
+    let ptx = emit_ptx(&program(&ops), None, PtxTarget::sm90())
+        .expect("lowers")
+        .ptx;
     for helper in ["vyre_libm_rem_pio2f", "vyre_libm_expm1f"] {
         assert_eq!(ptx.matches(&format!(") {helper}(")).count(), 1, "{helper}");
     }
@@ -142,13 +137,9 @@ fn all_transcendentals_in_one_kernel_share_their_helpers() {
 
 #[test]
 fn a_kernel_without_transcendentals_carries_no_libm_code() {
-    let ptx = emit_ptx(
-        &program(&[UnOp::Sqrt]),
-        &DispatchConfig::default(),
-        PtxTarget::sm90(),
-    )
-    .expect("lowers")
-    .ptx;
+    let ptx = emit_ptx(&program(&[UnOp::Sqrt]), None, PtxTarget::sm90())
+        .expect("lowers")
+        .ptx;
     assert!(!ptx.contains("vyre_libm_"));
 }
 

@@ -18,7 +18,7 @@ mod fuzz;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use vyre_cuda::codegen::{emit_ptx, EmittedKernel, PtxTarget};
+use vyre_cuda::codegen::{emit_ptx, PtxTarget};
 use vyre_driver::DispatchConfig;
 use vyre_foundation::ir::Program;
 
@@ -115,16 +115,11 @@ fn subjects() -> Vec<Subject> {
     all
 }
 
-/// The modules the runtime loads for `kernel`, in load order.
-fn loaded_modules(kernel: &EmittedKernel) -> Vec<String> {
-    fuzz::check::loaded_modules(&kernel.ptx)
-}
-
 fn render(subject: &Subject, target: PtxTarget) -> String {
-    match emit_ptx(&subject.program, &subject.config, target) {
+    match emit_ptx(&subject.program, subject.config.workgroup_override, target) {
         Ok(kernel) => {
             let mut text = String::new();
-            for (index, module) in loaded_modules(&kernel).iter().enumerate() {
+            for (index, module) in fuzz::check::loaded_modules(&kernel).iter().enumerate() {
                 let _ = writeln!(text, "//// module {index}");
                 text.push_str(module);
             }

@@ -22,7 +22,7 @@ fn every_semantic_case_lowers_and_assembles() {
     let mut failures = Vec::new();
     for case in &cases {
         for target in targets {
-            match emit_ptx(&case.program, &case.config, target) {
+            match emit_ptx(&case.program, case.config.workgroup_override, target) {
                 Ok(kernel) => {
                     if let Some(ptxas) = &ptxas {
                         if let Err(error) = common::ptxas::assemble_for(ptxas, &kernel.ptx) {
@@ -40,8 +40,18 @@ fn every_semantic_case_lowers_and_assembles() {
 #[test]
 fn emitted_kernels_are_deterministic() {
     for case in common::programs::all_cases().iter().take(20) {
-        let a = emit_ptx(&case.program, &case.config, PtxTarget::sm90()).unwrap();
-        let b = emit_ptx(&case.program, &case.config, PtxTarget::sm90()).unwrap();
+        let a = emit_ptx(
+            &case.program,
+            case.config.workgroup_override,
+            PtxTarget::sm90(),
+        )
+        .unwrap();
+        let b = emit_ptx(
+            &case.program,
+            case.config.workgroup_override,
+            PtxTarget::sm90(),
+        )
+        .unwrap();
         assert_eq!(a, b, "{}", case.name);
     }
 }

@@ -85,7 +85,7 @@ fuzz_target!(|data: &[u8]| {
     };
     for target in targets() {
         let emitted = catch_unwind(AssertUnwindSafe(|| {
-            emit_ptx(&arbitrary.program, &arbitrary.config, target)
+            emit_ptx(&arbitrary.program, arbitrary.config.workgroup_override, target)
         }));
         if emitted.is_err() {
             eprintln!(

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use vyre_foundation::ir::{BufferAccess, Program};
 
 const MAGIC: &[u8; 8] = b"VYRECUDA";
-const FORMAT: u32 = 5;
+const FORMAT: u32 = 6;
 
 /// The on-disk PTX cache rooted at one directory.
 #[derive(Debug)]
@@ -127,8 +127,11 @@ fn encode(key: &KernelKey, kernel: &EmittedKernel) -> Vec<u8> {
             None => payload.push(0),
         }
     }
-    payload.extend_from_slice(&(kernel.ptx.len() as u64).to_le_bytes());
-    payload.extend_from_slice(kernel.ptx.as_bytes());
+    // The vector module follows exactly when `vector_lanes` > 0.
+    for ptx in std::iter::once(&kernel.ptx).chain(&kernel.vector_ptx) {
+        payload.extend_from_slice(&(ptx.len() as u64).to_le_bytes());
+        payload.extend_from_slice(ptx.as_bytes());
+    }
 
     let mut record = Vec::with_capacity(payload.len() + 80);
     record.extend_from_slice(MAGIC);
@@ -165,6 +168,16 @@ impl<'a> Reader<'a> {
     }
     fn usize(&mut self) -> Result<usize, String> {
         usize::try_from(self.u64()?).map_err(|_| "a length does not fit usize".to_string())
+    }
+    /// A length-prefixed, NUL-free UTF-8 PTX module.
+    fn ptx(&mut self) -> Result<String, String> {
+        let len = self.usize()?;
+        let ptx =
+            std::str::from_utf8(self.take(len)?).map_err(|_| "the PTX is not UTF-8".to_string())?;
+        if ptx.contains('\0') {
+            return Err("the PTX contains a NUL byte".to_string());
+        }
+        Ok(ptx.to_string())
     }
 }
 
@@ -253,18 +266,18 @@ fn decode(
     if bindings.len() != storage_buffers {
         return Err("the record's bindings do not match the program".to_string());
     }
-    let ptx_len = r.usize()?;
-    let ptx = std::str::from_utf8(r.take(ptx_len)?)
-        .map_err(|_| "the PTX is not UTF-8".to_string())?
-        .to_string();
+    let ptx = r.ptx()?;
+    let vector_ptx = if vector_lanes > 0 {
+        Some(r.ptx()?)
+    } else {
+        None
+    };
     if !r.0.is_empty() {
         return Err("trailing bytes after the PTX".to_string());
     }
-    if ptx.contains('\0') {
-        return Err("the PTX contains a NUL byte".to_string());
-    }
     Ok(EmittedKernel {
         ptx,
+        vector_ptx,
         abi: KernelAbi {
             entry: KERNEL_ENTRY,
             workgroup_size,
@@ -283,7 +296,6 @@ fn decode(
 mod tests {
     use super::*;
     use crate::codegen::emit_ptx;
-    use vyre_driver::DispatchConfig;
     use vyre_foundation::ir::{BufferDecl, DataType, Expr, Node};
 
     fn program() -> Program {
@@ -317,7 +329,7 @@ mod tests {
     fn round_trip_reproduces_the_emitted_kernel() {
         let program = program();
         let target = PtxTarget::sm90();
-        let kernel = emit_ptx(&program, &DispatchConfig::default(), target).unwrap();
+        let kernel = emit_ptx(&program, None, target).unwrap();
         let key = KernelKey::new(&program.fingerprint(), kernel.abi.workgroup_size, target);
         let cache = DiskCache::new(temp_dir("round-trip"));
         assert!(matches!(
@@ -333,7 +345,7 @@ mod tests {
     fn corruption_truncation_and_foreign_records_are_misses_not_errors() {
         let program = program();
         let target = PtxTarget::sm90();
-        let kernel = emit_ptx(&program, &DispatchConfig::default(), target).unwrap();
+        let kernel = emit_ptx(&program, None, target).unwrap();
         let key = KernelKey::new(&program.fingerprint(), kernel.abi.workgroup_size, target);
         let dir = temp_dir("corrupt");
         let cache = DiskCache::new(&dir);
@@ -383,7 +395,7 @@ mod tests {
         std::fs::write(&dir, b"a file where the directory should be").unwrap();
         let cache = DiskCache::new(dir.join("sub"));
         let program = program();
-        let kernel = emit_ptx(&program, &DispatchConfig::default(), PtxTarget::sm90()).unwrap();
+        let kernel = emit_ptx(&program, None, PtxTarget::sm90()).unwrap();
         let key = KernelKey::new(
             &program.fingerprint(),
             kernel.abi.workgroup_size,

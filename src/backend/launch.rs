@@ -3,7 +3,7 @@
 
 use super::cache::LoadedKernel;
 use super::metrics::Metrics;
-use crate::codegen::VECTOR_LANES;
+use crate::codegen::{KernelParam, VECTOR_LANES};
 use crate::driver::{DriverError, GraphExec, KernelArg, Stream};
 use std::ops::Range;
 
@@ -50,23 +50,17 @@ pub(crate) fn enqueue(
     metrics: &Metrics,
 ) -> Result<(), DriverError> {
     let abi = &kernel.abi;
-    if args.pointers.len() != abi.bindings.len() || args.counts.len() != abi.bindings.len() {
-        return Err(mismatch("binding count"));
-    }
-    if args.fault.is_some() != abi.fault_word {
-        return Err(mismatch("fault word"));
-    }
-    let mut kernel_args = kernel_args(args);
+    check_args(abi, args)?;
     if let Some(invocations) = vector_invocations(kernel, grid, args) {
         let (function, grid) = vector_grid(kernel, &invocations)?;
-        kernel_args.push(KernelArg::U32(invocations.start));
-        kernel_args.push(KernelArg::U32(invocations.end));
+        let kernel_args = kernel_args(abi.vector_params(), args, &invocations);
         for _ in 0..launches {
             stream.launch(function, grid, abi.workgroup_size, &kernel_args)?;
         }
         Metrics::add(&metrics.vector_launches, u64::from(launches));
         return Ok(());
     }
+    let kernel_args = kernel_args(abi.params(), args, &(0..0));
     let blocks = grid.iter().map(|&d| u64::from(d)).product::<u64>();
     let cooperative = kernel.cooperative.as_ref().filter(|entry| {
         mode == GridSyncLaunch::CooperativeWhereItFits && blocks <= entry.max_blocks
@@ -97,15 +91,35 @@ pub(crate) fn enqueue(
     Ok(())
 }
 
-/// Every pointer, every element count, then the fault word: the emitter's order.
-fn kernel_args(args: &LaunchArgs) -> smallvec::SmallVec<[KernelArg; 24]> {
-    let mut kernel_args: smallvec::SmallVec<[KernelArg; 24]> = smallvec::SmallVec::new();
-    kernel_args.extend(args.pointers.iter().map(|p| KernelArg::U64(*p)));
-    kernel_args.extend(args.counts.iter().map(|c| KernelArg::U32(*c)));
-    if let Some(fault) = args.fault {
-        kernel_args.push(KernelArg::U64(fault));
+/// `args` has one pointer and count per binding, and a fault word exactly when the kernel
+/// takes one.
+fn check_args(abi: &crate::codegen::KernelAbi, args: &LaunchArgs) -> Result<(), DriverError> {
+    if args.pointers.len() != abi.bindings.len() || args.counts.len() != abi.bindings.len() {
+        return Err(mismatch("binding count"));
     }
-    kernel_args
+    if args.fault.is_some() != abi.fault_word {
+        return Err(mismatch("fault word"));
+    }
+    Ok(())
+}
+
+/// The argument of each of the entry's `params` (the emitter's declaration order, see
+/// `KernelAbi::params`), from `args` (which passed [`check_args`]) and, for the vector
+/// entry, `invocations`.
+fn kernel_args(
+    params: impl Iterator<Item = KernelParam>,
+    args: &LaunchArgs,
+    invocations: &Range<u32>,
+) -> smallvec::SmallVec<[KernelArg; 24]> {
+    params
+        .map(|param| match param {
+            KernelParam::Pointer(index) => KernelArg::U64(args.pointers[index]),
+            KernelParam::Count(index) => KernelArg::U32(args.counts[index]),
+            KernelParam::FaultArea => KernelArg::U64(args.fault.unwrap_or(0)),
+            KernelParam::InvocationBase => KernelArg::U32(invocations.start),
+            KernelParam::InvocationEnd => KernelArg::U32(invocations.end),
+        })
+        .collect()
 }
 
 /// The invocation range the vector entry would run for this launch, when it may: the
@@ -198,12 +212,11 @@ pub(crate) fn enqueue_range(
     args: &LaunchArgs,
     invocations: Range<u32>,
 ) -> Result<(), DriverError> {
+    check_args(&kernel.abi, args)?;
     if !vector_fits(kernel, args, &invocations) {
         return Err(mismatch("vector entry range or alignment"));
     }
-    let mut kernel_args = kernel_args(args);
-    kernel_args.push(KernelArg::U32(invocations.start));
-    kernel_args.push(KernelArg::U32(invocations.end));
+    let kernel_args = kernel_args(kernel.abi.vector_params(), args, &invocations);
     let (function, grid) = vector_grid(kernel, &invocations)?;
     stream.launch(function, grid, kernel.abi.workgroup_size, &kernel_args)
 }

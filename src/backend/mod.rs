@@ -399,7 +399,11 @@ impl CudaBackend {
         config: &DispatchConfig,
     ) -> Result<EmittedKernel, CudaError> {
         validate(program)?;
-        Ok(emit_ptx(program, config, self.core.target)?)
+        Ok(emit_ptx(
+            program,
+            config.workgroup_override,
+            self.core.target,
+        )?)
     }
 
     /// Telemetry counters and gauges as stable `(name, value)` pairs.
@@ -707,24 +711,20 @@ impl Core {
             )
             .into());
         }
-        // An elementwise program's vector entry gets its own module, compiled by the
+        // An elementwise program's vector entry is a module of its own, compiled by the
         // driver only when a dispatch large enough to use it comes (see `LazyVector`).
-        let (ptx, vector) = match crate::codegen::split_vector_entry(&emitted.ptx) {
-            Some((others, vector)) if emitted.abi.vector_lanes > 0 => (
-                std::borrow::Cow::Owned(others),
-                Some(LazyVector::new(
-                    Arc::clone(&self.device),
-                    Arc::clone(&self.jit),
-                    vector,
-                    self.vector_min_invocations,
-                )),
-            ),
-            _ => (std::borrow::Cow::Borrowed(emitted.ptx.as_str()), None),
-        };
+        let vector = emitted.vector_ptx.as_ref().map(|vector| {
+            LazyVector::new(
+                Arc::clone(&self.device),
+                Arc::clone(&self.jit),
+                vector.clone(),
+                self.vector_min_invocations,
+            )
+        });
         let module = {
             let _span = tracing::debug_span!("vyre_cuda.module_load").entered();
             self.jit
-                .load(&self.device, &ptx)
+                .load(&self.device, &emitted.ptx)
                 .map_err(|e| self.load_error(e))?
         };
         Metrics::bump(&self.metrics.module_loads);
@@ -798,7 +798,7 @@ impl Core {
             Some(emitted) => emitted,
             None => {
                 let _span = tracing::debug_span!("vyre_cuda.emit_ptx").entered();
-                let emitted = Arc::new(emit_ptx(program, config, self.target)?);
+                let emitted = Arc::new(emit_ptx(program, config.workgroup_override, self.target)?);
                 Metrics::bump(&self.metrics.ptx_generations);
                 Metrics::add(&self.metrics.ptx_bytes, emitted.ptx.len() as u64);
                 if let Some(disk) = &self.disk {

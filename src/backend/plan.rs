@@ -307,7 +307,7 @@ mod tests {
         inputs: &[usize],
         config: &DispatchConfig,
     ) -> Result<DispatchPlan, CudaError> {
-        let kernel = emit_ptx(program, config, PtxTarget::sm90()).unwrap();
+        let kernel = emit_ptx(program, config.workgroup_override, PtxTarget::sm90()).unwrap();
         DispatchPlan::new(program, &kernel.abi, inputs, config, LIMITS)
     }
 
@@ -454,7 +454,7 @@ mod tests {
             [1, 1, 1],
             vec![Node::store("res", Expr::u32(0), Expr::u32(1))],
         );
-        let kernel = emit_ptx(&program, &DispatchConfig::default(), PtxTarget::sm90()).unwrap();
+        let kernel = emit_ptx(&program, None, PtxTarget::sm90()).unwrap();
         let roles: Vec<_> = kernel.abi.bindings.iter().map(|b| b.role).collect();
         assert_eq!(
             roles,
@@ -489,7 +489,7 @@ mod tests {
             [64, 1, 1],
             vec![Node::store("res", Expr::u32(0), Expr::u32(1))],
         );
-        let kernel = emit_ptx(&program, &DispatchConfig::default(), PtxTarget::sm90()).unwrap();
+        let kernel = emit_ptx(&program, None, PtxTarget::sm90()).unwrap();
         let order = binding_order(&program, &kernel.abi);
         let names: Vec<&str> = order
             .iter()

@@ -411,7 +411,7 @@ mod tests {
                 ),
             )],
         );
-        let emitted = emit_ptx(&program, &DispatchConfig::default(), PtxTarget::sm90()).unwrap();
+        let emitted = emit_ptx(&program, None, PtxTarget::sm90()).unwrap();
         let limits = GridLimits {
             max_grid_dim: [i32::MAX as u32, 65535, 65535],
             max_buffer_bytes: 1 << 34,

@@ -5,7 +5,7 @@ use super::kind::element_stride;
 use super::CodegenError;
 use std::ops::Range;
 use std::sync::Arc;
-use vyre_foundation::ir::{BufferAccess, DataType, Program};
+use vyre_foundation::ir::{BufferAccess, BufferDecl, DataType, Program};
 
 /// Name of the kernel entry in every emitted module.
 pub const KERNEL_ENTRY: &str = "vyre_main";
@@ -20,10 +20,53 @@ pub const COOPERATIVE_ENTRY: &str = "vyre_main_coop";
 pub const FAULT_AREA_BYTES: usize = 16;
 
 /// Name of the vector entry of an elementwise program (see [`KernelAbi::vector_lanes`]).
-/// Its parameters are the scalar entry's followed by `.u32 vyre_inv_base` and
-/// `.u32 vyre_inv_end`: it runs invocations `vyre_inv_base .. vyre_inv_end`,
-/// `vector_lanes` consecutive ones per thread starting at `vyre_inv_base + lanes * thread`.
+/// Its parameters ([`KernelAbi::vector_params`]) are the scalar entry's followed by
+/// `.u32 vyre_inv_base` and `.u32 vyre_inv_end`: it runs invocations
+/// `vyre_inv_base .. vyre_inv_end`, `vector_lanes` consecutive ones per thread starting at
+/// `vyre_inv_base + lanes * thread`.
 pub const VECTOR_ENTRY: &str = "vyre_main_vec4";
+
+/// Invocations one thread of the vector entry runs.
+pub const VECTOR_LANES: u32 = 4;
+
+/// One parameter of a kernel entry. [`KernelAbi::params`] lists them in declaration order;
+/// the emitter declares and reads them from it and the host pushes its arguments in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KernelParam {
+    /// `.u64 vyre_p{i}`: global address of binding `i`.
+    Pointer(usize),
+    /// `.u32 vyre_n{i}`: element count of binding `i`.
+    Count(usize),
+    /// `.u64 vyre_fault`: address of the zeroed area of [`FAULT_AREA_BYTES`].
+    FaultArea,
+    /// `.u32 vyre_inv_base`: first invocation the vector entry runs.
+    InvocationBase,
+    /// `.u32 vyre_inv_end`: end (exclusive) of the vector entry's invocation range.
+    InvocationEnd,
+}
+
+impl KernelParam {
+    /// The parameter's PTX type (`u64` or `u32`).
+    #[must_use]
+    pub fn ptx_type(self) -> &'static str {
+        match self {
+            Self::Pointer(_) | Self::FaultArea => "u64",
+            Self::Count(_) | Self::InvocationBase | Self::InvocationEnd => "u32",
+        }
+    }
+
+    /// The parameter's PTX name.
+    #[must_use]
+    pub fn name(self) -> String {
+        match self {
+            Self::Pointer(index) => format!("vyre_p{index}"),
+            Self::Count(index) => format!("vyre_n{index}"),
+            Self::FaultArea => "vyre_fault".to_string(),
+            Self::InvocationBase => "vyre_inv_base".to_string(),
+            Self::InvocationEnd => "vyre_inv_end".to_string(),
+        }
+    }
+}
 
 /// How a storage buffer takes part in a dispatch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -140,6 +183,22 @@ impl KernelAbi {
     pub fn threads_per_workgroup(&self) -> u32 {
         self.workgroup_size.iter().product()
     }
+
+    /// The parameters of every entry but the vector one, in order: each binding's pointer,
+    /// each binding's element count, then the fault area when the kernel has one.
+    pub fn params(&self) -> impl Iterator<Item = KernelParam> {
+        let bindings = self.bindings.len();
+        (0..bindings)
+            .map(KernelParam::Pointer)
+            .chain((0..bindings).map(KernelParam::Count))
+            .chain(self.fault_word.then_some(KernelParam::FaultArea))
+    }
+
+    /// The parameters of the [`VECTOR_ENTRY`]: [`Self::params`], then its invocation range.
+    pub fn vector_params(&self) -> impl Iterator<Item = KernelParam> {
+        self.params()
+            .chain([KernelParam::InvocationBase, KernelParam::InvocationEnd])
+    }
 }
 
 /// A workgroup (shared-memory) buffer of the kernel.
@@ -160,62 +219,12 @@ pub(crate) fn layout(
     let mut shared = Vec::new();
     let mut shared_bytes: u64 = 0;
     for (decl_index, decl) in program.buffers().iter().enumerate() {
-        let element = decl.element();
-        let Some(element_size) = element_stride(&element) else {
-            return Err(CodegenError::unsupported(
-                format!("buffer element type {element}"),
-                format!(
-                    "buffer `{}` has an element type the emitter does not address yet",
-                    decl.name()
-                ),
-                "use u8/i8/u16/i16/f16/bf16/u32/i32/f32/bool/u64/i64/f64/vec2<u32>/vec4<u32>/bytes elements",
-            ));
-        };
+        let element_size = element_size(decl)?;
         if decl.access() == BufferAccess::Workgroup {
-            if element == DataType::Bytes {
-                return Err(CodegenError::unsupported(
-                    "workgroup buffer of bytes elements",
-                    format!(
-                        "workgroup buffer `{}` holds bytes, whose loads are run-time-sized values",
-                        decl.name()
-                    ),
-                    "declare the workgroup buffer with u8 or u32 elements",
-                ));
-            }
-            let bytes = u64::from(decl.count()) * u64::from(element_size);
-            shared_bytes = shared_bytes.next_multiple_of(16);
-            let offset = u32::try_from(shared_bytes).map_err(|_| shared_too_large(shared_bytes))?;
-            shared_bytes += bytes;
-            shared.push(SharedBuffer {
-                name: Arc::from(decl.name()),
-                element,
-                count: decl.count(),
-                offset,
-            });
-            continue;
+            shared.push(shared_buffer(decl, element_size, &mut shared_bytes)?);
+        } else {
+            bindings.push(binding(decl_index, decl, element_size));
         }
-        let role = if decl.is_backend_allocated_output() {
-            BindingRole::Output
-        } else if decl.access() == BufferAccess::ReadWrite {
-            BindingRole::InputOutput
-        } else {
-            BindingRole::Input
-        };
-        let output_bytes = if role == BindingRole::Output {
-            decl.count() as usize * element_size as usize
-        } else {
-            0
-        };
-        bindings.push(KernelBinding {
-            decl_index,
-            name: Arc::from(decl.name()),
-            element,
-            element_size,
-            role,
-            output_bytes,
-            output_byte_range: decl.output_byte_range(),
-            accumulated: false,
-        });
     }
     let shared_bytes = shared_bytes.next_multiple_of(16);
     let shared_bytes = u32::try_from(shared_bytes).map_err(|_| shared_too_large(shared_bytes))?;
@@ -232,6 +241,73 @@ pub(crate) fn layout(
         },
         shared,
     ))
+}
+
+fn element_size(decl: &BufferDecl) -> Result<u32, CodegenError> {
+    element_stride(&decl.element()).ok_or_else(|| {
+        CodegenError::unsupported(
+            format!("buffer element type {}", decl.element()),
+            format!(
+                "buffer `{}` has an element type the emitter does not address yet",
+                decl.name()
+            ),
+            "use u8/i8/u16/i16/f16/bf16/u32/i32/f32/bool/u64/i64/f64/vec2<u32>/vec4<u32>/bytes elements",
+        )
+    })
+}
+
+/// Place a workgroup buffer at the next 16-byte boundary of `vyre_shared`.
+fn shared_buffer(
+    decl: &BufferDecl,
+    element_size: u32,
+    shared_bytes: &mut u64,
+) -> Result<SharedBuffer, CodegenError> {
+    let element = decl.element();
+    if element == DataType::Bytes {
+        return Err(CodegenError::unsupported(
+            "workgroup buffer of bytes elements",
+            format!(
+                "workgroup buffer `{}` holds bytes, whose loads are run-time-sized values",
+                decl.name()
+            ),
+            "declare the workgroup buffer with u8 or u32 elements",
+        ));
+    }
+    let bytes = u64::from(decl.count()) * u64::from(element_size);
+    *shared_bytes = shared_bytes.next_multiple_of(16);
+    let offset = u32::try_from(*shared_bytes).map_err(|_| shared_too_large(*shared_bytes))?;
+    *shared_bytes += bytes;
+    Ok(SharedBuffer {
+        name: Arc::from(decl.name()),
+        element,
+        count: decl.count(),
+        offset,
+    })
+}
+
+fn binding(decl_index: usize, decl: &BufferDecl, element_size: u32) -> KernelBinding {
+    let role = if decl.is_backend_allocated_output() {
+        BindingRole::Output
+    } else if decl.access() == BufferAccess::ReadWrite {
+        BindingRole::InputOutput
+    } else {
+        BindingRole::Input
+    };
+    let output_bytes = if role == BindingRole::Output {
+        decl.count() as usize * element_size as usize
+    } else {
+        0
+    };
+    KernelBinding {
+        decl_index,
+        name: Arc::from(decl.name()),
+        element: decl.element(),
+        element_size,
+        role,
+        output_bytes,
+        output_byte_range: decl.output_byte_range(),
+        accumulated: false,
+    }
 }
 
 fn shared_too_large(bytes: u64) -> CodegenError {

@@ -46,7 +46,7 @@ pub fn panic_key(message: &str) -> String {
 /// Emit `case` for `target`, checking that it neither panics nor fails without a `Fix:`.
 /// `valid`: the program passed vyre's validator, so `Invalid` errors are findings too.
 pub fn emit(case: &FuzzCase, target: PtxTarget, name: &str, valid: bool) -> Emitted {
-    match catch_quiet(|| emit_ptx(&case.program, &case.config, target)) {
+    match catch_quiet(|| emit_ptx(&case.program, case.config.workgroup_override, target)) {
         Err(p) => Emitted::Failed(Failure::new(
             format!("emitter-panic: {}", panic_key(&p)),
             format!("emit_ptx for {name} panicked: {p}"),
@@ -74,13 +74,12 @@ pub fn emit(case: &FuzzCase, target: PtxTarget, name: &str, valid: bool) -> Emit
     }
 }
 
-/// The modules the runtime loads for an emitted kernel: a kernel with a vector entry is
-/// loaded as two (`split_vector_entry`), anything else as it is.
-pub fn loaded_modules(ptx: &str) -> Vec<String> {
-    match vyre_cuda::codegen::split_vector_entry(ptx) {
-        Some((others, vector)) => vec![others, vector],
-        None => vec![ptx.to_string()],
-    }
+/// The modules the runtime loads for an emitted kernel, in load order: its module, and
+/// the vector entry's when it has one.
+pub fn loaded_modules(kernel: &EmittedKernel) -> Vec<String> {
+    std::iter::once(kernel.ptx.clone())
+        .chain(kernel.vector_ptx.clone())
+        .collect()
 }
 
 /// The outcome of a GPU dispatch.
@@ -190,13 +189,16 @@ pub fn gpu_still_fails<'b>(
 /// All CPU-side findings for `case`: emitter panics, `Fix:`-less errors, `Invalid`
 /// errors on valid programs, reference panics. Kernels that emitted are returned for
 /// assembly, per target.
-pub fn cpu_check(case: &FuzzCase, valid: bool) -> (Vec<Failure>, Vec<Option<String>>, Vec<String>) {
+pub fn cpu_check(
+    case: &FuzzCase,
+    valid: bool,
+) -> (Vec<Failure>, Vec<Option<Vec<String>>>, Vec<String>) {
     let mut failures = Vec::new();
     let mut kernels = Vec::new();
     let mut rejected = Vec::new();
     for (target, name) in targets() {
         match emit(case, target, name, valid) {
-            Emitted::Kernel(k) => kernels.push(Some(k.ptx)),
+            Emitted::Kernel(k) => kernels.push(Some(loaded_modules(&k))),
             Emitted::Rejected(construct) => {
                 rejected.push(construct);
                 kernels.push(None);
@@ -236,7 +238,7 @@ pub fn cpu_still_fails(
             let index = targets().iter().position(|(_, n)| *n == arch).unwrap_or(1);
             let (target, name) = targets()[index];
             return match (emit(case, target, name, valid), compiler) {
-                (Emitted::Kernel(k), Some(p)) => loaded_modules(&k.ptx)
+                (Emitted::Kernel(k), Some(p)) => loaded_modules(&k)
                     .iter()
                     .any(|m| super::ptxas_batch::assemble_one(&p, m, arch).is_err()),
                 _ => false,

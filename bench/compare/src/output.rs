@@ -21,7 +21,11 @@ pub fn dump_ptx(dir: &Path) {
     let program = programs::vadd(1024, 12345);
     let config = DispatchConfig::default();
     if let Ok(k) =
-        vyre_cuda::codegen::emit_ptx(&program, &config, vyre_cuda::codegen::PtxTarget::sm90())
+        vyre_cuda::codegen::emit_ptx(
+            &program,
+            config.workgroup_override,
+            vyre_cuda::codegen::PtxTarget::sm90(),
+        )
     {
         let _ = std::fs::write(dir.join("vyre_cuda_cold.ptx"), k.ptx);
     }

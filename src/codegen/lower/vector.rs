@@ -1,4 +1,4 @@
-//! The vector entry of an elementwise program (see `codegen::elementwise`): each thread
+//! The vector entry of an elementwise program (see `analysis::elementwise`): each thread
 //! runs [`VECTOR_LANES`] consecutive invocations, `first .. first + 4` with
 //! `first = vyre_inv_base + 4 * thread`, skipping those at or past `vyre_inv_end`.
 //!
@@ -18,7 +18,8 @@
 //! aligned, no two bindings overlap and the grid is 1-D (see `backend::launch`).
 
 use super::{KernelAbi, LoweredBody, Lowerer, Space, Val};
-use crate::codegen::elementwise::{Elementwise, VECTOR_LANES};
+use crate::codegen::abi::{KernelParam, VECTOR_LANES};
+use crate::codegen::analysis::elementwise::Elementwise;
 use crate::codegen::kind::ValKind;
 use crate::codegen::writer::{emit, Label, Reg, RegClass};
 use crate::codegen::CodegenError;
@@ -37,6 +38,16 @@ pub(crate) struct Lanes<'p> {
     preloaded: FxHashMap<&'p str, [Reg; LANES]>,
     /// Deferred stores: each lane's last stored word and whether it stored (in bounds).
     pending: FxHashMap<&'p str, ([Reg; LANES], [Reg; LANES])>,
+}
+
+/// One stored buffer's deferred stores, written after the last lane.
+struct DeferredStores {
+    base: Reg,
+    stride: u32,
+    class: RegClass,
+    /// Each lane's last stored word, and whether it stored (in bounds).
+    words: [Reg; LANES],
+    stored: [Reg; LANES],
 }
 
 /// Whether a buffer's elements travel as raw `.b32`/`.b64` words in the vector entry.
@@ -65,14 +76,41 @@ impl<'p> Lowerer<'p> {
         shape: &Elementwise<'p>,
     ) -> Result<LoweredBody, CodegenError> {
         let (inv_base, inv_end) = (self.b32(), self.b32());
-        emit!(self.w, "ld.param.u32 {inv_base}, [vyre_inv_base]");
-        emit!(self.w, "ld.param.u32 {inv_end}, [vyre_inv_end]");
+        let (base_param, end_param) = (
+            KernelParam::InvocationBase.name(),
+            KernelParam::InvocationEnd.name(),
+        );
+        emit!(self.w, "ld.param.u32 {inv_base}, [{base_param}]");
+        emit!(self.w, "ld.param.u32 {inv_end}, [{end_param}]");
         let thread = self.ids.global[0];
         let first = self.b32();
         emit!(self.w, "mad.lo.u32 {first}, {thread}, {LANES}, {inv_base}");
+        let lane_end = self.w.label();
+        let (lanes, deferred) = self.lane_buffers(abi, shape, first, lane_end);
+        let flush = self.w.label();
+        self.lanes = Some(lanes);
+        let result = self.put_lanes(entry, first, inv_end, flush);
+        self.ids.global[0] = thread;
+        self.lanes = None;
+        result?;
+        self.w.put_label(flush);
+        for store in deferred {
+            self.flush_stores(first, store);
+        }
+        self.finish_entry()
+    }
+
+    /// Preload the never-stored buffers and set up the deferred stores of the stored ones.
+    fn lane_buffers(
+        &mut self,
+        abi: &KernelAbi,
+        shape: &Elementwise<'p>,
+        first: Reg,
+        lane_end: Label,
+    ) -> (Lanes<'p>, Vec<DeferredStores>) {
         let mut lanes = Lanes {
             lane: 0,
-            lane_end: self.w.label(),
+            lane_end,
             preloaded: FxHashMap::default(),
             pending: FxHashMap::default(),
         };
@@ -102,15 +140,30 @@ impl<'p> Lowerer<'p> {
                     emit!(self.w, "setp.ne.u32 {flag}, 0, 0");
                 }
                 lanes.pending.insert(name, (words, stored));
-                deferred.push((base, slot.stride, class, words, stored));
+                deferred.push(DeferredStores {
+                    base,
+                    stride: slot.stride,
+                    class,
+                    words,
+                    stored,
+                });
             } else if shape.loaded.contains(name) {
                 let words = self.preload(base, len, first, slot.stride, class);
                 lanes.preloaded.insert(name, words);
             }
         }
-        let flush = self.w.label();
-        self.lanes = Some(lanes);
-        let mut result = Ok(());
+        (lanes, deferred)
+    }
+
+    /// The program body once per lane, each with its own `gid`; lanes at or past
+    /// `inv_end` branch to `flush`.
+    fn put_lanes(
+        &mut self,
+        entry: &'p [Node],
+        first: Reg,
+        inv_end: Reg,
+        flush: Label,
+    ) -> Result<(), CodegenError> {
         for lane in 0..LANES {
             let gid = self.b32();
             emit!(self.w, "add.u32 {gid}, {first}, {lane}");
@@ -124,21 +177,12 @@ impl<'p> Lowerer<'p> {
             }
             self.ids.global[0] = gid;
             self.push_scope();
-            result = self.put_block(entry);
+            let result = self.put_block(entry);
             self.pop_scope();
-            if result.is_err() {
-                break;
-            }
+            result?;
             self.w.put_label(lane_end);
         }
-        self.ids.global[0] = thread;
-        self.lanes = None;
-        result?;
-        self.w.put_label(flush);
-        for (base, stride, class, words, stored) in deferred {
-            self.flush_stores(base, first, stride, class, words, stored);
-        }
-        self.finish_entry()
+        Ok(())
     }
 
     /// `first * stride` bytes past `base`.
@@ -203,15 +247,14 @@ impl<'p> Lowerer<'p> {
     }
 
     /// Write the deferred stores of one buffer: whole 16-byte groups as one vector store.
-    fn flush_stores(
-        &mut self,
-        base: Reg,
-        first: Reg,
-        stride: u32,
-        class: RegClass,
-        words: [Reg; LANES],
-        stored: [Reg; LANES],
-    ) {
+    fn flush_stores(&mut self, first: Reg, stores: DeferredStores) {
+        let DeferredStores {
+            base,
+            stride,
+            class,
+            words,
+            stored,
+        } = stores;
         let addr = self.lane_address(base, first, stride);
         let per_vector = (16 / stride) as usize;
         for group in 0..LANES / per_vector {

@@ -27,14 +27,10 @@ pub trait Engine {
     /// Compile, on the host (no device needed): its emitter's PTX for `program`.
     fn emit_ptx(&self, program: &Program, config: &DispatchConfig) -> R<String>;
 
-    /// Compile for the opened device: the module text a dispatch of `program` generates;
+    /// Compile for the opened device: the module text a dispatch of `program` hands the driver's
+    /// JIT (vyre-cuda's vector entry, when there is one, is a module of its own);
     /// `None` where the engine cannot here (no emitter, or the device did not open).
     fn device_ptx(&self, program: &Program, config: &DispatchConfig) -> Option<R<String>>;
-
-    /// What its loader hands the driver's JIT from such a module text (default: all of it).
-    fn jit_input(&self, ptx: String) -> String {
-        ptx
-    }
 
     /// Run: vyre's backend interface (borrowed, timed and resident dispatches, metrics),
     /// when the engine runs vyre Programs and opened on the device.

@@ -71,7 +71,7 @@ impl Engine for VyreCuda {
     }
 
     fn emit_ptx(&self, program: &Program, config: &DispatchConfig) -> R<String> {
-        vyre_cuda::codegen::emit_ptx(program, config, self.target)
+        vyre_cuda::codegen::emit_ptx(program, config.workgroup_override, self.target)
             .map(|k| k.ptx)
             .map_err(|e| e.to_string())
     }
@@ -84,11 +84,6 @@ impl Engine for VyreCuda {
                 .map(|k| k.ptx)
                 .map_err(|e| e.to_string()),
         )
-    }
-
-    /// A dispatch JIT-compiles the vector entry as a module of its own.
-    fn jit_input(&self, ptx: String) -> String {
-        vyre_cuda::codegen::split_vector_entry(&ptx).map_or(ptx, |(scalar, _)| scalar)
     }
 
     fn backend(&self) -> Option<&dyn VyreBackend> {

@@ -56,8 +56,7 @@ pub fn run(ctx: &Ctx, sink: &mut Sink) {
 
 /// What a dispatch of `program` hands the driver's JIT, where the engine can say here.
 fn jit_text(engine: &dyn Engine, program: &Program, ctx: &Ctx) -> Option<String> {
-    let ptx = engine.device_ptx(program, &ctx.config)?.ok()?;
-    Some(engine.jit_input(ptx))
+    engine.device_ptx(program, &ctx.config)?.ok()
 }
 
 /// The texts: a vadd of each engine, then the corpus programs every vyre engine emits (so

@@ -1,16 +1,16 @@
 //! Subgroup ballot, shuffle and reduce with the reference's lane order.
 //!
 //! Subgroups are the 32-lane chunks of the linear local index, which is how hardware
-//! forms warps; `uniform.rs` guarantees the whole chunk is converged at the operation.
+//! forms warps; `analysis::uniform` guarantees the whole chunk is converged at the operation.
 //! Reductions fold lane 0 upward from the operator's identity, exactly as the reference
 //! does (order matters for f32), except for the integer operators `redux.sync` computes
 //! exactly on sm_80+.
 
-use super::fault::DeviceFault;
-use super::kind::ValKind;
-use super::lower::{Lowerer, Val};
-use super::writer::emit;
-use super::CodegenError;
+use super::{sel_type, Lowerer, Val};
+use crate::codegen::fault::DeviceFault;
+use crate::codegen::kind::ValKind;
+use crate::codegen::writer::emit;
+use crate::codegen::CodegenError;
 use vyre_foundation::ir::{BinOp, SubgroupReduceOp};
 
 fn unsupported_lane_kind(what: &str, kind: ValKind) -> CodegenError {
@@ -30,7 +30,7 @@ fn unknown_reduce(op: SubgroupReduceOp) -> CodegenError {
 }
 
 impl Lowerer<'_> {
-    pub(crate) fn put_shuffle(&mut self, value: Val, lane: Val) -> Result<Val, CodegenError> {
+    pub(super) fn put_shuffle(&mut self, value: Val, lane: Val) -> Result<Val, CodegenError> {
         if !matches!(value.kind, ValKind::U32 | ValKind::F32) {
             return Err(unsupported_lane_kind("SubgroupShuffle", value.kind));
         }
@@ -56,7 +56,7 @@ impl Lowerer<'_> {
         })
     }
 
-    pub(crate) fn put_subgroup_reduce(
+    pub(super) fn put_subgroup_reduce(
         &mut self,
         op: SubgroupReduceOp,
         value: Val,
@@ -155,7 +155,7 @@ impl Lowerer<'_> {
             emit!(
                 self.writer(),
                 "@{present} mov.{} {result}, {}",
-                super::lower::sel_type(result),
+                sel_type(result),
                 combined.reg
             );
         }

@@ -15,18 +15,15 @@
 //! One kind of atomic keeps a program elementwise: the *accumulated* buffers. A buffer
 //! the program touches only through `Let`s of atomics whose old value nobody reads, all
 //! with one order-independent operator (wrapping add, unsigned min/max, and/or/xor; see
-//! `reduction::commutative_opcode`) and no `expected`, at any index, ends with the fold
+//! `analysis::atomics::commutative_opcode`) and no `expected`, at any index, ends with the fold
 //! of every contribution whatever order the invocations run in, and no invocation can
 //! observe another's contribution. So reductions and histograms chunk and vectorise too;
 //! a chunked dispatch gives every chunk the whole accumulated buffer.
 
-use super::reduction::{commutative_opcode, discarded_let, read_variables};
-use super::visit::{children, for_each_child, for_each_expr};
+use super::atomics::{commutative_opcode, discarded_let};
+use crate::codegen::visit::{children, for_each_child, for_each_expr};
 use rustc_hash::{FxHashMap, FxHashSet};
 use vyre_foundation::ir::{BufferAccess, DataType, Expr, Node, Program};
-
-/// Invocations one thread of the vector entry runs.
-pub const VECTOR_LANES: u32 = 4;
 
 /// What the vector lowering needs to know about an elementwise program.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -40,8 +37,14 @@ pub(crate) struct Elementwise<'p> {
 }
 
 /// `Some` when `program` (already prepared as the reference runs it) is elementwise for
-/// the effective `workgroup_size`.
-pub(crate) fn classify(program: &Program, workgroup_size: [u32; 3]) -> Option<Elementwise<'_>> {
+/// the effective `workgroup_size`. `read_vars` holds every variable some expression reads
+/// (it may be left empty for a program without atomics: it only tells discarded atomics
+/// apart).
+pub(crate) fn classify<'p>(
+    program: &'p Program,
+    workgroup_size: [u32; 3],
+    read_vars: &FxHashSet<&'p str>,
+) -> Option<Elementwise<'p>> {
     if workgroup_size[1] != 1 || workgroup_size[2] != 1 {
         return None;
     }
@@ -54,8 +57,12 @@ pub(crate) fn classify(program: &Program, workgroup_size: [u32; 3]) -> Option<El
     {
         return None;
     }
-    let mut walk = Walk::default();
-    walk.collect_names(program.entry());
+    let mut walk = Walk {
+        lets: FxHashMap::default(),
+        mutable: FxHashSet::default(),
+        read: read_vars,
+    };
+    walk.collect_bindings(program.entry());
     let globals: FxHashSet<&str> = program.buffers().iter().map(|decl| decl.name()).collect();
     let mut found = Elementwise::default();
     let mut operators = FxHashMap::default();
@@ -73,22 +80,16 @@ pub(crate) fn classify(program: &Program, workgroup_size: [u32; 3]) -> Option<El
 }
 
 /// Name facts gathered before the check: which locals always hold `gid`.
-#[derive(Default)]
-struct Walk<'p> {
+struct Walk<'p, 'r> {
     /// Every `Let` value of each name (names may be re-bound in sibling scopes).
     lets: FxHashMap<&'p str, Vec<&'p Expr>>,
     /// Names that are assigned or used as loop variables somewhere.
     mutable: FxHashSet<&'p str>,
     /// Names some expression reads (a discarded atomic's `Let` name is not among them).
-    read: FxHashSet<&'p str>,
+    read: &'r FxHashSet<&'p str>,
 }
 
-impl<'p> Walk<'p> {
-    fn collect_names(&mut self, nodes: &'p [Node]) {
-        read_variables(nodes, &mut self.read);
-        self.collect_bindings(nodes);
-    }
-
+impl<'p> Walk<'p, '_> {
     fn collect_bindings(&mut self, nodes: &'p [Node]) {
         for node in nodes {
             match node {
@@ -140,7 +141,7 @@ impl<'p> Walk<'p> {
         found: &mut Elementwise<'p>,
         operators: &mut FxHashMap<&'p str, &'static str>,
     ) -> bool {
-        if let Some(atomic) = discarded_let(node, &self.read) {
+        if let Some(atomic) = discarded_let(node, self.read) {
             // A discarded order-independent atomic: its buffer is accumulated, provided
             // every other atomic on it uses the same operator (two operators do not
             // commute with each other). Any other atomic fails below (`check_expr`).
@@ -227,8 +228,15 @@ impl<'p> Walk<'p> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::atomics::read_variables;
     use super::*;
     use vyre_foundation::ir::{BufferDecl, DataType};
+
+    fn classify(program: &Program, workgroup_size: [u32; 3]) -> Option<Elementwise<'_>> {
+        let mut read = FxHashSet::default();
+        read_variables(program.entry(), &mut read);
+        super::classify(program, workgroup_size, &read)
+    }
 
     fn gid() -> Expr {
         Expr::InvocationId { axis: 0 }

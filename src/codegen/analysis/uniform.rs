@@ -8,8 +8,8 @@
 //! `Return`. Loops containing barriers must have provably uniform bounds too (a lane
 //! that leaves early would otherwise make the reference fail while hardware runs on).
 
-use super::visit::{children, contains_barrier, for_each_child, for_each_expr};
-use super::CodegenError;
+use crate::codegen::visit::{children, contains_barrier, for_each_child, for_each_expr};
+use crate::codegen::CodegenError;
 use rustc_hash::FxHashSet;
 use vyre_foundation::ir::{Expr, Node, Program};
 
@@ -283,7 +283,7 @@ fn collect_mutable<'p>(
 
 /// Reject programs whose subgroup operations or barrier loops the hardware cannot run
 /// with the reference's semantics.
-pub(crate) fn check(program: &Program) -> Result<(), CodegenError> {
+pub(crate) fn check(program: &Program, facts: &Uniformity<'_>) -> Result<(), CodegenError> {
     let has_subgroup = program.entry().iter().any(node_has_subgroup);
     let has_barrier_loop = program.entry().iter().any(node_has_barrier_loop);
     if !has_subgroup && !has_barrier_loop {
@@ -296,8 +296,7 @@ pub(crate) fn check(program: &Program) -> Result<(), CodegenError> {
             "replace the early Return with an If around the remaining work",
         ));
     }
-    let facts = Uniformity::analyse(program);
-    walk_check(&facts, program.entry(), true)
+    walk_check(facts, program.entry(), true)
 }
 
 fn walk_check(

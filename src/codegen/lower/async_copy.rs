@@ -1,114 +1,29 @@
-//! `AsyncLoad` / `AsyncStore` / `AsyncWait`: per-invocation byte copies the reference
-//! captures at the start node and applies at the matching wait.
-//!
-//! The emitter performs the copy at the wait. That is exact when nothing between the
-//! start and the wait can change the source bytes or end the invocation, so it accepts a
-//! start only when its wait follows in the same statement list with no intervening store
-//! or atomic to the source, barrier, `Return` or reuse of the tag; anything else is
-//! rejected rather than approximated.
+//! Lowering of `AsyncLoad` / `AsyncStore` / `AsyncWait`: the copy is performed at the
+//! wait (see `analysis::async_copy` for the pairing that makes this exact).
 
-use super::fault::DeviceFault;
-use super::lower::{Lowerer, Val};
-use super::visit::any_expr;
-use super::writer::{emit, Reg, RegClass};
-use super::CodegenError;
-use vyre_foundation::ir::{Expr, Node};
+use super::{Lowerer, Val};
+use crate::codegen::analysis::async_copy::rejected;
+use crate::codegen::fault::DeviceFault;
+use crate::codegen::kind::ValKind;
+use crate::codegen::writer::{emit, Reg, RegClass};
+use crate::codegen::CodegenError;
+use vyre_foundation::ir::Expr;
 
 /// A started copy, waiting for its `AsyncWait`.
 #[derive(Clone, Copy)]
-pub(crate) struct PendingCopy<'p> {
+pub(super) struct PendingCopy<'p> {
     /// `AsyncStore` (source from byte 0 into `destination[offset..]`) rather than
     /// `AsyncLoad` (`source[offset..]` into `destination` from byte 0).
-    pub(crate) store: bool,
-    pub(crate) source: &'p str,
-    pub(crate) destination: &'p str,
-    pub(crate) offset: Reg,
-    pub(crate) size: Reg,
-}
-
-fn rejected(detail: impl Into<String>) -> CodegenError {
-    CodegenError::unsupported(
-        "async copy",
-        detail,
-        "put the AsyncWait right after its AsyncLoad/AsyncStore in the same block, with nothing in between that writes the source, synchronises or returns",
-    )
-}
-
-/// Check the start/wait pairing of one statement list (see the module docs).
-pub(crate) fn check_block(nodes: &[Node]) -> Result<(), CodegenError> {
-    for (index, node) in nodes.iter().enumerate() {
-        let (source, tag) = match node {
-            Node::AsyncLoad { source, tag, .. } | Node::AsyncStore { source, tag, .. } => {
-                (source, tag)
-            }
-            Node::AsyncWait { tag } => {
-                let started = nodes[..index].iter().rev().any(|earlier| match earlier {
-                    Node::AsyncLoad { tag: t, .. } | Node::AsyncStore { tag: t, .. } => t == tag,
-                    _ => false,
-                });
-                if !started {
-                    return Err(rejected(format!(
-                        "AsyncWait `{tag}` has no AsyncLoad/AsyncStore before it in the same block"
-                    )));
-                }
-                continue;
-            }
-            _ => continue,
-        };
-        let Some(wait) = nodes[index + 1..]
-            .iter()
-            .position(|later| matches!(later, Node::AsyncWait { tag: t } if t == tag))
-        else {
-            return Err(rejected(format!(
-                "async transfer `{tag}` has no AsyncWait after it in the same block"
-            )));
-        };
-        for between in &nodes[index + 1..index + 1 + wait] {
-            if disturbs(between, source.as_str(), tag.as_str()) {
-                return Err(rejected(format!(
-                    "a statement between async transfer `{tag}` and its wait may change its source, synchronise or return"
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
-fn disturbs(node: &Node, source: &str, tag: &str) -> bool {
-    let writes_source = |expr: &Expr| expr_writes(expr, source);
-    match node {
-        Node::Store {
-            buffer,
-            index,
-            value,
-        } => buffer.as_str() == source || writes_source(index) || writes_source(value),
-        Node::Let { value, .. } | Node::Assign { value, .. } => writes_source(value),
-        Node::AsyncLoad {
-            destination,
-            tag: t,
-            ..
-        }
-        | Node::AsyncStore {
-            destination,
-            tag: t,
-            ..
-        } => destination.as_str() == source || t.as_str() == tag,
-        Node::AsyncWait { .. } => false,
-        // Anything with nested statements, barriers, returns, traps: be conservative.
-        _ => true,
-    }
-}
-
-fn expr_writes(expr: &Expr, buffer: &str) -> bool {
-    any_expr(
-        expr,
-        &|e| matches!(e, Expr::Atomic { buffer: b, .. } if b.as_str() == buffer),
-    )
+    store: bool,
+    source: &'p str,
+    destination: &'p str,
+    offset: Reg,
+    size: Reg,
 }
 
 impl<'p> Lowerer<'p> {
     /// Evaluate a start node's byte counts and remember the copy for its wait.
-    pub(crate) fn start_copy(
+    pub(super) fn start_copy(
         &mut self,
         store: bool,
         source: &'p str,
@@ -138,7 +53,7 @@ impl<'p> Lowerer<'p> {
 
     /// Apply the copy started under `tag`: zero-fill past the source's end, truncate at
     /// the destination's end.
-    pub(crate) fn finish_copy(&mut self, tag: &str) -> Result<(), CodegenError> {
+    pub(super) fn finish_copy(&mut self, tag: &str) -> Result<(), CodegenError> {
         let Some(copy) = self.pending_copies.remove(tag) else {
             return Err(rejected(format!(
                 "AsyncWait `{tag}` has no pending transfer"
@@ -178,12 +93,7 @@ impl<'p> Lowerer<'p> {
     }
 
     /// The reference's `try_as_u64`, raising `fault` where it yields `None`.
-    pub(crate) fn u64_checked(
-        &mut self,
-        value: Val,
-        fault: DeviceFault,
-    ) -> Result<Reg, CodegenError> {
-        use super::kind::ValKind;
+    fn u64_checked(&mut self, value: Val, fault: DeviceFault) -> Result<Reg, CodegenError> {
         let wide = self.reg(RegClass::B64);
         match value.kind {
             ValKind::U64 | ValKind::Bytes(5..=8) => self.mov(wide, value.reg),

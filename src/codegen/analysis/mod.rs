@@ -1,0 +1,88 @@
+//! Whole-program analyses, computed once per [`emit_ptx`](super::emit_ptx) into one
+//! [`ProgramFacts`] that every lowerer of the kernel (each segment, the cooperative form,
+//! the vector entry) reads. Analyses never import the lowering; the lowering imports them.
+
+pub(crate) mod async_copy;
+pub(crate) mod atomics;
+pub(crate) mod elementwise;
+pub(crate) mod grid_sync;
+pub(crate) mod nesting;
+pub(crate) mod uniform;
+
+use super::libm::Libm;
+use super::visit::any_expr_in;
+use elementwise::Elementwise;
+use rustc_hash::FxHashSet;
+use uniform::Uniformity;
+use vyre_foundation::ir::{Expr, Node, Program};
+
+/// What the lowering needs to know about the whole (prepared) program.
+pub(crate) struct ProgramFacts<'p> {
+    /// Which values are the same across a workgroup.
+    pub(crate) uniformity: Uniformity<'p>,
+    /// Variables some expression reads: a `Let` of an atomic outside this set discards
+    /// the old value, so the atomic can be a (warp-aggregated) `red`. Empty for a program
+    /// without atomics (nobody asks then).
+    pub(crate) read_vars: FxHashSet<&'p str>,
+    /// Buffers whose literal-index discarded atomics fold into per-workgroup partials.
+    pub(crate) partial_buffers: FxHashSet<&'p str>,
+    /// The program calls libm `.func`s, so every branch and loop test is hidden from
+    /// ptxas's constant folding (see `Lowerer::branch_pred`).
+    pub(crate) calls_libm: bool,
+    /// The body with every scope holding a top-level grid barrier dissolved, when there is
+    /// such a barrier (see [`grid_sync`]); `None` runs the entry as one segment.
+    flattened: Option<Vec<Node>>,
+    entry: &'p [Node],
+    /// The elementwise shape, when the program gets a vector entry.
+    pub(crate) elementwise: Option<Elementwise<'p>>,
+}
+
+impl<'p> ProgramFacts<'p> {
+    /// Analyse `program` for the effective `workgroup_size`.
+    pub(crate) fn analyse(program: &'p Program, workgroup_size: [u32; 3]) -> Self {
+        let entry = program.entry();
+        // Only atomics consult which variables are read (a discarded atomic result may
+        // become a `red`): skip the two whole-program walks for programs without any.
+        let mut read_vars = FxHashSet::default();
+        let mut partial_buffers = FxHashSet::default();
+        if any_expr_in(entry, &|e| matches!(e, Expr::Atomic { .. })) {
+            atomics::read_variables(entry, &mut read_vars);
+            partial_buffers = atomics::partial_buffers(entry, &read_vars);
+        }
+        let flattened = grid_sync::contains_grid_sync(entry).then(|| {
+            let mut nodes = Vec::new();
+            grid_sync::flatten(entry, &mut nodes);
+            nodes
+        });
+        // A program split at grid barriers has barriers, so never a vector entry.
+        let elementwise = match flattened {
+            None => elementwise::classify(program, workgroup_size, &read_vars),
+            Some(_) => None,
+        };
+        Self {
+            uniformity: Uniformity::analyse(program),
+            read_vars,
+            partial_buffers,
+            calls_libm: calls_libm(entry),
+            flattened,
+            entry,
+            elementwise,
+        }
+    }
+
+    /// The bodies launched one after another: the entry, or its grid-barrier segments.
+    pub(crate) fn segments(&self) -> Vec<&[Node]> {
+        match &self.flattened {
+            Some(nodes) => grid_sync::split(nodes),
+            None => vec![self.entry],
+        }
+    }
+}
+
+/// Whether `nodes` call a libm `.func` anywhere.
+fn calls_libm(nodes: &[Node]) -> bool {
+    any_expr_in(
+        nodes,
+        &|e| matches!(e, Expr::UnOp { op, .. } if Libm::for_unop(op).is_some()),
+    )
+}

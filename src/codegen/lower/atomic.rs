@@ -1,0 +1,182 @@
+//! `Expr::Atomic`: `atom` with the reference's operand checks, or, when nobody reads the
+//! old value, a `red` (see `reduction`).
+
+use super::memory::{BufferSlot, Space};
+use super::reduction::DiscardedAtomic;
+use super::{Lowerer, Val};
+use crate::codegen::analysis::atomics::commutative_opcode;
+use crate::codegen::fault::DeviceFault;
+use crate::codegen::kind::ValKind;
+use crate::codegen::writer::{emit, Reg, RegClass};
+use crate::codegen::CodegenError;
+use vyre_foundation::ir::{AtomicOp, Expr, MemoryOrdering};
+
+/// The lowered operands of an atomic.
+struct Operands {
+    index: Reg,
+    expected: Option<Reg>,
+    value: Reg,
+    in_bounds: Reg,
+    addr: Reg,
+}
+
+impl<'p> Lowerer<'p> {
+    /// Lower `atomic` (an `Expr::Atomic`); `result_used` is false when nobody reads the
+    /// old value, which allows a (warp- or workgroup-aggregated) `red`.
+    pub(super) fn put_atomic(
+        &mut self,
+        atomic: &'p Expr,
+        result_used: bool,
+    ) -> Result<Val, CodegenError> {
+        let Expr::Atomic {
+            op,
+            buffer,
+            index,
+            expected,
+            value,
+            ordering,
+        } = atomic
+        else {
+            return Err(CodegenError::invalid(
+                "put_atomic called on a non-atomic expression",
+                "report this vyre-cuda bug",
+            ));
+        };
+        let (op, buffer, index, expected) = (*op, buffer.as_str(), &**index, expected.as_deref());
+        let opcode = atomic_opcode(op)?;
+        check_expected(op, expected.is_some())?;
+        let slot = self.atomic_target(buffer)?;
+        let literal_index = match index {
+            Expr::LitU32(index) => Some(*index),
+            _ => None,
+        };
+        let operands = self.atomic_operands(&slot, index, expected, value)?;
+        let old = self.w.reg(RegClass::B32);
+        // An out-of-bounds atomic returns 0 and writes nothing.
+        emit!(self.w, "mov.u32 {old}, 0");
+        match commutative_opcode(op).filter(|_| !result_used) {
+            Some(opcode) => {
+                let partial = literal_index
+                    .filter(|_| self.facts.partial_buffers.contains(buffer))
+                    .map(|index| self.partial_slot(buffer, index, opcode));
+                self.put_reduction(DiscardedAtomic {
+                    opcode,
+                    index: operands.index,
+                    literal_index: literal_index.is_some(),
+                    value: operands.value,
+                    in_bounds: operands.in_bounds,
+                    addr: operands.addr,
+                    partial,
+                });
+            }
+            None => self.put_atom(opcode, *ordering, old, &operands),
+        }
+        Ok(Val {
+            kind: ValKind::U32,
+            reg: old,
+        })
+    }
+
+    /// The slot of an atomic's target: a 4-byte storage buffer.
+    fn atomic_target(&self, buffer: &str) -> Result<BufferSlot, CodegenError> {
+        let slot = self.slot(buffer)?;
+        let Space::Global { .. } = slot.space else {
+            return Err(CodegenError::invalid(
+                format!("atomic target `{buffer}` is workgroup memory"),
+                "atomics only support ReadWrite storage buffers",
+            ));
+        };
+        if !slot.storage || slot.stride != 4 {
+            return Err(CodegenError::unsupported(
+                format!("atomic on a {} buffer", slot.element),
+                "atomics are lowered for 4-byte storage elements",
+                "use a u32 storage buffer",
+            ));
+        }
+        Ok(slot)
+    }
+
+    /// Index, expected value and operand, in the reference's evaluation order, and the
+    /// element's address.
+    fn atomic_operands(
+        &mut self,
+        slot: &BufferSlot,
+        index: &'p Expr,
+        expected: Option<&'p Expr>,
+        value: &'p Expr,
+    ) -> Result<Operands, CodegenError> {
+        let index = self.put_index(index)?;
+        let expected = match expected {
+            Some(expr) => {
+                let v = self.put_expr(expr)?;
+                Some(self.u32_checked(v, DeviceFault::AtomicOperandNotU32)?)
+            }
+            None => None,
+        };
+        let value = self.put_expr(value)?;
+        let value = self.u32_checked(value, DeviceFault::AtomicOperandNotU32)?;
+        let (in_bounds, addr) = self.element_address(slot, index);
+        Ok(Operands {
+            index,
+            expected,
+            value,
+            in_bounds,
+            addr,
+        })
+    }
+
+    /// An `atom` whose old value lands in `old`.
+    fn put_atom(&mut self, opcode: &str, ordering: MemoryOrdering, old: Reg, operands: &Operands) {
+        let sem = match ordering {
+            MemoryOrdering::Relaxed => "relaxed",
+            MemoryOrdering::Acquire => "acquire",
+            MemoryOrdering::Release => "release",
+            _ => "acq_rel",
+        };
+        let Operands {
+            value,
+            in_bounds,
+            addr,
+            ..
+        } = operands;
+        match operands.expected {
+            Some(expected) => emit!(
+                self.w,
+                "@{in_bounds} atom.{sem}.gpu.global.{opcode} {old}, [{addr}], {expected}, {value}"
+            ),
+            None => emit!(
+                self.w,
+                "@{in_bounds} atom.{sem}.gpu.global.{opcode} {old}, [{addr}], {value}"
+            ),
+        }
+    }
+}
+
+/// The `atom` operator of `op`.
+fn atomic_opcode(op: AtomicOp) -> Result<&'static str, CodegenError> {
+    match (commutative_opcode(op), op) {
+        (Some(opcode), _) => Ok(opcode),
+        (None, AtomicOp::Exchange) => Ok("exch.b32"),
+        (None, AtomicOp::CompareExchange) => Ok("cas.b32"),
+        (None, other) => Err(CodegenError::unsupported(
+            format!("AtomicOp::{other:?}"),
+            "the reference defines no semantics for this atomic",
+            "use Add, Or, And, Xor, Min, Max, Exchange, CompareExchange or LruUpdate",
+        )),
+    }
+}
+
+/// Exactly compare-exchange carries an expected value.
+fn check_expected(op: AtomicOp, has_expected: bool) -> Result<(), CodegenError> {
+    match (op, has_expected) {
+        (AtomicOp::CompareExchange, false) => Err(CodegenError::invalid(
+            "compare-exchange atomic is missing its expected value",
+            "set Expr::Atomic.expected for AtomicOp::CompareExchange",
+        )),
+        (AtomicOp::CompareExchange, true) | (_, false) => Ok(()),
+        (_, true) => Err(CodegenError::invalid(
+            "non-compare-exchange atomic includes an expected value",
+            "use Expr::Atomic.expected only with AtomicOp::CompareExchange",
+        )),
+    }
+}

@@ -1,0 +1,174 @@
+//! Run-time checks: recording [`DeviceFault`]s where the reference raises an error, the
+//! reference's truthiness and u32 conversion, and branch predicates ptxas cannot fold.
+
+use super::{sel_type, Lowerer, Val};
+use crate::codegen::fault::DeviceFault;
+use crate::codegen::kind::ValKind;
+use crate::codegen::writer::{emit, Reg, RegClass};
+use crate::codegen::CodegenError;
+
+impl Lowerer<'_> {
+    /// Record `fault` in the fault word when `p` holds (the first fault of a dispatch
+    /// wins) and carry on: the dispatch fails, so what the lane computes afterwards is
+    /// discarded, and callers substitute safe operands. Recording inline instead of
+    /// branching to exit blocks also keeps clear of a ptxas 13.0 sm_90 miscompile that
+    /// merged such blocks into a wrongly predicated `EXIT`.
+    pub(crate) fn fault_if(&mut self, p: Reg, fault: DeviceFault) {
+        self.uses_fault_word = true;
+        let scratch = self.w.reg(RegClass::B32);
+        emit!(
+            self.w,
+            "@{p} atom.global.cas.b32 {scratch}, [{}], 0, {}",
+            self.fault_ptr,
+            fault.code()
+        );
+        emit!(self.w, "or.pred {0}, {0}, {p}", self.faulted);
+    }
+
+    /// Record `fault` and end the invocation when `p` holds. Only for predicates uniform
+    /// across the workgroup, so no lane is left waiting at a later barrier.
+    pub(super) fn fault_exit_if(&mut self, p: Reg, fault: DeviceFault) {
+        self.uses_fault_word = true;
+        let label = match self.exit_faults.iter().find(|(f, _)| *f == fault) {
+            Some((_, label)) => *label,
+            None => {
+                let label = self.w.label();
+                self.exit_faults.push((fault, label));
+                label
+            }
+        };
+        let p = self.branch_pred(p);
+        emit!(self.w, "@{p} bra {label}");
+    }
+
+    /// The predicate a branch or loop test steers by: `p` itself, or, in a program that
+    /// calls libm `.func`s, `p` xor a predicate that is false at run time but that ptxas
+    /// cannot evaluate, so it cannot prove the branch constant.
+    ///
+    /// ptxas 12.9, 13.0 and 13.5 (-O2 and -O3, sm_80 and sm_90) crash with SIGSEGV, and
+    /// the driver's JIT with them inside the caller's process, when code they prove dead
+    /// by constant folding holds a loop calling a `.func` that itself loops with two exits
+    /// (`vyre_libm_rem_pio2f`, behind Sin, Cos and Tan): a branch folded to never-taken
+    /// around it (`../shared/regressions/ptxas-crash-1`, reduced in
+    /// `tests/fuzz_regressions/cpu-ptxas-crash-1-*.case`), a loop whose test folds to
+    /// done, or a certain fault that makes later loops exit at once
+    /// (`cpu-ptxas-crash-2-*.case`). The PTX is legal; the compiler's removal of such dead
+    /// regions is not. So no branch or loop test of such a program is foldable: the
+    /// region stays (and never runs), for two instructions per test and no unrolling of
+    /// constant-trip loops in kernels that call libm anyway.
+    ///
+    /// The hidden predicate is `opaque zero == 16`, not `!= 0`: inside a branch steered by
+    /// `opaque zero != 0` ptxas would learn the opaque zero's value and fold every
+    /// operand guarded by it, bringing back the miscompiles it exists to prevent (found:
+    /// `not.b32` of a proven zero folded to 0, `gpu-mismatch-97b6641b948d4a05.case`).
+    /// Learning `!= 16` on the path that runs tells ptxas nothing it can fold with; the
+    /// path that learns `== 16` never runs.
+    pub(super) fn branch_pred(&mut self, p: Reg) -> Reg {
+        if !self.facts.calls_libm {
+            return p;
+        }
+        let never = self.pred();
+        emit!(self.w, "setp.eq.u32 {never}, {}, 16", self.opaque_zero);
+        let out = self.pred();
+        emit!(self.w, "xor.pred {out}, {p}, {never}");
+        out
+    }
+
+    /// `p ? 0 : r`: the safe operand substituted after a recorded fault.
+    pub(super) fn zero_if(&mut self, p: Reg, r: Reg) -> Reg {
+        let out = self.w.reg(r.class());
+        emit!(self.w, "selp.{} {out}, 0, {r}, {p}", sel_type(r));
+        out
+    }
+
+    /// Record `fault` unconditionally (the reference always errors here).
+    pub(crate) fn fault_always(&mut self, fault: DeviceFault) {
+        let p = self.pred();
+        emit!(self.w, "setp.eq.u32 {p}, 0, 0");
+        self.fault_if(p, fault);
+    }
+
+    /// Predicate that is true when the reference's `truthy()` holds for `value`.
+    pub(crate) fn truthy(&mut self, value: Val) -> Reg {
+        let p = self.pred();
+        match value.kind {
+            ValKind::F32 => emit!(self.w, "setp.neu.f32 {p}, {}, 0f00000000", value.reg),
+            ValKind::F64 => emit!(
+                self.w,
+                "setp.neu.f64 {p}, {}, 0d0000000000000000",
+                value.reg
+            ),
+            ValKind::U64 => emit!(self.w, "setp.ne.u64 {p}, {}, 0", value.reg),
+            // A raw value wider than 4 bytes has no u32 reading, which the reference
+            // treats as true.
+            ValKind::Bytes(width) if width > 4 => emit!(self.w, "setp.eq.u32 {p}, 0, 0"),
+            _ => emit!(self.w, "setp.ne.u32 {p}, {}, 0", value.reg),
+        }
+        p
+    }
+
+    /// The reference's `try_as_u32`, raising `fault` where it yields `None`.
+    pub(crate) fn u32_checked(
+        &mut self,
+        value: Val,
+        fault: DeviceFault,
+    ) -> Result<Reg, CodegenError> {
+        Ok(match value.kind {
+            ValKind::U32 | ValKind::Bool => value.reg,
+            ValKind::Bytes(width) if width <= 4 => value.reg,
+            ValKind::I32 => {
+                let p = self.pred();
+                emit!(self.w, "setp.lt.s32 {p}, {}, 0", value.reg);
+                self.fault_if(p, fault);
+                self.zero_if(p, value.reg)
+            }
+            ValKind::Bytes(_) => {
+                // More than four raw bytes never read as a u32 in the reference.
+                self.fault_always(fault);
+                self.imm_b32(0)
+            }
+            ValKind::F64 => {
+                // Finite, >= 0 and <= u32::MAX (in f64), then truncated.
+                let (ok, small) = (self.pred(), self.pred());
+                emit!(
+                    self.w,
+                    "setp.ge.f64 {ok}, {}, 0d0000000000000000",
+                    value.reg
+                );
+                emit!(
+                    self.w,
+                    "setp.le.f64 {small}, {}, 0d41EFFFFFFFE00000",
+                    value.reg
+                );
+                emit!(self.w, "and.pred {ok}, {ok}, {small}");
+                let bad = self.pred();
+                emit!(self.w, "not.pred {bad}, {ok}");
+                self.fault_if(bad, fault);
+                let r = self.b32();
+                emit!(self.w, "cvt.rzi.u32.f64 {r}, {}", value.reg);
+                self.zero_if(bad, r)
+            }
+            ValKind::U64 => {
+                let p = self.pred();
+                emit!(self.w, "setp.gt.u64 {p}, {}, 4294967295", value.reg);
+                self.fault_if(p, fault);
+                let r = self.b32();
+                emit!(self.w, "cvt.u32.u64 {r}, {}", value.reg);
+                self.zero_if(p, r)
+            }
+            ValKind::F32 => {
+                // Finite, >= 0 and <= u32::MAX, then truncated.
+                let (ok, too_big) = (self.pred(), self.pred());
+                emit!(self.w, "setp.ge.f32 {ok}, {}, 0f00000000", value.reg);
+                emit!(self.w, "setp.lt.f32 {too_big}, {}, 0f4F800000", value.reg);
+                emit!(self.w, "and.pred {ok}, {ok}, {too_big}");
+                let bad = self.pred();
+                emit!(self.w, "not.pred {bad}, {ok}");
+                self.fault_if(bad, fault);
+                let r = self.b32();
+                emit!(self.w, "cvt.rzi.u32.f32 {r}, {}", value.reg);
+                self.zero_if(bad, r)
+            }
+        })
+    }
+}

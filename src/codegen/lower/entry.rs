@@ -1,0 +1,259 @@
+//! An entry's frame around the lowered body: the prologue (parameters, invocation ids,
+//! subgroup masks, zeroed workgroup memory, partials), the epilogue that applies
+//! per-workgroup partials, and the out-of-line fault blocks.
+
+use super::reduction::{Partial, PARTIALS};
+use super::{LoweredBody, Lowerer};
+use crate::codegen::abi::KernelParam;
+use crate::codegen::kind::element_stride;
+use crate::codegen::writer::{emit, PtxWriter, RegClass};
+use crate::codegen::CodegenError;
+use vyre_foundation::ir::Node;
+
+impl<'p> Lowerer<'p> {
+    /// End every invocation by branching to `label` instead of exiting (the cooperative
+    /// entry's segments: a thread that exits would never reach the next grid barrier).
+    pub(crate) fn ending_at(mut self, label: String) -> Self {
+        self.segment_end = Some(label);
+        self
+    }
+
+    /// End this invocation's body (`Return`): through the epilogue that flushes
+    /// per-workgroup atomic partials when there is one (every lane must reach its barrier),
+    /// else straight out.
+    pub(super) fn end_invocation(&mut self) {
+        match self.epilogue {
+            Some(epilogue) => emit!(self.w, "bra {epilogue}"),
+            None => self.exit_kernel(),
+        }
+    }
+
+    /// Leave the kernel (or, in a cooperative entry, the segment: a thread that exits would
+    /// never reach the next grid barrier).
+    fn exit_kernel(&mut self) {
+        match &self.segment_end {
+            None => emit!(self.w, "exit"),
+            Some(label) => emit!(self.w, "bra {label}"),
+        }
+    }
+
+    /// Lower the program body (`entry`) into a complete entry body.
+    pub(crate) fn lower_entry(mut self, entry: &'p [Node]) -> Result<LoweredBody, CodegenError> {
+        self.put_block(entry)?;
+        self.finish_entry()
+    }
+
+    /// Close the entry: the epilogue (per-workgroup atomic partials; such programs have no
+    /// barriers, so never segments or a vector entry), the final exit, the out-of-line
+    /// fault blocks, the prologue.
+    pub(super) fn finish_entry(mut self) -> Result<LoweredBody, CodegenError> {
+        self.put_epilogue()?;
+        self.exit_kernel();
+        for (fault, label) in std::mem::take(&mut self.exit_faults) {
+            self.w.put_label(label);
+            let scratch = self.w.reg(RegClass::B32);
+            emit!(
+                self.w,
+                "atom.global.cas.b32 {scratch}, [{}], 0, {}",
+                self.fault_ptr,
+                fault.code()
+            );
+            self.exit_kernel();
+        }
+        let fault_word = self.uses_fault_word;
+        let prologue = self.prologue(fault_word);
+        let mut decls = self.w.register_decls();
+        if !self.partials.is_empty() {
+            decls.push_str(&format!(
+                "\t.shared .align 4 .b32 {PARTIALS}[{}];\n",
+                self.partials.len()
+            ));
+        }
+        Ok(LoweredBody {
+            libm_used: std::mem::take(&mut self.libm_used),
+            decls,
+            prologue,
+            body: self.w.into_body(),
+            fault_word,
+        })
+    }
+
+    /// The prologue, written last: only then is it known whether a fault word is used.
+    /// Its scratch registers still come from the body's writer, so they are declared.
+    fn prologue(&mut self, fault_word: bool) -> String {
+        let mut p = PtxWriter::default();
+        self.load_params(&mut p, fault_word);
+        emit!(p, "setp.ne.u32 {}, 0, 0", self.faulted);
+        emit!(p, "mov.u32 {}, %dynamic_smem_size", self.opaque_zero);
+        self.compute_ids(&mut p);
+        self.compute_subgroup(&mut p);
+        if !self.shared.is_empty() {
+            self.zero_shared(&mut p);
+        }
+        if !self.partials.is_empty() {
+            self.init_partials(&mut p);
+        }
+        p.into_body()
+    }
+
+    fn load_params(&self, p: &mut PtxWriter, fault_word: bool) {
+        for (index, (base, len)) in self.binding_regs.iter().enumerate() {
+            let (pointer, count) = (KernelParam::Pointer(index), KernelParam::Count(index));
+            emit!(p, "ld.param.u64 {base}, [{}]", pointer.name());
+            emit!(p, "cvta.to.global.u64 {base}, {base}");
+            emit!(p, "ld.param.u32 {len}, [{}]", count.name());
+        }
+        if fault_word {
+            let fault = KernelParam::FaultArea.name();
+            emit!(p, "ld.param.u64 {}, [{fault}]", self.fault_ptr);
+            emit!(p, "cvta.to.global.u64 {0}, {0}", self.fault_ptr);
+        }
+    }
+
+    /// Local, workgroup and global ids per axis, and the linear local index.
+    fn compute_ids(&self, p: &mut PtxWriter) {
+        for (axis, name) in ["x", "y", "z"].into_iter().enumerate() {
+            let (l, g, gl) = (
+                self.ids.local[axis],
+                self.ids.group[axis],
+                self.ids.global[axis],
+            );
+            emit!(p, "mov.u32 {l}, %tid.{name}");
+            emit!(p, "mov.u32 {g}, %ctaid.{name}");
+            emit!(
+                p,
+                "mad.lo.u32 {gl}, {g}, {}, {l}",
+                self.workgroup_size[axis]
+            );
+        }
+        let [wx, wy, _] = self.workgroup_size;
+        let lin = self.ids.linear_local;
+        emit!(
+            p,
+            "mad.lo.u32 {lin}, {}, {wy}, {}",
+            self.ids.local[2],
+            self.ids.local[1]
+        );
+        emit!(p, "mad.lo.u32 {lin}, {lin}, {wx}, {}", self.ids.local[0]);
+    }
+
+    /// Subgroups are 32-lane chunks of the linear local index (as hardware warps are);
+    /// the last one is short when the workgroup is not a multiple of 32.
+    fn compute_subgroup(&self, p: &mut PtxWriter) {
+        let lin = self.ids.linear_local;
+        let (lanes, mask) = (self.subgroup_lanes, self.subgroup_mask);
+        let threads: u32 = self.workgroup_size.iter().product();
+        emit!(p, "and.b32 {lanes}, {lin}, -32");
+        emit!(p, "sub.u32 {lanes}, {threads}, {lanes}");
+        emit!(p, "min.u32 {lanes}, {lanes}, 32");
+        // shl by 32 yields 0 in PTX, so a full subgroup gets 0xFFFFFFFF.
+        emit!(p, "shl.b32 {mask}, 1, {lanes}");
+        emit!(p, "sub.u32 {mask}, {mask}, 1");
+    }
+
+    /// The reference zero-fills every workgroup buffer for each workgroup.
+    fn zero_shared(&mut self, p: &mut PtxWriter) {
+        let lin = self.ids.linear_local;
+        let base = self.shared_base;
+        emit!(p, "mov.u32 {base}, vyre_shared");
+        let total = self.shared_bytes();
+        let threads: u32 = self.workgroup_size.iter().product();
+        let offset = self.w.reg(RegClass::B32);
+        let addr = self.w.reg(RegClass::B32);
+        let done = self.w.reg(RegClass::Pred);
+        let (top, end) = (self.w.label(), self.w.label());
+        emit!(p, "shl.b32 {offset}, {lin}, 4");
+        p.put_label(top);
+        emit!(p, "setp.ge.u32 {done}, {offset}, {total}");
+        emit!(p, "@{done} bra {end}");
+        emit!(p, "add.u32 {addr}, {base}, {offset}");
+        emit!(p, "st.shared.v4.u32 [{addr}], {{0, 0, 0, 0}}");
+        emit!(p, "add.u32 {offset}, {offset}, {}", threads * 16);
+        emit!(p, "bra {top}");
+        p.put_label(end);
+        emit!(p, "barrier.sync 0");
+    }
+
+    /// Every per-workgroup partial starts at its operator's identity.
+    fn init_partials(&mut self, p: &mut PtxWriter) {
+        let first = self.w.reg(RegClass::Pred);
+        emit!(p, "setp.eq.u32 {first}, {}, 0", self.ids.linear_local);
+        for (slot, partial) in self.partials.iter().enumerate() {
+            emit!(
+                p,
+                "@{first} st.shared.u32 [{PARTIALS}+{}], {}",
+                slot * 4,
+                partial.identity()
+            );
+        }
+        emit!(p, "barrier.sync 0");
+    }
+
+    /// The shared slot of the partial for `buffer[index]`, allocated on first use.
+    pub(super) fn partial_slot(
+        &mut self,
+        buffer: &'p str,
+        index: u32,
+        opcode: &'static str,
+    ) -> u32 {
+        let slot = match self
+            .partials
+            .iter()
+            .position(|p| p.buffer == buffer && p.index == index)
+        {
+            Some(slot) => slot,
+            None => {
+                self.partials.push(Partial {
+                    buffer,
+                    index,
+                    opcode,
+                });
+                self.partials.len() - 1
+            }
+        };
+        slot as u32
+    }
+
+    /// Apply each per-workgroup partial to global memory once every lane is done (lanes
+    /// that returned wait here; lanes that exited on a fault are not waited for).
+    fn put_epilogue(&mut self) -> Result<(), CodegenError> {
+        let Some(epilogue) = self.epilogue else {
+            return Ok(());
+        };
+        self.w.put_label(epilogue);
+        if self.partials.is_empty() {
+            return Ok(());
+        }
+        emit!(self.w, "barrier.sync 0");
+        let first = self.w.reg(RegClass::Pred);
+        emit!(self.w, "setp.eq.u32 {first}, {}, 0", self.ids.linear_local);
+        for slot in 0..self.partials.len() {
+            let (buffer, index, opcode) = {
+                let p = &self.partials[slot];
+                (p.buffer, p.index, p.opcode)
+            };
+            let target = self.slot(buffer)?;
+            let index_reg = self.imm_b32(index);
+            let (in_bounds, addr) = self.element_address(&target, index_reg);
+            let value = self.w.reg(RegClass::B32);
+            emit!(self.w, "ld.shared.u32 {value}, [{PARTIALS}+{}]", slot * 4);
+            emit!(self.w, "and.pred {in_bounds}, {in_bounds}, {first}");
+            emit!(
+                self.w,
+                "@{in_bounds} red.relaxed.gpu.global.{opcode} [{addr}], {value}"
+            );
+        }
+        Ok(())
+    }
+
+    /// Bytes of `vyre_shared` the workgroup buffers span.
+    fn shared_bytes(&self) -> u32 {
+        self.shared
+            .last()
+            .map(|last| {
+                let bytes = last.offset + last.count * element_stride(&last.element).unwrap_or(4);
+                bytes.next_multiple_of(16)
+            })
+            .unwrap_or(0)
+    }
+}

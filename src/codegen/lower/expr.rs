@@ -1,0 +1,207 @@
+//! Expressions: one `put_*` per `Expr` construct (operators are in `ops.rs`).
+
+use super::memory::Space;
+use super::{bytes, canonical_f32_bits_host, sel_type, Ids, Lowerer, Val};
+use crate::codegen::fault::DeviceFault;
+use crate::codegen::kind::ValKind;
+use crate::codegen::writer::{emit, Reg, RegClass};
+use crate::codegen::CodegenError;
+use vyre_foundation::ir::Expr;
+
+impl<'p> Lowerer<'p> {
+    /// The recursion depth is bounded by `analysis::nesting`, checked up front.
+    pub(super) fn put_expr(&mut self, expr: &'p Expr) -> Result<Val, CodegenError> {
+        match expr {
+            Expr::LitU32(v) => Ok(self.lit_b32(ValKind::U32, *v)),
+            Expr::LitI32(v) => Ok(self.lit_b32(ValKind::I32, *v as u32)),
+            Expr::LitBool(v) => Ok(self.lit_b32(ValKind::Bool, u32::from(*v))),
+            Expr::LitF32(v) => Ok(Val {
+                kind: ValKind::F32,
+                reg: self.f32_const(canonical_f32_bits_host(*v)),
+            }),
+            Expr::Var(name) => self.put_var(name.as_str()),
+            Expr::Load { buffer, index } => {
+                let index = self.put_index(index)?;
+                self.put_load(buffer.as_str(), index)
+            }
+            Expr::BufLen { buffer } => self.put_buf_len(buffer.as_str()),
+            Expr::InvocationId { axis } => self.id_axis(*axis, |ids| &ids.global),
+            Expr::WorkgroupId { axis } => self.id_axis(*axis, |ids| &ids.group),
+            Expr::LocalId { axis } => self.id_axis(*axis, |ids| &ids.local),
+            Expr::BinOp { op, left, right } => {
+                let left = self.put_expr(left)?;
+                let right = self.put_expr(right)?;
+                self.put_binop(*op, left, right)
+            }
+            Expr::UnOp { op, operand } => {
+                let operand = self.put_expr(operand)?;
+                self.put_unop(op, operand)
+            }
+            Expr::Select {
+                cond,
+                true_val,
+                false_val,
+            } => self.put_select(cond, true_val, false_val),
+            Expr::Cast { target, value } => {
+                let value = self.put_expr(value)?;
+                self.put_cast(target, value)
+            }
+            Expr::Fma { a, b, c } => self.put_fma(a, b, c),
+            Expr::Atomic { .. } => self.put_atomic(expr, true),
+            Expr::Call { op_id, .. } => Err(CodegenError::unsupported(
+                format!("Expr::Call({op_id})"),
+                "calls are not inlined by vyre-cuda yet",
+                "inline the call with vyre_foundation::ir::inline_calls before dispatch",
+            )),
+            Expr::SubgroupBallot { .. }
+            | Expr::SubgroupShuffle { .. }
+            | Expr::SubgroupReduce { .. }
+                if self.hoisted.contains_key(&(expr as *const Expr)) =>
+            {
+                Ok(self.hoisted[&(expr as *const Expr)])
+            }
+            Expr::SubgroupBallot { cond } => self.put_ballot(cond),
+            Expr::SubgroupShuffle { value, lane } => {
+                let value = self.put_expr(value)?;
+                let lane = self.put_expr(lane)?;
+                self.put_shuffle(value, lane)
+            }
+            Expr::SubgroupReduce { op, value } => {
+                let value = self.put_expr(value)?;
+                self.put_subgroup_reduce(*op, value)
+            }
+            Expr::SubgroupLocalId | Expr::SubgroupSize => {
+                self.fault_always(DeviceFault::RejectedByReference);
+                Ok(self.lit_b32(ValKind::U32, 0))
+            }
+            Expr::Opaque(ext) => Err(CodegenError::unsupported(
+                format!("Expr::Opaque({})", ext.extension_kind()),
+                "opaque expression extensions have no PTX lowering",
+                "lower the extension to core IR before dispatch",
+            )),
+            _ => Err(CodegenError::unsupported(
+                "an unknown Expr variant",
+                "this vyre IR expression is newer than vyre-cuda",
+                "upgrade vyre-cuda",
+            )),
+        }
+    }
+
+    /// A buffer index: the reference's `try_as_u32` of the value.
+    pub(super) fn put_index(&mut self, index: &'p Expr) -> Result<Reg, CodegenError> {
+        let value = self.put_expr(index)?;
+        self.u32_checked(value, DeviceFault::IndexNotU32)
+    }
+
+    fn put_var(&mut self, name: &str) -> Result<Val, CodegenError> {
+        if self.byte_views.contains_key(name) {
+            return Err(bytes::runtime_sized_use(&format!("variable `{name}`")));
+        }
+        self.locals.get(name).map(|local| local.val).ok_or_else(|| {
+            CodegenError::invalid(
+                format!("reference to undeclared variable `{name}`"),
+                "add a Let before this use",
+            )
+        })
+    }
+
+    fn put_buf_len(&mut self, buffer: &str) -> Result<Val, CodegenError> {
+        let slot = self.slot(buffer)?;
+        let reg = self.w.reg(RegClass::B32);
+        match slot.space {
+            Space::Global { len, .. } => self.mov(reg, len),
+            Space::Shared { count, .. } => emit!(self.w, "mov.u32 {reg}, {count}"),
+        }
+        Ok(Val {
+            kind: ValKind::U32,
+            reg,
+        })
+    }
+
+    fn id_axis(&mut self, axis: u8, pick: impl Fn(&Ids) -> &[Reg; 3]) -> Result<Val, CodegenError> {
+        let Some(reg) = pick(&self.ids).get(axis as usize).copied() else {
+            return Err(CodegenError::invalid(
+                format!("invocation/workgroup ID axis {axis} out of range"),
+                "use axis 0, 1, or 2",
+            ));
+        };
+        Ok(Val {
+            kind: ValKind::U32,
+            reg,
+        })
+    }
+
+    fn put_select(
+        &mut self,
+        cond: &'p Expr,
+        true_val: &'p Expr,
+        false_val: &'p Expr,
+    ) -> Result<Val, CodegenError> {
+        let cond = self.put_expr(cond)?;
+        let p = self.truthy(cond);
+        // The reference evaluates both arms (side effects included), then picks.
+        let t = self.put_expr(true_val)?;
+        let f = self.put_expr(false_val)?;
+        if t.kind != f.kind {
+            return Err(CodegenError::unsupported(
+                "Expr::Select with arms of different types",
+                format!("arms are {} and {}", t.kind.name(), f.kind.name()),
+                "Cast both arms to one type",
+            ));
+        }
+        let reg = self.w.reg(t.kind.reg_class());
+        emit!(
+            self.w,
+            "selp.{} {reg}, {}, {}, {p}",
+            sel_type(t.reg),
+            t.reg,
+            f.reg
+        );
+        if t.kind == ValKind::Bytes(16) {
+            let (t_hi, f_hi) = (self.high_half(t), self.high_half(f));
+            let hi = self.w.reg(RegClass::B64);
+            emit!(self.w, "selp.b64 {hi}, {t_hi}, {f_hi}, {p}");
+            self.wide_hi.insert(reg, hi);
+        }
+        Ok(Val { kind: t.kind, reg })
+    }
+
+    fn put_fma(&mut self, a: &'p Expr, b: &'p Expr, c: &'p Expr) -> Result<Val, CodegenError> {
+        let a = self.put_expr(a)?;
+        let b = self.put_expr(b)?;
+        let c = self.put_expr(c)?;
+        let (a, b, c) = (
+            self.float_operand(a),
+            self.float_operand(b),
+            self.float_operand(c),
+        );
+        if [a.kind, b.kind, c.kind] != [ValKind::F32; 3] {
+            return Err(CodegenError::unsupported(
+                "Expr::Fma on non-f32 operands",
+                "fma is lowered for f32 operands only",
+                "Cast the operands to f32",
+            ));
+        }
+        let reg = self.w.reg(RegClass::F32);
+        emit!(self.w, "fma.rn.f32 {reg}, {}, {}, {}", a.reg, b.reg, c.reg);
+        Ok(Val {
+            kind: ValKind::F32,
+            reg: self.flush_subnormal(reg),
+        })
+    }
+
+    fn put_ballot(&mut self, cond: &'p Expr) -> Result<Val, CodegenError> {
+        let cond = self.put_expr(cond)?;
+        let p = self.truthy(cond);
+        let reg = self.b32();
+        emit!(
+            self.w,
+            "vote.sync.ballot.b32 {reg}, {p}, {}",
+            self.subgroup_mask
+        );
+        Ok(Val {
+            kind: ValKind::U32,
+            reg,
+        })
+    }
+}

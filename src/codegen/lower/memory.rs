@@ -1,0 +1,281 @@
+//! Buffer addressing, loads and stores, with the reference's bounds rules: out-of-bounds
+//! loads read zero and out-of-bounds stores are dropped.
+
+use super::{bytes, sel_type, Lowerer, Val};
+use crate::codegen::kind::{element_stride, ValKind};
+use crate::codegen::writer::{emit, Reg, RegClass};
+use crate::codegen::CodegenError;
+use vyre_foundation::ir::DataType;
+
+#[derive(Clone, Copy)]
+pub(super) enum Space {
+    /// Global memory: base address register and element-count register.
+    Global { base: Reg, len: Reg },
+    /// Shared memory: byte offset into `vyre_shared` and static element count.
+    Shared { offset: u32, count: u32 },
+}
+
+impl Space {
+    /// The PTX state-space qualifier for `ld`/`st`.
+    fn state_space(self) -> &'static str {
+        match self {
+            Self::Global { .. } => "global",
+            Self::Shared { .. } => "shared",
+        }
+    }
+}
+
+/// How the lowering addresses one buffer.
+#[derive(Clone)]
+pub(super) struct BufferSlot {
+    pub(super) space: Space,
+    pub(super) element: DataType,
+    pub(super) stride: u32,
+    /// Storage buffer the reference allows atomics on.
+    pub(super) storage: bool,
+    /// Storage buffer the program cannot write (a read-only input).
+    pub(super) read_only: bool,
+}
+
+/// Where a buffer's bytes start.
+#[derive(Clone, Copy)]
+pub(super) enum ByteBase {
+    Global(Reg),
+    /// Byte offset of the buffer inside `vyre_shared`.
+    Shared(u32),
+}
+
+impl Lowerer<'_> {
+    pub(super) fn slot(&self, buffer: &str) -> Result<BufferSlot, CodegenError> {
+        self.buffers.get(buffer).cloned().ok_or_else(|| {
+            CodegenError::invalid(
+                format!("missing buffer `{buffer}`"),
+                "declare every buffer the program reads or writes",
+            )
+        })
+    }
+
+    pub(super) fn put_store(
+        &mut self,
+        buffer: &str,
+        index: Reg,
+        value: Val,
+    ) -> Result<(), CodegenError> {
+        let slot = self.slot(buffer)?;
+        if slot.element == DataType::Bytes {
+            return self.put_value_into_bytes(buffer, index, value);
+        }
+        let Some(payload) = self.store_payload(&slot.element, value)? else {
+            return Err(CodegenError::unsupported(
+                format!(
+                    "Store of a {} into a {} buffer",
+                    value.kind.name(),
+                    slot.element
+                ),
+                "this value/element combination is not lowered",
+                "Cast the value to the buffer's element type before storing",
+            ));
+        };
+        let (in_bounds, addr) = self.element_address(&slot, index);
+        if self.lane_store(buffer, in_bounds, payload) {
+            return Ok(());
+        }
+        let space = slot.space.state_space();
+        if slot.stride == 16 {
+            // The value's bytes, zero-padded to sixteen.
+            let hi = self.high_half(value);
+            emit!(
+                self.w,
+                "@{in_bounds} st.{space}.v2.u64 [{addr}], {{{payload}, {hi}}}"
+            );
+            return Ok(());
+        }
+        let width = match slot.stride {
+            1 => "u8",
+            2 => "u16",
+            4 => "u32",
+            _ => "u64",
+        };
+        emit!(
+            self.w,
+            "@{in_bounds} st.{space}.{width} [{addr}], {payload}"
+        );
+        Ok(())
+    }
+
+    /// The register to write for `value` into an element of `element`, following the
+    /// reference's `write_element`: F32 elements canonicalise floats (and reinterpret u32
+    /// bits); every other element receives the value's little-endian bytes truncated or
+    /// zero-padded to the element width (a Float contributes its f64 bytes).
+    fn store_payload(
+        &mut self,
+        element: &DataType,
+        value: Val,
+    ) -> Result<Option<Reg>, CodegenError> {
+        let stride = element_stride(element).unwrap_or(4);
+        if *element == DataType::F32 {
+            let reg = match value.kind {
+                ValKind::F32 => self.canonical_f32_bits(value.reg),
+                ValKind::F64 => {
+                    let f = self.float_operand(value).reg;
+                    self.canonical_f32_bits(f)
+                }
+                ValKind::U32 => {
+                    let f = self.w.reg(RegClass::F32);
+                    emit!(self.w, "mov.b32 {f}, {}", value.reg);
+                    let f = self.flush_subnormal(f);
+                    self.canonical_f32_bits(f)
+                }
+                // The reference writes 0.0 for any other value variant.
+                _ => self.imm_b32(0),
+            };
+            return Ok(Some(reg));
+        }
+        let bytes = match value.kind {
+            ValKind::F32 | ValKind::F64 => Val {
+                kind: ValKind::U64,
+                reg: self.float_bytes(value),
+            },
+            _ => value,
+        };
+        let reg = match (stride, bytes.reg.class()) {
+            (8 | 16, RegClass::B64) => bytes.reg,
+            (8 | 16, _) => {
+                let wide = self.w.reg(RegClass::B64);
+                emit!(self.w, "cvt.u64.u32 {wide}, {}", bytes.reg);
+                wide
+            }
+            (_, RegClass::B64) => {
+                let narrow = self.w.reg(RegClass::B32);
+                emit!(self.w, "cvt.u32.u64 {narrow}, {}", bytes.reg);
+                narrow
+            }
+            (_, RegClass::B32) => bytes.reg,
+            _ => return Ok(None),
+        };
+        Ok(Some(reg))
+    }
+
+    pub(super) fn put_load(&mut self, buffer: &str, index: Reg) -> Result<Val, CodegenError> {
+        let slot = self.slot(buffer)?;
+        if slot.element == DataType::Bytes {
+            return Err(bytes::runtime_sized_use(&format!("a load from `{buffer}`")));
+        }
+        let Some(kind) = ValKind::of_load(&slot.element) else {
+            return Err(CodegenError::unsupported(
+                format!("Load from a {} buffer", slot.element),
+                "element type not lowered",
+                "use a supported element type",
+            ));
+        };
+        if let Some(word) = self.lane_load(buffer, index) {
+            return Ok(self.word_value(kind, word));
+        }
+        let (in_bounds, addr) = self.element_address(&slot, index);
+        let space = slot.space.state_space();
+        let reg = self.w.reg(kind.reg_class());
+        if slot.stride == 16 {
+            let hi = self.w.reg(RegClass::B64);
+            emit!(self.w, "mov.u64 {reg}, 0");
+            emit!(self.w, "mov.u64 {hi}, 0");
+            emit!(
+                self.w,
+                "@{in_bounds} ld.{space}.v2.u64 {{{reg}, {hi}}}, [{addr}]"
+            );
+            self.wide_hi.insert(reg, hi);
+            return Ok(Val { kind, reg });
+        }
+        let (width, zero) = match (slot.stride, kind) {
+            (_, ValKind::F32) => ("f32", "0f00000000"),
+            (_, ValKind::F64) => ("f64", "0d0000000000000000"),
+            (1, _) => ("u8", "0"),
+            (2, _) => ("u16", "0"),
+            (4, _) => ("u32", "0"),
+            _ => ("u64", "0"),
+        };
+        // Out-of-bounds loads read the typed zero, never another element.
+        emit!(self.w, "mov.{} {reg}, {zero}", sel_type(reg));
+        emit!(self.w, "@{in_bounds} ld.{space}.{width} {reg}, [{addr}]");
+        let reg = if kind == ValKind::F32 {
+            self.flush_subnormal(reg)
+        } else {
+            reg
+        };
+        Ok(Val { kind, reg })
+    }
+
+    /// A buffer's byte base and byte length (`.b64`).
+    pub(super) fn byte_range_of(&mut self, buffer: &str) -> Result<(ByteBase, Reg), CodegenError> {
+        let slot = self.slot(buffer)?;
+        let bytes = self.w.reg(RegClass::B64);
+        Ok(match slot.space {
+            Space::Global { base, len } => {
+                emit!(self.w, "mul.wide.u32 {bytes}, {len}, {}", slot.stride);
+                (ByteBase::Global(base), bytes)
+            }
+            Space::Shared { offset, count } => {
+                emit!(
+                    self.w,
+                    "mov.u64 {bytes}, {}",
+                    u64::from(count) * u64::from(slot.stride)
+                );
+                (ByteBase::Shared(offset), bytes)
+            }
+        })
+    }
+
+    /// `@p ld/st.u8` of `byte` at byte `at` of a buffer.
+    pub(super) fn byte_access(&mut self, p: Reg, base: ByteBase, at: Reg, byte: Reg, store: bool) {
+        match base {
+            ByteBase::Global(base) => {
+                let addr = self.w.reg(RegClass::B64);
+                emit!(self.w, "add.s64 {addr}, {base}, {at}");
+                if store {
+                    emit!(self.w, "@{p} st.global.u8 [{addr}], {byte}");
+                } else {
+                    emit!(self.w, "@{p} ld.global.u8 {byte}, [{addr}]");
+                }
+            }
+            ByteBase::Shared(offset) => {
+                let addr = self.w.reg(RegClass::B32);
+                emit!(self.w, "cvt.u32.u64 {addr}, {at}");
+                emit!(self.w, "add.u32 {addr}, {addr}, {}", self.shared_base);
+                emit!(self.w, "add.u32 {addr}, {addr}, {offset}");
+                if store {
+                    emit!(self.w, "@{p} st.shared.u8 [{addr}], {byte}");
+                } else {
+                    emit!(self.w, "@{p} ld.shared.u8 {byte}, [{addr}]");
+                }
+            }
+        }
+    }
+
+    /// `(in-bounds predicate, address register)` for `slot[index]`.
+    pub(super) fn element_address(&mut self, slot: &BufferSlot, index: Reg) -> (Reg, Reg) {
+        let p = self.w.reg(RegClass::Pred);
+        match slot.space {
+            Space::Global { base, len } => {
+                emit!(self.w, "setp.lt.u32 {p}, {index}, {len}");
+                let offset = self.w.reg(RegClass::B64);
+                emit!(self.w, "mul.wide.u32 {offset}, {index}, {}", slot.stride);
+                let addr = self.w.reg(RegClass::B64);
+                emit!(self.w, "add.s64 {addr}, {base}, {offset}");
+                (p, addr)
+            }
+            Space::Shared { offset, count } => {
+                emit!(self.w, "setp.lt.u32 {p}, {index}, {count}");
+                let addr = self.w.reg(RegClass::B32);
+                emit!(
+                    self.w,
+                    "mad.lo.u32 {addr}, {index}, {}, {}",
+                    slot.stride,
+                    self.shared_base
+                );
+                if offset != 0 {
+                    emit!(self.w, "add.u32 {addr}, {addr}, {offset}");
+                }
+                (p, addr)
+            }
+        }
+    }
+}

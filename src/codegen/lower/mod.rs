@@ -1,0 +1,293 @@
+//! The IR walker: `put_block` over statements and `put_expr` over expressions, writing
+//! PTX with one fresh virtual register per defined value.
+//!
+//! Every operation reproduces what `vyre-reference` computes for the same value
+//! variants (see `kind.rs`); cases where the reference raises a run-time error branch to
+//! an out-of-line block that records a [`DeviceFault`] and ends the invocation.
+//!
+//! The lowering of each construct lives in a child module (`stmt`, `expr`, `memory`,
+//! `atomic`, ...); they share the [`Lowerer`]'s state, private to this module. What the
+//! whole program's analyses found comes in as one [`ProgramFacts`].
+
+mod async_copy;
+mod atomic;
+mod bytes;
+mod checks;
+mod entry;
+mod expr;
+mod memory;
+mod reduction;
+mod stmt;
+mod subgroup;
+mod values;
+mod vector;
+
+use super::abi::{BindingRole, KernelAbi, SharedBuffer};
+use super::analysis::ProgramFacts;
+use super::fault::DeviceFault;
+use super::kind::{element_stride, ValKind};
+use super::libm::Libm;
+use super::writer::{Label, PtxWriter, Reg, RegClass};
+use super::CodegenError;
+use async_copy::PendingCopy;
+use memory::{BufferSlot, Space};
+use reduction::Partial;
+use rustc_hash::FxHashMap;
+use std::collections::BTreeSet;
+use vyre_foundation::ir::{Expr, Program};
+
+/// A lowered value: which reference variant it is and the register holding it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Val {
+    pub(crate) kind: ValKind,
+    pub(crate) reg: Reg,
+}
+
+#[derive(Clone, Copy)]
+struct Local {
+    val: Val,
+    loop_var: bool,
+}
+
+/// Registers holding the invocation coordinates.
+struct Ids {
+    local: [Reg; 3],
+    group: [Reg; 3],
+    global: [Reg; 3],
+    linear_local: Reg,
+}
+
+impl Ids {
+    fn allocate(w: &mut PtxWriter) -> Self {
+        let three = |w: &mut PtxWriter| {
+            [
+                w.reg(RegClass::B32),
+                w.reg(RegClass::B32),
+                w.reg(RegClass::B32),
+            ]
+        };
+        Self {
+            local: three(w),
+            group: three(w),
+            global: three(w),
+            linear_local: w.reg(RegClass::B32),
+        }
+    }
+}
+
+/// Lowers one entry body. One per segment, cooperative segment and vector entry: each has
+/// its own registers and labels; all share the program's [`ProgramFacts`].
+pub(crate) struct Lowerer<'p> {
+    w: PtxWriter,
+    facts: &'p ProgramFacts<'p>,
+    /// Target architecture (`redux.sync` needs sm_80).
+    sm: u32,
+    workgroup_size: [u32; 3],
+    buffers: FxHashMap<&'p str, BufferSlot>,
+    /// Base and length registers of each binding, in ABI order.
+    binding_regs: Vec<(Reg, Reg)>,
+    shared: &'p [SharedBuffer],
+    shared_base: Reg,
+    locals: FxHashMap<&'p str, Local>,
+    /// Variables bound to run-time-sized bytes values (see `bytes`).
+    byte_views: FxHashMap<&'p str, bytes::ByteView>,
+    scopes: Vec<Vec<&'p str>>,
+    ids: Ids,
+    fault_ptr: Reg,
+    /// Faults that end every lane of the workgroup (out-of-line record-and-exit blocks).
+    exit_faults: Vec<(DeviceFault, Label)>,
+    /// Where an invocation ends: `None` exits the thread; in the cooperative entry, the
+    /// label after this segment (every thread must reach the grid barrier there).
+    segment_end: Option<String>,
+    /// Whether any fault is recorded at all (the kernel then takes a fault word).
+    uses_fault_word: bool,
+    /// Set once this lane has recorded a fault: its later results are discarded anyway,
+    /// so it leaves data-dependent loops early.
+    faulted: Reg,
+    /// Zero that ptxas cannot prove is zero (`%dynamic_smem_size`; kernels are always
+    /// launched without dynamic shared memory). ORed into f32 constants and into the
+    /// inputs of int->float conversions, it keeps ptxas 13.0 (sm_90) from constant-folding
+    /// f32 arithmetic with the wrong rounding, folding `-0.0` away, and fusing sign
+    /// extensions or byte extractions into wrong `I2F` forms (all found by the fuzzer).
+    opaque_zero: Reg,
+    libm_used: BTreeSet<Libm>,
+    /// Lanes present in this invocation's 32-lane subgroup, and their member mask.
+    subgroup_lanes: Reg,
+    subgroup_mask: Reg,
+    /// Async copies started and not yet waited for, by tag.
+    pending_copies: FxHashMap<&'p str, PendingCopy<'p>>,
+    /// How many data-dependent branches enclose the current statement.
+    divergence: u32,
+    /// Subgroup operations already computed at their enclosing divergent branch.
+    hoisted: FxHashMap<*const Expr, Val>,
+    /// High halves of 16-byte values, keyed by their low register.
+    wide_hi: FxHashMap<Reg, Reg>,
+    partials: Vec<Partial<'p>>,
+    /// Where the workgroup's partials are applied; `Return` jumps there instead of exiting.
+    epilogue: Option<Label>,
+    /// Set while lowering the lanes of an elementwise program's vector entry.
+    lanes: Option<vector::Lanes<'p>>,
+}
+
+impl<'p> Lowerer<'p> {
+    /// A lowerer for one entry of `program`'s kernel laid out as `abi` and `shared`.
+    pub(crate) fn new(
+        program: &'p Program,
+        facts: &'p ProgramFacts<'p>,
+        abi: &KernelAbi,
+        shared: &'p [SharedBuffer],
+        sm: u32,
+    ) -> Self {
+        // Register numbering follows allocation order: keep it stable.
+        let mut w = PtxWriter::default();
+        let (mut buffers, binding_regs) = storage_slots(&mut w, program, abi);
+        add_shared_slots(&mut buffers, program, shared);
+        let ids = Ids::allocate(&mut w);
+        let shared_base = w.reg(RegClass::B32);
+        let fault_ptr = w.reg(RegClass::B64);
+        let faulted = w.reg(RegClass::Pred);
+        let opaque_zero = w.reg(RegClass::B32);
+        let subgroup_lanes = w.reg(RegClass::B32);
+        let subgroup_mask = w.reg(RegClass::B32);
+        let epilogue = (!facts.partial_buffers.is_empty()).then(|| w.label());
+        Self {
+            w,
+            facts,
+            sm,
+            workgroup_size: abi.workgroup_size,
+            buffers,
+            binding_regs,
+            shared,
+            shared_base,
+            locals: FxHashMap::default(),
+            byte_views: FxHashMap::default(),
+            scopes: vec![Vec::new()],
+            ids,
+            fault_ptr,
+            exit_faults: Vec::new(),
+            segment_end: None,
+            uses_fault_word: false,
+            faulted,
+            opaque_zero,
+            libm_used: BTreeSet::new(),
+            subgroup_lanes,
+            subgroup_mask,
+            pending_copies: FxHashMap::default(),
+            divergence: 0,
+            hoisted: FxHashMap::default(),
+            wide_hi: FxHashMap::default(),
+            partials: Vec::new(),
+            epilogue,
+            lanes: None,
+        }
+    }
+
+    fn push_scope(&mut self) {
+        self.scopes.push(Vec::new());
+    }
+
+    fn pop_scope(&mut self) {
+        if let Some(names) = self.scopes.pop() {
+            for name in names {
+                self.locals.remove(name);
+                self.byte_views.remove(name);
+            }
+        }
+    }
+
+    fn bind(&mut self, name: &'p str, val: Val, loop_var: bool) -> Result<(), CodegenError> {
+        if self.locals.contains_key(name) || self.byte_views.contains_key(name) {
+            return Err(CodegenError::invalid(
+                format!("duplicate local binding `{name}`"),
+                "choose a unique local name; shadowing is not allowed",
+            ));
+        }
+        self.locals.insert(name, Local { val, loop_var });
+        if let Some(scope) = self.scopes.last_mut() {
+            scope.push(name);
+        }
+        Ok(())
+    }
+}
+
+/// A global-memory slot, with its base and length registers, for every binding.
+fn storage_slots<'p>(
+    w: &mut PtxWriter,
+    program: &'p Program,
+    abi: &KernelAbi,
+) -> (FxHashMap<&'p str, BufferSlot>, Vec<(Reg, Reg)>) {
+    let mut buffers = FxHashMap::default();
+    let mut binding_regs = Vec::with_capacity(abi.bindings.len());
+    for binding in &abi.bindings {
+        let base = w.reg(RegClass::B64);
+        let len = w.reg(RegClass::B32);
+        binding_regs.push((base, len));
+        let decl = &program.buffers()[binding.decl_index];
+        buffers.insert(
+            decl.name(),
+            BufferSlot {
+                space: Space::Global { base, len },
+                element: binding.element.clone(),
+                stride: binding.element_size,
+                storage: true,
+                read_only: binding.role == BindingRole::Input,
+            },
+        );
+    }
+    (buffers, binding_regs)
+}
+
+/// A shared-memory slot for every workgroup buffer.
+fn add_shared_slots<'p>(
+    buffers: &mut FxHashMap<&'p str, BufferSlot>,
+    program: &'p Program,
+    shared: &[SharedBuffer],
+) {
+    for buffer in shared {
+        let decl = program
+            .buffers()
+            .iter()
+            .find(|decl| decl.name() == &*buffer.name);
+        if let Some(decl) = decl {
+            buffers.insert(
+                decl.name(),
+                BufferSlot {
+                    space: Space::Shared {
+                        offset: buffer.offset,
+                        count: buffer.count,
+                    },
+                    element: buffer.element.clone(),
+                    stride: element_stride(&buffer.element).unwrap_or(4),
+                    storage: false,
+                    read_only: false,
+                },
+            );
+        }
+    }
+}
+
+/// Output of [`Lowerer::lower_entry`].
+pub(crate) struct LoweredBody {
+    /// Libm ports the entry calls (their `.func`s are emitted once per module).
+    pub(crate) libm_used: BTreeSet<Libm>,
+    pub(crate) decls: String,
+    pub(crate) prologue: String,
+    pub(crate) body: String,
+    pub(crate) fault_word: bool,
+}
+
+/// `selp`/`mov` type suffix for a register.
+fn sel_type(reg: Reg) -> &'static str {
+    reg.class().ty()
+}
+
+/// The reference canonicalises every f32 literal: NaN to `0x7FC00000`, subnormals to ±0.
+fn canonical_f32_bits_host(value: f32) -> u32 {
+    if value.is_nan() {
+        0x7FC0_0000
+    } else if value.is_subnormal() {
+        value.to_bits() & 0x8000_0000
+    } else {
+        value.to_bits()
+    }
+}

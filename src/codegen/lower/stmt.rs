@@ -1,0 +1,345 @@
+//! Statements: one `put_*` per `Node` construct.
+
+use super::{bytes, Lowerer, Val};
+use crate::codegen::analysis::async_copy;
+use crate::codegen::analysis::uniform::node_has_subgroup;
+use crate::codegen::fault::DeviceFault;
+use crate::codegen::kind::ValKind;
+use crate::codegen::visit::contains_barrier;
+use crate::codegen::writer::{emit, Reg, RegClass};
+use crate::codegen::CodegenError;
+use vyre_foundation::ir::{Expr, Node};
+
+impl<'p> Lowerer<'p> {
+    pub(super) fn put_scoped_block(&mut self, nodes: &'p [Node]) -> Result<(), CodegenError> {
+        self.push_scope();
+        let result = self.put_block(nodes);
+        self.pop_scope();
+        result
+    }
+
+    pub(super) fn put_block(&mut self, nodes: &'p [Node]) -> Result<(), CodegenError> {
+        if nodes.iter().any(|n| {
+            matches!(
+                n,
+                Node::AsyncLoad { .. } | Node::AsyncStore { .. } | Node::AsyncWait { .. }
+            )
+        }) {
+            async_copy::check_block(nodes)?;
+        }
+        for node in nodes {
+            self.put_node(node)?;
+        }
+        Ok(())
+    }
+
+    /// The recursion depth is bounded by `analysis::nesting`, checked up front.
+    fn put_node(&mut self, node: &'p Node) -> Result<(), CodegenError> {
+        match node {
+            Node::Let { name, value } => self.put_let(name.as_str(), value),
+            Node::Assign { name, value } => self.put_assign(name.as_str(), value),
+            Node::Store {
+                buffer,
+                index,
+                value,
+            } => self.put_store_node(buffer.as_str(), index, value),
+            Node::If {
+                cond,
+                then,
+                otherwise,
+            } => self.put_if(cond, then, otherwise),
+            Node::Loop {
+                var,
+                from,
+                to,
+                body,
+            } => self.put_loop(var.as_str(), from, to, body),
+            Node::Return => {
+                if !self.lane_return() {
+                    self.end_invocation();
+                }
+                Ok(())
+            }
+            Node::Barrier { .. } => {
+                // Top-level GridSyncs split the kernel into segments (analysis::grid_sync);
+                // one left inside If/Loop is a workgroup barrier, as in the reference.
+                // Non-`.aligned` form: lanes that returned earlier have exited and are not
+                // waited for, exactly as the reference releases a barrier once every live
+                // lane reached it.
+                emit!(self.w, "barrier.sync 0");
+                Ok(())
+            }
+            Node::Block(nodes) => self.put_scoped_block(nodes),
+            Node::Region { body, .. } => self.put_scoped_block(body),
+            Node::IndirectDispatch { .. } | Node::Resume { .. } => {
+                // The reference rejects these whenever it reaches them.
+                self.fault_always(DeviceFault::RejectedByReference);
+                Ok(())
+            }
+            Node::AsyncLoad { .. } | Node::AsyncStore { .. } | Node::AsyncWait { .. } => {
+                self.put_async(node)
+            }
+            Node::Trap { address, .. } => {
+                let address = self.put_expr(address)?;
+                self.u32_checked(address, DeviceFault::Trap)?;
+                self.fault_always(DeviceFault::Trap);
+                Ok(())
+            }
+            Node::AllReduce { .. } => Err(unsupported_node("Node::AllReduce")),
+            Node::AllGather { .. } => Err(unsupported_node("Node::AllGather")),
+            Node::ReduceScatter { .. } => Err(unsupported_node("Node::ReduceScatter")),
+            Node::Broadcast { .. } => Err(unsupported_node("Node::Broadcast")),
+            Node::Opaque(ext) => Err(CodegenError::unsupported(
+                format!("Node::Opaque({})", ext.extension_kind()),
+                "opaque node extensions have no PTX lowering",
+                "lower the extension to core IR before dispatch",
+            )),
+            _ => Err(unsupported_node("an unknown Node variant")),
+        }
+    }
+
+    fn put_async(&mut self, node: &'p Node) -> Result<(), CodegenError> {
+        match node {
+            Node::AsyncLoad {
+                source,
+                destination,
+                offset,
+                size,
+                tag,
+            }
+            | Node::AsyncStore {
+                source,
+                destination,
+                offset,
+                size,
+                tag,
+            } => self.start_copy(
+                matches!(node, Node::AsyncStore { .. }),
+                source.as_str(),
+                destination.as_str(),
+                offset,
+                size,
+                tag.as_str(),
+            ),
+            Node::AsyncWait { tag } => self.finish_copy(tag.as_str()),
+            // `put_node` sends only the async nodes here.
+            _ => Ok(()),
+        }
+    }
+
+    fn put_let(&mut self, name: &'p str, value: &'p Expr) -> Result<(), CodegenError> {
+        if self.is_bytes_view(value) {
+            let view = self.put_bytes_view(value)?;
+            return self.bind_bytes_view(name, view);
+        }
+        let value = match value {
+            Expr::Atomic { .. } if !self.facts.read_vars.contains(name) => {
+                self.put_atomic(value, false)?
+            }
+            _ => self.put_expr(value)?,
+        };
+        let reg = self.w.reg(value.kind.reg_class());
+        self.mov(reg, value.reg);
+        if value.kind == ValKind::Bytes(16) {
+            let hi = self.w.reg(RegClass::B64);
+            let source_hi = self.high_half(value);
+            self.mov(hi, source_hi);
+            self.wide_hi.insert(reg, hi);
+        }
+        self.bind(
+            name,
+            Val {
+                kind: value.kind,
+                reg,
+            },
+            false,
+        )
+    }
+
+    fn put_assign(&mut self, name: &'p str, value: &'p Expr) -> Result<(), CodegenError> {
+        if self.byte_views.contains_key(name) {
+            return Err(bytes::runtime_sized_use(&format!(
+                "the assignment to variable `{name}`"
+            )));
+        }
+        let value = self.put_expr(value)?;
+        let Some(local) = self.locals.get(name).copied() else {
+            return Err(CodegenError::invalid(
+                format!("assignment to undeclared variable `{name}`"),
+                "add a Let before assigning it",
+            ));
+        };
+        if local.loop_var {
+            return Err(CodegenError::invalid(
+                format!("assignment to loop variable `{name}`"),
+                "loop variables are immutable; copy it into a Let first",
+            ));
+        }
+        if local.val.kind != value.kind {
+            return Err(CodegenError::unsupported(
+                "Node::Assign changing a variable's type",
+                format!(
+                    "`{name}` holds a {} but is assigned a {}",
+                    local.val.kind.name(),
+                    value.kind.name()
+                ),
+                "assign a value of the variable's own type (insert a Cast)",
+            ));
+        }
+        self.mov(local.val.reg, value.reg);
+        if value.kind == ValKind::Bytes(16) {
+            let (dst, src) = (self.high_half(local.val), self.high_half(value));
+            self.mov(dst, src);
+        }
+        Ok(())
+    }
+
+    fn put_store_node(
+        &mut self,
+        buffer: &str,
+        index: &'p Expr,
+        value: &'p Expr,
+    ) -> Result<(), CodegenError> {
+        let index = self.put_index(index)?;
+        if self.is_bytes_view(value) {
+            let view = self.put_bytes_view(value)?;
+            return self.put_bytes_view_store(buffer, index, view);
+        }
+        let value = self.put_expr(value)?;
+        self.put_store(buffer, index, value)
+    }
+
+    fn put_if(
+        &mut self,
+        cond_expr: &'p Expr,
+        then: &'p [Node],
+        otherwise: &'p [Node],
+    ) -> Result<(), CodegenError> {
+        let cond = self.put_expr(cond_expr)?;
+        let p = self.truthy(cond);
+        let p = self.branch_pred(p);
+        let uniform = self.facts.uniformity.is_uniform(cond_expr);
+        let has_barrier = then.iter().chain(otherwise.iter()).any(contains_barrier);
+        if has_barrier && !uniform {
+            self.check_branch_agreement(p);
+        }
+        let divergent = !uniform;
+        if divergent && self.divergence == 0 {
+            self.hoist_subgroup_ops(then, otherwise)?;
+        }
+        self.divergence += u32::from(divergent);
+        let (else_label, end_label) = (self.w.label(), self.w.label());
+        emit!(self.w, "@!{p} bra {else_label}");
+        let mut result = self.put_scoped_block(then);
+        if otherwise.is_empty() {
+            self.w.put_label(else_label);
+            self.w.put_label(end_label);
+        } else {
+            emit!(self.w, "bra {end_label}");
+            self.w.put_label(else_label);
+            result = result.and_then(|()| self.put_scoped_block(otherwise));
+            self.w.put_label(end_label);
+        }
+        self.divergence -= u32::from(divergent);
+        result
+    }
+
+    /// The reference fails when live lanes disagree on a branch holding a barrier; check
+    /// agreement with barrier reductions (every live lane is here: enclosing branches with
+    /// barriers were checked the same way).
+    fn check_branch_agreement(&mut self, p: Reg) {
+        let (all, any) = (self.pred(), self.pred());
+        emit!(self.w, "barrier.red.and.pred {all}, 0, {p}");
+        emit!(self.w, "barrier.red.or.pred {any}, 0, {p}");
+        emit!(self.w, "xor.pred {all}, {all}, {any}");
+        // `all` is the same in every lane (a barrier reduction), so all exit.
+        self.fault_exit_if(all, DeviceFault::DivergentBarrier);
+    }
+
+    /// The reference evaluates subgroup operations over every lane of the chunk, in or
+    /// out of the branch; compute them at the outermost divergent branch, converged.
+    fn hoist_subgroup_ops(
+        &mut self,
+        then: &'p [Node],
+        otherwise: &'p [Node],
+    ) -> Result<(), CodegenError> {
+        let facts = self.facts;
+        let uniformity = &facts.uniformity;
+        let ops: Vec<&'p Expr> = uniformity
+            .hoistable(then)
+            .into_iter()
+            .chain(uniformity.hoistable(otherwise))
+            .flatten()
+            .collect();
+        for op in ops {
+            let value = self.put_expr(op)?;
+            self.hoisted.insert(op as *const Expr, value);
+        }
+        Ok(())
+    }
+
+    fn put_loop(
+        &mut self,
+        var: &'p str,
+        from: &'p Expr,
+        to: &'p Expr,
+        body: &'p [Node],
+    ) -> Result<(), CodegenError> {
+        let facts = self.facts;
+        let uniformity = &facts.uniformity;
+        let divergent = !(uniformity.is_uniform(from) && uniformity.is_uniform(to));
+        let from = self.put_expr(from)?;
+        let from = self.u32_checked(from, DeviceFault::LoopBoundNotU32)?;
+        let to = self.put_expr(to)?;
+        let to = self.u32_checked(to, DeviceFault::LoopBoundNotU32)?;
+        let counter = self.w.reg(RegClass::B32);
+        let bound = self.w.reg(RegClass::B32);
+        self.mov(counter, from);
+        self.mov(bound, to);
+        let mut done = self.w.reg(RegClass::Pred);
+        let (top, end) = (self.w.label(), self.w.label());
+        self.w.put_label(top);
+        emit!(self.w, "setp.ge.u32 {done}, {counter}, {bound}");
+        if !body
+            .iter()
+            .any(|n| contains_barrier(n) || node_has_subgroup(n))
+        {
+            // A lane that recorded a fault stops iterating (its results are discarded);
+            // never in loops with barriers or subgroup operations, where every lane must
+            // stay in step.
+            emit!(self.w, "or.pred {done}, {done}, {}", self.faulted);
+        }
+        done = self.branch_pred(done);
+        emit!(self.w, "@{done} bra {end}");
+        self.push_scope();
+        self.divergence += u32::from(divergent);
+        // The body sees an immutable copy, so nothing in it can steer the loop.
+        let var_reg = self.w.reg(RegClass::B32);
+        self.mov(var_reg, counter);
+        let result = self
+            .bind(
+                var,
+                Val {
+                    kind: ValKind::U32,
+                    reg: var_reg,
+                },
+                true,
+            )
+            .and_then(|()| self.put_block(body));
+        self.divergence -= u32::from(divergent);
+        self.pop_scope();
+        result?;
+        emit!(self.w, "add.u32 {counter}, {counter}, 1");
+        emit!(self.w, "bra {top}");
+        self.w.put_label(end);
+        Ok(())
+    }
+}
+
+fn unsupported_node(name: &str) -> CodegenError {
+    CodegenError::unsupported(
+        name,
+        "this statement is not lowered by vyre-cuda yet",
+        "remove it or lower it to core IR before dispatch",
+    )
+}

@@ -1,0 +1,148 @@
+//! Value helpers shared by the lowering and `ops.rs`: fresh registers, literals, the
+//! reference's float canonicalisation, the opaque zero, and libm calls.
+
+use super::{sel_type, Lowerer, Val};
+use crate::codegen::kind::ValKind;
+use crate::codegen::libm::Libm;
+use crate::codegen::writer::{emit, PtxWriter, Reg, RegClass};
+
+impl Lowerer<'_> {
+    pub(crate) fn mov(&mut self, dst: Reg, src: Reg) {
+        emit!(self.w, "mov.{} {dst}, {src}", sel_type(dst));
+    }
+
+    pub(super) fn lit_b32(&mut self, kind: ValKind, bits: u32) -> Val {
+        let reg = self.imm_b32(bits);
+        Val { kind, reg }
+    }
+
+    pub(super) fn imm_b32(&mut self, bits: u32) -> Reg {
+        let reg = self.w.reg(RegClass::B32);
+        emit!(self.w, "mov.b32 {reg}, {bits}");
+        reg
+    }
+
+    pub(crate) fn b32(&mut self) -> Reg {
+        self.w.reg(RegClass::B32)
+    }
+
+    pub(crate) fn pred(&mut self) -> Reg {
+        self.w.reg(RegClass::Pred)
+    }
+
+    pub(crate) fn reg(&mut self, class: RegClass) -> Reg {
+        self.w.reg(class)
+    }
+
+    pub(crate) fn writer(&mut self) -> &mut PtxWriter {
+        &mut self.w
+    }
+
+    /// The eight little-endian bytes of a `Value::Float` (an f64), as a `.b64` register:
+    /// an f32 value widens exactly (its NaN to the canonical f64 NaN), an f64 value keeps
+    /// its bits.
+    pub(crate) fn float_bytes(&mut self, value: Val) -> Reg {
+        let wide = self.w.reg(RegClass::B64);
+        if value.kind == ValKind::F64 {
+            emit!(self.w, "mov.b64 {wide}, {}", value.reg);
+            return wide;
+        }
+        let d = self.w.reg(RegClass::F64);
+        emit!(self.w, "cvt.f64.f32 {d}, {}", value.reg);
+        emit!(self.w, "mov.b64 {wide}, {d}");
+        let nan = self.w.reg(RegClass::Pred);
+        emit!(self.w, "testp.notanumber.f32 {nan}, {}", value.reg);
+        emit!(self.w, "selp.b64 {wide}, 0x7FF8000000000000, {wide}, {nan}");
+        wide
+    }
+
+    /// A float operand as the reference's f32 operators see it: an f64 value is rounded
+    /// to f32 (`as f32`) and canonicalised.
+    pub(crate) fn float_operand(&mut self, value: Val) -> Val {
+        if value.kind != ValKind::F64 {
+            return value;
+        }
+        let f = self.w.reg(RegClass::F32);
+        emit!(self.w, "cvt.rn.f32.f64 {f}, {}", value.reg);
+        Val {
+            kind: ValKind::F32,
+            reg: self.flush_subnormal(f),
+        }
+    }
+
+    /// Bytes 8..16 of a value as a `.b64` register: the tracked high half of a 16-byte
+    /// value, zero for anything shorter.
+    pub(crate) fn high_half(&mut self, value: Val) -> Reg {
+        if value.kind == ValKind::Bytes(16) {
+            if let Some(hi) = self.wide_hi.get(&value.reg) {
+                return *hi;
+            }
+        }
+        let zero = self.w.reg(RegClass::B64);
+        emit!(self.w, "mov.u64 {zero}, 0");
+        zero
+    }
+
+    /// Record `hi` as the high half of the 16-byte value whose low half is `lo`.
+    pub(crate) fn set_high_half(&mut self, lo: Reg, hi: Reg) {
+        self.wide_hi.insert(lo, hi);
+    }
+
+    /// An f32 constant ptxas cannot fold (see `opaque_zero`).
+    pub(crate) fn f32_const(&mut self, bits: u32) -> Reg {
+        let raw = self.w.reg(RegClass::B32);
+        emit!(self.w, "or.b32 {raw}, {}, {bits}", self.opaque_zero);
+        let f = self.w.reg(RegClass::F32);
+        emit!(self.w, "mov.b32 {f}, {raw}");
+        f
+    }
+
+    /// `r` passed through the opaque zero, so ptxas cannot fuse what produced it into the
+    /// instruction that consumes it.
+    pub(crate) fn opaque(&mut self, r: Reg) -> Reg {
+        let out = self.w.reg(r.class());
+        match r.class() {
+            RegClass::B64 => {
+                let wide = self.w.reg(RegClass::B64);
+                emit!(self.w, "cvt.u64.u32 {wide}, {}", self.opaque_zero);
+                emit!(self.w, "or.b64 {out}, {r}, {wide}");
+            }
+            _ => emit!(self.w, "or.b32 {out}, {r}, {}", self.opaque_zero),
+        }
+        out
+    }
+
+    /// `f(a)` through the bit-exact libm port, as the reference's `canonical_*` wrappers
+    /// compute it (the result is flushed like every f32 result).
+    pub(crate) fn call_libm(&mut self, f: Libm, a: Reg) -> Reg {
+        self.libm_used.insert(f);
+        let d = self.w.reg(RegClass::F32);
+        self.w.open_scope();
+        emit!(self.w, ".param .f32 vyre_arg");
+        emit!(self.w, ".param .f32 vyre_ret");
+        emit!(self.w, "st.param.f32 [vyre_arg], {a}");
+        emit!(self.w, "call (vyre_ret), {}, (vyre_arg)", f.symbol());
+        emit!(self.w, "ld.param.f32 {d}, [vyre_ret]");
+        self.w.close_scope();
+        self.flush_subnormal(d)
+    }
+
+    /// Flush a subnormal f32 to a zero of the same sign (the reference's canonical form).
+    /// `x + -0.0` with `.ftz` is exact for every other input, including ±0 and infinities.
+    pub(crate) fn flush_subnormal(&mut self, f: Reg) -> Reg {
+        let minus_zero = self.f32_const(0x8000_0000);
+        let out = self.w.reg(RegClass::F32);
+        emit!(self.w, "add.rn.ftz.f32 {out}, {f}, {minus_zero}");
+        out
+    }
+
+    /// The bits the reference stores for a float register: NaN becomes `0x7FC00000`.
+    pub(super) fn canonical_f32_bits(&mut self, f: Reg) -> Reg {
+        let bits = self.b32();
+        emit!(self.w, "mov.b32 {bits}, {f}");
+        let nan = self.pred();
+        emit!(self.w, "testp.notanumber.f32 {nan}, {f}");
+        emit!(self.w, "selp.b32 {bits}, 0x7FC00000, {bits}, {nan}");
+        bits
+    }
+}
