@@ -40,7 +40,6 @@ mod kind;
 mod libm;
 mod lower;
 mod module;
-mod ops;
 mod prepare;
 mod target;
 pub(crate) mod visit;

@@ -16,6 +16,7 @@ mod checks;
 mod entry;
 mod expr;
 mod memory;
+mod ops;
 mod reduction;
 mod stmt;
 mod subgroup;

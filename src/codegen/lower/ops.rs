@@ -3,12 +3,12 @@
 //! The operators that are one PTX instruction are looked up in tables ([`int_shape`],
 //! [`f32_arith`], [`f32_unop_inst`], [`narrow_cast`]); the rest have a helper each.
 
-use super::fault::DeviceFault;
-use super::kind::ValKind;
-use super::libm::Libm;
-use super::lower::{Lowerer, Val};
-use super::writer::{emit, Reg, RegClass};
-use super::CodegenError;
+use super::{Lowerer, Val};
+use crate::codegen::fault::DeviceFault;
+use crate::codegen::kind::ValKind;
+use crate::codegen::libm::Libm;
+use crate::codegen::writer::{emit, Reg, RegClass};
+use crate::codegen::CodegenError;
 use std::fmt::Display;
 use vyre_foundation::ir::{BinOp, DataType, UnOp};
 
