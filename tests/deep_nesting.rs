@@ -11,6 +11,8 @@
 //! `VYRE_CUDA_DEEP_STACK_KIB` overrides the 2 MiB, to measure how much stack emitting the
 //! at-limit programs takes (a run that overflows aborts the process).
 
+mod common;
+
 use vyre_cuda::codegen::{
     emit_ptx, CodegenError, PtxTarget, MAX_EXPRESSION_DEPTH, MAX_STATEMENT_DEPTH,
 };
@@ -75,9 +77,12 @@ fn loop_once(body: Vec<Node>, level: usize) -> Node {
     Node::loop_for(format!("i{level}"), Expr::u32(0), Expr::u32(1), body)
 }
 
-/// Build a program on a big stack, emit it for sm_90 on a `small_stack()` thread, drop
-/// it on the big stack again.
-fn emit_on_small_stack(build: impl FnOnce() -> Program + Send) -> Result<(), CodegenError> {
+/// Build a program on a big stack, run `work` on it on a `small_stack()` thread, drop it
+/// on the big stack again.
+fn on_small_stack<T: Send>(
+    build: impl FnOnce() -> Program + Send,
+    work: impl FnOnce(&Program) -> T + Send,
+) -> T {
     std::thread::scope(|scope| {
         std::thread::Builder::new()
             .stack_size(BIG_STACK)
@@ -86,12 +91,10 @@ fn emit_on_small_stack(build: impl FnOnce() -> Program + Send) -> Result<(), Cod
                 let result = std::thread::scope(|inner| {
                     std::thread::Builder::new()
                         .stack_size(small_stack())
-                        .spawn_scoped(inner, || {
-                            emit_ptx(&program, None, PtxTarget::sm90()).map(|_| ())
-                        })
+                        .spawn_scoped(inner, || work(&program))
                         .expect("spawn the small-stack thread")
                         .join()
-                        .expect("emit_ptx panicked")
+                        .expect("the work on the small stack panicked")
                 });
                 drop(program);
                 result
@@ -99,6 +102,13 @@ fn emit_on_small_stack(build: impl FnOnce() -> Program + Send) -> Result<(), Cod
             .expect("spawn the big-stack thread")
             .join()
             .expect("building or dropping the program panicked")
+    })
+}
+
+/// Emit `build()`'s program for sm_90 on a `small_stack()` thread.
+fn emit_on_small_stack(build: impl FnOnce() -> Program + Send) -> Result<(), CodegenError> {
+    on_small_stack(build, |program| {
+        emit_ptx(program, None, PtxTarget::sm90()).map(|_| ())
     })
 }
 
@@ -181,4 +191,36 @@ fn one_level_past_the_limits_is_rejected() {
     let too_deep_expression =
         emit_on_small_stack(|| program(vec![store(add_chain(MAX_EXPRESSION_DEPTH + 1))]));
     assert!(too_deep_expression.is_err());
+}
+
+/// Through the runtime (`CudaBackend::dispatch`, which hashes and validates the program
+/// before emitting it), a 10,000-deep program is the same error, on a 2 MiB stack.
+#[test]
+fn the_backend_rejects_a_ten_thousand_deep_program_without_overflowing() {
+    let Some(backend) = common::gpu::backend() else {
+        println!("skipped: no CUDA device");
+        return;
+    };
+    let cases: [(&str, fn() -> Program); 3] = [
+        ("ifs", || {
+            program(nested(DEEP, store(Expr::u32(1)), if_true))
+        }),
+        ("loops", || {
+            program(nested(DEEP, store(Expr::u32(1)), loop_once))
+        }),
+        ("add chain", || program(vec![store(add_chain(DEEP))])),
+    ];
+    for (what, build) in cases {
+        let text = on_small_stack(build, |program| {
+            let inputs = vec![vec![0u8; 256]];
+            let config = vyre_driver::DispatchConfig::default();
+            match backend.dispatch(program, &inputs, &config) {
+                Ok(_) => None,
+                Err(error) => Some(error.to_string()),
+            }
+        })
+        .unwrap_or_else(|| panic!("{what}: a {DEEP}-deep program dispatched"));
+        assert!(text.contains("deeply nested"), "{what}: {text}");
+        assert_eq!(text.matches("Fix:").count(), 1, "{what}: {text}");
+    }
 }
