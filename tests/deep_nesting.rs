@@ -201,7 +201,8 @@ fn the_backend_rejects_a_ten_thousand_deep_program_without_overflowing() {
         println!("skipped: no CUDA device");
         return;
     };
-    let cases: [(&str, fn() -> Program); 3] = [
+    type Build = fn() -> Program;
+    let cases: [(&str, Build); 3] = [
         ("ifs", || {
             program(nested(DEEP, store(Expr::u32(1)), if_true))
         }),
