@@ -11,7 +11,7 @@ use super::graphs::{CachedGraph, GraphKey, StepKey};
 use super::launch::{self, GridSyncLaunch, LaunchArgs};
 use super::metrics::Metrics;
 use super::plan::{binding_order, DispatchPlan};
-use super::pool::Block;
+use super::pool::StreamSlot;
 use super::staging::{DeviceToHost, HostToDevice};
 use super::{cache::LoadedKernel, resident_id, Core, CudaBackend, ResidentBuffer};
 use crate::codegen::FAULT_AREA_BYTES;
@@ -216,6 +216,26 @@ fn check_range(
     }
 }
 
+/// A batch resolved against the handle table before anything is enqueued: device
+/// addresses, the work, and the buffers held (even if another thread frees their
+/// handles) until the batch is done.
+struct Resolved<'b> {
+    held: Vec<Arc<ResidentBuffer>>,
+    fills: Vec<(u64, usize, u8)>,
+    uploads: Vec<HostToDevice<'b>>,
+    work: Work,
+    reads: Vec<(u64, usize)>,
+}
+
+/// What running a resolved batch reports.
+struct Ran {
+    device_ns: Option<u64>,
+    enqueue_ns: u64,
+    wait_started: Instant,
+    /// The first non-zero fault word (0: none).
+    code: u32,
+}
+
 impl Core {
     /// Runs `batch`; `outputs[i]` receives `batch.reads[i]`. With `timed`, device time
     /// covers the dispatch steps (CUDA events around them).
@@ -237,62 +257,13 @@ impl Core {
                 "pass exactly one output Vec per read range",
             ));
         }
-        // Validate and resolve everything before touching the device; the `Arc`s keep each
-        // buffer alive until the batch is done, even if another thread frees its handle.
-        let mut held: Vec<Arc<ResidentBuffer>> = Vec::new();
-        let mut fills = Vec::with_capacity(batch.fills.len());
-        for fill in batch.fills {
-            let buffer = self.resident(fill.handle)?;
-            check_range(&buffer, fill.handle, fill.offset, fill.len, "a fill")?;
-            fills.push((buffer.ptr() + fill.offset as u64, fill.len, fill.value));
-            held.push(buffer);
-        }
-        let mut uploads: Vec<HostToDevice<'_>> = Vec::with_capacity(batch.uploads.len());
-        for upload in batch.uploads {
-            let buffer = self.resident(upload.handle)?;
-            if upload.whole && upload.bytes.len() != buffer.len() {
-                return Err(CudaError::invalid_input(
-                    format!(
-                        "{} byte(s) uploaded into resident buffer {:#x} of {} byte(s)",
-                        upload.bytes.len(),
-                        upload.handle,
-                        buffer.len()
-                    ),
-                    "upload exactly the buffer's byte length, or use upload_resident_at for a sub-range",
-                ));
-            }
-            check_range(
-                &buffer,
-                upload.handle,
-                upload.offset,
-                upload.bytes.len(),
-                "an upload",
-            )?;
-            uploads.push(HostToDevice {
-                dst: buffer.ptr() + upload.offset as u64,
-                src: upload.bytes,
-            });
-            held.push(buffer);
-        }
-        let mut work = self.plan_work(batch, &mut held)?;
-        let mut reads = Vec::with_capacity(batch.reads.len());
-        for read in batch.reads {
-            let buffer = self.resident(read.handle)?;
-            check_range(&buffer, read.handle, read.offset, read.len, "a read")?;
-            reads.push((buffer.ptr() + read.offset as u64, read.len));
-            held.push(buffer);
-        }
-        let steps = work.has_steps();
-        let needs_fault = match &work {
+        let mut resolved = self.resolve(batch)?;
+        let needs_fault = match &resolved.work {
             Work::Direct(prefix) => prefix.iter().any(|step| step.kernel.abi.fault_word),
             Work::Graphs(_) => false,
         };
-
-        let slot = self
-            .streams
-            .take(&self.device, &self.metrics)
-            .map_err(|e| self.driver_error(e))?;
-        let fault_block = if needs_fault {
+        let slot = self.stream().map_err(|e| self.driver_error(e))?;
+        let fault = if needs_fault {
             Some(
                 self.pool
                     .take(&self.device, &slot.stream, FAULT_AREA_BYTES, &self.metrics)
@@ -301,162 +272,31 @@ impl Core {
         } else {
             None
         };
-        let fault_ptr = fault_block.as_ref().map(Block::ptr);
-        let stream = &slot.stream;
-        // One fault word per source of faults: the direct launches' pooled word, or each
-        // graph's own.
-        let mut words: smallvec::SmallVec<[[u8; 4]; 4]> = smallvec::SmallVec::new();
-        let mut enqueue_ns = 0;
-        let mut wait_started = started;
-        let outcome = (|| -> Result<Option<u64>, CudaError> {
-            for &(dst, len, value) in &fills {
-                stream.memset_u8(dst, value, len)?;
-            }
-            let mut lane = self.staging.take();
-            let uploaded = {
-                let _span = tracing::trace_span!("vyre_cuda.upload").entered();
-                self.staging
-                    .upload(&mut lane, &self.device, stream, &uploads, &self.metrics)
-            };
-            self.staging.give_back(lane);
-            uploaded?;
-            if let Some(fault) = fault_ptr {
-                // The fault word and the cooperative entry's grid-barrier words.
-                stream.memset_zero(fault, FAULT_AREA_BYTES)?;
-            }
-            if let Work::Graphs(planned) = &mut work {
-                for segment in planned.iter_mut() {
-                    self.capture_segment(stream, batch, segment)?;
+        let ran = self.run_resolved(
+            &slot,
+            fault.as_ref().map(|block| block.ptr()),
+            batch,
+            &mut resolved,
+            outputs,
+            timed,
+            started,
+        );
+        let ran = match ran {
+            Ok(ran) => ran,
+            Err(error) => {
+                slot.discard();
+                if let Some(block) = fault {
+                    block.discard();
                 }
+                return Err(self.classify(error));
             }
-            if timed {
-                slot.start.record(stream)?;
-            }
-            {
-                let _span = tracing::trace_span!(
-                    "vyre_cuda.launch",
-                    steps = batch.prefix.len() + batch.repeated.len(),
-                    repeats = batch.repeat_count
-                )
-                .entered();
-                match &work {
-                    Work::Direct(prefix) => {
-                        for step in prefix {
-                            launch_step(stream, step, fault_ptr, self.grid_sync, &self.metrics)?;
-                            Metrics::add(&self.metrics.launches, u64::from(step.launches));
-                        }
-                    }
-                    Work::Graphs(planned) => {
-                        for segment in planned {
-                            let Found::Ready(graph) = &segment.graph else {
-                                unreachable!("every segment was captured above");
-                            };
-                            launch::replay(stream, &graph.exec, segment.times)?;
-                            Metrics::add(&self.metrics.graph_launches, u64::from(segment.times));
-                            let [cooperative, split] = graph.grid_sync_launches;
-                            Metrics::add(
-                                &self.metrics.grid_sync_cooperative,
-                                cooperative * u64::from(segment.times),
-                            );
-                            Metrics::add(
-                                &self.metrics.grid_sync_split,
-                                split * u64::from(segment.times),
-                            );
-                            Metrics::add(
-                                &self.metrics.launches,
-                                graph.launches * u64::from(segment.times),
-                            );
-                        }
-                    }
-                }
-            }
-            if timed {
-                slot.end.record(stream)?;
-            }
-            if let Some(blocking) = self.small.blocking_event(self)? {
-                // Sleep through the kernels; the readback below is then short.
-                let slept = blocking
-                    .record(stream)
-                    .and_then(|()| blocking.synchronize());
-                self.small.give_back_event(blocking);
-                slept?;
-            }
-            enqueue_ns = nanos(started);
-            wait_started = Instant::now();
-            let _span = tracing::trace_span!("vyre_cuda.readback").entered();
-            let fault_sources: smallvec::SmallVec<[u64; 4]> = match &work {
-                Work::Direct(_) => fault_ptr.into_iter().collect(),
-                Work::Graphs(planned) => planned
-                    .iter()
-                    .filter_map(|segment| match &segment.graph {
-                        Found::Ready(graph) => graph.fault.as_ref().map(DeviceAlloc::ptr),
-                        Found::Capture { .. } => None,
-                    })
-                    .collect(),
-            };
-            words.resize(fault_sources.len(), [0; 4]);
-            let mut copies: Vec<DeviceToHost<'_>> =
-                Vec::with_capacity(reads.len() + fault_sources.len());
-            for ((src, len), out) in reads.iter().zip(outputs.iter_mut()) {
-                out.truncate(*len);
-                out.resize(*len, 0);
-                copies.push(DeviceToHost {
-                    src: *src,
-                    dst: out.as_mut_slice(),
-                });
-            }
-            for (src, word) in fault_sources.iter().zip(words.iter_mut()) {
-                copies.push(DeviceToHost {
-                    src: *src,
-                    dst: word,
-                });
-            }
-            let mut lane = self.staging.take();
-            let downloaded =
-                self.staging
-                    .download(&mut lane, &self.device, stream, &mut copies, &self.metrics);
-            self.staging.give_back(lane);
-            downloaded?;
-            stream.synchronize()?;
-            Ok(if timed && steps {
-                Some(slot.end.elapsed_ns_since(&slot.start)?)
-            } else if timed {
-                Some(0)
-            } else {
-                None
-            })
-        })();
-        let device_ns = match outcome {
-            Ok(device_ns) => {
-                if let Some(block) = fault_block {
-                    self.pool.give_back(block, &slot.stream);
-                }
-                self.streams.give_back(slot);
-                device_ns
-            }
-            Err(error) => return Err(self.classify(error)),
         };
-        let code = words
-            .iter()
-            .map(|word| u32::from_le_bytes(*word))
-            .find(|&code| code != 0)
-            .unwrap_or(0);
-        if code == 0 {
-            // Idle graphs with zero fault words go back to the cache (a faulted graph's word
-            // is not zero any more: it is dropped instead).
-            if let Work::Graphs(planned) = work {
-                for segment in planned {
-                    if let Found::Ready(graph) = segment.graph {
-                        self.graphs.give_back(segment.key, graph, |handle| {
-                            self.resident.get(handle).is_ok()
-                        });
-                    }
-                }
-            }
+        drop((fault, slot));
+        if ran.code == 0 {
+            self.return_graphs(resolved.work);
         }
-        drop(held);
-        let mut faulted = Vec::new();
-        if let Err(error) = check_fault(self, code, &mut faulted) {
+        drop(resolved.held);
+        if let Err(error) = check_fault(self, ran.code, &mut Vec::new()) {
             for out in outputs.iter_mut() {
                 out.clear();
             }
@@ -464,10 +304,220 @@ impl Core {
         }
         Ok(Timing {
             wall_ns: nanos(started),
+            device_ns: ran.device_ns,
+            enqueue_ns: ran.enqueue_ns,
+            wait_ns: nanos(ran.wait_started),
+        })
+    }
+
+    /// Validates the batch and resolves every handle before touching the device.
+    fn resolve<'b>(&self, batch: &ResidentBatch<'b>) -> Result<Resolved<'b>, CudaError> {
+        let mut held: Vec<Arc<ResidentBuffer>> = Vec::new();
+        let mut fills = Vec::with_capacity(batch.fills.len());
+        for fill in batch.fills {
+            let buffer = self.resident(fill.handle)?;
+            check_range(&buffer, fill.handle, fill.offset, fill.len, "a fill")?;
+            fills.push((buffer.ptr() + fill.offset as u64, fill.len, fill.value));
+            held.push(buffer);
+        }
+        let mut uploads = Vec::with_capacity(batch.uploads.len());
+        for upload in batch.uploads {
+            let (handle, len) = (upload.handle, upload.bytes.len());
+            let buffer = self.resident(handle)?;
+            if upload.whole && len != buffer.len() {
+                return Err(CudaError::invalid_input(
+                    format!(
+                        "{len} byte(s) uploaded into resident buffer {handle:#x} of {} byte(s)",
+                        buffer.len()
+                    ),
+                    "upload exactly the buffer's byte length, or use upload_resident_at for a sub-range",
+                ));
+            }
+            check_range(&buffer, handle, upload.offset, len, "an upload")?;
+            uploads.push(HostToDevice {
+                dst: buffer.ptr() + upload.offset as u64,
+                src: upload.bytes,
+            });
+            held.push(buffer);
+        }
+        let work = self.plan_work(batch, &mut held)?;
+        let mut reads = Vec::with_capacity(batch.reads.len());
+        for read in batch.reads {
+            let buffer = self.resident(read.handle)?;
+            check_range(&buffer, read.handle, read.offset, read.len, "a read")?;
+            reads.push((buffer.ptr() + read.offset as u64, read.len));
+            held.push(buffer);
+        }
+        Ok(Resolved {
+            held,
+            fills,
+            uploads,
+            work,
+            reads,
+        })
+    }
+
+    /// Enqueues the fills, uploads and steps (capturing graphs the cache lacked), reads
+    /// back and waits.
+    #[allow(clippy::too_many_arguments)]
+    fn run_resolved(
+        &self,
+        slot: &StreamSlot,
+        fault: Option<u64>,
+        batch: &ResidentBatch<'_>,
+        resolved: &mut Resolved<'_>,
+        outputs: &mut [&mut Vec<u8>],
+        timed: bool,
+        started: Instant,
+    ) -> Result<Ran, CudaError> {
+        let stream = &slot.stream;
+        for &(dst, len, value) in &resolved.fills {
+            stream.memset_u8(dst, value, len)?;
+        }
+        {
+            let _span = tracing::trace_span!("vyre_cuda.upload").entered();
+            self.staging
+                .upload_now(&self.device, stream, &resolved.uploads, &self.metrics)?;
+        }
+        if let Some(fault) = fault {
+            // The fault word and the cooperative entry's grid-barrier words.
+            stream.memset_zero(fault, FAULT_AREA_BYTES)?;
+        }
+        if let Work::Graphs(planned) = &mut resolved.work {
+            for segment in planned.iter_mut() {
+                self.capture_segment(stream, batch, segment)?;
+            }
+        }
+        if timed {
+            slot.start.record(stream)?;
+        }
+        self.launch_work(stream, fault, batch, &resolved.work)?;
+        if timed {
+            slot.end.record(stream)?;
+        }
+        if let Some(blocking) = self.small.blocking_event(&self.device)? {
+            // Sleep through the kernels; the readback below is then short.
+            let slept = blocking
+                .record(stream)
+                .and_then(|()| blocking.synchronize());
+            blocking.discard_if(slept.is_err());
+            slept?;
+        }
+        let enqueue_ns = nanos(started);
+        let wait_started = Instant::now();
+        let code = self.read_resolved(stream, fault, resolved, outputs)?;
+        let device_ns = match (timed, resolved.work.has_steps()) {
+            (true, true) => Some(slot.end.elapsed_ns_since(&slot.start)?),
+            (true, false) => Some(0),
+            (false, _) => None,
+        };
+        Ok(Ran {
             device_ns,
             enqueue_ns,
-            wait_ns: nanos(wait_started),
+            wait_started,
+            code,
         })
+    }
+
+    /// Launches the direct steps or replays the graphs.
+    fn launch_work(
+        &self,
+        stream: &Stream,
+        fault: Option<u64>,
+        batch: &ResidentBatch<'_>,
+        work: &Work,
+    ) -> Result<(), DriverError> {
+        let _span = tracing::trace_span!(
+            "vyre_cuda.launch",
+            steps = batch.prefix.len() + batch.repeated.len(),
+            repeats = batch.repeat_count
+        )
+        .entered();
+        match work {
+            Work::Direct(prefix) => {
+                for step in prefix {
+                    launch_step(stream, step, fault, self.grid_sync, &self.metrics)?;
+                    Metrics::add(&self.metrics.launches, u64::from(step.launches));
+                }
+            }
+            Work::Graphs(planned) => {
+                for segment in planned {
+                    let Found::Ready(graph) = &segment.graph else {
+                        unreachable!("every segment was captured before launching");
+                    };
+                    launch::replay(stream, &graph.exec, segment.times)?;
+                    let times = u64::from(segment.times);
+                    let [cooperative, split] = graph.grid_sync_launches;
+                    Metrics::add(&self.metrics.graph_launches, times);
+                    Metrics::add(&self.metrics.grid_sync_cooperative, cooperative * times);
+                    Metrics::add(&self.metrics.grid_sync_split, split * times);
+                    Metrics::add(&self.metrics.launches, graph.launches * times);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Downloads the read ranges and the fault words (the direct launches' pooled word, or
+    /// each graph's own) and waits; returns the first non-zero fault word.
+    fn read_resolved(
+        &self,
+        stream: &Stream,
+        fault: Option<u64>,
+        resolved: &Resolved<'_>,
+        outputs: &mut [&mut Vec<u8>],
+    ) -> Result<u32, DriverError> {
+        let _span = tracing::trace_span!("vyre_cuda.readback").entered();
+        let fault_sources: smallvec::SmallVec<[u64; 4]> = match &resolved.work {
+            Work::Direct(_) => fault.into_iter().collect(),
+            Work::Graphs(planned) => planned
+                .iter()
+                .filter_map(|segment| match &segment.graph {
+                    Found::Ready(graph) => graph.fault.as_ref().map(DeviceAlloc::ptr),
+                    Found::Capture { .. } => None,
+                })
+                .collect(),
+        };
+        let mut words: smallvec::SmallVec<[[u8; 4]; 4]> =
+            smallvec::smallvec![[0; 4]; fault_sources.len()];
+        let mut copies: Vec<DeviceToHost<'_>> =
+            Vec::with_capacity(resolved.reads.len() + fault_sources.len());
+        for ((src, len), out) in resolved.reads.iter().zip(outputs.iter_mut()) {
+            out.truncate(*len);
+            out.resize(*len, 0);
+            copies.push(DeviceToHost {
+                src: *src,
+                dst: out.as_mut_slice(),
+            });
+        }
+        for (src, word) in fault_sources.iter().zip(words.iter_mut()) {
+            copies.push(DeviceToHost {
+                src: *src,
+                dst: word,
+            });
+        }
+        self.staging
+            .download_now(&self.device, stream, &mut copies, &self.metrics)?;
+        stream.synchronize()?;
+        Ok(words
+            .iter()
+            .map(|word| u32::from_le_bytes(*word))
+            .find(|&code| code != 0)
+            .unwrap_or(0))
+    }
+
+    /// Idle graphs with zero fault words go back to the cache (a faulted graph's word is
+    /// not zero any more: it is dropped instead).
+    fn return_graphs(&self, work: Work) {
+        if let Work::Graphs(planned) = work {
+            for segment in planned {
+                if let Found::Ready(graph) = segment.graph {
+                    self.graphs.give_back(segment.key, graph, |handle| {
+                        self.resident.get(handle).is_ok()
+                    });
+                }
+            }
+        }
     }
 
     /// Decides how the batch's steps run and resolves what they need: direct launches for

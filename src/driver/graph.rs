@@ -14,7 +14,6 @@ use std::sync::Arc;
 pub struct Graph {
     device: Arc<Device>,
     raw: sys::CUgraph,
-    generation: u64,
 }
 
 // SAFETY: graph handles may be used from any thread; every operation binds the context
@@ -27,7 +26,7 @@ impl Graph {
     /// Instantiates the graph for launching (`cuGraphInstantiateWithFlags`).
     pub fn instantiate(&self) -> Result<GraphExec, DriverError> {
         self.device
-            .bind_live(self.generation, "cuGraphInstantiateWithFlags")?;
+            .enter("cuGraphInstantiateWithFlags")?;
         let mut raw: sys::CUgraphExec = std::ptr::null_mut();
         // SAFETY: `self.raw` is a live graph of the current context; `raw` is a valid out
         // pointer.
@@ -36,14 +35,13 @@ impl Graph {
         Ok(GraphExec {
             device: Arc::clone(&self.device),
             raw,
-            generation: self.generation,
         })
     }
 }
 
 impl Drop for Graph {
     fn drop(&mut self) {
-        if let Err(e) = self.device.bind_live(self.generation, "cuGraphDestroy") {
+        if let Err(e) = self.device.enter("cuGraphDestroy") {
             tracing::debug!(%e, "graph not destroyed");
             return;
         }
@@ -63,7 +61,6 @@ impl Drop for Graph {
 pub struct GraphExec {
     device: Arc<Device>,
     raw: sys::CUgraphExec,
-    generation: u64,
 }
 
 // SAFETY: as for `Graph`.
@@ -78,8 +75,7 @@ impl GraphExec {
     /// stay allocated until the replay completes (a device-side concern: no host memory is
     /// touched).
     pub fn launch(&self, stream: &Stream) -> Result<(), DriverError> {
-        self.device.bind_live(self.generation, "cuGraphLaunch")?;
-        stream.enter("cuGraphLaunch")?;
+        self.device.enter("cuGraphLaunch")?;
         // SAFETY: both handles are live in the current context. The graph holds only kernel
         // launches whose arguments were checked at capture time (`Stream::launch`); the
         // device memory they address is the caller's to keep alive, and touches no host
@@ -90,7 +86,7 @@ impl GraphExec {
 
 impl Drop for GraphExec {
     fn drop(&mut self) {
-        if let Err(e) = self.device.bind_live(self.generation, "cuGraphExecDestroy") {
+        if let Err(e) = self.device.enter("cuGraphExecDestroy") {
             tracing::debug!(%e, "graph exec not destroyed");
             return;
         }
@@ -130,7 +126,6 @@ impl Stream {
         let graph = (!raw.is_null()).then(|| Graph {
             device: Arc::clone(self.device()),
             raw,
-            generation: self.generation(),
         });
         enqueued?;
         ended?;

@@ -13,7 +13,6 @@ const JIT_LOG_BYTES: usize = 16 * 1024;
 pub struct Module {
     device: Arc<Device>,
     raw: sys::CUmodule,
-    generation: u64,
     /// Each entry's parameter list, read from the PTX it was loaded from.
     entries: Vec<(String, Arc<[ParamKind]>)>,
 }
@@ -99,8 +98,7 @@ impl Module {
                 e.nul_position()
             ))
         })?;
-        let generation = device.generation();
-        device.bind_live(generation, "cuModuleLoadDataEx")?;
+        device.enter("cuModuleLoadDataEx")?;
         let mut log = vec![0u8; JIT_LOG_BYTES];
         let mut options = [
             sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
@@ -131,7 +129,6 @@ impl Module {
         Ok(Arc::new(Module {
             device: Arc::clone(device),
             raw,
-            generation,
             entries: entry_signatures(ptx),
         }))
     }
@@ -149,8 +146,7 @@ impl Module {
                 "the compiled image handed to cuModuleLoadData is not an ELF cubin",
             ));
         }
-        let generation = device.generation();
-        device.bind_live(generation, "cuModuleLoadData")?;
+        device.enter("cuModuleLoadData")?;
         let mut raw: sys::CUmodule = std::ptr::null_mut();
         // SAFETY: `cubin` is a complete ELF image (checked magic; the driver reads its
         // own size from the ELF headers) that outlives the synchronous call; the context is
@@ -160,7 +156,6 @@ impl Module {
         Ok(Arc::new(Module {
             device: Arc::clone(device),
             raw,
-            generation,
             entries: entry_signatures(ptx),
         }))
     }
@@ -200,7 +195,7 @@ impl Module {
 
     #[inline]
     fn enter(&self, call: &'static str) -> Result<(), DriverError> {
-        self.device.bind_live(self.generation, call)
+        self.device.enter(call)
     }
 }
 
@@ -248,13 +243,8 @@ impl Function {
         self.params.as_deref()
     }
 
-    /// Fails if a device reset destroyed the module.
-    pub(crate) fn check_live(&self, call: &'static str) -> Result<(), DriverError> {
-        self.module.enter(call)
-    }
-
     fn attribute(&self, attribute: sys::CUfunction_attribute) -> Result<u32, DriverError> {
-        self.check_live("cuFuncGetAttribute")?;
+        self.module.enter("cuFuncGetAttribute")?;
         // SAFETY: `raw` is a live function of the current context.
         let value = unsafe { result::function::get_function_attribute(self.raw, attribute) }
             .check("cuFuncGetAttribute")?;
@@ -279,7 +269,7 @@ impl Function {
         &self,
         block_threads: u32,
     ) -> Result<u32, DriverError> {
-        self.check_live("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
+        self.module.enter("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
         let block = i32::try_from(block_threads).unwrap_or(i32::MAX);
         // SAFETY: `raw` is a live function of the current context.
         let blocks =
@@ -291,7 +281,7 @@ impl Function {
     /// Allows launches with up to `bytes` of dynamic shared memory (needed above 48 KiB, up
     /// to [`DeviceInfo::max_shared_memory_per_block_optin`](super::DeviceInfo)).
     pub fn set_max_dynamic_shared_bytes(&self, bytes: u32) -> Result<(), DriverError> {
-        self.check_live("cuFuncSetAttribute")?;
+        self.module.enter("cuFuncSetAttribute")?;
         let value = i32::try_from(bytes).unwrap_or(i32::MAX);
         // SAFETY: `raw` is a live function of the current context.
         unsafe {
@@ -330,7 +320,7 @@ pub fn compile_to_cubin(device: &Arc<Device>, ptx: &str) -> Result<Vec<u8>, Driv
             e.nul_position()
         ))
     })?;
-    device.bind_live(device.generation(), "cuLinkCreate")?;
+    device.enter("cuLinkCreate")?;
     let mut log = vec![0u8; JIT_LOG_BYTES];
     let mut options = [
         sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,

@@ -10,7 +10,6 @@ use std::sync::Arc;
 pub struct Stream {
     device: Arc<Device>,
     raw: sys::CUstream,
-    generation: u64,
 }
 
 // SAFETY: CUDA stream handles may be used from any thread (the driver API is thread-safe);
@@ -30,14 +29,12 @@ fn ready(status: sys::CUresult, call: &'static str) -> Result<bool, DriverError>
 impl Stream {
     /// Creates a stream that does not synchronise with the legacy default stream.
     pub fn new(device: &Arc<Device>) -> Result<Stream, DriverError> {
-        let generation = device.generation();
-        device.bind_live(generation, "cuStreamCreate")?;
+        device.enter("cuStreamCreate")?;
         let raw = result::stream::create(result::stream::StreamKind::NonBlocking)
             .check("cuStreamCreate")?;
         Ok(Stream {
             device: Arc::clone(device),
             raw,
-            generation,
         })
     }
 
@@ -53,18 +50,13 @@ impl Stream {
 
     #[inline]
     pub(super) fn enter(&self, call: &'static str) -> Result<(), DriverError> {
-        self.device.bind_live(self.generation, call)
-    }
-
-    pub(super) fn generation(&self) -> u64 {
-        self.generation
+        self.device.enter(call)
     }
 
     /// Makes all later work on this stream wait until `event` (as last recorded) completes
     /// (`cuStreamWaitEvent`); the host does not block.
     pub fn wait_event(&self, event: &Event) -> Result<(), DriverError> {
         self.enter("cuStreamWaitEvent")?;
-        event.enter("cuStreamWaitEvent")?;
         // SAFETY: both handles are live in the current context.
         unsafe { sys::cuStreamWaitEvent(self.raw, event.raw, 0) }.check("cuStreamWaitEvent")
     }
@@ -261,7 +253,6 @@ impl Stream {
             return Err(mismatch(format!("declared {params:?}, given {args:?}")));
         }
         self.enter(call)?;
-        function.check_live(call)?;
         // The driver reads each parameter through a pointer to its value.
         let mut values: smallvec::SmallVec<[KernelArg; 24]> = args.iter().copied().collect();
         let mut pointers: smallvec::SmallVec<[*mut c_void; 24]> = values
@@ -335,7 +326,6 @@ impl Drop for Stream {
 pub struct Event {
     device: Arc<Device>,
     raw: sys::CUevent,
-    generation: u64,
 }
 
 // SAFETY: CUDA event handles may be used from any thread; operations bind the context first.
@@ -347,8 +337,7 @@ impl Event {
     /// Creates an event; `timing == false` creates it with `CU_EVENT_DISABLE_TIMING`, which
     /// makes recording and querying cheaper.
     pub fn new(device: &Arc<Device>, timing: bool) -> Result<Event, DriverError> {
-        let generation = device.generation();
-        device.bind_live(generation, "cuEventCreate")?;
+        device.enter("cuEventCreate")?;
         let flags = if timing {
             sys::CUevent_flags::CU_EVENT_DEFAULT
         } else {
@@ -358,7 +347,6 @@ impl Event {
         Ok(Event {
             device: Arc::clone(device),
             raw,
-            generation,
         })
     }
 
@@ -366,8 +354,7 @@ impl Event {
     /// (`CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING`): [`Event::synchronize`] sleeps
     /// until the work is done instead of spinning, whatever the context's scheduling flags.
     pub fn new_blocking(device: &Arc<Device>) -> Result<Event, DriverError> {
-        let generation = device.generation();
-        device.bind_live(generation, "cuEventCreate")?;
+        device.enter("cuEventCreate")?;
         let flags = sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32
             | sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
         let mut raw: sys::CUevent = std::ptr::null_mut();
@@ -376,19 +363,17 @@ impl Event {
         Ok(Event {
             device: Arc::clone(device),
             raw,
-            generation,
         })
     }
 
     #[inline]
     fn enter(&self, call: &'static str) -> Result<(), DriverError> {
-        self.device.bind_live(self.generation, call)
+        self.device.enter(call)
     }
 
     /// Records the event at the current tail of `stream`.
     pub fn record(&self, stream: &Stream) -> Result<(), DriverError> {
         self.enter("cuEventRecord")?;
-        stream.enter("cuEventRecord")?;
         // SAFETY: both handles are live in the current context.
         unsafe { result::event::record(self.raw, stream.raw) }.check("cuEventRecord")
     }
@@ -411,7 +396,6 @@ impl Event {
     /// `timing == true`). Resolution is about half a microsecond; negative spans give 0.
     pub fn elapsed_ns_since(&self, start: &Event) -> Result<u64, DriverError> {
         self.enter("cuEventElapsedTime")?;
-        start.enter("cuEventElapsedTime")?;
         // SAFETY: both events are live in the current context.
         let ms =
             unsafe { result::event::elapsed(start.raw, self.raw) }.check("cuEventElapsedTime")?;
