@@ -161,7 +161,9 @@ impl Geometry {
         };
         for (binding, bytes) in abi.bindings.iter().zip(&plan.bindings) {
             geometry.offsets.push(geometry.block_bytes);
-            geometry.accumulator_offsets.push(geometry.accumulator_bytes);
+            geometry
+                .accumulator_offsets
+                .push(geometry.accumulator_bytes);
             if binding.accumulated {
                 geometry.accumulator_bytes += bytes.len.max(1).next_multiple_of(BINDING_ALIGN);
             } else {
@@ -321,7 +323,14 @@ impl Core {
         let accumulators = lease.accumulator_pointers(abi, geometry);
         self.fill_accumulators(lease.first_stream(), abi, plan, inputs, &accumulators)?;
         Metrics::bump(&self.metrics.chunked_dispatches);
-        prepare_outputs(abi, plan, inputs, &geometry.returned, geometry.total, outputs);
+        prepare_outputs(
+            abi,
+            plan,
+            inputs,
+            &geometry.returned,
+            geometry.total,
+            outputs,
+        );
         let shared = Shared {
             core: self,
             kernel,
@@ -330,9 +339,8 @@ impl Core {
             geometry,
             accumulators: &accumulators,
         };
-        let queue = Mutex::new(
-            split_outputs(abi, plan, geometry, outputs.as_mut_slice()).into_iter(),
-        );
+        let queue =
+            Mutex::new(split_outputs(abi, plan, geometry, outputs.as_mut_slice()).into_iter());
         let results: Vec<Result<u32, DriverError>> = std::thread::scope(|scope| {
             let handles: Vec<_> = lease
                 .streams
@@ -497,12 +505,7 @@ fn prepare_outputs(
 }
 
 /// Bytes of binding `b` that some invocation below `total` can address.
-fn covered_bytes(
-    abi: &KernelAbi,
-    plan: &DispatchPlan,
-    b: usize,
-    total: u32,
-) -> usize {
+fn covered_bytes(abi: &KernelAbi, plan: &DispatchPlan, b: usize, total: u32) -> usize {
     if abi.bindings[b].accumulated {
         // Read back whole after the chunks (`Core::read_accumulators`), never per chunk.
         return 0;

@@ -236,7 +236,11 @@ impl InFlight {
 
     /// Reads the outputs back (into `outputs`, reusing its buffers), waits and checks the
     /// fault word; the resources go back to their pools (discarded after a driver error).
-    pub(crate) fn finish(self, core: &Core, outputs: &mut Vec<Vec<u8>>) -> Result<Timing, CudaError> {
+    pub(crate) fn finish(
+        self,
+        core: &Core,
+        outputs: &mut Vec<Vec<u8>>,
+    ) -> Result<Timing, CudaError> {
         let result = self.read_back(core, outputs);
         if super::failed_on_device(&result) {
             self.discard();

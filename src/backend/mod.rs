@@ -25,12 +25,12 @@ mod sequence;
 mod small;
 mod staging;
 
+#[doc(hidden)]
+pub use crate::driver::FailPoint;
 pub use device_buffer::CudaDeviceBuffer;
 pub use pending::CudaPendingDispatch;
 pub use pipeline::CudaPipeline;
 pub use pool::PoolKind;
-#[doc(hidden)]
-pub use crate::driver::FailPoint;
 pub(crate) use sequence::{Fill, Read, ResidentBatch, Step, Upload};
 
 use crate::codegen::{emit_ptx, CodegenError, EmittedKernel, PtxTarget, COOPERATIVE_ENTRY};
@@ -778,8 +778,8 @@ impl Core {
         emitted: &EmittedKernel,
     ) -> Result<Option<CooperativeEntry>, DriverError> {
         let function = module.function(COOPERATIVE_ENTRY)?;
-        let per_sm = function
-            .max_active_blocks_per_multiprocessor(emitted.abi.threads_per_workgroup())?;
+        let per_sm =
+            function.max_active_blocks_per_multiprocessor(emitted.abi.threads_per_workgroup())?;
         let max_blocks = u64::from(per_sm) * u64::from(self.device.info().multiprocessor_count);
         Ok((max_blocks > 0).then_some(CooperativeEntry {
             function,
@@ -921,8 +921,14 @@ pub(crate) fn failed_on_device<T>(result: &Result<T, CudaError>) -> bool {
 /// The telemetry names of the pools' counts: `(in use, idle)`, in `Core::pool_counts` order.
 const POOL_METRICS: [(&str, &str); 5] = [
     ("vyre_cuda_streams_in_use", "vyre_cuda_streams_idle"),
-    ("vyre_cuda_device_blocks_in_use", "vyre_cuda_device_blocks_idle"),
-    ("vyre_cuda_staging_lanes_in_use", "vyre_cuda_staging_lanes_idle"),
+    (
+        "vyre_cuda_device_blocks_in_use",
+        "vyre_cuda_device_blocks_idle",
+    ),
+    (
+        "vyre_cuda_staging_lanes_in_use",
+        "vyre_cuda_staging_lanes_idle",
+    ),
     ("vyre_cuda_small_lanes_in_use", "vyre_cuda_small_lanes_idle"),
     ("vyre_cuda_wait_events_in_use", "vyre_cuda_wait_events_idle"),
 ];

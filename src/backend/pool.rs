@@ -98,10 +98,7 @@ impl<T: Recycle> Pool<T> {
     }
 
     /// The most recently returned idle resource, else a new one from `create`.
-    pub(crate) fn take<E>(
-        &self,
-        create: impl FnOnce() -> Result<T, E>,
-    ) -> Result<Pooled<T>, E> {
+    pub(crate) fn take<E>(&self, create: impl FnOnce() -> Result<T, E>) -> Result<Pooled<T>, E> {
         let idle = self.home.idle.lock().ok().and_then(|mut idle| {
             let item = idle.items.pop()?;
             idle.weight -= item.weight().unwrap_or(0);
@@ -194,13 +191,17 @@ impl<T: Recycle> Deref for Pooled<T> {
     type Target = T;
 
     fn deref(&self) -> &T {
-        self.item.as_ref().expect("a pooled resource is present until dropped")
+        self.item
+            .as_ref()
+            .expect("a pooled resource is present until dropped")
     }
 }
 
 impl<T: Recycle> DerefMut for Pooled<T> {
     fn deref_mut(&mut self) -> &mut T {
-        self.item.as_mut().expect("a pooled resource is present until dropped")
+        self.item
+            .as_mut()
+            .expect("a pooled resource is present until dropped")
     }
 }
 

@@ -533,21 +533,13 @@ impl Core {
         } else {
             batch.repeat_count
         };
-        let direct = |held: &mut Vec<Arc<ResidentBuffer>>| -> Result<Work, CudaError> {
-            let prefix = batch
-                .prefix
-                .iter()
-                .map(|step| self.prepare_step(step, held))
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(Work::Direct(prefix))
-        };
         let prefix_launches: u64 = batch
             .prefix
             .iter()
             .map(|step| u64::from(step.launches.max(1)))
             .sum();
         if repeats == 0 && prefix_launches < GRAPH_MIN_LAUNCHES {
-            return direct(held);
+            return self.prepare_steps(batch.prefix, held).map(Work::Direct);
         }
         let prefix_keys = self.step_keys(batch.prefix);
         let repeated_keys = if repeats > 0 {
@@ -571,7 +563,7 @@ impl Core {
             if cached.is_none() && repeats == 0 && self.graphs.first_sighting(&key) {
                 // A prefix-only list seen for the first time: capturing it costs more than
                 // launching it; the next identical call captures.
-                return direct(held);
+                return self.prepare_steps(batch.prefix, held).map(Work::Direct);
             }
             let graph = match cached {
                 Some(graph) => {
@@ -583,29 +575,31 @@ impl Core {
                     Metrics::bump(&self.metrics.graph_cache_hits);
                     Found::Ready(graph)
                 }
-                None => {
-                    let prepare = |steps: &[Step<'_>], held: &mut Vec<Arc<ResidentBuffer>>| {
-                        steps
-                            .iter()
-                            .map(|step| self.prepare_step(step, held))
-                            .collect::<Result<Vec<_>, _>>()
-                    };
-                    let prefix = if key.prefix.is_empty() {
-                        Vec::new()
-                    } else {
-                        prepare(batch.prefix, held)?
-                    };
-                    let repeated = if key.unroll == 0 {
-                        Vec::new()
-                    } else {
-                        prepare(batch.repeated, held)?
-                    };
-                    Found::Capture { prefix, repeated }
-                }
+                None => Found::Capture {
+                    prefix: match key.prefix.is_empty() {
+                        true => Vec::new(),
+                        false => self.prepare_steps(batch.prefix, held)?,
+                    },
+                    repeated: match key.unroll {
+                        0 => Vec::new(),
+                        _ => self.prepare_steps(batch.repeated, held)?,
+                    },
+                },
             };
             planned.push(Segment { key, graph, times });
         }
         Ok(Work::Graphs(planned))
+    }
+
+    fn prepare_steps(
+        &self,
+        steps: &[Step<'_>],
+        held: &mut Vec<Arc<ResidentBuffer>>,
+    ) -> Result<Vec<PreparedStep>, CudaError> {
+        steps
+            .iter()
+            .map(|step| self.prepare_step(step, held))
+            .collect()
     }
 
     /// The cache's view of `steps`. Consecutive steps of one program share its identity.
@@ -634,7 +628,7 @@ impl Core {
     /// Captures and instantiates a segment's graph if the cache did not have it.
     fn capture_segment(
         &self,
-        stream: &crate::driver::Stream,
+        stream: &Stream,
         batch: &ResidentBatch<'_>,
         segment: &mut Segment,
     ) -> Result<(), CudaError> {
@@ -644,22 +638,13 @@ impl Core {
         let _span =
             tracing::debug_span!("vyre_cuda.graph_capture", repeats = batch.repeat_count).entered();
         let unroll = segment.key.unroll;
-        let needs_fault = prefix
-            .iter()
-            .chain(repeated.iter())
-            .any(|step| step.kernel.abi.fault_word);
-        let fault = if needs_fault {
-            // The fault word, then the cooperative entry's grid-barrier words.
-            let word = DeviceAlloc::new(&self.device, FAULT_AREA_BYTES)?;
-            Metrics::bump(&self.metrics.device_allocations);
-            Metrics::add(
-                &self.metrics.device_allocation_bytes,
-                FAULT_AREA_BYTES as u64,
-            );
-            // Ordered before every replay on this stream; later calls find it zero (see
-            // `CachedGraph::fault`; the barrier words return to zero after each barrier).
-            stream.memset_zero(word.ptr(), FAULT_AREA_BYTES)?;
-            Some(word)
+        let steps = || {
+            prefix
+                .iter()
+                .chain((0..unroll).flat_map(|_| repeated.iter()))
+        };
+        let fault = if steps().any(|step| step.kernel.abi.fault_word) {
+            Some(self.graph_fault_word(stream)?)
         } else {
             None
         };
@@ -667,13 +652,8 @@ impl Core {
         // Launches made during capture are counted per replay (see `CachedGraph`).
         let capture = |mode: GridSyncLaunch, counted: &Metrics| -> Result<_, CudaError> {
             let graph = stream.capture(|capturing| -> Result<(), CudaError> {
-                for step in prefix {
+                for step in steps() {
                     launch_step(capturing, step, fault_ptr, mode, counted)?;
-                }
-                for _ in 0..unroll {
-                    for step in repeated {
-                        launch_step(capturing, step, fault_ptr, mode, counted)?;
-                    }
                 }
                 Ok(())
             })?;
@@ -696,8 +676,7 @@ impl Core {
             Err(error) => return Err(error),
         };
         Metrics::bump(&self.metrics.graph_captures);
-        let launches = prefix.iter().map(|s| u64::from(s.launches)).sum::<u64>()
-            + u64::from(unroll) * repeated.iter().map(|s| u64::from(s.launches)).sum::<u64>();
+        let launches = steps().map(|s| u64::from(s.launches)).sum::<u64>();
         let mut kernels: Vec<Arc<LoadedKernel>> = Vec::new();
         for step in prefix.iter().chain(repeated.iter()) {
             if !kernels.iter().any(|k| Arc::ptr_eq(k, &step.kernel)) {
@@ -716,6 +695,20 @@ impl Core {
             ],
         ));
         Ok(())
+    }
+
+    /// A graph's own fault word (then the cooperative entry's grid-barrier words), zeroed
+    /// on `stream`: ordered before every replay on it; later calls find it zero (see
+    /// `CachedGraph::fault`; the barrier words return to zero after each barrier).
+    fn graph_fault_word(&self, stream: &Stream) -> Result<DeviceAlloc, DriverError> {
+        let word = DeviceAlloc::new(&self.device, FAULT_AREA_BYTES)?;
+        Metrics::bump(&self.metrics.device_allocations);
+        Metrics::add(
+            &self.metrics.device_allocation_bytes,
+            FAULT_AREA_BYTES as u64,
+        );
+        stream.memset_zero(word.ptr(), FAULT_AREA_BYTES)?;
+        Ok(word)
     }
 
     fn prepare_step(

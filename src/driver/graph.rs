@@ -25,8 +25,7 @@ unsafe impl Sync for Graph {}
 impl Graph {
     /// Instantiates the graph for launching (`cuGraphInstantiateWithFlags`).
     pub fn instantiate(&self) -> Result<GraphExec, DriverError> {
-        self.device
-            .enter("cuGraphInstantiateWithFlags")?;
+        self.device.enter("cuGraphInstantiateWithFlags")?;
         let mut raw: sys::CUgraphExec = std::ptr::null_mut();
         // SAFETY: `self.raw` is a live graph of the current context; `raw` is a valid out
         // pointer.

@@ -269,7 +269,8 @@ impl Function {
         &self,
         block_threads: u32,
     ) -> Result<u32, DriverError> {
-        self.module.enter("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
+        self.module
+            .enter("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
         let block = i32::try_from(block_threads).unwrap_or(i32::MAX);
         // SAFETY: `raw` is a live function of the current context.
         let blocks =

@@ -238,20 +238,7 @@ impl Stream {
         } else {
             "cuLaunchKernel"
         };
-        let mismatch = |what: String| {
-            DriverError::from_code(call, sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32)
-                .with_description(format!(
-                    "kernel arguments do not match the PTX entry: {what}"
-                ))
-        };
-        let Some(params) = function.params() else {
-            return Err(mismatch(
-                "the entry's parameters are not plain 32/64-bit scalars".into(),
-            ));
-        };
-        if params.len() != args.len() || params.iter().zip(args).any(|(p, a)| *p != a.kind()) {
-            return Err(mismatch(format!("declared {params:?}, given {args:?}")));
-        }
+        check_args(function, args, call)?;
         self.enter(call)?;
         // The driver reads each parameter through a pointer to its value.
         let mut values: smallvec::SmallVec<[KernelArg; 24]> = args.iter().copied().collect();
@@ -262,50 +249,72 @@ impl Stream {
                 KernelArg::U64(v) => (v as *mut u64).cast::<c_void>(),
             })
             .collect();
-        let params_ptr = if pointers.is_empty() {
+        let params = if pointers.is_empty() {
             std::ptr::null_mut()
         } else {
             pointers.as_mut_ptr()
         };
-        let status = if cooperative {
-            // SAFETY: as for `cuLaunchKernel` below; the cooperative form takes no `extra`.
-            unsafe {
+        let ([gx, gy, gz], [bx, by, bz]) = (grid, block);
+        // SAFETY: the function and stream belong to the current context; `pointers` holds
+        // one pointer per declared parameter, each to a live value of the declared width
+        // (checked against the PTX declaration above), valid for this call. The
+        // cooperative form takes no `extra`.
+        let status = unsafe {
+            if cooperative {
                 sys::cuLaunchCooperativeKernel(
                     function.raw(),
-                    grid[0],
-                    grid[1],
-                    grid[2],
-                    block[0],
-                    block[1],
-                    block[2],
+                    gx,
+                    gy,
+                    gz,
+                    bx,
+                    by,
+                    bz,
                     0,
                     self.raw,
-                    params_ptr,
+                    params,
                 )
-            }
-        } else {
-            // SAFETY: the function and stream belong to the current context (checked
-            // live); `pointers` holds one pointer per declared parameter, each to a live
-            // value of the declared width (checked against the PTX declaration above),
-            // valid for this call.
-            unsafe {
+            } else {
+                let extra = std::ptr::null_mut();
                 sys::cuLaunchKernel(
                     function.raw(),
-                    grid[0],
-                    grid[1],
-                    grid[2],
-                    block[0],
-                    block[1],
-                    block[2],
+                    gx,
+                    gy,
+                    gz,
+                    bx,
+                    by,
+                    bz,
                     0,
                     self.raw,
-                    params_ptr,
-                    std::ptr::null_mut(),
+                    params,
+                    extra,
                 )
             }
         };
         status.check(call)
     }
+}
+
+/// Checks `args` against the parameters the PTX declares for `function`.
+fn check_args(
+    function: &Function,
+    args: &[KernelArg],
+    call: &'static str,
+) -> Result<(), DriverError> {
+    let mismatch = |what: String| {
+        DriverError::from_code(call, sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32)
+            .with_description(format!(
+                "kernel arguments do not match the PTX entry: {what}"
+            ))
+    };
+    let Some(params) = function.params() else {
+        return Err(mismatch(
+            "the entry's parameters are not plain 32/64-bit scalars".into(),
+        ));
+    };
+    if params.len() != args.len() || params.iter().zip(args).any(|(p, a)| *p != a.kind()) {
+        return Err(mismatch(format!("declared {params:?}, given {args:?}")));
+    }
+    Ok(())
 }
 
 impl Drop for Stream {
