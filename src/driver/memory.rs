@@ -412,8 +412,10 @@ impl StagingBuffer {
 impl Drop for StagingBuffer {
     fn drop(&mut self) {
         // Never unpin memory that a DMA may still read or write.
-        if let Err(e) = self.wait() {
-            tracing::debug!(%e, "waiting for a staging buffer failed");
+        if self.in_flight {
+            if let Err(e) = self.event.settle() {
+                tracing::debug!(%e, "waiting for a staging buffer failed");
+            }
         }
     }
 }

@@ -397,6 +397,13 @@ impl Event {
     /// Blocks until the recorded work is done.
     pub fn synchronize(&self) -> Result<(), DriverError> {
         self.enter("cuEventSynchronize")?;
+        self.settle()
+    }
+
+    /// [`Event::synchronize`] for `Drop` paths, whose errors go unreported: never failed
+    /// by a test's injected failure ([`Device::fail_call`]).
+    pub(crate) fn settle(&self) -> Result<(), DriverError> {
+        self.device.bind()?;
         // SAFETY: `raw` is a live event.
         unsafe { result::event::synchronize(self.raw) }.check("cuEventSynchronize")
     }
