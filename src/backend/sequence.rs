@@ -824,26 +824,7 @@ impl CudaBackend {
 
     /// Uploads several whole buffers with one synchronisation.
     pub fn upload_resident_many(&self, uploads: &[(&Resource, &[u8])]) -> Result<(), CudaError> {
-        let uploads = uploads
-            .iter()
-            .map(|(resource, bytes)| {
-                Ok(Upload {
-                    handle: resident_id(resource)?,
-                    offset: 0,
-                    bytes,
-                    whole: true,
-                })
-            })
-            .collect::<Result<Vec<_>, CudaError>>()?;
-        self.resident_op(
-            &ResidentBatch {
-                uploads: &uploads,
-                ..ResidentBatch::default()
-            },
-            &mut [],
-            false,
-        )
-        .map(|_| ())
+        self.upload_batch(uploads.iter().map(|&(r, bytes)| (r, 0, bytes)), true)
     }
 
     /// Uploads `bytes` at `dst_offset` (any length that fits).
@@ -861,26 +842,29 @@ impl CudaBackend {
         &self,
         uploads: &[(&Resource, usize, &[u8])],
     ) -> Result<(), CudaError> {
+        self.upload_batch(uploads.iter().copied(), false)
+    }
+
+    fn upload_batch<'a>(
+        &self,
+        uploads: impl Iterator<Item = (&'a Resource, usize, &'a [u8])>,
+        whole: bool,
+    ) -> Result<(), CudaError> {
         let uploads = uploads
-            .iter()
             .map(|(resource, offset, bytes)| {
                 Ok(Upload {
                     handle: resident_id(resource)?,
-                    offset: *offset,
+                    offset,
                     bytes,
-                    whole: false,
+                    whole,
                 })
             })
             .collect::<Result<Vec<_>, CudaError>>()?;
-        self.resident_op(
-            &ResidentBatch {
-                uploads: &uploads,
-                ..ResidentBatch::default()
-            },
-            &mut [],
-            false,
-        )
-        .map(|_| ())
+        let batch = ResidentBatch {
+            uploads: &uploads,
+            ..ResidentBatch::default()
+        };
+        self.resident_op(&batch, &mut [], false).map(drop)
     }
 
     /// Downloads a whole buffer.

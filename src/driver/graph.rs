@@ -5,7 +5,7 @@
 //! (which enqueues work on the stream), and always ends the capture, also when the closure
 //! fails, so a stream is never left capturing.
 
-use super::{Check, Device, DriverError, Stream};
+use super::{release, Check, Device, DriverError, Stream};
 use cudarc::driver::sys;
 use std::sync::Arc;
 
@@ -40,15 +40,11 @@ impl Graph {
 
 impl Drop for Graph {
     fn drop(&mut self) {
-        if let Err(e) = self.device.enter("cuGraphDestroy") {
-            tracing::debug!(%e, "graph not destroyed");
-            return;
-        }
         // SAFETY: `raw` is a live graph, destroyed once; instantiated execs do not depend on
         // it.
-        if let Err(e) = unsafe { sys::cuGraphDestroy(self.raw) }.check("cuGraphDestroy") {
-            tracing::warn!(%e, "destroying a CUDA graph failed");
-        }
+        release(&self.device, "cuGraphDestroy", || unsafe {
+            sys::cuGraphDestroy(self.raw).result()
+        });
     }
 }
 
@@ -85,14 +81,10 @@ impl GraphExec {
 
 impl Drop for GraphExec {
     fn drop(&mut self) {
-        if let Err(e) = self.device.enter("cuGraphExecDestroy") {
-            tracing::debug!(%e, "graph exec not destroyed");
-            return;
-        }
         // SAFETY: `raw` is a live graph exec, destroyed once. Pending launches complete.
-        if let Err(e) = unsafe { sys::cuGraphExecDestroy(self.raw) }.check("cuGraphExecDestroy") {
-            tracing::warn!(%e, "destroying a CUDA graph exec failed");
-        }
+        release(&self.device, "cuGraphExecDestroy", || unsafe {
+            sys::cuGraphExecDestroy(self.raw).result()
+        });
     }
 }
 

@@ -88,7 +88,6 @@ const REQUIRED_SYMBOLS: &[&str] = &[
     "cuModuleUnload",
     "cuFuncGetAttribute",
     "cuFuncSetAttribute",
-    "cuStreamWaitEvent",
     "cuStreamBeginCapture_v2",
     "cuStreamEndCapture",
     "cuGraphInstantiateWithFlags",
@@ -190,6 +189,18 @@ pub fn device_count() -> Result<usize, DriverError> {
     }
     let count = result::device::get_count().check("cuDeviceGetCount")?;
     Ok(usize::try_from(count).unwrap_or(0))
+}
+
+/// Runs `destroy` (one driver call, `call`) in `device`'s context from a `Drop`: a
+/// failure is logged, never raised.
+pub(crate) fn release(
+    device: &Device,
+    call: &'static str,
+    destroy: impl FnOnce() -> Result<(), result::DriverError>,
+) {
+    if let Err(error) = device.bind().and_then(|()| destroy().check(call)) {
+        tracing::warn!(%error, "releasing a CUDA handle failed");
+    }
 }
 
 /// Converts a driver result into ours, naming the failed entry point.

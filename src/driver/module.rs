@@ -1,6 +1,6 @@
 //! [`Module`] (PTX JIT-loaded with `cuModuleLoadDataEx`) and its kernels ([`Function`]).
 
-use super::{Check, Device, DriverError};
+use super::{release, Check, Device, DriverError};
 use cudarc::driver::{result, sys};
 use std::ffi::{c_void, CString};
 use std::sync::Arc;
@@ -201,15 +201,11 @@ impl Module {
 
 impl Drop for Module {
     fn drop(&mut self) {
-        if let Err(e) = self.enter("cuModuleUnload") {
-            tracing::debug!(%e, "module not unloaded");
-            return;
-        }
         // SAFETY: `raw` is a live module, unloaded once; every `Function` holds an
         // `Arc<Module>`, so none outlives it.
-        if let Err(e) = unsafe { result::module::unload(self.raw) }.check("cuModuleUnload") {
-            tracing::warn!(%e, "unloading a CUDA module failed");
-        }
+        release(&self.device, "cuModuleUnload", || unsafe {
+            result::module::unload(self.raw)
+        });
     }
 }
 

@@ -1,6 +1,6 @@
 //! [`Stream`] (copies, memsets, launches) and [`Event`] (completion and timing).
 
-use super::{Check, Device, DriverError, Function, KernelArg};
+use super::{release, Check, Device, DriverError, Function, KernelArg};
 use cudarc::driver::{result, sys};
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -51,14 +51,6 @@ impl Stream {
     #[inline]
     pub(super) fn enter(&self, call: &'static str) -> Result<(), DriverError> {
         self.device.enter(call)
-    }
-
-    /// Makes all later work on this stream wait until `event` (as last recorded) completes
-    /// (`cuStreamWaitEvent`); the host does not block.
-    pub fn wait_event(&self, event: &Event) -> Result<(), DriverError> {
-        self.enter("cuStreamWaitEvent")?;
-        // SAFETY: both handles are live in the current context.
-        unsafe { sys::cuStreamWaitEvent(self.raw, event.raw, 0) }.check("cuStreamWaitEvent")
     }
 
     /// Blocks until all work queued on the stream is done.
@@ -319,14 +311,10 @@ fn check_args(
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        if let Err(e) = self.enter("cuStreamDestroy_v2") {
-            tracing::debug!(%e, "stream not destroyed");
-            return;
-        }
         // SAFETY: `raw` is a live stream, destroyed once. Pending work still completes.
-        if let Err(e) = unsafe { result::stream::destroy(self.raw) }.check("cuStreamDestroy_v2") {
-            tracing::warn!(%e, "destroying a CUDA stream failed");
-        }
+        release(&self.device, "cuStreamDestroy_v2", || unsafe {
+            result::stream::destroy(self.raw)
+        });
     }
 }
 
@@ -421,13 +409,9 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
-        if let Err(e) = self.enter("cuEventDestroy_v2") {
-            tracing::debug!(%e, "event not destroyed");
-            return;
-        }
         // SAFETY: `raw` is a live event, destroyed once.
-        if let Err(e) = unsafe { result::event::destroy(self.raw) }.check("cuEventDestroy_v2") {
-            tracing::warn!(%e, "destroying a CUDA event failed");
-        }
+        release(&self.device, "cuEventDestroy_v2", || unsafe {
+            result::event::destroy(self.raw)
+        });
     }
 }
