@@ -366,15 +366,7 @@ impl Core {
         let result = self
             .prepare_dispatch(program, inputs, config, kernel)
             .and_then(|prepared| self.run_prepared(prepared, inputs, timed, started, outputs));
-        match &result {
-            Ok(timing) if timed => {
-                Metrics::bump(&self.metrics.timed_dispatches);
-                Metrics::add(&self.metrics.timed_wall_ns, timing.wall_ns);
-                Metrics::add(&self.metrics.timed_device_ns, timing.device_ns.unwrap_or(0));
-            }
-            Ok(_) => {}
-            Err(_) => Metrics::bump(&self.metrics.dispatch_errors),
-        }
+        self.metrics.count(&result, timed);
         result.map_err(|e| self.classify(e))
     }
 

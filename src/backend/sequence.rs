@@ -954,24 +954,15 @@ impl CudaBackend {
             workgroup_override: config.workgroup_override,
             launches,
         };
-        let core = self.core();
-        Metrics::bump(&core.metrics().resident_dispatches);
-        let timing = self
-            .resident_op(
-                &ResidentBatch {
-                    prefix: &[step],
-                    ..ResidentBatch::default()
-                },
-                &mut [],
-                true,
-            )
-            .inspect_err(|_| Metrics::bump(&core.metrics().dispatch_errors))?;
-        Metrics::bump(&core.metrics().timed_dispatches);
-        Metrics::add(&core.metrics().timed_wall_ns, timing.wall_ns);
-        Metrics::add(
-            &core.metrics().timed_device_ns,
-            timing.device_ns.unwrap_or(0),
-        );
+        let metrics = self.core().metrics();
+        Metrics::bump(&metrics.resident_dispatches);
+        let batch = ResidentBatch {
+            prefix: &[step],
+            ..ResidentBatch::default()
+        };
+        let timing = self.resident_op(&batch, &mut [], true);
+        metrics.count(&timing, true);
+        let timing = timing?;
         Ok(timing.into_result(Vec::new()))
     }
 

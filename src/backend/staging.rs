@@ -242,24 +242,14 @@ impl Staging {
             chunk,
             metrics,
         };
-        let workers = self.workers(workers, total);
-        if workers == 1 {
-            let last = upload_worker(&ctx, &mut lane.slots[..2], &pieces, lane.turn)?;
-            lane.turn = (last + 1) % 2;
-            return Ok(());
-        }
-        let groups = partition(pieces, |p| p.src.len(), workers);
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = groups
-                .iter()
-                .zip(lane.slots.chunks_mut(2))
-                .map(|(group, slots)| {
-                    let ctx = &ctx;
-                    scope.spawn(move || upload_worker(ctx, slots, group, 0).map(drop))
-                })
-                .collect();
-            join_all(handles)
-        })
+        spread(
+            lane,
+            &ctx,
+            pieces,
+            |p| p.src.len(),
+            self.workers(workers, total),
+            upload_worker,
+        )
     }
 
     /// Enqueues `copies` on `stream` behind the work already queued there and waits for
@@ -298,24 +288,14 @@ impl Staging {
             chunk,
             metrics,
         };
-        let workers = self.workers(workers, total);
-        if workers == 1 {
-            let last = download_worker(&ctx, &mut lane.slots[..2], pieces, lane.turn)?;
-            lane.turn = (last + 1) % 2;
-            return Ok(());
-        }
-        let groups = partition(pieces, |p| p.dst.len(), workers);
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = groups
-                .into_iter()
-                .zip(lane.slots.chunks_mut(2))
-                .map(|(group, slots)| {
-                    let ctx = &ctx;
-                    scope.spawn(move || download_worker(ctx, slots, group, 0).map(drop))
-                })
-                .collect();
-            join_all(handles)
-        })
+        spread(
+            lane,
+            &ctx,
+            pieces,
+            |p| p.dst.len(),
+            self.workers(workers, total),
+            download_worker,
+        )
     }
 }
 
@@ -446,6 +426,36 @@ fn join_all(
     result
 }
 
+/// Runs `worker` over `pieces`: on the calling thread through the lane's first two slots
+/// (from the slot after the one its last such transfer ended in), or split over `workers`
+/// threads with two slots each.
+fn spread<T: Send>(
+    lane: &mut Lane,
+    ctx: &Ctx<'_>,
+    pieces: Vec<T>,
+    len: impl Fn(&T) -> usize,
+    workers: usize,
+    worker: impl Fn(&Ctx<'_>, &mut [Slot], Vec<T>, usize) -> Result<usize, DriverError> + Sync,
+) -> Result<(), DriverError> {
+    if workers == 1 {
+        let last = worker(ctx, &mut lane.slots[..2], pieces, lane.turn)?;
+        lane.turn = (last + 1) % 2;
+        return Ok(());
+    }
+    let groups = partition(pieces, len, workers);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = groups
+            .into_iter()
+            .zip(lane.slots.chunks_mut(2))
+            .map(|(group, slots)| {
+                let worker = &worker;
+                scope.spawn(move || worker(ctx, slots, group, 0).map(drop))
+            })
+            .collect();
+        join_all(handles)
+    })
+}
+
 /// Splits `items` (in order) into at most `groups` runs of roughly equal bytes.
 fn partition<T>(items: Vec<T>, len: impl Fn(&T) -> usize, groups: usize) -> Vec<Vec<T>> {
     let total: usize = items.iter().map(&len).sum();
@@ -468,12 +478,12 @@ fn partition<T>(items: Vec<T>, len: impl Fn(&T) -> usize, groups: usize) -> Vec<
 fn upload_worker(
     ctx: &Ctx<'_>,
     slots: &mut [Slot],
-    pieces: &[HostToDevice<'_>],
+    pieces: Vec<HostToDevice<'_>>,
     first: usize,
 ) -> Result<usize, DriverError> {
     let mut current = first % slots.len();
     let mut opened = false;
-    for piece in pieces {
+    for piece in &pieces {
         let fits = opened
             && slots[current]
                 .buffer
