@@ -50,6 +50,19 @@ impl Timing {
     }
 }
 
+/// Counts a dispatch's outcome in `metrics`: an error, or (`timed`) its wall and device time.
+pub(crate) fn count<E>(metrics: &Metrics, result: &Result<Timing, E>, timed: bool) {
+    match result {
+        Ok(timing) if timed => {
+            Metrics::bump(&metrics.timed_dispatches);
+            Metrics::add(&metrics.timed_wall_ns, timing.wall_ns);
+            Metrics::add(&metrics.timed_device_ns, timing.device_ns.unwrap_or(0));
+        }
+        Ok(_) => {}
+        Err(_) => Metrics::bump(&metrics.dispatch_errors),
+    }
+}
+
 pub(crate) fn nanos(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
@@ -366,7 +379,7 @@ impl Core {
         let result = self
             .prepare_dispatch(program, inputs, config, kernel)
             .and_then(|prepared| self.run_prepared(prepared, inputs, timed, started, outputs));
-        self.metrics.count(&result, timed);
+        count(&self.metrics, &result, timed);
         result.map_err(|e| self.classify(e))
     }
 

@@ -67,17 +67,4 @@ impl Metrics {
     pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
-
-    /// Counts a dispatch's outcome: an error, or (`timed`) its wall and device time.
-    pub(crate) fn count<E>(&self, result: &Result<super::dispatch::Timing, E>, timed: bool) {
-        match result {
-            Ok(timing) if timed => {
-                Self::bump(&self.timed_dispatches);
-                Self::add(&self.timed_wall_ns, timing.wall_ns);
-                Self::add(&self.timed_device_ns, timing.device_ns.unwrap_or(0));
-            }
-            Ok(_) => {}
-            Err(_) => Self::bump(&self.dispatch_errors),
-        }
-    }
 }

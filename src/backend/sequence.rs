@@ -6,7 +6,7 @@
 //! graph the first time they are needed, and later identical calls replay it. A one-off
 //! prefix-only list (seen for the first time) and a single launch run directly.
 
-use super::dispatch::{check_config, check_fault, nanos, Timing};
+use super::dispatch::{check_config, check_fault, count, nanos, Timing};
 use super::graphs::{CachedGraph, GraphKey, StepKey};
 use super::launch::{self, GridSyncLaunch, LaunchArgs};
 use super::metrics::Metrics;
@@ -961,7 +961,7 @@ impl CudaBackend {
             ..ResidentBatch::default()
         };
         let timing = self.resident_op(&batch, &mut [], true);
-        metrics.count(&timing, true);
+        count(metrics, &timing, true);
         let timing = timing?;
         Ok(timing.into_result(Vec::new()))
     }
