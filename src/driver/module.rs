@@ -19,7 +19,7 @@ pub struct Module {
 
 /// A kernel parameter's type, as declared in the PTX (`.param .u32` / `.param .u64`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ParamKind {
+pub(crate) enum ParamKind {
     /// `.param .u32` / `.s32` / `.b32`.
     U32,
     /// `.param .u64` / `.s64` / `.b64`.
@@ -235,7 +235,7 @@ impl Function {
     }
 
     /// The declared parameters, when they are plain 32/64-bit scalars.
-    pub fn params(&self) -> Option<&[ParamKind]> {
+    pub(crate) fn params(&self) -> Option<&[ParamKind]> {
         self.params.as_deref()
     }
 
