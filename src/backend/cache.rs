@@ -31,10 +31,6 @@ impl KernelKey {
         Self(*hasher.finalize().as_bytes())
     }
 
-    pub(crate) fn bytes(&self) -> &[u8; 32] {
-        &self.0
-    }
-
     /// Lower-case hex of the key (64 characters).
     pub(crate) fn hex(&self) -> String {
         self.0.iter().map(|b| format!("{b:02x}")).collect()

@@ -33,14 +33,15 @@
 //! result the same for any interleaving of the chunks' atomics.
 
 use super::cache::LoadedKernel;
-use super::dispatch::{check_fault, nanos, Prepared, Timing};
+use super::dispatch::{check_fault, nanos, Prepared, Timing, BINDING_ALIGN};
 use super::launch::{self, LaunchArgs};
 use super::metrics::Metrics;
 use super::plan::{shape_output, starts_zeroed, DispatchPlan};
-use super::pool::{Block, StreamSlot};
-use super::staging::{DeviceToHost, HostToDevice, QueuedDownload, Workers};
+use super::pool::{Block, Pooled, StreamSlot};
+use super::staging::{DeviceToHost, HostToDevice, Lane, QueuedDownload, Workers};
 use super::Core;
-use crate::driver::DriverError;
+use crate::codegen::KernelAbi;
+use crate::driver::{DriverError, Stream};
 use crate::error::CudaError;
 use std::ops::Range;
 use std::sync::{Mutex, OnceLock};
@@ -87,13 +88,135 @@ fn chunk_bytes() -> usize {
     })
 }
 
-/// Each binding's chunk buffer starts on this boundary inside a stream's device block.
-const BINDING_ALIGN: usize = 256;
-
 /// One chunk: its invocations and, per returned binding, the caller's bytes it fills.
 struct Chunk<'o> {
     invocations: Range<u32>,
     outputs: Vec<&'o mut [u8]>,
+}
+
+/// How one chunked dispatch is cut and laid out.
+struct Geometry {
+    /// Invocations of the whole dispatch.
+    total: u32,
+    /// The chunks' invocation ranges.
+    ranges: Vec<Range<u32>>,
+    /// Pipeline threads (and streams).
+    streams: usize,
+    /// Indices (into `abi.bindings`) of the returned bindings, in output order.
+    returned: Vec<usize>,
+    /// Byte offset of each binding's chunk buffer inside a stream's block.
+    offsets: Vec<usize>,
+    /// Bytes of a stream's block: the chunk buffers, then the fault word.
+    block_bytes: usize,
+    /// Byte offset of each accumulated binding's whole buffer in the accumulator block.
+    accumulator_offsets: Vec<usize>,
+    /// Bytes of the accumulator block (0: no accumulated binding).
+    accumulator_bytes: usize,
+}
+
+impl Geometry {
+    /// The chunked layout of `prepared`; `None` when it should take the ordinary path (not
+    /// one launch of an elementwise program with a vector entry over large inputs, or one
+    /// chunk would cover it all).
+    fn plan(prepared: &Prepared, inputs: &[&[u8]]) -> Option<Self> {
+        let input_bytes: usize = inputs.iter().map(|input| input.len()).sum();
+        let Prepared { kernel, plan, .. } = prepared;
+        let abi = &kernel.abi;
+        if input_bytes < CHUNKED_MIN_INPUT_BYTES
+            || prepared.launches != 1
+            || abi.vector_lanes == 0
+            || kernel.vector_function().is_none()
+        {
+            return None;
+        }
+        let total = u64::from(plan.grid[0]) * u64::from(abi.workgroup_size[0]);
+        let total = u32::try_from(total)
+            .ok()
+            .filter(|&total| plan.grid[1] == 1 && plan.grid[2] == 1 && total < u32::MAX - 64)?;
+        let widest = abi
+            .bindings
+            .iter()
+            .filter(|b| !b.accumulated)
+            .map(|b| b.element_size)
+            .max()
+            .unwrap_or(4) as usize;
+        // A multiple of 16 invocations, so every chunk's virtual bases stay 16-byte
+        // aligned for every element size.
+        let chunk = ((chunk_bytes() / widest).max(1 << 12) & !15) as u32;
+        if total <= chunk {
+            return None;
+        }
+        let streams = pipeline_threads().min(total.div_ceil(chunk) as usize);
+        let mut geometry = Self {
+            total,
+            ranges: chunk_ranges(total, chunk, streams),
+            streams,
+            returned: (0..abi.bindings.len())
+                .filter(|&b| abi.bindings[b].role.is_returned())
+                .collect(),
+            offsets: Vec::with_capacity(abi.bindings.len()),
+            block_bytes: 0,
+            accumulator_offsets: Vec::with_capacity(abi.bindings.len()),
+            accumulator_bytes: 0,
+        };
+        for (binding, bytes) in abi.bindings.iter().zip(&plan.bindings) {
+            geometry.offsets.push(geometry.block_bytes);
+            geometry
+                .accumulator_offsets
+                .push(geometry.accumulator_bytes);
+            if binding.accumulated {
+                geometry.accumulator_bytes += bytes.len.max(1).next_multiple_of(BINDING_ALIGN);
+            } else {
+                geometry.block_bytes += (chunk as usize * binding.element_size as usize)
+                    .next_multiple_of(BINDING_ALIGN);
+            }
+        }
+        // The fault word follows the chunk buffers.
+        geometry.block_bytes += BINDING_ALIGN;
+        Some(geometry)
+    }
+
+    /// Offset of a stream's fault word inside its block.
+    fn fault_offset(&self) -> usize {
+        self.block_bytes - BINDING_ALIGN
+    }
+}
+
+/// The device resources of one chunked dispatch: per pipeline thread a stream and its
+/// block, and the accumulator block. Dropped, they go back to their pools.
+struct Lease {
+    streams: Vec<(Pooled<StreamSlot>, Block)>,
+    accumulators: Option<Block>,
+}
+
+impl Lease {
+    /// Frees everything instead of pooling it (after a driver error; freeing waits for
+    /// whatever is still queued).
+    fn discard(self) {
+        for (slot, block) in self.streams {
+            block.discard();
+            slot.discard();
+        }
+        if let Some(block) = self.accumulators {
+            block.discard();
+        }
+    }
+
+    fn first_stream(&self) -> &Stream {
+        &self.streams[0].0.stream
+    }
+
+    /// Device address of each accumulated binding's whole buffer (0 for the others).
+    fn accumulator_pointers(&self, abi: &KernelAbi, geometry: &Geometry) -> Vec<u64> {
+        abi.bindings
+            .iter()
+            .zip(&geometry.accumulator_offsets)
+            .map(|(binding, &offset)| match &self.accumulators {
+                Some(block) if binding.accumulated => block.ptr() + offset as u64,
+                _ => 0,
+            })
+            .collect()
+    }
 }
 
 /// What every pipeline thread shares.
@@ -102,12 +225,7 @@ struct Shared<'a> {
     kernel: &'a LoadedKernel,
     plan: &'a DispatchPlan,
     inputs: &'a [&'a [u8]],
-    /// Byte offset of each binding's chunk buffer inside a stream's block.
-    offsets: &'a [usize],
-    /// Offset of the stream's fault word inside its block.
-    fault_offset: usize,
-    /// Indices (into `abi.bindings`) of the returned bindings, in output order.
-    returned: &'a [usize],
+    geometry: &'a Geometry,
     /// Device address of each accumulated binding's whole buffer (0 for the others).
     accumulators: &'a [u64],
 }
@@ -122,182 +240,34 @@ impl Core {
         started: Instant,
         outputs: &mut Vec<Vec<u8>>,
     ) -> Result<Option<Timing>, CudaError> {
-        if inputs.iter().map(|input| input.len()).sum::<usize>() < CHUNKED_MIN_INPUT_BYTES
-            || prepared.launches != 1
-        {
-            return Ok(None);
-        }
-        let Prepared { kernel, plan, .. } = prepared;
-        let abi = &kernel.abi;
-        if abi.vector_lanes == 0 || kernel.vector_function().is_none() {
-            return Ok(None);
-        }
-        let total = u64::from(plan.grid[0]) * u64::from(abi.workgroup_size[0]);
-        let Some(total) = u32::try_from(total)
-            .ok()
-            .filter(|&total| plan.grid[1] == 1 && plan.grid[2] == 1 && total < u32::MAX - 64)
-        else {
+        let Some(geometry) = Geometry::plan(prepared, inputs) else {
             return Ok(None);
         };
-        let widest = abi
-            .bindings
-            .iter()
-            .filter(|b| !b.accumulated)
-            .map(|b| b.element_size)
-            .max()
-            .unwrap_or(4) as usize;
-        // A multiple of 16 invocations, so every chunk's virtual bases stay 16-byte
-        // aligned for every element size.
-        let chunk = ((chunk_bytes() / widest).max(1 << 12) & !15) as u32;
-        if total <= chunk {
-            return Ok(None);
-        }
-        let streams = pipeline_threads().min(total.div_ceil(chunk) as usize);
-        let ranges = chunk_ranges(total, chunk, streams);
-        let returned: Vec<usize> = (0..abi.bindings.len())
-            .filter(|&b| abi.bindings[b].role.is_returned())
-            .collect();
-        let mut offsets = Vec::with_capacity(abi.bindings.len());
-        let mut block_bytes = 0usize;
-        let mut accumulator_offsets = Vec::with_capacity(abi.bindings.len());
-        let mut accumulator_bytes = 0usize;
-        for (binding, bytes) in abi.bindings.iter().zip(&plan.bindings) {
-            offsets.push(block_bytes);
-            accumulator_offsets.push(accumulator_bytes);
-            if binding.accumulated {
-                accumulator_bytes += bytes.len.max(1).next_multiple_of(BINDING_ALIGN);
-            } else {
-                block_bytes += (chunk as usize * binding.element_size as usize)
-                    .next_multiple_of(BINDING_ALIGN);
-            }
-        }
-        let fault_offset = block_bytes;
-        block_bytes += BINDING_ALIGN;
-        let mut resources = Vec::with_capacity(streams);
-        for _ in 0..streams {
-            let slot = self
-                .streams
-                .take(&self.device, &self.metrics)
-                .map_err(|e| self.driver_error(e))?;
-            let block = self
-                .pool
-                .take(&self.device, &slot.stream, block_bytes, &self.metrics)
-                .map_err(|e| self.driver_error(e))?;
-            resources.push((slot, block));
-        }
-        let accumulator_block = if accumulator_bytes > 0 {
-            let stream = &resources[0].0.stream;
-            match self
-                .pool
-                .take(&self.device, stream, accumulator_bytes, &self.metrics)
-            {
-                Ok(block) => Some(block),
-                Err(error) => {
-                    self.release(resources, None);
-                    return Err(self.driver_error(error));
-                }
-            }
-        } else {
-            None
-        };
-        if resources
+        let lease = self.lease(&geometry).map_err(|e| self.driver_error(e))?;
+        if lease
+            .streams
             .iter()
             .map(|(_, block)| block)
-            .chain(&accumulator_block)
+            .chain(&lease.accumulators)
             .any(|block| block.ptr() % BINDING_ALIGN as u64 != 0)
         {
             // Never expected (device allocations are 256-byte aligned); the ordinary path
             // does not need the alignment.
-            self.release(resources, accumulator_block);
             return Ok(None);
         }
-        let accumulators: Vec<u64> = abi
-            .bindings
-            .iter()
-            .zip(&accumulator_offsets)
-            .map(|(binding, &offset)| match &accumulator_block {
-                Some(block) if binding.accumulated => block.ptr() + offset as u64,
-                _ => 0,
-            })
-            .collect();
-        if let Err(error) =
-            self.fill_accumulators(&resources[0].0.stream, abi, plan, inputs, &accumulators)
-        {
-            drop(resources);
-            drop(accumulator_block);
-            return Err(self.driver_error(error));
-        }
-        Metrics::bump(&self.metrics.chunked_dispatches);
-        prepare_outputs(abi, plan, inputs, &returned, total, outputs);
-        let shared = Shared {
-            core: self,
-            kernel,
-            plan,
-            inputs,
-            offsets: &offsets,
-            fault_offset,
-            returned: &returned,
-            accumulators: &accumulators,
-        };
-        let results: Vec<Result<u32, DriverError>> = {
-            let queue = Mutex::new(
-                split_outputs(abi, plan, &returned, &ranges, total, outputs).into_iter(),
-            );
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = resources
-                    .iter()
-                    .map(|(slot, block)| {
-                        let (shared, queue) = (&shared, &queue);
-                        scope.spawn(move || shared.run_stream(&slot.stream, block.ptr(), queue))
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|handle| {
-                        handle.join().unwrap_or_else(|_| {
-                            Err(DriverError::from_code(
-                                "chunked dispatch worker",
-                                cudarc::driver::sys::CUresult::CUDA_ERROR_UNKNOWN as u32,
-                            )
-                            .with_description("a pipeline thread panicked"))
-                        })
-                    })
-                    .collect()
-            })
-        };
-        let mut code = 0u32;
-        let mut failure = None;
-        for result in results {
-            match result {
-                Ok(word) if code == 0 => code = word,
-                Ok(_) => {}
-                Err(error) => failure = failure.or(Some(error)),
+        let code = match self.pipeline(prepared, inputs, &geometry, &lease, outputs) {
+            Ok(code) => code,
+            Err(error) => {
+                lease.discard();
+                outputs.clear();
+                return Err(self.driver_error(error));
             }
-        }
-        if failure.is_none() && code == 0 {
-            // Every stream has finished; the accumulators hold their final contents.
-            failure = self
-                .read_accumulators(
-                    &resources[0].0.stream,
-                    abi,
-                    plan,
-                    &returned,
-                    &accumulators,
-                    outputs,
-                )
-                .err();
-        }
-        if let Some(error) = failure {
-            // Dropping the memory and streams waits for whatever is still queued on them.
-            drop(resources);
-            drop(accumulator_block);
-            outputs.clear();
-            return Err(self.driver_error(error));
-        }
-        self.release(resources, accumulator_block);
+        };
+        drop(lease);
         let wait_started = Instant::now();
         check_fault(self, code, outputs)?;
-        for (out, &b) in outputs.iter_mut().zip(&returned) {
+        let abi = &prepared.kernel.abi;
+        for (out, &b) in outputs.iter_mut().zip(&geometry.returned) {
             shape_output(out, abi.bindings[b].output_byte_range.as_ref());
         }
         Ok(Some(Timing {
@@ -307,27 +277,111 @@ impl Core {
             wait_ns: nanos(wait_started),
         }))
     }
-}
 
-impl Core {
-    /// Returns a chunked dispatch's streams, their blocks and the accumulator block to
-    /// their pools; nothing may still be queued on them.
-    fn release(&self, resources: Vec<(StreamSlot, Block)>, accumulators: Option<Block>) {
-        if let (Some(block), Some((slot, _))) = (accumulators, resources.first()) {
-            self.pool.give_back(block, &slot.stream);
+    /// A stream and block per pipeline thread, and the accumulator block.
+    fn lease(&self, geometry: &Geometry) -> Result<Lease, DriverError> {
+        let mut streams = Vec::with_capacity(geometry.streams);
+        for _ in 0..geometry.streams {
+            let slot = self.stream()?;
+            let block = self.pool.take(
+                &self.device,
+                &slot.stream,
+                geometry.block_bytes,
+                &self.metrics,
+            )?;
+            streams.push((slot, block));
         }
-        for (slot, block) in resources {
-            self.pool.give_back(block, &slot.stream);
-            self.streams.give_back(slot);
+        let accumulators = if geometry.accumulator_bytes > 0 {
+            let stream = &streams[0].0.stream;
+            Some(self.pool.take(
+                &self.device,
+                stream,
+                geometry.accumulator_bytes,
+                &self.metrics,
+            )?)
+        } else {
+            None
+        };
+        Ok(Lease {
+            streams,
+            accumulators,
+        })
+    }
+
+    /// Fills the accumulators, runs the pipeline threads and reads the accumulators back;
+    /// returns the first non-zero fault word (0: none).
+    fn pipeline(
+        &self,
+        prepared: &Prepared,
+        inputs: &[&[u8]],
+        geometry: &Geometry,
+        lease: &Lease,
+        outputs: &mut Vec<Vec<u8>>,
+    ) -> Result<u32, DriverError> {
+        let Prepared { kernel, plan, .. } = prepared;
+        let abi = &kernel.abi;
+        let accumulators = lease.accumulator_pointers(abi, geometry);
+        self.fill_accumulators(lease.first_stream(), abi, plan, inputs, &accumulators)?;
+        Metrics::bump(&self.metrics.chunked_dispatches);
+        prepare_outputs(
+            abi,
+            plan,
+            inputs,
+            &geometry.returned,
+            geometry.total,
+            outputs,
+        );
+        let shared = Shared {
+            core: self,
+            kernel,
+            plan,
+            inputs,
+            geometry,
+            accumulators: &accumulators,
+        };
+        let queue =
+            Mutex::new(split_outputs(abi, plan, geometry, outputs.as_mut_slice()).into_iter());
+        let results: Vec<Result<u32, DriverError>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = lease
+                .streams
+                .iter()
+                .map(|(slot, block)| {
+                    let (shared, queue) = (&shared, &queue);
+                    scope.spawn(move || shared.run_stream(&slot.stream, block.ptr(), queue))
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|handle| handle.join().unwrap_or_else(|_| Err(panicked())))
+                .collect()
+        });
+        let mut code = 0u32;
+        for result in results {
+            let word = result?;
+            if code == 0 {
+                code = word;
+            }
         }
+        if code == 0 {
+            // Every stream has finished; the accumulators hold their final contents.
+            self.read_accumulators(
+                lease.first_stream(),
+                abi,
+                plan,
+                &geometry.returned,
+                &accumulators,
+                outputs,
+            )?;
+        }
+        Ok(code)
     }
 
     /// Gives each accumulated binding its starting contents (the input's bytes, or zeros
     /// for a fresh output) and waits, so every pipeline stream sees them.
     fn fill_accumulators(
         &self,
-        stream: &crate::driver::Stream,
-        abi: &crate::codegen::KernelAbi,
+        stream: &Stream,
+        abi: &KernelAbi,
         plan: &DispatchPlan,
         inputs: &[&[u8]],
         accumulators: &[u64],
@@ -347,22 +401,18 @@ impl Core {
                 None => {}
             }
         }
-        if uploads.is_empty() {
-            return stream.synchronize();
+        if !uploads.is_empty() {
+            self.staging
+                .upload_now(&self.device, stream, &uploads, &self.metrics)?;
         }
-        let mut lane = self.staging.take();
-        self.staging
-            .upload(&mut lane, &self.device, stream, &uploads, &self.metrics)?;
-        stream.synchronize()?;
-        self.staging.give_back(lane);
-        Ok(())
+        stream.synchronize()
     }
 
     /// Copies the returned accumulated bindings into their outputs (all streams done).
     fn read_accumulators(
         &self,
-        stream: &crate::driver::Stream,
-        abi: &crate::codegen::KernelAbi,
+        stream: &Stream,
+        abi: &KernelAbi,
         plan: &DispatchPlan,
         returned: &[usize],
         accumulators: &[u64],
@@ -381,17 +431,17 @@ impl Core {
         if downloads.is_empty() {
             return Ok(());
         }
-        let mut lane = self.staging.take();
-        self.staging.download(
-            &mut lane,
-            &self.device,
-            stream,
-            &mut downloads,
-            &self.metrics,
-        )?;
-        self.staging.give_back(lane);
-        Ok(())
+        self.staging
+            .download_now(&self.device, stream, &mut downloads, &self.metrics)
     }
+}
+
+fn panicked() -> DriverError {
+    DriverError::from_code(
+        "chunked dispatch worker",
+        cudarc::driver::sys::CUresult::CUDA_ERROR_UNKNOWN as u32,
+    )
+    .with_description("a pipeline thread panicked")
 }
 
 /// Cuts `0..total` into chunks of `chunk` invocations, except that the first `streams`
@@ -424,7 +474,7 @@ fn chunk_ranges(total: u32, chunk: u32, streams: usize) -> Vec<Range<u32>> {
 /// replaced by a fresh zeroed allocation, whose pages the pipeline threads then touch
 /// in parallel as they copy results in (instead of one thread zero-filling it first).
 fn prepare_outputs(
-    abi: &crate::codegen::KernelAbi,
+    abi: &KernelAbi,
     plan: &DispatchPlan,
     inputs: &[&[u8]],
     returned: &[usize],
@@ -455,12 +505,7 @@ fn prepare_outputs(
 }
 
 /// Bytes of binding `b` that some invocation below `total` can address.
-fn covered_bytes(
-    abi: &crate::codegen::KernelAbi,
-    plan: &DispatchPlan,
-    b: usize,
-    total: u32,
-) -> usize {
+fn covered_bytes(abi: &KernelAbi, plan: &DispatchPlan, b: usize, total: u32) -> usize {
     if abi.bindings[b].accumulated {
         // Read back whole after the chunks (`Core::read_accumulators`), never per chunk.
         return 0;
@@ -471,13 +516,18 @@ fn covered_bytes(
 
 /// Cuts each returned buffer's addressed bytes into the chunks' pieces.
 fn split_outputs<'o>(
-    abi: &crate::codegen::KernelAbi,
+    abi: &KernelAbi,
     plan: &DispatchPlan,
-    returned: &[usize],
-    ranges: &[Range<u32>],
-    total: u32,
+    geometry: &Geometry,
     outputs: &'o mut [Vec<u8>],
 ) -> Vec<Chunk<'o>> {
+    let Geometry {
+        total,
+        ranges,
+        returned,
+        ..
+    } = geometry;
+    let total = *total;
     let mut chunks: Vec<Chunk<'o>> = ranges
         .iter()
         .map(|range| Chunk {
@@ -505,101 +555,28 @@ impl Shared<'_> {
     /// launching and reading back each on `stream`; returns the stream's fault word.
     fn run_stream<'o>(
         &self,
-        stream: &crate::driver::Stream,
+        stream: &Stream,
         block: u64,
         queue: &Mutex<std::vec::IntoIter<Chunk<'o>>>,
     ) -> Result<u32, DriverError> {
         let core = self.core;
         let abi = &self.kernel.abi;
-        let fault = block + self.fault_offset as u64;
+        let fault = block + self.geometry.fault_offset() as u64;
         if abi.fault_word {
             stream.memset_zero(fault, 4)?;
         }
         let mut lane = core.staging.take();
         let result = (|| {
             let mut queued: Option<QueuedDownload<'o>> = None;
-            loop {
-                let next = queue.lock().ok().and_then(|mut queue| queue.next());
-                let Some(mut chunk) = next else { break };
-                let range = chunk.invocations.clone();
-                let mut uploads: smallvec::SmallVec<[HostToDevice<'_>; 8]> =
-                    smallvec::SmallVec::new();
-                let mut args = LaunchArgs::default();
-                for (b, binding) in abi.bindings.iter().enumerate() {
-                    let bytes = &self.plan.bindings[b];
-                    if binding.accumulated {
-                        args.pointers.push(self.accumulators[b]);
-                        args.counts.push(bytes.elements);
-                        continue;
-                    }
-                    let stride = binding.element_size as usize;
-                    let lo = range.start.min(bytes.elements) as usize * stride;
-                    let hi = range.end.min(bytes.elements) as usize * stride;
-                    let dst = block + self.offsets[b] as u64;
-                    if hi > lo {
-                        match bytes.input {
-                            Some(input) => uploads.push(HostToDevice {
-                                dst,
-                                src: &self.inputs[input][lo..hi],
-                            }),
-                            None if starts_zeroed(binding.role) => {
-                                stream.memset_zero(dst, hi - lo)?;
-                            }
-                            None => {}
-                        }
-                    }
-                    // The virtual base: element `gid` of the whole buffer lands in the chunk.
-                    args.pointers
-                        .push(dst.wrapping_sub(range.start as u64 * stride as u64));
-                    args.counts.push(bytes.elements);
-                }
-                args.fault = abi.fault_word.then_some(fault);
-                core.staging.upload_with(
-                    &mut lane,
-                    &core.device,
-                    stream,
-                    &uploads,
-                    &core.metrics,
-                    Workers::CallingThread,
-                )?;
-                launch::enqueue_range(stream, self.kernel, &args, range.clone())?;
-                Metrics::bump(&core.metrics.launches);
+            while let Some(chunk) = queue.lock().ok().and_then(|mut queue| queue.next()) {
+                self.launch_chunk(&mut lane, stream, block, fault, &chunk.invocations)?;
                 // The previous chunk's results: their copies were queued before this
                 // chunk's upload on the same stream, so they are done or nearly; this
                 // chunk's upload and kernel run while the host copies them out.
                 if let Some(previous) = queued.take() {
                     core.staging.finish_download(&mut lane, previous)?;
                 }
-                let downloads: Vec<DeviceToHost<'o>> = self
-                    .returned
-                    .iter()
-                    .zip(chunk.outputs.drain(..))
-                    .filter(|(_, piece)| !piece.is_empty())
-                    .map(|(&b, piece)| DeviceToHost {
-                        src: block + self.offsets[b] as u64,
-                        dst: piece,
-                    })
-                    .collect();
-                if downloads.is_empty() {
-                    continue;
-                }
-                match core.staging.queue_download(
-                    &mut lane,
-                    &core.device,
-                    stream,
-                    downloads,
-                    &core.metrics,
-                )? {
-                    Ok(download) => queued = Some(download),
-                    Err(mut downloads) => core.staging.download_with(
-                        &mut lane,
-                        &core.device,
-                        stream,
-                        &mut downloads,
-                        &core.metrics,
-                        Workers::CallingThread,
-                    )?,
-                }
+                queued = self.queue_results(&mut lane, stream, block, chunk)?;
             }
             if let Some(previous) = queued.take() {
                 core.staging.finish_download(&mut lane, previous)?;
@@ -620,10 +597,105 @@ impl Shared<'_> {
             stream.synchronize()?;
             Ok(u32::from_le_bytes(word))
         })();
-        if result.is_ok() {
-            core.staging.give_back(lane);
-        }
+        lane.discard_if(result.is_err());
         result
+    }
+
+    /// Stages one chunk's inputs (zeroing its outputs' ranges) and launches the vector
+    /// entry over its invocations.
+    fn launch_chunk(
+        &self,
+        lane: &mut Lane,
+        stream: &Stream,
+        block: u64,
+        fault: u64,
+        range: &Range<u32>,
+    ) -> Result<(), DriverError> {
+        let core = self.core;
+        let abi = &self.kernel.abi;
+        let mut uploads: smallvec::SmallVec<[HostToDevice<'_>; 8]> = smallvec::SmallVec::new();
+        let mut args = LaunchArgs::default();
+        for (b, binding) in abi.bindings.iter().enumerate() {
+            let bytes = &self.plan.bindings[b];
+            args.counts.push(bytes.elements);
+            if binding.accumulated {
+                args.pointers.push(self.accumulators[b]);
+                continue;
+            }
+            let stride = binding.element_size as usize;
+            let lo = range.start.min(bytes.elements) as usize * stride;
+            let hi = range.end.min(bytes.elements) as usize * stride;
+            let dst = block + self.geometry.offsets[b] as u64;
+            if hi > lo {
+                match bytes.input {
+                    Some(input) => uploads.push(HostToDevice {
+                        dst,
+                        src: &self.inputs[input][lo..hi],
+                    }),
+                    None if starts_zeroed(binding.role) => stream.memset_zero(dst, hi - lo)?,
+                    None => {}
+                }
+            }
+            // The virtual base: element `gid` of the whole buffer lands in the chunk.
+            args.pointers
+                .push(dst.wrapping_sub(range.start as u64 * stride as u64));
+        }
+        args.fault = abi.fault_word.then_some(fault);
+        core.staging.upload_with(
+            lane,
+            &core.device,
+            stream,
+            &uploads,
+            &core.metrics,
+            Workers::CallingThread,
+        )?;
+        launch::enqueue_range(stream, self.kernel, &args, range.clone())?;
+        Metrics::bump(&core.metrics.launches);
+        Ok(())
+    }
+
+    /// Queues the copies of one chunk's results back into its output pieces: into the
+    /// lane's queued-download slots when they fit (returned, to finish later), else
+    /// downloaded now.
+    fn queue_results<'o>(
+        &self,
+        lane: &mut Lane,
+        stream: &Stream,
+        block: u64,
+        mut chunk: Chunk<'o>,
+    ) -> Result<Option<QueuedDownload<'o>>, DriverError> {
+        let core = self.core;
+        let downloads: Vec<DeviceToHost<'o>> = self
+            .geometry
+            .returned
+            .iter()
+            .zip(chunk.outputs.drain(..))
+            .filter(|(_, piece)| !piece.is_empty())
+            .map(|(&b, piece)| DeviceToHost {
+                src: block + self.geometry.offsets[b] as u64,
+                dst: piece,
+            })
+            .collect();
+        if downloads.is_empty() {
+            return Ok(None);
+        }
+        match core
+            .staging
+            .queue_download(lane, &core.device, stream, downloads, &core.metrics)?
+        {
+            Ok(download) => Ok(Some(download)),
+            Err(mut downloads) => {
+                core.staging.download_with(
+                    lane,
+                    &core.device,
+                    stream,
+                    &mut downloads,
+                    &core.metrics,
+                    Workers::CallingThread,
+                )?;
+                Ok(None)
+            }
+        }
     }
 }
 

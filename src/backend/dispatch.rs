@@ -5,8 +5,7 @@ use super::cache::LoadedKernel;
 use super::launch::{self, GridSyncLaunch, LaunchArgs};
 use super::metrics::Metrics;
 use super::plan::{shape_output, starts_zeroed, DispatchPlan};
-use super::pool::{Block, StreamSlot};
-use super::small::inputs_fit;
+use super::pool::{Block, Pooled, StreamSlot};
 use super::staging::{DeviceToHost, HostToDevice};
 use super::{Core, CudaBackend};
 use crate::codegen::{DeviceFault, FAULT_AREA_BYTES};
@@ -51,19 +50,33 @@ impl Timing {
     }
 }
 
+/// Counts a dispatch's outcome in `metrics`: an error, or (`timed`) its wall and device time.
+pub(crate) fn count<E>(metrics: &Metrics, result: &Result<Timing, E>, timed: bool) {
+    match result {
+        Ok(timing) if timed => {
+            Metrics::bump(&metrics.timed_dispatches);
+            Metrics::add(&metrics.timed_wall_ns, timing.wall_ns);
+            Metrics::add(&metrics.timed_device_ns, timing.device_ns.unwrap_or(0));
+        }
+        Ok(_) => {}
+        Err(_) => Metrics::bump(&metrics.dispatch_errors),
+    }
+}
+
 pub(crate) fn nanos(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// A dispatch whose inputs are uploaded and whose launches are enqueued. Owns its device
-/// memory and stream until [`InFlight::finish`] or [`InFlight::abandon`].
+/// memory and stream (back to their pools when it is dropped, discarded after a driver
+/// error) until [`InFlight::finish`] or [`InFlight::cancel`].
 pub(crate) struct InFlight {
     kernel: Arc<LoadedKernel>,
     plan: DispatchPlan,
     offsets: smallvec::SmallVec<[usize; 8]>,
     fault_offset: Option<usize>,
-    block: Option<Block>,
-    slot: Option<StreamSlot>,
+    block: Block,
+    slot: Pooled<StreamSlot>,
     timed: bool,
     started: Instant,
     enqueue_ns: u64,
@@ -143,10 +156,7 @@ impl Core {
         if abi.fault_word {
             total += BINDING_ALIGN;
         }
-        let slot = self
-            .streams
-            .take(&self.device, &self.metrics)
-            .map_err(|e| self.driver_error(e))?;
+        let slot = self.stream().map_err(|e| self.driver_error(e))?;
         let block = self
             .pool
             .take(&self.device, &slot.stream, total.max(1), &self.metrics)
@@ -156,14 +166,16 @@ impl Core {
             plan,
             offsets,
             fault_offset,
-            block: Some(block),
-            slot: Some(slot),
+            block,
+            slot,
             timed,
             started,
             enqueue_ns: 0,
         };
-        self.enqueue(&mut flight, inputs, launches)
-            .map_err(|e| self.driver_error(e))?;
+        if let Err(error) = self.enqueue(&mut flight, inputs, launches) {
+            flight.discard();
+            return Err(self.driver_error(error));
+        }
         flight.enqueue_ns = nanos(started);
         Ok(flight)
     }
@@ -175,11 +187,8 @@ impl Core {
         launches: u32,
     ) -> Result<(), crate::driver::DriverError> {
         let abi = &flight.kernel.abi;
-        let base = flight.block.as_ref().map_or(0, Block::ptr);
-        let slot = flight
-            .slot
-            .as_ref()
-            .expect("a started dispatch has a stream");
+        let base = flight.block.ptr();
+        let slot = &flight.slot;
         let stream = &slot.stream;
         {
             let _span = tracing::trace_span!("vyre_cuda.upload").entered();
@@ -203,12 +212,8 @@ impl Core {
             if let Some(fault) = flight.fault_offset {
                 stream.memset_zero(base + fault as u64, FAULT_AREA_BYTES)?;
             }
-            let mut lane = self.staging.take();
-            let uploaded =
-                self.staging
-                    .upload(&mut lane, &self.device, stream, &copies, &self.metrics);
-            self.staging.give_back(lane);
-            uploaded?;
+            self.staging
+                .upload_now(&self.device, stream, &copies, &self.metrics)?;
         }
         let args = LaunchArgs {
             pointers: flight.offsets.iter().map(|o| base + *o as u64).collect(),
@@ -239,22 +244,19 @@ impl Core {
 impl InFlight {
     /// Whether the launches have completed (non-blocking).
     pub(crate) fn is_complete(&self) -> bool {
-        self.slot
-            .as_ref()
-            .is_none_or(|slot| slot.done.is_complete().unwrap_or(true))
+        self.slot.done.is_complete().unwrap_or(true)
     }
 
-    /// Reads the outputs back (into `outputs`, reusing its buffers), waits, checks the
-    /// fault word and returns the pools' resources.
+    /// Reads the outputs back (into `outputs`, reusing its buffers), waits and checks the
+    /// fault word; the resources go back to their pools (discarded after a driver error).
     pub(crate) fn finish(
-        mut self,
+        self,
         core: &Core,
         outputs: &mut Vec<Vec<u8>>,
     ) -> Result<Timing, CudaError> {
         let result = self.read_back(core, outputs);
-        match &result {
-            Ok(_) | Err(CudaError::KernelRuntime { .. }) => self.release(core),
-            Err(_) => self.abandon(),
+        if super::failed_on_device(&result) {
+            self.discard();
         }
         result
     }
@@ -263,8 +265,8 @@ impl InFlight {
         let wait_started = Instant::now();
         let _span = tracing::trace_span!("vyre_cuda.readback").entered();
         let abi = &self.kernel.abi;
-        let base = self.block.as_ref().map_or(0, Block::ptr);
-        let slot = self.slot.as_ref().expect("a started dispatch has a stream");
+        let base = self.block.ptr();
+        let slot = &self.slot;
         let returned = abi.bindings.iter().filter(|b| b.role.is_returned()).count();
         outputs.truncate(returned);
         outputs.resize_with(returned, Vec::new);
@@ -295,16 +297,8 @@ impl InFlight {
                     dst: &mut word,
                 });
             }
-            let mut lane = core.staging.take();
-            let downloaded = core.staging.download(
-                &mut lane,
-                &core.device,
-                &slot.stream,
-                &mut copies,
-                &core.metrics,
-            );
-            core.staging.give_back(lane);
-            downloaded
+            core.staging
+                .download_now(&core.device, &slot.stream, &mut copies, &core.metrics)
                 .and_then(|()| slot.stream.synchronize())
                 .map_err(|e| core.driver_error(e))?;
         }
@@ -333,31 +327,17 @@ impl InFlight {
         })
     }
 
-    /// Returns the block and stream to their pools (the stream is idle).
-    fn release(&mut self, core: &Core) {
-        if let (Some(block), Some(slot)) = (self.block.take(), self.slot.take()) {
-            core.pool.give_back(block, &slot.stream);
-            core.streams.give_back(slot);
-        }
-    }
-
-    /// Drops the resources without pooling them (after a driver error). Dropping device
-    /// memory waits for the work that uses it.
-    fn abandon(&mut self) {
-        self.block = None;
-        self.slot = None;
+    /// Frees the memory and stream instead of pooling them (after a driver error; freeing
+    /// device memory waits for the work that uses it).
+    fn discard(self) {
+        self.block.discard();
+        self.slot.discard();
     }
 
     /// Waits for the launches, then returns the resources (a dropped async dispatch).
-    pub(crate) fn cancel(mut self, core: &Core) {
-        let idle = self
-            .slot
-            .as_ref()
-            .is_some_and(|slot| slot.stream.synchronize().is_ok());
-        if idle {
-            self.release(core);
-        } else {
-            self.abandon();
+    pub(crate) fn cancel(self) {
+        if self.slot.stream.synchronize().is_err() {
+            self.discard();
         }
     }
 }
@@ -399,15 +379,7 @@ impl Core {
         let result = self
             .prepare_dispatch(program, inputs, config, kernel)
             .and_then(|prepared| self.run_prepared(prepared, inputs, timed, started, outputs));
-        match &result {
-            Ok(timing) if timed => {
-                Metrics::bump(&self.metrics.timed_dispatches);
-                Metrics::add(&self.metrics.timed_wall_ns, timing.wall_ns);
-                Metrics::add(&self.metrics.timed_device_ns, timing.device_ns.unwrap_or(0));
-            }
-            Ok(_) => {}
-            Err(_) => Metrics::bump(&self.metrics.dispatch_errors),
-        }
+        count(&self.metrics, &result, timed);
         result.map_err(|e| self.classify(e))
     }
 
@@ -423,10 +395,8 @@ impl Core {
         started: Instant,
         outputs: &mut Vec<Vec<u8>>,
     ) -> Result<Timing, CudaError> {
-        if self.small.enabled() && inputs_fit(inputs, self.small.capacity()) {
-            if let Some(result) = self.run_small(&prepared, inputs, timed, started, outputs) {
-                return result;
-            }
+        if let Some(result) = self.run_small(&prepared, inputs, timed, started, outputs) {
+            return result;
         }
         if !timed {
             if let Some(timing) = self.run_chunked(&prepared, inputs, started, outputs)? {

@@ -7,6 +7,7 @@
 
 use super::cache::KernelKey;
 use crate::codegen::visit::{children, for_each_child, for_each_expr};
+use crate::codegen::{check_nesting, CodegenError};
 use rustc_hash::FxHashMap;
 use std::sync::{Arc, Mutex, Weak};
 use vyre_foundation::ir::{Expr, Node, Program};
@@ -46,7 +47,7 @@ pub(crate) struct ProgramIdentities {
 
 impl ProgramIdentities {
     /// The exact identity of `program`.
-    pub(crate) fn of(&self, program: &Program) -> [u8; 32] {
+    pub(crate) fn of(&self, program: &Program) -> Result<[u8; 32], CodegenError> {
         self.with_memo(program, |memo| memo.identity)
     }
 
@@ -57,7 +58,7 @@ impl ProgramIdentities {
         program: &Program,
         workgroup: [u32; 3],
         derive: impl FnOnce(&[u8; 32]) -> KernelKey,
-    ) -> KernelKey {
+    ) -> Result<KernelKey, CodegenError> {
         self.with_memo(program, |memo| match memo.key {
             Some((memo_workgroup, key)) if memo_workgroup == workgroup => key,
             _ => {
@@ -68,21 +69,22 @@ impl ProgramIdentities {
         })
     }
 
-    fn with_memo<T>(&self, program: &Program, read: impl FnOnce(&mut Memo) -> T) -> T {
+    /// `read` on `program`'s memo. A program seen for the first time has its nesting depth
+    /// checked before anything walks it recursively (vyre's fingerprint included), so the
+    /// walks below cannot overflow the stack.
+    fn with_memo<T>(
+        &self,
+        program: &Program,
+        read: impl FnOnce(&mut Memo) -> T,
+    ) -> Result<T, CodegenError> {
         let address = Arc::as_ptr(&program.entry) as usize;
-        let Ok(mut memo) = self.memo.lock() else {
-            return read(&mut Memo {
-                entry: Weak::new(),
-                fingerprint: program.fingerprint(),
-                identity: compute(program),
-                key: None,
-            });
-        };
-        if let Some(record) = memo.get_mut(&address).filter(|r| r.describes(program)) {
-            return read(record);
+        if let Ok(mut memo) = self.memo.lock() {
+            if let Some(record) = memo.get_mut(&address).filter(|r| r.describes(program)) {
+                return Ok(read(record));
+            }
         }
-        // A miss: hash outside the lock (the walk is the expensive part).
-        drop(memo);
+        // A miss: check, then hash outside the lock (the walk is the expensive part).
+        check_nesting(program)?;
         let mut record = Memo {
             entry: Arc::downgrade(&program.entry),
             fingerprint: program.fingerprint(),
@@ -99,7 +101,7 @@ impl ProgramIdentities {
             }
             memo.insert(address, record);
         }
-        value
+        Ok(value)
     }
 }
 
@@ -154,7 +156,7 @@ mod tests {
             minus.fingerprint(),
             "vyre folds the sign"
         );
-        assert_ne!(ids.of(&plus), ids.of(&minus));
+        assert_ne!(ids.of(&plus).unwrap(), ids.of(&minus).unwrap());
     }
 
     #[test]
@@ -162,8 +164,8 @@ mod tests {
         let ids = ProgramIdentities::default();
         let p = program(-0.0);
         let clone = p.clone();
-        assert_eq!(ids.of(&p), ids.of(&clone));
-        assert_eq!(ids.of(&p), compute(&p));
+        assert_eq!(ids.of(&p).unwrap(), ids.of(&clone).unwrap());
+        assert_eq!(ids.of(&p).unwrap(), compute(&p));
     }
 
     #[test]
@@ -174,11 +176,11 @@ mod tests {
             BufferDecl::output("out", 0, DataType::F32).with_count(8)
         ]);
         assert!(Arc::ptr_eq(&p.entry, &wider.entry));
-        assert_ne!(ids.of(&p), ids.of(&wider));
-        assert_eq!(ids.of(&wider), compute(&wider));
+        assert_ne!(ids.of(&p).unwrap(), ids.of(&wider).unwrap());
+        assert_eq!(ids.of(&wider).unwrap(), compute(&wider));
         let mut regrouped = p.clone();
         regrouped.set_workgroup_size([32, 1, 1]);
-        assert_ne!(ids.of(&p), ids.of(&regrouped));
+        assert_ne!(ids.of(&p).unwrap(), ids.of(&regrouped).unwrap());
     }
 
     #[test]
@@ -192,6 +194,7 @@ mod tests {
                 derived += 1;
                 KernelKey::new(identity, workgroup, target)
             })
+            .unwrap()
         };
         let first = key([64, 1, 1]);
         assert_eq!(key([64, 1, 1]), first);

@@ -9,7 +9,6 @@
 mod cache;
 mod chunked;
 mod device_buffer;
-mod disk_cache;
 mod dispatch;
 mod graphs;
 mod identity;
@@ -26,6 +25,8 @@ mod sequence;
 mod small;
 mod staging;
 
+#[doc(hidden)]
+pub use crate::driver::FailPoint;
 pub use device_buffer::CudaDeviceBuffer;
 pub use pending::CudaPendingDispatch;
 pub use pipeline::CudaPipeline;
@@ -36,12 +37,11 @@ use crate::codegen::{emit_ptx, CodegenError, EmittedKernel, PtxTarget, COOPERATI
 use crate::driver::{Device, DeviceAlloc, DeviceInfo, DriverError};
 use crate::error::CudaError;
 use cache::{CacheLimits, CooperativeEntry, KernelCache, KernelKey, LazyVector, LoadedKernel};
-use disk_cache::{DiskCache, Miss};
 use identity::ProgramIdentities;
 use launch::GridSyncLaunch;
 use metrics::Metrics;
 use plan::GridLimits;
-use pool::{DevicePool, StreamPool};
+use pool::{DevicePool, Pool, Pooled, StreamSlot};
 use resident::{Budget, HandleError, HandleTable};
 use staging::{Staging, StagingConfig};
 use std::path::PathBuf;
@@ -55,8 +55,6 @@ use vyre_foundation::validate::{
 
 /// Environment variable naming the CUDA device ordinal to use (default 0).
 pub const DEVICE_ENV: &str = "VYRE_CUDA_DEVICE";
-/// Environment variable naming a directory for the on-disk PTX cache (unset: no disk cache).
-pub const CACHE_DIR_ENV: &str = "VYRE_CUDA_CACHE_DIR";
 /// Environment variable choosing the transient memory pool (`size-classes`, `stream-ordered`).
 pub const POOL_ENV: &str = "VYRE_CUDA_POOL";
 /// Environment variable capping resident memory, in bytes.
@@ -80,8 +78,6 @@ pub const BLOCKING_WAIT_ENV: &str = "VYRE_CUDA_BLOCKING_WAIT";
 pub struct CudaOptions {
     /// Device ordinal.
     pub device: usize,
-    /// Directory of the on-disk PTX cache (`None`: disabled).
-    pub disk_cache_dir: Option<PathBuf>,
     /// Most bytes of resident buffers at once (`None`: 90% of the device's memory).
     pub resident_budget: Option<u64>,
     /// Which pool serves transient device memory.
@@ -127,7 +123,6 @@ impl Default for CudaOptions {
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         Self {
             device: 0,
-            disk_cache_dir: None,
             resident_budget: None,
             pool: PoolKind::SizeClasses,
             staging_chunk_bytes: 4 << 20,
@@ -146,7 +141,7 @@ impl Default for CudaOptions {
 }
 
 impl CudaOptions {
-    /// Defaults overridden by `VYRE_CUDA_DEVICE`, `VYRE_CUDA_CACHE_DIR`, `VYRE_CUDA_POOL`,
+    /// Defaults overridden by `VYRE_CUDA_DEVICE`, `VYRE_CUDA_POOL`,
     /// `VYRE_CUDA_RESIDENT_BUDGET`, `VYRE_CUDA_COPY_THREADS`, `VYRE_CUDA_SPLIT_GRID_SYNC`,
     /// `VYRE_CUDA_SMALL_DISPATCH_BYTES`, `VYRE_CUDA_BLOCKING_WAIT`,
     /// `VYRE_CUDA_VECTOR_MIN_INVOCATIONS` and `VYRE_CUDA_JIT_HELPER`.
@@ -165,9 +160,6 @@ impl CudaOptions {
         }
         if let Some(helper) = std::env::var_os(JIT_HELPER_ENV).filter(|h| !h.is_empty()) {
             options.jit_helper = Some(PathBuf::from(helper));
-        }
-        if let Some(dir) = std::env::var_os(CACHE_DIR_ENV).filter(|d| !d.is_empty()) {
-            options.disk_cache_dir = Some(PathBuf::from(dir));
         }
         if let Ok(text) = std::env::var(POOL_ENV) {
             options.pool = PoolKind::parse(&text).ok_or_else(|| {
@@ -256,8 +248,7 @@ pub(crate) struct Core {
     limits: GridLimits,
     kernels: KernelCache,
     identities: ProgramIdentities,
-    disk: Option<DiskCache>,
-    streams: StreamPool,
+    streams: Pool<StreamSlot>,
     pool: DevicePool,
     staging: Staging,
     small: small::SmallLanes,
@@ -342,8 +333,7 @@ impl CudaBackend {
                 module_bytes: options.module_cache_bytes,
             }),
             identities: ProgramIdentities::default(),
-            disk: options.disk_cache_dir.map(DiskCache::new),
-            streams: StreamPool::new(64),
+            streams: Pool::new(64),
             pool: DevicePool::new(options.pool, transient_idle),
             staging: Staging::new(StagingConfig::new(
                 options.staging_chunk_bytes,
@@ -477,6 +467,20 @@ impl CudaBackend {
         self.core.prepare()
     }
 
+    /// Test hook: fails the `nth` (from 1) later driver call of `kind` on this backend's
+    /// device, once, with a non-sticky error (see [`FailPoint`]).
+    #[doc(hidden)]
+    pub fn fail_driver_call(&self, kind: FailPoint, nth: u32) {
+        self.core.device.fail_call(kind, nth);
+    }
+
+    /// Test hook: disarms [`Self::fail_driver_call`]; true when its failure had not been
+    /// injected yet.
+    #[doc(hidden)]
+    pub fn disarm_driver_failure(&self) -> bool {
+        self.core.device.disarm()
+    }
+
     /// Wait for all work on the device.
     pub fn flush(&self) -> Result<(), CudaError> {
         self.core.usable()?;
@@ -534,7 +538,19 @@ impl Core {
             self.small.idle_bytes() as u64,
         ));
         snapshot.push(("vyre_cuda_cached_graphs", self.graphs.len() as u64));
-        snapshot.push(("vyre_cuda_idle_streams", self.streams.idle() as u64));
+        snapshot.push(("vyre_cuda_idle_streams", self.streams.counts().idle as u64));
+        let (lanes, events) = self.small.counts();
+        let counts = [
+            self.streams.counts(),
+            self.pool.counts(),
+            self.staging.counts(),
+            lanes,
+            events,
+        ];
+        for ((in_use, idle), counts) in POOL_METRICS.into_iter().zip(counts) {
+            snapshot.push((in_use, counts.in_use as u64));
+            snapshot.push((idle, counts.idle as u64));
+        }
         snapshot.push(("vyre_cuda_resident_buffers", self.resident.live() as u64));
         snapshot.push(("vyre_cuda_resident_bytes", self.budget.in_use()));
         snapshot.push(("vyre_cuda_resident_budget_bytes", self.budget.limit()));
@@ -617,42 +633,38 @@ impl Core {
     fn prepare(&self) -> Result<(), CudaError> {
         self.usable()?;
         self.device.bind().map_err(|e| self.driver_error(e))?;
-        let slot = self
-            .streams
-            .take(&self.device, &self.metrics)
-            .map_err(|e| self.driver_error(e))?;
-        let mut lane = self.staging.take();
-        // One tiny download allocates the lane's first pinned slot and runs the stream.
+        let slot = self.stream().map_err(|e| self.driver_error(e))?;
+        // One tiny download allocates a staging lane's first pinned slot and runs the stream.
         let block = self
             .pool
             .take(&self.device, &slot.stream, 4, &self.metrics)
             .map_err(|e| self.driver_error(e))?;
         let mut word = [0u8; 4];
+        let copy = staging::DeviceToHost {
+            src: block.ptr(),
+            dst: &mut word,
+        };
         let result = slot
             .stream
             .memset_zero(block.ptr(), 4)
             .and_then(|()| {
-                self.staging.download(
-                    &mut lane,
-                    &self.device,
-                    &slot.stream,
-                    &mut [staging::DeviceToHost {
-                        src: block.ptr(),
-                        dst: &mut word,
-                    }],
-                    &self.metrics,
-                )
+                self.staging
+                    .download_now(&self.device, &slot.stream, &mut [copy], &self.metrics)
             })
             .and_then(|()| slot.stream.synchronize());
-        match result {
-            Ok(()) => {
-                self.pool.give_back(block, &slot.stream);
-                self.staging.give_back(lane);
-                self.streams.give_back(slot);
-                self.small.prepare(self).map_err(|e| self.driver_error(e))
-            }
-            Err(error) => Err(self.driver_error(error)),
+        if let Err(error) = result {
+            block.discard();
+            slot.discard();
+            return Err(self.driver_error(error));
         }
+        drop((block, slot));
+        self.small.prepare(self).map_err(|e| self.driver_error(e))
+    }
+
+    /// A stream with its events, from the pool.
+    pub(crate) fn stream(&self) -> Result<Pooled<StreamSlot>, DriverError> {
+        self.streams
+            .take(|| StreamSlot::new(&self.device, &self.metrics))
     }
 
     fn shutdown(&self) -> Result<(), CudaError> {
@@ -667,15 +679,15 @@ impl Core {
         self.graphs.clear();
         drop(self.resident.drain());
         self.kernels.clear();
-        self.pool.clear();
-        self.small.clear();
-        self.staging.clear();
-        self.streams.clear();
+        self.pool.close();
+        self.small.close();
+        self.staging.close();
+        self.streams.close();
         synced.map_err(|e| self.driver_error(e))
     }
 
     /// The loaded kernel for `program` under `config`: a module-cache hit, else PTX from
-    /// the PTX cache, the disk cache or the emitter, then one module load.
+    /// the PTX cache or the emitter, then one module load.
     pub(crate) fn kernel(
         &self,
         program: &Program,
@@ -686,7 +698,7 @@ impl Core {
             .unwrap_or_else(|| program.workgroup_size());
         let key = self.identities.kernel_key(program, workgroup, |identity| {
             KernelKey::new(identity, workgroup, self.target)
-        });
+        })?;
         if let Some(kernel) = self
             .kernels
             .modules
@@ -700,12 +712,24 @@ impl Core {
         Metrics::bump(&self.metrics.kernel_cache_misses);
         let _span = tracing::debug_span!("vyre_cuda.compile", key = %key.hex()).entered();
         let emitted = self.emitted(&key, program, config, workgroup)?;
-        if emitted.abi.shared_bytes > self.device.info().max_shared_memory_per_block {
+        let kernel = Arc::new(self.load(key, &emitted)?);
+        let Ok(mut modules) = self.kernels.modules.lock() else {
+            return Ok(kernel);
+        };
+        let (kernel, evicted) = modules.insert(key, kernel, emitted.ptx.len());
+        drop(modules);
+        Metrics::add(&self.metrics.module_evictions, evicted.len() as u64);
+        Ok(kernel)
+    }
+
+    /// Loads `emitted` as a module and looks its entries up.
+    fn load(&self, key: KernelKey, emitted: &EmittedKernel) -> Result<LoadedKernel, CudaError> {
+        let max_shared = self.device.info().max_shared_memory_per_block;
+        if emitted.abi.shared_bytes > max_shared {
             return Err(CodegenError::invalid(
                 format!(
-                    "workgroup buffers need {} bytes of shared memory; the device allows {}",
+                    "workgroup buffers need {} bytes of shared memory; the device allows {max_shared}",
                     emitted.abi.shared_bytes,
-                    self.device.info().max_shared_memory_per_block
                 ),
                 "shrink the workgroup buffers",
             )
@@ -733,34 +757,34 @@ impl Core {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.driver_error(e))?;
         let cooperative = if emitted.abi.cooperative && self.grid_sync != GridSyncLaunch::Split {
-            let function = module
-                .function(COOPERATIVE_ENTRY)
-                .map_err(|e| self.driver_error(e))?;
-            let per_sm = function
-                .max_active_blocks_per_multiprocessor(emitted.abi.threads_per_workgroup())
-                .map_err(|e| self.driver_error(e))?;
-            let max_blocks = u64::from(per_sm) * u64::from(self.device.info().multiprocessor_count);
-            (max_blocks > 0).then_some(CooperativeEntry {
-                function,
-                max_blocks,
-            })
+            self.cooperative_entry(&module, emitted)
+                .map_err(|e| self.driver_error(e))?
         } else {
             None
         };
-        let kernel = Arc::new(LoadedKernel {
+        Ok(LoadedKernel {
             key,
             abi: emitted.abi.clone(),
             functions,
             cooperative,
             vector,
-        });
-        let Ok(mut modules) = self.kernels.modules.lock() else {
-            return Ok(kernel);
-        };
-        let (kernel, evicted) = modules.insert(key, kernel, emitted.ptx.len());
-        drop(modules);
-        Metrics::add(&self.metrics.module_evictions, evicted.len() as u64);
-        Ok(kernel)
+        })
+    }
+
+    /// The cooperative entry of a loaded module and how many of its blocks fit resident.
+    fn cooperative_entry(
+        &self,
+        module: &Arc<crate::driver::Module>,
+        emitted: &EmittedKernel,
+    ) -> Result<Option<CooperativeEntry>, DriverError> {
+        let function = module.function(COOPERATIVE_ENTRY)?;
+        let per_sm =
+            function.max_active_blocks_per_multiprocessor(emitted.abi.threads_per_workgroup())?;
+        let max_blocks = u64::from(per_sm) * u64::from(self.device.info().multiprocessor_count);
+        Ok((max_blocks > 0).then_some(CooperativeEntry {
+            function,
+            max_blocks,
+        }))
     }
 
     fn emitted(
@@ -776,39 +800,12 @@ impl Core {
         }
         validate(program)?;
         self.check_launch_shape(workgroup)?;
-        let from_disk =
-            self.disk
-                .as_ref()
-                .and_then(|disk| match disk.load(key, program, self.target) {
-                    Ok(emitted) => {
-                        Metrics::bump(&self.metrics.disk_cache_hits);
-                        Some(emitted)
-                    }
-                    Err(Miss::Absent) => {
-                        Metrics::bump(&self.metrics.disk_cache_misses);
-                        None
-                    }
-                    Err(Miss::Corrupt(reason)) => {
-                        tracing::debug!(%reason, "PTX disk cache record rejected");
-                        Metrics::bump(&self.metrics.disk_cache_errors);
-                        None
-                    }
-                });
-        let emitted = match from_disk {
-            Some(emitted) => emitted,
-            None => {
-                let _span = tracing::debug_span!("vyre_cuda.emit_ptx").entered();
-                let emitted = Arc::new(emit_ptx(program, config.workgroup_override, self.target)?);
-                Metrics::bump(&self.metrics.ptx_generations);
-                Metrics::add(&self.metrics.ptx_bytes, emitted.ptx.len() as u64);
-                if let Some(disk) = &self.disk {
-                    if disk.store(key, &emitted).is_err() {
-                        Metrics::bump(&self.metrics.disk_cache_errors);
-                    }
-                }
-                emitted
-            }
+        let emitted = {
+            let _span = tracing::debug_span!("vyre_cuda.emit_ptx").entered();
+            Arc::new(emit_ptx(program, config.workgroup_override, self.target)?)
         };
+        Metrics::bump(&self.metrics.ptx_generations);
+        Metrics::add(&self.metrics.ptx_bytes, emitted.ptx.len() as u64);
         let size = emitted.ptx.len();
         Ok(match self.kernels.ptx.lock() {
             Ok(mut ptx) => ptx.insert(*key, emitted, size).0,
@@ -889,15 +886,16 @@ impl Core {
             budget: Arc::clone(&self.budget),
         };
         // Fresh buffers start zeroed, like the reference's outputs.
-        let slot = self
-            .streams
-            .take(&self.device, &self.metrics)
-            .map_err(|e| self.driver_error(e))?;
-        slot.stream
+        let slot = self.stream().map_err(|e| self.driver_error(e))?;
+        let zeroed = slot
+            .stream
             .memset_zero(buffer.ptr(), byte_len)
-            .and_then(|()| slot.stream.synchronize())
-            .map_err(|e| self.driver_error(e))?;
-        self.streams.give_back(slot);
+            .and_then(|()| slot.stream.synchronize());
+        if let Err(error) = zeroed {
+            slot.discard();
+            return Err(self.driver_error(error));
+        }
+        drop(slot);
         let handle = self.resident.insert(buffer).map_err(handle_error)?;
         Metrics::bump(&self.metrics.resident_allocations);
         Ok(handle)
@@ -913,6 +911,27 @@ impl Core {
         Ok(())
     }
 }
+
+/// Whether `result` failed on the device: a driver error (not a fault the kernel reported
+/// after completing), after which the stream and memory it used are discarded, not pooled.
+pub(crate) fn failed_on_device<T>(result: &Result<T, CudaError>) -> bool {
+    matches!(result, Err(error) if !matches!(error, CudaError::KernelRuntime { .. }))
+}
+
+/// The telemetry names of the pools' counts: `(in use, idle)`, in `Core::pool_counts` order.
+const POOL_METRICS: [(&str, &str); 5] = [
+    ("vyre_cuda_streams_in_use", "vyre_cuda_streams_idle"),
+    (
+        "vyre_cuda_device_blocks_in_use",
+        "vyre_cuda_device_blocks_idle",
+    ),
+    (
+        "vyre_cuda_staging_lanes_in_use",
+        "vyre_cuda_staging_lanes_idle",
+    ),
+    ("vyre_cuda_small_lanes_in_use", "vyre_cuda_small_lanes_idle"),
+    ("vyre_cuda_wait_events_in_use", "vyre_cuda_wait_events_idle"),
+];
 
 fn handle_error(error: HandleError) -> CudaError {
     let (message, fix) = error.message();

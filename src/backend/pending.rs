@@ -81,7 +81,7 @@ impl Drop for CudaPendingDispatch {
             Err(poisoned) => poisoned.into_inner().take(),
         };
         if let Some(flight) = flight {
-            flight.cancel(&self.core);
+            flight.cancel();
         }
     }
 }

@@ -1,7 +1,16 @@
-//! Pools: transient device memory and streams (each with its events).
+//! Pools: one idle list type ([`Pool`]) and its guard ([`Pooled`]), and the pools built on
+//! it: transient device memory ([`DevicePool`]) and streams ([`StreamSlot`]). Staging lanes,
+//! small-dispatch lanes and blocking wait events use the same [`Pool`].
+//!
+//! A [`Pooled`] guard holds one resource and a handle to its pool; dropping it gives the
+//! resource back (kept idle within the pool's bound, else freed), so every path out of an
+//! executor, error paths included, returns what it took. After a driver error, whose work
+//! may still be queued or whose state is unknown, [`Pooled::discard`] frees the resource
+//! instead of recycling it. Every pool counts its resources in use and idle (telemetry,
+//! `vyre_cuda_<pool>_in_use` / `_idle`).
 //!
 //! Transient device memory (the buffers of one borrowed dispatch, fault words) comes from
-//! one of two pools, chosen once per backend ([`PoolKind`]):
+//! one of two sources, chosen once per backend ([`PoolKind`]):
 //!
 //! * [`PoolKind::SizeClasses`] (default): power-of-two blocks kept after a dispatch and
 //!   reused by the next one that fits, bounded by idle bytes. A warm dispatch of a known
@@ -11,13 +20,199 @@
 //!   driver's pool. Every dispatch still makes two (cheap) driver calls.
 //!
 //! `VYRE_CUDA_POOL=stream-ordered` selects the second (the benchmark compares both).
+//! Size-class blocks are reused by later dispatches on other streams, so they go back only
+//! once the work using them is done: executors drop them after synchronising, and discard
+//! them after a driver error.
 
 use super::metrics::Metrics;
 use crate::driver::{Device, DeviceAlloc, DriverError, Event, Stream, StreamOrderedAlloc};
+use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Smallest block the size-class pool allocates; sizes round up to powers of two from here.
 const MIN_BLOCK: usize = 64 * 1024;
+
+/// A resource a [`Pool`] can keep idle.
+pub(crate) trait Recycle: Send + 'static {
+    /// What it counts against the pool's idle bound; `None`: never kept idle.
+    fn weight(&self) -> Option<usize> {
+        Some(1)
+    }
+}
+
+/// Resources in use (taken and not yet dropped) and idle in one pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PoolCounts {
+    pub(crate) in_use: usize,
+    pub(crate) idle: usize,
+}
+
+struct Idle<T> {
+    items: Vec<T>,
+    weight: usize,
+}
+
+struct Home<T> {
+    idle: Mutex<Idle<T>>,
+    in_use: AtomicUsize,
+    /// Most total weight kept idle.
+    max_weight: usize,
+    /// Set by [`Pool::close`]: returned resources are freed from then on.
+    closed: AtomicBool,
+}
+
+impl<T: Recycle> Home<T> {
+    fn put(&self, item: T) {
+        let Some(weight) = item.weight() else { return };
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        if let Ok(mut idle) = self.idle.lock() {
+            if idle.weight + weight <= self.max_weight {
+                idle.weight += weight;
+                idle.items.push(item);
+            }
+        }
+    }
+}
+
+/// An idle list of `T`, bounded in total [`Recycle::weight`].
+pub(crate) struct Pool<T> {
+    home: Arc<Home<T>>,
+}
+
+impl<T: Recycle> Pool<T> {
+    pub(crate) fn new(max_weight: usize) -> Self {
+        Self {
+            home: Arc::new(Home {
+                idle: Mutex::new(Idle {
+                    items: Vec::new(),
+                    weight: 0,
+                }),
+                in_use: AtomicUsize::new(0),
+                max_weight,
+                closed: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// The most recently returned idle resource, else a new one from `create`.
+    pub(crate) fn take<E>(&self, create: impl FnOnce() -> Result<T, E>) -> Result<Pooled<T>, E> {
+        let idle = self.home.idle.lock().ok().and_then(|mut idle| {
+            let item = idle.items.pop()?;
+            idle.weight -= item.weight().unwrap_or(0);
+            Some(item)
+        });
+        match idle {
+            Some(item) => Ok(self.adopt(item)),
+            None => create().map(|item| self.adopt(item)),
+        }
+    }
+
+    /// The idle resource with the smallest `fit` (`None`: does not fit), else `create`'s.
+    pub(crate) fn take_best<E>(
+        &self,
+        fit: impl Fn(&T) -> Option<usize>,
+        create: impl FnOnce() -> Result<T, E>,
+    ) -> Result<Pooled<T>, E> {
+        let best = self.home.idle.lock().ok().and_then(|mut idle| {
+            let (index, _) = idle
+                .items
+                .iter()
+                .enumerate()
+                .filter_map(|(index, item)| fit(item).map(|key| (index, key)))
+                .min_by_key(|&(_, key)| key)?;
+            let item = idle.items.swap_remove(index);
+            idle.weight -= item.weight().unwrap_or(0);
+            Some(item)
+        });
+        match best {
+            Some(item) => Ok(self.adopt(item)),
+            None => create().map(|item| self.adopt(item)),
+        }
+    }
+
+    fn adopt(&self, item: T) -> Pooled<T> {
+        self.home.in_use.fetch_add(1, Ordering::Relaxed);
+        Pooled {
+            item: Some(item),
+            home: Arc::clone(&self.home),
+        }
+    }
+
+    /// Frees every idle resource; resources returned later are freed too (shutdown).
+    pub(crate) fn close(&self) {
+        self.home.closed.store(true, Ordering::Release);
+        if let Ok(mut idle) = self.home.idle.lock() {
+            idle.items.clear();
+            idle.weight = 0;
+        }
+    }
+
+    pub(crate) fn counts(&self) -> PoolCounts {
+        PoolCounts {
+            in_use: self.home.in_use.load(Ordering::Relaxed),
+            idle: self.home.idle.lock().map_or(0, |idle| idle.items.len()),
+        }
+    }
+
+    /// The sum of `size` over the idle resources.
+    pub(crate) fn idle_sum(&self, size: impl Fn(&T) -> usize) -> usize {
+        self.home
+            .idle
+            .lock()
+            .map_or(0, |idle| idle.items.iter().map(size).sum())
+    }
+}
+
+/// One resource taken from a [`Pool`]; dropping it gives it back.
+pub(crate) struct Pooled<T: Recycle> {
+    /// `None` only once discarded (inside `discard` and `drop`).
+    item: Option<T>,
+    home: Arc<Home<T>>,
+}
+
+impl<T: Recycle> Pooled<T> {
+    /// Frees the resource instead of recycling it (after a driver error).
+    pub(crate) fn discard(mut self) {
+        drop(self.item.take());
+    }
+
+    /// [`Self::discard`] when `failed`, else an ordinary drop (back to the pool).
+    pub(crate) fn discard_if(self, failed: bool) {
+        if failed {
+            self.discard();
+        }
+    }
+}
+
+impl<T: Recycle> Deref for Pooled<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        self.item
+            .as_ref()
+            .expect("a pooled resource is present until dropped")
+    }
+}
+
+impl<T: Recycle> DerefMut for Pooled<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        self.item
+            .as_mut()
+            .expect("a pooled resource is present until dropped")
+    }
+}
+
+impl<T: Recycle> Drop for Pooled<T> {
+    fn drop(&mut self) {
+        self.home.in_use.fetch_sub(1, Ordering::Relaxed);
+        if let Some(item) = self.item.take() {
+            self.home.put(item);
+        }
+    }
+}
 
 /// Which pool serves transient device memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,35 +234,45 @@ impl PoolKind {
     }
 }
 
-/// One dispatch's transient device memory.
-#[derive(Debug)]
-pub(crate) enum Block {
-    Pooled(DeviceAlloc),
+/// Transient device memory: a size-class block, or stream-ordered memory (never kept idle:
+/// dropping it frees it ordered on its stream).
+pub(crate) enum Memory {
+    Classes(DeviceAlloc),
     StreamOrdered(StreamOrderedAlloc),
 }
 
-impl Block {
+impl Memory {
     pub(crate) fn ptr(&self) -> u64 {
         match self {
-            Self::Pooled(block) => block.ptr(),
+            Self::Classes(block) => block.ptr(),
             Self::StreamOrdered(block) => block.ptr(),
         }
     }
 }
 
+impl Recycle for Memory {
+    fn weight(&self) -> Option<usize> {
+        match self {
+            Self::Classes(block) => Some(block.len()),
+            Self::StreamOrdered(_) => None,
+        }
+    }
+}
+
+/// One dispatch's transient device memory.
+pub(crate) type Block = Pooled<Memory>;
+
 pub(crate) struct DevicePool {
     kind: PoolKind,
-    free: Mutex<Vec<DeviceAlloc>>,
-    /// Most bytes kept idle in the pool; larger returns are freed.
-    max_idle_bytes: usize,
+    blocks: Pool<Memory>,
 }
 
 impl DevicePool {
+    /// Keeps at most `max_idle_bytes` of size-class blocks idle.
     pub(crate) fn new(kind: PoolKind, max_idle_bytes: usize) -> Self {
         Self {
             kind,
-            free: Mutex::new(Vec::new()),
-            max_idle_bytes,
+            blocks: Pool::new(max_idle_bytes),
         }
     }
 
@@ -75,66 +280,49 @@ impl DevicePool {
     pub(crate) fn take(
         &self,
         device: &Arc<Device>,
-        stream: &Stream,
+        stream: &Arc<Stream>,
         bytes: usize,
         metrics: &Metrics,
     ) -> Result<Block, DriverError> {
-        if self.kind == PoolKind::StreamOrdered {
+        let allocated = |size: usize| {
             Metrics::bump(&metrics.device_allocations);
-            Metrics::add(&metrics.device_allocation_bytes, bytes as u64);
-            return StreamOrderedAlloc::new(stream, bytes).map(Block::StreamOrdered);
+            Metrics::add(&metrics.device_allocation_bytes, size as u64);
+        };
+        if self.kind == PoolKind::StreamOrdered {
+            return self.blocks.take(|| {
+                allocated(bytes);
+                StreamOrderedAlloc::new(stream, bytes).map(Memory::StreamOrdered)
+            });
         }
-        if let Ok(mut free) = self.free.lock() {
-            let best = free
-                .iter()
-                .enumerate()
-                .filter(|(_, block)| block.len() >= bytes)
-                .min_by_key(|(_, block)| block.len())
-                .map(|(index, _)| index);
-            if let Some(index) = best {
-                Metrics::bump(&metrics.pool_reuses);
-                return Ok(Block::Pooled(free.swap_remove(index)));
-            }
+        let mut created = false;
+        let block = self.blocks.take_best(
+            |memory| match memory {
+                Memory::Classes(block) if block.len() >= bytes => Some(block.len()),
+                _ => None,
+            },
+            || {
+                created = true;
+                let size = bytes.max(MIN_BLOCK).next_power_of_two();
+                allocated(size);
+                DeviceAlloc::new(device, size).map(Memory::Classes)
+            },
+        )?;
+        if !created {
+            Metrics::bump(&metrics.pool_reuses);
         }
-        let size = bytes.max(MIN_BLOCK).next_power_of_two();
-        Metrics::bump(&metrics.device_allocations);
-        Metrics::add(&metrics.device_allocation_bytes, size as u64);
-        DeviceAlloc::new(device, size).map(Block::Pooled)
+        Ok(block)
     }
 
-    /// Returns a block once the work on `stream` that uses it is queued. Pooled blocks are
-    /// reused by later dispatches, whose work is ordered after this one only if it runs on
-    /// the same stream, so callers return pooled blocks only after synchronising.
-    pub(crate) fn give_back(&self, block: Block, stream: &Stream) {
-        match block {
-            Block::StreamOrdered(block) => {
-                if let Err(error) = block.free_on(stream) {
-                    tracing::warn!(%error, "returning stream-ordered memory failed");
-                }
-            }
-            Block::Pooled(block) => {
-                if let Ok(mut free) = self.free.lock() {
-                    let idle: usize = free.iter().map(DeviceAlloc::len).sum();
-                    if idle + block.len() <= self.max_idle_bytes {
-                        free.push(block);
-                    }
-                }
-            }
-        }
+    pub(crate) fn close(&self) {
+        self.blocks.close();
     }
 
-    /// Drop every idle block.
-    pub(crate) fn clear(&self) {
-        if let Ok(mut free) = self.free.lock() {
-            free.clear();
-        }
+    pub(crate) fn counts(&self) -> PoolCounts {
+        self.blocks.counts()
     }
 
     pub(crate) fn idle_bytes(&self) -> usize {
-        self.free
-            .lock()
-            .map(|free| free.iter().map(DeviceAlloc::len).sum())
-            .unwrap_or(0)
+        self.blocks.idle_sum(|memory| memory.weight().unwrap_or(0))
     }
 }
 
@@ -142,62 +330,27 @@ impl DevicePool {
 /// (completion only, cheaper).
 #[derive(Debug)]
 pub(crate) struct StreamSlot {
-    pub(crate) stream: Stream,
+    pub(crate) stream: Arc<Stream>,
     pub(crate) start: Event,
     pub(crate) end: Event,
     pub(crate) done: Event,
 }
 
-/// Idle streams; a dispatch takes one (creating it if none is idle), so dispatches from
-/// several threads run on different streams and overlap.
-pub(crate) struct StreamPool {
-    idle: Mutex<Vec<StreamSlot>>,
-    max_idle: usize,
-}
-
-impl StreamPool {
-    pub(crate) fn new(max_idle: usize) -> Self {
-        Self {
-            idle: Mutex::new(Vec::new()),
-            max_idle,
-        }
-    }
-
-    pub(crate) fn take(
-        &self,
-        device: &Arc<Device>,
-        metrics: &Metrics,
-    ) -> Result<StreamSlot, DriverError> {
-        if let Some(slot) = self.idle.lock().ok().and_then(|mut idle| idle.pop()) {
-            return Ok(slot);
-        }
+impl StreamSlot {
+    pub(crate) fn new(device: &Arc<Device>, metrics: &Metrics) -> Result<Self, DriverError> {
         Metrics::bump(&metrics.stream_creations);
-        Ok(StreamSlot {
-            stream: Stream::new(device)?,
+        Ok(Self {
+            stream: Arc::new(Stream::new(device)?),
             start: Event::new(device, true)?,
             end: Event::new(device, true)?,
             done: Event::new(device, false)?,
         })
     }
-
-    pub(crate) fn give_back(&self, slot: StreamSlot) {
-        if let Ok(mut idle) = self.idle.lock() {
-            if idle.len() < self.max_idle {
-                idle.push(slot);
-            }
-        }
-    }
-
-    pub(crate) fn clear(&self) {
-        if let Ok(mut idle) = self.idle.lock() {
-            idle.clear();
-        }
-    }
-
-    pub(crate) fn idle(&self) -> usize {
-        self.idle.lock().map(|idle| idle.len()).unwrap_or(0)
-    }
 }
+
+impl Recycle for StreamSlot {}
+
+impl Recycle for Event {}
 
 #[cfg(test)]
 mod tests {
@@ -214,5 +367,54 @@ mod tests {
             Some(PoolKind::SizeClasses)
         );
         assert_eq!(PoolKind::parse("bogus"), None);
+    }
+
+    #[derive(Debug, PartialEq)]
+    struct Item(usize);
+
+    impl Recycle for Item {
+        fn weight(&self) -> Option<usize> {
+            (self.0 > 0).then_some(self.0)
+        }
+    }
+
+    #[test]
+    fn guards_return_on_drop_within_the_bound_and_discard_frees() {
+        let pool: Pool<Item> = Pool::new(10);
+        let counts = |in_use, idle| PoolCounts { in_use, idle };
+        let a = pool.take(|| Ok::<_, ()>(Item(4))).unwrap();
+        let b = pool.take(|| Ok::<_, ()>(Item(8))).unwrap();
+        assert_eq!(pool.counts(), counts(2, 0));
+        drop(a);
+        drop(b); // 4 + 8 > 10: freed, not kept
+        assert_eq!(pool.counts(), counts(0, 1));
+        let a = pool.take(|| Ok::<_, ()>(Item(1))).unwrap();
+        assert_eq!(*a, Item(4), "the idle one is reused");
+        a.discard();
+        assert_eq!(pool.counts(), counts(0, 0));
+        let zero = pool.take(|| Ok::<_, ()>(Item(0))).unwrap();
+        drop(zero); // weight None: never kept
+        assert_eq!(pool.counts(), counts(0, 0));
+        assert!(pool.take(|| Err::<Item, _>("no")).is_err());
+        assert_eq!(pool.counts(), counts(0, 0));
+    }
+
+    #[test]
+    fn best_fit_takes_the_smallest_that_fits_and_close_frees_later_returns() {
+        let pool: Pool<Item> = Pool::new(100);
+        let items: Vec<_> = [8, 2, 4]
+            .into_iter()
+            .map(|n| pool.take(|| Ok::<_, ()>(Item(n))).unwrap())
+            .collect();
+        drop(items);
+        assert_eq!(pool.idle_sum(|item| item.0), 14);
+        let fit = |need: usize| move |item: &Item| (item.0 >= need).then_some(item.0);
+        let three = pool.take_best(fit(3), || Ok::<_, ()>(Item(99))).unwrap();
+        assert_eq!(*three, Item(4));
+        let nine = pool.take_best(fit(9), || Ok::<_, ()>(Item(16))).unwrap();
+        assert_eq!(*nine, Item(16));
+        pool.close();
+        drop((three, nine));
+        assert_eq!(pool.counts(), PoolCounts { in_use: 0, idle: 0 });
     }
 }

@@ -6,12 +6,12 @@
 //! graph the first time they are needed, and later identical calls replay it. A one-off
 //! prefix-only list (seen for the first time) and a single launch run directly.
 
-use super::dispatch::{check_config, check_fault, nanos, Timing};
+use super::dispatch::{check_config, check_fault, count, nanos, Timing};
 use super::graphs::{CachedGraph, GraphKey, StepKey};
 use super::launch::{self, GridSyncLaunch, LaunchArgs};
 use super::metrics::Metrics;
 use super::plan::{binding_order, DispatchPlan};
-use super::pool::Block;
+use super::pool::StreamSlot;
 use super::staging::{DeviceToHost, HostToDevice};
 use super::{cache::LoadedKernel, resident_id, Core, CudaBackend, ResidentBuffer};
 use crate::codegen::FAULT_AREA_BYTES;
@@ -216,6 +216,26 @@ fn check_range(
     }
 }
 
+/// A batch resolved against the handle table before anything is enqueued: device
+/// addresses, the work, and the buffers held (even if another thread frees their
+/// handles) until the batch is done.
+struct Resolved<'b> {
+    held: Vec<Arc<ResidentBuffer>>,
+    fills: Vec<(u64, usize, u8)>,
+    uploads: Vec<HostToDevice<'b>>,
+    work: Work,
+    reads: Vec<(u64, usize)>,
+}
+
+/// What running a resolved batch reports.
+struct Ran {
+    device_ns: Option<u64>,
+    enqueue_ns: u64,
+    wait_started: Instant,
+    /// The first non-zero fault word (0: none).
+    code: u32,
+}
+
 impl Core {
     /// Runs `batch`; `outputs[i]` receives `batch.reads[i]`. With `timed`, device time
     /// covers the dispatch steps (CUDA events around them).
@@ -237,62 +257,13 @@ impl Core {
                 "pass exactly one output Vec per read range",
             ));
         }
-        // Validate and resolve everything before touching the device; the `Arc`s keep each
-        // buffer alive until the batch is done, even if another thread frees its handle.
-        let mut held: Vec<Arc<ResidentBuffer>> = Vec::new();
-        let mut fills = Vec::with_capacity(batch.fills.len());
-        for fill in batch.fills {
-            let buffer = self.resident(fill.handle)?;
-            check_range(&buffer, fill.handle, fill.offset, fill.len, "a fill")?;
-            fills.push((buffer.ptr() + fill.offset as u64, fill.len, fill.value));
-            held.push(buffer);
-        }
-        let mut uploads: Vec<HostToDevice<'_>> = Vec::with_capacity(batch.uploads.len());
-        for upload in batch.uploads {
-            let buffer = self.resident(upload.handle)?;
-            if upload.whole && upload.bytes.len() != buffer.len() {
-                return Err(CudaError::invalid_input(
-                    format!(
-                        "{} byte(s) uploaded into resident buffer {:#x} of {} byte(s)",
-                        upload.bytes.len(),
-                        upload.handle,
-                        buffer.len()
-                    ),
-                    "upload exactly the buffer's byte length, or use upload_resident_at for a sub-range",
-                ));
-            }
-            check_range(
-                &buffer,
-                upload.handle,
-                upload.offset,
-                upload.bytes.len(),
-                "an upload",
-            )?;
-            uploads.push(HostToDevice {
-                dst: buffer.ptr() + upload.offset as u64,
-                src: upload.bytes,
-            });
-            held.push(buffer);
-        }
-        let mut work = self.plan_work(batch, &mut held)?;
-        let mut reads = Vec::with_capacity(batch.reads.len());
-        for read in batch.reads {
-            let buffer = self.resident(read.handle)?;
-            check_range(&buffer, read.handle, read.offset, read.len, "a read")?;
-            reads.push((buffer.ptr() + read.offset as u64, read.len));
-            held.push(buffer);
-        }
-        let steps = work.has_steps();
-        let needs_fault = match &work {
+        let mut resolved = self.resolve(batch)?;
+        let needs_fault = match &resolved.work {
             Work::Direct(prefix) => prefix.iter().any(|step| step.kernel.abi.fault_word),
             Work::Graphs(_) => false,
         };
-
-        let slot = self
-            .streams
-            .take(&self.device, &self.metrics)
-            .map_err(|e| self.driver_error(e))?;
-        let fault_block = if needs_fault {
+        let slot = self.stream().map_err(|e| self.driver_error(e))?;
+        let fault = if needs_fault {
             Some(
                 self.pool
                     .take(&self.device, &slot.stream, FAULT_AREA_BYTES, &self.metrics)
@@ -301,162 +272,31 @@ impl Core {
         } else {
             None
         };
-        let fault_ptr = fault_block.as_ref().map(Block::ptr);
-        let stream = &slot.stream;
-        // One fault word per source of faults: the direct launches' pooled word, or each
-        // graph's own.
-        let mut words: smallvec::SmallVec<[[u8; 4]; 4]> = smallvec::SmallVec::new();
-        let mut enqueue_ns = 0;
-        let mut wait_started = started;
-        let outcome = (|| -> Result<Option<u64>, CudaError> {
-            for &(dst, len, value) in &fills {
-                stream.memset_u8(dst, value, len)?;
-            }
-            let mut lane = self.staging.take();
-            let uploaded = {
-                let _span = tracing::trace_span!("vyre_cuda.upload").entered();
-                self.staging
-                    .upload(&mut lane, &self.device, stream, &uploads, &self.metrics)
-            };
-            self.staging.give_back(lane);
-            uploaded?;
-            if let Some(fault) = fault_ptr {
-                // The fault word and the cooperative entry's grid-barrier words.
-                stream.memset_zero(fault, FAULT_AREA_BYTES)?;
-            }
-            if let Work::Graphs(planned) = &mut work {
-                for segment in planned.iter_mut() {
-                    self.capture_segment(stream, batch, segment)?;
+        let ran = self.run_resolved(
+            &slot,
+            fault.as_ref().map(|block| block.ptr()),
+            batch,
+            &mut resolved,
+            outputs,
+            timed,
+            started,
+        );
+        let ran = match ran {
+            Ok(ran) => ran,
+            Err(error) => {
+                slot.discard();
+                if let Some(block) = fault {
+                    block.discard();
                 }
+                return Err(self.classify(error));
             }
-            if timed {
-                slot.start.record(stream)?;
-            }
-            {
-                let _span = tracing::trace_span!(
-                    "vyre_cuda.launch",
-                    steps = batch.prefix.len() + batch.repeated.len(),
-                    repeats = batch.repeat_count
-                )
-                .entered();
-                match &work {
-                    Work::Direct(prefix) => {
-                        for step in prefix {
-                            launch_step(stream, step, fault_ptr, self.grid_sync, &self.metrics)?;
-                            Metrics::add(&self.metrics.launches, u64::from(step.launches));
-                        }
-                    }
-                    Work::Graphs(planned) => {
-                        for segment in planned {
-                            let Found::Ready(graph) = &segment.graph else {
-                                unreachable!("every segment was captured above");
-                            };
-                            launch::replay(stream, &graph.exec, segment.times)?;
-                            Metrics::add(&self.metrics.graph_launches, u64::from(segment.times));
-                            let [cooperative, split] = graph.grid_sync_launches;
-                            Metrics::add(
-                                &self.metrics.grid_sync_cooperative,
-                                cooperative * u64::from(segment.times),
-                            );
-                            Metrics::add(
-                                &self.metrics.grid_sync_split,
-                                split * u64::from(segment.times),
-                            );
-                            Metrics::add(
-                                &self.metrics.launches,
-                                graph.launches * u64::from(segment.times),
-                            );
-                        }
-                    }
-                }
-            }
-            if timed {
-                slot.end.record(stream)?;
-            }
-            if let Some(blocking) = self.small.blocking_event(self)? {
-                // Sleep through the kernels; the readback below is then short.
-                let slept = blocking
-                    .record(stream)
-                    .and_then(|()| blocking.synchronize());
-                self.small.give_back_event(blocking);
-                slept?;
-            }
-            enqueue_ns = nanos(started);
-            wait_started = Instant::now();
-            let _span = tracing::trace_span!("vyre_cuda.readback").entered();
-            let fault_sources: smallvec::SmallVec<[u64; 4]> = match &work {
-                Work::Direct(_) => fault_ptr.into_iter().collect(),
-                Work::Graphs(planned) => planned
-                    .iter()
-                    .filter_map(|segment| match &segment.graph {
-                        Found::Ready(graph) => graph.fault.as_ref().map(DeviceAlloc::ptr),
-                        Found::Capture { .. } => None,
-                    })
-                    .collect(),
-            };
-            words.resize(fault_sources.len(), [0; 4]);
-            let mut copies: Vec<DeviceToHost<'_>> =
-                Vec::with_capacity(reads.len() + fault_sources.len());
-            for ((src, len), out) in reads.iter().zip(outputs.iter_mut()) {
-                out.truncate(*len);
-                out.resize(*len, 0);
-                copies.push(DeviceToHost {
-                    src: *src,
-                    dst: out.as_mut_slice(),
-                });
-            }
-            for (src, word) in fault_sources.iter().zip(words.iter_mut()) {
-                copies.push(DeviceToHost {
-                    src: *src,
-                    dst: word,
-                });
-            }
-            let mut lane = self.staging.take();
-            let downloaded =
-                self.staging
-                    .download(&mut lane, &self.device, stream, &mut copies, &self.metrics);
-            self.staging.give_back(lane);
-            downloaded?;
-            stream.synchronize()?;
-            Ok(if timed && steps {
-                Some(slot.end.elapsed_ns_since(&slot.start)?)
-            } else if timed {
-                Some(0)
-            } else {
-                None
-            })
-        })();
-        let device_ns = match outcome {
-            Ok(device_ns) => {
-                if let Some(block) = fault_block {
-                    self.pool.give_back(block, &slot.stream);
-                }
-                self.streams.give_back(slot);
-                device_ns
-            }
-            Err(error) => return Err(self.classify(error)),
         };
-        let code = words
-            .iter()
-            .map(|word| u32::from_le_bytes(*word))
-            .find(|&code| code != 0)
-            .unwrap_or(0);
-        if code == 0 {
-            // Idle graphs with zero fault words go back to the cache (a faulted graph's word
-            // is not zero any more: it is dropped instead).
-            if let Work::Graphs(planned) = work {
-                for segment in planned {
-                    if let Found::Ready(graph) = segment.graph {
-                        self.graphs.give_back(segment.key, graph, |handle| {
-                            self.resident.get(handle).is_ok()
-                        });
-                    }
-                }
-            }
+        drop((fault, slot));
+        if ran.code == 0 {
+            self.return_graphs(resolved.work);
         }
-        drop(held);
-        let mut faulted = Vec::new();
-        if let Err(error) = check_fault(self, code, &mut faulted) {
+        drop(resolved.held);
+        if let Err(error) = check_fault(self, ran.code, &mut Vec::new()) {
             for out in outputs.iter_mut() {
                 out.clear();
             }
@@ -464,10 +304,220 @@ impl Core {
         }
         Ok(Timing {
             wall_ns: nanos(started),
+            device_ns: ran.device_ns,
+            enqueue_ns: ran.enqueue_ns,
+            wait_ns: nanos(ran.wait_started),
+        })
+    }
+
+    /// Validates the batch and resolves every handle before touching the device.
+    fn resolve<'b>(&self, batch: &ResidentBatch<'b>) -> Result<Resolved<'b>, CudaError> {
+        let mut held: Vec<Arc<ResidentBuffer>> = Vec::new();
+        let mut fills = Vec::with_capacity(batch.fills.len());
+        for fill in batch.fills {
+            let buffer = self.resident(fill.handle)?;
+            check_range(&buffer, fill.handle, fill.offset, fill.len, "a fill")?;
+            fills.push((buffer.ptr() + fill.offset as u64, fill.len, fill.value));
+            held.push(buffer);
+        }
+        let mut uploads = Vec::with_capacity(batch.uploads.len());
+        for upload in batch.uploads {
+            let (handle, len) = (upload.handle, upload.bytes.len());
+            let buffer = self.resident(handle)?;
+            if upload.whole && len != buffer.len() {
+                return Err(CudaError::invalid_input(
+                    format!(
+                        "{len} byte(s) uploaded into resident buffer {handle:#x} of {} byte(s)",
+                        buffer.len()
+                    ),
+                    "upload exactly the buffer's byte length, or use upload_resident_at for a sub-range",
+                ));
+            }
+            check_range(&buffer, handle, upload.offset, len, "an upload")?;
+            uploads.push(HostToDevice {
+                dst: buffer.ptr() + upload.offset as u64,
+                src: upload.bytes,
+            });
+            held.push(buffer);
+        }
+        let work = self.plan_work(batch, &mut held)?;
+        let mut reads = Vec::with_capacity(batch.reads.len());
+        for read in batch.reads {
+            let buffer = self.resident(read.handle)?;
+            check_range(&buffer, read.handle, read.offset, read.len, "a read")?;
+            reads.push((buffer.ptr() + read.offset as u64, read.len));
+            held.push(buffer);
+        }
+        Ok(Resolved {
+            held,
+            fills,
+            uploads,
+            work,
+            reads,
+        })
+    }
+
+    /// Enqueues the fills, uploads and steps (capturing graphs the cache lacked), reads
+    /// back and waits.
+    #[allow(clippy::too_many_arguments)]
+    fn run_resolved(
+        &self,
+        slot: &StreamSlot,
+        fault: Option<u64>,
+        batch: &ResidentBatch<'_>,
+        resolved: &mut Resolved<'_>,
+        outputs: &mut [&mut Vec<u8>],
+        timed: bool,
+        started: Instant,
+    ) -> Result<Ran, CudaError> {
+        let stream = &slot.stream;
+        for &(dst, len, value) in &resolved.fills {
+            stream.memset_u8(dst, value, len)?;
+        }
+        {
+            let _span = tracing::trace_span!("vyre_cuda.upload").entered();
+            self.staging
+                .upload_now(&self.device, stream, &resolved.uploads, &self.metrics)?;
+        }
+        if let Some(fault) = fault {
+            // The fault word and the cooperative entry's grid-barrier words.
+            stream.memset_zero(fault, FAULT_AREA_BYTES)?;
+        }
+        if let Work::Graphs(planned) = &mut resolved.work {
+            for segment in planned.iter_mut() {
+                self.capture_segment(stream, batch, segment)?;
+            }
+        }
+        if timed {
+            slot.start.record(stream)?;
+        }
+        self.launch_work(stream, fault, batch, &resolved.work)?;
+        if timed {
+            slot.end.record(stream)?;
+        }
+        if let Some(blocking) = self.small.blocking_event(&self.device)? {
+            // Sleep through the kernels; the readback below is then short.
+            let slept = blocking
+                .record(stream)
+                .and_then(|()| blocking.synchronize());
+            blocking.discard_if(slept.is_err());
+            slept?;
+        }
+        let enqueue_ns = nanos(started);
+        let wait_started = Instant::now();
+        let code = self.read_resolved(stream, fault, resolved, outputs)?;
+        let device_ns = match (timed, resolved.work.has_steps()) {
+            (true, true) => Some(slot.end.elapsed_ns_since(&slot.start)?),
+            (true, false) => Some(0),
+            (false, _) => None,
+        };
+        Ok(Ran {
             device_ns,
             enqueue_ns,
-            wait_ns: nanos(wait_started),
+            wait_started,
+            code,
         })
+    }
+
+    /// Launches the direct steps or replays the graphs.
+    fn launch_work(
+        &self,
+        stream: &Stream,
+        fault: Option<u64>,
+        batch: &ResidentBatch<'_>,
+        work: &Work,
+    ) -> Result<(), DriverError> {
+        let _span = tracing::trace_span!(
+            "vyre_cuda.launch",
+            steps = batch.prefix.len() + batch.repeated.len(),
+            repeats = batch.repeat_count
+        )
+        .entered();
+        match work {
+            Work::Direct(prefix) => {
+                for step in prefix {
+                    launch_step(stream, step, fault, self.grid_sync, &self.metrics)?;
+                    Metrics::add(&self.metrics.launches, u64::from(step.launches));
+                }
+            }
+            Work::Graphs(planned) => {
+                for segment in planned {
+                    let Found::Ready(graph) = &segment.graph else {
+                        unreachable!("every segment was captured before launching");
+                    };
+                    launch::replay(stream, &graph.exec, segment.times)?;
+                    let times = u64::from(segment.times);
+                    let [cooperative, split] = graph.grid_sync_launches;
+                    Metrics::add(&self.metrics.graph_launches, times);
+                    Metrics::add(&self.metrics.grid_sync_cooperative, cooperative * times);
+                    Metrics::add(&self.metrics.grid_sync_split, split * times);
+                    Metrics::add(&self.metrics.launches, graph.launches * times);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Downloads the read ranges and the fault words (the direct launches' pooled word, or
+    /// each graph's own) and waits; returns the first non-zero fault word.
+    fn read_resolved(
+        &self,
+        stream: &Stream,
+        fault: Option<u64>,
+        resolved: &Resolved<'_>,
+        outputs: &mut [&mut Vec<u8>],
+    ) -> Result<u32, DriverError> {
+        let _span = tracing::trace_span!("vyre_cuda.readback").entered();
+        let fault_sources: smallvec::SmallVec<[u64; 4]> = match &resolved.work {
+            Work::Direct(_) => fault.into_iter().collect(),
+            Work::Graphs(planned) => planned
+                .iter()
+                .filter_map(|segment| match &segment.graph {
+                    Found::Ready(graph) => graph.fault.as_ref().map(DeviceAlloc::ptr),
+                    Found::Capture { .. } => None,
+                })
+                .collect(),
+        };
+        let mut words: smallvec::SmallVec<[[u8; 4]; 4]> =
+            smallvec::smallvec![[0; 4]; fault_sources.len()];
+        let mut copies: Vec<DeviceToHost<'_>> =
+            Vec::with_capacity(resolved.reads.len() + fault_sources.len());
+        for ((src, len), out) in resolved.reads.iter().zip(outputs.iter_mut()) {
+            out.truncate(*len);
+            out.resize(*len, 0);
+            copies.push(DeviceToHost {
+                src: *src,
+                dst: out.as_mut_slice(),
+            });
+        }
+        for (src, word) in fault_sources.iter().zip(words.iter_mut()) {
+            copies.push(DeviceToHost {
+                src: *src,
+                dst: word,
+            });
+        }
+        self.staging
+            .download_now(&self.device, stream, &mut copies, &self.metrics)?;
+        stream.synchronize()?;
+        Ok(words
+            .iter()
+            .map(|word| u32::from_le_bytes(*word))
+            .find(|&code| code != 0)
+            .unwrap_or(0))
+    }
+
+    /// Idle graphs with zero fault words go back to the cache (a faulted graph's word is
+    /// not zero any more: it is dropped instead).
+    fn return_graphs(&self, work: Work) {
+        if let Work::Graphs(planned) = work {
+            for segment in planned {
+                if let Found::Ready(graph) = segment.graph {
+                    self.graphs.give_back(segment.key, graph, |handle| {
+                        self.resident.get(handle).is_ok()
+                    });
+                }
+            }
+        }
     }
 
     /// Decides how the batch's steps run and resolves what they need: direct launches for
@@ -483,25 +533,17 @@ impl Core {
         } else {
             batch.repeat_count
         };
-        let direct = |held: &mut Vec<Arc<ResidentBuffer>>| -> Result<Work, CudaError> {
-            let prefix = batch
-                .prefix
-                .iter()
-                .map(|step| self.prepare_step(step, held))
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(Work::Direct(prefix))
-        };
         let prefix_launches: u64 = batch
             .prefix
             .iter()
             .map(|step| u64::from(step.launches.max(1)))
             .sum();
         if repeats == 0 && prefix_launches < GRAPH_MIN_LAUNCHES {
-            return direct(held);
+            return self.prepare_steps(batch.prefix, held).map(Work::Direct);
         }
-        let prefix_keys = self.step_keys(batch.prefix);
+        let prefix_keys = self.step_keys(batch.prefix)?;
         let repeated_keys = if repeats > 0 {
-            self.step_keys(batch.repeated)
+            self.step_keys(batch.repeated)?
         } else {
             Arc::from([])
         };
@@ -521,7 +563,7 @@ impl Core {
             if cached.is_none() && repeats == 0 && self.graphs.first_sighting(&key) {
                 // A prefix-only list seen for the first time: capturing it costs more than
                 // launching it; the next identical call captures.
-                return direct(held);
+                return self.prepare_steps(batch.prefix, held).map(Work::Direct);
             }
             let graph = match cached {
                 Some(graph) => {
@@ -533,39 +575,41 @@ impl Core {
                     Metrics::bump(&self.metrics.graph_cache_hits);
                     Found::Ready(graph)
                 }
-                None => {
-                    let prepare = |steps: &[Step<'_>], held: &mut Vec<Arc<ResidentBuffer>>| {
-                        steps
-                            .iter()
-                            .map(|step| self.prepare_step(step, held))
-                            .collect::<Result<Vec<_>, _>>()
-                    };
-                    let prefix = if key.prefix.is_empty() {
-                        Vec::new()
-                    } else {
-                        prepare(batch.prefix, held)?
-                    };
-                    let repeated = if key.unroll == 0 {
-                        Vec::new()
-                    } else {
-                        prepare(batch.repeated, held)?
-                    };
-                    Found::Capture { prefix, repeated }
-                }
+                None => Found::Capture {
+                    prefix: match key.prefix.is_empty() {
+                        true => Vec::new(),
+                        false => self.prepare_steps(batch.prefix, held)?,
+                    },
+                    repeated: match key.unroll {
+                        0 => Vec::new(),
+                        _ => self.prepare_steps(batch.repeated, held)?,
+                    },
+                },
             };
             planned.push(Segment { key, graph, times });
         }
         Ok(Work::Graphs(planned))
     }
 
+    fn prepare_steps(
+        &self,
+        steps: &[Step<'_>],
+        held: &mut Vec<Arc<ResidentBuffer>>,
+    ) -> Result<Vec<PreparedStep>, CudaError> {
+        steps
+            .iter()
+            .map(|step| self.prepare_step(step, held))
+            .collect()
+    }
+
     /// The cache's view of `steps`. Consecutive steps of one program share its identity.
-    fn step_keys(&self, steps: &[Step<'_>]) -> Arc<[StepKey]> {
+    fn step_keys(&self, steps: &[Step<'_>]) -> Result<Arc<[StepKey]>, CudaError> {
         let mut keys: Vec<StepKey> = Vec::with_capacity(steps.len());
         let mut previous: Option<(&Program, [u8; 32])> = None;
         for step in steps {
             let identity = match previous {
                 Some((program, identity)) if std::ptr::eq(program, step.program) => identity,
-                _ => self.identities.of(step.program),
+                _ => self.identities.of(step.program)?,
             };
             previous = Some((step.program, identity));
             keys.push(StepKey {
@@ -578,13 +622,13 @@ impl Core {
                 handles: step.handles.iter().copied().collect(),
             });
         }
-        keys.into()
+        Ok(keys.into())
     }
 
     /// Captures and instantiates a segment's graph if the cache did not have it.
     fn capture_segment(
         &self,
-        stream: &crate::driver::Stream,
+        stream: &Stream,
         batch: &ResidentBatch<'_>,
         segment: &mut Segment,
     ) -> Result<(), CudaError> {
@@ -594,22 +638,13 @@ impl Core {
         let _span =
             tracing::debug_span!("vyre_cuda.graph_capture", repeats = batch.repeat_count).entered();
         let unroll = segment.key.unroll;
-        let needs_fault = prefix
-            .iter()
-            .chain(repeated.iter())
-            .any(|step| step.kernel.abi.fault_word);
-        let fault = if needs_fault {
-            // The fault word, then the cooperative entry's grid-barrier words.
-            let word = DeviceAlloc::new(&self.device, FAULT_AREA_BYTES)?;
-            Metrics::bump(&self.metrics.device_allocations);
-            Metrics::add(
-                &self.metrics.device_allocation_bytes,
-                FAULT_AREA_BYTES as u64,
-            );
-            // Ordered before every replay on this stream; later calls find it zero (see
-            // `CachedGraph::fault`; the barrier words return to zero after each barrier).
-            stream.memset_zero(word.ptr(), FAULT_AREA_BYTES)?;
-            Some(word)
+        let steps = || {
+            prefix
+                .iter()
+                .chain((0..unroll).flat_map(|_| repeated.iter()))
+        };
+        let fault = if steps().any(|step| step.kernel.abi.fault_word) {
+            Some(self.graph_fault_word(stream)?)
         } else {
             None
         };
@@ -617,13 +652,8 @@ impl Core {
         // Launches made during capture are counted per replay (see `CachedGraph`).
         let capture = |mode: GridSyncLaunch, counted: &Metrics| -> Result<_, CudaError> {
             let graph = stream.capture(|capturing| -> Result<(), CudaError> {
-                for step in prefix {
+                for step in steps() {
                     launch_step(capturing, step, fault_ptr, mode, counted)?;
-                }
-                for _ in 0..unroll {
-                    for step in repeated {
-                        launch_step(capturing, step, fault_ptr, mode, counted)?;
-                    }
                 }
                 Ok(())
             })?;
@@ -646,8 +676,7 @@ impl Core {
             Err(error) => return Err(error),
         };
         Metrics::bump(&self.metrics.graph_captures);
-        let launches = prefix.iter().map(|s| u64::from(s.launches)).sum::<u64>()
-            + u64::from(unroll) * repeated.iter().map(|s| u64::from(s.launches)).sum::<u64>();
+        let launches = steps().map(|s| u64::from(s.launches)).sum::<u64>();
         let mut kernels: Vec<Arc<LoadedKernel>> = Vec::new();
         for step in prefix.iter().chain(repeated.iter()) {
             if !kernels.iter().any(|k| Arc::ptr_eq(k, &step.kernel)) {
@@ -666,6 +695,20 @@ impl Core {
             ],
         ));
         Ok(())
+    }
+
+    /// A graph's own fault word (then the cooperative entry's grid-barrier words), zeroed
+    /// on `stream`: ordered before every replay on it; later calls find it zero (see
+    /// `CachedGraph::fault`; the barrier words return to zero after each barrier).
+    fn graph_fault_word(&self, stream: &Stream) -> Result<DeviceAlloc, DriverError> {
+        let word = DeviceAlloc::new(&self.device, FAULT_AREA_BYTES)?;
+        Metrics::bump(&self.metrics.device_allocations);
+        Metrics::add(
+            &self.metrics.device_allocation_bytes,
+            FAULT_AREA_BYTES as u64,
+        );
+        stream.memset_zero(word.ptr(), FAULT_AREA_BYTES)?;
+        Ok(word)
     }
 
     fn prepare_step(
@@ -781,26 +824,7 @@ impl CudaBackend {
 
     /// Uploads several whole buffers with one synchronisation.
     pub fn upload_resident_many(&self, uploads: &[(&Resource, &[u8])]) -> Result<(), CudaError> {
-        let uploads = uploads
-            .iter()
-            .map(|(resource, bytes)| {
-                Ok(Upload {
-                    handle: resident_id(resource)?,
-                    offset: 0,
-                    bytes,
-                    whole: true,
-                })
-            })
-            .collect::<Result<Vec<_>, CudaError>>()?;
-        self.resident_op(
-            &ResidentBatch {
-                uploads: &uploads,
-                ..ResidentBatch::default()
-            },
-            &mut [],
-            false,
-        )
-        .map(|_| ())
+        self.upload_batch(uploads.iter().map(|&(r, bytes)| (r, 0, bytes)), true)
     }
 
     /// Uploads `bytes` at `dst_offset` (any length that fits).
@@ -818,26 +842,29 @@ impl CudaBackend {
         &self,
         uploads: &[(&Resource, usize, &[u8])],
     ) -> Result<(), CudaError> {
+        self.upload_batch(uploads.iter().copied(), false)
+    }
+
+    fn upload_batch<'a>(
+        &self,
+        uploads: impl Iterator<Item = (&'a Resource, usize, &'a [u8])>,
+        whole: bool,
+    ) -> Result<(), CudaError> {
         let uploads = uploads
-            .iter()
             .map(|(resource, offset, bytes)| {
                 Ok(Upload {
                     handle: resident_id(resource)?,
-                    offset: *offset,
+                    offset,
                     bytes,
-                    whole: false,
+                    whole,
                 })
             })
             .collect::<Result<Vec<_>, CudaError>>()?;
-        self.resident_op(
-            &ResidentBatch {
-                uploads: &uploads,
-                ..ResidentBatch::default()
-            },
-            &mut [],
-            false,
-        )
-        .map(|_| ())
+        let batch = ResidentBatch {
+            uploads: &uploads,
+            ..ResidentBatch::default()
+        };
+        self.resident_op(&batch, &mut [], false).map(drop)
     }
 
     /// Downloads a whole buffer.
@@ -927,24 +954,15 @@ impl CudaBackend {
             workgroup_override: config.workgroup_override,
             launches,
         };
-        let core = self.core();
-        Metrics::bump(&core.metrics().resident_dispatches);
-        let timing = self
-            .resident_op(
-                &ResidentBatch {
-                    prefix: &[step],
-                    ..ResidentBatch::default()
-                },
-                &mut [],
-                true,
-            )
-            .inspect_err(|_| Metrics::bump(&core.metrics().dispatch_errors))?;
-        Metrics::bump(&core.metrics().timed_dispatches);
-        Metrics::add(&core.metrics().timed_wall_ns, timing.wall_ns);
-        Metrics::add(
-            &core.metrics().timed_device_ns,
-            timing.device_ns.unwrap_or(0),
-        );
+        let metrics = self.core().metrics();
+        Metrics::bump(&metrics.resident_dispatches);
+        let batch = ResidentBatch {
+            prefix: &[step],
+            ..ResidentBatch::default()
+        };
+        let timing = self.resident_op(&batch, &mut [], true);
+        count(metrics, &timing, true);
+        let timing = timing?;
         Ok(timing.into_result(Vec::new()))
     }
 

@@ -19,13 +19,13 @@ use super::cache::LoadedKernel;
 use super::dispatch::{check_fault, nanos, Prepared, Timing, BINDING_ALIGN};
 use super::launch::{self, LaunchArgs};
 use super::metrics::Metrics;
-use super::plan::{starts_zeroed, DispatchPlan};
-use super::pool::StreamSlot;
+use super::plan::{shape_output, starts_zeroed, DispatchPlan};
+use super::pool::{Pool, PoolCounts, Pooled, Recycle, StreamSlot};
 use super::Core;
 use crate::codegen::FAULT_AREA_BYTES;
-use crate::driver::{DeviceAlloc, DriverError, Event, Exchange, RoundTripBuffer, Wait};
+use crate::driver::{Device, DeviceAlloc, DriverError, Event, Exchange, RoundTripBuffer, Wait};
 use crate::error::CudaError;
-use std::sync::Mutex;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Default arena size: dispatches whose bindings (each rounded up to 256 bytes) plus the
@@ -38,7 +38,8 @@ pub(crate) const DEFAULT_SMALL_DISPATCH_BYTES: usize = 64 * 1024;
 /// Alignment of the fault word after the data.
 const FAULT_ALIGN: usize = 16;
 
-/// Idle lanes kept for reuse (each holds one arena and one pinned buffer).
+/// Idle lanes kept for reuse (each holds one arena and one pinned buffer), and idle
+/// blocking wait events.
 const MAX_IDLE_LANES: usize = 16;
 
 /// A stream with its own device arena and pinned exchange buffer, used by one small
@@ -51,14 +52,16 @@ pub(crate) struct SmallLane {
     blocking: Option<Event>,
 }
 
+impl Recycle for SmallLane {}
+
 /// The pool of small-dispatch lanes.
 pub(crate) struct SmallLanes {
     /// Arena (and pinned buffer) bytes per lane; 0 disables the packed path.
     capacity: usize,
     blocking_wait: bool,
-    idle: Mutex<Vec<SmallLane>>,
-    /// Idle blocking-sync events for other waits (resident sequences).
-    idle_events: Mutex<Vec<Event>>,
+    lanes: Pool<SmallLane>,
+    /// Blocking-sync events for other waits (resident sequences).
+    events: Pool<Event>,
 }
 
 impl SmallLanes {
@@ -66,96 +69,71 @@ impl SmallLanes {
         Self {
             capacity: capacity.next_multiple_of(BINDING_ALIGN),
             blocking_wait,
-            idle: Mutex::new(Vec::new()),
-            idle_events: Mutex::new(Vec::new()),
+            lanes: Pool::new(MAX_IDLE_LANES),
+            events: Pool::new(MAX_IDLE_LANES),
         }
     }
 
-    /// With `CudaOptions::blocking_wait`, a blocking-sync event to wait on (return it with
-    /// [`Self::give_back_event`]); otherwise `None`.
-    pub(crate) fn blocking_event(&self, core: &Core) -> Result<Option<Event>, DriverError> {
+    /// With `CudaOptions::blocking_wait`, a blocking-sync event to wait on; otherwise
+    /// `None`.
+    pub(crate) fn blocking_event(
+        &self,
+        device: &Arc<Device>,
+    ) -> Result<Option<Pooled<Event>>, DriverError> {
         if !self.blocking_wait {
             return Ok(None);
         }
-        if let Some(event) = self.idle_events.lock().ok().and_then(|mut idle| idle.pop()) {
-            return Ok(Some(event));
-        }
-        Event::new_blocking(&core.device).map(Some)
-    }
-
-    pub(crate) fn give_back_event(&self, event: Event) {
-        if let Ok(mut idle) = self.idle_events.lock() {
-            if idle.len() < MAX_IDLE_LANES {
-                idle.push(event);
-            }
-        }
+        self.events.take(|| Event::new_blocking(device)).map(Some)
     }
 
     pub(crate) fn enabled(&self) -> bool {
         self.capacity > 0
     }
 
-    /// Arena bytes per lane.
-    pub(crate) fn capacity(&self) -> usize {
-        self.capacity
-    }
-
-    fn take(&self, core: &Core) -> Result<SmallLane, DriverError> {
-        if let Some(lane) = self.idle.lock().ok().and_then(|mut idle| idle.pop()) {
-            return Ok(lane);
-        }
-        let slot = core.streams.take(&core.device, &core.metrics)?;
-        Metrics::bump(&core.metrics.device_allocations);
-        Metrics::add(&core.metrics.device_allocation_bytes, self.capacity as u64);
-        let arena = DeviceAlloc::new(&core.device, self.capacity)?;
-        Metrics::bump(&core.metrics.pinned_allocations);
-        Metrics::add(&core.metrics.pinned_allocation_bytes, self.capacity as u64);
-        let exchange = RoundTripBuffer::new(&core.device, self.capacity)?;
-        let blocking = if self.blocking_wait {
-            Some(Event::new_blocking(&core.device)?)
-        } else {
-            None
-        };
-        Ok(SmallLane {
-            slot,
-            arena,
-            exchange,
-            blocking,
+    fn take(&self, core: &Core) -> Result<Pooled<SmallLane>, DriverError> {
+        self.lanes.take(|| {
+            let slot = StreamSlot::new(&core.device, &core.metrics)?;
+            Metrics::bump(&core.metrics.device_allocations);
+            Metrics::add(&core.metrics.device_allocation_bytes, self.capacity as u64);
+            let arena = DeviceAlloc::new(&core.device, self.capacity)?;
+            Metrics::bump(&core.metrics.pinned_allocations);
+            Metrics::add(&core.metrics.pinned_allocation_bytes, self.capacity as u64);
+            let exchange = RoundTripBuffer::new(&core.device, self.capacity)?;
+            let blocking = if self.blocking_wait {
+                Some(Event::new_blocking(&core.device)?)
+            } else {
+                None
+            };
+            Ok(SmallLane {
+                slot,
+                arena,
+                exchange,
+                blocking,
+            })
         })
-    }
-
-    fn give_back(&self, lane: SmallLane) {
-        if let Ok(mut idle) = self.idle.lock() {
-            if idle.len() < MAX_IDLE_LANES {
-                idle.push(lane);
-            }
-        }
     }
 
     /// Creates one lane ahead of the first dispatch.
     pub(crate) fn prepare(&self, core: &Core) -> Result<(), DriverError> {
         if self.enabled() {
-            let lane = self.take(core)?;
-            self.give_back(lane);
+            self.take(core)?;
         }
         Ok(())
     }
 
-    pub(crate) fn clear(&self) {
-        if let Ok(mut idle) = self.idle.lock() {
-            idle.clear();
-        }
-        if let Ok(mut idle) = self.idle_events.lock() {
-            idle.clear();
-        }
+    pub(crate) fn close(&self) {
+        self.lanes.close();
+        self.events.close();
+    }
+
+    /// `(lanes, wait events)` in use and idle.
+    pub(crate) fn counts(&self) -> (PoolCounts, PoolCounts) {
+        (self.lanes.counts(), self.events.counts())
     }
 
     /// Pinned bytes held by idle lanes.
     pub(crate) fn idle_bytes(&self) -> usize {
-        self.idle
-            .lock()
-            .map(|idle| idle.len() * self.capacity)
-            .unwrap_or(0)
+        self.lanes.counts().idle * self.capacity
     }
 }
 
@@ -215,9 +193,16 @@ impl Layout {
     }
 }
 
+/// The host times of one packed round trip.
+struct Trip {
+    enqueue_ns: u64,
+    wait_started: Instant,
+    device_ns: Option<u64>,
+}
+
 impl Core {
-    /// Runs a synchronous dispatch on the packed path when its arena fits a lane; `None`
-    /// when it does not (the general path runs it).
+    /// Runs a synchronous dispatch on the packed path when the packed path is on and its
+    /// arena fits a lane; `None` when it does not (the general path runs it).
     pub(crate) fn run_small(
         &self,
         prepared: &Prepared,
@@ -226,52 +211,49 @@ impl Core {
         started: Instant,
         outputs: &mut Vec<Vec<u8>>,
     ) -> Option<Result<Timing, CudaError>> {
+        if !self.small.enabled() || !inputs_fit(inputs, self.small.capacity) {
+            return None;
+        }
+        let layout = Layout::new(&prepared.kernel, &prepared.plan);
+        if layout.total > self.small.capacity {
+            return None;
+        }
+        let mut lane = match self.small.take(self) {
+            Ok(lane) => lane,
+            Err(error) => return Some(Err(self.driver_error(error))),
+        };
+        pack(&mut lane, prepared, &layout, inputs);
+        let result = self
+            .round_trip(&mut lane, prepared, &layout, timed, started)
+            .map_err(|e| self.driver_error(e))
+            .and_then(|trip| {
+                unpack(self, &lane, prepared, &layout, outputs)?;
+                Ok(Timing {
+                    wall_ns: nanos(started),
+                    device_ns: trip.device_ns,
+                    enqueue_ns: trip.enqueue_ns,
+                    wait_ns: nanos(trip.wait_started),
+                })
+            });
+        // A lane whose stream saw a driver error is not pooled.
+        lane.discard_if(super::failed_on_device(&result));
+        Some(result)
+    }
+
+    /// One upload of the packed arena, the launches, one download, one wait.
+    fn round_trip(
+        &self,
+        lane: &mut SmallLane,
+        prepared: &Prepared,
+        layout: &Layout,
+        timed: bool,
+        started: Instant,
+    ) -> Result<Trip, DriverError> {
         let Prepared {
             launches,
             kernel,
             plan,
         } = prepared;
-        let layout = Layout::new(kernel, plan);
-        if layout.total > self.small.capacity {
-            return None;
-        }
-        Some(self.run_packed(
-            kernel, plan, &layout, inputs, *launches, timed, started, outputs,
-        ))
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn run_packed(
-        &self,
-        kernel: &LoadedKernel,
-        plan: &DispatchPlan,
-        layout: &Layout,
-        inputs: &[&[u8]],
-        launches: u32,
-        timed: bool,
-        started: Instant,
-        outputs: &mut Vec<Vec<u8>>,
-    ) -> Result<Timing, CudaError> {
-        let abi = &kernel.abi;
-        let mut lane = self.small.take(self).map_err(|e| self.driver_error(e))?;
-        // Pack: inputs, zeroed outputs, zeroed fault word. Padding between bindings is
-        // never addressed (every access is bounds-checked against the element counts).
-        {
-            let packed = lane.exchange.as_mut_slice();
-            for ((binding, bytes), offset) in
-                abi.bindings.iter().zip(&plan.bindings).zip(&layout.offsets)
-            {
-                let region = &mut packed[*offset..*offset + bytes.len];
-                if let Some(input) = bytes.input {
-                    region.copy_from_slice(inputs[input]);
-                } else if starts_zeroed(binding.role) {
-                    region.fill(0);
-                }
-            }
-            if let Some(fault) = layout.fault {
-                packed[fault..fault + FAULT_AREA_BYTES].fill(0);
-            }
-        }
         let base = lane.arena.ptr();
         let args = LaunchArgs {
             pointers: layout.offsets.iter().map(|o| base + *o as u64).collect(),
@@ -285,96 +267,111 @@ impl Core {
             download_at: layout.download_at,
             download_len: layout.download_end - layout.download_at,
         };
-        let enqueue_ns = std::cell::Cell::new(0);
-        let wait_started = std::cell::Cell::new(started);
+        let mut trip = Trip {
+            enqueue_ns: 0,
+            wait_started: started,
+            device_ns: None,
+        };
         let SmallLane {
             slot,
             exchange: buffer,
             blocking,
             ..
-        } = &mut lane;
+        } = lane;
         let wait = blocking.as_ref().map_or(Wait::Stream, Wait::Event);
-        let tripped = {
-            let _span =
-                tracing::trace_span!("vyre_cuda.packed_dispatch", grid = ?plan.grid).entered();
-            buffer.round_trip(
-                &slot.stream,
-                exchange,
-                |stream| -> Result<(), DriverError> {
-                    if timed {
-                        slot.start.record(stream)?;
-                    }
-                    launch::enqueue(
-                        stream,
-                        kernel,
-                        plan.grid,
-                        &args,
-                        launches,
-                        self.grid_sync,
-                        &self.metrics,
-                    )?;
-                    if timed {
-                        slot.end.record(stream)?;
-                    }
-                    enqueue_ns.set(nanos(started));
-                    wait_started.set(Instant::now());
-                    Ok(())
-                },
-                wait,
-            )
-        };
-        let device_ns = match tripped.and_then(|()| {
-            timed
-                .then(|| slot.end.elapsed_ns_since(&slot.start))
-                .transpose()
-        }) {
-            Ok(device_ns) => device_ns,
-            Err(error) => {
-                // The lane's stream saw a driver error: do not pool it.
-                return Err(self.driver_error(error));
-            }
-        };
-        Metrics::add(&self.metrics.launches, u64::from(launches));
+        let _span = tracing::trace_span!("vyre_cuda.packed_dispatch", grid = ?plan.grid).entered();
+        buffer.round_trip(
+            &slot.stream,
+            exchange,
+            |stream| -> Result<(), DriverError> {
+                if timed {
+                    slot.start.record(stream)?;
+                }
+                launch::enqueue(
+                    stream,
+                    kernel,
+                    plan.grid,
+                    &args,
+                    *launches,
+                    self.grid_sync,
+                    &self.metrics,
+                )?;
+                if timed {
+                    slot.end.record(stream)?;
+                }
+                trip.enqueue_ns = nanos(started);
+                trip.wait_started = Instant::now();
+                Ok(())
+            },
+            wait,
+        )?;
+        if timed {
+            trip.device_ns = Some(slot.end.elapsed_ns_since(&slot.start)?);
+        }
+        Metrics::add(&self.metrics.launches, u64::from(*launches));
         Metrics::bump(&self.metrics.packed_dispatches);
         Metrics::add(&self.metrics.bytes_to_device, exchange.upload_len as u64);
         Metrics::add(&self.metrics.bytes_to_host, exchange.download_len as u64);
-        let packed = lane.exchange.as_slice();
-        let word = layout.fault.map_or(0, |at| {
-            u32::from_le_bytes([packed[at], packed[at + 1], packed[at + 2], packed[at + 3]])
-        });
-        let returned = abi.bindings.iter().filter(|b| b.role.is_returned()).count();
-        outputs.truncate(returned);
-        outputs.resize_with(returned, Vec::new);
-        let faulted = check_fault(self, word, outputs);
-        if faulted.is_ok() {
-            let returned_bindings = abi
-                .bindings
-                .iter()
-                .zip(&plan.bindings)
-                .zip(&layout.offsets)
-                .filter(|((binding, _), _)| binding.role.is_returned());
-            for (((binding, bytes), offset), out) in returned_bindings.zip(outputs.iter_mut()) {
-                let whole = &packed[*offset..*offset + bytes.len];
-                // The reference's `output_byte_range` narrowing, applied while copying.
-                let shaped = match &binding.output_byte_range {
-                    Some(range) if range.start <= range.end && range.end <= whole.len() => {
-                        &whole[range.clone()]
-                    }
-                    _ => whole,
-                };
-                out.clear();
-                out.extend_from_slice(shaped);
-            }
-        }
-        self.small.give_back(lane);
-        faulted?;
-        Ok(Timing {
-            wall_ns: nanos(started),
-            device_ns,
-            enqueue_ns: enqueue_ns.get(),
-            wait_ns: nanos(wait_started.get()),
-        })
+        Ok(trip)
     }
+}
+
+/// Packs the inputs, zeroed outputs and a zeroed fault word into the lane's pinned buffer.
+/// Padding between bindings is never addressed (every access is bounds-checked against
+/// the element counts).
+fn pack(lane: &mut SmallLane, prepared: &Prepared, layout: &Layout, inputs: &[&[u8]]) {
+    let Prepared { kernel, plan, .. } = prepared;
+    let packed = lane.exchange.as_mut_slice();
+    for ((binding, bytes), offset) in kernel
+        .abi
+        .bindings
+        .iter()
+        .zip(&plan.bindings)
+        .zip(&layout.offsets)
+    {
+        let region = &mut packed[*offset..*offset + bytes.len];
+        if let Some(input) = bytes.input {
+            region.copy_from_slice(inputs[input]);
+        } else if starts_zeroed(binding.role) {
+            region.fill(0);
+        }
+    }
+    if let Some(fault) = layout.fault {
+        packed[fault..fault + FAULT_AREA_BYTES].fill(0);
+    }
+}
+
+/// Checks the fault word, then copies the returned buffers (shaped like the reference's
+/// `output_byte_range`) out of the lane's pinned buffer into `outputs`.
+fn unpack(
+    core: &Core,
+    lane: &SmallLane,
+    prepared: &Prepared,
+    layout: &Layout,
+    outputs: &mut Vec<Vec<u8>>,
+) -> Result<(), CudaError> {
+    let Prepared { kernel, plan, .. } = prepared;
+    let abi = &kernel.abi;
+    let packed = lane.exchange.as_slice();
+    let word = layout.fault.map_or(0, |at| {
+        u32::from_le_bytes([packed[at], packed[at + 1], packed[at + 2], packed[at + 3]])
+    });
+    let returned = abi.bindings.iter().filter(|b| b.role.is_returned()).count();
+    outputs.truncate(returned);
+    outputs.resize_with(returned, Vec::new);
+    check_fault(core, word, outputs)?;
+    let returned_bindings = abi
+        .bindings
+        .iter()
+        .zip(&plan.bindings)
+        .zip(&layout.offsets)
+        .filter(|((binding, _), _)| binding.role.is_returned());
+    for (((binding, bytes), offset), out) in returned_bindings.zip(outputs.iter_mut()) {
+        out.clear();
+        out.extend_from_slice(&packed[*offset..*offset + bytes.len]);
+        shape_output(out, binding.output_byte_range.as_ref());
+    }
+    Ok(())
 }
 
 /// Sum of the input bytes: dispatches whose inputs alone overflow a lane skip planning

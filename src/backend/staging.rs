@@ -20,8 +20,9 @@
 //! collect it later ([`Staging::queue_download`]), so its next upload overlaps it.
 
 use super::metrics::Metrics;
+use super::pool::{Pool, PoolCounts, Pooled, Recycle};
 use crate::driver::{Device, DriverError, StagingBuffer, Stream};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// Uploads this small (in total) go straight from pageable memory.
 pub(crate) const DIRECT_UPLOAD_MAX: usize = 64 * 1024;
@@ -104,10 +105,12 @@ pub(crate) struct Lane {
     turn: usize,
 }
 
+impl Recycle for Lane {}
+
 /// The pool of lanes.
 pub(crate) struct Staging {
     config: StagingConfig,
-    idle: Mutex<Vec<Lane>>,
+    lanes: Pool<Lane>,
 }
 
 struct Ctx<'a> {
@@ -121,49 +124,70 @@ impl Staging {
     pub(crate) fn new(config: StagingConfig) -> Self {
         Self {
             config,
-            idle: Mutex::new(Vec::new()),
+            lanes: Pool::new(config.max_idle_lanes),
         }
     }
 
-    pub(crate) fn take(&self) -> Lane {
-        self.idle
-            .lock()
-            .ok()
-            .and_then(|mut idle| idle.pop())
-            .unwrap_or_else(|| Lane {
+    pub(crate) fn take(&self) -> Pooled<Lane> {
+        let created = self.lanes.take(|| {
+            Ok::<_, std::convert::Infallible>(Lane {
                 // At least the queued-download slots; each is pinned on first use only.
                 slots: (0..(2 * self.config.workers).max(QUEUED_SLOTS.end))
                     .map(|_| Slot::default())
                     .collect(),
                 turn: 0,
             })
-    }
-
-    pub(crate) fn give_back(&self, lane: Lane) {
-        if let Ok(mut idle) = self.idle.lock() {
-            if idle.len() < self.config.max_idle_lanes {
-                idle.push(lane);
-            }
+        });
+        match created {
+            Ok(lane) => lane,
+            Err(never) => match never {},
         }
     }
 
-    pub(crate) fn clear(&self) {
-        if let Ok(mut idle) = self.idle.lock() {
-            idle.clear();
-        }
+    pub(crate) fn close(&self) {
+        self.lanes.close();
+    }
+
+    pub(crate) fn counts(&self) -> PoolCounts {
+        self.lanes.counts()
     }
 
     /// Pinned bytes held by idle lanes.
     pub(crate) fn idle_bytes(&self) -> usize {
-        self.idle
-            .lock()
-            .map(|idle| {
-                idle.iter()
-                    .flat_map(|lane| &lane.slots)
-                    .filter_map(|slot| slot.buffer.as_ref().map(StagingBuffer::capacity))
-                    .sum()
-            })
-            .unwrap_or(0)
+        self.lanes.idle_sum(|lane| {
+            lane.slots
+                .iter()
+                .filter_map(|slot| slot.buffer.as_ref().map(StagingBuffer::capacity))
+                .sum()
+        })
+    }
+
+    /// [`Staging::upload`] through a lane of its own (discarded if the upload fails).
+    pub(crate) fn upload_now(
+        &self,
+        device: &Arc<Device>,
+        stream: &Stream,
+        copies: &[HostToDevice<'_>],
+        metrics: &Metrics,
+    ) -> Result<(), DriverError> {
+        let mut lane = self.take();
+        let uploaded = self.upload(&mut lane, device, stream, copies, metrics);
+        lane.discard_if(uploaded.is_err());
+        uploaded
+    }
+
+    /// [`Staging::download`] through a lane of its own (discarded if the download fails).
+    pub(crate) fn download_now(
+        &self,
+        device: &Arc<Device>,
+        stream: &Stream,
+        copies: &mut [DeviceToHost<'_>],
+        metrics: &Metrics,
+    ) -> Result<(), DriverError> {
+        let mut lane = self.take();
+        let downloaded = self.download(&mut lane, device, stream, copies, metrics);
+        lane.discard_if(downloaded.is_err());
+        downloaded
     }
 
     /// Enqueues `copies` on `stream`. When this returns, the source bytes have been read
@@ -218,24 +242,14 @@ impl Staging {
             chunk,
             metrics,
         };
-        let workers = self.workers(workers, total);
-        if workers == 1 {
-            let last = upload_worker(&ctx, &mut lane.slots[..2], &pieces, lane.turn)?;
-            lane.turn = (last + 1) % 2;
-            return Ok(());
-        }
-        let groups = partition(pieces, |p| p.src.len(), workers);
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = groups
-                .iter()
-                .zip(lane.slots.chunks_mut(2))
-                .map(|(group, slots)| {
-                    let ctx = &ctx;
-                    scope.spawn(move || upload_worker(ctx, slots, group, 0).map(drop))
-                })
-                .collect();
-            join_all(handles)
-        })
+        spread(
+            lane,
+            &ctx,
+            pieces,
+            |p| p.src.len(),
+            self.workers(workers, total),
+            upload_worker,
+        )
     }
 
     /// Enqueues `copies` on `stream` behind the work already queued there and waits for
@@ -274,24 +288,14 @@ impl Staging {
             chunk,
             metrics,
         };
-        let workers = self.workers(workers, total);
-        if workers == 1 {
-            let last = download_worker(&ctx, &mut lane.slots[..2], pieces, lane.turn)?;
-            lane.turn = (last + 1) % 2;
-            return Ok(());
-        }
-        let groups = partition(pieces, |p| p.dst.len(), workers);
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = groups
-                .into_iter()
-                .zip(lane.slots.chunks_mut(2))
-                .map(|(group, slots)| {
-                    let ctx = &ctx;
-                    scope.spawn(move || download_worker(ctx, slots, group, 0).map(drop))
-                })
-                .collect();
-            join_all(handles)
-        })
+        spread(
+            lane,
+            &ctx,
+            pieces,
+            |p| p.dst.len(),
+            self.workers(workers, total),
+            download_worker,
+        )
     }
 }
 
@@ -422,6 +426,36 @@ fn join_all(
     result
 }
 
+/// Runs `worker` over `pieces`: on the calling thread through the lane's first two slots
+/// (from the slot after the one its last such transfer ended in), or split over `workers`
+/// threads with two slots each.
+fn spread<T: Send>(
+    lane: &mut Lane,
+    ctx: &Ctx<'_>,
+    pieces: Vec<T>,
+    len: impl Fn(&T) -> usize,
+    workers: usize,
+    worker: impl Fn(&Ctx<'_>, &mut [Slot], Vec<T>, usize) -> Result<usize, DriverError> + Sync,
+) -> Result<(), DriverError> {
+    if workers == 1 {
+        let last = worker(ctx, &mut lane.slots[..2], pieces, lane.turn)?;
+        lane.turn = (last + 1) % 2;
+        return Ok(());
+    }
+    let groups = partition(pieces, len, workers);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = groups
+            .into_iter()
+            .zip(lane.slots.chunks_mut(2))
+            .map(|(group, slots)| {
+                let worker = &worker;
+                scope.spawn(move || worker(ctx, slots, group, 0).map(drop))
+            })
+            .collect();
+        join_all(handles)
+    })
+}
+
 /// Splits `items` (in order) into at most `groups` runs of roughly equal bytes.
 fn partition<T>(items: Vec<T>, len: impl Fn(&T) -> usize, groups: usize) -> Vec<Vec<T>> {
     let total: usize = items.iter().map(&len).sum();
@@ -444,12 +478,12 @@ fn partition<T>(items: Vec<T>, len: impl Fn(&T) -> usize, groups: usize) -> Vec<
 fn upload_worker(
     ctx: &Ctx<'_>,
     slots: &mut [Slot],
-    pieces: &[HostToDevice<'_>],
+    pieces: Vec<HostToDevice<'_>>,
     first: usize,
 ) -> Result<usize, DriverError> {
     let mut current = first % slots.len();
     let mut opened = false;
-    for piece in pieces {
+    for piece in &pieces {
         let fits = opened
             && slots[current]
                 .buffer

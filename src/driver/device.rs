@@ -6,8 +6,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-/// Bumped whenever a context we bound may have been destroyed or replaced (a device reset or
-/// a dropped [`Device`]); invalidates every thread's [`BOUND`] cache.
+/// Bumped whenever a context we bound may have been destroyed (a dropped [`Device`]); invalidates every thread's [`BOUND`] cache.
 static BIND_EPOCH: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
@@ -123,14 +122,9 @@ impl DeviceInfo {
 #[derive(Debug)]
 pub struct Device {
     dev: sys::CUdevice,
-    /// The primary context; replaced by [`Device::reset_after_fault`].
+    /// The retained primary context.
     ctx: AtomicPtr<sys::CUctx_st>,
-    /// Whether we hold a primary-context retain that `Drop` must release.
-    retained: AtomicBool,
-    /// Bumped by every reset; resources created under an older generation are dead.
-    generation: AtomicU64,
-    /// Serialises resets.
-    reset_lock: Mutex<()>,
+    injected: Injected,
     info: DeviceInfo,
 }
 
@@ -157,9 +151,7 @@ impl Device {
         let device = Arc::new(Device {
             dev,
             ctx: AtomicPtr::new(ctx),
-            retained: AtomicBool::new(true),
-            generation: AtomicU64::new(0),
-            reset_lock: Mutex::new(()),
+            injected: Injected::default(),
             info,
         });
         device.bind()?;
@@ -203,75 +195,112 @@ impl Device {
         Ok((free as u64, total as u64))
     }
 
-    /// Tries to recover from a sticky error ([`DriverError::is_sticky`]): releases our
-    /// retain, resets the primary context (`cuDevicePrimaryCtxReset`), retains it again and
-    /// binds it.
-    ///
-    /// **Everything created on this device before the call is destroyed**, whether or not
-    /// the recovery succeeds: device allocations, streams, events, modules and functions.
-    /// Their operations then fail with `CUDA_ERROR_CONTEXT_IS_DESTROYED` and dropping them
-    /// makes no driver call; pinned host buffers stay readable but are no longer page-locked.
-    /// Other `Device` handles on the same ordinal lose their resources as well. Do not use
-    /// this device from other threads while the reset runs.
-    ///
-    /// Most drivers keep a kernel fault for the whole process (observed with driver 13.0 on
-    /// an H200: the re-retain fails with `CUDA_ERROR_ILLEGAL_ADDRESS`). Then this returns that
-    /// (still sticky) error, the device stays unusable, and the process must be restarted.
-    pub fn reset_after_fault(&self) -> Result<(), DriverError> {
-        let _guard = self.reset_lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        BIND_EPOCH.fetch_add(1, Ordering::AcqRel);
-        if self.retained.swap(false, Ordering::AcqRel) {
-            // SAFETY: we hold one retain on `self.dev`'s primary context.
-            if let Err(e) = unsafe { result::primary_ctx::release(self.dev) } {
-                tracing::warn!(error = ?e, "cuDevicePrimaryCtxRelease before reset failed");
-            }
-        }
-        // SAFETY: `self.dev` came from `cuDeviceGet`; resetting destroys all context state,
-        // which the generation bump above makes every resource of ours aware of.
-        unsafe { sys::cuDevicePrimaryCtxReset_v2(self.dev) }.check("cuDevicePrimaryCtxReset")?;
-        // SAFETY: as above; the new retain is released in `Drop` (tracked by `retained`).
-        let ctx = unsafe { result::primary_ctx::retain(self.dev) }.map_err(|e| {
-            DriverError::from_cuda("cuDevicePrimaryCtxRetain", e).with_description(
-                "the driver keeps the kernel fault for the whole process after the context \
-                 reset, so this device cannot be recovered in-process: restart the process",
-            )
-        })?;
-        self.retained.store(true, Ordering::Release);
-        self.ctx.store(ctx, Ordering::Release);
-        BIND_EPOCH.fetch_add(1, Ordering::AcqRel);
-        self.bind()
-    }
-
     /// The raw `CUdevice` handle, for FFI inside the driver layer.
     pub(crate) fn raw(&self) -> sys::CUdevice {
         self.dev
     }
 
-    /// Current reset generation; resources record it at creation.
-    pub(crate) fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
-    }
-
-    /// Binds the context and checks that a resource of generation `generation` is still alive.
+    /// Makes the context current before driver call `call`; fails it instead when a test
+    /// armed [`Device::fail_call`] for it (one relaxed load otherwise).
     #[inline]
-    pub(crate) fn bind_live(&self, generation: u64, call: &'static str) -> Result<(), DriverError> {
-        if generation != self.generation() {
-            return Err(DriverError::stale(call));
+    pub(crate) fn enter(&self, call: &'static str) -> Result<(), DriverError> {
+        if self.injected.armed.load(Ordering::Relaxed) {
+            self.injected.hit(call)?;
         }
         self.bind()
+    }
+
+    /// Test hook: fails the `nth` (from 1) later driver call of `kind` on this device with
+    /// a non-sticky error, once. Replaces an earlier plan.
+    #[doc(hidden)]
+    pub fn fail_call(&self, kind: FailPoint, nth: u32) {
+        let mut plan = self.injected.plan.lock().unwrap_or_else(|p| p.into_inner());
+        *plan = (nth > 0).then_some((kind, nth));
+        self.injected.armed.store(nth > 0, Ordering::Relaxed);
+    }
+
+    /// Test hook: disarms [`Device::fail_call`]; true when its failure was not injected yet.
+    #[doc(hidden)]
+    pub fn disarm(&self) -> bool {
+        let mut plan = self.injected.plan.lock().unwrap_or_else(|p| p.into_inner());
+        self.injected.armed.store(false, Ordering::Relaxed);
+        plan.take().is_some()
+    }
+}
+
+/// The kinds of driver call [`Device::fail_call`] can fail (test hook).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailPoint {
+    /// Device or pinned memory allocation (`cuMemAlloc*`, `cuMemHostRegister`).
+    Alloc,
+    /// Copies and memsets (`cuMemcpy*`, `cuMemset*`).
+    Copy,
+    /// Kernel and graph launches.
+    Launch,
+    /// Host waits (`cuStreamSynchronize`, `cuEventSynchronize`).
+    Wait,
+}
+
+impl FailPoint {
+    fn of(call: &str) -> Option<Self> {
+        let kinds = [
+            ("cuMemAlloc", Self::Alloc),
+            ("cuMemHostRegister", Self::Alloc),
+            ("cuMemcpy", Self::Copy),
+            ("cuMemset", Self::Copy),
+            ("cuLaunch", Self::Launch),
+            ("cuGraphLaunch", Self::Launch),
+            ("cuStreamSynchronize", Self::Wait),
+            ("cuEventSynchronize", Self::Wait),
+        ];
+        kinds
+            .iter()
+            .find(|(prefix, _)| call.starts_with(prefix))
+            .map(|(_, kind)| *kind)
+    }
+}
+
+/// The armed plan of [`Device::fail_call`].
+#[derive(Debug, Default)]
+struct Injected {
+    armed: AtomicBool,
+    plan: Mutex<Option<(FailPoint, u32)>>,
+}
+
+impl Injected {
+    #[cold]
+    fn hit(&self, call: &'static str) -> Result<(), DriverError> {
+        let Some(kind) = FailPoint::of(call) else {
+            return Ok(());
+        };
+        let mut plan = self.plan.lock().unwrap_or_else(|p| p.into_inner());
+        match plan.as_mut() {
+            Some((armed, nth)) if *armed == kind => *nth -= 1,
+            _ => return Ok(()),
+        }
+        if plan.is_some_and(|(_, nth)| nth == 0) {
+            *plan = None;
+            self.armed.store(false, Ordering::Relaxed);
+            let code = match kind {
+                FailPoint::Alloc => sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+                FailPoint::Launch => sys::CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
+                FailPoint::Copy | FailPoint::Wait => sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+            };
+            return Err(DriverError::from_code(call, code as u32)
+                .with_description("failure injected by a test (Device::fail_call)"));
+        }
+        Ok(())
     }
 }
 
 impl Drop for Device {
     fn drop(&mut self) {
         BIND_EPOCH.fetch_add(1, Ordering::AcqRel);
-        if self.retained.swap(false, Ordering::AcqRel) {
-            // SAFETY: we hold one retain on this device's primary context; every resource
-            // holds an `Arc<Device>`, so none is left using it.
-            if let Err(e) = unsafe { result::primary_ctx::release(self.dev) } {
-                tracing::warn!(error = ?e, ordinal = self.info.ordinal, "cuDevicePrimaryCtxRelease failed");
-            }
+        // SAFETY: we hold one retain on this device's primary context; every resource
+        // holds an `Arc<Device>`, so none is left using it.
+        if let Err(e) = unsafe { result::primary_ctx::release(self.dev) } {
+            tracing::warn!(error = ?e, ordinal = self.info.ordinal, "cuDevicePrimaryCtxRelease failed");
         }
     }
 }

@@ -44,7 +44,7 @@ const SYSTEM_DRIVER_MISMATCH: u32 = 803;
 const COMPAT_NOT_SUPPORTED_ON_DEVICE: u32 = 804;
 
 /// Errors after which the CUDA context is unusable ("any further CUDA work will return the
-/// same error", CUDA driver API docs) until the primary context is reset.
+/// same error", CUDA driver API docs); in practice for the rest of the process.
 /// `CONTEXT_IS_DESTROYED` (709) is deliberately not here: it reports a stale handle, not
 /// a corrupted context.
 const STICKY: [u32; 12] = [
@@ -129,14 +129,6 @@ impl DriverError {
         Self::synthetic("cuModuleLoadDataEx", BAD_PTX_TEXT, description)
     }
 
-    /// A resource created before [`Device::reset_after_fault`](super::Device::reset_after_fault)
-    /// was used afterwards; the reset destroyed it.
-    pub(crate) fn stale(call: &'static str) -> Self {
-        Self::from_code(call, CONTEXT_IS_DESTROYED).with_description(
-            "the resource belongs to a CUDA context that was reset after a fault; recreate it",
-        )
-    }
-
     /// An error with a CUDA code, named by the driver when it is loaded.
     pub(crate) fn from_code(call: &'static str, code: u32) -> Self {
         let (name, description) = if super::driver_library_present() {
@@ -204,8 +196,7 @@ impl DriverError {
         self.log.as_deref()
     }
 
-    /// True for errors that leave the CUDA context unusable until
-    /// [`Device::reset_after_fault`](super::Device::reset_after_fault).
+    /// True for errors that leave the CUDA context unusable for the rest of the process.
     pub fn is_sticky(&self) -> bool {
         self.kind() == DriverErrorKind::Sticky
     }

@@ -5,7 +5,7 @@
 //! (which enqueues work on the stream), and always ends the capture, also when the closure
 //! fails, so a stream is never left capturing.
 
-use super::{Check, Device, DriverError, Stream};
+use super::{release, Check, Device, DriverError, Stream};
 use cudarc::driver::sys;
 use std::sync::Arc;
 
@@ -14,7 +14,6 @@ use std::sync::Arc;
 pub struct Graph {
     device: Arc<Device>,
     raw: sys::CUgraph,
-    generation: u64,
 }
 
 // SAFETY: graph handles may be used from any thread; every operation binds the context
@@ -26,8 +25,7 @@ unsafe impl Sync for Graph {}
 impl Graph {
     /// Instantiates the graph for launching (`cuGraphInstantiateWithFlags`).
     pub fn instantiate(&self) -> Result<GraphExec, DriverError> {
-        self.device
-            .bind_live(self.generation, "cuGraphInstantiateWithFlags")?;
+        self.device.enter("cuGraphInstantiateWithFlags")?;
         let mut raw: sys::CUgraphExec = std::ptr::null_mut();
         // SAFETY: `self.raw` is a live graph of the current context; `raw` is a valid out
         // pointer.
@@ -36,22 +34,17 @@ impl Graph {
         Ok(GraphExec {
             device: Arc::clone(&self.device),
             raw,
-            generation: self.generation,
         })
     }
 }
 
 impl Drop for Graph {
     fn drop(&mut self) {
-        if let Err(e) = self.device.bind_live(self.generation, "cuGraphDestroy") {
-            tracing::debug!(%e, "graph not destroyed");
-            return;
-        }
         // SAFETY: `raw` is a live graph, destroyed once; instantiated execs do not depend on
         // it.
-        if let Err(e) = unsafe { sys::cuGraphDestroy(self.raw) }.check("cuGraphDestroy") {
-            tracing::warn!(%e, "destroying a CUDA graph failed");
-        }
+        release(&self.device, "cuGraphDestroy", || unsafe {
+            sys::cuGraphDestroy(self.raw).result()
+        });
     }
 }
 
@@ -63,7 +56,6 @@ impl Drop for Graph {
 pub struct GraphExec {
     device: Arc<Device>,
     raw: sys::CUgraphExec,
-    generation: u64,
 }
 
 // SAFETY: as for `Graph`.
@@ -78,8 +70,7 @@ impl GraphExec {
     /// stay allocated until the replay completes (a device-side concern: no host memory is
     /// touched).
     pub fn launch(&self, stream: &Stream) -> Result<(), DriverError> {
-        self.device.bind_live(self.generation, "cuGraphLaunch")?;
-        stream.enter("cuGraphLaunch")?;
+        self.device.enter("cuGraphLaunch")?;
         // SAFETY: both handles are live in the current context. The graph holds only kernel
         // launches whose arguments were checked at capture time (`Stream::launch`); the
         // device memory they address is the caller's to keep alive, and touches no host
@@ -90,14 +81,10 @@ impl GraphExec {
 
 impl Drop for GraphExec {
     fn drop(&mut self) {
-        if let Err(e) = self.device.bind_live(self.generation, "cuGraphExecDestroy") {
-            tracing::debug!(%e, "graph exec not destroyed");
-            return;
-        }
         // SAFETY: `raw` is a live graph exec, destroyed once. Pending launches complete.
-        if let Err(e) = unsafe { sys::cuGraphExecDestroy(self.raw) }.check("cuGraphExecDestroy") {
-            tracing::warn!(%e, "destroying a CUDA graph exec failed");
-        }
+        release(&self.device, "cuGraphExecDestroy", || unsafe {
+            sys::cuGraphExecDestroy(self.raw).result()
+        });
     }
 }
 
@@ -130,7 +117,6 @@ impl Stream {
         let graph = (!raw.is_null()).then(|| Graph {
             device: Arc::clone(self.device()),
             raw,
-            generation: self.generation(),
         });
         enqueued?;
         ended?;

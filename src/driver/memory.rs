@@ -12,18 +12,16 @@ pub struct DeviceAlloc {
     device: Arc<Device>,
     ptr: sys::CUdeviceptr,
     len: usize,
-    generation: u64,
 }
 
 impl DeviceAlloc {
     /// Allocates `bytes` of uninitialised device memory. Zero bytes make no driver call and
     /// yield address 0.
     pub fn new(device: &Arc<Device>, bytes: usize) -> Result<DeviceAlloc, DriverError> {
-        let generation = device.generation();
         let ptr = if bytes == 0 {
             0
         } else {
-            device.bind_live(generation, "cuMemAlloc_v2")?;
+            device.enter("cuMemAlloc_v2")?;
             // SAFETY: the context is current; device memory is only touched through raw
             // addresses by the caller, never read as Rust values.
             unsafe { result::malloc_sync(bytes) }.check("cuMemAlloc_v2")?
@@ -32,7 +30,6 @@ impl DeviceAlloc {
             device: Arc::clone(device),
             ptr,
             len: bytes,
-            generation,
         })
     }
 
@@ -57,18 +54,18 @@ impl DeviceAlloc {
     }
 }
 
-/// Free device memory from `cuMemAlloc` or `cuMemAllocAsync` of a context generation.
-/// Never panics: a reset (generation change) already freed it; errors are logged.
-fn free_device_memory(device: &Device, generation: u64, ptr: u64, len: usize) {
+/// Frees device memory from `cuMemAlloc` (or `cuMemAllocAsync`); never panics, errors are
+/// logged.
+fn free_device_memory(device: &Device, ptr: u64, len: usize) {
     if ptr == 0 {
         return;
     }
-    if let Err(e) = device.bind_live(generation, "cuMemFree_v2") {
+    if let Err(e) = device.enter("cuMemFree_v2") {
         tracing::debug!(%e, "device memory not freed");
         return;
     }
-    // SAFETY: `ptr` came from `cuMemAlloc`/`cuMemAllocAsync` in this (still live) context
-    // and its owner frees it exactly once; cuMemFree waits for outstanding work using it.
+    // SAFETY: `ptr` came from `cuMemAlloc`/`cuMemAllocAsync` in this context and its owner
+    // frees it exactly once; cuMemFree waits for outstanding work using it.
     if let Err(e) = unsafe { result::free_sync(ptr) }.check("cuMemFree_v2") {
         tracing::warn!(%e, bytes = len, "freeing device memory failed");
     }
@@ -76,16 +73,16 @@ fn free_device_memory(device: &Device, generation: u64, ptr: u64, len: usize) {
 
 impl Drop for DeviceAlloc {
     fn drop(&mut self) {
-        free_device_memory(&self.device, self.generation, self.ptr, self.len);
+        free_device_memory(&self.device, self.ptr, self.len);
     }
 }
 
 /// Page-locked host memory for truly asynchronous copies. `Send + Sync`.
 ///
 /// The memory is allocated page-aligned by Rust, zero-filled, and registered with the driver
-/// (`cuMemHostRegister`, `PORTABLE`). Unlike `cuMemHostAlloc` memory, it remains valid host
-/// memory even if the context is reset by [`Device::reset_after_fault`] (it is then merely
-/// no longer page-locked), so the safe slice accessors can never dangle.
+/// (`cuMemHostRegister`, `PORTABLE`). Unlike `cuMemHostAlloc` memory, it is Rust's own
+/// allocation and stays valid whatever happens to the context, so the safe slice accessors
+/// can never dangle.
 #[derive(Debug)]
 pub struct PinnedHostBuffer {
     device: Arc<Device>,
@@ -121,8 +118,7 @@ impl PinnedHostBuffer {
         buffer.ptr = ptr;
         buffer.len = bytes;
         // From here on, `Drop` frees the memory if binding or registration fails.
-        let generation = device.generation();
-        device.bind_live(generation, "cuMemHostRegister_v2")?;
+        device.enter("cuMemHostRegister_v2")?;
         // SAFETY: `ptr..ptr+bytes` is a live allocation owned by `buffer`, unregistered in
         // `Drop` before it is deallocated.
         unsafe {
@@ -181,8 +177,8 @@ impl Drop for PinnedHostBuffer {
         if self.len == 0 {
             return;
         }
-        // Unregister even after a reset: it is a lookup by address, harmless if the reset
-        // already dropped the registration (or `new` failed to register).
+        // Unregister by address: harmless if the registration is already gone (a lost
+        // context, or `new` failed to register).
         match self.device.bind() {
             // SAFETY: the range was registered by `new` and is still allocated.
             Ok(()) => match unsafe { sys::cuMemHostUnregister(self.ptr.as_ptr().cast()) }
@@ -207,42 +203,39 @@ fn host_oom(bytes: usize) -> DriverError {
     ))
 }
 
-/// Device memory from the device's stream-ordered pool (`cuMemAllocAsync`).
-///
-/// Return it with [`StreamOrderedAlloc::free_on`] (`cuMemFreeAsync`, ordered after the work
-/// already queued on that stream, no host wait); dropping it instead frees it with
-/// `cuMemFree`, which waits for outstanding work first. `Send + Sync`.
+/// Device memory from the device's stream-ordered pool (`cuMemAllocAsync`), freed on drop
+/// with `cuMemFreeAsync` on the stream it was allocated on (ordered after the work queued
+/// there, no host wait; `cuMemFree`, which waits, if that fails). `Send + Sync`.
 #[derive(Debug)]
-pub struct StreamOrderedAlloc {
-    device: Arc<Device>,
+pub(crate) struct StreamOrderedAlloc {
+    stream: Arc<super::Stream>,
     ptr: sys::CUdeviceptr,
     len: usize,
-    generation: u64,
 }
 
 impl StreamOrderedAlloc {
     /// Allocates `bytes` (at least 1) ordered on `stream`: the memory may be used by work
     /// queued on `stream` after this call.
-    pub fn new(stream: &super::Stream, bytes: usize) -> Result<Self, DriverError> {
-        let device = stream.device();
-        let generation = device.generation();
-        stream.enter("cuMemAllocAsync")?;
+    pub(crate) fn new(stream: &Arc<super::Stream>, bytes: usize) -> Result<Self, DriverError> {
+        stream.device().enter("cuMemAllocAsync")?;
         let mut ptr: sys::CUdeviceptr = 0;
         // SAFETY: the context is current and `stream` is live; `ptr` is a valid out pointer.
         unsafe { sys::cuMemAllocAsync(&mut ptr, bytes.max(1), stream.raw()) }
             .check("cuMemAllocAsync")?;
         Ok(Self {
-            device: Arc::clone(device),
+            stream: Arc::clone(stream),
             ptr,
             len: bytes,
-            generation,
         })
     }
 
     /// Keeps up to `bytes` of freed memory in the device's default stream-ordered pool
     /// instead of returning it to the driver at every synchronisation
     /// (`CU_MEMPOOL_ATTR_RELEASE_THRESHOLD`).
-    pub fn set_release_threshold(device: &Arc<Device>, bytes: u64) -> Result<(), DriverError> {
+    pub(crate) fn set_release_threshold(
+        device: &Arc<Device>,
+        bytes: u64,
+    ) -> Result<(), DriverError> {
         device.bind()?;
         let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
         // SAFETY: `pool` is a valid out pointer; the device handle is valid.
@@ -261,36 +254,23 @@ impl StreamOrderedAlloc {
     }
 
     /// The device address.
-    pub fn ptr(&self) -> u64 {
+    pub(crate) fn ptr(&self) -> u64 {
         self.ptr
-    }
-
-    /// Size in bytes.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// True for a zero-byte request (which still holds a 1-byte allocation).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// Frees the memory ordered after the work queued on `stream` (`cuMemFreeAsync`). If that
-    /// fails, dropping `self` frees it synchronously instead.
-    pub fn free_on(mut self, stream: &super::Stream) -> Result<(), DriverError> {
-        self.device.bind_live(self.generation, "cuMemFreeAsync")?;
-        stream.enter("cuMemFreeAsync")?;
-        // SAFETY: `ptr` came from `cuMemAllocAsync` in this live context; on success it is
-        // cleared so that `Drop` does not free it again.
-        unsafe { sys::cuMemFreeAsync(self.ptr, stream.raw()) }.check("cuMemFreeAsync")?;
-        self.ptr = 0;
-        Ok(())
     }
 }
 
 impl Drop for StreamOrderedAlloc {
     fn drop(&mut self) {
-        free_device_memory(&self.device, self.generation, self.ptr, self.len);
+        let device = self.stream.device();
+        // SAFETY: `ptr` came from `cuMemAllocAsync` in this context and is freed once: here,
+        // or by `free_device_memory` below when the ordered free fails.
+        let freed = device.enter("cuMemFreeAsync").and_then(|()| {
+            unsafe { sys::cuMemFreeAsync(self.ptr, self.stream.raw()) }.check("cuMemFreeAsync")
+        });
+        if let Err(error) = freed {
+            tracing::warn!(%error, "returning stream-ordered memory failed");
+            free_device_memory(device, self.ptr, self.len);
+        }
     }
 }
 
@@ -432,8 +412,10 @@ impl StagingBuffer {
 impl Drop for StagingBuffer {
     fn drop(&mut self) {
         // Never unpin memory that a DMA may still read or write.
-        if let Err(e) = self.wait() {
-            tracing::debug!(%e, "waiting for a staging buffer failed");
+        if self.in_flight {
+            if let Err(e) = self.event.settle() {
+                tracing::debug!(%e, "waiting for a staging buffer failed");
+            }
         }
     }
 }

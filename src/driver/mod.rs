@@ -9,9 +9,8 @@
 //! library loadable *and* every entry point used here resolvable) and returns a
 //! [`DriverError`] instead.
 //!
-//! Resources remember the device's *generation*; [`Device::reset_after_fault`] bumps it, after
-//! which older resources are dead: their operations fail with `CUDA_ERROR_CONTEXT_IS_DESTROYED`
-//! and their `Drop` makes no driver call (the reset already destroyed them).
+//! A sticky error (a kernel fault) loses the context for the whole process: the driver keeps
+//! it, so there is no in-process recovery; the backend marks its device lost instead.
 
 mod device;
 mod error;
@@ -21,12 +20,16 @@ mod module;
 mod round_trip;
 mod stream;
 
+#[doc(hidden)]
+pub use device::FailPoint;
 pub use device::{Device, DeviceInfo};
 pub use error::{DriverError, DriverErrorKind};
-pub use graph::{Graph, GraphExec};
-pub use memory::{DeviceAlloc, PinnedHostBuffer, StagingBuffer, StreamOrderedAlloc};
-pub use module::{compile_to_cubin, Function, KernelArg, Module, ParamKind};
-pub use round_trip::{Exchange, RoundTripBuffer, Wait};
+pub(crate) use graph::GraphExec;
+pub use memory::{DeviceAlloc, PinnedHostBuffer};
+pub(crate) use memory::{StagingBuffer, StreamOrderedAlloc};
+pub(crate) use module::compile_to_cubin;
+pub use module::{Function, KernelArg, Module};
+pub(crate) use round_trip::{Exchange, RoundTripBuffer, Wait};
 pub use stream::{Event, Stream};
 
 use cudarc::driver::{result, sys};
@@ -46,7 +49,6 @@ const REQUIRED_SYMBOLS: &[&str] = &[
     "cuDeviceTotalMem_v2",
     "cuDevicePrimaryCtxRetain",
     "cuDevicePrimaryCtxRelease_v2",
-    "cuDevicePrimaryCtxReset_v2",
     "cuCtxSetCurrent",
     "cuCtxSynchronize",
     "cuMemGetInfo_v2",
@@ -82,7 +84,6 @@ const REQUIRED_SYMBOLS: &[&str] = &[
     "cuModuleUnload",
     "cuFuncGetAttribute",
     "cuFuncSetAttribute",
-    "cuStreamWaitEvent",
     "cuStreamBeginCapture_v2",
     "cuStreamEndCapture",
     "cuGraphInstantiateWithFlags",
@@ -161,7 +162,7 @@ pub(crate) fn init() -> Result<(), DriverError> {
 /// environment (at `cuInit`) and only for variables the user has not set: a user's own
 /// `CUDA_CACHE_*` settings always win. The driver's built-in cache limit is small enough
 /// that a few hundred distinct kernels evict each other; 1 GiB keeps them.
-pub const JIT_CACHE_DEFAULTS: &[(&str, &str)] = &[("CUDA_CACHE_MAXSIZE", "1073741824")];
+pub(crate) const JIT_CACHE_DEFAULTS: &[(&str, &str)] = &[("CUDA_CACHE_MAXSIZE", "1073741824")];
 
 fn apply_jit_cache_defaults() {
     for (name, value) in JIT_CACHE_DEFAULTS {
@@ -184,6 +185,18 @@ pub fn device_count() -> Result<usize, DriverError> {
     }
     let count = result::device::get_count().check("cuDeviceGetCount")?;
     Ok(usize::try_from(count).unwrap_or(0))
+}
+
+/// Runs `destroy` (one driver call, `call`) in `device`'s context from a `Drop`: a
+/// failure is logged, never raised.
+pub(crate) fn release(
+    device: &Device,
+    call: &'static str,
+    destroy: impl FnOnce() -> Result<(), result::DriverError>,
+) {
+    if let Err(error) = device.bind().and_then(|()| destroy().check(call)) {
+        tracing::warn!(%error, "releasing a CUDA handle failed");
+    }
 }
 
 /// Converts a driver result into ours, naming the failed entry point.

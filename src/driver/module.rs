@@ -1,6 +1,6 @@
 //! [`Module`] (PTX JIT-loaded with `cuModuleLoadDataEx`) and its kernels ([`Function`]).
 
-use super::{Check, Device, DriverError};
+use super::{release, Check, Device, DriverError};
 use cudarc::driver::{result, sys};
 use std::ffi::{c_void, CString};
 use std::sync::Arc;
@@ -13,14 +13,13 @@ const JIT_LOG_BYTES: usize = 16 * 1024;
 pub struct Module {
     device: Arc<Device>,
     raw: sys::CUmodule,
-    generation: u64,
     /// Each entry's parameter list, read from the PTX it was loaded from.
     entries: Vec<(String, Arc<[ParamKind]>)>,
 }
 
 /// A kernel parameter's type, as declared in the PTX (`.param .u32` / `.param .u64`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ParamKind {
+pub(crate) enum ParamKind {
     /// `.param .u32` / `.s32` / `.b32`.
     U32,
     /// `.param .u64` / `.s64` / `.b64`.
@@ -99,8 +98,7 @@ impl Module {
                 e.nul_position()
             ))
         })?;
-        let generation = device.generation();
-        device.bind_live(generation, "cuModuleLoadDataEx")?;
+        device.enter("cuModuleLoadDataEx")?;
         let mut log = vec![0u8; JIT_LOG_BYTES];
         let mut options = [
             sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
@@ -131,7 +129,6 @@ impl Module {
         Ok(Arc::new(Module {
             device: Arc::clone(device),
             raw,
-            generation,
             entries: entry_signatures(ptx),
         }))
     }
@@ -149,8 +146,7 @@ impl Module {
                 "the compiled image handed to cuModuleLoadData is not an ELF cubin",
             ));
         }
-        let generation = device.generation();
-        device.bind_live(generation, "cuModuleLoadData")?;
+        device.enter("cuModuleLoadData")?;
         let mut raw: sys::CUmodule = std::ptr::null_mut();
         // SAFETY: `cubin` is a complete ELF image (checked magic; the driver reads its
         // own size from the ELF headers) that outlives the synchronous call; the context is
@@ -160,7 +156,6 @@ impl Module {
         Ok(Arc::new(Module {
             device: Arc::clone(device),
             raw,
-            generation,
             entries: entry_signatures(ptx),
         }))
     }
@@ -200,21 +195,17 @@ impl Module {
 
     #[inline]
     fn enter(&self, call: &'static str) -> Result<(), DriverError> {
-        self.device.bind_live(self.generation, call)
+        self.device.enter(call)
     }
 }
 
 impl Drop for Module {
     fn drop(&mut self) {
-        if let Err(e) = self.enter("cuModuleUnload") {
-            tracing::debug!(%e, "module not unloaded");
-            return;
-        }
         // SAFETY: `raw` is a live module, unloaded once; every `Function` holds an
         // `Arc<Module>`, so none outlives it.
-        if let Err(e) = unsafe { result::module::unload(self.raw) }.check("cuModuleUnload") {
-            tracing::warn!(%e, "unloading a CUDA module failed");
-        }
+        release(&self.device, "cuModuleUnload", || unsafe {
+            result::module::unload(self.raw)
+        });
     }
 }
 
@@ -244,17 +235,12 @@ impl Function {
     }
 
     /// The declared parameters, when they are plain 32/64-bit scalars.
-    pub fn params(&self) -> Option<&[ParamKind]> {
+    pub(crate) fn params(&self) -> Option<&[ParamKind]> {
         self.params.as_deref()
     }
 
-    /// Fails if a device reset destroyed the module.
-    pub(crate) fn check_live(&self, call: &'static str) -> Result<(), DriverError> {
-        self.module.enter(call)
-    }
-
     fn attribute(&self, attribute: sys::CUfunction_attribute) -> Result<u32, DriverError> {
-        self.check_live("cuFuncGetAttribute")?;
+        self.module.enter("cuFuncGetAttribute")?;
         // SAFETY: `raw` is a live function of the current context.
         let value = unsafe { result::function::get_function_attribute(self.raw, attribute) }
             .check("cuFuncGetAttribute")?;
@@ -279,7 +265,8 @@ impl Function {
         &self,
         block_threads: u32,
     ) -> Result<u32, DriverError> {
-        self.check_live("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
+        self.module
+            .enter("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
         let block = i32::try_from(block_threads).unwrap_or(i32::MAX);
         // SAFETY: `raw` is a live function of the current context.
         let blocks =
@@ -291,7 +278,7 @@ impl Function {
     /// Allows launches with up to `bytes` of dynamic shared memory (needed above 48 KiB, up
     /// to [`DeviceInfo::max_shared_memory_per_block_optin`](super::DeviceInfo)).
     pub fn set_max_dynamic_shared_bytes(&self, bytes: u32) -> Result<(), DriverError> {
-        self.check_live("cuFuncSetAttribute")?;
+        self.module.enter("cuFuncSetAttribute")?;
         let value = i32::try_from(bytes).unwrap_or(i32::MAX);
         // SAFETY: `raw` is a live function of the current context.
         unsafe {
@@ -330,7 +317,7 @@ pub fn compile_to_cubin(device: &Arc<Device>, ptx: &str) -> Result<Vec<u8>, Driv
             e.nul_position()
         ))
     })?;
-    device.bind_live(device.generation(), "cuLinkCreate")?;
+    device.enter("cuLinkCreate")?;
     let mut log = vec![0u8; JIT_LOG_BYTES];
     let mut options = [
         sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,

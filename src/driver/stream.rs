@@ -1,6 +1,6 @@
 //! [`Stream`] (copies, memsets, launches) and [`Event`] (completion and timing).
 
-use super::{Check, Device, DriverError, Function, KernelArg};
+use super::{release, Check, Device, DriverError, Function, KernelArg};
 use cudarc::driver::{result, sys};
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -10,7 +10,6 @@ use std::sync::Arc;
 pub struct Stream {
     device: Arc<Device>,
     raw: sys::CUstream,
-    generation: u64,
 }
 
 // SAFETY: CUDA stream handles may be used from any thread (the driver API is thread-safe);
@@ -30,14 +29,12 @@ fn ready(status: sys::CUresult, call: &'static str) -> Result<bool, DriverError>
 impl Stream {
     /// Creates a stream that does not synchronise with the legacy default stream.
     pub fn new(device: &Arc<Device>) -> Result<Stream, DriverError> {
-        let generation = device.generation();
-        device.bind_live(generation, "cuStreamCreate")?;
+        device.enter("cuStreamCreate")?;
         let raw = result::stream::create(result::stream::StreamKind::NonBlocking)
             .check("cuStreamCreate")?;
         Ok(Stream {
             device: Arc::clone(device),
             raw,
-            generation,
         })
     }
 
@@ -53,20 +50,7 @@ impl Stream {
 
     #[inline]
     pub(super) fn enter(&self, call: &'static str) -> Result<(), DriverError> {
-        self.device.bind_live(self.generation, call)
-    }
-
-    pub(super) fn generation(&self) -> u64 {
-        self.generation
-    }
-
-    /// Makes all later work on this stream wait until `event` (as last recorded) completes
-    /// (`cuStreamWaitEvent`); the host does not block.
-    pub fn wait_event(&self, event: &Event) -> Result<(), DriverError> {
-        self.enter("cuStreamWaitEvent")?;
-        event.enter("cuStreamWaitEvent")?;
-        // SAFETY: both handles are live in the current context.
-        unsafe { sys::cuStreamWaitEvent(self.raw, event.raw, 0) }.check("cuStreamWaitEvent")
+        self.device.enter(call)
     }
 
     /// Blocks until all work queued on the stream is done.
@@ -246,22 +230,8 @@ impl Stream {
         } else {
             "cuLaunchKernel"
         };
-        let mismatch = |what: String| {
-            DriverError::from_code(call, sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32)
-                .with_description(format!(
-                    "kernel arguments do not match the PTX entry: {what}"
-                ))
-        };
-        let Some(params) = function.params() else {
-            return Err(mismatch(
-                "the entry's parameters are not plain 32/64-bit scalars".into(),
-            ));
-        };
-        if params.len() != args.len() || params.iter().zip(args).any(|(p, a)| *p != a.kind()) {
-            return Err(mismatch(format!("declared {params:?}, given {args:?}")));
-        }
+        check_args(function, args, call)?;
         self.enter(call)?;
-        function.check_live(call)?;
         // The driver reads each parameter through a pointer to its value.
         let mut values: smallvec::SmallVec<[KernelArg; 24]> = args.iter().copied().collect();
         let mut pointers: smallvec::SmallVec<[*mut c_void; 24]> = values
@@ -271,45 +241,44 @@ impl Stream {
                 KernelArg::U64(v) => (v as *mut u64).cast::<c_void>(),
             })
             .collect();
-        let params_ptr = if pointers.is_empty() {
+        let params = if pointers.is_empty() {
             std::ptr::null_mut()
         } else {
             pointers.as_mut_ptr()
         };
-        let status = if cooperative {
-            // SAFETY: as for `cuLaunchKernel` below; the cooperative form takes no `extra`.
-            unsafe {
+        let ([gx, gy, gz], [bx, by, bz]) = (grid, block);
+        // SAFETY: the function and stream belong to the current context; `pointers` holds
+        // one pointer per declared parameter, each to a live value of the declared width
+        // (checked against the PTX declaration above), valid for this call. The
+        // cooperative form takes no `extra`.
+        let status = unsafe {
+            if cooperative {
                 sys::cuLaunchCooperativeKernel(
                     function.raw(),
-                    grid[0],
-                    grid[1],
-                    grid[2],
-                    block[0],
-                    block[1],
-                    block[2],
+                    gx,
+                    gy,
+                    gz,
+                    bx,
+                    by,
+                    bz,
                     0,
                     self.raw,
-                    params_ptr,
+                    params,
                 )
-            }
-        } else {
-            // SAFETY: the function and stream belong to the current context (checked
-            // live); `pointers` holds one pointer per declared parameter, each to a live
-            // value of the declared width (checked against the PTX declaration above),
-            // valid for this call.
-            unsafe {
+            } else {
+                let extra = std::ptr::null_mut();
                 sys::cuLaunchKernel(
                     function.raw(),
-                    grid[0],
-                    grid[1],
-                    grid[2],
-                    block[0],
-                    block[1],
-                    block[2],
+                    gx,
+                    gy,
+                    gz,
+                    bx,
+                    by,
+                    bz,
                     0,
                     self.raw,
-                    params_ptr,
-                    std::ptr::null_mut(),
+                    params,
+                    extra,
                 )
             }
         };
@@ -317,16 +286,35 @@ impl Stream {
     }
 }
 
+/// Checks `args` against the parameters the PTX declares for `function`.
+fn check_args(
+    function: &Function,
+    args: &[KernelArg],
+    call: &'static str,
+) -> Result<(), DriverError> {
+    let mismatch = |what: String| {
+        DriverError::from_code(call, sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32)
+            .with_description(format!(
+                "kernel arguments do not match the PTX entry: {what}"
+            ))
+    };
+    let Some(params) = function.params() else {
+        return Err(mismatch(
+            "the entry's parameters are not plain 32/64-bit scalars".into(),
+        ));
+    };
+    if params.len() != args.len() || params.iter().zip(args).any(|(p, a)| *p != a.kind()) {
+        return Err(mismatch(format!("declared {params:?}, given {args:?}")));
+    }
+    Ok(())
+}
+
 impl Drop for Stream {
     fn drop(&mut self) {
-        if let Err(e) = self.enter("cuStreamDestroy_v2") {
-            tracing::debug!(%e, "stream not destroyed");
-            return;
-        }
         // SAFETY: `raw` is a live stream, destroyed once. Pending work still completes.
-        if let Err(e) = unsafe { result::stream::destroy(self.raw) }.check("cuStreamDestroy_v2") {
-            tracing::warn!(%e, "destroying a CUDA stream failed");
-        }
+        release(&self.device, "cuStreamDestroy_v2", || unsafe {
+            result::stream::destroy(self.raw)
+        });
     }
 }
 
@@ -335,7 +323,6 @@ impl Drop for Stream {
 pub struct Event {
     device: Arc<Device>,
     raw: sys::CUevent,
-    generation: u64,
 }
 
 // SAFETY: CUDA event handles may be used from any thread; operations bind the context first.
@@ -347,8 +334,7 @@ impl Event {
     /// Creates an event; `timing == false` creates it with `CU_EVENT_DISABLE_TIMING`, which
     /// makes recording and querying cheaper.
     pub fn new(device: &Arc<Device>, timing: bool) -> Result<Event, DriverError> {
-        let generation = device.generation();
-        device.bind_live(generation, "cuEventCreate")?;
+        device.enter("cuEventCreate")?;
         let flags = if timing {
             sys::CUevent_flags::CU_EVENT_DEFAULT
         } else {
@@ -358,7 +344,6 @@ impl Event {
         Ok(Event {
             device: Arc::clone(device),
             raw,
-            generation,
         })
     }
 
@@ -366,8 +351,7 @@ impl Event {
     /// (`CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING`): [`Event::synchronize`] sleeps
     /// until the work is done instead of spinning, whatever the context's scheduling flags.
     pub fn new_blocking(device: &Arc<Device>) -> Result<Event, DriverError> {
-        let generation = device.generation();
-        device.bind_live(generation, "cuEventCreate")?;
+        device.enter("cuEventCreate")?;
         let flags = sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32
             | sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
         let mut raw: sys::CUevent = std::ptr::null_mut();
@@ -376,19 +360,17 @@ impl Event {
         Ok(Event {
             device: Arc::clone(device),
             raw,
-            generation,
         })
     }
 
     #[inline]
     fn enter(&self, call: &'static str) -> Result<(), DriverError> {
-        self.device.bind_live(self.generation, call)
+        self.device.enter(call)
     }
 
     /// Records the event at the current tail of `stream`.
     pub fn record(&self, stream: &Stream) -> Result<(), DriverError> {
         self.enter("cuEventRecord")?;
-        stream.enter("cuEventRecord")?;
         // SAFETY: both handles are live in the current context.
         unsafe { result::event::record(self.raw, stream.raw) }.check("cuEventRecord")
     }
@@ -403,6 +385,13 @@ impl Event {
     /// Blocks until the recorded work is done.
     pub fn synchronize(&self) -> Result<(), DriverError> {
         self.enter("cuEventSynchronize")?;
+        self.settle()
+    }
+
+    /// [`Event::synchronize`] for `Drop` paths, whose errors go unreported: never failed
+    /// by a test's injected failure ([`Device::fail_call`]).
+    pub(crate) fn settle(&self) -> Result<(), DriverError> {
+        self.device.bind()?;
         // SAFETY: `raw` is a live event.
         unsafe { result::event::synchronize(self.raw) }.check("cuEventSynchronize")
     }
@@ -411,7 +400,6 @@ impl Event {
     /// `timing == true`). Resolution is about half a microsecond; negative spans give 0.
     pub fn elapsed_ns_since(&self, start: &Event) -> Result<u64, DriverError> {
         self.enter("cuEventElapsedTime")?;
-        start.enter("cuEventElapsedTime")?;
         // SAFETY: both events are live in the current context.
         let ms =
             unsafe { result::event::elapsed(start.raw, self.raw) }.check("cuEventElapsedTime")?;
@@ -421,13 +409,9 @@ impl Event {
 
 impl Drop for Event {
     fn drop(&mut self) {
-        if let Err(e) = self.enter("cuEventDestroy_v2") {
-            tracing::debug!(%e, "event not destroyed");
-            return;
-        }
         // SAFETY: `raw` is a live event, destroyed once.
-        if let Err(e) = unsafe { result::event::destroy(self.raw) }.check("cuEventDestroy_v2") {
-            tracing::warn!(%e, "destroying a CUDA event failed");
-        }
+        release(&self.device, "cuEventDestroy_v2", || unsafe {
+            result::event::destroy(self.raw)
+        });
     }
 }
