@@ -5,9 +5,8 @@
 //! [`DriverError`]) that carry what went wrong and, for codegen, what to do instead;
 //! neither knows about vyre-driver. This module is the only place that writes `Fix:` and
 //! the only place that builds a `BackendError`, so every message a user sees carries
-//! exactly one hint (vyre-driver's own variants append a generic `Fix:` of their own, so
-//! our texts go only into variants that print them verbatim, or into variants whose hint
-//! is the right one).
+//! exactly one hint (vyre-driver's own variants append a generic `Fix:` of their own; where
+//! they do, our hint goes into the message as "what to do").
 
 use crate::codegen::CodegenError;
 use crate::driver::{DriverError, DriverErrorKind};
@@ -202,8 +201,9 @@ fn driver_fix(error: &DriverError) -> &'static str {
     }
 }
 
-/// The one conversion to vyre's error type. Variants whose vyre-driver rendering adds a
-/// hint of its own get text without ours; the rest print our message verbatim.
+/// The one conversion to vyre's error type, keeping vyre's machine-readable error codes
+/// (`BackendError::code`). Variants whose vyre-driver rendering adds a hint of its own get
+/// text without a `Fix:`; `InvalidProgram` prints our message verbatim.
 impl From<CudaError> for BackendError {
     fn from(error: CudaError) -> Self {
         if let Some(name) = error.unsupported_name() {
@@ -231,7 +231,19 @@ impl From<CudaError> for BackendError {
             | CudaError::InvalidProgram { .. }) => BackendError::InvalidProgram {
                 fix: error.to_string(),
             },
-            error => BackendError::new(error.to_string()),
+            // vyre-driver appends a generic `Fix:` to `DispatchFailed`: ours goes into the
+            // message as "what to do", and the variant keeps the machine-readable code.
+            error => {
+                let code = match &error {
+                    CudaError::Driver(inner) => inner.code().and_then(|c| i32::try_from(c).ok()),
+                    _ => None,
+                };
+                let (what, fix) = error.parts();
+                BackendError::DispatchFailed {
+                    code,
+                    message: format!("{}; what to do: {}", fold_hints(&what), fold_hints(&fix)),
+                }
+            }
         }
     }
 }
@@ -319,6 +331,18 @@ mod tests {
         assert!(text.contains("PTX"), "{text}");
         let text = CudaError::from(DriverError::library_missing()).to_string();
         assert!(text.contains("LD_LIBRARY_PATH"), "{text}");
+    }
+
+    #[test]
+    fn driver_errors_keep_their_code() {
+        match BackendError::from(driver(700)) {
+            BackendError::DispatchFailed { code, message } => {
+                assert_eq!(code, Some(700));
+                assert!(message.contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{message}");
+                assert!(message.contains("what to do: a GPU kernel fault"), "{message}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
     }
 
     #[test]
