@@ -6,7 +6,8 @@
 #    .tools/cuda-nvcc/ and .tools/cuda-nvcc-cu12/ if they are not there yet.
 # 2. Exports VYRE_CUDA_PTXAS and VYRE_CUDA_PTXAS_CU12 (absolute paths), which the
 #    integration tests use to assemble every emitted kernel for sm_80 and sm_90.
-# 3. Runs cargo fmt --check, cargo clippy --all-targets -D warnings, cargo test --release.
+# 3. Runs cargo fmt --check, the layer check (scripts/check_layers.py),
+#    cargo clippy --all-targets -D warnings, cargo test --release.
 #
 # Needs: bash, python3 with pip (network access to PyPI on first run only), cargo.
 # No GPU and no CUDA toolkit are needed. Works from any current directory.
@@ -114,6 +115,9 @@ echo "VYRE_CUDA_PTXAS_CU12=$VYRE_CUDA_PTXAS_CU12"
 
 section "cargo fmt --check"
 cargo fmt --check
+
+section "layers (scripts/check_layers.py)"
+python3 scripts/check_layers.py || die "an import runs up a layer or closes a circle (see above)"
 
 section "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets -- -D warnings
