@@ -122,7 +122,7 @@ impl CudaOptimizerDispatcher {
     #[allow(clippy::too_many_arguments)]
     fn batch(
         &self,
-        fills: &[Fill],
+        fills: &[(u64, usize, u8)],
         uploads: &[(u64, &[u8])],
         steps: &[ResidentDispatchStep<'_>],
         reads: &[Read],
@@ -131,11 +131,20 @@ impl CudaOptimizerDispatcher {
         self.check_live(
             fills
                 .iter()
-                .map(|f| f.handle)
+                .map(|f| f.0)
                 .chain(uploads.iter().map(|u| u.0))
                 .chain(steps.iter().flat_map(|s| s.handle_ids.iter().copied()))
                 .chain(reads.iter().map(|r| r.handle)),
         )?;
+        let fills: Vec<Fill> = fills
+            .iter()
+            .map(|&(handle, len, value)| Fill {
+                handle,
+                offset: 0,
+                len,
+                value,
+            })
+            .collect();
         let uploads: Vec<Upload<'_>> = uploads
             .iter()
             .map(|&(handle, bytes)| Upload {
@@ -159,7 +168,7 @@ impl CudaOptimizerDispatcher {
             .core()
             .run_resident(
                 &ResidentBatch {
-                    fills,
+                    fills: &fills,
                     uploads: &uploads,
                     prefix: &steps,
                     reads,
@@ -193,18 +202,6 @@ impl CudaOptimizerDispatcher {
                 handle: r.handle_id,
                 offset: r.byte_offset,
                 len: r.byte_len,
-            })
-            .collect()
-    }
-
-    fn fill_list(fills: &[(u64, usize, u8)]) -> Vec<Fill> {
-        fills
-            .iter()
-            .map(|&(handle, len, value)| Fill {
-                handle,
-                offset: 0,
-                len,
-                value,
             })
             .collect()
     }
@@ -250,12 +247,7 @@ impl OptimizerDispatcher for CudaOptimizerDispatcher {
             let pooled = self.free.lock().ok().and_then(|mut f| f.take(len));
             match pooled {
                 Some(handle) => {
-                    recycled.push(Fill {
-                        handle,
-                        offset: 0,
-                        len,
-                        value: 0,
-                    });
+                    recycled.push((handle, len, 0));
                     handles.push(handle);
                 }
                 None => match self.backend.core().allocate_resident(len) {
@@ -413,10 +405,7 @@ impl OptimizerDispatcher for CudaOptimizerDispatcher {
         steps: &[ResidentDispatchStep<'_>],
         read_handles: &[u64],
     ) -> Result<Vec<Vec<u8>>, DispatchError> {
-        let reads = self.whole_reads(read_handles)?;
-        let mut outputs = Vec::new();
-        self.batch(&[], &[], steps, &reads, &mut outputs)?;
-        Ok(outputs)
+        self.upload_resident_many_sequence_read_many(&[], steps, read_handles)
     }
 
     fn dispatch_resident_sequence_read_ranges(
@@ -424,15 +413,7 @@ impl OptimizerDispatcher for CudaOptimizerDispatcher {
         steps: &[ResidentDispatchStep<'_>],
         read_ranges: &[ResidentReadRange],
     ) -> Result<Vec<Vec<u8>>, DispatchError> {
-        let mut outputs = Vec::new();
-        self.batch(
-            &[],
-            &[],
-            steps,
-            &Self::range_reads(read_ranges),
-            &mut outputs,
-        )?;
-        Ok(outputs)
+        self.upload_resident_many_sequence_read_ranges(&[], steps, read_ranges)
     }
 
     fn upload_resident_many_sequence_read_many(
@@ -442,12 +423,8 @@ impl OptimizerDispatcher for CudaOptimizerDispatcher {
         read_handles: &[u64],
     ) -> Result<Vec<Vec<u8>>, DispatchError> {
         let mut outputs = Vec::new();
-        self.upload_resident_many_sequence_read_many_into(
-            uploads,
-            steps,
-            read_handles,
-            &mut outputs,
-        )?;
+        let reads = self.whole_reads(read_handles)?;
+        self.batch(&[], uploads, steps, &reads, &mut outputs)?;
         Ok(outputs)
     }
 
@@ -478,24 +455,8 @@ impl OptimizerDispatcher for CudaOptimizerDispatcher {
         self.batch(&[], uploads, steps, &reads, outputs)
     }
 
-    fn clear_upload_resident_many_sequence_read_many_into(
-        &self,
-        clears: &[(u64, usize)],
-        uploads: &[(u64, &[u8])],
-        steps: &[ResidentDispatchStep<'_>],
-        read_handles: &[u64],
-        outputs: &mut Vec<Vec<u8>>,
-    ) -> Result<(), DispatchError> {
-        let fills: Vec<(u64, usize, u8)> = clears.iter().map(|&(h, len)| (h, len, 0)).collect();
-        self.fill_upload_resident_many_sequence_read_many_into(
-            &fills,
-            uploads,
-            steps,
-            read_handles,
-            outputs,
-        )
-    }
-
+    // `clear_upload_resident_many_sequence_read_many_into` keeps the trait's default, which
+    // turns the clears into zero fills for the method below.
     fn fill_upload_resident_many_sequence_read_many_into(
         &self,
         fills: &[(u64, usize, u8)],
@@ -505,7 +466,7 @@ impl OptimizerDispatcher for CudaOptimizerDispatcher {
         outputs: &mut Vec<Vec<u8>>,
     ) -> Result<(), DispatchError> {
         let reads = self.whole_reads(read_handles)?;
-        self.batch(&Self::fill_list(fills), uploads, steps, &reads, outputs)
+        self.batch(fills, uploads, steps, &reads, outputs)
     }
 
     fn fill_upload_resident_many_sequence_read_ranges_into(
@@ -516,13 +477,8 @@ impl OptimizerDispatcher for CudaOptimizerDispatcher {
         read_ranges: &[ResidentReadRange],
         outputs: &mut Vec<Vec<u8>>,
     ) -> Result<(), DispatchError> {
-        self.batch(
-            &Self::fill_list(fills),
-            uploads,
-            steps,
-            &Self::range_reads(read_ranges),
-            outputs,
-        )
+        let reads = Self::range_reads(read_ranges);
+        self.batch(fills, uploads, steps, &reads, outputs)
     }
 
     fn upload_resident_many_sequence_read_ranges_into(
@@ -532,11 +488,11 @@ impl OptimizerDispatcher for CudaOptimizerDispatcher {
         read_ranges: &[ResidentReadRange],
         outputs: &mut Vec<Vec<u8>>,
     ) -> Result<(), DispatchError> {
-        self.batch(
+        self.fill_upload_resident_many_sequence_read_ranges_into(
             &[],
             uploads,
             steps,
-            &Self::range_reads(read_ranges),
+            read_ranges,
             outputs,
         )
     }

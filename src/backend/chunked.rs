@@ -592,6 +592,7 @@ impl Shared<'_> {
                         dst: &mut word,
                     }],
                     &core.metrics,
+                    Workers::BySize,
                 )?;
             }
             stream.synchronize()?;
@@ -641,7 +642,7 @@ impl Shared<'_> {
                 .push(dst.wrapping_sub(range.start as u64 * stride as u64));
         }
         args.fault = abi.fault_word.then_some(fault);
-        core.staging.upload_with(
+        core.staging.upload(
             lane,
             &core.device,
             stream,
@@ -685,7 +686,7 @@ impl Shared<'_> {
         {
             Ok(download) => Ok(Some(download)),
             Err(mut downloads) => {
-                core.staging.download_with(
+                core.staging.download(
                     lane,
                     &core.device,
                     stream,

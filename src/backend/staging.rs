@@ -171,7 +171,7 @@ impl Staging {
         metrics: &Metrics,
     ) -> Result<(), DriverError> {
         let mut lane = self.take();
-        let uploaded = self.upload(&mut lane, device, stream, copies, metrics);
+        let uploaded = self.upload(&mut lane, device, stream, copies, metrics, Workers::BySize);
         lane.discard_if(uploaded.is_err());
         uploaded
     }
@@ -185,7 +185,7 @@ impl Staging {
         metrics: &Metrics,
     ) -> Result<(), DriverError> {
         let mut lane = self.take();
-        let downloaded = self.download(&mut lane, device, stream, copies, metrics);
+        let downloaded = self.download(&mut lane, device, stream, copies, metrics, Workers::BySize);
         lane.discard_if(downloaded.is_err());
         downloaded
     }
@@ -194,18 +194,6 @@ impl Staging {
     /// (into the driver's or our staging memory), so the caller may drop or reuse them; the
     /// device copies complete in stream order.
     pub(crate) fn upload(
-        &self,
-        lane: &mut Lane,
-        device: &Arc<Device>,
-        stream: &Stream,
-        copies: &[HostToDevice<'_>],
-        metrics: &Metrics,
-    ) -> Result<(), DriverError> {
-        self.upload_with(lane, device, stream, copies, metrics, Workers::BySize)
-    }
-
-    /// [`Staging::upload`] with an explicit worker policy.
-    pub(crate) fn upload_with(
         &self,
         lane: &mut Lane,
         device: &Arc<Device>,
@@ -255,18 +243,6 @@ impl Staging {
     /// Enqueues `copies` on `stream` behind the work already queued there and waits for
     /// them: when this returns `Ok`, every destination holds its bytes.
     pub(crate) fn download(
-        &self,
-        lane: &mut Lane,
-        device: &Arc<Device>,
-        stream: &Stream,
-        copies: &mut [DeviceToHost<'_>],
-        metrics: &Metrics,
-    ) -> Result<(), DriverError> {
-        self.download_with(lane, device, stream, copies, metrics, Workers::BySize)
-    }
-
-    /// [`Staging::download`] with an explicit worker policy.
-    pub(crate) fn download_with(
         &self,
         lane: &mut Lane,
         device: &Arc<Device>,

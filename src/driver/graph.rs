@@ -64,11 +64,8 @@ unsafe impl Send for GraphExec {}
 unsafe impl Sync for GraphExec {}
 
 impl GraphExec {
-    /// Enqueues one replay of the graph on `stream` (`cuGraphLaunch`).
-    ///
-    /// Replay the graph on `stream`. The device memory the captured work addresses must
-    /// stay allocated until the replay completes (a device-side concern: no host memory is
-    /// touched).
+    /// Enqueues one replay of the graph on `stream` (`cuGraphLaunch`). The device memory
+    /// the captured work addresses must stay allocated until the replay completes.
     pub fn launch(&self, stream: &Stream) -> Result<(), DriverError> {
         self.device.enter("cuGraphLaunch")?;
         // SAFETY: both handles are live in the current context. The graph holds only kernel

@@ -334,26 +334,27 @@ impl Event {
     /// Creates an event; `timing == false` creates it with `CU_EVENT_DISABLE_TIMING`, which
     /// makes recording and querying cheaper.
     pub fn new(device: &Arc<Device>, timing: bool) -> Result<Event, DriverError> {
-        device.enter("cuEventCreate")?;
         let flags = if timing {
             sys::CUevent_flags::CU_EVENT_DEFAULT
         } else {
             sys::CUevent_flags::CU_EVENT_DISABLE_TIMING
         };
-        let raw = result::event::create(flags).check("cuEventCreate")?;
-        Ok(Event {
-            device: Arc::clone(device),
-            raw,
-        })
+        Self::create(device, flags as u32)
     }
 
     /// Creates a completion-only event whose waits block the host thread
     /// (`CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING`): [`Event::synchronize`] sleeps
     /// until the work is done instead of spinning, whatever the context's scheduling flags.
     pub fn new_blocking(device: &Arc<Device>) -> Result<Event, DriverError> {
+        Self::create(
+            device,
+            sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32
+                | sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32,
+        )
+    }
+
+    fn create(device: &Arc<Device>, flags: u32) -> Result<Event, DriverError> {
         device.enter("cuEventCreate")?;
-        let flags = sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32
-            | sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
         let mut raw: sys::CUevent = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out pointer; the flags are a valid combination.
         unsafe { sys::cuEventCreate(&mut raw, flags) }.check("cuEventCreate")?;
