@@ -339,7 +339,10 @@ mod tests {
             BackendError::DispatchFailed { code, message } => {
                 assert_eq!(code, Some(700));
                 assert!(message.contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{message}");
-                assert!(message.contains("what to do: a GPU kernel fault"), "{message}");
+                assert!(
+                    message.contains("what to do: a GPU kernel fault"),
+                    "{message}"
+                );
             }
             other => panic!("unexpected {other:?}"),
         }

@@ -30,9 +30,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-const DEFAULT_PROGRAMS: usize = 3000;
+/// A debug build (plain `cargo test`) sweeps a tenth of the programs: generating and
+/// emitting them unoptimised is ~10x slower, and the release run of `scripts/test.sh`
+/// sweeps them all.
+const SWEEP_DIVISOR: usize = if cfg!(debug_assertions) { 10 } else { 1 };
+const DEFAULT_PROGRAMS: usize = 3000 / SWEEP_DIVISOR;
 const DEFAULT_SEED: u64 = 0x5EED_C0DE_2024;
-const DEFAULT_LARGE_PROGRAMS: usize = 1500;
+const DEFAULT_LARGE_PROGRAMS: usize = 1500 / SWEEP_DIVISOR;
 /// The large shape's seeds differ from the default shape's.
 const LARGE_SEED_XOR: u64 = 0x1A96_E000;
 /// Kernels per ptxas process.
