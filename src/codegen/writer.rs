@@ -5,7 +5,6 @@
 
 use std::fmt::{self, Write as _};
 
-/// A PTX register class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum RegClass {
     Pred,
@@ -66,7 +65,6 @@ impl RegClass {
     }
 }
 
-/// One virtual register.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Reg {
     class: RegClass,
@@ -85,7 +83,6 @@ impl fmt::Display for Reg {
     }
 }
 
-/// A branch target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Label(u32);
 
@@ -95,7 +92,6 @@ impl fmt::Display for Label {
     }
 }
 
-/// Accumulates a kernel body.
 #[derive(Default)]
 pub(crate) struct PtxWriter {
     body: String,
@@ -140,7 +136,6 @@ impl PtxWriter {
         let _ = writeln!(self.body, "{label}:");
     }
 
-    /// Register declarations for everything minted so far.
     pub(crate) fn register_decls(&self) -> String {
         let mut out = String::new();
         for class in RegClass::ALL {

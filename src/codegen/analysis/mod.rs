@@ -38,7 +38,6 @@ pub(crate) struct ProgramFacts<'p> {
 }
 
 impl<'p> ProgramFacts<'p> {
-    /// Analyse `program` for the effective `workgroup_size`.
     pub(crate) fn analyse(program: &'p Program, workgroup_size: [u32; 3]) -> Self {
         let entry = program.entry();
         // Only atomics consult which variables are read (a discarded atomic result may
@@ -79,7 +78,6 @@ impl<'p> ProgramFacts<'p> {
     }
 }
 
-/// Whether `nodes` call a libm `.func` anywhere.
 fn calls_libm(nodes: &[Node]) -> bool {
     any_expr_in(
         nodes,

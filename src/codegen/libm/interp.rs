@@ -6,7 +6,6 @@ use super::ptx::{Class, Cmp, CmpTy, Cvt, FOp, Func, IOp, Inst, Op, R};
 use std::collections::HashMap;
 use std::ops::{Add, Div, Mul, Sub};
 
-/// The functions of one module, ready to run.
 pub(crate) struct Machine {
     funcs: HashMap<&'static str, (Func, HashMap<u32, usize>)>,
 }
@@ -76,7 +75,6 @@ impl Machine {
     }
 }
 
-/// The registers and `.local` arrays of one call.
 struct Frame {
     regs: [Vec<u64>; 5],
     locals: Vec<Vec<u64>>,

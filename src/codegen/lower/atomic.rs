@@ -11,7 +11,6 @@ use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
 use vyre_foundation::ir::{AtomicOp, Expr, MemoryOrdering};
 
-/// The lowered operands of an atomic.
 struct Operands {
     index: Reg,
     expected: Option<Reg>,
@@ -152,7 +151,6 @@ impl<'p> Lowerer<'p> {
     }
 }
 
-/// The `atom` operator of `op`.
 fn atomic_opcode(op: AtomicOp) -> Result<&'static str, CodegenError> {
     match (commutative_opcode(op), op) {
         (Some(opcode), _) => Ok(opcode),

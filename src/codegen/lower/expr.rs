@@ -1,7 +1,7 @@
 //! Expressions: one `put_*` per `Expr` construct (operators are in `ops.rs`).
 
 use super::memory::Space;
-use super::{bytes, canonical_f32_bits_host, sel_type, Ids, Lowerer, Val};
+use super::{bytes, canonical_f32_bits_host, Ids, Lowerer, Val};
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
 use crate::codegen::writer::{emit, Reg, RegClass};
@@ -153,7 +153,7 @@ impl<'p> Lowerer<'p> {
         emit!(
             self.w,
             "selp.{} {reg}, {}, {}, {p}",
-            sel_type(t.reg),
+            t.reg.class().ty(),
             t.reg,
             f.reg
         );

@@ -6,7 +6,7 @@
 //! does (order matters for f32), except for the integer operators `redux.sync` computes
 //! exactly on sm_80+.
 
-use super::{sel_type, Lowerer, Val};
+use super::{Lowerer, Val};
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
 use crate::codegen::writer::emit;
@@ -36,19 +36,19 @@ impl Lowerer<'_> {
         }
         let source = self.u32_checked(lane, DeviceFault::SubgroupLaneNotU32)?;
         let (lanes, mask) = (self.subgroup_lanes, self.subgroup_mask);
-        let d = self.reg(value.kind.reg_class());
+        let d = self.w.reg(value.kind.reg_class());
         let present = self.pred();
         emit!(
-            self.writer(),
+            self.w,
             "shfl.sync.idx.b32 {d}, {}, {source}, 31, {mask}",
             value.reg
         );
         // A source lane outside the subgroup reads 0 in the reference.
-        emit!(self.writer(), "setp.lt.u32 {present}, {source}, {lanes}");
+        emit!(self.w, "setp.lt.u32 {present}, {source}, {lanes}");
         if value.kind == ValKind::F32 {
-            emit!(self.writer(), "selp.f32 {d}, {d}, 0f00000000, {present}");
+            emit!(self.w, "selp.f32 {d}, {d}, 0f00000000, {present}");
         } else {
-            emit!(self.writer(), "selp.b32 {d}, {d}, 0, {present}");
+            emit!(self.w, "selp.b32 {d}, {d}, 0, {present}");
         }
         Ok(Val {
             kind: value.kind,
@@ -75,11 +75,7 @@ impl Lowerer<'_> {
                 };
                 if let Some(redux) = redux.filter(|_| self.sm >= 80) {
                     let d = self.b32();
-                    emit!(
-                        self.writer(),
-                        "redux.sync.{redux} {d}, {}, {mask}",
-                        value.reg
-                    );
+                    emit!(self.w, "redux.sync.{redux} {d}, {}, {mask}", value.reg);
                     return Ok(Val {
                         kind: ValKind::U32,
                         reg: d,
@@ -130,12 +126,12 @@ impl Lowerer<'_> {
     /// `acc = op(acc, lane[k])` for k = 0, 1, ... over the lanes present, in order.
     fn fold_lanes(&mut self, acc: Val, value: Val, op: BinOp) -> Result<Val, CodegenError> {
         let (lanes, mask) = (self.subgroup_lanes, self.subgroup_mask);
-        let result = self.reg(acc.kind.reg_class());
+        let result = self.w.reg(acc.kind.reg_class());
         self.mov(result, acc.reg);
         for k in 0..32u32 {
-            let lane_value = self.reg(value.kind.reg_class());
+            let lane_value = self.w.reg(value.kind.reg_class());
             emit!(
-                self.writer(),
+                self.w,
                 "shfl.sync.idx.b32 {lane_value}, {}, {k}, 31, {mask}",
                 value.reg
             );
@@ -151,11 +147,11 @@ impl Lowerer<'_> {
                 },
             )?;
             let present = self.pred();
-            emit!(self.writer(), "setp.lt.u32 {present}, {k}, {lanes}");
+            emit!(self.w, "setp.lt.u32 {present}, {k}, {lanes}");
             emit!(
-                self.writer(),
+                self.w,
                 "@{present} mov.{} {result}, {}",
-                sel_type(result),
+                result.class().ty(),
                 combined.reg
             );
         }

@@ -16,7 +16,6 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use vyre_foundation::ir::Program;
 
-/// The lowered bodies of one kernel.
 pub(crate) struct Bodies<'a> {
     /// One per segment (`vyre_main`, `vyre_main_1`, ...).
     pub(crate) segments: &'a [LoweredBody],
@@ -35,7 +34,6 @@ impl Bodies<'_> {
     }
 }
 
-/// The module texts of one kernel.
 pub(crate) struct Modules {
     /// The segment entries and the cooperative entry.
     pub(crate) ptx: String,
@@ -93,7 +91,6 @@ fn put_header(out: &mut String, program: &Program, target: PtxTarget, bodies: &B
     out.push_str(&libm::module_text(&libm_used));
 }
 
-/// The parameter declarations of an entry, one per line.
 fn param_list(params: impl Iterator<Item = KernelParam>) -> String {
     params
         .map(|param| format!("\t.param .{} {}", param.ptx_type(), param.name()))
