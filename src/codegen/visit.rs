@@ -71,7 +71,6 @@ pub(crate) fn for_each_child<'p>(expr: &'p Expr, f: &mut impl FnMut(&'p Expr)) {
     }
 }
 
-/// The statement lists nested directly in `node` (branches, loop and scope bodies).
 /// Whether every direct sub-expression of `expr` satisfies `test`.
 pub(crate) fn all_children<'e>(expr: &'e Expr, mut test: impl FnMut(&'e Expr) -> bool) -> bool {
     let mut all = true;
@@ -79,6 +78,7 @@ pub(crate) fn all_children<'e>(expr: &'e Expr, mut test: impl FnMut(&'e Expr) ->
     all
 }
 
+/// The statement lists nested directly in `node` (branches, loop and scope bodies).
 pub(crate) fn children(node: &Node) -> Vec<&[Node]> {
     match node {
         Node::If {

@@ -70,10 +70,7 @@ impl<'p> Lowerer<'p> {
             }
             None => self.put_atom(opcode, *ordering, old, &operands),
         }
-        Ok(Val {
-            kind: ValKind::U32,
-            reg: old,
-        })
+        Ok(Val::new(ValKind::U32, old))
     }
 
     /// The slot of an atomic's target: a 4-byte storage buffer.

@@ -165,14 +165,7 @@ impl<'p> Lowerer<'p> {
             }
             (DataType::U32, _) => {
                 let word = self.bytes_prefix_u32(view);
-                self.put_store(
-                    buffer,
-                    index,
-                    Val {
-                        kind: ValKind::Bytes(4),
-                        reg: word,
-                    },
-                )
+                self.put_store(buffer, index, Val::new(ValKind::Bytes(4), word))
             }
             (element, _) => Err(CodegenError::unsupported(
                 format!("Store of a run-time-sized bytes value into a {element} buffer"),

@@ -129,10 +129,7 @@ impl Lowerer<'_> {
             return Ok(Some(reg));
         }
         let bytes = match value.kind {
-            ValKind::F32 | ValKind::F64 => Val {
-                kind: ValKind::U64,
-                reg: self.float_bytes(value),
-            },
+            ValKind::F32 | ValKind::F64 => Val::new(ValKind::U64, self.float_bytes(value)),
             _ => value,
         };
         let reg = match (stride, bytes.reg.class()) {

@@ -44,6 +44,12 @@ pub(crate) struct Val {
     pub(crate) reg: Reg,
 }
 
+impl Val {
+    pub(crate) fn new(kind: ValKind, reg: Reg) -> Self {
+        Self { kind, reg }
+    }
+}
+
 #[derive(Clone, Copy)]
 struct Local {
     val: Val,

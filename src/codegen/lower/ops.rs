@@ -247,10 +247,7 @@ impl Lowerer<'_> {
     fn bool_of(&mut self, p: Reg) -> Val {
         let reg = self.b32();
         emit!(self.w, "selp.u32 {reg}, 1, 0, {p}");
-        Val {
-            kind: ValKind::Bool,
-            reg,
-        }
+        Val::new(ValKind::Bool, reg)
     }
 
     /// `setp.{cmp}.{ty} p, a, b` as a bool.
@@ -426,10 +423,7 @@ impl Lowerer<'_> {
             _ => return Err(unsupported_binop(op, ValKind::Bool)),
         };
         emit!(self.w, "{logic}.b32 {reg}, {a}, {b}");
-        Ok(Val {
-            kind: ValKind::Bool,
-            reg,
-        })
+        Ok(Val::new(ValKind::Bool, reg))
     }
 
     fn f32_binop(&mut self, op: BinOp, a: Reg, b: Reg) -> Result<Val, CodegenError> {
@@ -461,10 +455,7 @@ impl Lowerer<'_> {
             }
             _ => return Err(unsupported_binop(op, ValKind::F32)),
         };
-        Ok(Val {
-            kind: ValKind::F32,
-            reg,
-        })
+        Ok(Val::new(ValKind::F32, reg))
     }
 
     pub(crate) fn put_unop(&mut self, op: &UnOp, v: Val) -> Result<Val, CodegenError> {
@@ -475,10 +466,7 @@ impl Lowerer<'_> {
             let reg = self.b32();
             emit!(self.w, "shr.u32 {reg}, {}, {shift}", v.reg);
             emit!(self.w, "and.b32 {reg}, {reg}, {mask}");
-            return Ok(Val {
-                kind: ValKind::U32,
-                reg,
-            });
+            return Ok(Val::new(ValKind::U32, reg));
         }
         match v.kind {
             ValKind::U32 | ValKind::I32 => self.int_unop(op, v, U32),
@@ -486,10 +474,7 @@ impl Lowerer<'_> {
             ValKind::Bool if matches!(op, UnOp::LogicalNot) => {
                 let reg = self.b32();
                 emit!(self.w, "xor.b32 {reg}, {}, 1", v.reg);
-                Ok(Val {
-                    kind: ValKind::Bool,
-                    reg,
-                })
+                Ok(Val::new(ValKind::Bool, reg))
             }
             ValKind::F32 => self.f32_unop(op, v.reg),
             ValKind::F64 => {
@@ -565,19 +550,11 @@ impl Lowerer<'_> {
                     emit!(self.w, "{inst} {d}, {a}");
                     d
                 }
-                (None, Some(f)) if f.is_ported() => self.call_libm(f, a),
-                (None, Some(_)) => return Err(CodegenError::unsupported(
-                    format!("UnOp::{op:?}"),
-                    "no bit-exact PTX port of the reference's libm routine exists in vyre-cuda yet, and approximate intrinsics would not match the reference",
-                    "compute the transcendental on the host or avoid it in GPU programs for now",
-                )),
+                (None, Some(f)) => self.call_libm(f, a),
                 (None, None) => return Err(unsupported_unop(op, ValKind::F32)),
             },
         };
-        Ok(Val {
-            kind: ValKind::F32,
-            reg,
-        })
+        Ok(Val::new(ValKind::F32, reg))
     }
 
     /// `-a` and `|a|` on the bits: ptxas 13.0 folds `neg.f32` of a zero into +0.
@@ -666,16 +643,10 @@ impl Lowerer<'_> {
                 let reg = self.w.reg(RegClass::B64);
                 self.mov(reg, lo);
                 self.wide_hi.insert(reg, hi);
-                Val {
-                    kind: ValKind::Bytes(16),
-                    reg,
-                }
+                Val::new(ValKind::Bytes(16), reg)
             }
             // The value's bytes, zero-padded or truncated to eight.
-            DataType::Vec2U32 => Val {
-                kind: ValKind::Bytes(8),
-                reg: self.bytes_b64(v),
-            },
+            DataType::Vec2U32 => Val::new(ValKind::Bytes(8), self.bytes_b64(v)),
             // The reference's catch-all: the value's own bytes, unconverted.
             DataType::Bytes | DataType::F16 | DataType::BF16 | DataType::F64 => Val {
                 kind: ValKind::Bytes(v.kind.byte_len()),
@@ -726,19 +697,13 @@ impl Lowerer<'_> {
             }
             _ => emit!(self.w, "cvt.u64.u32 {reg}, {a}"),
         }
-        Val {
-            kind: ValKind::U64,
-            reg,
-        }
+        Val::new(ValKind::U64, reg)
     }
 
     /// Cast of a non-f64 value to f32.
     fn cast_to_f32(&mut self, v: Val) -> Result<Val, CodegenError> {
         let reg = self.w.reg(RegClass::F32);
-        let value = Val {
-            kind: ValKind::F32,
-            reg,
-        };
+        let value = Val::new(ValKind::F32, reg);
         let (from, ty) = match v.kind {
             ValKind::F32 => {
                 self.mov(reg, v.reg);

@@ -50,10 +50,7 @@ impl Lowerer<'_> {
         } else {
             emit!(self.w, "selp.b32 {d}, {d}, 0, {present}");
         }
-        Ok(Val {
-            kind: value.kind,
-            reg: d,
-        })
+        Ok(Val::new(value.kind, d))
     }
 
     pub(super) fn put_subgroup_reduce(
@@ -76,10 +73,7 @@ impl Lowerer<'_> {
                 if let Some(redux) = redux.filter(|_| self.sm >= 80) {
                     let d = self.b32();
                     emit!(self.w, "redux.sync.{redux} {d}, {}, {mask}", value.reg);
-                    return Ok(Val {
-                        kind: ValKind::U32,
-                        reg: d,
-                    });
+                    return Ok(Val::new(ValKind::U32, d));
                 }
                 let (identity, binop) = match op {
                     SubgroupReduceOp::Add => (0, BinOp::Add),
@@ -110,14 +104,7 @@ impl Lowerer<'_> {
                     other => return Err(unknown_reduce(other)),
                 };
                 let reg = self.f32_const(identity.to_bits());
-                self.fold_lanes(
-                    Val {
-                        kind: ValKind::F32,
-                        reg,
-                    },
-                    value,
-                    binop,
-                )
+                self.fold_lanes(Val::new(ValKind::F32, reg), value, binop)
             }
             other => Err(unsupported_lane_kind("SubgroupReduce", other)),
         }
@@ -137,14 +124,8 @@ impl Lowerer<'_> {
             );
             let combined = self.put_binop(
                 op,
-                Val {
-                    kind: acc.kind,
-                    reg: result,
-                },
-                Val {
-                    kind: value.kind,
-                    reg: lane_value,
-                },
+                Val::new(acc.kind, result),
+                Val::new(value.kind, lane_value),
             )?;
             let present = self.pred();
             emit!(self.w, "setp.lt.u32 {present}, {k}, {lanes}");
@@ -155,9 +136,6 @@ impl Lowerer<'_> {
                 combined.reg
             );
         }
-        Ok(Val {
-            kind: acc.kind,
-            reg: result,
-        })
+        Ok(Val::new(acc.kind, result))
     }
 }

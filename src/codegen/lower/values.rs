@@ -56,10 +56,7 @@ impl Lowerer<'_> {
         }
         let f = self.w.reg(RegClass::F32);
         emit!(self.w, "cvt.rn.f32.f64 {f}, {}", value.reg);
-        Val {
-            kind: ValKind::F32,
-            reg: self.flush_subnormal(f),
-        }
+        Val::new(ValKind::F32, self.flush_subnormal(f))
     }
 
     /// Bytes 8..16 of a value as a `.b64` register: the tracked high half of a 16-byte

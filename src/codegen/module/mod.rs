@@ -34,21 +34,15 @@ impl Bodies<'_> {
     }
 }
 
-pub(crate) struct Modules {
-    /// The segment entries and the cooperative entry.
-    pub(crate) ptx: String,
-    /// The vector entry alone, when there is one.
-    pub(crate) vector_ptx: Option<String>,
-}
-
-/// The kernel's modules. Both start with the same header (with the libm `.func`s of
-/// every entry), so the driver compiles each on its own.
+/// The kernel's modules: the segment and cooperative entries, and the vector entry
+/// alone. Both start with the same header (with the libm `.func`s of every entry), so the
+/// driver compiles each on its own.
 pub(crate) fn compose(
     program: &Program,
     abi: &KernelAbi,
     target: PtxTarget,
     bodies: &Bodies<'_>,
-) -> Modules {
+) -> (String, Option<String>) {
     let mut header = String::new();
     put_header(&mut header, program, target, bodies);
     let shared = shared_decl(abi);
@@ -69,7 +63,7 @@ pub(crate) fn compose(
         put_entry(&mut text, VECTOR_ENTRY, &params, abi, &shared, vector);
         text
     });
-    Modules { ptx, vector_ptx }
+    (ptx, vector_ptx)
 }
 
 /// Provenance comment, `.version`/`.target`, and the libm `.func`s any entry calls.
