@@ -27,16 +27,6 @@ impl RegClass {
         }
     }
 
-    fn decl_type(self) -> &'static str {
-        match self {
-            Self::Pred => ".pred",
-            Self::B32 => ".b32",
-            Self::B64 => ".b64",
-            Self::F32 => ".f32",
-            Self::F64 => ".f64",
-        }
-    }
-
     pub(crate) fn slot(self) -> usize {
         self as usize
     }
@@ -67,8 +57,8 @@ impl RegClass {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Reg {
-    class: RegClass,
-    index: u32,
+    pub(crate) class: RegClass,
+    pub(crate) index: u32,
 }
 
 impl Reg {
@@ -101,13 +91,7 @@ pub(crate) struct PtxWriter {
 
 impl PtxWriter {
     pub(crate) fn reg(&mut self, class: RegClass) -> Reg {
-        let slot = &mut self.counts[class.slot()];
-        let reg = Reg {
-            class,
-            index: *slot,
-        };
-        *slot += 1;
-        reg
+        fresh_reg(&mut self.counts, class)
     }
 
     pub(crate) fn label(&mut self) -> Label {
@@ -137,25 +121,31 @@ impl PtxWriter {
     }
 
     pub(crate) fn register_decls(&self) -> String {
-        let mut out = String::new();
-        for class in RegClass::ALL {
-            let count = self.counts[class.slot()];
-            if count > 0 {
-                let _ = writeln!(
-                    out,
-                    "\t.reg {} {}<{}>;",
-                    class.decl_type(),
-                    class.prefix(),
-                    count
-                );
-            }
-        }
-        out
+        register_decls(&self.counts)
     }
 
     pub(crate) fn into_body(self) -> String {
         self.body
     }
+}
+
+/// A fresh register of `class`, numbered per class by `counts`.
+pub(crate) fn fresh_reg(counts: &mut [u32; 5], class: RegClass) -> Reg {
+    let index = counts[class.slot()];
+    counts[class.slot()] += 1;
+    Reg { class, index }
+}
+
+/// The `.reg` declarations of `counts[class.slot()]` registers of each class.
+pub(crate) fn register_decls(counts: &[u32; 5]) -> String {
+    let mut out = String::new();
+    for class in RegClass::ALL {
+        let n = counts[class.slot()];
+        if n > 0 {
+            let _ = writeln!(out, "\t.reg .{} {}<{n}>;", class.ty(), class.prefix());
+        }
+    }
+    out
 }
 
 /// `emit!(w, "add.u32 {}, {}, {}", d, a, b)` writes one instruction line.

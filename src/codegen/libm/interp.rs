@@ -93,7 +93,7 @@ impl Frame {
     }
 
     fn get(&self, r: R) -> u64 {
-        self.regs[r.class.slot()][r.id as usize]
+        self.regs[r.class.slot()][r.index as usize]
     }
 
     fn put(&mut self, r: R, v: u64) {
@@ -101,7 +101,7 @@ impl Frame {
             Class::B32 | Class::F32 => v & 0xFFFF_FFFF,
             _ => v,
         };
-        self.regs[r.class.slot()][r.id as usize] = v;
+        self.regs[r.class.slot()][r.index as usize] = v;
     }
 
     /// An operand's bits in an instruction of width `class`.

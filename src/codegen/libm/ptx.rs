@@ -9,20 +9,10 @@
 
 use std::fmt::Write as _;
 
+pub(crate) use super::super::writer::Reg as R;
 /// A register class (the PTX `.reg` type): the emitter's own.
 pub(crate) use super::super::writer::RegClass as Class;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct R {
-    pub(crate) class: Class,
-    pub(crate) id: u32,
-}
-
-impl std::fmt::Display for R {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}{}", self.class.prefix(), self.id)
-    }
-}
+use super::super::writer::{fresh_reg, register_decls};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Op {
@@ -348,10 +338,7 @@ impl Func {
     }
 
     pub(crate) fn reg(&mut self, class: Class) -> R {
-        let slot = &mut self.counts[class.slot()];
-        let r = R { class, id: *slot };
-        *slot += 1;
-        r
+        fresh_reg(&mut self.counts, class)
     }
 
     fn float_class(a: Op, b: Op) -> Class {
@@ -686,12 +673,7 @@ impl Func {
     pub(crate) fn to_ptx(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "{}\n{{", self.header());
-        for class in Class::ALL {
-            let n = self.counts[class.slot()];
-            if n > 0 {
-                let _ = writeln!(out, "\t.reg .{} {}<{n}>;", class.ty(), class.prefix());
-            }
-        }
+        out.push_str(&register_decls(&self.counts));
         for local in &self.locals {
             let _ = writeln!(
                 out,

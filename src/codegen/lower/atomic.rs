@@ -2,7 +2,6 @@
 //! old value, a `red` (see `reduction`).
 
 use super::memory::{BufferSlot, Space};
-use super::reduction::DiscardedAtomic;
 use super::{Lowerer, Val};
 use crate::codegen::analysis::atomics::commutative_opcode;
 use crate::codegen::fault::DeviceFault;
@@ -11,12 +10,13 @@ use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
 use vyre_foundation::ir::{AtomicOp, Expr, MemoryOrdering};
 
-struct Operands {
-    index: Reg,
-    expected: Option<Reg>,
-    value: Reg,
-    in_bounds: Reg,
-    addr: Reg,
+/// An atomic's lowered operands and the element's address.
+pub(super) struct Operands {
+    pub(super) index: Reg,
+    pub(super) expected: Option<Reg>,
+    pub(super) value: Reg,
+    pub(super) in_bounds: Reg,
+    pub(super) addr: Reg,
 }
 
 impl<'p> Lowerer<'p> {
@@ -58,15 +58,7 @@ impl<'p> Lowerer<'p> {
                 let partial = literal_index
                     .filter(|_| self.facts.partial_buffers.contains(buffer))
                     .map(|index| self.partial_slot(buffer, index, opcode));
-                self.put_reduction(DiscardedAtomic {
-                    opcode,
-                    index: operands.index,
-                    literal_index: literal_index.is_some(),
-                    value: operands.value,
-                    in_bounds: operands.in_bounds,
-                    addr: operands.addr,
-                    partial,
-                });
+                self.put_reduction(opcode, &operands, literal_index.is_some(), partial);
             }
             None => self.put_atom(opcode, *ordering, old, &operands),
         }

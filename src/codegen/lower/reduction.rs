@@ -11,6 +11,7 @@
 //! shared memory that one lane applies (when in bounds) as the workgroup ends (`Return` jumps
 //! there too): one global reduction per workgroup instead of one per warp.
 
+use super::atomic::Operands;
 use super::Lowerer;
 use crate::codegen::writer::{emit, Reg};
 
@@ -34,32 +35,25 @@ impl Partial<'_> {
     }
 }
 
-/// An `atom` whose old value nobody reads, with its operands already lowered.
-pub(super) struct DiscardedAtomic {
-    /// `<op>.<type>` shared by `red` and `redux.sync` (see `analysis::atomics::commutative_opcode`).
-    pub(super) opcode: &'static str,
-    /// Element index (u32) and whether it is a literal (then trivially the same for all lanes).
-    pub(super) index: Reg,
-    pub(super) literal_index: bool,
-    pub(super) value: Reg,
-    pub(super) in_bounds: Reg,
-    pub(super) addr: Reg,
-    /// Shared-memory partial this atomic folds into instead (see the module docs).
-    pub(super) partial: Option<u32>,
-}
-
 impl Lowerer<'_> {
-    /// Emit `discarded` as per-lane `red`, or warp-aggregated where that is exact.
-    pub(super) fn put_reduction(&mut self, discarded: DiscardedAtomic) {
-        let DiscardedAtomic {
-            opcode,
+    /// Emit an atomic whose old value nobody reads as per-lane `red`, or warp-aggregated
+    /// where that is exact. `opcode` is shared by `red` and `redux.sync` (see
+    /// `analysis::atomics::commutative_opcode`); a literal index is trivially the same for
+    /// all lanes; `partial` is the shared-memory partial it folds into instead.
+    pub(super) fn put_reduction(
+        &mut self,
+        opcode: &'static str,
+        operands: &Operands,
+        literal_index: bool,
+        partial: Option<u32>,
+    ) {
+        let Operands {
             index,
-            literal_index,
             value,
             in_bounds,
             addr,
-            partial,
-        } = discarded;
+            ..
+        } = *operands;
         if let Some(slot) = partial {
             let target = format!("[{PARTIALS}+{}]", slot * 4);
             if self.sm < 80 {
@@ -113,9 +107,7 @@ impl Lowerer<'_> {
             "@{alone} red.relaxed.gpu.global.{opcode} [{addr}], {value}"
         );
     }
-}
 
-impl Lowerer<'_> {
     /// A predicate that holds on the lowest lane of `active`: no active lane below it.
     fn lowest_active_lane(&mut self, active: Reg) -> Reg {
         let below = self.b32();
