@@ -62,7 +62,10 @@ impl<'p> ProgramFacts<'p> {
             uniformity: Uniformity::analyse(program),
             read_vars,
             partial_buffers,
-            calls_libm: calls_libm(entry),
+            calls_libm: any_expr_in(
+                entry,
+                &|e| matches!(e, Expr::UnOp { op, .. } if Libm::for_unop(op).is_some()),
+            ),
             flattened,
             entry,
             elementwise,
@@ -76,11 +79,4 @@ impl<'p> ProgramFacts<'p> {
             None => vec![self.entry],
         }
     }
-}
-
-fn calls_libm(nodes: &[Node]) -> bool {
-    any_expr_in(
-        nodes,
-        &|e| matches!(e, Expr::UnOp { op, .. } if Libm::for_unop(op).is_some()),
-    )
 }

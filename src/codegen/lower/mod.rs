@@ -65,17 +65,11 @@ struct Ids {
 
 impl Ids {
     fn allocate(w: &mut PtxWriter) -> Self {
-        let three = |w: &mut PtxWriter| {
-            [
-                w.reg(RegClass::B32),
-                w.reg(RegClass::B32),
-                w.reg(RegClass::B32),
-            ]
-        };
+        let mut three = || [(); 3].map(|()| w.reg(RegClass::B32));
         Self {
-            local: three(w),
-            group: three(w),
-            global: three(w),
+            local: three(),
+            group: three(),
+            global: three(),
             linear_local: w.reg(RegClass::B32),
         }
     }
