@@ -52,7 +52,6 @@ impl ValKind {
         }
     }
 
-    /// Human-readable name used in diagnostics.
     pub(crate) fn name(self) -> String {
         match self {
             Self::U32 => "u32".into(),

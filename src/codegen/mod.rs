@@ -133,10 +133,10 @@ pub fn emit_ptx(
         cooperative: &cooperative,
         vector: vector.as_ref(),
     };
-    let modules = module::compose(program, &abi, target, &bodies);
+    let (ptx, vector_ptx) = module::compose(program, &abi, target, &bodies);
     Ok(EmittedKernel {
-        ptx: modules.ptx,
-        vector_ptx: modules.vector_ptx,
+        ptx,
+        vector_ptx,
         abi,
         target,
     })

@@ -35,7 +35,7 @@ pub(crate) fn prepare(program: &Program) -> Result<Cow<'_, Program>, CodegenErro
             ))
         }
     }
-    if contains_call(current.entry()) {
+    if any_expr_in(current.entry(), &|expr| matches!(expr, Expr::Call { .. })) {
         let inlined = vyre_foundation::ir::inline_calls(&current).map_err(|error| {
             CodegenError::unsupported(
                 "Expr::Call",
@@ -46,8 +46,4 @@ pub(crate) fn prepare(program: &Program) -> Result<Cow<'_, Program>, CodegenErro
         current = Cow::Owned(inlined);
     }
     Ok(current)
-}
-
-fn contains_call(nodes: &[Node]) -> bool {
-    any_expr_in(nodes, &|expr| matches!(expr, Expr::Call { .. }))
 }

@@ -25,7 +25,6 @@ pub(crate) fn for_each_expr<'p>(node: &'p Node, f: &mut impl FnMut(&'p Expr)) {
     }
 }
 
-/// Visit the direct sub-expressions of `expr`.
 pub(crate) fn for_each_child<'p>(expr: &'p Expr, f: &mut impl FnMut(&'p Expr)) {
     match expr {
         Expr::Load { index, .. } => f(index),
@@ -72,6 +71,13 @@ pub(crate) fn for_each_child<'p>(expr: &'p Expr, f: &mut impl FnMut(&'p Expr)) {
     }
 }
 
+/// Whether every direct sub-expression of `expr` satisfies `test`.
+pub(crate) fn all_children<'e>(expr: &'e Expr, mut test: impl FnMut(&'e Expr) -> bool) -> bool {
+    let mut all = true;
+    for_each_child(expr, &mut |child| all = all && test(child));
+    all
+}
+
 /// The statement lists nested directly in `node` (branches, loop and scope bodies).
 pub(crate) fn children(node: &Node) -> Vec<&[Node]> {
     match node {
@@ -84,7 +90,6 @@ pub(crate) fn children(node: &Node) -> Vec<&[Node]> {
     }
 }
 
-/// Whether `node` is, or nests, a barrier.
 pub(crate) fn contains_barrier(node: &Node) -> bool {
     matches!(node, Node::Barrier { .. })
         || children(node)
@@ -92,7 +97,6 @@ pub(crate) fn contains_barrier(node: &Node) -> bool {
             .any(|body| body.iter().any(contains_barrier))
 }
 
-/// Whether `expr` or any sub-expression satisfies `test`.
 pub(crate) fn any_expr(expr: &Expr, test: &impl Fn(&Expr) -> bool) -> bool {
     if test(expr) {
         return true;

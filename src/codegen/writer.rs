@@ -5,7 +5,6 @@
 
 use std::fmt::{self, Write as _};
 
-/// A PTX register class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum RegClass {
     Pred,
@@ -25,16 +24,6 @@ impl RegClass {
             Self::B64 => "%rd",
             Self::F32 => "%f",
             Self::F64 => "%fd",
-        }
-    }
-
-    fn decl_type(self) -> &'static str {
-        match self {
-            Self::Pred => ".pred",
-            Self::B32 => ".b32",
-            Self::B64 => ".b64",
-            Self::F32 => ".f32",
-            Self::F64 => ".f64",
         }
     }
 
@@ -66,11 +55,10 @@ impl RegClass {
     }
 }
 
-/// One virtual register.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Reg {
-    class: RegClass,
-    index: u32,
+    pub(crate) class: RegClass,
+    pub(crate) index: u32,
 }
 
 impl Reg {
@@ -85,7 +73,6 @@ impl fmt::Display for Reg {
     }
 }
 
-/// A branch target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Label(u32);
 
@@ -95,7 +82,6 @@ impl fmt::Display for Label {
     }
 }
 
-/// Accumulates a kernel body.
 #[derive(Default)]
 pub(crate) struct PtxWriter {
     body: String,
@@ -105,13 +91,7 @@ pub(crate) struct PtxWriter {
 
 impl PtxWriter {
     pub(crate) fn reg(&mut self, class: RegClass) -> Reg {
-        let slot = &mut self.counts[class.slot()];
-        let reg = Reg {
-            class,
-            index: *slot,
-        };
-        *slot += 1;
-        reg
+        fresh_reg(&mut self.counts, class)
     }
 
     pub(crate) fn label(&mut self) -> Label {
@@ -140,27 +120,32 @@ impl PtxWriter {
         let _ = writeln!(self.body, "{label}:");
     }
 
-    /// Register declarations for everything minted so far.
     pub(crate) fn register_decls(&self) -> String {
-        let mut out = String::new();
-        for class in RegClass::ALL {
-            let count = self.counts[class.slot()];
-            if count > 0 {
-                let _ = writeln!(
-                    out,
-                    "\t.reg {} {}<{}>;",
-                    class.decl_type(),
-                    class.prefix(),
-                    count
-                );
-            }
-        }
-        out
+        register_decls(&self.counts)
     }
 
     pub(crate) fn into_body(self) -> String {
         self.body
     }
+}
+
+/// A fresh register of `class`, numbered per class by `counts`.
+pub(crate) fn fresh_reg(counts: &mut [u32; 5], class: RegClass) -> Reg {
+    let index = counts[class.slot()];
+    counts[class.slot()] += 1;
+    Reg { class, index }
+}
+
+/// The `.reg` declarations of `counts[class.slot()]` registers of each class.
+pub(crate) fn register_decls(counts: &[u32; 5]) -> String {
+    let mut out = String::new();
+    for class in RegClass::ALL {
+        let n = counts[class.slot()];
+        if n > 0 {
+            let _ = writeln!(out, "\t.reg .{} {}<{n}>;", class.ty(), class.prefix());
+        }
+    }
+    out
 }
 
 /// `emit!(w, "add.u32 {}, {}, {}", d, a, b)` writes one instruction line.

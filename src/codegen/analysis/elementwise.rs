@@ -1,27 +1,16 @@
-//! Elementwise ("map") programs: the one analysis that decides whether a program may run
-//! several invocations per thread with vector loads and stores, and whether the runtime
-//! may split its invocation range into independent chunks.
+//! Elementwise ("map") programs: whether a program may run several invocations per thread
+//! with vector loads and stores, and have its invocation range split into independent chunks.
 //!
-//! A program is elementwise when invocation `i` touches global memory only at element `i`
-//! of each buffer: every `Load`/`Store` index is the 1-D global invocation index (`gid`,
-//! `InvocationId { axis: 0 }`, directly or through a `Let` that is never reassigned), and
-//! nothing lets invocations observe each other or their position in a workgroup: no
-//! barriers, workgroup memory, subgroup operations, async copies, other ID axes, local or
-//! workgroup IDs, or unresolved calls. The workgroup must be 1-D (`[w, 1, 1]`), so
-//! distinct invocations have distinct `gid`s. For such programs the order in which
-//! invocations run does not change any result, and a store to element `i` is only ever
-//! read back by invocation `i` itself.
-//!
-//! One kind of atomic keeps a program elementwise: the *accumulated* buffers. A buffer
-//! the program touches only through `Let`s of atomics whose old value nobody reads, all
-//! with one order-independent operator (wrapping add, unsigned min/max, and/or/xor; see
-//! `analysis::atomics::commutative_opcode`) and no `expected`, at any index, ends with the fold
-//! of every contribution whatever order the invocations run in, and no invocation can
-//! observe another's contribution. So reductions and histograms chunk and vectorise too;
-//! a chunked dispatch gives every chunk the whole accumulated buffer.
+//! Invocation `i` must touch global memory only at element `i` (every index is
+//! `InvocationId { axis: 0 }`, directly or through a never-reassigned `Let`), the workgroup is
+//! 1-D, and nothing lets invocations observe each other (barriers, workgroup memory, subgroup
+//! operations, async copies, other IDs, unresolved calls). The one atomic allowed is on an
+//! *accumulated* buffer: touched only through discarded atomics with one order-independent
+//! operator (`analysis::atomics::commutative_opcode`) and no `expected`, so its final contents
+//! do not depend on invocation order; a chunked dispatch gives every chunk the whole buffer.
 
 use super::atomics::{commutative_opcode, discarded_let};
-use crate::codegen::visit::{children, for_each_child, for_each_expr};
+use crate::codegen::visit::{all_children, children, for_each_expr};
 use rustc_hash::{FxHashMap, FxHashSet};
 use vyre_foundation::ir::{BufferAccess, DataType, Expr, Node, Program};
 
@@ -218,11 +207,7 @@ impl<'p> Walk<'p, '_> {
         if !own {
             return false;
         }
-        let mut ok = true;
-        for_each_child(expr, &mut |child| {
-            ok = ok && self.check_expr(child, globals, found);
-        });
-        ok
+        all_children(expr, |child| self.check_expr(child, globals, found))
     }
 }
 

@@ -1,21 +1,11 @@
-//! Grid-wide barriers, as the reference runs them: scopes that contain a top-level
-//! `Barrier(GridSync)` are flattened, the body is split at each such barrier, and the
-//! whole grid runs each segment (with fresh invocations) before the next. A `GridSync`
-//! inside `If`/`Loop` is not a split point; the reference treats it as a workgroup
-//! barrier there, and so does the emitter.
+//! Grid-wide barriers, as the reference runs them: a top-level `Barrier(GridSync)` (after
+//! flattening scopes) splits the body into segments the whole grid runs in turn, with fresh
+//! invocations; inside `If`/`Loop` it is a workgroup barrier, there and here.
 //!
-//! A split program is emitted twice: one entry per segment (launched in order; always
-//! correct, whatever the grid), and, where it is exact, one cooperative entry that runs
-//! every segment with a software grid barrier between them (one launch, but the whole
-//! grid must be resident at once, which the host checks before choosing it).
-//!
-//! The reference's per-segment state maps onto the cooperative entry as follows: each
-//! segment is lowered in its own PTX scope with its own registers and prologue (fresh
-//! invocation-local variables and ids), the prologue re-zeroes the workgroup buffers (the
-//! reference resets workgroup memory for every workgroup of every segment), and `Return`
-//! or a workgroup-wide fault branches to the segment's end instead of exiting, so the
-//! invocation comes back fresh in the next segment and every thread of every block
-//! reaches every grid barrier.
+//! A split program gets one entry per segment (always correct) and, where exact, a cooperative
+//! entry running every segment with a software grid barrier between them: each segment has
+//! its own PTX scope, registers and prologue (which re-zeroes workgroup buffers), and `Return`
+//! or a workgroup-wide fault jumps to the segment's end, so every thread reaches every barrier.
 
 use crate::codegen::visit::{children, contains_barrier};
 use vyre_foundation::ir::{MemoryOrdering, Node};

@@ -38,7 +38,6 @@ pub(crate) struct ProgramFacts<'p> {
 }
 
 impl<'p> ProgramFacts<'p> {
-    /// Analyse `program` for the effective `workgroup_size`.
     pub(crate) fn analyse(program: &'p Program, workgroup_size: [u32; 3]) -> Self {
         let entry = program.entry();
         // Only atomics consult which variables are read (a discarded atomic result may
@@ -63,7 +62,10 @@ impl<'p> ProgramFacts<'p> {
             uniformity: Uniformity::analyse(program),
             read_vars,
             partial_buffers,
-            calls_libm: calls_libm(entry),
+            calls_libm: any_expr_in(
+                entry,
+                &|e| matches!(e, Expr::UnOp { op, .. } if Libm::for_unop(op).is_some()),
+            ),
             flattened,
             entry,
             elementwise,
@@ -77,12 +79,4 @@ impl<'p> ProgramFacts<'p> {
             None => vec![self.entry],
         }
     }
-}
-
-/// Whether `nodes` call a libm `.func` anywhere.
-fn calls_libm(nodes: &[Node]) -> bool {
-    any_expr_in(
-        nodes,
-        &|e| matches!(e, Expr::UnOp { op, .. } if Libm::for_unop(op).is_some()),
-    )
 }

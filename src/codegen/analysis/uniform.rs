@@ -8,12 +8,13 @@
 //! `Return`. Loops containing barriers must have provably uniform bounds too (a lane
 //! that leaves early would otherwise make the reference fail while hardware runs on).
 
-use crate::codegen::visit::{children, contains_barrier, for_each_child, for_each_expr};
+use crate::codegen::visit::{
+    all_children, any_expr, any_expr_in, children, contains_barrier, for_each_child, for_each_expr,
+};
 use crate::codegen::CodegenError;
 use rustc_hash::FxHashSet;
 use vyre_foundation::ir::{Expr, Node, Program};
 
-/// Facts about one program.
 pub(crate) struct Uniformity<'p> {
     /// Variables that may differ between invocations.
     divergent_vars: FxHashSet<&'p str>,
@@ -97,15 +98,11 @@ impl<'p> Uniformity<'p> {
             Expr::Load { buffer, index } => {
                 !self.written.contains(buffer.as_str()) && self.is_uniform(index)
             }
-            Expr::BinOp { left, right, .. } => self.is_uniform(left) && self.is_uniform(right),
-            Expr::UnOp { operand, .. } => self.is_uniform(operand),
-            Expr::Cast { value, .. } => self.is_uniform(value),
-            Expr::Select {
-                cond,
-                true_val,
-                false_val,
-            } => self.is_uniform(cond) && self.is_uniform(true_val) && self.is_uniform(false_val),
-            Expr::Fma { a, b, c } => self.is_uniform(a) && self.is_uniform(b) && self.is_uniform(c),
+            Expr::BinOp { .. }
+            | Expr::UnOp { .. }
+            | Expr::Cast { .. }
+            | Expr::Select { .. }
+            | Expr::Fma { .. } => all_children(expr, |child| self.is_uniform(child)),
             _ => false,
         }
     }
@@ -132,25 +129,12 @@ impl Uniformity<'_> {
                 !self.written.contains(buffer.as_str())
                     && self.is_time_invariant(index, bound_inside)
             }
-            Expr::BinOp { left, right, .. } => {
-                self.is_time_invariant(left, bound_inside)
-                    && self.is_time_invariant(right, bound_inside)
-            }
-            Expr::UnOp { operand, .. } => self.is_time_invariant(operand, bound_inside),
-            Expr::Cast { value, .. } => self.is_time_invariant(value, bound_inside),
-            Expr::Select {
-                cond,
-                true_val,
-                false_val,
-            } => {
-                self.is_time_invariant(cond, bound_inside)
-                    && self.is_time_invariant(true_val, bound_inside)
-                    && self.is_time_invariant(false_val, bound_inside)
-            }
-            Expr::Fma { a, b, c } => {
-                self.is_time_invariant(a, bound_inside)
-                    && self.is_time_invariant(b, bound_inside)
-                    && self.is_time_invariant(c, bound_inside)
+            Expr::BinOp { .. }
+            | Expr::UnOp { .. }
+            | Expr::Cast { .. }
+            | Expr::Select { .. }
+            | Expr::Fma { .. } => {
+                all_children(expr, |child| self.is_time_invariant(child, bound_inside))
             }
             _ => false,
         }
@@ -405,30 +389,22 @@ fn collect_atomic_targets<'p>(expr: &'p Expr, out: &mut FxHashSet<&'p str>) {
     for_each_child(expr, &mut |child| collect_atomic_targets(child, out));
 }
 
-fn expr_has_subgroup(expr: &Expr) -> bool {
-    if matches!(
+fn is_subgroup_op(expr: &Expr) -> bool {
+    matches!(
         expr,
         Expr::SubgroupBallot { .. } | Expr::SubgroupShuffle { .. } | Expr::SubgroupReduce { .. }
-    ) {
-        return true;
-    }
-    let mut found = false;
-    for_each_child(expr, &mut |child| found |= expr_has_subgroup(child));
-    found
+    )
 }
 
 /// A subgroup operation in the node's own expressions.
 fn node_direct_subgroup(node: &Node) -> bool {
     let mut found = false;
-    for_each_expr(node, &mut |expr| found |= expr_has_subgroup(expr));
+    for_each_expr(node, &mut |expr| found |= any_expr(expr, &is_subgroup_op));
     found
 }
 
 pub(crate) fn node_has_subgroup(node: &Node) -> bool {
-    node_direct_subgroup(node)
-        || children(node)
-            .iter()
-            .any(|body| body.iter().any(node_has_subgroup))
+    any_expr_in(std::slice::from_ref(node), &is_subgroup_op)
 }
 
 fn node_has_return(node: &Node) -> bool {

@@ -37,7 +37,6 @@ pub(super) fn split_by_k(f: &mut Func, [x, k]: [R; 2], [hi, lo]: [R; 2], ln2: [f
     f.update(lo, |f| f.mul(kf, f32c(ln2[1])));
 }
 
-/// `expf`.
 pub(super) fn expf() -> Func {
     let mut f = Func::new(EXPF, &[Class::F32], &[Class::F32]);
     let x0 = f.param(0);
@@ -161,7 +160,6 @@ static EXP2FT: Table = Table {
     ],
 };
 
-/// `exp2f`.
 pub(super) fn exp2f() -> Func {
     const TBLSIZE: u32 = 16;
     let redux = f32::from_bits(0x4b40_0000) / TBLSIZE as f32;
@@ -328,7 +326,6 @@ fn log_kernel(f: &mut Func, x: R) -> (R, R, R, R) {
     (fm, s, hfsq, r)
 }
 
-/// `logf`.
 pub(super) fn logf() -> Func {
     const LN2_HI: f32 = 6.9313812256e-01; /* 0x3f317180 */
     const LN2_LO: f32 = 9.0580006145e-06; /* 0x3717f7d1 */
@@ -349,7 +346,6 @@ pub(super) fn logf() -> Func {
     f
 }
 
-/// `log2f`.
 pub(super) fn log2f() -> Func {
     const IVLN2HI: f32 = 1.4428710938e+00; /* 0x3fb8b000 */
     const IVLN2LO: f32 = -1.7605285393e-04; /* 0xb9389ad4 */

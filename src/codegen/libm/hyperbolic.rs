@@ -218,7 +218,6 @@ fn k_expo2f(f: &mut Func, expf: &Func, x: R) -> R {
     f.mul(t, scale)
 }
 
-/// `sinhf`.
 pub(super) fn sinhf(expm1f: &Func, expf: &Func) -> Func {
     let mut f = Func::new("vyre_libm_sinhf", &[Class::F32], &[Class::F32]);
     let x = f.param(0);
@@ -260,7 +259,6 @@ pub(super) fn sinhf(expm1f: &Func, expf: &Func) -> Func {
     f
 }
 
-/// `coshf`.
 pub(super) fn coshf(expm1f: &Func, expf: &Func) -> Func {
     let mut f = Func::new("vyre_libm_coshf", &[Class::F32], &[Class::F32]);
     let x0 = f.param(0);
@@ -298,7 +296,6 @@ pub(super) fn coshf(expm1f: &Func, expf: &Func) -> Func {
     f
 }
 
-/// `tanhf`.
 pub(super) fn tanhf(expm1f: &Func) -> Func {
     let mut f = Func::new("vyre_libm_tanhf", &[Class::F32], &[Class::F32]);
     let x0 = f.param(0);

@@ -6,7 +6,6 @@ use super::ptx::{Class, Cmp, CmpTy, Cvt, FOp, Func, IOp, Inst, Op, R};
 use std::collections::HashMap;
 use std::ops::{Add, Div, Mul, Sub};
 
-/// The functions of one module, ready to run.
 pub(crate) struct Machine {
     funcs: HashMap<&'static str, (Func, HashMap<u32, usize>)>,
 }
@@ -76,7 +75,6 @@ impl Machine {
     }
 }
 
-/// The registers and `.local` arrays of one call.
 struct Frame {
     regs: [Vec<u64>; 5],
     locals: Vec<Vec<u64>>,
@@ -95,7 +93,7 @@ impl Frame {
     }
 
     fn get(&self, r: R) -> u64 {
-        self.regs[r.class.slot()][r.id as usize]
+        self.regs[r.class.slot()][r.index as usize]
     }
 
     fn put(&mut self, r: R, v: u64) {
@@ -103,7 +101,7 @@ impl Frame {
             Class::B32 | Class::F32 => v & 0xFFFF_FFFF,
             _ => v,
         };
-        self.regs[r.class.slot()][r.id as usize] = v;
+        self.regs[r.class.slot()][r.index as usize] = v;
     }
 
     /// An operand's bits in an instruction of width `class`.

@@ -21,7 +21,6 @@ fn r(f: &mut Func, z: R) -> R {
     f.div(p, q)
 }
 
-/// `asinf`.
 pub(super) fn asinf() -> Func {
     const PIO2: f64 = 1.570796326794896558e+00;
     const X1P_120: u64 = 0x3870_0000_0000_0000; // 2^-120 as f64
@@ -83,7 +82,6 @@ const PIO2_HI: f32 = 1.5707962513e+00; /* 0x3fc90fda */
 const PIO2_LO: f32 = 7.5497894159e-08; /* 0x33a22168 */
 const X1P_120: u32 = 0x0380_0000; // 2^-120 as f32
 
-/// `acosf`.
 pub(super) fn acosf() -> Func {
     let mut f = Func::new("vyre_libm_acosf", &[Class::F32], &[Class::F32]);
     let x = f.param(0);
@@ -197,7 +195,6 @@ static ATAN_LO: Table = Table {
     ],
 };
 
-/// `atanf`.
 pub(super) fn atanf() -> Func {
     let mut f = Func::new("vyre_libm_atanf", &[Class::F32], &[Class::F32]);
     let x0 = f.param(0);

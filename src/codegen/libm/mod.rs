@@ -45,85 +45,43 @@ pub(crate) enum Libm {
     Log2,
 }
 
+/// Each routine with the `UnOp` it computes and its `.func` symbol. Every one is ported:
+/// `tests/gpu_libm_sweep.rs` found no differing input on a GPU (2^24 inputs over every
+/// exponent and sign plus the special values), nor on all 2^32 inputs (H200,
+/// `VYRE_LIBM_SWEEP_EXHAUSTIVE=1`).
+const ROUTINES: [(Libm, UnOp, &str); 13] = [
+    (Libm::Sin, UnOp::Sin, "vyre_libm_sinf"),
+    (Libm::Cos, UnOp::Cos, "vyre_libm_cosf"),
+    (Libm::Tan, UnOp::Tan, "vyre_libm_tanf"),
+    (Libm::Asin, UnOp::Asin, "vyre_libm_asinf"),
+    (Libm::Acos, UnOp::Acos, "vyre_libm_acosf"),
+    (Libm::Atan, UnOp::Atan, "vyre_libm_atanf"),
+    (Libm::Sinh, UnOp::Sinh, "vyre_libm_sinhf"),
+    (Libm::Cosh, UnOp::Cosh, "vyre_libm_coshf"),
+    (Libm::Tanh, UnOp::Tanh, "vyre_libm_tanhf"),
+    (Libm::Exp, UnOp::Exp, "vyre_libm_expf"),
+    (Libm::Exp2, UnOp::Exp2, "vyre_libm_exp2f"),
+    (Libm::Log, UnOp::Log, "vyre_libm_logf"),
+    (Libm::Log2, UnOp::Log2, "vyre_libm_log2f"),
+];
+
 impl Libm {
     pub(crate) fn for_unop(op: &UnOp) -> Option<Self> {
-        Some(match op {
-            UnOp::Sin => Self::Sin,
-            UnOp::Cos => Self::Cos,
-            UnOp::Tan => Self::Tan,
-            UnOp::Asin => Self::Asin,
-            UnOp::Acos => Self::Acos,
-            UnOp::Atan => Self::Atan,
-            UnOp::Sinh => Self::Sinh,
-            UnOp::Cosh => Self::Cosh,
-            UnOp::Tanh => Self::Tanh,
-            UnOp::Exp => Self::Exp,
-            UnOp::Exp2 => Self::Exp2,
-            UnOp::Log => Self::Log,
-            UnOp::Log2 => Self::Log2,
-            _ => return None,
-        })
+        ROUTINES
+            .iter()
+            .find(|(_, u, _)| u == op)
+            .map(|(f, _, _)| *f)
     }
 
-    /// The `.func` symbol, e.g. `vyre_libm_sinf`.
     pub(crate) fn symbol(self) -> &'static str {
-        match self {
-            Self::Sin => "vyre_libm_sinf",
-            Self::Cos => "vyre_libm_cosf",
-            Self::Tan => "vyre_libm_tanf",
-            Self::Asin => "vyre_libm_asinf",
-            Self::Acos => "vyre_libm_acosf",
-            Self::Atan => "vyre_libm_atanf",
-            Self::Sinh => "vyre_libm_sinhf",
-            Self::Cosh => "vyre_libm_coshf",
-            Self::Tanh => "vyre_libm_tanhf",
-            Self::Exp => "vyre_libm_expf",
-            Self::Exp2 => "vyre_libm_exp2f",
-            Self::Log => "vyre_libm_logf",
-            Self::Log2 => "vyre_libm_log2f",
-        }
+        let routine = ROUTINES.iter().find(|(f, _, _)| *f == self);
+        routine.expect("every routine has a row").2
     }
 
-    /// Whether a bit-exact port exists. Until one does, the emitter rejects the op.
-    ///
-    /// A routine is ported once `tests/gpu_libm_sweep.rs` found no differing input on a GPU
-    /// (2^24 inputs over every exponent and sign plus the special values). All thirteen
-    /// also matched on every one of the 2^32 inputs (H200, `VYRE_LIBM_SWEEP_EXHAUSTIVE=1`).
-    pub(crate) fn is_ported(self) -> bool {
-        match self {
-            Self::Sin
-            | Self::Cos
-            | Self::Tan
-            | Self::Asin
-            | Self::Acos
-            | Self::Atan
-            | Self::Sinh
-            | Self::Cosh
-            | Self::Tanh
-            | Self::Exp
-            | Self::Exp2
-            | Self::Log
-            | Self::Log2 => true,
-        }
-    }
-
-    /// Every routine, in declaration order.
     #[cfg(test)]
-    pub(crate) const ALL: [Libm; 13] = [
-        Self::Sin,
-        Self::Cos,
-        Self::Tan,
-        Self::Asin,
-        Self::Acos,
-        Self::Atan,
-        Self::Sinh,
-        Self::Cosh,
-        Self::Tanh,
-        Self::Exp,
-        Self::Exp2,
-        Self::Log,
-        Self::Log2,
-    ];
+    pub(crate) fn all() -> [Libm; 13] {
+        ROUTINES.map(|(f, _, _)| f)
+    }
 }
 
 /// The `.func`s the routines in `used` need, each once, callees before callers.

@@ -9,29 +9,15 @@
 
 use std::fmt::Write as _;
 
+pub(crate) use super::super::writer::Reg as R;
 /// A register class (the PTX `.reg` type): the emitter's own.
 pub(crate) use super::super::writer::RegClass as Class;
+use super::super::writer::{fresh_reg, register_decls};
 
-/// A virtual register.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct R {
-    pub(crate) class: Class,
-    pub(crate) id: u32,
-}
-
-impl std::fmt::Display for R {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}{}", self.class.prefix(), self.id)
-    }
-}
-
-/// An instruction operand: a register or an immediate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Op {
     Reg(R),
-    /// f32 immediate, by its bits.
     F32(u32),
-    /// f64 immediate, by its bits.
     F64(u64),
     /// Integer immediate (two's complement in the instruction's width).
     Int(i64),
@@ -73,27 +59,22 @@ pub(crate) fn f32c(v: f32) -> Op {
     Op::F32(v.to_bits())
 }
 
-/// f64 immediate with the value of a Rust `f64`.
 pub(crate) fn f64c(v: f64) -> Op {
     Op::F64(v.to_bits())
 }
 
-/// f32 immediate from its bits (`f32::from_bits`).
 pub(crate) fn f32b(bits: u32) -> Op {
     Op::F32(bits)
 }
 
-/// f64 immediate from its bits (`f64::from_bits`).
 pub(crate) fn f64b(bits: u64) -> Op {
     Op::F64(bits)
 }
 
-/// Integer immediate.
 pub(crate) fn int(v: i64) -> Op {
     Op::Int(v)
 }
 
-/// `.rn` float arithmetic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FOp {
     Add,
@@ -113,7 +94,6 @@ impl FOp {
     }
 }
 
-/// Wrapping integer arithmetic and bit operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum IOp {
     Add,
@@ -208,7 +188,6 @@ impl Cmp {
     }
 }
 
-/// How the operands of a comparison are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CmpTy {
     Float,
@@ -226,7 +205,6 @@ pub(crate) struct Table {
     pub(crate) data: &'static [u64],
 }
 
-/// A function-local array in `.local` memory.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Local {
     pub(crate) name: &'static str,
@@ -234,7 +212,6 @@ pub(crate) struct Local {
     pub(crate) len: u32,
 }
 
-/// One instruction.
 #[derive(Debug, Clone)]
 pub(crate) enum Inst {
     F {
@@ -325,7 +302,6 @@ macro_rules! binary_ops {
     )*};
 }
 
-/// One `.func` under construction.
 #[derive(Debug, Clone)]
 pub(crate) struct Func {
     pub(crate) name: &'static str,
@@ -361,12 +337,8 @@ impl Func {
         self.params[i]
     }
 
-    /// A fresh register.
     pub(crate) fn reg(&mut self, class: Class) -> R {
-        let slot = &mut self.counts[class.slot()];
-        let r = R { class, id: *slot };
-        *slot += 1;
-        r
+        fresh_reg(&mut self.counts, class)
     }
 
     fn float_class(a: Op, b: Op) -> Class {
@@ -399,31 +371,20 @@ impl Func {
     }
 
     binary_ops! {
-        /// `a + b` (`add.rn`).
         add => fop(FOp::Add);
-        /// `a - b` (`sub.rn`).
         sub => fop(FOp::Sub);
-        /// `a * b` (`mul.rn`).
         mul => fop(FOp::Mul);
-        /// `a / b` (`div.rn`, IEEE).
         div => fop(FOp::Div);
-        /// Wrapping `a + b`.
         iadd => iop(IOp::Add);
-        /// Wrapping `a - b`.
         isub => iop(IOp::Sub);
-        /// Wrapping `a * b` (low half).
         imul => iop(IOp::Mul);
         /// Signed division, truncating (Rust `/` on `i32`; never by zero here).
         idiv_s => iop(IOp::DivS);
-        /// `a & b`.
         and => iop(IOp::And);
-        /// `a | b`.
         or => iop(IOp::Or);
         /// `a << b` (PTX clamps counts above the width; the ports only shift in range).
         shl => iop(IOp::Shl);
-        /// Logical `a >> b` (`u32`).
         shr_u => iop(IOp::ShrU);
-        /// Arithmetic `a >> b` (`i32`).
         shr_s => iop(IOp::ShrS);
     }
 
@@ -440,12 +401,10 @@ impl Func {
         self.unary(a, |d, a| Inst::Sqrt { d, a })
     }
 
-    /// `-a` (sign flip).
     pub(crate) fn neg(&mut self, a: impl Into<Op>) -> R {
         self.unary(a, |d, a| Inst::Neg { d, a })
     }
 
-    /// `a.abs()` (sign clear).
     pub(crate) fn abs(&mut self, a: impl Into<Op>) -> R {
         self.unary(a, |d, a| Inst::Abs { d, a })
     }
@@ -463,7 +422,6 @@ impl Func {
         d
     }
 
-    /// A conversion.
     pub(crate) fn cvt(&mut self, op: Cvt, a: R) -> R {
         let (_, from, to) = op.spec();
         assert_eq!(a.class, from, "{op:?} of {a}");
@@ -486,7 +444,6 @@ impl Func {
         d
     }
 
-    /// A fresh register holding `a`.
     pub(crate) fn copy(&mut self, class: Class, a: impl Into<Op>) -> R {
         let d = self.reg(class);
         self.set(d, a);
@@ -508,7 +465,6 @@ impl Func {
         self.set(d, v);
     }
 
-    /// A comparison.
     pub(crate) fn setp(&mut self, cmp: Cmp, ty: CmpTy, a: impl Into<Op>, b: impl Into<Op>) -> R {
         let (a, b) = (a.into(), b.into());
         let d = self.reg(Class::Pred);
@@ -521,17 +477,14 @@ impl Func {
         self.setp(cmp, CmpTy::Float, a, b)
     }
 
-    /// Unsigned integer comparison.
     pub(crate) fn ucmp(&mut self, cmp: Cmp, a: impl Into<Op>, b: impl Into<Op>) -> R {
         self.setp(cmp, CmpTy::Unsigned, a, b)
     }
 
-    /// Signed integer comparison.
     pub(crate) fn scmp(&mut self, cmp: Cmp, a: impl Into<Op>, b: impl Into<Op>) -> R {
         self.setp(cmp, CmpTy::Signed, a, b)
     }
 
-    /// `if p { a } else { b }`.
     pub(crate) fn selp(&mut self, p: R, a: impl Into<Op>, b: impl Into<Op>) -> R {
         let (a, b) = (a.into(), b.into());
         let class = a.class().or(b.class()).unwrap_or(Class::B32);
@@ -540,7 +493,6 @@ impl Func {
         d
     }
 
-    /// `if p { -v } else { v }`.
     pub(crate) fn negate_if(&mut self, p: R, v: R) -> R {
         let neg = self.neg(v);
         self.selp(p, neg, v)
@@ -571,7 +523,6 @@ impl Func {
         });
     }
 
-    /// `if p { body }`.
     pub(crate) fn when(&mut self, p: R, body: impl FnOnce(&mut Self)) {
         let skip = self.label();
         self.bra_if(p, false, skip);
@@ -579,7 +530,6 @@ impl Func {
         self.place(skip);
     }
 
-    /// `if p { then } else { otherwise }`.
     pub(crate) fn if_else(
         &mut self,
         p: R,
@@ -634,12 +584,10 @@ impl Func {
         self.body.push(Inst::Ret(regs));
     }
 
-    /// `return v` from a function of one result.
     pub(crate) fn ret1(&mut self, v: impl Into<Op>) {
         self.ret(&[v.into()]);
     }
 
-    /// Call another `.func` of the module.
     pub(crate) fn call(&mut self, callee: &Func, args: &[Op]) -> Vec<R> {
         assert_eq!(args.len(), callee.params.len(), "{}: arity", callee.name);
         let args = args
@@ -669,13 +617,11 @@ impl Func {
         d
     }
 
-    /// Declare a `.local` array; returns its handle.
     pub(crate) fn local(&mut self, name: &'static str, class: Class, len: u32) -> usize {
         self.locals.push(Local { name, class, len });
         self.locals.len() - 1
     }
 
-    /// `arr[idx]`.
     pub(crate) fn ld_local(&mut self, arr: usize, idx: impl Into<Op>) -> R {
         let d = self.reg(self.locals[arr].class);
         let tmp = [self.reg(Class::B64), self.reg(Class::B64)];
@@ -688,7 +634,6 @@ impl Func {
         d
     }
 
-    /// `arr[idx] = v`.
     pub(crate) fn st_local(&mut self, arr: usize, idx: impl Into<Op>, v: impl Into<Op>) {
         let class = self.locals[arr].class;
         let v = self.materialize(v.into(), class);
@@ -701,7 +646,6 @@ impl Func {
         });
     }
 
-    /// The tables this function reads.
     pub(crate) fn tables(&self) -> Vec<&'static Table> {
         let mut out: Vec<&'static Table> = Vec::new();
         for inst in &self.body {
@@ -726,16 +670,10 @@ impl Func {
         format!(".func ({rets}) {}({})", self.name, params.join(", "))
     }
 
-    /// The PTX definition.
     pub(crate) fn to_ptx(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "{}\n{{", self.header());
-        for class in Class::ALL {
-            let n = self.counts[class.slot()];
-            if n > 0 {
-                let _ = writeln!(out, "\t.reg .{} {}<{n}>;", class.ty(), class.prefix());
-            }
-        }
+        out.push_str(&register_decls(&self.counts));
         for local in &self.locals {
             let _ = writeln!(
                 out,
@@ -882,7 +820,6 @@ fn address(out: &mut String, symbol: &str, size: u32, idx: Op, tmp: [R; 2]) -> S
     }
 }
 
-/// The module-level definition of a table.
 pub(crate) fn table_ptx(table: &Table) -> String {
     let (align, ty) = if table.class.bytes() == 8 {
         (8, "b64")

@@ -170,7 +170,6 @@ impl Trig {
     }
 }
 
-/// `sinf`.
 pub(super) fn sinf(rem: &Func) -> Func {
     Trig {
         name: "vyre_libm_sinf",
@@ -227,7 +226,6 @@ pub(super) fn sinf(rem: &Func) -> Func {
     .build(rem)
 }
 
-/// `cosf`.
 pub(super) fn cosf(rem: &Func) -> Func {
     Trig {
         name: "vyre_libm_cosf",

@@ -61,79 +61,77 @@ impl<'p> Lowerer<'p> {
         };
         let (src_base, src_len) = self.byte_range_of(copy.source)?;
         let (dst_base, dst_len) = self.byte_range_of(copy.destination)?;
-        let zero = self.reg(RegClass::B64);
-        emit!(self.writer(), "mov.u64 {zero}, 0");
+        let zero = self.w.reg(RegClass::B64);
+        emit!(self.w, "mov.u64 {zero}, 0");
         let (src_start, dst_start) = if copy.store {
             (zero, copy.offset)
         } else {
             (copy.offset, zero)
         };
-        let i = self.reg(RegClass::B64);
-        emit!(self.writer(), "mov.u64 {i}, 0");
-        let (top, end) = (self.writer().label(), self.writer().label());
+        let i = self.w.reg(RegClass::B64);
+        emit!(self.w, "mov.u64 {i}, 0");
+        let (top, end) = (self.w.label(), self.w.label());
         let (done, in_src, in_dst) = (self.pred(), self.pred(), self.pred());
-        let (src_at, dst_at, byte) = (self.reg(RegClass::B64), self.reg(RegClass::B64), self.b32());
-        self.writer().put_label(top);
-        emit!(self.writer(), "setp.ge.u64 {done}, {i}, {}", copy.size);
-        emit!(self.writer(), "@{done} bra {end}");
-        emit!(self.writer(), "add.u64 {src_at}, {src_start}, {i}");
-        emit!(self.writer(), "add.u64 {dst_at}, {dst_start}, {i}");
+        let (src_at, dst_at, byte) = (
+            self.w.reg(RegClass::B64),
+            self.w.reg(RegClass::B64),
+            self.b32(),
+        );
+        self.w.put_label(top);
+        emit!(self.w, "setp.ge.u64 {done}, {i}, {}", copy.size);
+        emit!(self.w, "@{done} bra {end}");
+        emit!(self.w, "add.u64 {src_at}, {src_start}, {i}");
+        emit!(self.w, "add.u64 {dst_at}, {dst_start}, {i}");
         // Once past the destination's end nothing more is written.
-        emit!(self.writer(), "setp.ge.u64 {done}, {dst_at}, {dst_len}");
-        emit!(self.writer(), "@{done} bra {end}");
-        emit!(self.writer(), "setp.lt.u64 {in_src}, {src_at}, {src_len}");
-        emit!(self.writer(), "mov.u32 {byte}, 0");
+        emit!(self.w, "setp.ge.u64 {done}, {dst_at}, {dst_len}");
+        emit!(self.w, "@{done} bra {end}");
+        emit!(self.w, "setp.lt.u64 {in_src}, {src_at}, {src_len}");
+        emit!(self.w, "mov.u32 {byte}, 0");
         self.byte_access(in_src, src_base, src_at, byte, false);
-        emit!(self.writer(), "setp.lt.u64 {in_dst}, {dst_at}, {dst_len}");
+        emit!(self.w, "setp.lt.u64 {in_dst}, {dst_at}, {dst_len}");
         self.byte_access(in_dst, dst_base, dst_at, byte, true);
-        emit!(self.writer(), "add.u64 {i}, {i}, 1");
-        emit!(self.writer(), "bra {top}");
-        self.writer().put_label(end);
+        emit!(self.w, "add.u64 {i}, {i}, 1");
+        emit!(self.w, "bra {top}");
+        self.w.put_label(end);
         Ok(())
     }
 
     /// The reference's `try_as_u64`, raising `fault` where it yields `None`.
     fn u64_checked(&mut self, value: Val, fault: DeviceFault) -> Result<Reg, CodegenError> {
-        let wide = self.reg(RegClass::B64);
+        let wide = self.w.reg(RegClass::B64);
         match value.kind {
             ValKind::U64 | ValKind::Bytes(5..=8) => self.mov(wide, value.reg),
             ValKind::Bytes(_) if matches!(value.kind, ValKind::Bytes(9..)) => {
                 self.fault_always(fault);
-                emit!(self.writer(), "mov.u64 {wide}, 0");
+                emit!(self.w, "mov.u64 {wide}, 0");
             }
             ValKind::I32 => {
                 let negative = self.pred();
-                emit!(self.writer(), "setp.lt.s32 {negative}, {}, 0", value.reg);
+                emit!(self.w, "setp.lt.s32 {negative}, {}, 0", value.reg);
                 self.fault_if(negative, fault);
                 let safe = self.zero_if(negative, value.reg);
-                emit!(self.writer(), "cvt.u64.u32 {wide}, {safe}");
+                emit!(self.w, "cvt.u64.u32 {wide}, {safe}");
             }
             ValKind::F32 | ValKind::F64 => {
-                let as_f64 = self.reg(RegClass::F64);
+                let as_f64 = self.w.reg(RegClass::F64);
                 if value.kind == ValKind::F32 {
-                    emit!(self.writer(), "cvt.f64.f32 {as_f64}, {}", value.reg);
+                    emit!(self.w, "cvt.f64.f32 {as_f64}, {}", value.reg);
                 } else {
                     self.mov(as_f64, value.reg);
                 }
                 // Finite, >= 0 and < 2^64, then truncated.
                 let (ok, small) = (self.pred(), self.pred());
-                emit!(
-                    self.writer(),
-                    "setp.ge.f64 {ok}, {as_f64}, 0d0000000000000000"
-                );
-                emit!(
-                    self.writer(),
-                    "setp.lt.f64 {small}, {as_f64}, 0d43F0000000000000"
-                );
-                emit!(self.writer(), "and.pred {ok}, {ok}, {small}");
+                emit!(self.w, "setp.ge.f64 {ok}, {as_f64}, 0d0000000000000000");
+                emit!(self.w, "setp.lt.f64 {small}, {as_f64}, 0d43F0000000000000");
+                emit!(self.w, "and.pred {ok}, {ok}, {small}");
                 let bad = self.pred();
-                emit!(self.writer(), "not.pred {bad}, {ok}");
+                emit!(self.w, "not.pred {bad}, {ok}");
                 self.fault_if(bad, fault);
-                emit!(self.writer(), "cvt.rzi.u64.f64 {wide}, {as_f64}");
+                emit!(self.w, "cvt.rzi.u64.f64 {wide}, {as_f64}");
                 let wide = self.zero_if(bad, wide);
                 return Ok(wide);
             }
-            _ => emit!(self.writer(), "cvt.u64.u32 {wide}, {}", value.reg),
+            _ => emit!(self.w, "cvt.u64.u32 {wide}, {}", value.reg),
         }
         Ok(wide)
     }

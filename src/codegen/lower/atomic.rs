@@ -2,7 +2,6 @@
 //! old value, a `red` (see `reduction`).
 
 use super::memory::{BufferSlot, Space};
-use super::reduction::DiscardedAtomic;
 use super::{Lowerer, Val};
 use crate::codegen::analysis::atomics::commutative_opcode;
 use crate::codegen::fault::DeviceFault;
@@ -11,13 +10,13 @@ use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
 use vyre_foundation::ir::{AtomicOp, Expr, MemoryOrdering};
 
-/// The lowered operands of an atomic.
-struct Operands {
-    index: Reg,
-    expected: Option<Reg>,
-    value: Reg,
-    in_bounds: Reg,
-    addr: Reg,
+/// An atomic's lowered operands and the element's address.
+pub(super) struct Operands {
+    pub(super) index: Reg,
+    pub(super) expected: Option<Reg>,
+    pub(super) value: Reg,
+    pub(super) in_bounds: Reg,
+    pub(super) addr: Reg,
 }
 
 impl<'p> Lowerer<'p> {
@@ -59,22 +58,11 @@ impl<'p> Lowerer<'p> {
                 let partial = literal_index
                     .filter(|_| self.facts.partial_buffers.contains(buffer))
                     .map(|index| self.partial_slot(buffer, index, opcode));
-                self.put_reduction(DiscardedAtomic {
-                    opcode,
-                    index: operands.index,
-                    literal_index: literal_index.is_some(),
-                    value: operands.value,
-                    in_bounds: operands.in_bounds,
-                    addr: operands.addr,
-                    partial,
-                });
+                self.put_reduction(opcode, &operands, literal_index.is_some(), partial);
             }
             None => self.put_atom(opcode, *ordering, old, &operands),
         }
-        Ok(Val {
-            kind: ValKind::U32,
-            reg: old,
-        })
+        Ok(Val::new(ValKind::U32, old))
     }
 
     /// The slot of an atomic's target: a 4-byte storage buffer.
@@ -152,7 +140,6 @@ impl<'p> Lowerer<'p> {
     }
 }
 
-/// The `atom` operator of `op`.
 fn atomic_opcode(op: AtomicOp) -> Result<&'static str, CodegenError> {
     match (commutative_opcode(op), op) {
         (Some(opcode), _) => Ok(opcode),

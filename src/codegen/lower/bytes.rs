@@ -1,31 +1,12 @@
-//! Buffers of `Bytes` elements, exactly as `vyre-reference`'s `oob.rs` treats them.
+//! Buffers of `Bytes` elements, as `vyre-reference`'s `oob.rs` treats them: addressed per
+//! byte; `Load(buf, i)` yields the rest of the buffer from byte `i` (a run-time length) and
+//! `Store(buf, i, v)` writes `v.to_bytes()` at byte `i`, truncated at the buffer's end.
 //!
-//! A `Bytes` buffer is addressed per byte: its element count is its byte length.
-//! `Load(buf, i)` yields the REST of the buffer from byte `i` (empty when `i` is past the
-//! end), a value whose length is known only at run time. `Store(buf, i, v)` writes all of
-//! `v.to_bytes()` at byte `i`, truncated at the buffer's end, and nothing when `i >= len`.
-//!
-//! No register holds a run-time-sized value, so a bytes load is lowered as a *view*: the
-//! address of its first byte and its length. Reading the bytes late through the view is
-//! exact only if they cannot change between the load and its uses, so views are taken
-//! only of buffers the program cannot write: read-only storage buffers (the validator
-//! rejects stores to them and atomics on bytes buffers; workgroup bytes buffers are
-//! refused by the ABI layout). A view may be bound by `Let` and consumed by a `Store` into
-//! a bytes buffer (a byte copy of `min(len_view, len_dst - j)` bytes) or into a u32 buffer
-//! (its first four bytes, zero-padded: the reference's `write_bytes_width_into`). Every
-//! other use of a run-time-sized value is rejected with a `Fix:` hint.
-//!
-//! Races: the reference runs invocations one at a time, so stores of different invocations
-//! that overlap resolve as "last stepped lane wins", while the GPU runs them concurrently.
-//! The contract (§6.7, races) puts write-write races outside what any backend reproduces:
-//! a program whose result changes under `reference_eval_lane_reversed` has one. Overlapping
-//! byte ranges written with the SAME bytes are not a race in either model and come out
-//! identical on the GPU whatever the interleaving (e.g. `out[gid] = in[gid]`, where every
-//! invocation copies the rest of `in` from its own offset: all writers of byte `m` write
-//! `in[m]`). Byte copies therefore add no class of program beyond the one plain element
-//! stores already have: different bytes written to the same place by different
-//! invocations, which the reference resolves by invocation order and no backend is
-//! required to reproduce.
+//! A bytes load is lowered as a *view* (first-byte address and length) read late, which is
+//! exact because views are taken only of buffers the program cannot write. A view may be
+//! bound by `Let` and stored into a bytes buffer (a byte copy) or a u32 buffer (its first four
+//! bytes, zero-padded); any other use is rejected. Overlapping copies of the same bytes agree
+//! under any interleaving, so byte copies add no race beyond those plain stores already have.
 
 use super::{Lowerer, Space, Val};
 use crate::codegen::kind::ValKind;
@@ -184,14 +165,7 @@ impl<'p> Lowerer<'p> {
             }
             (DataType::U32, _) => {
                 let word = self.bytes_prefix_u32(view);
-                self.put_store(
-                    buffer,
-                    index,
-                    Val {
-                        kind: ValKind::Bytes(4),
-                        reg: word,
-                    },
-                )
+                self.put_store(buffer, index, Val::new(ValKind::Bytes(4), word))
             }
             (element, _) => Err(CodegenError::unsupported(
                 format!("Store of a run-time-sized bytes value into a {element} buffer"),

@@ -1,7 +1,7 @@
 //! Run-time checks: recording [`DeviceFault`]s where the reference raises an error, the
 //! reference's truthiness and u32 conversion, and branch predicates ptxas cannot fold.
 
-use super::{sel_type, Lowerer, Val};
+use super::{Lowerer, Val};
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
 use crate::codegen::writer::{emit, Reg, RegClass};
@@ -42,27 +42,15 @@ impl Lowerer<'_> {
     }
 
     /// The predicate a branch or loop test steers by: `p` itself, or, in a program that
-    /// calls libm `.func`s, `p` xor a predicate that is false at run time but that ptxas
-    /// cannot evaluate, so it cannot prove the branch constant.
+    /// calls libm `.func`s, `p` xor a predicate that is false at run time but opaque to
+    /// ptxas. ptxas 12.9-13.5 (and the driver JIT, in-process) crash with SIGSEGV removing
+    /// constant-folded dead code that holds a loop calling a `.func` with a two-exit loop
+    /// (`vyre_libm_rem_pio2f`; `tests/fuzz_regressions/cpu-ptxas-crash-{1,2}-*.case`), so no
+    /// branch or loop test of such a program may be foldable.
     ///
-    /// ptxas 12.9, 13.0 and 13.5 (-O2 and -O3, sm_80 and sm_90) crash with SIGSEGV, and
-    /// the driver's JIT with them inside the caller's process, when code they prove dead
-    /// by constant folding holds a loop calling a `.func` that itself loops with two exits
-    /// (`vyre_libm_rem_pio2f`, behind Sin, Cos and Tan): a branch folded to never-taken
-    /// around it (`../shared/regressions/ptxas-crash-1`, reduced in
-    /// `tests/fuzz_regressions/cpu-ptxas-crash-1-*.case`), a loop whose test folds to
-    /// done, or a certain fault that makes later loops exit at once
-    /// (`cpu-ptxas-crash-2-*.case`). The PTX is legal; the compiler's removal of such dead
-    /// regions is not. So no branch or loop test of such a program is foldable: the
-    /// region stays (and never runs), for two instructions per test and no unrolling of
-    /// constant-trip loops in kernels that call libm anyway.
-    ///
-    /// The hidden predicate is `opaque zero == 16`, not `!= 0`: inside a branch steered by
-    /// `opaque zero != 0` ptxas would learn the opaque zero's value and fold every
-    /// operand guarded by it, bringing back the miscompiles it exists to prevent (found:
-    /// `not.b32` of a proven zero folded to 0, `gpu-mismatch-97b6641b948d4a05.case`).
-    /// Learning `!= 16` on the path that runs tells ptxas nothing it can fold with; the
-    /// path that learns `== 16` never runs.
+    /// The hidden predicate is `opaque zero == 16`, not `!= 0`: under `!= 0` ptxas would
+    /// learn the opaque zero's value and fold what it guards, bringing back the
+    /// miscompiles it prevents (`gpu-mismatch-97b6641b948d4a05.case`).
     pub(super) fn branch_pred(&mut self, p: Reg) -> Reg {
         if !self.facts.calls_libm {
             return p;
@@ -77,7 +65,7 @@ impl Lowerer<'_> {
     /// `p ? 0 : r`: the safe operand substituted after a recorded fault.
     pub(super) fn zero_if(&mut self, p: Reg, r: Reg) -> Reg {
         let out = self.w.reg(r.class());
-        emit!(self.w, "selp.{} {out}, 0, {r}, {p}", sel_type(r));
+        emit!(self.w, "selp.{} {out}, 0, {r}, {p}", r.class().ty());
         out
     }
 

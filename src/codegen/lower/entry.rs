@@ -37,7 +37,6 @@ impl<'p> Lowerer<'p> {
         }
     }
 
-    /// Lower the program body (`entry`) into a complete entry body.
     pub(crate) fn lower_entry(mut self, entry: &'p [Node]) -> Result<LoweredBody, CodegenError> {
         self.put_block(entry)?;
         self.finish_entry()
@@ -246,7 +245,6 @@ impl<'p> Lowerer<'p> {
         Ok(())
     }
 
-    /// Bytes of `vyre_shared` the workgroup buffers span.
     fn shared_bytes(&self) -> u32 {
         self.shared
             .last()

@@ -1,7 +1,7 @@
 //! Expressions: one `put_*` per `Expr` construct (operators are in `ops.rs`).
 
 use super::memory::Space;
-use super::{bytes, canonical_f32_bits_host, sel_type, Ids, Lowerer, Val};
+use super::{bytes, canonical_f32_bits_host, Ids, Lowerer, Val};
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
 use crate::codegen::writer::{emit, Reg, RegClass};
@@ -15,10 +15,10 @@ impl<'p> Lowerer<'p> {
             Expr::LitU32(v) => Ok(self.lit_b32(ValKind::U32, *v)),
             Expr::LitI32(v) => Ok(self.lit_b32(ValKind::I32, *v as u32)),
             Expr::LitBool(v) => Ok(self.lit_b32(ValKind::Bool, u32::from(*v))),
-            Expr::LitF32(v) => Ok(Val {
-                kind: ValKind::F32,
-                reg: self.f32_const(canonical_f32_bits_host(*v)),
-            }),
+            Expr::LitF32(v) => Ok(Val::new(
+                ValKind::F32,
+                self.f32_const(canonical_f32_bits_host(*v)),
+            )),
             Expr::Var(name) => self.put_var(name.as_str()),
             Expr::Load { buffer, index } => {
                 let index = self.put_index(index)?;
@@ -112,10 +112,7 @@ impl<'p> Lowerer<'p> {
             Space::Global { len, .. } => self.mov(reg, len),
             Space::Shared { count, .. } => emit!(self.w, "mov.u32 {reg}, {count}"),
         }
-        Ok(Val {
-            kind: ValKind::U32,
-            reg,
-        })
+        Ok(Val::new(ValKind::U32, reg))
     }
 
     fn id_axis(&mut self, axis: u8, pick: impl Fn(&Ids) -> &[Reg; 3]) -> Result<Val, CodegenError> {
@@ -125,10 +122,7 @@ impl<'p> Lowerer<'p> {
                 "use axis 0, 1, or 2",
             ));
         };
-        Ok(Val {
-            kind: ValKind::U32,
-            reg,
-        })
+        Ok(Val::new(ValKind::U32, reg))
     }
 
     fn put_select(
@@ -153,7 +147,7 @@ impl<'p> Lowerer<'p> {
         emit!(
             self.w,
             "selp.{} {reg}, {}, {}, {p}",
-            sel_type(t.reg),
+            t.reg.class().ty(),
             t.reg,
             f.reg
         );
@@ -184,10 +178,7 @@ impl<'p> Lowerer<'p> {
         }
         let reg = self.w.reg(RegClass::F32);
         emit!(self.w, "fma.rn.f32 {reg}, {}, {}, {}", a.reg, b.reg, c.reg);
-        Ok(Val {
-            kind: ValKind::F32,
-            reg: self.flush_subnormal(reg),
-        })
+        Ok(Val::new(ValKind::F32, self.flush_subnormal(reg)))
     }
 
     fn put_ballot(&mut self, cond: &'p Expr) -> Result<Val, CodegenError> {
@@ -199,9 +190,6 @@ impl<'p> Lowerer<'p> {
             "vote.sync.ballot.b32 {reg}, {p}, {}",
             self.subgroup_mask
         );
-        Ok(Val {
-            kind: ValKind::U32,
-            reg,
-        })
+        Ok(Val::new(ValKind::U32, reg))
     }
 }

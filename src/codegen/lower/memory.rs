@@ -1,7 +1,7 @@
 //! Buffer addressing, loads and stores, with the reference's bounds rules: out-of-bounds
 //! loads read zero and out-of-bounds stores are dropped.
 
-use super::{bytes, sel_type, Lowerer, Val};
+use super::{bytes, Lowerer, Val};
 use crate::codegen::kind::{element_stride, ValKind};
 use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
@@ -16,7 +16,6 @@ pub(super) enum Space {
 }
 
 impl Space {
-    /// The PTX state-space qualifier for `ld`/`st`.
     fn state_space(self) -> &'static str {
         match self {
             Self::Global { .. } => "global",
@@ -25,7 +24,6 @@ impl Space {
     }
 }
 
-/// How the lowering addresses one buffer.
 #[derive(Clone)]
 pub(super) struct BufferSlot {
     pub(super) space: Space,
@@ -37,7 +35,6 @@ pub(super) struct BufferSlot {
     pub(super) read_only: bool,
 }
 
-/// Where a buffer's bytes start.
 #[derive(Clone, Copy)]
 pub(super) enum ByteBase {
     Global(Reg),
@@ -132,10 +129,7 @@ impl Lowerer<'_> {
             return Ok(Some(reg));
         }
         let bytes = match value.kind {
-            ValKind::F32 | ValKind::F64 => Val {
-                kind: ValKind::U64,
-                reg: self.float_bytes(value),
-            },
+            ValKind::F32 | ValKind::F64 => Val::new(ValKind::U64, self.float_bytes(value)),
             _ => value,
         };
         let reg = match (stride, bytes.reg.class()) {
@@ -194,7 +188,7 @@ impl Lowerer<'_> {
             _ => ("u64", "0"),
         };
         // Out-of-bounds loads read the typed zero, never another element.
-        emit!(self.w, "mov.{} {reg}, {zero}", sel_type(reg));
+        emit!(self.w, "mov.{} {reg}, {zero}", reg.class().ty());
         emit!(self.w, "@{in_bounds} ld.{space}.{width} {reg}, [{addr}]");
         let reg = if kind == ValKind::F32 {
             self.flush_subnormal(reg)

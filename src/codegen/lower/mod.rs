@@ -44,13 +44,18 @@ pub(crate) struct Val {
     pub(crate) reg: Reg,
 }
 
+impl Val {
+    pub(crate) fn new(kind: ValKind, reg: Reg) -> Self {
+        Self { kind, reg }
+    }
+}
+
 #[derive(Clone, Copy)]
 struct Local {
     val: Val,
     loop_var: bool,
 }
 
-/// Registers holding the invocation coordinates.
 struct Ids {
     local: [Reg; 3],
     group: [Reg; 3],
@@ -60,17 +65,11 @@ struct Ids {
 
 impl Ids {
     fn allocate(w: &mut PtxWriter) -> Self {
-        let three = |w: &mut PtxWriter| {
-            [
-                w.reg(RegClass::B32),
-                w.reg(RegClass::B32),
-                w.reg(RegClass::B32),
-            ]
-        };
+        let mut three = || [(); 3].map(|()| w.reg(RegClass::B32));
         Self {
-            local: three(w),
-            group: three(w),
-            global: three(w),
+            local: three(),
+            group: three(),
+            global: three(),
             linear_local: w.reg(RegClass::B32),
         }
     }
@@ -238,7 +237,6 @@ fn storage_slots<'p>(
     (buffers, binding_regs)
 }
 
-/// A shared-memory slot for every workgroup buffer.
 fn add_shared_slots<'p>(
     buffers: &mut FxHashMap<&'p str, BufferSlot>,
     program: &'p Program,
@@ -267,7 +265,6 @@ fn add_shared_slots<'p>(
     }
 }
 
-/// Output of [`Lowerer::lower_entry`].
 pub(crate) struct LoweredBody {
     /// Libm ports the entry calls (their `.func`s are emitted once per module).
     pub(crate) libm_used: BTreeSet<Libm>,
@@ -275,11 +272,6 @@ pub(crate) struct LoweredBody {
     pub(crate) prologue: String,
     pub(crate) body: String,
     pub(crate) fault_word: bool,
-}
-
-/// `selp`/`mov` type suffix for a register.
-fn sel_type(reg: Reg) -> &'static str {
-    reg.class().ty()
 }
 
 /// The reference canonicalises every f32 literal: NaN to `0x7FC00000`, subnormals to ±0.

@@ -57,7 +57,6 @@ impl Int {
         self.class == RegClass::B64
     }
 
-    /// The spelling of `sel` for this type.
     fn spell(self, sel: Ty) -> &'static str {
         match sel {
             Ty::Arith => self.ty,
@@ -66,7 +65,6 @@ impl Int {
     }
 }
 
-/// Which type suffix an integer instruction takes.
 #[derive(Debug, Clone, Copy)]
 enum Ty {
     /// `u32`, `s32` or `u64` .
@@ -75,7 +73,6 @@ enum Ty {
     Bits,
 }
 
-/// How an integer `BinOp` lowers.
 #[derive(Debug, Clone, Copy)]
 enum IntShape {
     /// One instruction `{opcode}.{type} d, a, b`.
@@ -249,23 +246,20 @@ fn unpack_shift_mask(op: &UnOp) -> Option<(u32, u32)> {
 impl Lowerer<'_> {
     fn bool_of(&mut self, p: Reg) -> Val {
         let reg = self.b32();
-        emit!(self.writer(), "selp.u32 {reg}, 1, 0, {p}");
-        Val {
-            kind: ValKind::Bool,
-            reg,
-        }
+        emit!(self.w, "selp.u32 {reg}, 1, 0, {p}");
+        Val::new(ValKind::Bool, reg)
     }
 
     /// `setp.{cmp}.{ty} p, a, b` as a bool.
     fn setp_bool(&mut self, cmp: &str, ty: &str, a: Reg, b: impl Display) -> Val {
         let p = self.pred();
-        emit!(self.writer(), "setp.{cmp}.{ty} {p}, {a}, {b}");
+        emit!(self.w, "setp.{cmp}.{ty} {p}, {a}, {b}");
         self.bool_of(p)
     }
 
     /// `d = p ? on : d`.
     fn select_if(&mut self, t: Int, d: Reg, on: &str, p: Reg) {
-        emit!(self.writer(), "selp.{} {d}, {on}, {d}, {p}", t.bits);
+        emit!(self.w, "selp.{} {d}, {on}, {d}, {p}", t.bits);
     }
 
     pub(crate) fn put_binop(&mut self, op: BinOp, l: Val, r: Val) -> Result<Val, CodegenError> {
@@ -294,39 +288,39 @@ impl Lowerer<'_> {
 
     /// Integer operators, as [`int_shape`] lowers them.
     fn int_binop(&mut self, op: BinOp, a: Reg, b: Reg, t: Int) -> Result<Val, CodegenError> {
-        let d = self.reg(t.class);
+        let d = self.w.reg(t.class);
         let shape = int_shape(op, t).ok_or_else(|| unsupported_binop(op, t.kind))?;
         let mut kind = t.kind;
         match shape {
             IntShape::Plain(opcode, sel) => {
-                emit!(self.writer(), "{opcode}.{} {d}, {a}, {b}", t.spell(sel));
+                emit!(self.w, "{opcode}.{} {d}, {a}, {b}", t.spell(sel));
             }
             IntShape::Compare(cmp) => return Ok(self.setp_bool(cmp, t.ty, a, b)),
             IntShape::Logic(logic) => {
                 let (pa, pb) = (self.pred(), self.pred());
-                emit!(self.writer(), "setp.ne.{} {pa}, {a}, 0", t.ty);
-                emit!(self.writer(), "setp.ne.{} {pb}, {b}, 0", t.ty);
-                emit!(self.writer(), "{logic}.pred {pa}, {pa}, {pb}");
+                emit!(self.w, "setp.ne.{} {pa}, {a}, 0", t.ty);
+                emit!(self.w, "setp.ne.{} {pb}, {b}, 0", t.ty);
+                emit!(self.w, "{logic}.pred {pa}, {pa}, {pb}");
                 return Ok(self.bool_of(pa));
             }
             IntShape::DivRem(opcode) => self.div_rem(opcode, [d, a, b], t),
             IntShape::Shift(opcode, sel) => {
                 let count = self.b32();
                 let from = if t.wide() {
-                    emit!(self.writer(), "cvt.u32.u64 {count}, {b}");
+                    emit!(self.w, "cvt.u32.u64 {count}, {b}");
                     count
                 } else {
                     b
                 };
-                emit!(self.writer(), "and.b32 {count}, {from}, {}", t.shift_mask);
-                emit!(self.writer(), "{opcode}.{} {d}, {a}, {count}", t.spell(sel));
+                emit!(self.w, "and.b32 {count}, {from}, {}", t.shift_mask);
+                emit!(self.w, "{opcode}.{} {d}, {a}, {count}", t.spell(sel));
             }
-            IntShape::Rotate(dir) => emit!(self.writer(), "shf.{dir}.wrap.b32 {d}, {a}, {a}, {b}"),
+            IntShape::Rotate(dir) => emit!(self.w, "shf.{dir}.wrap.b32 {d}, {a}, {a}, {b}"),
             IntShape::AbsDiff => {
-                let lo = self.reg(t.class);
-                emit!(self.writer(), "max.{} {d}, {a}, {b}", t.ty);
-                emit!(self.writer(), "min.{} {lo}, {a}, {b}", t.ty);
-                emit!(self.writer(), "sub.{} {d}, {d}, {lo}", t.unsigned);
+                let lo = self.w.reg(t.class);
+                emit!(self.w, "max.{} {d}, {a}, {b}", t.ty);
+                emit!(self.w, "min.{} {lo}, {a}, {b}", t.ty);
+                emit!(self.w, "sub.{} {d}, {d}, {lo}", t.unsigned);
                 if t == I32 {
                     // i32 abs_diff is a u32 in the reference.
                     kind = ValKind::U32;
@@ -334,11 +328,11 @@ impl Lowerer<'_> {
             }
             IntShape::Saturating(op) => self.saturating_unsigned(op, [d, a, b], t),
             IntShape::SaturatingMulI32 => {
-                let wide = self.reg(RegClass::B64);
-                emit!(self.writer(), "mul.wide.s32 {wide}, {a}, {b}");
-                emit!(self.writer(), "max.s64 {wide}, {wide}, -2147483648");
-                emit!(self.writer(), "min.s64 {wide}, {wide}, 2147483647");
-                emit!(self.writer(), "cvt.u32.u64 {d}, {wide}");
+                let wide = self.w.reg(RegClass::B64);
+                emit!(self.w, "mul.wide.s32 {wide}, {a}, {b}");
+                emit!(self.w, "max.s64 {wide}, {wide}, -2147483648");
+                emit!(self.w, "min.s64 {wide}, {wide}, 2147483647");
+                emit!(self.w, "cvt.u32.u64 {d}, {wide}");
             }
         }
         Ok(Val { kind, reg: d })
@@ -355,12 +349,12 @@ impl Lowerer<'_> {
             self.signed_div_faults(opcode == "div", a, b)
         } else {
             let zero = self.pred();
-            emit!(self.writer(), "setp.eq.{} {zero}, {b}, 0", t.ty);
+            emit!(self.w, "setp.eq.{} {zero}, {b}, 0", t.ty);
             zero
         };
-        let safe = self.reg(t.class);
-        emit!(self.writer(), "selp.{} {safe}, 1, {b}, {zero}", t.bits);
-        emit!(self.writer(), "{opcode}.{} {d}, {a}, {safe}", t.ty);
+        let safe = self.w.reg(t.class);
+        emit!(self.w, "selp.{} {safe}, 1, {b}, {zero}", t.bits);
+        emit!(self.w, "{opcode}.{} {d}, {a}, {safe}", t.ty);
         if t != I32 {
             let on_zero = if opcode == "div" { t.unsigned_max } else { "0" };
             self.select_if(t, d, on_zero, zero);
@@ -382,13 +376,13 @@ impl Lowerer<'_> {
                 DeviceFault::SignedRemainderOverflow,
             )
         };
-        emit!(self.writer(), "setp.eq.s32 {zero}, {b}, 0");
+        emit!(self.w, "setp.eq.s32 {zero}, {b}, 0");
         self.fault_if(zero, by_zero);
-        emit!(self.writer(), "setp.eq.s32 {min}, {a}, -2147483648");
-        emit!(self.writer(), "setp.eq.s32 {neg_one}, {b}, -1");
-        emit!(self.writer(), "and.pred {min}, {min}, {neg_one}");
+        emit!(self.w, "setp.eq.s32 {min}, {a}, -2147483648");
+        emit!(self.w, "setp.eq.s32 {neg_one}, {b}, -1");
+        emit!(self.w, "and.pred {min}, {min}, {neg_one}");
         self.fault_if(min, overflow);
-        emit!(self.writer(), "or.pred {zero}, {zero}, {min}");
+        emit!(self.w, "or.pred {zero}, {zero}, {min}");
         zero
     }
 
@@ -398,21 +392,21 @@ impl Lowerer<'_> {
         let (wrapped, on) = match op {
             BinOp::SaturatingAdd => {
                 let overflow = self.pred();
-                emit!(self.writer(), "add.{ty} {d}, {a}, {b}");
-                emit!(self.writer(), "setp.lt.{ty} {overflow}, {d}, {a}");
+                emit!(self.w, "add.{ty} {d}, {a}, {b}");
+                emit!(self.w, "setp.lt.{ty} {overflow}, {d}, {a}");
                 (overflow, t.unsigned_max)
             }
             BinOp::SaturatingSub => {
                 let underflow = self.pred();
-                emit!(self.writer(), "sub.{ty} {d}, {a}, {b}");
-                emit!(self.writer(), "setp.lt.{ty} {underflow}, {a}, {b}");
+                emit!(self.w, "sub.{ty} {d}, {a}, {b}");
+                emit!(self.w, "setp.lt.{ty} {underflow}, {a}, {b}");
                 (underflow, "0")
             }
             _ => {
-                let (hi, overflow) = (self.reg(t.class), self.pred());
-                emit!(self.writer(), "mul.hi.{ty} {hi}, {a}, {b}");
-                emit!(self.writer(), "mul.lo.{ty} {d}, {a}, {b}");
-                emit!(self.writer(), "setp.ne.{ty} {overflow}, {hi}, 0");
+                let (hi, overflow) = (self.w.reg(t.class), self.pred());
+                emit!(self.w, "mul.hi.{ty} {hi}, {a}, {b}");
+                emit!(self.w, "mul.lo.{ty} {d}, {a}, {b}");
+                emit!(self.w, "setp.ne.{ty} {overflow}, {hi}, 0");
                 (overflow, t.unsigned_max)
             }
         };
@@ -428,11 +422,8 @@ impl Lowerer<'_> {
             BinOp::Or => "or",
             _ => return Err(unsupported_binop(op, ValKind::Bool)),
         };
-        emit!(self.writer(), "{logic}.b32 {reg}, {a}, {b}");
-        Ok(Val {
-            kind: ValKind::Bool,
-            reg,
-        })
+        emit!(self.w, "{logic}.b32 {reg}, {a}, {b}");
+        Ok(Val::new(ValKind::Bool, reg))
     }
 
     fn f32_binop(&mut self, op: BinOp, a: Reg, b: Reg) -> Result<Val, CodegenError> {
@@ -441,10 +432,10 @@ impl Lowerer<'_> {
             let cmp = if cmp == "ne" { "neu" } else { cmp };
             return Ok(self.setp_bool(cmp, "f32", a, b));
         }
-        let d = self.reg(RegClass::F32);
+        let d = self.w.reg(RegClass::F32);
         let reg = match (op, f32_arith(op)) {
             (_, Some((inst, flush))) => {
-                emit!(self.writer(), "{inst} {d}, {a}, {b}");
+                emit!(self.w, "{inst} {d}, {a}, {b}");
                 if flush {
                     self.flush_subnormal(d)
                 } else {
@@ -456,18 +447,15 @@ impl Lowerer<'_> {
                 // first operand on ties (so min(+0, -0) = +0).
                 let (b_wins, a_nan) = (self.pred(), self.pred());
                 let cmp = if op == BinOp::Min { "lt" } else { "gt" };
-                emit!(self.writer(), "setp.{cmp}.f32 {b_wins}, {b}, {a}");
-                emit!(self.writer(), "testp.notanumber.f32 {a_nan}, {a}");
-                emit!(self.writer(), "or.pred {b_wins}, {b_wins}, {a_nan}");
-                emit!(self.writer(), "selp.f32 {d}, {b}, {a}, {b_wins}");
+                emit!(self.w, "setp.{cmp}.f32 {b_wins}, {b}, {a}");
+                emit!(self.w, "testp.notanumber.f32 {a_nan}, {a}");
+                emit!(self.w, "or.pred {b_wins}, {b_wins}, {a_nan}");
+                emit!(self.w, "selp.f32 {d}, {b}, {a}, {b_wins}");
                 d
             }
             _ => return Err(unsupported_binop(op, ValKind::F32)),
         };
-        Ok(Val {
-            kind: ValKind::F32,
-            reg,
-        })
+        Ok(Val::new(ValKind::F32, reg))
     }
 
     pub(crate) fn put_unop(&mut self, op: &UnOp, v: Val) -> Result<Val, CodegenError> {
@@ -476,23 +464,17 @@ impl Lowerer<'_> {
                 return Err(unsupported_unop(op, v.kind));
             }
             let reg = self.b32();
-            emit!(self.writer(), "shr.u32 {reg}, {}, {shift}", v.reg);
-            emit!(self.writer(), "and.b32 {reg}, {reg}, {mask}");
-            return Ok(Val {
-                kind: ValKind::U32,
-                reg,
-            });
+            emit!(self.w, "shr.u32 {reg}, {}, {shift}", v.reg);
+            emit!(self.w, "and.b32 {reg}, {reg}, {mask}");
+            return Ok(Val::new(ValKind::U32, reg));
         }
         match v.kind {
             ValKind::U32 | ValKind::I32 => self.int_unop(op, v, U32),
             ValKind::U64 => self.int_unop(op, v, U64),
             ValKind::Bool if matches!(op, UnOp::LogicalNot) => {
                 let reg = self.b32();
-                emit!(self.writer(), "xor.b32 {reg}, {}, 1", v.reg);
-                Ok(Val {
-                    kind: ValKind::Bool,
-                    reg,
-                })
+                emit!(self.w, "xor.b32 {reg}, {}, 1", v.reg);
+                Ok(Val::new(ValKind::Bool, reg))
             }
             ValKind::F32 => self.f32_unop(op, v.reg),
             ValKind::F64 => {
@@ -506,16 +488,16 @@ impl Lowerer<'_> {
     /// Integer unary ops; the result keeps the operand's variant (`t` picks the width).
     fn int_unop(&mut self, op: &UnOp, v: Val, t: Int) -> Result<Val, CodegenError> {
         let (a, bits) = (v.reg, t.bits);
-        let d = self.reg(t.class);
+        let d = self.w.reg(t.class);
         let value = |reg| Val { kind: v.kind, reg };
         match op {
-            UnOp::Negate => emit!(self.writer(), "neg.{} {d}, {a}", t.signed),
-            UnOp::ReverseBits => emit!(self.writer(), "brev.{bits} {d}, {a}"),
+            UnOp::Negate => emit!(self.w, "neg.{} {d}, {a}", t.signed),
+            UnOp::ReverseBits => emit!(self.w, "brev.{bits} {d}, {a}"),
             UnOp::BitNot => {
                 // Operand through the opaque zero: ptxas 13.0 (sm_90) folds `not x` to 0
                 // where a dominating branch proved x == 0 (it must be all ones).
                 let a = self.opaque(a);
-                emit!(self.writer(), "not.{bits} {d}, {a}");
+                emit!(self.w, "not.{bits} {d}, {a}");
             }
             UnOp::LogicalNot => return Ok(self.setp_bool("eq", t.ty, a, 0)),
             UnOp::Popcount | UnOp::Clz | UnOp::Ctz => {
@@ -525,16 +507,16 @@ impl Lowerer<'_> {
                     UnOp::Clz => ("clz", a),
                     _ => {
                         // ctz(x) = clz(reverse(x)); both give the bit width for 0.
-                        let reversed = self.reg(t.class);
-                        emit!(self.writer(), "brev.{bits} {reversed}, {a}");
+                        let reversed = self.w.reg(t.class);
+                        emit!(self.w, "brev.{bits} {reversed}, {a}");
                         ("clz", reversed)
                     }
                 };
-                emit!(self.writer(), "{opcode}.{bits} {count}, {from}");
+                emit!(self.w, "{opcode}.{bits} {count}, {from}");
                 if !t.wide() {
                     return Ok(value(count));
                 }
-                emit!(self.writer(), "cvt.u64.u32 {d}, {count}");
+                emit!(self.w, "cvt.u64.u32 {d}, {count}");
             }
             _ => return Err(unsupported_unop(op, v.kind)),
         }
@@ -542,61 +524,53 @@ impl Lowerer<'_> {
     }
 
     fn f32_unop(&mut self, op: &UnOp, a: Reg) -> Result<Val, CodegenError> {
-        let d = self.reg(RegClass::F32);
+        let d = self.w.reg(RegClass::F32);
         let one = self.f32_const(0x3F80_0000);
         if let Some(test) = f32_test(op) {
             let p = self.pred();
-            emit!(self.writer(), "testp.{test}.f32 {p}, {a}");
+            emit!(self.w, "testp.{test}.f32 {p}, {a}");
             return Ok(self.bool_of(p));
         }
         let reg = match op {
             UnOp::Negate | UnOp::Abs => self.f32_sign_bit(op, a, d),
             UnOp::InverseSqrt => {
-                let root = self.reg(RegClass::F32);
-                emit!(self.writer(), "sqrt.rn.f32 {root}, {a}");
-                emit!(self.writer(), "div.rn.f32 {d}, {one}, {root}");
+                let root = self.w.reg(RegClass::F32);
+                emit!(self.w, "sqrt.rn.f32 {root}, {a}");
+                emit!(self.w, "div.rn.f32 {d}, {one}, {root}");
                 self.flush_subnormal(d)
             }
             UnOp::Reciprocal => {
-                emit!(self.writer(), "div.rn.f32 {d}, {one}, {a}");
+                emit!(self.w, "div.rn.f32 {d}, {one}, {a}");
                 self.flush_subnormal(d)
             }
             UnOp::Round => self.f32_round(a, d),
             UnOp::Sign => self.f32_sign(a, d, one),
             _ => match (f32_unop_inst(op), Libm::for_unop(op)) {
                 (Some(inst), _) => {
-                    emit!(self.writer(), "{inst} {d}, {a}");
+                    emit!(self.w, "{inst} {d}, {a}");
                     d
                 }
-                (None, Some(f)) if f.is_ported() => self.call_libm(f, a),
-                (None, Some(_)) => return Err(CodegenError::unsupported(
-                    format!("UnOp::{op:?}"),
-                    "no bit-exact PTX port of the reference's libm routine exists in vyre-cuda yet, and approximate intrinsics would not match the reference",
-                    "compute the transcendental on the host or avoid it in GPU programs for now",
-                )),
+                (None, Some(f)) => self.call_libm(f, a),
                 (None, None) => return Err(unsupported_unop(op, ValKind::F32)),
             },
         };
-        Ok(Val {
-            kind: ValKind::F32,
-            reg,
-        })
+        Ok(Val::new(ValKind::F32, reg))
     }
 
     /// `-a` and `|a|` on the bits: ptxas 13.0 folds `neg.f32` of a zero into +0.
     fn f32_sign_bit(&mut self, op: &UnOp, a: Reg, d: Reg) -> Reg {
         let (bits, out) = (self.b32(), self.b32());
-        emit!(self.writer(), "mov.b32 {bits}, {a}");
+        emit!(self.w, "mov.b32 {bits}, {a}");
         let out = if matches!(op, UnOp::Negate) {
-            emit!(self.writer(), "xor.b32 {out}, {bits}, 0x80000000");
+            emit!(self.w, "xor.b32 {out}, {bits}, 0x80000000");
             out
         } else {
             // Through the opaque zero: ptxas 13.0 otherwise treats |x| as >= 0
             // and folds ordered comparisons with a NaN to true.
-            emit!(self.writer(), "and.b32 {out}, {bits}, 0x7FFFFFFF");
+            emit!(self.w, "and.b32 {out}, {bits}, 0x7FFFFFFF");
             self.opaque(out)
         };
-        emit!(self.writer(), "mov.b32 {d}, {out}");
+        emit!(self.w, "mov.b32 {d}, {out}");
         d
     }
 
@@ -604,28 +578,25 @@ impl Lowerer<'_> {
     /// t = trunc(x); if |x - t| >= 0.5 { t += copysign(1, x) }. x - t is exact.
     fn f32_round(&mut self, a: Reg, d: Reg) -> Reg {
         let (frac, step, away) = (
-            self.reg(RegClass::F32),
-            self.reg(RegClass::F32),
+            self.w.reg(RegClass::F32),
+            self.w.reg(RegClass::F32),
             self.pred(),
         );
         let (bits, sign, half) = (self.b32(), self.b32(), self.f32_const(0x3F00_0000));
-        emit!(self.writer(), "cvt.rzi.f32.f32 {d}, {a}");
-        emit!(self.writer(), "sub.rn.f32 {frac}, {a}, {d}");
+        emit!(self.w, "cvt.rzi.f32.f32 {d}, {a}");
+        emit!(self.w, "sub.rn.f32 {frac}, {a}, {d}");
         let frac_bits = self.b32();
-        emit!(self.writer(), "mov.b32 {frac_bits}, {frac}");
-        emit!(
-            self.writer(),
-            "and.b32 {frac_bits}, {frac_bits}, 0x7FFFFFFF"
-        );
+        emit!(self.w, "mov.b32 {frac_bits}, {frac}");
+        emit!(self.w, "and.b32 {frac_bits}, {frac_bits}, 0x7FFFFFFF");
         let frac_bits = self.opaque(frac_bits);
-        emit!(self.writer(), "mov.b32 {frac}, {frac_bits}");
-        emit!(self.writer(), "setp.ge.f32 {away}, {frac}, {half}");
+        emit!(self.w, "mov.b32 {frac}, {frac_bits}");
+        emit!(self.w, "setp.ge.f32 {away}, {frac}, {half}");
         // copysign(1, x) on the bits.
-        emit!(self.writer(), "mov.b32 {bits}, {a}");
-        emit!(self.writer(), "and.b32 {sign}, {bits}, 0x80000000");
-        emit!(self.writer(), "or.b32 {sign}, {sign}, 0x3F800000");
-        emit!(self.writer(), "mov.b32 {step}, {sign}");
-        emit!(self.writer(), "@{away} add.rn.f32 {d}, {d}, {step}");
+        emit!(self.w, "mov.b32 {bits}, {a}");
+        emit!(self.w, "and.b32 {sign}, {bits}, 0x80000000");
+        emit!(self.w, "or.b32 {sign}, {sign}, 0x3F800000");
+        emit!(self.w, "mov.b32 {step}, {sign}");
+        emit!(self.w, "@{away} add.rn.f32 {d}, {d}, {step}");
         d
     }
 
@@ -633,13 +604,13 @@ impl Lowerer<'_> {
     fn f32_sign(&mut self, a: Reg, d: Reg, one: Reg) -> Reg {
         let (pos, neg) = (self.pred(), self.pred());
         let (zero, minus_one) = (self.f32_const(0), self.f32_const(0xBF80_0000));
-        emit!(self.writer(), "setp.gt.f32 {pos}, {a}, {zero}");
-        emit!(self.writer(), "setp.lt.f32 {neg}, {a}, {zero}");
-        emit!(self.writer(), "selp.f32 {d}, {one}, {zero}, {pos}");
-        emit!(self.writer(), "@{neg} mov.f32 {d}, {minus_one}");
+        emit!(self.w, "setp.gt.f32 {pos}, {a}, {zero}");
+        emit!(self.w, "setp.lt.f32 {neg}, {a}, {zero}");
+        emit!(self.w, "selp.f32 {d}, {one}, {zero}, {pos}");
+        emit!(self.w, "@{neg} mov.f32 {d}, {minus_one}");
         let nan = self.pred();
-        emit!(self.writer(), "testp.notanumber.f32 {nan}, {a}");
-        emit!(self.writer(), "@{nan} mov.f32 {d}, {a}");
+        emit!(self.w, "testp.notanumber.f32 {nan}, {a}");
+        emit!(self.w, "@{nan} mov.f32 {d}, {a}");
         d
     }
 
@@ -669,19 +640,13 @@ impl Lowerer<'_> {
                 // The value's bytes, zero-padded to sixteen.
                 let lo = self.bytes_b64(v);
                 let hi = self.high_half(v);
-                let reg = self.reg(RegClass::B64);
+                let reg = self.w.reg(RegClass::B64);
                 self.mov(reg, lo);
-                self.set_high_half(reg, hi);
-                Val {
-                    kind: ValKind::Bytes(16),
-                    reg,
-                }
+                self.wide_hi.insert(reg, hi);
+                Val::new(ValKind::Bytes(16), reg)
             }
             // The value's bytes, zero-padded or truncated to eight.
-            DataType::Vec2U32 => Val {
-                kind: ValKind::Bytes(8),
-                reg: self.bytes_b64(v),
-            },
+            DataType::Vec2U32 => Val::new(ValKind::Bytes(8), self.bytes_b64(v)),
             // The reference's catch-all: the value's own bytes, unconverted.
             DataType::Bytes | DataType::F16 | DataType::BF16 | DataType::F64 => Val {
                 kind: ValKind::Bytes(v.kind.byte_len()),
@@ -709,7 +674,7 @@ impl Lowerer<'_> {
                 let reg = self.b32();
                 let sign = if kind == ValKind::U32 { "u32" } else { "s32" };
                 let from = if v.kind == ValKind::F32 { "f32" } else { "f64" };
-                emit!(self.writer(), "cvt.rzi.{sign}.{from} {reg}, {}", v.reg);
+                emit!(self.w, "cvt.rzi.{sign}.{from} {reg}, {}", v.reg);
                 reg
             }
             // i32 <-> u32 reinterpret the bits (`as`); the rest use try_as_u32.
@@ -721,30 +686,24 @@ impl Lowerer<'_> {
 
     /// Cast to u64 or i64 (both held as a u64).
     fn cast_to_u64(&mut self, v: Val) -> Val {
-        let (reg, a) = (self.reg(RegClass::B64), v.reg);
+        let (reg, a) = (self.w.reg(RegClass::B64), v.reg);
         match v.kind {
-            ValKind::I32 => emit!(self.writer(), "cvt.s64.s32 {reg}, {a}"),
+            ValKind::I32 => emit!(self.w, "cvt.s64.s32 {reg}, {a}"),
             ValKind::U64 | ValKind::Bytes(5..=8) => self.mov(reg, a),
             // More than eight raw bytes never read as a u64 in the reference.
             ValKind::Bytes(_) => {
                 self.fault_always(DeviceFault::CastOutOfRange);
-                emit!(self.writer(), "mov.u64 {reg}, 0");
+                emit!(self.w, "mov.u64 {reg}, 0");
             }
-            _ => emit!(self.writer(), "cvt.u64.u32 {reg}, {a}"),
+            _ => emit!(self.w, "cvt.u64.u32 {reg}, {a}"),
         }
-        Val {
-            kind: ValKind::U64,
-            reg,
-        }
+        Val::new(ValKind::U64, reg)
     }
 
     /// Cast of a non-f64 value to f32.
     fn cast_to_f32(&mut self, v: Val) -> Result<Val, CodegenError> {
-        let reg = self.reg(RegClass::F32);
-        let value = Val {
-            kind: ValKind::F32,
-            reg,
-        };
+        let reg = self.w.reg(RegClass::F32);
+        let value = Val::new(ValKind::F32, reg);
         let (from, ty) = match v.kind {
             ValKind::F32 => {
                 self.mov(reg, v.reg);
@@ -757,7 +716,7 @@ impl Lowerer<'_> {
         // Inputs pass through the opaque zero: ptxas 13.0 fuses sign extensions and byte
         // extractions into wrong I2F forms otherwise.
         let from = self.opaque(from);
-        emit!(self.writer(), "cvt.rn.f32.{ty} {reg}, {from}");
+        emit!(self.w, "cvt.rn.f32.{ty} {reg}, {from}");
         Ok(value)
     }
 
@@ -766,7 +725,7 @@ impl Lowerer<'_> {
         let low = match v.reg.class() {
             RegClass::B64 => {
                 let low = self.b32();
-                emit!(self.writer(), "cvt.u32.u64 {low}, {}", v.reg);
+                emit!(self.w, "cvt.u32.u64 {low}, {}", v.reg);
                 low
             }
             _ => v.reg,
@@ -774,15 +733,15 @@ impl Lowerer<'_> {
         let reg = self.b32();
         let kind = match narrow {
             Narrow::Mask(mask) => {
-                emit!(self.writer(), "and.b32 {reg}, {low}, {mask}");
+                emit!(self.w, "and.b32 {reg}, {low}, {mask}");
                 ValKind::U32
             }
             // Sign-extend with shl + shr.s32, not bfe.s32: ptxas 13.0 (sm_90) folds a
             // bfe.s32 feeding an unsigned int->float conversion into a signed
             // I2F.S8/S16, which is wrong (found by the fuzzer).
             Narrow::SignExtend(shift) => {
-                emit!(self.writer(), "shl.b32 {reg}, {low}, {shift}");
-                emit!(self.writer(), "shr.s32 {reg}, {reg}, {shift}");
+                emit!(self.w, "shl.b32 {reg}, {low}, {shift}");
+                emit!(self.w, "shr.s32 {reg}, {reg}, {shift}");
                 ValKind::I32
             }
         };
@@ -795,8 +754,8 @@ impl Lowerer<'_> {
             ValKind::F32 | ValKind::F64 => self.float_bytes(v),
             ValKind::U64 | ValKind::Bytes(5..) => v.reg,
             _ => {
-                let wide = self.reg(RegClass::B64);
-                emit!(self.writer(), "cvt.u64.u32 {wide}, {}", v.reg);
+                let wide = self.w.reg(RegClass::B64);
+                emit!(self.w, "cvt.u64.u32 {wide}, {}", v.reg);
                 wide
             }
         }

@@ -146,14 +146,7 @@ impl<'p> Lowerer<'p> {
             self.mov(hi, source_hi);
             self.wide_hi.insert(reg, hi);
         }
-        self.bind(
-            name,
-            Val {
-                kind: value.kind,
-                reg,
-            },
-            false,
-        )
+        self.bind(name, Val::new(value.kind, reg), false)
     }
 
     fn put_assign(&mut self, name: &'p str, value: &'p Expr) -> Result<(), CodegenError> {
@@ -317,14 +310,7 @@ impl<'p> Lowerer<'p> {
         let var_reg = self.w.reg(RegClass::B32);
         self.mov(var_reg, counter);
         let result = self
-            .bind(
-                var,
-                Val {
-                    kind: ValKind::U32,
-                    reg: var_reg,
-                },
-                true,
-            )
+            .bind(var, Val::new(ValKind::U32, var_reg), true)
             .and_then(|()| self.put_block(body));
         self.divergence -= u32::from(divergent);
         self.pop_scope();

@@ -6,7 +6,7 @@
 //! does (order matters for f32), except for the integer operators `redux.sync` computes
 //! exactly on sm_80+.
 
-use super::{sel_type, Lowerer, Val};
+use super::{Lowerer, Val};
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
 use crate::codegen::writer::emit;
@@ -36,24 +36,21 @@ impl Lowerer<'_> {
         }
         let source = self.u32_checked(lane, DeviceFault::SubgroupLaneNotU32)?;
         let (lanes, mask) = (self.subgroup_lanes, self.subgroup_mask);
-        let d = self.reg(value.kind.reg_class());
+        let d = self.w.reg(value.kind.reg_class());
         let present = self.pred();
         emit!(
-            self.writer(),
+            self.w,
             "shfl.sync.idx.b32 {d}, {}, {source}, 31, {mask}",
             value.reg
         );
         // A source lane outside the subgroup reads 0 in the reference.
-        emit!(self.writer(), "setp.lt.u32 {present}, {source}, {lanes}");
+        emit!(self.w, "setp.lt.u32 {present}, {source}, {lanes}");
         if value.kind == ValKind::F32 {
-            emit!(self.writer(), "selp.f32 {d}, {d}, 0f00000000, {present}");
+            emit!(self.w, "selp.f32 {d}, {d}, 0f00000000, {present}");
         } else {
-            emit!(self.writer(), "selp.b32 {d}, {d}, 0, {present}");
+            emit!(self.w, "selp.b32 {d}, {d}, 0, {present}");
         }
-        Ok(Val {
-            kind: value.kind,
-            reg: d,
-        })
+        Ok(Val::new(value.kind, d))
     }
 
     pub(super) fn put_subgroup_reduce(
@@ -75,15 +72,8 @@ impl Lowerer<'_> {
                 };
                 if let Some(redux) = redux.filter(|_| self.sm >= 80) {
                     let d = self.b32();
-                    emit!(
-                        self.writer(),
-                        "redux.sync.{redux} {d}, {}, {mask}",
-                        value.reg
-                    );
-                    return Ok(Val {
-                        kind: ValKind::U32,
-                        reg: d,
-                    });
+                    emit!(self.w, "redux.sync.{redux} {d}, {}, {mask}", value.reg);
+                    return Ok(Val::new(ValKind::U32, d));
                 }
                 let (identity, binop) = match op {
                     SubgroupReduceOp::Add => (0, BinOp::Add),
@@ -114,14 +104,7 @@ impl Lowerer<'_> {
                     other => return Err(unknown_reduce(other)),
                 };
                 let reg = self.f32_const(identity.to_bits());
-                self.fold_lanes(
-                    Val {
-                        kind: ValKind::F32,
-                        reg,
-                    },
-                    value,
-                    binop,
-                )
+                self.fold_lanes(Val::new(ValKind::F32, reg), value, binop)
             }
             other => Err(unsupported_lane_kind("SubgroupReduce", other)),
         }
@@ -130,38 +113,29 @@ impl Lowerer<'_> {
     /// `acc = op(acc, lane[k])` for k = 0, 1, ... over the lanes present, in order.
     fn fold_lanes(&mut self, acc: Val, value: Val, op: BinOp) -> Result<Val, CodegenError> {
         let (lanes, mask) = (self.subgroup_lanes, self.subgroup_mask);
-        let result = self.reg(acc.kind.reg_class());
+        let result = self.w.reg(acc.kind.reg_class());
         self.mov(result, acc.reg);
         for k in 0..32u32 {
-            let lane_value = self.reg(value.kind.reg_class());
+            let lane_value = self.w.reg(value.kind.reg_class());
             emit!(
-                self.writer(),
+                self.w,
                 "shfl.sync.idx.b32 {lane_value}, {}, {k}, 31, {mask}",
                 value.reg
             );
             let combined = self.put_binop(
                 op,
-                Val {
-                    kind: acc.kind,
-                    reg: result,
-                },
-                Val {
-                    kind: value.kind,
-                    reg: lane_value,
-                },
+                Val::new(acc.kind, result),
+                Val::new(value.kind, lane_value),
             )?;
             let present = self.pred();
-            emit!(self.writer(), "setp.lt.u32 {present}, {k}, {lanes}");
+            emit!(self.w, "setp.lt.u32 {present}, {k}, {lanes}");
             emit!(
-                self.writer(),
+                self.w,
                 "@{present} mov.{} {result}, {}",
-                sel_type(result),
+                result.class().ty(),
                 combined.reg
             );
         }
-        Ok(Val {
-            kind: acc.kind,
-            reg: result,
-        })
+        Ok(Val::new(acc.kind, result))
     }
 }

@@ -1,14 +1,14 @@
 //! Value helpers shared by the lowering and `ops.rs`: fresh registers, literals, the
 //! reference's float canonicalisation, the opaque zero, and libm calls.
 
-use super::{sel_type, Lowerer, Val};
+use super::{Lowerer, Val};
 use crate::codegen::kind::ValKind;
 use crate::codegen::libm::Libm;
-use crate::codegen::writer::{emit, PtxWriter, Reg, RegClass};
+use crate::codegen::writer::{emit, Reg, RegClass};
 
 impl Lowerer<'_> {
     pub(crate) fn mov(&mut self, dst: Reg, src: Reg) {
-        emit!(self.w, "mov.{} {dst}, {src}", sel_type(dst));
+        emit!(self.w, "mov.{} {dst}, {src}", dst.class().ty());
     }
 
     pub(super) fn lit_b32(&mut self, kind: ValKind, bits: u32) -> Val {
@@ -28,14 +28,6 @@ impl Lowerer<'_> {
 
     pub(crate) fn pred(&mut self) -> Reg {
         self.w.reg(RegClass::Pred)
-    }
-
-    pub(crate) fn reg(&mut self, class: RegClass) -> Reg {
-        self.w.reg(class)
-    }
-
-    pub(crate) fn writer(&mut self) -> &mut PtxWriter {
-        &mut self.w
     }
 
     /// The eight little-endian bytes of a `Value::Float` (an f64), as a `.b64` register:
@@ -64,10 +56,7 @@ impl Lowerer<'_> {
         }
         let f = self.w.reg(RegClass::F32);
         emit!(self.w, "cvt.rn.f32.f64 {f}, {}", value.reg);
-        Val {
-            kind: ValKind::F32,
-            reg: self.flush_subnormal(f),
-        }
+        Val::new(ValKind::F32, self.flush_subnormal(f))
     }
 
     /// Bytes 8..16 of a value as a `.b64` register: the tracked high half of a 16-byte
@@ -81,11 +70,6 @@ impl Lowerer<'_> {
         let zero = self.w.reg(RegClass::B64);
         emit!(self.w, "mov.u64 {zero}, 0");
         zero
-    }
-
-    /// Record `hi` as the high half of the 16-byte value whose low half is `lo`.
-    pub(crate) fn set_high_half(&mut self, lo: Reg, hi: Reg) {
-        self.wide_hi.insert(lo, hi);
     }
 
     /// An f32 constant ptxas cannot fold (see `opaque_zero`).

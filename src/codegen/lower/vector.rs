@@ -1,21 +1,10 @@
-//! The vector entry of an elementwise program (see `analysis::elementwise`): each thread
-//! runs [`VECTOR_LANES`] consecutive invocations, `first .. first + 4` with
-//! `first = vyre_inv_base + 4 * thread`, skipping those at or past `vyre_inv_end`.
-//!
-//! Every invocation runs the ordinary lowering of the program body with its own `gid`, so
-//! each computes exactly what the scalar entry computes. Only the memory traffic of
-//! 4- and 8-byte buffers changes shape:
-//! * a buffer the program never stores is read before the first lane with one 16-byte
-//!   `ld.global.nc` per 16 bytes when those elements are all in bounds (per-element
-//!   predicated loads otherwise, out-of-bounds elements reading zero as in the reference);
-//! * a stored buffer's stores are deferred: each lane keeps its last stored word and
-//!   whether it stored in bounds; a later load of that element in the same lane reads the
-//!   deferred word (no other invocation can address it). After the lanes, 16 bytes whose
-//!   elements were all stored go out in one `st.global.v4`/`v2`, the rest element by
-//!   element; out-of-bounds stores stay dropped.
-//!
-//! The host launches this entry only when every binding's (virtual) base is 16-byte
-//! aligned, no two bindings overlap and the grid is 1-D (see `backend::launch`).
+//! The vector entry of an elementwise program (see `analysis::elementwise`): each thread runs
+//! [`VECTOR_LANES`] consecutive invocations from `vyre_inv_base + 4 * thread`, skipping those
+//! at or past `vyre_inv_end`, each through the ordinary lowering. Only the memory traffic of
+//! 4- and 8-byte buffers changes: a never-stored buffer is read up front (16-byte
+//! `ld.global.nc` where all in bounds); stores are deferred (each lane keeps its last word,
+//! which its later loads read) and written after the lanes, `st.global.v4`/`v2` where
+//! complete. The host uses it only for 16-byte-aligned, disjoint bindings and a 1-D grid.
 
 use super::{KernelAbi, LoweredBody, Lowerer, Space, Val};
 use crate::codegen::abi::{KernelParam, VECTOR_LANES};
@@ -28,7 +17,6 @@ use vyre_foundation::ir::Node;
 
 const LANES: usize = VECTOR_LANES as usize;
 
-/// Per-entry state of the vector lowering.
 pub(crate) struct Lanes<'p> {
     /// The lane being lowered.
     lane: usize,
@@ -68,7 +56,6 @@ fn width(class: RegClass) -> &'static str {
 }
 
 impl<'p> Lowerer<'p> {
-    /// Lower the vector entry of an elementwise program.
     pub(crate) fn lower_vector_entry(
         mut self,
         abi: &KernelAbi,
@@ -187,9 +174,9 @@ impl<'p> Lowerer<'p> {
 
     /// `first * stride` bytes past `base`.
     fn lane_address(&mut self, base: Reg, first: Reg, stride: u32) -> Reg {
-        let offset = self.reg(RegClass::B64);
+        let offset = self.w.reg(RegClass::B64);
         emit!(self.w, "mul.wide.u32 {offset}, {first}, {stride}");
-        let addr = self.reg(RegClass::B64);
+        let addr = self.w.reg(RegClass::B64);
         emit!(self.w, "add.s64 {addr}, {base}, {offset}");
         addr
     }
@@ -305,7 +292,7 @@ impl<'p> Lowerer<'p> {
         let slot = self.buffers.get(buffer)?.clone();
         let (in_bounds, addr) = self.element_address(&slot, index);
         let class = word.class();
-        let raw = self.reg(class);
+        let raw = self.w.reg(class);
         emit!(self.w, "mov.{} {raw}, 0", class.ty());
         emit!(
             self.w,
@@ -351,17 +338,17 @@ impl<'p> Lowerer<'p> {
     pub(super) fn word_value(&mut self, kind: ValKind, word: Reg) -> Val {
         let reg = match kind {
             ValKind::F32 => {
-                let f = self.reg(RegClass::F32);
+                let f = self.w.reg(RegClass::F32);
                 emit!(self.w, "mov.b32 {f}, {word}");
                 self.flush_subnormal(f)
             }
             ValKind::F64 => {
-                let f = self.reg(RegClass::F64);
+                let f = self.w.reg(RegClass::F64);
                 emit!(self.w, "mov.b64 {f}, {word}");
                 f
             }
             _ => {
-                let copy = self.reg(word.class());
+                let copy = self.w.reg(word.class());
                 self.mov(copy, word);
                 copy
             }

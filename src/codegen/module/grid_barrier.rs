@@ -39,16 +39,12 @@ pub(super) fn barrier_prologue(out: &mut String) {
 
 /// Grid barrier `index`, then leave for `done` when a fault was recorded.
 ///
-/// Every thread of the block arrives (`barrier.sync`); the leader announces the block with
-/// an acquire-release add on the arrival count, having first read the generation it is
-/// waiting to see advance. The last block to arrive resets the count, copies the fault
-/// word into the stop flag and publishes the next generation with a release store; the
-/// others poll the generation (acquire, with `nanosleep` backoff) and then read the stop
-/// flag, which no block can overwrite before every block has read it (that takes the next
-/// barrier to fill). So every block sees the same stop decision, and a block-wide
-/// `barrier.red` hands the leader's copy to every thread: the exit is uniform. The words
-/// return to "count 0" after every barrier, so they need no re-zeroing between launches
-/// that share one fault area (sequences).
+/// Each block's leader reads the generation, then adds to the arrival count (acq_rel); the
+/// last block resets the count, copies the fault word into the stop flag and publishes
+/// the next generation (release); the others poll it (acquire, `nanosleep` backoff) and
+/// read the stop flag, which no block can overwrite before all have read it. `barrier.red`
+/// hands the leader's decision to the block, so the exit is uniform. The words return to
+/// "count 0" after every barrier: no re-zeroing between launches sharing a fault area.
 pub(super) fn barrier(out: &mut String, index: usize, done: &str) {
     let wait = format!("vyre_grid_wait_{index}");
     let joined = format!("vyre_grid_joined_{index}");

@@ -16,7 +16,6 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use vyre_foundation::ir::Program;
 
-/// The lowered bodies of one kernel.
 pub(crate) struct Bodies<'a> {
     /// One per segment (`vyre_main`, `vyre_main_1`, ...).
     pub(crate) segments: &'a [LoweredBody],
@@ -35,22 +34,15 @@ impl Bodies<'_> {
     }
 }
 
-/// The module texts of one kernel.
-pub(crate) struct Modules {
-    /// The segment entries and the cooperative entry.
-    pub(crate) ptx: String,
-    /// The vector entry alone, when there is one.
-    pub(crate) vector_ptx: Option<String>,
-}
-
-/// The kernel's modules. Both start with the same header (with the libm `.func`s of
-/// every entry), so the driver compiles each on its own.
+/// The kernel's modules: the segment and cooperative entries, and the vector entry
+/// alone. Both start with the same header (with the libm `.func`s of every entry), so the
+/// driver compiles each on its own.
 pub(crate) fn compose(
     program: &Program,
     abi: &KernelAbi,
     target: PtxTarget,
     bodies: &Bodies<'_>,
-) -> Modules {
+) -> (String, Option<String>) {
     let mut header = String::new();
     put_header(&mut header, program, target, bodies);
     let shared = shared_decl(abi);
@@ -71,7 +63,7 @@ pub(crate) fn compose(
         put_entry(&mut text, VECTOR_ENTRY, &params, abi, &shared, vector);
         text
     });
-    Modules { ptx, vector_ptx }
+    (ptx, vector_ptx)
 }
 
 /// Provenance comment, `.version`/`.target`, and the libm `.func`s any entry calls.
@@ -93,7 +85,6 @@ fn put_header(out: &mut String, program: &Program, target: PtxTarget, bodies: &B
     out.push_str(&libm::module_text(&libm_used));
 }
 
-/// The parameter declarations of an entry, one per line.
 fn param_list(params: impl Iterator<Item = KernelParam>) -> String {
     params
         .map(|param| format!("\t.param .{} {}", param.ptx_type(), param.name()))
