@@ -77,7 +77,10 @@ fn subjects() -> Vec<Subject> {
         let name = format!("semantic-{:03}-{}", index, case.name);
         all.push(subject(name, case.program, case.config, index % 8 == 0));
     }
-    for (index, fixture) in common::corpus::fixtures().into_iter().enumerate() {
+    // Sorted by id: inventory's registration order differs between debug and release.
+    let mut fixtures = common::corpus::fixtures();
+    fixtures.sort_by_key(|fixture| fixture.id);
+    for (index, fixture) in fixtures.into_iter().enumerate() {
         let name = format!("corpus-{}", fixture.id);
         let program = (fixture.build)();
         all.push(subject(
