@@ -106,15 +106,13 @@ impl CudaError {
         match self {
             Self::Codegen(inner) => (inner.to_string().into(), inner.fix().into()),
             Self::Driver(inner) => (inner.to_string().into(), driver_fix(inner).into()),
-            Self::InvalidInput { message, fix }
-            | Self::KernelRuntime { message, fix }
-            | Self::JitHelper { message, fix } => {
-                let what = match self {
-                    Self::KernelRuntime { .. } => format!("kernel run-time error: {message}"),
-                    _ => message.clone(),
-                };
-                (what.into(), fix.as_str().into())
+            Self::InvalidInput { message, fix } | Self::JitHelper { message, fix } => {
+                (message.as_str().into(), fix.as_str().into())
             }
+            Self::KernelRuntime { message, fix } => (
+                format!("kernel run-time error: {message}").into(),
+                fix.as_str().into(),
+            ),
             Self::InvalidProgram { errors } => (
                 format!(
                     "vyre's validator rejects the program: {}",
