@@ -20,13 +20,11 @@ pub fn dump_ptx(dir: &Path) {
     // The two backends' PTX for the same cold-compile program, for comparison.
     let program = programs::vadd(1024, 12345);
     let config = DispatchConfig::default();
-    if let Ok(k) =
-        vyre_cuda::codegen::emit_ptx(
-            &program,
-            config.workgroup_override,
-            vyre_cuda::codegen::PtxTarget::sm90(),
-        )
-    {
+    if let Ok(k) = vyre_cuda::codegen::emit_ptx(
+        &program,
+        config.workgroup_override,
+        vyre_cuda::codegen::PtxTarget::sm90(),
+    ) {
         let _ = std::fs::write(dir.join("vyre_cuda_cold.ptx"), k.ptx);
     }
     if let Ok(text) = vyre_driver_cuda::codegen::program_to_ptx_for_sm(&program, &config, 90) {

@@ -99,6 +99,12 @@ pub struct Row {
 }
 
 impl Row {
+    /// The floor's outcome: measured, or why it has no kernel for this workload.
+    pub fn insert_floor(&mut self, floor: Result<Outcome, String>) {
+        let outcome = floor.unwrap_or_else(|reason| Outcome::Unsupported { reason });
+        self.engines.insert("floor".into(), outcome);
+    }
+
     pub fn new(id: &str, measure: &str, bytes: Option<f64>) -> Self {
         Self {
             id: id.to_string(),

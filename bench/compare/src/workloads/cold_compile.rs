@@ -59,10 +59,7 @@ pub fn run(ctx: &Ctx, sink: &mut Sink) {
         None,
     );
     let floor = floor(ctx, &cold);
-    row.engines.insert(
-        "floor".into(),
-        floor.unwrap_or_else(|e| Outcome::Unsupported { reason: e }),
-    );
+    row.insert_floor(floor);
     for (ei, engine) in (1u32..).zip(ctx.engines.vyre()) {
         let o = on_engine(ctx, engine, ei, &cold);
         row.engines.insert(engine.name().into(), o);

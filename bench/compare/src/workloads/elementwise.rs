@@ -38,10 +38,7 @@ pub fn run(ctx: &Ctx, sink: &mut Sink, id: &str, kernel: Kernel, n: usize) {
         Some((n * 12) as f64),
     );
     let floor = floor(ctx, kernel, &a, &b, &expect, ctx.sampling(warm, samples));
-    row.engines.insert(
-        "floor".into(),
-        floor.unwrap_or_else(|e| Outcome::Unsupported { reason: e }),
-    );
+    row.insert_floor(floor);
     let job = E2e {
         program: &program,
         inputs: &inputs,

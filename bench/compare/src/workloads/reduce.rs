@@ -37,10 +37,7 @@ pub fn run(ctx: &Ctx, sink: &mut Sink) {
         Some((n * 4) as f64),
     );
     let floor = floor(ctx, &a, &expect, ctx.sampling(warm, samples));
-    row.engines.insert(
-        "floor".into(),
-        floor.unwrap_or_else(|e| Outcome::Unsupported { reason: e }),
-    );
+    row.insert_floor(floor);
     let job = E2e {
         program: &program,
         inputs: &inputs,

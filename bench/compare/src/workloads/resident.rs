@@ -28,10 +28,7 @@ pub fn run(ctx: &Ctx, sink: &mut Sink, id: &str, n: usize) {
         Some((n * 12) as f64),
     );
     let floor = floor(ctx, &a, &b, &expect, sampling);
-    row.engines.insert(
-        "floor".into(),
-        floor.unwrap_or_else(|e| Outcome::Unsupported { reason: e }),
-    );
+    row.insert_floor(floor);
     let job = E2e {
         program: &program,
         inputs: &inputs,

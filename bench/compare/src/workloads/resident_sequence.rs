@@ -57,10 +57,7 @@ pub fn run(ctx: &Ctx, sink: &mut Sink) {
         },
         other => other,
     });
-    row.engines.insert(
-        "floor".into(),
-        floor.unwrap_or_else(|e| Outcome::Unsupported { reason: e }),
-    );
+    row.insert_floor(floor);
     for engine in ctx.engines.vyre() {
         let o = match engine.backend() {
             Some(backend) => on_backend(backend, &seq, sampling)
