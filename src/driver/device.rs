@@ -135,13 +135,11 @@ impl Device {
         init()?;
         let count = super::device_count()?;
         if ordinal >= count {
-            return Err(DriverError::from_code(
+            return Err(DriverError::described(
                 "cuDeviceGet",
-                sys::CUresult::CUDA_ERROR_INVALID_DEVICE as u32,
-            )
-            .with_description(format!(
-                "CUDA device ordinal {ordinal} requested but only {count} device(s) are visible"
-            )));
+                sys::CUresult::CUDA_ERROR_INVALID_DEVICE,
+                format!("CUDA device ordinal {ordinal} requested but only {count} device(s) are visible"),
+            ));
         }
         let raw_ordinal = i32::try_from(ordinal).unwrap_or(i32::MAX);
         let dev = result::device::get(raw_ordinal).check("cuDeviceGet")?;
@@ -208,6 +206,17 @@ impl Device {
             self.injected.hit(call)?;
         }
         self.bind()
+    }
+
+    /// Makes driver call `call` (through `f`) after [`Device::enter`], naming it in the error.
+    #[inline]
+    pub(crate) fn run<T, R: Check<T>>(
+        &self,
+        call: &'static str,
+        f: impl FnOnce() -> R,
+    ) -> Result<T, DriverError> {
+        self.enter(call)?;
+        f().check(call)
     }
 
     /// Test hook: fails the `nth` (from 1) later driver call of `kind` on this device with

@@ -1,6 +1,6 @@
 //! [`DriverError`]: a failed CUDA driver call, classified for recovery and remediation.
 
-use cudarc::driver::result;
+use cudarc::driver::{result, sys};
 use std::ffi::{c_char, CStr};
 use std::fmt;
 
@@ -143,6 +143,15 @@ impl DriverError {
             description: description.unwrap_or_default(),
             log: None,
         }
+    }
+
+    /// An error with a CUDA code and our own description of it.
+    pub(crate) fn described(
+        call: &'static str,
+        code: sys::CUresult,
+        description: impl Into<String>,
+    ) -> Self {
+        Self::from_code(call, code as u32).with_description(description)
     }
 
     /// Wraps an error returned by a `cudarc::driver::result` function.

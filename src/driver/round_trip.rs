@@ -81,16 +81,14 @@ impl RoundTripBuffer {
                 .checked_add(exchange.download_len)
                 .is_some_and(|end| end <= capacity);
         if !fits {
-            return Err(E::from(
-                DriverError::from_code(
-                    "RoundTripBuffer",
-                    sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32,
-                )
-                .with_description(format!(
+            return Err(E::from(DriverError::described(
+                "RoundTripBuffer",
+                sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+                format!(
                     "a round trip of {} bytes up and {} bytes at {} down does not fit {capacity} pinned bytes",
                     exchange.upload_len, exchange.download_len, exchange.download_at
-                )),
-            ));
+                ),
+            )));
         }
         let mut enqueued = false;
         let result = (|| -> Result<(), E> {
