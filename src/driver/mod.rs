@@ -35,66 +35,25 @@ pub use stream::{Event, Stream};
 use cudarc::driver::{result, sys};
 use std::sync::OnceLock;
 
-/// Every libcuda entry point this module calls (directly or through `cudarc::driver::result`).
-/// cudarc resolves symbols lazily and panics on a missing one, so they are all checked once.
-const REQUIRED_SYMBOLS: &[&str] = &[
-    "cuInit",
-    "cuDriverGetVersion",
-    "cuGetErrorName",
-    "cuGetErrorString",
-    "cuDeviceGetCount",
-    "cuDeviceGet",
-    "cuDeviceGetName",
-    "cuDeviceGetAttribute",
-    "cuDeviceTotalMem_v2",
-    "cuDevicePrimaryCtxRetain",
-    "cuDevicePrimaryCtxRelease_v2",
-    "cuCtxSetCurrent",
-    "cuCtxSynchronize",
-    "cuMemGetInfo_v2",
-    "cuMemAlloc_v2",
-    "cuMemFree_v2",
-    "cuMemHostRegister_v2",
-    "cuMemHostUnregister",
-    "cuStreamCreate",
-    "cuStreamDestroy_v2",
-    "cuStreamSynchronize",
-    "cuStreamQuery",
-    "cuMemcpyHtoDAsync_v2",
-    "cuMemcpyDtoHAsync_v2",
-    "cuMemcpyDtoDAsync_v2",
-    "cuMemsetD8Async",
-    "cuMemsetD32Async",
-    "cuLaunchKernel",
-    "cuLaunchCooperativeKernel",
-    "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-    "cuEventCreate",
-    "cuEventRecord",
-    "cuEventQuery",
-    "cuEventSynchronize",
-    "cuEventElapsedTime",
-    "cuEventDestroy_v2",
-    "cuModuleLoadDataEx",
-    "cuModuleLoadData",
-    "cuLinkCreate_v2",
-    "cuLinkAddData_v2",
-    "cuLinkComplete",
-    "cuLinkDestroy",
-    "cuModuleGetFunction",
-    "cuModuleUnload",
-    "cuFuncGetAttribute",
-    "cuFuncSetAttribute",
-    "cuStreamBeginCapture_v2",
-    "cuStreamEndCapture",
-    "cuGraphInstantiateWithFlags",
-    "cuGraphLaunch",
-    "cuGraphDestroy",
-    "cuGraphExecDestroy",
-    "cuMemAllocAsync",
-    "cuMemFreeAsync",
-    "cuDeviceGetDefaultMemPool",
-    "cuMemPoolSetAttribute",
-];
+/// Every libcuda entry point this module calls (directly or through `cudarc::driver::result`),
+/// by subsystem. cudarc resolves symbols lazily and panics on a missing one, so they are all
+/// checked once.
+const REQUIRED_SYMBOLS: &str = "
+    cuInit cuDriverGetVersion cuGetErrorName cuGetErrorString
+    cuDeviceGetCount cuDeviceGet cuDeviceGetName cuDeviceGetAttribute cuDeviceTotalMem_v2
+    cuDevicePrimaryCtxRetain cuDevicePrimaryCtxRelease_v2 cuCtxSetCurrent cuCtxSynchronize
+    cuMemGetInfo_v2 cuMemAlloc_v2 cuMemFree_v2 cuMemHostRegister_v2 cuMemHostUnregister
+    cuStreamCreate cuStreamDestroy_v2 cuStreamSynchronize cuStreamQuery
+    cuMemcpyHtoDAsync_v2 cuMemcpyDtoHAsync_v2 cuMemcpyDtoDAsync_v2 cuMemsetD8Async cuMemsetD32Async
+    cuLaunchKernel cuLaunchCooperativeKernel cuOccupancyMaxActiveBlocksPerMultiprocessor
+    cuEventCreate cuEventRecord cuEventQuery cuEventSynchronize cuEventElapsedTime cuEventDestroy_v2
+    cuModuleLoadDataEx cuModuleLoadData
+    cuLinkCreate_v2 cuLinkAddData_v2 cuLinkComplete cuLinkDestroy
+    cuModuleGetFunction cuModuleUnload cuFuncGetAttribute cuFuncSetAttribute
+    cuStreamBeginCapture_v2 cuStreamEndCapture cuGraphInstantiateWithFlags cuGraphLaunch
+    cuGraphDestroy cuGraphExecDestroy
+    cuMemAllocAsync cuMemFreeAsync cuDeviceGetDefaultMemPool cuMemPoolSetAttribute
+";
 
 /// The names tried for libcuda, in cudarc's order for the usual platforms.
 const LIBCUDA_NAMES: &[&str] = &["libcuda.so", "libcuda.so.1", "nvcuda.dll"];
@@ -124,7 +83,7 @@ fn library_status() -> &'static Result<(), DriverError> {
         let Some(lib) = libcuda() else {
             return Err(DriverError::library_missing());
         };
-        for symbol in REQUIRED_SYMBOLS {
+        for symbol in REQUIRED_SYMBOLS.split_whitespace() {
             // SAFETY: looking a symbol up never calls it; the placeholder fn-pointer type is
             // only used to ask whether the symbol exists, and the symbol is dropped unused.
             if unsafe { lib.get::<unsafe extern "C" fn()>(symbol.as_bytes()) }.is_err() {
