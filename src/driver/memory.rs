@@ -124,13 +124,6 @@ impl PinnedHostBuffer {
         Layout::from_size_align(bytes, PAGE).map_err(|_| host_oom(bytes))
     }
 
-    fn dealloc(ptr: NonNull<u8>, bytes: usize) {
-        if let Ok(layout) = Self::layout(bytes) {
-            // SAFETY: `ptr` was allocated by `alloc_zeroed` with this very layout.
-            unsafe { std::alloc::dealloc(ptr.as_ptr(), layout) };
-        }
-    }
-
     /// Size in bytes.
     pub fn len(&self) -> usize {
         self.len
@@ -181,7 +174,10 @@ impl Drop for PinnedHostBuffer {
             },
             Err(e) => tracing::warn!(%e, "pinned host memory could not be unregistered"),
         }
-        Self::dealloc(self.ptr, self.len);
+        if let Ok(layout) = Self::layout(self.len) {
+            // SAFETY: `ptr` was allocated by `alloc_zeroed` with this very layout.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
+        }
     }
 }
 

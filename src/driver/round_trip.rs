@@ -90,9 +90,7 @@ impl RoundTripBuffer {
                 ),
             )));
         }
-        let mut enqueued = false;
         let result = (|| -> Result<(), E> {
-            enqueued = true;
             // SAFETY: the range is inside the pinned buffer (checked above) and stays
             // allocated and unmodified until the copy completes: `self` is borrowed mutably
             // until this function returns, and it returns only after the stream is idle
@@ -122,7 +120,7 @@ impl RoundTripBuffer {
             }
             Ok(())
         })();
-        if result.is_err() && enqueued {
+        if result.is_err() {
             // Never hand the buffer back with a copy in flight. If this fails too, the
             // context is faulted and the driver abandons the queued copies.
             if let Err(error) = stream.synchronize() {
