@@ -173,14 +173,12 @@ impl Device {
 
     /// Waits for all work in the context (`cuCtxSynchronize`).
     pub fn synchronize(&self) -> Result<(), DriverError> {
-        self.bind()?;
-        result::ctx::synchronize().check("cuCtxSynchronize")
+        self.run("cuCtxSynchronize", result::ctx::synchronize)
     }
 
     /// `(free, total)` device memory in bytes (`cuMemGetInfo`).
     pub fn memory_info(&self) -> Result<(u64, u64), DriverError> {
-        self.bind()?;
-        let (free, total) = result::mem_get_info().check("cuMemGetInfo_v2")?;
+        let (free, total) = self.run("cuMemGetInfo_v2", result::mem_get_info)?;
         Ok((free as u64, total as u64))
     }
 

@@ -105,32 +105,23 @@ pub fn driver_library_present() -> bool {
     library_status().is_ok()
 }
 
-/// Loads libcuda (checked) and runs `cuInit(0)` once per process, after giving the
-/// driver's PTX JIT cache its defaults ([`JIT_CACHE_DEFAULTS`]).
+/// Loads libcuda (checked) and runs `cuInit(0)` once per process. Before that, it gives the
+/// driver's on-disk PTX JIT cache a 1 GiB limit unless the user set `CUDA_CACHE_MAXSIZE`
+/// (the driver reads its environment at `cuInit`; its built-in limit is small enough that a
+/// few hundred distinct kernels evict each other).
 pub(crate) fn init() -> Result<(), DriverError> {
     static INIT: OnceLock<Result<(), DriverError>> = OnceLock::new();
     library_status().clone()?;
     INIT.get_or_init(|| {
-        apply_jit_cache_defaults();
-        result::init().check("cuInit")
-    })
-    .clone()
-}
-
-/// Defaults for the driver's on-disk PTX JIT cache, applied before the driver reads its
-/// environment (at `cuInit`) and only for variables the user has not set: a user's own
-/// `CUDA_CACHE_*` settings always win. The driver's built-in cache limit is small enough
-/// that a few hundred distinct kernels evict each other; 1 GiB keeps them.
-pub(crate) const JIT_CACHE_DEFAULTS: &[(&str, &str)] = &[("CUDA_CACHE_MAXSIZE", "1073741824")];
-
-fn apply_jit_cache_defaults() {
-    for (name, value) in JIT_CACHE_DEFAULTS {
+        let (name, value) = ("CUDA_CACHE_MAXSIZE", "1073741824");
         if std::env::var_os(name).is_none() {
-            // Runs once, inside `init`, before the first driver call of this crate.
+            // Runs once, before the first driver call of this crate.
             std::env::set_var(name, value);
             tracing::debug!(name, value, "set CUDA JIT cache default");
         }
-    }
+        result::init().check("cuInit")
+    })
+    .clone()
 }
 
 /// Number of CUDA devices visible to this process (`cuInit(0)` then `cuDeviceGetCount`).

@@ -61,17 +61,10 @@ fn entry_signatures(ptx: &str) -> Vec<(String, Arc<[ParamKind]>)> {
             .split(',')
             .map(str::trim)
             .filter(|p| !p.is_empty())
-            .map(|p| {
-                let mut words = p.split_whitespace();
-                match (words.next(), words.next(), words.next(), words.next()) {
-                    (Some(".param"), Some(".u32" | ".s32" | ".b32"), Some(_), None) => {
-                        Some(ParamKind::U32)
-                    }
-                    (Some(".param"), Some(".u64" | ".s64" | ".b64"), Some(_), None) => {
-                        Some(ParamKind::U64)
-                    }
-                    _ => None,
-                }
+            .map(|p| match p.split_whitespace().collect::<Vec<_>>()[..] {
+                [".param", ".u32" | ".s32" | ".b32", _] => Some(ParamKind::U32),
+                [".param", ".u64" | ".s64" | ".b64", _] => Some(ParamKind::U64),
+                _ => None,
             })
             .collect();
         if let Some(params) = params {
