@@ -22,12 +22,12 @@ fn err(error: CudaError) -> BackendError {
     error.into()
 }
 
-/// Trait methods that forward to the inherent method of the same name of `$target`, only
-/// converting its error.
+/// Trait methods that call the inherent method of the same name of `$target`, map its value
+/// where a `map` is given, and convert its error.
 macro_rules! forward {
-    ($target:ident: $($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {$(
+    ($target:ident: $($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty $(, map $map:expr)?;)*) => {$(
         fn $name(&self, $($arg: $ty),*) -> Result<$ret, BackendError> {
-            $target::$name(self, $($arg),*).map_err(err)
+            $target::$name(self, $($arg),*)$(.map($map))?.map_err(err)
         }
     )*};
 }
@@ -111,22 +111,16 @@ impl VyreBackend for CudaBackend {
 
     forward! {CudaBackend:
         dispatch(program: &Program, inputs: &[Vec<u8>], config: &DispatchConfig) -> Vec<Vec<u8>>;
-        dispatch_borrowed(
-            program: &Program,
-            inputs: &[&[u8]],
-            config: &DispatchConfig
-        ) -> Vec<Vec<u8>>;
+        dispatch_borrowed(program: &Program, inputs: &[&[u8]], config: &DispatchConfig)
+            -> Vec<Vec<u8>>;
         dispatch_borrowed_into(
             program: &Program,
             inputs: &[&[u8]],
             config: &DispatchConfig,
             outputs: &mut OutputBuffers
         ) -> ();
-        dispatch_borrowed_timed(
-            program: &Program,
-            inputs: &[&[u8]],
-            config: &DispatchConfig
-        ) -> TimedDispatchResult;
+        dispatch_borrowed_timed(program: &Program, inputs: &[&[u8]], config: &DispatchConfig)
+            -> TimedDispatchResult;
         allocate_resident(byte_len: usize) -> Resource;
         upload_resident(resource: &Resource, bytes: &[u8]) -> ();
         upload_resident_many(uploads: &[(&Resource, &[u8])]) -> ();
@@ -134,11 +128,8 @@ impl VyreBackend for CudaBackend {
         upload_resident_at_many(uploads: &[(&Resource, usize, &[u8])]) -> ();
         download_resident(resource: &Resource) -> Vec<u8>;
         download_resident_into(resource: &Resource, out: &mut Vec<u8>) -> ();
-        download_resident_range(
-            resource: &Resource,
-            byte_offset: usize,
-            byte_len: usize
-        ) -> Vec<u8>;
+        download_resident_range(resource: &Resource, byte_offset: usize, byte_len: usize)
+            -> Vec<u8>;
         download_resident_range_into(
             resource: &Resource,
             byte_offset: usize,
@@ -150,11 +141,8 @@ impl VyreBackend for CudaBackend {
             outputs: &mut [&mut Vec<u8>]
         ) -> ();
         free_resident(resource: Resource) -> ();
-        dispatch_resident_timed(
-            program: &Program,
-            resources: &[Resource],
-            config: &DispatchConfig
-        ) -> TimedDispatchResult;
+        dispatch_resident_timed(program: &Program, resources: &[Resource], config: &DispatchConfig)
+            -> TimedDispatchResult;
         dispatch_resident_sequence_read_ranges_into(
             steps: &[ResidentDispatchStep<'_>],
             read_ranges: &[ResidentReadRange<'_>],
@@ -174,37 +162,26 @@ impl VyreBackend for CudaBackend {
             outputs: &mut [&mut dyn DeviceBuffer],
             config: &DispatchConfig
         ) -> ();
-        cooperative_grid_sync_fits(
-            program: &Program,
-            inputs: &[&[u8]],
-            config: &DispatchConfig
-        ) -> bool;
+        cooperative_grid_sync_fits(program: &Program, inputs: &[&[u8]], config: &DispatchConfig)
+            -> bool;
         prepare() -> ();
         flush() -> ();
         shutdown() -> ();
         try_recover() -> ();
-    }
-
-    fn dispatch_async(
-        &self,
-        program: &Program,
-        inputs: &[Vec<u8>],
-        config: &DispatchConfig,
-    ) -> Result<Box<dyn PendingDispatch>, BackendError> {
-        CudaBackend::dispatch_async(self, program, inputs, config)
-            .map(|pending| Box::new(pending) as Box<dyn PendingDispatch>)
-            .map_err(err)
-    }
-
-    fn dispatch_borrowed_async(
-        &self,
-        program: &Program,
-        inputs: &[&[u8]],
-        config: &DispatchConfig,
-    ) -> Result<Box<dyn PendingDispatch>, BackendError> {
-        CudaBackend::dispatch_borrowed_async(self, program, inputs, config)
-            .map(|pending| Box::new(pending) as Box<dyn PendingDispatch>)
-            .map_err(err)
+        dispatch_async(program: &Program, inputs: &[Vec<u8>], config: &DispatchConfig)
+            -> Box<dyn PendingDispatch>, map |p| Box::new(p) as Box<dyn PendingDispatch>;
+        dispatch_borrowed_async(program: &Program, inputs: &[&[u8]], config: &DispatchConfig)
+            -> Box<dyn PendingDispatch>, map |p| Box::new(p) as Box<dyn PendingDispatch>;
+        allocate_device_buffer(byte_len: usize)
+            -> Box<dyn DeviceBuffer>, map |b| Box::new(b) as Box<dyn DeviceBuffer>;
+        // The trait's form does not return the replay timing.
+        dispatch_resident_repeated_sequence_read_ranges_into(
+            prefix_steps: &[ResidentDispatchStep<'_>],
+            repeated_steps: &[ResidentDispatchStep<'_>],
+            repeat_count: u32,
+            read_ranges: &[ResidentReadRange<'_>],
+            outputs: &mut [&mut Vec<u8>]
+        ) -> (), map |_| ();
     }
 
     fn compile_native(
@@ -233,41 +210,12 @@ impl VyreBackend for CudaBackend {
         self.metric_snapshot()
     }
 
-    fn dispatch_resident_repeated_sequence_read_ranges_into(
-        &self,
-        prefix_steps: &[ResidentDispatchStep<'_>],
-        repeated_steps: &[ResidentDispatchStep<'_>],
-        repeat_count: u32,
-        read_ranges: &[ResidentReadRange<'_>],
-        outputs: &mut [&mut Vec<u8>],
-    ) -> Result<(), BackendError> {
-        CudaBackend::dispatch_resident_repeated_sequence_read_ranges_into(
-            self,
-            prefix_steps,
-            repeated_steps,
-            repeat_count,
-            read_ranges,
-            outputs,
-        )
-        .map(|_| ())
-        .map_err(err)
-    }
-
     fn supports_resident_dispatch(&self) -> bool {
         true
     }
 
     fn supports_async_compute(&self) -> bool {
         true
-    }
-
-    fn allocate_device_buffer(
-        &self,
-        byte_len: usize,
-    ) -> Result<Box<dyn DeviceBuffer>, BackendError> {
-        CudaBackend::allocate_device_buffer(self, byte_len)
-            .map(|buffer| Box::new(buffer) as Box<dyn DeviceBuffer>)
-            .map_err(err)
     }
 
     fn max_workgroup_size(&self) -> [u32; 3] {
