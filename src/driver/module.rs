@@ -335,8 +335,7 @@ struct JitLog {
 impl JitLog {
     fn new() -> Self {
         let mut buffer = vec![0u8; JIT_LOG_BYTES];
-        // The size option's value is the integer itself, cast to a pointer (driver ABI); the
-        // driver overwrites it with the number of bytes written.
+        // The size option's value is the integer itself, cast to a pointer (driver ABI).
         let values = [buffer.as_mut_ptr().cast(), JIT_LOG_BYTES as *mut c_void];
         Self {
             buffer,
@@ -348,12 +347,11 @@ impl JitLog {
         }
     }
 
-    /// `error` with the log the driver wrote (up to its first NUL byte) attached.
+    /// `error` with the log the driver wrote attached: the buffer starts zeroed, so the log
+    /// ends at its first NUL byte (or fills the buffer).
     fn attach(&self, error: DriverError) -> DriverError {
-        let written = (self.values[1] as usize).min(JIT_LOG_BYTES);
-        let text = &self.buffer[..written];
-        let end = text.iter().position(|&b| b == 0).unwrap_or(text.len());
-        error.with_log(String::from_utf8_lossy(&text[..end]).into_owned())
+        let text = self.buffer.split(|&b| b == 0).next().unwrap_or_default();
+        error.with_log(String::from_utf8_lossy(text).into_owned())
     }
 }
 
