@@ -129,7 +129,9 @@ impl Device {
             return Err(DriverError::described(
                 "cuDeviceGet",
                 sys::CUresult::CUDA_ERROR_INVALID_DEVICE,
-                format!("CUDA device ordinal {ordinal} requested but only {count} device(s) are visible"),
+                format!(
+                    "CUDA device ordinal {ordinal} requested but only {count} device(s) are visible"
+                ),
             ));
         }
         let raw_ordinal = i32::try_from(ordinal).unwrap_or(i32::MAX);
