@@ -22,6 +22,16 @@ fn err(error: CudaError) -> BackendError {
     error.into()
 }
 
+/// Trait methods that call the inherent method of the same name of `$target`, map its value
+/// where a `map` is given, and convert its error.
+macro_rules! forward {
+    ($target:ident: $($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty $(, map $map:expr)?;)*) => {$(
+        fn $name(&self, $($arg: $ty),*) -> Result<$ret, BackendError> {
+            $target::$name(self, $($arg),*)$(.map($map))?.map_err(err)
+        }
+    )*};
+}
+
 /// Statement-level op ids the emitter accepts: vyre's default set plus `Trap` (a kernel
 /// fault, as in the reference) and `vyre.node.unknown`, the id vyre-driver's validator
 /// gives `AsyncStore` (contract §7.2). Indirect dispatch and `Resume` are accepted because
@@ -67,29 +77,14 @@ impl CompiledPipeline for CudaPipeline {
         CudaPipeline::dispatch_borrowed(self, &borrowed, config).map_err(err)
     }
 
-    fn dispatch_borrowed(
-        &self,
-        inputs: &[&[u8]],
-        config: &DispatchConfig,
-    ) -> Result<Vec<Vec<u8>>, BackendError> {
-        CudaPipeline::dispatch_borrowed(self, inputs, config).map_err(err)
-    }
-
-    fn dispatch_borrowed_timed(
-        &self,
-        inputs: &[&[u8]],
-        config: &DispatchConfig,
-    ) -> Result<TimedDispatchResult, BackendError> {
-        CudaPipeline::dispatch_borrowed_timed(self, inputs, config).map_err(err)
-    }
-
-    fn dispatch_borrowed_into(
-        &self,
-        inputs: &[&[u8]],
-        config: &DispatchConfig,
-        outputs: &mut OutputBuffers,
-    ) -> Result<(), BackendError> {
-        CudaPipeline::dispatch_borrowed_into(self, inputs, config, outputs).map_err(err)
+    forward! {CudaPipeline:
+        dispatch_borrowed(inputs: &[&[u8]], config: &DispatchConfig) -> Vec<Vec<u8>>;
+        dispatch_borrowed_timed(inputs: &[&[u8]], config: &DispatchConfig) -> TimedDispatchResult;
+        dispatch_borrowed_into(
+            inputs: &[&[u8]],
+            config: &DispatchConfig,
+            outputs: &mut OutputBuffers
+        ) -> ();
     }
 
     fn dispatch_persistent_handles(
@@ -114,64 +109,79 @@ impl VyreBackend for CudaBackend {
         supported_ops()
     }
 
-    fn dispatch(
-        &self,
-        program: &Program,
-        inputs: &[Vec<u8>],
-        config: &DispatchConfig,
-    ) -> Result<Vec<Vec<u8>>, BackendError> {
-        CudaBackend::dispatch(self, program, inputs, config).map_err(Into::into)
-    }
-
-    fn dispatch_borrowed(
-        &self,
-        program: &Program,
-        inputs: &[&[u8]],
-        config: &DispatchConfig,
-    ) -> Result<Vec<Vec<u8>>, BackendError> {
-        CudaBackend::dispatch_borrowed(self, program, inputs, config).map_err(Into::into)
-    }
-
-    fn dispatch_borrowed_into(
-        &self,
-        program: &Program,
-        inputs: &[&[u8]],
-        config: &DispatchConfig,
-        outputs: &mut OutputBuffers,
-    ) -> Result<(), BackendError> {
-        CudaBackend::dispatch_borrowed_into(self, program, inputs, config, outputs)
-            .map_err(Into::into)
-    }
-
-    fn dispatch_borrowed_timed(
-        &self,
-        program: &Program,
-        inputs: &[&[u8]],
-        config: &DispatchConfig,
-    ) -> Result<TimedDispatchResult, BackendError> {
-        CudaBackend::dispatch_borrowed_timed(self, program, inputs, config).map_err(err)
-    }
-
-    fn dispatch_async(
-        &self,
-        program: &Program,
-        inputs: &[Vec<u8>],
-        config: &DispatchConfig,
-    ) -> Result<Box<dyn PendingDispatch>, BackendError> {
-        CudaBackend::dispatch_async(self, program, inputs, config)
-            .map(|pending| Box::new(pending) as Box<dyn PendingDispatch>)
-            .map_err(err)
-    }
-
-    fn dispatch_borrowed_async(
-        &self,
-        program: &Program,
-        inputs: &[&[u8]],
-        config: &DispatchConfig,
-    ) -> Result<Box<dyn PendingDispatch>, BackendError> {
-        CudaBackend::dispatch_borrowed_async(self, program, inputs, config)
-            .map(|pending| Box::new(pending) as Box<dyn PendingDispatch>)
-            .map_err(err)
+    forward! {CudaBackend:
+        dispatch(program: &Program, inputs: &[Vec<u8>], config: &DispatchConfig) -> Vec<Vec<u8>>;
+        dispatch_borrowed(program: &Program, inputs: &[&[u8]], config: &DispatchConfig)
+            -> Vec<Vec<u8>>;
+        dispatch_borrowed_into(
+            program: &Program,
+            inputs: &[&[u8]],
+            config: &DispatchConfig,
+            outputs: &mut OutputBuffers
+        ) -> ();
+        dispatch_borrowed_timed(program: &Program, inputs: &[&[u8]], config: &DispatchConfig)
+            -> TimedDispatchResult;
+        allocate_resident(byte_len: usize) -> Resource;
+        upload_resident(resource: &Resource, bytes: &[u8]) -> ();
+        upload_resident_many(uploads: &[(&Resource, &[u8])]) -> ();
+        upload_resident_at(resource: &Resource, dst_offset_bytes: usize, bytes: &[u8]) -> ();
+        upload_resident_at_many(uploads: &[(&Resource, usize, &[u8])]) -> ();
+        download_resident(resource: &Resource) -> Vec<u8>;
+        download_resident_into(resource: &Resource, out: &mut Vec<u8>) -> ();
+        download_resident_range(resource: &Resource, byte_offset: usize, byte_len: usize)
+            -> Vec<u8>;
+        download_resident_range_into(
+            resource: &Resource,
+            byte_offset: usize,
+            byte_len: usize,
+            out: &mut Vec<u8>
+        ) -> ();
+        download_resident_ranges_into(
+            ranges: &[(&Resource, usize, usize)],
+            outputs: &mut [&mut Vec<u8>]
+        ) -> ();
+        free_resident(resource: Resource) -> ();
+        dispatch_resident_timed(program: &Program, resources: &[Resource], config: &DispatchConfig)
+            -> TimedDispatchResult;
+        dispatch_resident_sequence_read_ranges_into(
+            steps: &[ResidentDispatchStep<'_>],
+            read_ranges: &[ResidentReadRange<'_>],
+            outputs: &mut [&mut Vec<u8>]
+        ) -> ();
+        dispatch_resident_sequence_read_ranges_timed_into(
+            steps: &[ResidentDispatchStep<'_>],
+            read_ranges: &[ResidentReadRange<'_>],
+            outputs: &mut [&mut Vec<u8>]
+        ) -> ResidentSequenceTiming;
+        upload_device_buffer(buffer: &mut dyn DeviceBuffer, bytes: &[u8]) -> ();
+        download_device_buffer(buffer: &dyn DeviceBuffer) -> Vec<u8>;
+        free_device_buffer(buffer: Box<dyn DeviceBuffer>) -> ();
+        dispatch_with_device_buffers(
+            program: &Program,
+            inputs: &[&dyn DeviceBuffer],
+            outputs: &mut [&mut dyn DeviceBuffer],
+            config: &DispatchConfig
+        ) -> ();
+        cooperative_grid_sync_fits(program: &Program, inputs: &[&[u8]], config: &DispatchConfig)
+            -> bool;
+        prepare() -> ();
+        flush() -> ();
+        shutdown() -> ();
+        try_recover() -> ();
+        dispatch_async(program: &Program, inputs: &[Vec<u8>], config: &DispatchConfig)
+            -> Box<dyn PendingDispatch>, map |p| Box::new(p) as Box<dyn PendingDispatch>;
+        dispatch_borrowed_async(program: &Program, inputs: &[&[u8]], config: &DispatchConfig)
+            -> Box<dyn PendingDispatch>, map |p| Box::new(p) as Box<dyn PendingDispatch>;
+        allocate_device_buffer(byte_len: usize)
+            -> Box<dyn DeviceBuffer>, map |b| Box::new(b) as Box<dyn DeviceBuffer>;
+        // The trait's form does not return the replay timing.
+        dispatch_resident_repeated_sequence_read_ranges_into(
+            prefix_steps: &[ResidentDispatchStep<'_>],
+            repeated_steps: &[ResidentDispatchStep<'_>],
+            repeat_count: u32,
+            read_ranges: &[ResidentReadRange<'_>],
+            outputs: &mut [&mut Vec<u8>]
+        ) -> (), map |_| ();
     }
 
     fn compile_native(
@@ -200,186 +210,12 @@ impl VyreBackend for CudaBackend {
         self.metric_snapshot()
     }
 
-    fn allocate_resident(&self, byte_len: usize) -> Result<Resource, BackendError> {
-        CudaBackend::allocate_resident(self, byte_len).map_err(err)
-    }
-
-    fn upload_resident(&self, resource: &Resource, bytes: &[u8]) -> Result<(), BackendError> {
-        CudaBackend::upload_resident(self, resource, bytes).map_err(err)
-    }
-
-    fn upload_resident_many(&self, uploads: &[(&Resource, &[u8])]) -> Result<(), BackendError> {
-        CudaBackend::upload_resident_many(self, uploads).map_err(err)
-    }
-
-    fn upload_resident_at(
-        &self,
-        resource: &Resource,
-        dst_offset_bytes: usize,
-        bytes: &[u8],
-    ) -> Result<(), BackendError> {
-        CudaBackend::upload_resident_at(self, resource, dst_offset_bytes, bytes).map_err(err)
-    }
-
-    fn upload_resident_at_many(
-        &self,
-        uploads: &[(&Resource, usize, &[u8])],
-    ) -> Result<(), BackendError> {
-        CudaBackend::upload_resident_at_many(self, uploads).map_err(err)
-    }
-
-    fn download_resident(&self, resource: &Resource) -> Result<Vec<u8>, BackendError> {
-        CudaBackend::download_resident(self, resource).map_err(err)
-    }
-
-    fn download_resident_into(
-        &self,
-        resource: &Resource,
-        out: &mut Vec<u8>,
-    ) -> Result<(), BackendError> {
-        CudaBackend::download_resident_into(self, resource, out).map_err(err)
-    }
-
-    fn download_resident_range(
-        &self,
-        resource: &Resource,
-        byte_offset: usize,
-        byte_len: usize,
-    ) -> Result<Vec<u8>, BackendError> {
-        CudaBackend::download_resident_range(self, resource, byte_offset, byte_len).map_err(err)
-    }
-
-    fn download_resident_range_into(
-        &self,
-        resource: &Resource,
-        byte_offset: usize,
-        byte_len: usize,
-        out: &mut Vec<u8>,
-    ) -> Result<(), BackendError> {
-        CudaBackend::download_resident_range_into(self, resource, byte_offset, byte_len, out)
-            .map_err(err)
-    }
-
-    fn download_resident_ranges_into(
-        &self,
-        ranges: &[(&Resource, usize, usize)],
-        outputs: &mut [&mut Vec<u8>],
-    ) -> Result<(), BackendError> {
-        CudaBackend::download_resident_ranges_into(self, ranges, outputs).map_err(err)
-    }
-
-    fn free_resident(&self, resource: Resource) -> Result<(), BackendError> {
-        CudaBackend::free_resident(self, resource).map_err(err)
-    }
-
-    fn dispatch_resident_timed(
-        &self,
-        program: &Program,
-        resources: &[Resource],
-        config: &DispatchConfig,
-    ) -> Result<TimedDispatchResult, BackendError> {
-        CudaBackend::dispatch_resident_timed(self, program, resources, config).map_err(err)
-    }
-
-    fn dispatch_resident_sequence_read_ranges_into(
-        &self,
-        steps: &[ResidentDispatchStep<'_>],
-        read_ranges: &[ResidentReadRange<'_>],
-        outputs: &mut [&mut Vec<u8>],
-    ) -> Result<(), BackendError> {
-        CudaBackend::dispatch_resident_sequence_read_ranges_into(self, steps, read_ranges, outputs)
-            .map_err(err)
-    }
-
-    fn dispatch_resident_sequence_read_ranges_timed_into(
-        &self,
-        steps: &[ResidentDispatchStep<'_>],
-        read_ranges: &[ResidentReadRange<'_>],
-        outputs: &mut [&mut Vec<u8>],
-    ) -> Result<ResidentSequenceTiming, BackendError> {
-        CudaBackend::dispatch_resident_sequence_read_ranges_timed_into(
-            self,
-            steps,
-            read_ranges,
-            outputs,
-        )
-        .map_err(err)
-    }
-
-    fn dispatch_resident_repeated_sequence_read_ranges_into(
-        &self,
-        prefix_steps: &[ResidentDispatchStep<'_>],
-        repeated_steps: &[ResidentDispatchStep<'_>],
-        repeat_count: u32,
-        read_ranges: &[ResidentReadRange<'_>],
-        outputs: &mut [&mut Vec<u8>],
-    ) -> Result<(), BackendError> {
-        CudaBackend::dispatch_resident_repeated_sequence_read_ranges_into(
-            self,
-            prefix_steps,
-            repeated_steps,
-            repeat_count,
-            read_ranges,
-            outputs,
-        )
-        .map(|_| ())
-        .map_err(err)
-    }
-
     fn supports_resident_dispatch(&self) -> bool {
         true
     }
 
     fn supports_async_compute(&self) -> bool {
         true
-    }
-
-    fn allocate_device_buffer(
-        &self,
-        byte_len: usize,
-    ) -> Result<Box<dyn DeviceBuffer>, BackendError> {
-        CudaBackend::allocate_device_buffer(self, byte_len)
-            .map(|buffer| Box::new(buffer) as Box<dyn DeviceBuffer>)
-            .map_err(err)
-    }
-
-    fn upload_device_buffer(
-        &self,
-        buffer: &mut dyn DeviceBuffer,
-        bytes: &[u8],
-    ) -> Result<(), BackendError> {
-        CudaBackend::upload_device_buffer(self, buffer, bytes).map_err(err)
-    }
-
-    fn download_device_buffer(&self, buffer: &dyn DeviceBuffer) -> Result<Vec<u8>, BackendError> {
-        CudaBackend::download_device_buffer(self, buffer).map_err(err)
-    }
-
-    fn free_device_buffer(&self, buffer: Box<dyn DeviceBuffer>) -> Result<(), BackendError> {
-        CudaBackend::free_device_buffer(self, buffer).map_err(err)
-    }
-
-    fn dispatch_with_device_buffers(
-        &self,
-        program: &Program,
-        inputs: &[&dyn DeviceBuffer],
-        outputs: &mut [&mut dyn DeviceBuffer],
-        config: &DispatchConfig,
-    ) -> Result<(), BackendError> {
-        CudaBackend::dispatch_with_device_buffers(self, program, inputs, outputs, config)
-            .map_err(err)
-    }
-
-    fn prepare(&self) -> Result<(), BackendError> {
-        CudaBackend::prepare(self).map_err(err)
-    }
-
-    fn flush(&self) -> Result<(), BackendError> {
-        CudaBackend::flush(self).map_err(err)
-    }
-
-    fn shutdown(&self) -> Result<(), BackendError> {
-        CudaBackend::shutdown(self).map_err(err)
     }
 
     fn max_workgroup_size(&self) -> [u32; 3] {
@@ -417,24 +253,11 @@ impl VyreBackend for CudaBackend {
         self.device_info().total_memory_bytes
     }
 
-    fn allows_host_grid_sync_split(&self) -> bool {
-        true
-    }
-
     fn supports_grid_sync(&self) -> bool {
         // Grid-wide barriers run on the device either way (one cooperative launch where
         // the grid fits resident, else ordered launches per segment); report the native
         // form only where cooperative launches exist.
         self.cooperative_grid_sync()
-    }
-
-    fn cooperative_grid_sync_fits(
-        &self,
-        program: &Program,
-        inputs: &[&[u8]],
-        config: &DispatchConfig,
-    ) -> Result<bool, BackendError> {
-        CudaBackend::cooperative_grid_sync_fits(self, program, inputs, config).map_err(Into::into)
     }
 
     fn device_profile(&self) -> vyre_driver::DeviceProfile {
@@ -465,10 +288,6 @@ impl VyreBackend for CudaBackend {
 
     fn device_lost(&self) -> bool {
         CudaBackend::device_lost(self)
-    }
-
-    fn try_recover(&self) -> Result<(), BackendError> {
-        CudaBackend::try_recover(self).map_err(Into::into)
     }
 }
 

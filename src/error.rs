@@ -162,6 +162,15 @@ impl CudaError {
             errors: messages.into_iter().map(str::to_owned).collect(),
         }
     }
+
+    /// The construct or setting of an error vyre calls an unsupported feature.
+    fn unsupported_name(&self) -> Option<&str> {
+        match self {
+            Self::Codegen(CodegenError::Unsupported { construct, .. }) => Some(construct),
+            Self::UnsupportedSetting { feature, .. } => Some(feature),
+            _ => None,
+        }
+    }
 }
 
 /// What to do about a failed driver call, by class of error.
@@ -242,17 +251,6 @@ impl From<CudaError> for BackendError {
                     message: format!("{}; what to do: {}", fold_hints(&what), fold_hints(&fix)),
                 }
             }
-        }
-    }
-}
-
-impl CudaError {
-    /// The construct or setting of an error vyre calls an unsupported feature.
-    fn unsupported_name(&self) -> Option<&str> {
-        match self {
-            Self::Codegen(CodegenError::Unsupported { construct, .. }) => Some(construct),
-            Self::UnsupportedSetting { feature, .. } => Some(feature),
-            _ => None,
         }
     }
 }

@@ -119,7 +119,6 @@ impl CudaOptimizerDispatcher {
         Ok(())
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn batch(
         &self,
         fills: &[(u64, usize, u8)],
@@ -236,8 +235,7 @@ impl OptimizerDispatcher for CudaOptimizerDispatcher {
     }
 
     fn alloc_resident(&self, byte_len: usize) -> Result<u64, DispatchError> {
-        let mut handles = self.alloc_resident_many(&[byte_len])?;
-        Ok(handles.remove(0))
+        Ok(self.alloc_resident_many(&[byte_len])?.remove(0))
     }
 
     fn alloc_resident_many(&self, byte_lens: &[usize]) -> Result<Vec<u64>, DispatchError> {
@@ -309,22 +307,18 @@ impl OptimizerDispatcher for CudaOptimizerDispatcher {
         }
         let bytes: u64 = lens.iter().map(|&l| l as u64).sum();
         let mut statics = self.statics.lock().map_err(|_| poisoned())?;
-        if !statics.fits(bytes) {
-            return Ok(ResidentStaticBufferSet {
-                handles,
-                cache_hit: false,
-                retained_by_dispatcher: false,
-            });
-        }
-        let evicted = statics.insert(key, handles.clone(), bytes);
-        drop(statics);
-        for handle in evicted.into_iter().flatten() {
-            let _ = self.backend.core().free_resident(handle);
+        let retained = statics.fits(bytes);
+        if retained {
+            let evicted = statics.insert(key, handles.clone(), bytes);
+            drop(statics);
+            for handle in evicted.into_iter().flatten() {
+                let _ = self.backend.core().free_resident(handle);
+            }
         }
         Ok(ResidentStaticBufferSet {
             handles,
             cache_hit: false,
-            retained_by_dispatcher: true,
+            retained_by_dispatcher: retained,
         })
     }
 
@@ -347,8 +341,7 @@ impl OptimizerDispatcher for CudaOptimizerDispatcher {
     }
 
     fn read_resident(&self, handle: u64) -> Result<Vec<u8>, DispatchError> {
-        let mut outputs = self.read_resident_many(&[handle])?;
-        Ok(outputs.remove(0))
+        Ok(self.read_resident_many(&[handle])?.remove(0))
     }
 
     fn read_resident_many(&self, handles: &[u64]) -> Result<Vec<Vec<u8>>, DispatchError> {
@@ -435,12 +428,8 @@ impl OptimizerDispatcher for CudaOptimizerDispatcher {
         read_ranges: &[ResidentReadRange],
     ) -> Result<Vec<Vec<u8>>, DispatchError> {
         let mut outputs = Vec::new();
-        self.upload_resident_many_sequence_read_ranges_into(
-            uploads,
-            steps,
-            read_ranges,
-            &mut outputs,
-        )?;
+        let reads = Self::range_reads(read_ranges);
+        self.batch(&[], uploads, steps, &reads, &mut outputs)?;
         Ok(outputs)
     }
 
@@ -488,12 +477,7 @@ impl OptimizerDispatcher for CudaOptimizerDispatcher {
         read_ranges: &[ResidentReadRange],
         outputs: &mut Vec<Vec<u8>>,
     ) -> Result<(), DispatchError> {
-        self.fill_upload_resident_many_sequence_read_ranges_into(
-            &[],
-            uploads,
-            steps,
-            read_ranges,
-            outputs,
-        )
+        let reads = Self::range_reads(read_ranges);
+        self.batch(&[], uploads, steps, &reads, outputs)
     }
 }

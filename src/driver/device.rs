@@ -37,8 +37,6 @@ pub struct DeviceInfo {
     pub max_shared_memory_per_block: u32,
     /// Shared memory per block with `set_max_dynamic_shared_bytes` opt-in, in bytes.
     pub max_shared_memory_per_block_optin: u32,
-    /// 32-bit registers per block.
-    pub max_registers_per_block: u32,
     /// L2 cache size in bytes.
     pub l2_cache_bytes: u32,
     /// Total device memory in bytes.
@@ -51,10 +49,6 @@ pub struct DeviceInfo {
     pub memory_clock_khz: u32,
     /// Memory bus width in bits (0 if the driver does not report it).
     pub memory_bus_width_bits: u32,
-    /// Host memory can be mapped into the device address space.
-    pub can_map_host_memory: bool,
-    /// Host and device share one virtual address space.
-    pub unified_addressing: bool,
 }
 
 impl DeviceInfo {
@@ -101,7 +95,6 @@ impl DeviceInfo {
             max_shared_memory_per_block_optin: soft(
                 A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
             ),
-            max_registers_per_block: hard(A::CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK)?,
             l2_cache_bytes: soft(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE),
             // SAFETY: `dev` came from `cuDeviceGet`.
             total_memory_bytes: unsafe { result::device::total_mem(dev) }
@@ -110,8 +103,6 @@ impl DeviceInfo {
             cooperative_launch: soft(A::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH) != 0,
             memory_clock_khz: soft(A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE),
             memory_bus_width_bits: soft(A::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH),
-            can_map_host_memory: soft(A::CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY) != 0,
-            unified_addressing: soft(A::CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING) != 0,
         })
     }
 }
@@ -135,13 +126,13 @@ impl Device {
         init()?;
         let count = super::device_count()?;
         if ordinal >= count {
-            return Err(DriverError::from_code(
+            return Err(DriverError::described(
                 "cuDeviceGet",
-                sys::CUresult::CUDA_ERROR_INVALID_DEVICE as u32,
-            )
-            .with_description(format!(
-                "CUDA device ordinal {ordinal} requested but only {count} device(s) are visible"
-            )));
+                sys::CUresult::CUDA_ERROR_INVALID_DEVICE,
+                format!(
+                    "CUDA device ordinal {ordinal} requested but only {count} device(s) are visible"
+                ),
+            ));
         }
         let raw_ordinal = i32::try_from(ordinal).unwrap_or(i32::MAX);
         let dev = result::device::get(raw_ordinal).check("cuDeviceGet")?;
@@ -184,14 +175,12 @@ impl Device {
 
     /// Waits for all work in the context (`cuCtxSynchronize`).
     pub fn synchronize(&self) -> Result<(), DriverError> {
-        self.bind()?;
-        result::ctx::synchronize().check("cuCtxSynchronize")
+        self.run("cuCtxSynchronize", result::ctx::synchronize)
     }
 
     /// `(free, total)` device memory in bytes (`cuMemGetInfo`).
     pub fn memory_info(&self) -> Result<(u64, u64), DriverError> {
-        self.bind()?;
-        let (free, total) = result::mem_get_info().check("cuMemGetInfo_v2")?;
+        let (free, total) = self.run("cuMemGetInfo_v2", result::mem_get_info)?;
         Ok((free as u64, total as u64))
     }
 
@@ -208,6 +197,17 @@ impl Device {
             self.injected.hit(call)?;
         }
         self.bind()
+    }
+
+    /// Makes driver call `call` (through `f`) after [`Device::enter`], naming it in the error.
+    #[inline]
+    pub(crate) fn run<T, R: Check<T>>(
+        &self,
+        call: &'static str,
+        f: impl FnOnce() -> R,
+    ) -> Result<T, DriverError> {
+        self.enter(call)?;
+        f().check(call)
     }
 
     /// Test hook: fails the `nth` (from 1) later driver call of `kind` on this device with

@@ -1,6 +1,6 @@
 //! [`DriverError`]: a failed CUDA driver call, classified for recovery and remediation.
 
-use cudarc::driver::result;
+use cudarc::driver::{result, sys};
 use std::ffi::{c_char, CStr};
 use std::fmt;
 
@@ -21,67 +21,52 @@ const NO_DRIVER: &str = "CUDA_DRIVER_NOT_FOUND";
 /// Name used for PTX text that cannot be handed to the driver at all.
 const BAD_PTX_TEXT: &str = "INVALID_PTX_TEXT";
 
-// CUresult values the classification needs (stable across CUDA versions).
-const OUT_OF_MEMORY: u32 = 2;
-const NOT_INITIALIZED: u32 = 3;
-const DEINITIALIZED: u32 = 4;
-const STUB_LIBRARY: u32 = 34;
-const DEVICE_UNAVAILABLE: u32 = 46;
-const NO_DEVICE: u32 = 100;
-const INVALID_DEVICE: u32 = 101;
-const INVALID_IMAGE: u32 = 200;
-const NO_BINARY_FOR_GPU: u32 = 209;
-const ECC_UNCORRECTABLE: u32 = 214;
-const INVALID_PTX: u32 = 218;
-const NVLINK_UNCORRECTABLE: u32 = 220;
-const JIT_COMPILER_NOT_FOUND: u32 = 221;
-const UNSUPPORTED_PTX_VERSION: u32 = 222;
-const JIT_COMPILATION_DISABLED: u32 = 223;
-const LAUNCH_OUT_OF_RESOURCES: u32 = 701;
-const CONTEXT_IS_DESTROYED: u32 = 709;
-const SYSTEM_NOT_READY: u32 = 802;
-const SYSTEM_DRIVER_MISMATCH: u32 = 803;
-const COMPAT_NOT_SUPPORTED_ON_DEVICE: u32 = 804;
+/// The class of every code that is not [`DriverErrorKind::Other`] (CUresult values are
+/// stable across CUDA versions); each code's name is used only when the driver cannot name
+/// it itself. Sticky errors leave the CUDA context unusable ("any further CUDA work will
+/// return the same error", CUDA driver API docs), in practice for the rest of the process;
+/// `CONTEXT_IS_DESTROYED` is deliberately not one: it reports a stale handle, not a
+/// corrupted context.
+const CLASSES: [(sys::CUresult, DriverErrorKind); 30] = {
+    use sys::CUresult as R;
+    use DriverErrorKind as K;
+    [
+        (R::CUDA_ERROR_OUT_OF_MEMORY, K::OutOfMemory),
+        (R::CUDA_ERROR_NOT_INITIALIZED, K::NoDriver),
+        (R::CUDA_ERROR_DEINITIALIZED, K::NoDriver),
+        (R::CUDA_ERROR_STUB_LIBRARY, K::NoDriver),
+        (R::CUDA_ERROR_SYSTEM_DRIVER_MISMATCH, K::NoDriver),
+        (R::CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE, K::NoDriver),
+        (R::CUDA_ERROR_DEVICE_UNAVAILABLE, K::NoDevice),
+        (R::CUDA_ERROR_NO_DEVICE, K::NoDevice),
+        (R::CUDA_ERROR_INVALID_DEVICE, K::NoDevice),
+        (R::CUDA_ERROR_SYSTEM_NOT_READY, K::NoDevice),
+        (R::CUDA_ERROR_INVALID_IMAGE, K::Jit),
+        (R::CUDA_ERROR_NO_BINARY_FOR_GPU, K::Jit),
+        (R::CUDA_ERROR_INVALID_PTX, K::Jit),
+        (R::CUDA_ERROR_JIT_COMPILER_NOT_FOUND, K::Jit),
+        (R::CUDA_ERROR_UNSUPPORTED_PTX_VERSION, K::Jit),
+        (R::CUDA_ERROR_JIT_COMPILATION_DISABLED, K::Jit),
+        (R::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, K::LaunchResources),
+        (R::CUDA_ERROR_CONTEXT_IS_DESTROYED, K::Other),
+        (R::CUDA_ERROR_ECC_UNCORRECTABLE, K::Sticky),
+        (R::CUDA_ERROR_NVLINK_UNCORRECTABLE, K::Sticky),
+        (R::CUDA_ERROR_ILLEGAL_ADDRESS, K::Sticky),
+        (R::CUDA_ERROR_LAUNCH_TIMEOUT, K::Sticky),
+        (R::CUDA_ERROR_ASSERT, K::Sticky), // device-side assert
+        (R::CUDA_ERROR_HARDWARE_STACK_ERROR, K::Sticky),
+        (R::CUDA_ERROR_ILLEGAL_INSTRUCTION, K::Sticky),
+        (R::CUDA_ERROR_MISALIGNED_ADDRESS, K::Sticky),
+        (R::CUDA_ERROR_INVALID_ADDRESS_SPACE, K::Sticky),
+        (R::CUDA_ERROR_INVALID_PC, K::Sticky),
+        (R::CUDA_ERROR_LAUNCH_FAILED, K::Sticky),
+        (R::CUDA_ERROR_EXTERNAL_DEVICE, K::Sticky),
+    ]
+};
 
-/// Errors after which the CUDA context is unusable ("any further CUDA work will return the
-/// same error", CUDA driver API docs); in practice for the rest of the process.
-/// `CONTEXT_IS_DESTROYED` (709) is deliberately not here: it reports a stale handle, not
-/// a corrupted context.
-const STICKY: [u32; 12] = [
-    ECC_UNCORRECTABLE,    // uncorrectable ECC error during execution
-    NVLINK_UNCORRECTABLE, // uncorrectable NVLink error during execution
-    700,                  // ILLEGAL_ADDRESS
-    702,                  // LAUNCH_TIMEOUT
-    710,                  // ASSERT (device-side assert)
-    714,                  // HARDWARE_STACK_ERROR
-    715,                  // ILLEGAL_INSTRUCTION
-    716,                  // MISALIGNED_ADDRESS
-    717,                  // INVALID_ADDRESS_SPACE
-    718,                  // INVALID_PC
-    719,                  // LAUNCH_FAILED
-    911,                  // EXTERNAL_DEVICE
-];
-
-/// Names for the codes above, used only when the driver cannot name a code itself.
-fn fallback_name(code: u32) -> &'static str {
-    match code {
-        OUT_OF_MEMORY => "CUDA_ERROR_OUT_OF_MEMORY",
-        NOT_INITIALIZED => "CUDA_ERROR_NOT_INITIALIZED",
-        NO_DEVICE => "CUDA_ERROR_NO_DEVICE",
-        INVALID_DEVICE => "CUDA_ERROR_INVALID_DEVICE",
-        INVALID_PTX => "CUDA_ERROR_INVALID_PTX",
-        UNSUPPORTED_PTX_VERSION => "CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
-        ECC_UNCORRECTABLE => "CUDA_ERROR_ECC_UNCORRECTABLE",
-        700 => "CUDA_ERROR_ILLEGAL_ADDRESS",
-        LAUNCH_OUT_OF_RESOURCES => "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
-        702 => "CUDA_ERROR_LAUNCH_TIMEOUT",
-        CONTEXT_IS_DESTROYED => "CUDA_ERROR_CONTEXT_IS_DESTROYED",
-        710 => "CUDA_ERROR_ASSERT",
-        715 => "CUDA_ERROR_ILLEGAL_INSTRUCTION",
-        716 => "CUDA_ERROR_MISALIGNED_ADDRESS",
-        719 => "CUDA_ERROR_LAUNCH_FAILED",
-        _ => "CUDA_ERROR_UNRECOGNIZED",
-    }
+/// The [`CLASSES`] entry of `code`.
+fn class(code: u32) -> Option<(sys::CUresult, DriverErrorKind)> {
+    CLASSES.into_iter().find(|(known, _)| *known as u32 == code)
 }
 
 /// What kind of failure a [`DriverError`] is: decides recovery here and the remediation
@@ -139,10 +124,21 @@ impl DriverError {
         Self {
             call,
             code: Some(code),
-            name: name.unwrap_or_else(|| fallback_name(code).to_owned()),
+            name: name.unwrap_or_else(|| {
+                class(code).map_or("CUDA_ERROR_UNRECOGNIZED".into(), |(r, _)| format!("{r:?}"))
+            }),
             description: description.unwrap_or_default(),
             log: None,
         }
+    }
+
+    /// An error with a CUDA code and our own description of it.
+    pub(crate) fn described(
+        call: &'static str,
+        code: sys::CUresult,
+        description: impl Into<String>,
+    ) -> Self {
+        Self::from_code(call, code as u32).with_description(description)
     }
 
     /// Wraps an error returned by a `cudarc::driver::result` function.
@@ -176,21 +172,6 @@ impl DriverError {
         self.code
     }
 
-    /// The driver entry point (or step) that failed, e.g. `"cuLaunchKernel"`.
-    pub fn call(&self) -> &'static str {
-        self.call
-    }
-
-    /// The CUDA error name, e.g. `"CUDA_ERROR_ILLEGAL_ADDRESS"`.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The driver's description of the error (may be empty).
-    pub fn description(&self) -> &str {
-        &self.description
-    }
-
     /// The PTX JIT error log, for failed module loads.
     pub fn log(&self) -> Option<&str> {
         self.log.as_deref()
@@ -206,43 +187,13 @@ impl DriverError {
         self.kind() == DriverErrorKind::OutOfMemory
     }
 
-    /// True when no usable CUDA driver or device exists (the backend is unavailable,
-    /// as opposed to a failed operation).
-    pub fn is_unavailable(&self) -> bool {
-        matches!(
-            self.kind(),
-            DriverErrorKind::NoDriver | DriverErrorKind::NoDevice
-        )
-    }
-
     /// The class of this failure.
     pub fn kind(&self) -> DriverErrorKind {
         match self.code {
             None if self.name == NO_DRIVER => DriverErrorKind::NoDriver,
             None if self.name == BAD_PTX_TEXT => DriverErrorKind::Jit,
             None => DriverErrorKind::Other,
-            Some(code) if STICKY.contains(&code) => DriverErrorKind::Sticky,
-            Some(
-                NOT_INITIALIZED
-                | DEINITIALIZED
-                | STUB_LIBRARY
-                | SYSTEM_DRIVER_MISMATCH
-                | COMPAT_NOT_SUPPORTED_ON_DEVICE,
-            ) => DriverErrorKind::NoDriver,
-            Some(NO_DEVICE | INVALID_DEVICE | DEVICE_UNAVAILABLE | SYSTEM_NOT_READY) => {
-                DriverErrorKind::NoDevice
-            }
-            Some(OUT_OF_MEMORY) => DriverErrorKind::OutOfMemory,
-            Some(
-                INVALID_IMAGE
-                | NO_BINARY_FOR_GPU
-                | INVALID_PTX
-                | JIT_COMPILER_NOT_FOUND
-                | UNSUPPORTED_PTX_VERSION
-                | JIT_COMPILATION_DISABLED,
-            ) => DriverErrorKind::Jit,
-            Some(LAUNCH_OUT_OF_RESOURCES) => DriverErrorKind::LaunchResources,
-            Some(_) => DriverErrorKind::Other,
+            Some(code) => class(code).map_or(DriverErrorKind::Other, |(_, kind)| kind),
         }
     }
 }
@@ -303,7 +254,7 @@ mod tests {
         let text = e.to_string();
         assert!(text.starts_with("cuTest failed: CUDA_ERROR_ILLEGAL_ADDRESS (700)"));
         assert!(text.ends_with(": something happened"), "{text}");
-        let e = err(INVALID_PTX).with_log("line 3: syntax error\n".into());
+        let e = err(218).with_log("line 3: syntax error\n".into());
         assert!(e.to_string().ends_with("; JIT log: line 3: syntax error"));
         assert_eq!(e.log(), Some("line 3: syntax error"));
         assert_eq!(err(5).with_log("  \n".into()).log(), None);
@@ -331,7 +282,7 @@ mod tests {
             DriverError::invalid_ptx_text("NUL").kind(),
             DriverErrorKind::Jit
         );
-        assert!(err(100).is_unavailable() && !err(2).is_unavailable());
+        assert_eq!(err(100).kind(), DriverErrorKind::NoDevice);
     }
 
     #[test]
@@ -339,7 +290,10 @@ mod tests {
         let e = DriverError::library_missing();
         assert_eq!(e.code(), None);
         assert!(e.to_string().contains("libcuda could not be loaded"));
-        assert!(e.is_unavailable());
-        assert!(DriverError::library_too_old("cuFoo").is_unavailable());
+        assert_eq!(e.kind(), DriverErrorKind::NoDriver);
+        assert_eq!(
+            DriverError::library_too_old("cuFoo").kind(),
+            DriverErrorKind::NoDriver
+        );
     }
 }

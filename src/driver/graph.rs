@@ -25,12 +25,12 @@ unsafe impl Sync for Graph {}
 impl Graph {
     /// Instantiates the graph for launching (`cuGraphInstantiateWithFlags`).
     pub fn instantiate(&self) -> Result<GraphExec, DriverError> {
-        self.device.enter("cuGraphInstantiateWithFlags")?;
         let mut raw: sys::CUgraphExec = std::ptr::null_mut();
         // SAFETY: `self.raw` is a live graph of the current context; `raw` is a valid out
         // pointer.
-        unsafe { sys::cuGraphInstantiateWithFlags(&mut raw, self.raw, 0) }
-            .check("cuGraphInstantiateWithFlags")?;
+        self.device.run("cuGraphInstantiateWithFlags", || unsafe {
+            sys::cuGraphInstantiateWithFlags(&mut raw, self.raw, 0)
+        })?;
         Ok(GraphExec {
             device: Arc::clone(&self.device),
             raw,
@@ -67,12 +67,13 @@ impl GraphExec {
     /// Enqueues one replay of the graph on `stream` (`cuGraphLaunch`). The device memory
     /// the captured work addresses must stay allocated until the replay completes.
     pub fn launch(&self, stream: &Stream) -> Result<(), DriverError> {
-        self.device.enter("cuGraphLaunch")?;
         // SAFETY: both handles are live in the current context. The graph holds only kernel
         // launches whose arguments were checked at capture time (`Stream::launch`); the
         // device memory they address is the caller's to keep alive, and touches no host
         // memory.
-        unsafe { sys::cuGraphLaunch(self.raw, stream.raw()) }.check("cuGraphLaunch")
+        self.device.run("cuGraphLaunch", || unsafe {
+            sys::cuGraphLaunch(self.raw, stream.raw())
+        })
     }
 }
 
@@ -95,19 +96,17 @@ impl Stream {
     where
         E: From<DriverError>,
     {
-        self.enter("cuStreamBeginCapture_v2")?;
         // SAFETY: `raw` is a live stream of the current context, not already capturing (the
         // capture is always ended below before this function returns).
-        unsafe {
+        self.device().run("cuStreamBeginCapture_v2", || unsafe {
             sys::cuStreamBeginCapture_v2(
                 self.raw(),
                 sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
             )
-        }
-        .check("cuStreamBeginCapture_v2")?;
+        })?;
         let enqueued = enqueue(self);
         let mut raw: sys::CUgraph = std::ptr::null_mut();
-        self.enter("cuStreamEndCapture")?;
+        self.device().enter("cuStreamEndCapture")?;
         // SAFETY: the stream is capturing (begun above); `raw` is a valid out pointer.
         let ended =
             unsafe { sys::cuStreamEndCapture(self.raw(), &mut raw) }.check("cuStreamEndCapture");
@@ -118,13 +117,11 @@ impl Stream {
         enqueued?;
         ended?;
         graph.ok_or_else(|| {
-            E::from(
-                DriverError::from_code(
-                    "cuStreamEndCapture",
-                    sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED as u32,
-                )
-                .with_description("the capture produced no graph"),
-            )
+            E::from(DriverError::described(
+                "cuStreamEndCapture",
+                sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED,
+                "the capture produced no graph",
+            ))
         })
     }
 }

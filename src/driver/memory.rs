@@ -21,10 +21,9 @@ impl DeviceAlloc {
         let ptr = if bytes == 0 {
             0
         } else {
-            device.enter("cuMemAlloc_v2")?;
             // SAFETY: the context is current; device memory is only touched through raw
             // addresses by the caller, never read as Rust values.
-            unsafe { result::malloc_sync(bytes) }.check("cuMemAlloc_v2")?
+            device.run("cuMemAlloc_v2", || unsafe { result::malloc_sync(bytes) })?
         };
         Ok(DeviceAlloc {
             device: Arc::clone(device),
@@ -46,11 +45,6 @@ impl DeviceAlloc {
     /// True for a zero-byte allocation.
     pub fn is_empty(&self) -> bool {
         self.len == 0
-    }
-
-    /// The device this memory lives on.
-    pub fn device(&self) -> &Arc<Device> {
-        &self.device
     }
 }
 
@@ -118,25 +112,16 @@ impl PinnedHostBuffer {
         buffer.ptr = ptr;
         buffer.len = bytes;
         // From here on, `Drop` frees the memory if binding or registration fails.
-        device.enter("cuMemHostRegister_v2")?;
         // SAFETY: `ptr..ptr+bytes` is a live allocation owned by `buffer`, unregistered in
         // `Drop` before it is deallocated.
-        unsafe {
+        device.run("cuMemHostRegister_v2", || unsafe {
             sys::cuMemHostRegister_v2(ptr.as_ptr().cast(), bytes, sys::CU_MEMHOSTREGISTER_PORTABLE)
-        }
-        .check("cuMemHostRegister_v2")?;
+        })?;
         Ok(buffer)
     }
 
     fn layout(bytes: usize) -> Result<Layout, DriverError> {
         Layout::from_size_align(bytes, PAGE).map_err(|_| host_oom(bytes))
-    }
-
-    fn dealloc(ptr: NonNull<u8>, bytes: usize) {
-        if let Ok(layout) = Self::layout(bytes) {
-            // SAFETY: `ptr` was allocated by `alloc_zeroed` with this very layout.
-            unsafe { std::alloc::dealloc(ptr.as_ptr(), layout) };
-        }
     }
 
     /// Size in bytes.
@@ -189,18 +174,19 @@ impl Drop for PinnedHostBuffer {
             },
             Err(e) => tracing::warn!(%e, "pinned host memory could not be unregistered"),
         }
-        Self::dealloc(self.ptr, self.len);
+        if let Ok(layout) = Self::layout(self.len) {
+            // SAFETY: `ptr` was allocated by `alloc_zeroed` with this very layout.
+            unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) };
+        }
     }
 }
 
 fn host_oom(bytes: usize) -> DriverError {
-    DriverError::from_code(
+    DriverError::described(
         "PinnedHostBuffer::new",
-        sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY as u32,
+        sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+        format!("cannot allocate {bytes} bytes of host memory to pin"),
     )
-    .with_description(format!(
-        "cannot allocate {bytes} bytes of host memory to pin"
-    ))
 }
 
 /// Device memory from the device's stream-ordered pool (`cuMemAllocAsync`), freed on drop
@@ -217,11 +203,11 @@ impl StreamOrderedAlloc {
     /// Allocates `bytes` (at least 1) ordered on `stream`: the memory may be used by work
     /// queued on `stream` after this call.
     pub(crate) fn new(stream: &Arc<super::Stream>, bytes: usize) -> Result<Self, DriverError> {
-        stream.device().enter("cuMemAllocAsync")?;
         let mut ptr: sys::CUdeviceptr = 0;
         // SAFETY: the context is current and `stream` is live; `ptr` is a valid out pointer.
-        unsafe { sys::cuMemAllocAsync(&mut ptr, bytes.max(1), stream.raw()) }
-            .check("cuMemAllocAsync")?;
+        stream.device().run("cuMemAllocAsync", || unsafe {
+            sys::cuMemAllocAsync(&mut ptr, bytes.max(1), stream.raw())
+        })?;
         Ok(Self {
             stream: Arc::clone(stream),
             ptr,
@@ -236,11 +222,11 @@ impl StreamOrderedAlloc {
         device: &Arc<Device>,
         bytes: u64,
     ) -> Result<(), DriverError> {
-        device.bind()?;
         let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
         // SAFETY: `pool` is a valid out pointer; the device handle is valid.
-        unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, device.raw()) }
-            .check("cuDeviceGetDefaultMemPool")?;
+        device.run("cuDeviceGetDefaultMemPool", || unsafe {
+            sys::cuDeviceGetDefaultMemPool(&mut pool, device.raw())
+        })?;
         let mut value: u64 = bytes;
         // SAFETY: the release threshold attribute takes a pointer to a `cuuint64_t`.
         unsafe {
@@ -264,8 +250,8 @@ impl Drop for StreamOrderedAlloc {
         let device = self.stream.device();
         // SAFETY: `ptr` came from `cuMemAllocAsync` in this context and is freed once: here,
         // or by `free_device_memory` below when the ordered free fails.
-        let freed = device.enter("cuMemFreeAsync").and_then(|()| {
-            unsafe { sys::cuMemFreeAsync(self.ptr, self.stream.raw()) }.check("cuMemFreeAsync")
+        let freed = device.run("cuMemFreeAsync", || unsafe {
+            sys::cuMemFreeAsync(self.ptr, self.stream.raw())
         });
         if let Err(error) = freed {
             tracing::warn!(%error, "returning stream-ordered memory failed");
@@ -339,14 +325,14 @@ impl StagingBuffer {
             self.restart()?;
         }
         if len > self.remaining() {
-            return Err(DriverError::from_code(
+            return Err(DriverError::described(
                 "StagingBuffer",
-                sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32,
-            )
-            .with_description(format!(
-                "a {len}-byte copy does not fit the {} bytes left in the staging buffer",
-                self.remaining()
-            )));
+                sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+                format!(
+                    "a {len}-byte copy does not fit the {} bytes left in the staging buffer",
+                    self.remaining()
+                ),
+            ));
         }
         self.stream = raw;
         let offset = self.used;

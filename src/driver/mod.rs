@@ -35,66 +35,25 @@ pub use stream::{Event, Stream};
 use cudarc::driver::{result, sys};
 use std::sync::OnceLock;
 
-/// Every libcuda entry point this module calls (directly or through `cudarc::driver::result`).
-/// cudarc resolves symbols lazily and panics on a missing one, so they are all checked once.
-const REQUIRED_SYMBOLS: &[&str] = &[
-    "cuInit",
-    "cuDriverGetVersion",
-    "cuGetErrorName",
-    "cuGetErrorString",
-    "cuDeviceGetCount",
-    "cuDeviceGet",
-    "cuDeviceGetName",
-    "cuDeviceGetAttribute",
-    "cuDeviceTotalMem_v2",
-    "cuDevicePrimaryCtxRetain",
-    "cuDevicePrimaryCtxRelease_v2",
-    "cuCtxSetCurrent",
-    "cuCtxSynchronize",
-    "cuMemGetInfo_v2",
-    "cuMemAlloc_v2",
-    "cuMemFree_v2",
-    "cuMemHostRegister_v2",
-    "cuMemHostUnregister",
-    "cuStreamCreate",
-    "cuStreamDestroy_v2",
-    "cuStreamSynchronize",
-    "cuStreamQuery",
-    "cuMemcpyHtoDAsync_v2",
-    "cuMemcpyDtoHAsync_v2",
-    "cuMemcpyDtoDAsync_v2",
-    "cuMemsetD8Async",
-    "cuMemsetD32Async",
-    "cuLaunchKernel",
-    "cuLaunchCooperativeKernel",
-    "cuOccupancyMaxActiveBlocksPerMultiprocessor",
-    "cuEventCreate",
-    "cuEventRecord",
-    "cuEventQuery",
-    "cuEventSynchronize",
-    "cuEventElapsedTime",
-    "cuEventDestroy_v2",
-    "cuModuleLoadDataEx",
-    "cuModuleLoadData",
-    "cuLinkCreate_v2",
-    "cuLinkAddData_v2",
-    "cuLinkComplete",
-    "cuLinkDestroy",
-    "cuModuleGetFunction",
-    "cuModuleUnload",
-    "cuFuncGetAttribute",
-    "cuFuncSetAttribute",
-    "cuStreamBeginCapture_v2",
-    "cuStreamEndCapture",
-    "cuGraphInstantiateWithFlags",
-    "cuGraphLaunch",
-    "cuGraphDestroy",
-    "cuGraphExecDestroy",
-    "cuMemAllocAsync",
-    "cuMemFreeAsync",
-    "cuDeviceGetDefaultMemPool",
-    "cuMemPoolSetAttribute",
-];
+/// Every libcuda entry point this module calls (directly or through `cudarc::driver::result`),
+/// by subsystem. cudarc resolves symbols lazily and panics on a missing one, so they are all
+/// checked once.
+const REQUIRED_SYMBOLS: &str = "
+    cuInit cuDriverGetVersion cuGetErrorName cuGetErrorString
+    cuDeviceGetCount cuDeviceGet cuDeviceGetName cuDeviceGetAttribute cuDeviceTotalMem_v2
+    cuDevicePrimaryCtxRetain cuDevicePrimaryCtxRelease_v2 cuCtxSetCurrent cuCtxSynchronize
+    cuMemGetInfo_v2 cuMemAlloc_v2 cuMemFree_v2 cuMemHostRegister_v2 cuMemHostUnregister
+    cuStreamCreate cuStreamDestroy_v2 cuStreamSynchronize cuStreamQuery
+    cuMemcpyHtoDAsync_v2 cuMemcpyDtoHAsync_v2 cuMemcpyDtoDAsync_v2 cuMemsetD8Async cuMemsetD32Async
+    cuLaunchKernel cuLaunchCooperativeKernel cuOccupancyMaxActiveBlocksPerMultiprocessor
+    cuEventCreate cuEventRecord cuEventQuery cuEventSynchronize cuEventElapsedTime cuEventDestroy_v2
+    cuModuleLoadDataEx cuModuleLoadData
+    cuLinkCreate_v2 cuLinkAddData_v2 cuLinkComplete cuLinkDestroy
+    cuModuleGetFunction cuModuleUnload cuFuncGetAttribute cuFuncSetAttribute
+    cuStreamBeginCapture_v2 cuStreamEndCapture cuGraphInstantiateWithFlags cuGraphLaunch
+    cuGraphDestroy cuGraphExecDestroy
+    cuMemAllocAsync cuMemFreeAsync cuDeviceGetDefaultMemPool cuMemPoolSetAttribute
+";
 
 /// The names tried for libcuda, in cudarc's order for the usual platforms.
 const LIBCUDA_NAMES: &[&str] = &["libcuda.so", "libcuda.so.1", "nvcuda.dll"];
@@ -124,7 +83,7 @@ fn library_status() -> &'static Result<(), DriverError> {
         let Some(lib) = libcuda() else {
             return Err(DriverError::library_missing());
         };
-        for symbol in REQUIRED_SYMBOLS {
+        for symbol in REQUIRED_SYMBOLS.split_whitespace() {
             // SAFETY: looking a symbol up never calls it; the placeholder fn-pointer type is
             // only used to ask whether the symbol exists, and the symbol is dropped unused.
             if unsafe { lib.get::<unsafe extern "C" fn()>(symbol.as_bytes()) }.is_err() {
@@ -146,32 +105,23 @@ pub fn driver_library_present() -> bool {
     library_status().is_ok()
 }
 
-/// Loads libcuda (checked) and runs `cuInit(0)` once per process, after giving the
-/// driver's PTX JIT cache its defaults ([`JIT_CACHE_DEFAULTS`]).
+/// Loads libcuda (checked) and runs `cuInit(0)` once per process. Before that, it gives the
+/// driver's on-disk PTX JIT cache a 1 GiB limit unless the user set `CUDA_CACHE_MAXSIZE`
+/// (the driver reads its environment at `cuInit`; its built-in limit is small enough that a
+/// few hundred distinct kernels evict each other).
 pub(crate) fn init() -> Result<(), DriverError> {
     static INIT: OnceLock<Result<(), DriverError>> = OnceLock::new();
     library_status().clone()?;
     INIT.get_or_init(|| {
-        apply_jit_cache_defaults();
-        result::init().check("cuInit")
-    })
-    .clone()
-}
-
-/// Defaults for the driver's on-disk PTX JIT cache, applied before the driver reads its
-/// environment (at `cuInit`) and only for variables the user has not set: a user's own
-/// `CUDA_CACHE_*` settings always win. The driver's built-in cache limit is small enough
-/// that a few hundred distinct kernels evict each other; 1 GiB keeps them.
-pub(crate) const JIT_CACHE_DEFAULTS: &[(&str, &str)] = &[("CUDA_CACHE_MAXSIZE", "1073741824")];
-
-fn apply_jit_cache_defaults() {
-    for (name, value) in JIT_CACHE_DEFAULTS {
+        let (name, value) = ("CUDA_CACHE_MAXSIZE", "1073741824");
         if std::env::var_os(name).is_none() {
-            // Runs once, inside `init`, before the first driver call of this crate.
+            // Runs once, before the first driver call of this crate.
             std::env::set_var(name, value);
             tracing::debug!(name, value, "set CUDA JIT cache default");
         }
-    }
+        result::init().check("cuInit")
+    })
+    .clone()
 }
 
 /// Number of CUDA devices visible to this process (`cuInit(0)` then `cuDeviceGetCount`).

@@ -61,17 +61,10 @@ fn entry_signatures(ptx: &str) -> Vec<(String, Arc<[ParamKind]>)> {
             .split(',')
             .map(str::trim)
             .filter(|p| !p.is_empty())
-            .map(|p| {
-                let mut words = p.split_whitespace();
-                match (words.next(), words.next(), words.next(), words.next()) {
-                    (Some(".param"), Some(".u32" | ".s32" | ".b32"), Some(_), None) => {
-                        Some(ParamKind::U32)
-                    }
-                    (Some(".param"), Some(".u64" | ".s64" | ".b64"), Some(_), None) => {
-                        Some(ParamKind::U64)
-                    }
-                    _ => None,
-                }
+            .map(|p| match p.split_whitespace().collect::<Vec<_>>()[..] {
+                [".param", ".u32" | ".s32" | ".b32", _] => Some(ParamKind::U32),
+                [".param", ".u64" | ".s64" | ".b64", _] => Some(ParamKind::U64),
+                _ => None,
             })
             .collect();
         if let Some(params) = params {
@@ -92,45 +85,24 @@ impl Module {
     /// the error ([`DriverError::log`]). PTX containing a NUL byte is rejected without a
     /// driver call.
     pub fn load_ptx(device: &Arc<Device>, ptx: &str) -> Result<Arc<Module>, DriverError> {
-        let image = CString::new(ptx).map_err(|e| {
-            DriverError::invalid_ptx_text(format!(
-                "the PTX text contains a NUL byte at offset {}",
-                e.nul_position()
-            ))
-        })?;
-        device.enter("cuModuleLoadDataEx")?;
-        let mut log = vec![0u8; JIT_LOG_BYTES];
-        let mut options = [
-            sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
-            sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-        ];
-        // The size option's value is the integer itself, cast to a pointer (driver ABI); the
-        // driver overwrites it with the number of bytes written.
-        let mut values: [*mut c_void; 2] = [log.as_mut_ptr().cast(), JIT_LOG_BYTES as *mut c_void];
+        let image = ptx_image(ptx)?;
+        let mut log = JitLog::new();
         let mut raw: sys::CUmodule = std::ptr::null_mut();
         // SAFETY: `image` is a NUL-terminated PTX string; `options`/`values` have 2 entries;
         // the log buffer is writable for `JIT_LOG_BYTES` bytes and outlives the call (the
         // JIT is synchronous). The context is current.
-        let status = unsafe {
-            sys::cuModuleLoadDataEx(
-                &mut raw,
-                image.as_ptr().cast(),
-                options.len() as u32,
-                options.as_mut_ptr(),
-                values.as_mut_ptr(),
-            )
-        };
-        if let Err(e) = status.check("cuModuleLoadDataEx") {
-            let written = (values[1] as usize).min(JIT_LOG_BYTES);
-            let text = &log[..written];
-            let end = text.iter().position(|&b| b == 0).unwrap_or(text.len());
-            return Err(e.with_log(String::from_utf8_lossy(&text[..end]).into_owned()));
-        }
-        Ok(Arc::new(Module {
-            device: Arc::clone(device),
-            raw,
-            entries: entry_signatures(ptx),
-        }))
+        device
+            .run("cuModuleLoadDataEx", || unsafe {
+                sys::cuModuleLoadDataEx(
+                    &mut raw,
+                    image.as_ptr().cast(),
+                    log.options.len() as u32,
+                    log.options.as_mut_ptr(),
+                    log.values.as_mut_ptr(),
+                )
+            })
+            .map_err(|e| log.attach(e))?;
+        Ok(Module::wrap(device, raw, ptx))
     }
 
     /// Loads a cubin (an ELF image the driver's JIT made from `ptx`, see
@@ -146,31 +118,35 @@ impl Module {
                 "the compiled image handed to cuModuleLoadData is not an ELF cubin",
             ));
         }
-        device.enter("cuModuleLoadData")?;
         let mut raw: sys::CUmodule = std::ptr::null_mut();
         // SAFETY: `cubin` is a complete ELF image (checked magic; the driver reads its
         // own size from the ELF headers) that outlives the synchronous call; the context is
         // current.
-        unsafe { sys::cuModuleLoadData(&mut raw, cubin.as_ptr().cast()) }
-            .check("cuModuleLoadData")?;
-        Ok(Arc::new(Module {
+        device.run("cuModuleLoadData", || unsafe {
+            sys::cuModuleLoadData(&mut raw, cubin.as_ptr().cast())
+        })?;
+        Ok(Module::wrap(device, raw, ptx))
+    }
+
+    fn wrap(device: &Arc<Device>, raw: sys::CUmodule, ptx: &str) -> Arc<Module> {
+        Arc::new(Module {
             device: Arc::clone(device),
             raw,
             entries: entry_signatures(ptx),
-        }))
+        })
     }
 
     /// Looks up the kernel `name` (`cuModuleGetFunction`); the [`Function`] keeps the module
     /// loaded.
     pub fn function(self: &Arc<Self>, name: &str) -> Result<Function, DriverError> {
         let c_name = CString::new(name).map_err(|_| {
-            DriverError::from_code(
+            DriverError::described(
                 "cuModuleGetFunction",
-                sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32,
+                sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+                format!("kernel name {name:?} contains a NUL byte"),
             )
-            .with_description(format!("kernel name {name:?} contains a NUL byte"))
         })?;
-        self.enter("cuModuleGetFunction")?;
+        self.device.enter("cuModuleGetFunction")?;
         // SAFETY: `raw` is a live module of the current context.
         let raw = unsafe { result::module::get_function(self.raw, c_name) }.map_err(|e| {
             DriverError::from_cuda("cuModuleGetFunction", e)
@@ -186,16 +162,6 @@ impl Module {
             raw,
             params,
         })
-    }
-
-    /// The device the module is loaded on.
-    pub fn device(&self) -> &Arc<Device> {
-        &self.device
-    }
-
-    #[inline]
-    fn enter(&self, call: &'static str) -> Result<(), DriverError> {
-        self.device.enter(call)
     }
 }
 
@@ -225,11 +191,6 @@ unsafe impl Send for Function {}
 unsafe impl Sync for Function {}
 
 impl Function {
-    /// The module this kernel belongs to.
-    pub fn module(&self) -> &Arc<Module> {
-        &self.module
-    }
-
     pub(crate) fn raw(&self) -> sys::CUfunction {
         self.raw
     }
@@ -240,10 +201,10 @@ impl Function {
     }
 
     fn attribute(&self, attribute: sys::CUfunction_attribute) -> Result<u32, DriverError> {
-        self.module.enter("cuFuncGetAttribute")?;
         // SAFETY: `raw` is a live function of the current context.
-        let value = unsafe { result::function::get_function_attribute(self.raw, attribute) }
-            .check("cuFuncGetAttribute")?;
+        let value = self.module.device.run("cuFuncGetAttribute", || unsafe {
+            result::function::get_function_attribute(self.raw, attribute)
+        })?;
         Ok(u32::try_from(value).unwrap_or(0))
     }
 
@@ -265,30 +226,26 @@ impl Function {
         &self,
         block_threads: u32,
     ) -> Result<u32, DriverError> {
-        self.module
-            .enter("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
         let block = i32::try_from(block_threads).unwrap_or(i32::MAX);
         // SAFETY: `raw` is a live function of the current context.
         let blocks =
-            unsafe { result::occupancy::max_active_block_per_multiprocessor(self.raw, block, 0) }
-                .check("cuOccupancyMaxActiveBlocksPerMultiprocessor")?;
+            self.module
+                .device
+                .run("cuOccupancyMaxActiveBlocksPerMultiprocessor", || unsafe {
+                    result::occupancy::max_active_block_per_multiprocessor(self.raw, block, 0)
+                })?;
         Ok(u32::try_from(blocks).unwrap_or(0))
     }
 
     /// Allows launches with up to `bytes` of dynamic shared memory (needed above 48 KiB, up
     /// to [`DeviceInfo::max_shared_memory_per_block_optin`](super::DeviceInfo)).
     pub fn set_max_dynamic_shared_bytes(&self, bytes: u32) -> Result<(), DriverError> {
-        self.module.enter("cuFuncSetAttribute")?;
         let value = i32::try_from(bytes).unwrap_or(i32::MAX);
+        let attribute = sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
         // SAFETY: `raw` is a live function of the current context.
-        unsafe {
-            result::function::set_function_attribute(
-                self.raw,
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                value,
-            )
-        }
-        .check("cuFuncSetAttribute")
+        self.module.device.run("cuFuncSetAttribute", || unsafe {
+            result::function::set_function_attribute(self.raw, attribute, value)
+        })
     }
 }
 
@@ -311,33 +268,20 @@ impl Drop for LinkState {
 /// exactly as `cuModuleLoadDataEx` does: on the H100 (driver 580.159.04) the PTX of
 /// `../shared/regressions/ptxas-crash-1` crashes the latter at -O3 and compiles here.
 pub fn compile_to_cubin(device: &Arc<Device>, ptx: &str) -> Result<Vec<u8>, DriverError> {
-    let image = CString::new(ptx).map_err(|e| {
-        DriverError::invalid_ptx_text(format!(
-            "the PTX text contains a NUL byte at offset {}",
-            e.nul_position()
-        ))
-    })?;
-    device.enter("cuLinkCreate")?;
-    let mut log = vec![0u8; JIT_LOG_BYTES];
-    let mut options = [
-        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
-        sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-    ];
-    // As in `load_ptx`: the size option's value is the integer itself (driver ABI).
-    let mut values: [*mut c_void; 2] = [log.as_mut_ptr().cast(), JIT_LOG_BYTES as *mut c_void];
+    let image = ptx_image(ptx)?;
+    let mut log = JitLog::new();
     let mut raw: sys::CUlinkState = std::ptr::null_mut();
     // SAFETY: `options`/`values` have 2 entries; the log buffer stays writable for
     // `JIT_LOG_BYTES` bytes until the link state is destroyed (it lives to the end of this
     // function, after `state` is dropped); the context is current.
-    unsafe {
+    device.run("cuLinkCreate", || unsafe {
         sys::cuLinkCreate_v2(
-            options.len() as u32,
-            options.as_mut_ptr(),
-            values.as_mut_ptr(),
+            log.options.len() as u32,
+            log.options.as_mut_ptr(),
+            log.values.as_mut_ptr(),
             &mut raw,
         )
-    }
-    .check("cuLinkCreate")?;
+    })?;
     let state = LinkState(raw);
     let name = c"vyre_kernel.ptx";
     let bytes = image.as_bytes_with_nul();
@@ -363,15 +307,52 @@ pub fn compile_to_cubin(device: &Arc<Device>, ptx: &str) -> Result<Vec<u8>, Driv
     let completed = added.and_then(|()| {
         unsafe { sys::cuLinkComplete(state.0, &mut cubin, &mut size) }.check("cuLinkComplete")
     });
-    if let Err(e) = completed {
-        let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-        return Err(e.with_log(String::from_utf8_lossy(&log[..end]).into_owned()));
-    }
+    completed.map_err(|e| log.attach(e))?;
     // SAFETY: the driver returned `size` readable bytes at `cubin`, owned by `state`,
     // which is still alive here.
     let out = unsafe { std::slice::from_raw_parts(cubin.cast::<u8>(), size) }.to_vec();
     drop(state);
     Ok(out)
+}
+
+/// `ptx` as the NUL-terminated image the driver reads; text with a NUL byte is refused.
+fn ptx_image(ptx: &str) -> Result<CString, DriverError> {
+    CString::new(ptx).map_err(|e| {
+        DriverError::invalid_ptx_text(format!(
+            "the PTX text contains a NUL byte at offset {}",
+            e.nul_position()
+        ))
+    })
+}
+
+/// The JIT options that make the driver write its error log into our buffer.
+struct JitLog {
+    buffer: Vec<u8>,
+    options: [sys::CUjit_option; 2],
+    values: [*mut c_void; 2],
+}
+
+impl JitLog {
+    fn new() -> Self {
+        let mut buffer = vec![0u8; JIT_LOG_BYTES];
+        // The size option's value is the integer itself, cast to a pointer (driver ABI).
+        let values = [buffer.as_mut_ptr().cast(), JIT_LOG_BYTES as *mut c_void];
+        Self {
+            buffer,
+            options: [
+                sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+                sys::CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+            ],
+            values,
+        }
+    }
+
+    /// `error` with the log the driver wrote attached: the buffer starts zeroed, so the log
+    /// ends at its first NUL byte (or fills the buffer).
+    fn attach(&self, error: DriverError) -> DriverError {
+        let text = self.buffer.split(|&b| b == 0).next().unwrap_or_default();
+        error.with_log(String::from_utf8_lossy(text).into_owned())
+    }
 }
 
 #[cfg(test)]

@@ -81,20 +81,16 @@ impl RoundTripBuffer {
                 .checked_add(exchange.download_len)
                 .is_some_and(|end| end <= capacity);
         if !fits {
-            return Err(E::from(
-                DriverError::from_code(
-                    "RoundTripBuffer",
-                    sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32,
-                )
-                .with_description(format!(
+            return Err(E::from(DriverError::described(
+                "RoundTripBuffer",
+                sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+                format!(
                     "a round trip of {} bytes up and {} bytes at {} down does not fit {capacity} pinned bytes",
                     exchange.upload_len, exchange.download_len, exchange.download_at
-                )),
-            ));
+                ),
+            )));
         }
-        let mut enqueued = false;
         let result = (|| -> Result<(), E> {
-            enqueued = true;
             // SAFETY: the range is inside the pinned buffer (checked above) and stays
             // allocated and unmodified until the copy completes: `self` is borrowed mutably
             // until this function returns, and it returns only after the stream is idle
@@ -124,7 +120,7 @@ impl RoundTripBuffer {
             }
             Ok(())
         })();
-        if result.is_err() && enqueued {
+        if result.is_err() {
             // Never hand the buffer back with a copy in flight. If this fails too, the
             // context is faulted and the driver abandons the queued copies.
             if let Err(error) = stream.synchronize() {

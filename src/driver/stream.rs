@@ -29,9 +29,9 @@ fn ready(status: sys::CUresult, call: &'static str) -> Result<bool, DriverError>
 impl Stream {
     /// Creates a stream that does not synchronise with the legacy default stream.
     pub fn new(device: &Arc<Device>) -> Result<Stream, DriverError> {
-        device.enter("cuStreamCreate")?;
-        let raw = result::stream::create(result::stream::StreamKind::NonBlocking)
-            .check("cuStreamCreate")?;
+        let raw = device.run("cuStreamCreate", || {
+            result::stream::create(result::stream::StreamKind::NonBlocking)
+        })?;
         Ok(Stream {
             device: Arc::clone(device),
             raw,
@@ -48,21 +48,30 @@ impl Stream {
         self.raw
     }
 
-    #[inline]
-    pub(super) fn enter(&self, call: &'static str) -> Result<(), DriverError> {
-        self.device.enter(call)
+    /// Runs the copy or memset `call` on this stream's device, or nothing for zero bytes.
+    fn enqueue<R: Check<()>>(
+        &self,
+        call: &'static str,
+        len: usize,
+        f: impl FnOnce() -> R,
+    ) -> Result<(), DriverError> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.device.run(call, f)
     }
 
     /// Blocks until all work queued on the stream is done.
     pub fn synchronize(&self) -> Result<(), DriverError> {
-        self.enter("cuStreamSynchronize")?;
         // SAFETY: `raw` is a live stream of the current context.
-        unsafe { result::stream::synchronize(self.raw) }.check("cuStreamSynchronize")
+        self.device.run("cuStreamSynchronize", || unsafe {
+            result::stream::synchronize(self.raw)
+        })
     }
 
     /// True when all queued work is done (`cuStreamQuery`; `NOT_READY` gives `Ok(false)`).
     pub fn query_idle(&self) -> Result<bool, DriverError> {
-        self.enter("cuStreamQuery")?;
+        self.device.enter("cuStreamQuery")?;
         // SAFETY: `raw` is a live stream of the current context.
         ready(unsafe { sys::cuStreamQuery(self.raw) }, "cuStreamQuery")
     }
@@ -74,14 +83,12 @@ impl Stream {
     /// [`PinnedHostBuffer`](super::PinnedHostBuffer)), the copy is truly asynchronous: do not
     /// modify it before the stream is synchronised. Zero bytes make no driver call.
     pub fn copy_to_device(&self, dst_ptr: u64, src: &[u8]) -> Result<(), DriverError> {
-        if src.is_empty() {
-            return Ok(());
-        }
-        self.enter("cuMemcpyHtoDAsync_v2")?;
         // SAFETY: `src` is valid for reads of its length for the duration of the call, which is
         // all the driver needs for pageable memory (see above). The device range is the
         // caller's responsibility; a bad address is reported by the driver, not host UB.
-        unsafe { result::memcpy_htod_async(dst_ptr, src, self.raw) }.check("cuMemcpyHtoDAsync_v2")
+        self.enqueue("cuMemcpyHtoDAsync_v2", src.len(), || unsafe {
+            result::memcpy_htod_async(dst_ptr, src, self.raw)
+        })
     }
 
     /// Host-to-device copy from `len` bytes at `src`, without staging.
@@ -95,13 +102,10 @@ impl Stream {
         src: *const u8,
         len: usize,
     ) -> Result<(), DriverError> {
-        if len == 0 {
-            return Ok(());
-        }
-        self.enter("cuMemcpyHtoDAsync_v2")?;
         // SAFETY: the caller guarantees `src` stays valid and unmodified until completion.
-        unsafe { sys::cuMemcpyHtoDAsync_v2(dst_ptr, src.cast(), len, self.raw) }
-            .check("cuMemcpyHtoDAsync_v2")
+        self.enqueue("cuMemcpyHtoDAsync_v2", len, || unsafe {
+            sys::cuMemcpyHtoDAsync_v2(dst_ptr, src.cast(), len, self.raw)
+        })
     }
 
     /// Device-to-host copy into `dst`, then waits for the stream, so `dst` holds the data (and
@@ -110,13 +114,13 @@ impl Stream {
         if dst.is_empty() {
             return Ok(());
         }
-        self.enter("cuMemcpyDtoHAsync_v2")?;
         // SAFETY: `dst` is exclusively borrowed until we return. Into pageable memory the
         // driver completes the copy before `cuMemcpyDtoHAsync` returns; into page-locked
         // memory it completes by the stream synchronisation below, and if that reports an
         // error the context is faulted and the driver abandons the pending work.
-        unsafe { result::memcpy_dtoh_async(dst, src_ptr, self.raw) }
-            .check("cuMemcpyDtoHAsync_v2")?;
+        self.enqueue("cuMemcpyDtoHAsync_v2", dst.len(), || unsafe {
+            result::memcpy_dtoh_async(dst, src_ptr, self.raw)
+        })?;
         self.synchronize()
     }
 
@@ -132,13 +136,10 @@ impl Stream {
         len: usize,
         src_ptr: u64,
     ) -> Result<(), DriverError> {
-        if len == 0 {
-            return Ok(());
-        }
-        self.enter("cuMemcpyDtoHAsync_v2")?;
         // SAFETY: the caller guarantees `dst` stays valid and untouched until completion.
-        unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src_ptr, len, self.raw) }
-            .check("cuMemcpyDtoHAsync_v2")
+        self.enqueue("cuMemcpyDtoHAsync_v2", len, || unsafe {
+            sys::cuMemcpyDtoHAsync_v2(dst.cast(), src_ptr, len, self.raw)
+        })
     }
 
     /// Device-to-device copy of `len` bytes, ordered on this stream. Zero bytes make no call.
@@ -148,44 +149,31 @@ impl Stream {
         src_ptr: u64,
         len: usize,
     ) -> Result<(), DriverError> {
-        if len == 0 {
-            return Ok(());
-        }
-        self.enter("cuMemcpyDtoDAsync_v2")?;
         // SAFETY: only device memory is accessed; bad addresses are reported by the driver.
-        unsafe { result::memcpy_dtod_async(dst_ptr, src_ptr, len, self.raw) }
-            .check("cuMemcpyDtoDAsync_v2")
+        self.enqueue("cuMemcpyDtoDAsync_v2", len, || unsafe {
+            result::memcpy_dtod_async(dst_ptr, src_ptr, len, self.raw)
+        })
     }
 
     /// Zero-fills `len` bytes at `dst_ptr` (32-bit stores when address and length allow).
     pub fn memset_zero(&self, dst_ptr: u64, len: usize) -> Result<(), DriverError> {
-        if len == 0 {
-            return Ok(());
-        }
-        if dst_ptr % 4 == 0 && len % 4 == 0 {
-            self.enter("cuMemsetD32Async")?;
-            // SAFETY: only device memory is accessed; bad addresses are reported by the driver.
-            unsafe { sys::cuMemsetD32Async(dst_ptr, 0, len / 4, self.raw) }
-                .check("cuMemsetD32Async")
-        } else {
-            self.enter("cuMemsetD8Async")?;
-            // SAFETY: as above.
-            unsafe { result::memset_d8_async(dst_ptr, 0, len, self.raw) }.check("cuMemsetD8Async")
-        }
+        self.memset_u8(dst_ptr, 0, len)
     }
 
-    /// Fills `len` bytes at `dst_ptr` with `value` (`cuMemsetD8Async`), ordered on this
-    /// stream. Zero bytes make no call.
+    /// Fills `len` bytes at `dst_ptr` with `value`, ordered on this stream: a zero fill of
+    /// whole aligned words with `cuMemsetD32Async`, anything else with `cuMemsetD8Async`.
+    /// Zero bytes make no call.
     pub fn memset_u8(&self, dst_ptr: u64, value: u8, len: usize) -> Result<(), DriverError> {
-        if len == 0 {
-            return Ok(());
+        if value == 0 && dst_ptr % 4 == 0 && len % 4 == 0 {
+            // SAFETY: only device memory is accessed; bad addresses are reported by the driver.
+            return self.enqueue("cuMemsetD32Async", len, || unsafe {
+                sys::cuMemsetD32Async(dst_ptr, 0, len / 4, self.raw)
+            });
         }
-        if value == 0 {
-            return self.memset_zero(dst_ptr, len);
-        }
-        self.enter("cuMemsetD8Async")?;
-        // SAFETY: only device memory is accessed; bad addresses are reported by the driver.
-        unsafe { result::memset_d8_async(dst_ptr, value, len, self.raw) }.check("cuMemsetD8Async")
+        // SAFETY: as above.
+        self.enqueue("cuMemsetD8Async", len, || unsafe {
+            result::memset_d8_async(dst_ptr, value, len, self.raw)
+        })
     }
 
     /// Launch `function` with `args`, which must match the parameters declared in the
@@ -231,7 +219,6 @@ impl Stream {
             "cuLaunchKernel"
         };
         check_args(function, args, call)?;
-        self.enter(call)?;
         // The driver reads each parameter through a pointer to its value.
         let mut values: smallvec::SmallVec<[KernelArg; 24]> = args.iter().copied().collect();
         let mut pointers: smallvec::SmallVec<[*mut c_void; 24]> = values
@@ -246,43 +233,19 @@ impl Stream {
         } else {
             pointers.as_mut_ptr()
         };
-        let ([gx, gy, gz], [bx, by, bz]) = (grid, block);
+        let (f, [gx, gy, gz], [bx, by, bz]) = (function.raw(), grid, block);
+        let extra = std::ptr::null_mut();
         // SAFETY: the function and stream belong to the current context; `pointers` holds
         // one pointer per declared parameter, each to a live value of the declared width
         // (checked against the PTX declaration above), valid for this call. The
         // cooperative form takes no `extra`.
-        let status = unsafe {
+        self.device.run(call, || unsafe {
             if cooperative {
-                sys::cuLaunchCooperativeKernel(
-                    function.raw(),
-                    gx,
-                    gy,
-                    gz,
-                    bx,
-                    by,
-                    bz,
-                    0,
-                    self.raw,
-                    params,
-                )
+                sys::cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, 0, self.raw, params)
             } else {
-                let extra = std::ptr::null_mut();
-                sys::cuLaunchKernel(
-                    function.raw(),
-                    gx,
-                    gy,
-                    gz,
-                    bx,
-                    by,
-                    bz,
-                    0,
-                    self.raw,
-                    params,
-                    extra,
-                )
+                sys::cuLaunchKernel(f, gx, gy, gz, bx, by, bz, 0, self.raw, params, extra)
             }
-        };
-        status.check(call)
+        })
     }
 }
 
@@ -293,10 +256,11 @@ fn check_args(
     call: &'static str,
 ) -> Result<(), DriverError> {
     let mismatch = |what: String| {
-        DriverError::from_code(call, sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32)
-            .with_description(format!(
-                "kernel arguments do not match the PTX entry: {what}"
-            ))
+        DriverError::described(
+            call,
+            sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+            format!("kernel arguments do not match the PTX entry: {what}"),
+        )
     };
     let Some(params) = function.params() else {
         return Err(mismatch(
@@ -354,38 +318,35 @@ impl Event {
     }
 
     fn create(device: &Arc<Device>, flags: u32) -> Result<Event, DriverError> {
-        device.enter("cuEventCreate")?;
         let mut raw: sys::CUevent = std::ptr::null_mut();
         // SAFETY: `raw` is a valid out pointer; the flags are a valid combination.
-        unsafe { sys::cuEventCreate(&mut raw, flags) }.check("cuEventCreate")?;
+        device.run("cuEventCreate", || unsafe {
+            sys::cuEventCreate(&mut raw, flags)
+        })?;
         Ok(Event {
             device: Arc::clone(device),
             raw,
         })
     }
 
-    #[inline]
-    fn enter(&self, call: &'static str) -> Result<(), DriverError> {
-        self.device.enter(call)
-    }
-
     /// Records the event at the current tail of `stream`.
     pub fn record(&self, stream: &Stream) -> Result<(), DriverError> {
-        self.enter("cuEventRecord")?;
         // SAFETY: both handles are live in the current context.
-        unsafe { result::event::record(self.raw, stream.raw) }.check("cuEventRecord")
+        self.device.run("cuEventRecord", || unsafe {
+            result::event::record(self.raw, stream.raw)
+        })
     }
 
     /// True once the recorded work is done (`NOT_READY` gives `Ok(false)`).
     pub fn is_complete(&self) -> Result<bool, DriverError> {
-        self.enter("cuEventQuery")?;
+        self.device.enter("cuEventQuery")?;
         // SAFETY: `raw` is a live event.
         ready(unsafe { sys::cuEventQuery(self.raw) }, "cuEventQuery")
     }
 
     /// Blocks until the recorded work is done.
     pub fn synchronize(&self) -> Result<(), DriverError> {
-        self.enter("cuEventSynchronize")?;
+        self.device.enter("cuEventSynchronize")?;
         self.settle()
     }
 
@@ -400,10 +361,10 @@ impl Event {
     /// Nanoseconds from `start` to `self` (both recorded, completed, and created with
     /// `timing == true`). Resolution is about half a microsecond; negative spans give 0.
     pub fn elapsed_ns_since(&self, start: &Event) -> Result<u64, DriverError> {
-        self.enter("cuEventElapsedTime")?;
         // SAFETY: both events are live in the current context.
-        let ms =
-            unsafe { result::event::elapsed(start.raw, self.raw) }.check("cuEventElapsedTime")?;
+        let ms = self.device.run("cuEventElapsedTime", || unsafe {
+            result::event::elapsed(start.raw, self.raw)
+        })?;
         Ok((f64::from(ms.max(0.0)) * 1.0e6).round() as u64)
     }
 }
