@@ -33,12 +33,13 @@
 //! result the same for any interleaving of the chunks' atomics.
 
 use super::cache::LoadedKernel;
-use super::dispatch::{check_fault, nanos, Prepared, Timing, BINDING_ALIGN};
+use super::dispatch::BINDING_ALIGN;
+use super::dispatch::{check_fault, nanos, shape_outputs, size_outputs, Prepared, Timing};
 use super::launch::{self, LaunchArgs};
 use super::metrics::Metrics;
-use super::plan::{shape_output, starts_zeroed, DispatchPlan};
+use super::plan::{starts_zeroed, DispatchPlan};
 use super::pool::{Block, Pooled, StreamSlot};
-use super::staging::{DeviceToHost, HostToDevice, Lane, QueuedDownload, Workers};
+use super::staging::{join_all, DeviceToHost, HostToDevice, Lane, QueuedDownload, Workers};
 use super::Core;
 use crate::codegen::KernelAbi;
 use crate::driver::{DriverError, Stream};
@@ -266,16 +267,9 @@ impl Core {
         drop(lease);
         let wait_started = Instant::now();
         check_fault(self, code, outputs)?;
-        let abi = &prepared.kernel.abi;
-        for (out, &b) in outputs.iter_mut().zip(&geometry.returned) {
-            shape_output(out, abi.bindings[b].output_byte_range.as_ref());
-        }
-        Ok(Some(Timing {
-            wall_ns: nanos(started),
-            device_ns: None,
-            enqueue_ns: nanos(started),
-            wait_ns: nanos(wait_started),
-        }))
+        shape_outputs(&prepared.kernel.abi, outputs);
+        let enqueue_ns = nanos(started);
+        Ok(Some(Timing::since(started, enqueue_ns, wait_started, None)))
     }
 
     /// A stream and block per pipeline thread, and the accumulator block.
@@ -283,22 +277,12 @@ impl Core {
         let mut streams = Vec::with_capacity(geometry.streams);
         for _ in 0..geometry.streams {
             let slot = self.stream()?;
-            let block = self.pool.take(
-                &self.device,
-                &slot.stream,
-                geometry.block_bytes,
-                &self.metrics,
-            )?;
+            let block = self.pool.take(&slot.stream, geometry.block_bytes)?;
             streams.push((slot, block));
         }
         let accumulators = if geometry.accumulator_bytes > 0 {
             let stream = &streams[0].0.stream;
-            Some(self.pool.take(
-                &self.device,
-                stream,
-                geometry.accumulator_bytes,
-                &self.metrics,
-            )?)
+            Some(self.pool.take(stream, geometry.accumulator_bytes)?)
         } else {
             None
         };
@@ -341,7 +325,7 @@ impl Core {
         };
         let queue =
             Mutex::new(split_outputs(abi, plan, geometry, outputs.as_mut_slice()).into_iter());
-        let results: Vec<Result<u32, DriverError>> = std::thread::scope(|scope| {
+        let results = std::thread::scope(|scope| {
             let handles: Vec<_> = lease
                 .streams
                 .iter()
@@ -350,10 +334,7 @@ impl Core {
                     scope.spawn(move || shared.run_stream(&slot.stream, block.ptr(), queue))
                 })
                 .collect();
-            handles
-                .into_iter()
-                .map(|handle| handle.join().unwrap_or_else(|_| Err(panicked())))
-                .collect()
+            join_all(handles, "chunked dispatch worker", "a pipeline thread")
         });
         let mut code = 0u32;
         for result in results {
@@ -402,8 +383,7 @@ impl Core {
             }
         }
         if !uploads.is_empty() {
-            self.staging
-                .upload_now(&self.device, stream, &uploads, &self.metrics)?;
+            self.staging.upload_now(stream, &uploads)?;
         }
         stream.synchronize()
     }
@@ -431,17 +411,8 @@ impl Core {
         if downloads.is_empty() {
             return Ok(());
         }
-        self.staging
-            .download_now(&self.device, stream, &mut downloads, &self.metrics)
+        self.staging.download_now(stream, &mut downloads)
     }
-}
-
-fn panicked() -> DriverError {
-    DriverError::from_code(
-        "chunked dispatch worker",
-        cudarc::driver::sys::CUresult::CUDA_ERROR_UNKNOWN as u32,
-    )
-    .with_description("a pipeline thread panicked")
 }
 
 /// Cuts `0..total` into chunks of `chunk` invocations, except that the first `streams`
@@ -481,8 +452,7 @@ fn prepare_outputs(
     total: u32,
     outputs: &mut Vec<Vec<u8>>,
 ) {
-    outputs.truncate(returned.len());
-    outputs.resize_with(returned.len(), Vec::new);
+    size_outputs(abi, outputs);
     for (out, &b) in outputs.iter_mut().zip(returned) {
         let len = plan.bindings[b].len;
         if out.len() != len {
@@ -565,41 +535,33 @@ impl Shared<'_> {
         if abi.fault_word {
             stream.memset_zero(fault, 4)?;
         }
-        let mut lane = core.staging.take();
-        let result = (|| {
+        core.staging.with_lane(|lane| {
             let mut queued: Option<QueuedDownload<'o>> = None;
             while let Some(chunk) = queue.lock().ok().and_then(|mut queue| queue.next()) {
-                self.launch_chunk(&mut lane, stream, block, fault, &chunk.invocations)?;
+                self.launch_chunk(lane, stream, block, fault, &chunk.invocations)?;
                 // The previous chunk's results: their copies were queued before this
                 // chunk's upload on the same stream, so they are done or nearly; this
                 // chunk's upload and kernel run while the host copies them out.
                 if let Some(previous) = queued.take() {
-                    core.staging.finish_download(&mut lane, previous)?;
+                    core.staging.finish_download(lane, previous)?;
                 }
-                queued = self.queue_results(&mut lane, stream, block, chunk)?;
+                queued = self.queue_results(lane, stream, block, chunk)?;
             }
             if let Some(previous) = queued.take() {
-                core.staging.finish_download(&mut lane, previous)?;
+                core.staging.finish_download(lane, previous)?;
             }
             let mut word = [0u8; 4];
             if abi.fault_word {
-                core.staging.download(
-                    &mut lane,
-                    &core.device,
-                    stream,
-                    &mut [DeviceToHost {
-                        src: fault,
-                        dst: &mut word,
-                    }],
-                    &core.metrics,
-                    Workers::BySize,
-                )?;
+                let copy = DeviceToHost {
+                    src: fault,
+                    dst: &mut word,
+                };
+                core.staging
+                    .download(lane, stream, &mut [copy], Workers::BySize)?;
             }
             stream.synchronize()?;
             Ok(u32::from_le_bytes(word))
-        })();
-        lane.discard_if(result.is_err());
-        result
+        })
     }
 
     /// Stages one chunk's inputs (zeroing its outputs' ranges) and launches the vector
@@ -642,14 +604,8 @@ impl Shared<'_> {
                 .push(dst.wrapping_sub(range.start as u64 * stride as u64));
         }
         args.fault = abi.fault_word.then_some(fault);
-        core.staging.upload(
-            lane,
-            &core.device,
-            stream,
-            &uploads,
-            &core.metrics,
-            Workers::CallingThread,
-        )?;
+        core.staging
+            .upload(lane, stream, &uploads, Workers::CallingThread)?;
         launch::enqueue_range(stream, self.kernel, &args, range.clone())?;
         Metrics::bump(&core.metrics.launches);
         Ok(())
@@ -680,20 +636,12 @@ impl Shared<'_> {
         if downloads.is_empty() {
             return Ok(None);
         }
-        match core
-            .staging
-            .queue_download(lane, &core.device, stream, downloads, &core.metrics)?
-        {
+        match core.staging.queue_download(lane, stream, downloads)? {
             Ok(download) => Ok(Some(download)),
             Err(mut downloads) => {
-                core.staging.download(
-                    lane,
-                    &core.device,
-                    stream,
-                    &mut downloads,
-                    &core.metrics,
-                    Workers::CallingThread,
-                )?;
+                let workers = Workers::CallingThread;
+                core.staging
+                    .download(lane, stream, &mut downloads, workers)?;
                 Ok(None)
             }
         }

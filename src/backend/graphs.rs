@@ -78,28 +78,8 @@ pub(crate) struct CachedGraph {
     pub(crate) launches: u64,
     /// Programs with grid-wide barriers launched per replay: `[cooperative, split]`.
     pub(crate) grid_sync_launches: [u64; 2],
-    last_used: u64,
-}
-
-impl CachedGraph {
-    pub(crate) fn new(
-        exec: GraphExec,
-        kernels: Vec<Arc<LoadedKernel>>,
-        handles: smallvec::SmallVec<[u64; 8]>,
-        fault: Option<DeviceAlloc>,
-        launches: u64,
-        grid_sync_launches: [u64; 2],
-    ) -> Self {
-        Self {
-            exec,
-            _kernels: kernels,
-            handles,
-            fault,
-            launches,
-            grid_sync_launches,
-            last_used: 0,
-        }
-    }
+    /// The cache's tick when it was last given back (least recently used goes first).
+    pub(crate) last_used: u64,
 }
 
 #[derive(Default)]

@@ -35,8 +35,8 @@ pub(crate) enum GridSyncLaunch {
     Split,
 }
 
-/// Enqueues `launches` back-to-back launches of `kernel` on `stream`, and counts how
-/// programs with grid-wide barriers ran in `metrics`.
+/// Enqueues `launches` back-to-back launches of `kernel` on `stream`, and counts them (and
+/// how programs with grid-wide barriers ran) in `metrics`.
 ///
 /// The caller keeps every address in `args` allocated until the launches complete (it
 /// synchronises `stream`, or an event recorded after them, before releasing memory).
@@ -58,6 +58,7 @@ pub(crate) fn enqueue(
             stream.launch(function, grid, abi.workgroup_size, &kernel_args)?;
         }
         Metrics::add(&metrics.vector_launches, u64::from(launches));
+        Metrics::add(&metrics.launches, u64::from(launches));
         return Ok(());
     }
     let kernel_args = kernel_args(abi.params(), args, &(0..0));
@@ -88,6 +89,7 @@ pub(crate) fn enqueue(
             }
         }
     }
+    Metrics::add(&metrics.launches, u64::from(launches));
     Ok(())
 }
 

@@ -147,67 +147,70 @@ impl CudaOptions {
     /// `VYRE_CUDA_VECTOR_MIN_INVOCATIONS` and `VYRE_CUDA_JIT_HELPER`.
     pub fn from_env() -> Result<Self, CudaError> {
         let mut options = Self::default();
-        let number = |name: &str, text: String| -> Result<u64, CudaError> {
-            text.trim().parse::<u64>().map_err(|_| {
-                CudaError::invalid_input(
-                    format!("{name}={text:?} is not a number"),
-                    format!("set {name} to a non-negative integer, or unset it"),
-                )
+        let number = |name: &str| {
+            env_var(name, "a number", "a non-negative integer", |t| {
+                t.parse::<u64>().ok()
             })
         };
-        if let Ok(text) = std::env::var(DEVICE_ENV) {
-            options.device = number(DEVICE_ENV, text)? as usize;
+        if let Some(device) = number(DEVICE_ENV)? {
+            options.device = device as usize;
         }
         if let Some(helper) = std::env::var_os(JIT_HELPER_ENV).filter(|h| !h.is_empty()) {
             options.jit_helper = Some(PathBuf::from(helper));
         }
-        if let Ok(text) = std::env::var(POOL_ENV) {
-            options.pool = PoolKind::parse(&text).ok_or_else(|| {
-                CudaError::invalid_input(
-                    format!("{POOL_ENV}={text:?} is not a pool kind"),
-                    format!("set {POOL_ENV} to `size-classes` or `stream-ordered`, or unset it"),
-                )
-            })?;
+        let kinds = "`size-classes` or `stream-ordered`";
+        if let Some(pool) = env_var(POOL_ENV, "a pool kind", kinds, PoolKind::parse)? {
+            options.pool = pool;
         }
-        if let Ok(text) = std::env::var(RESIDENT_BUDGET_ENV) {
-            options.resident_budget = Some(number(RESIDENT_BUDGET_ENV, text)?);
+        options.resident_budget = number(RESIDENT_BUDGET_ENV)?.or(options.resident_budget);
+        if let Some(threads) = number(COPY_THREADS_ENV)? {
+            options.copy_threads = threads.max(1) as usize;
         }
-        if let Ok(text) = std::env::var(COPY_THREADS_ENV) {
-            options.copy_threads = number(COPY_THREADS_ENV, text)?.max(1) as usize;
+        let split = |t: &str| match t {
+            "1" => Some(true),
+            "0" | "" => Some(false),
+            _ => None,
+        };
+        let always_split = "1 (always split grid-wide barriers into launches) or 0";
+        if let Some(on) = env_var(SPLIT_GRID_SYNC_ENV, "0 or 1", always_split, split)? {
+            options.split_grid_sync = on;
         }
-        if let Ok(text) = std::env::var(SPLIT_GRID_SYNC_ENV) {
-            options.split_grid_sync = match text.trim() {
-                "1" => true,
-                "0" | "" => false,
-                _ => {
-                    return Err(CudaError::invalid_input(
-                        format!("{SPLIT_GRID_SYNC_ENV}={text:?} is not 0 or 1"),
-                        format!("set {SPLIT_GRID_SYNC_ENV} to 1 (always split grid-wide barriers into launches) or 0, or unset it"),
-                    ))
-                }
-            };
+        if let Some(min) = number(VECTOR_MIN_INVOCATIONS_ENV)? {
+            options.vector_min_invocations = u32::try_from(min).unwrap_or(u32::MAX);
         }
-        if let Ok(text) = std::env::var(VECTOR_MIN_INVOCATIONS_ENV) {
-            options.vector_min_invocations =
-                u32::try_from(number(VECTOR_MIN_INVOCATIONS_ENV, text)?).unwrap_or(u32::MAX);
+        if let Some(bytes) = number(SMALL_DISPATCH_BYTES_ENV)? {
+            options.small_dispatch_bytes = bytes as usize;
         }
-        if let Ok(text) = std::env::var(SMALL_DISPATCH_BYTES_ENV) {
-            options.small_dispatch_bytes = number(SMALL_DISPATCH_BYTES_ENV, text)? as usize;
-        }
-        if let Ok(text) = std::env::var(BLOCKING_WAIT_ENV) {
-            options.blocking_wait = match text.trim() {
-                "1" | "true" => true,
-                "0" | "false" | "" => false,
-                _ => {
-                    return Err(CudaError::invalid_input(
-                        format!("{BLOCKING_WAIT_ENV}={text:?} is not a switch"),
-                        format!("set {BLOCKING_WAIT_ENV} to 1 or 0, or unset it"),
-                    ))
-                }
-            };
+        let switch = |t: &str| match t {
+            "1" | "true" => Some(true),
+            "0" | "false" | "" => Some(false),
+            _ => None,
+        };
+        if let Some(on) = env_var(BLOCKING_WAIT_ENV, "a switch", "1 or 0", switch)? {
+            options.blocking_wait = on;
         }
         Ok(options)
     }
+}
+
+/// Environment variable `name` through `parse` (given the trimmed text); `None` when unset.
+/// A value `parse` rejects is reported as not being `what`, with `expected` as the fix.
+fn env_var<T>(
+    name: &str,
+    what: &str,
+    expected: &str,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Result<Option<T>, CudaError> {
+    let Ok(text) = std::env::var(name) else {
+        return Ok(None);
+    };
+    let parsed = parse(text.trim()).ok_or_else(|| {
+        CudaError::invalid_input(
+            format!("{name}={text:?} is not {what}"),
+            format!("set {name} to {expected}, or unset it"),
+        )
+    })?;
+    Ok(Some(parsed))
 }
 
 const OPEN: u8 = 0;
@@ -255,7 +258,7 @@ pub(crate) struct Core {
     graphs: graphs::GraphCache,
     resident: HandleTable<ResidentBuffer>,
     budget: Arc<Budget>,
-    metrics: Metrics,
+    metrics: Arc<Metrics>,
     /// How programs with grid-wide barriers launch (cooperative only where the device
     /// supports it and the options allow it).
     grid_sync: GridSyncLaunch,
@@ -323,6 +326,8 @@ impl CudaBackend {
             )?;
         }
         tracing::debug!(device = %info.name, %target, ?options, "vyre-cuda backend opened");
+        let metrics = Arc::new(Metrics::default());
+        let staging = StagingConfig::new(options.staging_chunk_bytes, options.copy_threads);
         let core = Core {
             target,
             limits,
@@ -334,16 +339,18 @@ impl CudaBackend {
             }),
             identities: ProgramIdentities::default(),
             streams: Pool::new(64),
-            pool: DevicePool::new(options.pool, transient_idle),
-            staging: Staging::new(StagingConfig::new(
-                options.staging_chunk_bytes,
-                options.copy_threads,
-            )),
+            pool: DevicePool::new(
+                options.pool,
+                transient_idle,
+                Arc::clone(&device),
+                Arc::clone(&metrics),
+            ),
+            staging: Staging::new(staging, Arc::clone(&device), Arc::clone(&metrics)),
             small: small::SmallLanes::new(options.small_dispatch_bytes, options.blocking_wait),
             graphs: graphs::GraphCache::default(),
             resident: HandleTable::new(),
             budget: Arc::new(Budget::new(budget)),
-            metrics: Metrics::default(),
+            metrics,
             grid_sync: if info.cooperative_launch && !options.split_grid_sync {
                 GridSyncLaunch::CooperativeWhereItFits
             } else {
@@ -637,7 +644,7 @@ impl Core {
         // One tiny download allocates a staging lane's first pinned slot and runs the stream.
         let block = self
             .pool
-            .take(&self.device, &slot.stream, 4, &self.metrics)
+            .take(&slot.stream, 4)
             .map_err(|e| self.driver_error(e))?;
         let mut word = [0u8; 4];
         let copy = staging::DeviceToHost {
@@ -647,10 +654,7 @@ impl Core {
         let result = slot
             .stream
             .memset_zero(block.ptr(), 4)
-            .and_then(|()| {
-                self.staging
-                    .download_now(&self.device, &slot.stream, &mut [copy], &self.metrics)
-            })
+            .and_then(|()| self.staging.download_now(&slot.stream, &mut [copy]))
             .and_then(|()| slot.stream.synchronize());
         if let Err(error) = result {
             block.discard();
@@ -857,30 +861,9 @@ impl Core {
                 requested,
                 available,
             })?;
-        let reserved = scopeguard(|| self.budget.release(requested));
-        let (free, _) = self
-            .device
-            .memory_info()
-            .map_err(|e| self.driver_error(e))?;
-        if requested > free {
-            return Err(CudaError::OutOfMemory {
-                requested,
-                available: free,
-            });
-        }
-        let alloc = DeviceAlloc::new(&self.device, byte_len).map_err(|e| {
-            if e.is_out_of_memory() {
-                CudaError::OutOfMemory {
-                    requested,
-                    available: free,
-                }
-            } else {
-                self.driver_error(e)
-            }
-        })?;
-        reserved.disarm();
-        Metrics::bump(&self.metrics.device_allocations);
-        Metrics::add(&self.metrics.device_allocation_bytes, requested);
+        let alloc = self
+            .resident_alloc(requested)
+            .inspect_err(|_| self.budget.release(requested))?;
         let buffer = ResidentBuffer {
             alloc,
             budget: Arc::clone(&self.budget),
@@ -899,6 +882,31 @@ impl Core {
         let handle = self.resident.insert(buffer).map_err(handle_error)?;
         Metrics::bump(&self.metrics.resident_allocations);
         Ok(handle)
+    }
+
+    /// Device memory for a resident buffer, refused with the numbers of an `OutOfMemory`
+    /// when the device has less free.
+    fn resident_alloc(&self, requested: u64) -> Result<DeviceAlloc, CudaError> {
+        let (free, _) = self
+            .device
+            .memory_info()
+            .map_err(|e| self.driver_error(e))?;
+        let out_of_memory = CudaError::OutOfMemory {
+            requested,
+            available: free,
+        };
+        if requested > free {
+            return Err(out_of_memory);
+        }
+        let alloc = DeviceAlloc::new(&self.device, requested as usize).map_err(|e| {
+            if e.is_out_of_memory() {
+                out_of_memory
+            } else {
+                self.driver_error(e)
+            }
+        })?;
+        self.metrics.device_allocation(alloc.len());
+        Ok(alloc)
     }
 
     /// Drops the table's reference; the memory is released once no dispatch uses it.
@@ -936,33 +944,6 @@ const POOL_METRICS: [(&str, &str); 5] = [
 fn handle_error(error: HandleError) -> CudaError {
     let (message, fix) = error.message();
     CudaError::invalid_input(message, fix)
-}
-
-/// Runs `release` on drop unless disarmed.
-struct ScopeGuard<F: FnMut()> {
-    release: F,
-    armed: bool,
-}
-
-impl<F: FnMut()> ScopeGuard<F> {
-    fn disarm(mut self) {
-        self.armed = false;
-    }
-}
-
-impl<F: FnMut()> Drop for ScopeGuard<F> {
-    fn drop(&mut self) {
-        if self.armed {
-            (self.release)();
-        }
-    }
-}
-
-fn scopeguard<F: FnMut()>(release: F) -> ScopeGuard<F> {
-    ScopeGuard {
-        release,
-        armed: true,
-    }
 }
 
 /// The handle of a `Resource::Resident`; anything else is an error.

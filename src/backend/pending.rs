@@ -109,12 +109,10 @@ impl CudaBackend {
         let core = self.core();
         Metrics::bump(&core.metrics().dispatches);
         Metrics::bump(&core.metrics().async_dispatches);
-        let flight = core
-            .start(program, inputs, config, None, false)
-            .map_err(|e| {
-                Metrics::bump(&core.metrics().dispatch_errors);
-                core.classify(e)
-            })?;
+        let flight = core.start(program, inputs, config).map_err(|e| {
+            Metrics::bump(&core.metrics().dispatch_errors);
+            core.classify(e)
+        })?;
         Ok(CudaPendingDispatch {
             core: Arc::clone(core),
             flight: Mutex::new(Some(flight)),

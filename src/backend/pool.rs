@@ -99,15 +99,7 @@ impl<T: Recycle> Pool<T> {
 
     /// The most recently returned idle resource, else a new one from `create`.
     pub(crate) fn take<E>(&self, create: impl FnOnce() -> Result<T, E>) -> Result<Pooled<T>, E> {
-        let idle = self.home.idle.lock().ok().and_then(|mut idle| {
-            let item = idle.items.pop()?;
-            idle.weight -= item.weight().unwrap_or(0);
-            Some(item)
-        });
-        match idle {
-            Some(item) => Ok(self.adopt(item)),
-            None => create().map(|item| self.adopt(item)),
-        }
+        self.take_chosen(|items| items.len().checked_sub(1), create)
     }
 
     /// The idle resource with the smallest `fit` (`None`: does not fit), else `create`'s.
@@ -116,29 +108,36 @@ impl<T: Recycle> Pool<T> {
         fit: impl Fn(&T) -> Option<usize>,
         create: impl FnOnce() -> Result<T, E>,
     ) -> Result<Pooled<T>, E> {
-        let best = self.home.idle.lock().ok().and_then(|mut idle| {
-            let (index, _) = idle
-                .items
-                .iter()
-                .enumerate()
-                .filter_map(|(index, item)| fit(item).map(|key| (index, key)))
-                .min_by_key(|&(_, key)| key)?;
+        let best = |items: &[T]| {
+            let keyed = items.iter().enumerate();
+            let fitting = keyed.filter_map(|(index, item)| fit(item).map(|key| (index, key)));
+            fitting.min_by_key(|&(_, key)| key).map(|(index, _)| index)
+        };
+        self.take_chosen(best, create)
+    }
+
+    /// The idle resource at the index `choose` picks, else a new one from `create` (called
+    /// outside the lock).
+    fn take_chosen<E>(
+        &self,
+        choose: impl FnOnce(&[T]) -> Option<usize>,
+        create: impl FnOnce() -> Result<T, E>,
+    ) -> Result<Pooled<T>, E> {
+        let idle = self.home.idle.lock().ok().and_then(|mut idle| {
+            let index = choose(&idle.items)?;
             let item = idle.items.swap_remove(index);
             idle.weight -= item.weight().unwrap_or(0);
             Some(item)
         });
-        match best {
-            Some(item) => Ok(self.adopt(item)),
-            None => create().map(|item| self.adopt(item)),
-        }
-    }
-
-    fn adopt(&self, item: T) -> Pooled<T> {
+        let item = match idle {
+            Some(item) => item,
+            None => create()?,
+        };
         self.home.in_use.fetch_add(1, Ordering::Relaxed);
-        Pooled {
+        Ok(Pooled {
             item: Some(item),
             home: Arc::clone(&self.home),
-        }
+        })
     }
 
     /// Frees every idle resource; resources returned later are freed too (shutdown).
@@ -265,32 +264,31 @@ pub(crate) type Block = Pooled<Memory>;
 pub(crate) struct DevicePool {
     kind: PoolKind,
     blocks: Pool<Memory>,
+    device: Arc<Device>,
+    metrics: Arc<Metrics>,
 }
 
 impl DevicePool {
     /// Keeps at most `max_idle_bytes` of size-class blocks idle.
-    pub(crate) fn new(kind: PoolKind, max_idle_bytes: usize) -> Self {
+    pub(crate) fn new(
+        kind: PoolKind,
+        max_idle_bytes: usize,
+        device: Arc<Device>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
             kind,
             blocks: Pool::new(max_idle_bytes),
+            device,
+            metrics,
         }
     }
 
     /// At least `bytes` of device memory usable by work queued on `stream` from now on.
-    pub(crate) fn take(
-        &self,
-        device: &Arc<Device>,
-        stream: &Arc<Stream>,
-        bytes: usize,
-        metrics: &Metrics,
-    ) -> Result<Block, DriverError> {
-        let allocated = |size: usize| {
-            Metrics::bump(&metrics.device_allocations);
-            Metrics::add(&metrics.device_allocation_bytes, size as u64);
-        };
+    pub(crate) fn take(&self, stream: &Arc<Stream>, bytes: usize) -> Result<Block, DriverError> {
         if self.kind == PoolKind::StreamOrdered {
             return self.blocks.take(|| {
-                allocated(bytes);
+                self.metrics.device_allocation(bytes);
                 StreamOrderedAlloc::new(stream, bytes).map(Memory::StreamOrdered)
             });
         }
@@ -303,12 +301,12 @@ impl DevicePool {
             || {
                 created = true;
                 let size = bytes.max(MIN_BLOCK).next_power_of_two();
-                allocated(size);
-                DeviceAlloc::new(device, size).map(Memory::Classes)
+                self.metrics.device_allocation(size);
+                DeviceAlloc::new(&self.device, size).map(Memory::Classes)
             },
         )?;
         if !created {
-            Metrics::bump(&metrics.pool_reuses);
+            Metrics::bump(&self.metrics.pool_reuses);
         }
         Ok(block)
     }
@@ -345,6 +343,30 @@ impl StreamSlot {
             end: Event::new(device, true)?,
             done: Event::new(device, false)?,
         })
+    }
+
+    /// Runs `enqueue`, between the timing events on `stream` when `timed`.
+    pub(crate) fn timed<T>(
+        &self,
+        stream: &Stream,
+        timed: bool,
+        enqueue: impl FnOnce() -> Result<T, DriverError>,
+    ) -> Result<T, DriverError> {
+        if timed {
+            self.start.record(stream)?;
+        }
+        let value = enqueue()?;
+        if timed {
+            self.end.record(stream)?;
+        }
+        Ok(value)
+    }
+
+    /// The device time between the timing events (once they completed), when `timed`.
+    pub(crate) fn device_ns(&self, timed: bool) -> Result<Option<u64>, DriverError> {
+        timed
+            .then(|| self.end.elapsed_ns_since(&self.start))
+            .transpose()
     }
 }
 

@@ -16,13 +16,14 @@
 //! hashes nothing and takes three uncontended locks (identity memo, module cache, lanes).
 
 use super::cache::LoadedKernel;
-use super::dispatch::{check_fault, nanos, Prepared, Timing, BINDING_ALIGN};
+use super::dispatch::BINDING_ALIGN;
+use super::dispatch::{check_fault, nanos, shape_outputs, size_outputs, Prepared, Timing};
 use super::launch::{self, LaunchArgs};
 use super::metrics::Metrics;
-use super::plan::{shape_output, starts_zeroed, DispatchPlan};
+use super::plan::{starts_zeroed, DispatchPlan};
 use super::pool::{Pool, PoolCounts, Pooled, Recycle, StreamSlot};
 use super::Core;
-use crate::codegen::FAULT_AREA_BYTES;
+use crate::codegen::{KernelAbi, FAULT_AREA_BYTES};
 use crate::driver::{Device, DeviceAlloc, DriverError, Event, Exchange, RoundTripBuffer, Wait};
 use crate::error::CudaError;
 use std::sync::Arc;
@@ -93,11 +94,9 @@ impl SmallLanes {
     fn take(&self, core: &Core) -> Result<Pooled<SmallLane>, DriverError> {
         self.lanes.take(|| {
             let slot = StreamSlot::new(&core.device, &core.metrics)?;
-            Metrics::bump(&core.metrics.device_allocations);
-            Metrics::add(&core.metrics.device_allocation_bytes, self.capacity as u64);
+            core.metrics.device_allocation(self.capacity);
             let arena = DeviceAlloc::new(&core.device, self.capacity)?;
-            Metrics::bump(&core.metrics.pinned_allocations);
-            Metrics::add(&core.metrics.pinned_allocation_bytes, self.capacity as u64);
+            core.metrics.pinned_allocation(self.capacity);
             let exchange = RoundTripBuffer::new(&core.device, self.capacity)?;
             let blocking = if self.blocking_wait {
                 Some(Event::new_blocking(&core.device)?)
@@ -137,13 +136,14 @@ impl SmallLanes {
     }
 }
 
-/// Where each binding sits in the arena: inputs first, then the returned buffers, then
-/// the fault word, so one download covers everything returned.
-struct Layout {
-    offsets: smallvec::SmallVec<[usize; 8]>,
-    fault: Option<usize>,
-    /// Bytes uploaded (the whole arena in use).
-    total: usize,
+/// Where each binding sits in a dispatch's device memory (the packed path's arena, the
+/// general path's block): inputs first, then the returned buffers, then the fault word, so
+/// one download covers everything returned.
+pub(crate) struct Layout {
+    pub(crate) offsets: smallvec::SmallVec<[usize; 8]>,
+    pub(crate) fault: Option<usize>,
+    /// Bytes in use (uploaded whole on the packed path).
+    pub(crate) total: usize,
     /// Start of the downloaded range (the first returned buffer, or the fault word).
     download_at: usize,
     /// End of the downloaded range.
@@ -151,7 +151,7 @@ struct Layout {
 }
 
 impl Layout {
-    fn new(kernel: &LoadedKernel, plan: &DispatchPlan) -> Self {
+    pub(crate) fn new(kernel: &LoadedKernel, plan: &DispatchPlan) -> Self {
         let abi = &kernel.abi;
         let mut offsets: smallvec::SmallVec<[usize; 8]> =
             smallvec::smallvec![0; abi.bindings.len()];
@@ -191,6 +191,27 @@ impl Layout {
             download_end: fault.map_or(download_end, |at| at + 4),
         }
     }
+
+    /// The launch arguments for this layout at device address `base`.
+    pub(crate) fn args(&self, base: u64, plan: &DispatchPlan) -> LaunchArgs {
+        LaunchArgs {
+            pointers: self.offsets.iter().map(|o| base + *o as u64).collect(),
+            counts: plan.bindings.iter().map(|b| b.elements).collect(),
+            fault: self.fault.map(|o| base + o as u64),
+        }
+    }
+
+    /// `(offset, byte length)` of each returned binding, in output order.
+    pub(crate) fn returned<'a>(
+        &'a self,
+        abi: &'a KernelAbi,
+        plan: &'a DispatchPlan,
+    ) -> impl Iterator<Item = (usize, usize)> + 'a {
+        let bindings = abi.bindings.iter().zip(&plan.bindings).zip(&self.offsets);
+        bindings
+            .filter(|((binding, _), _)| binding.role.is_returned())
+            .map(|((_, bytes), &offset)| (offset, bytes.len))
+    }
 }
 
 /// The host times of one packed round trip.
@@ -228,12 +249,13 @@ impl Core {
             .map_err(|e| self.driver_error(e))
             .and_then(|trip| {
                 unpack(self, &lane, prepared, &layout, outputs)?;
-                Ok(Timing {
-                    wall_ns: nanos(started),
-                    device_ns: trip.device_ns,
-                    enqueue_ns: trip.enqueue_ns,
-                    wait_ns: nanos(trip.wait_started),
-                })
+                let (enqueue_ns, device_ns) = (trip.enqueue_ns, trip.device_ns);
+                Ok(Timing::since(
+                    started,
+                    enqueue_ns,
+                    trip.wait_started,
+                    device_ns,
+                ))
             });
         // A lane whose stream saw a driver error is not pooled.
         lane.discard_if(super::failed_on_device(&result));
@@ -255,11 +277,7 @@ impl Core {
             plan,
         } = prepared;
         let base = lane.arena.ptr();
-        let args = LaunchArgs {
-            pointers: layout.offsets.iter().map(|o| base + *o as u64).collect(),
-            counts: plan.bindings.iter().map(|b| b.elements).collect(),
-            fault: layout.fault.map(|o| base + o as u64),
-        };
+        let args = layout.args(base, plan);
         let exchange = Exchange {
             upload_dst: base,
             upload_len: layout.total,
@@ -284,31 +302,25 @@ impl Core {
             &slot.stream,
             exchange,
             |stream| -> Result<(), DriverError> {
-                if timed {
-                    slot.start.record(stream)?;
-                }
-                launch::enqueue(
-                    stream,
-                    kernel,
-                    plan.grid,
-                    &args,
-                    *launches,
-                    self.grid_sync,
-                    &self.metrics,
-                )?;
-                if timed {
-                    slot.end.record(stream)?;
-                }
+                slot.timed(stream, timed, || {
+                    let mode = self.grid_sync;
+                    launch::enqueue(
+                        stream,
+                        kernel,
+                        plan.grid,
+                        &args,
+                        *launches,
+                        mode,
+                        &self.metrics,
+                    )
+                })?;
                 trip.enqueue_ns = nanos(started);
                 trip.wait_started = Instant::now();
                 Ok(())
             },
             wait,
         )?;
-        if timed {
-            trip.device_ns = Some(slot.end.elapsed_ns_since(&slot.start)?);
-        }
-        Metrics::add(&self.metrics.launches, u64::from(*launches));
+        trip.device_ns = slot.device_ns(timed)?;
         Metrics::bump(&self.metrics.packed_dispatches);
         Metrics::add(&self.metrics.bytes_to_device, exchange.upload_len as u64);
         Metrics::add(&self.metrics.bytes_to_host, exchange.download_len as u64);
@@ -350,27 +362,18 @@ fn unpack(
     layout: &Layout,
     outputs: &mut Vec<Vec<u8>>,
 ) -> Result<(), CudaError> {
-    let Prepared { kernel, plan, .. } = prepared;
-    let abi = &kernel.abi;
+    let abi = &prepared.kernel.abi;
     let packed = lane.exchange.as_slice();
     let word = layout.fault.map_or(0, |at| {
         u32::from_le_bytes([packed[at], packed[at + 1], packed[at + 2], packed[at + 3]])
     });
-    let returned = abi.bindings.iter().filter(|b| b.role.is_returned()).count();
-    outputs.truncate(returned);
-    outputs.resize_with(returned, Vec::new);
+    size_outputs(abi, outputs);
     check_fault(core, word, outputs)?;
-    let returned_bindings = abi
-        .bindings
-        .iter()
-        .zip(&plan.bindings)
-        .zip(&layout.offsets)
-        .filter(|((binding, _), _)| binding.role.is_returned());
-    for (((binding, bytes), offset), out) in returned_bindings.zip(outputs.iter_mut()) {
+    for ((offset, len), out) in layout.returned(abi, &prepared.plan).zip(outputs.iter_mut()) {
         out.clear();
-        out.extend_from_slice(&packed[*offset..*offset + bytes.len]);
-        shape_output(out, binding.output_byte_range.as_ref());
+        out.extend_from_slice(&packed[offset..offset + len]);
     }
+    shape_outputs(abi, outputs);
     Ok(())
 }
 

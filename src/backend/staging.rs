@@ -77,16 +77,10 @@ struct Slot {
 
 impl Slot {
     /// The slot's buffer with a fresh fill (waiting for the previous fill's copies).
-    fn restart(
-        &mut self,
-        device: &Arc<Device>,
-        chunk: usize,
-        metrics: &Metrics,
-    ) -> Result<&mut StagingBuffer, DriverError> {
+    fn restart(&mut self, ctx: &Ctx<'_>) -> Result<&mut StagingBuffer, DriverError> {
         if self.buffer.is_none() {
-            Metrics::bump(&metrics.pinned_allocations);
-            Metrics::add(&metrics.pinned_allocation_bytes, chunk as u64);
-            self.buffer = Some(StagingBuffer::new(device, chunk)?);
+            ctx.metrics.pinned_allocation(ctx.chunk);
+            self.buffer = Some(StagingBuffer::new(ctx.device, ctx.chunk)?);
         }
         let buffer = self.buffer.as_mut().expect("allocated above");
         buffer.restart()?;
@@ -99,20 +93,22 @@ impl Slot {
 pub(crate) struct Lane {
     slots: Vec<Slot>,
     /// The slot a one-thread transfer starts in: the one after the slot the previous
-    /// one-thread transfer ended in. A thread that uploads piece after piece (the chunked
-    /// pipeline) then fills one slot while the other's copy to the device is in flight,
-    /// instead of waiting for its own last copy before each new piece.
+    /// one-thread transfer ended in, so a thread uploading piece after piece (the chunked
+    /// pipeline) fills one slot while the other's copy is in flight.
     turn: usize,
 }
 
 impl Recycle for Lane {}
 
-/// The pool of lanes.
+/// The pool of lanes, for one device.
 pub(crate) struct Staging {
     config: StagingConfig,
     lanes: Pool<Lane>,
+    device: Arc<Device>,
+    metrics: Arc<Metrics>,
 }
 
+/// What a transfer's workers share.
 struct Ctx<'a> {
     device: &'a Arc<Device>,
     stream: &'a Stream,
@@ -121,10 +117,21 @@ struct Ctx<'a> {
 }
 
 impl Staging {
-    pub(crate) fn new(config: StagingConfig) -> Self {
+    pub(crate) fn new(config: StagingConfig, device: Arc<Device>, metrics: Arc<Metrics>) -> Self {
         Self {
             config,
             lanes: Pool::new(config.max_idle_lanes),
+            device,
+            metrics,
+        }
+    }
+
+    fn ctx<'a>(&'a self, stream: &'a Stream) -> Ctx<'a> {
+        Ctx {
+            device: &self.device,
+            stream,
+            chunk: self.config.chunk,
+            metrics: &self.metrics,
         }
     }
 
@@ -142,6 +149,17 @@ impl Staging {
             Ok(lane) => lane,
             Err(never) => match never {},
         }
+    }
+
+    /// Runs `transfer` through a lane of its own, discarded if the transfer fails.
+    pub(crate) fn with_lane<R>(
+        &self,
+        transfer: impl FnOnce(&mut Lane) -> Result<R, DriverError>,
+    ) -> Result<R, DriverError> {
+        let mut lane = self.take();
+        let result = transfer(&mut lane);
+        lane.discard_if(result.is_err());
+        result
     }
 
     pub(crate) fn close(&self) {
@@ -162,32 +180,22 @@ impl Staging {
         })
     }
 
-    /// [`Staging::upload`] through a lane of its own (discarded if the upload fails).
+    /// [`Staging::upload`] through a lane of its own.
     pub(crate) fn upload_now(
         &self,
-        device: &Arc<Device>,
         stream: &Stream,
         copies: &[HostToDevice<'_>],
-        metrics: &Metrics,
     ) -> Result<(), DriverError> {
-        let mut lane = self.take();
-        let uploaded = self.upload(&mut lane, device, stream, copies, metrics, Workers::BySize);
-        lane.discard_if(uploaded.is_err());
-        uploaded
+        self.with_lane(|lane| self.upload(lane, stream, copies, Workers::BySize))
     }
 
-    /// [`Staging::download`] through a lane of its own (discarded if the download fails).
+    /// [`Staging::download`] through a lane of its own.
     pub(crate) fn download_now(
         &self,
-        device: &Arc<Device>,
         stream: &Stream,
         copies: &mut [DeviceToHost<'_>],
-        metrics: &Metrics,
     ) -> Result<(), DriverError> {
-        let mut lane = self.take();
-        let downloaded = self.download(&mut lane, device, stream, copies, metrics, Workers::BySize);
-        lane.discard_if(downloaded.is_err());
-        downloaded
+        self.with_lane(|lane| self.download(lane, stream, copies, Workers::BySize))
     }
 
     /// Enqueues `copies` on `stream`. When this returns, the source bytes have been read
@@ -196,21 +204,19 @@ impl Staging {
     pub(crate) fn upload(
         &self,
         lane: &mut Lane,
-        device: &Arc<Device>,
         stream: &Stream,
         copies: &[HostToDevice<'_>],
-        metrics: &Metrics,
         workers: Workers,
     ) -> Result<(), DriverError> {
         let total: usize = copies.iter().map(|c| c.src.len()).sum();
-        Metrics::add(&metrics.bytes_to_device, total as u64);
+        Metrics::add(&self.metrics.bytes_to_device, total as u64);
         if total <= DIRECT_UPLOAD_MAX {
             for copy in copies {
                 stream.copy_to_device(copy.dst, copy.src)?;
             }
             return Ok(());
         }
-        Metrics::add(&metrics.staged_bytes, total as u64);
+        Metrics::add(&self.metrics.staged_bytes, total as u64);
         let chunk = self.config.chunk;
         let pieces: Vec<HostToDevice<'_>> = copies
             .iter()
@@ -224,20 +230,9 @@ impl Staging {
                     })
             })
             .collect();
-        let ctx = Ctx {
-            device,
-            stream,
-            chunk,
-            metrics,
-        };
-        spread(
-            lane,
-            &ctx,
-            pieces,
-            |p| p.src.len(),
-            self.workers(workers, total),
-            upload_worker,
-        )
+        let workers = self.workers(workers, total);
+        let ctx = self.ctx(stream);
+        spread(lane, &ctx, pieces, |p| p.src.len(), workers, upload_worker)
     }
 
     /// Enqueues `copies` on `stream` behind the work already queued there and waits for
@@ -245,31 +240,27 @@ impl Staging {
     pub(crate) fn download(
         &self,
         lane: &mut Lane,
-        device: &Arc<Device>,
         stream: &Stream,
         copies: &mut [DeviceToHost<'_>],
-        metrics: &Metrics,
         workers: Workers,
     ) -> Result<(), DriverError> {
         let total: usize = copies.iter().map(|c| c.dst.len()).sum();
-        Metrics::add(&metrics.bytes_to_host, total as u64);
+        Metrics::add(&self.metrics.bytes_to_host, total as u64);
         if total == 0 {
             return Ok(());
         }
-        let chunk = self.config.chunk;
-        let pieces = cut_downloads(copies.iter_mut().map(|c| (c.src, &mut *c.dst)), chunk);
-        let ctx = Ctx {
-            device,
-            stream,
-            chunk,
-            metrics,
-        };
+        let pieces = cut_downloads(
+            copies.iter_mut().map(|c| (c.src, &mut *c.dst)),
+            self.config.chunk,
+        );
+        let workers = self.workers(workers, total);
+        let ctx = self.ctx(stream);
         spread(
             lane,
             &ctx,
             pieces,
             |p| p.dst.len(),
-            self.workers(workers, total),
+            workers,
             download_worker,
         )
     }
@@ -291,10 +282,8 @@ impl Staging {
     pub(crate) fn queue_download<'d>(
         &self,
         lane: &mut Lane,
-        device: &Arc<Device>,
         stream: &Stream,
         copies: Vec<DeviceToHost<'d>>,
-        metrics: &Metrics,
     ) -> Result<Result<QueuedDownload<'d>, Vec<DeviceToHost<'d>>>, DriverError> {
         let chunk = self.config.chunk;
         let pieces = cut_downloads(copies.into_iter().map(|c| (c.src, c.dst)), chunk);
@@ -313,7 +302,8 @@ impl Staging {
             return Ok(Err(pieces));
         }
         let total: usize = pieces.iter().map(|p| p.dst.len()).sum();
-        Metrics::add(&metrics.bytes_to_host, total as u64);
+        Metrics::add(&self.metrics.bytes_to_host, total as u64);
+        let ctx = self.ctx(stream);
         let mut queued = QueuedDownload {
             waiting: [Vec::new(), Vec::new()],
         };
@@ -322,7 +312,7 @@ impl Staging {
             let lane_slot = &mut lane.slots[QUEUED_SLOTS.start + slot];
             if !restarted[slot] {
                 // Waits for this slot's previous fill (finished before, normally).
-                lane_slot.restart(device, chunk, metrics)?;
+                lane_slot.restart(&ctx)?;
                 restarted[slot] = true;
             }
             let buffer = lane_slot.buffer.as_mut().expect("restarted above");
@@ -338,13 +328,8 @@ impl Staging {
         lane: &mut Lane,
         queued: QueuedDownload<'_>,
     ) -> Result<(), DriverError> {
-        for (slot, waiting) in queued.waiting.into_iter().enumerate() {
-            let Some(buffer) = lane.slots[QUEUED_SLOTS.start + slot].buffer.as_mut() else {
-                continue;
-            };
-            for (at, dst) in waiting {
-                dst.copy_from_slice(buffer.read(at, dst.len())?);
-            }
+        for (slot, mut waiting) in queued.waiting.into_iter().enumerate() {
+            drain(&mut lane.slots[QUEUED_SLOTS.start + slot], &mut waiting)?;
         }
         Ok(())
     }
@@ -383,23 +368,21 @@ pub(crate) enum Workers {
     CallingThread,
 }
 
-fn join_all(
-    handles: Vec<std::thread::ScopedJoinHandle<'_, Result<(), DriverError>>>,
-) -> Result<(), DriverError> {
-    let mut result = Ok(());
-    for handle in handles {
-        let outcome = handle.join().unwrap_or_else(|_| {
-            Err(DriverError::from_code(
-                "staging worker",
-                cudarc::driver::sys::CUresult::CUDA_ERROR_UNKNOWN as u32,
-            )
-            .with_description("a staging worker thread panicked"))
-        });
-        if result.is_ok() {
-            result = outcome;
-        }
-    }
-    result
+/// Joins scoped worker threads, in order; a thread that panicked reports a driver-style
+/// error from `call` saying `what` panicked.
+pub(crate) fn join_all<T>(
+    handles: Vec<std::thread::ScopedJoinHandle<'_, Result<T, DriverError>>>,
+    call: &'static str,
+    what: &str,
+) -> Vec<Result<T, DriverError>> {
+    let panicked = || {
+        let code = cudarc::driver::sys::CUresult::CUDA_ERROR_UNKNOWN as u32;
+        Err(DriverError::from_code(call, code).with_description(format!("{what} panicked")))
+    };
+    let joined = handles.into_iter();
+    joined
+        .map(|h| h.join().unwrap_or_else(|_| panicked()))
+        .collect()
 }
 
 /// Runs `worker` over `pieces`: on the calling thread through the lane's first two slots
@@ -419,7 +402,7 @@ fn spread<T: Send>(
         return Ok(());
     }
     let groups = partition(pieces, len, workers);
-    std::thread::scope(|scope| {
+    let results = std::thread::scope(|scope| {
         let handles: Vec<_> = groups
             .into_iter()
             .zip(lane.slots.chunks_mut(2))
@@ -428,8 +411,9 @@ fn spread<T: Send>(
                 scope.spawn(move || worker(ctx, slots, group, 0).map(drop))
             })
             .collect();
-        join_all(handles)
-    })
+        join_all(handles, "staging worker", "a staging worker thread")
+    });
+    results.into_iter().collect()
 }
 
 /// Splits `items` (in order) into at most `groups` runs of roughly equal bytes.
@@ -449,6 +433,33 @@ fn partition<T>(items: Vec<T>, len: impl Fn(&T) -> usize, groups: usize) -> Vec<
     out
 }
 
+/// The slot a piece of `len` bytes goes into when `slots` are filled in turn from `first`:
+/// the open slot (`open`) while it has room, else the next one, restarted after `reuse`
+/// has emptied it.
+fn slot_for(
+    ctx: &Ctx<'_>,
+    slots: &mut [Slot],
+    open: &mut Option<usize>,
+    first: usize,
+    len: usize,
+    reuse: impl FnOnce(usize, &mut Slot) -> Result<(), DriverError>,
+) -> Result<usize, DriverError> {
+    if let Some(current) = *open {
+        if slots[current]
+            .buffer
+            .as_ref()
+            .is_some_and(|b| b.remaining() >= len)
+        {
+            return Ok(current);
+        }
+    }
+    let next = open.map_or(first, |current| current + 1) % slots.len();
+    reuse(next, &mut slots[next])?;
+    slots[next].restart(ctx)?;
+    *open = Some(next);
+    Ok(next)
+}
+
 /// Copies `pieces` through `slots`, filling them in turn from `first`; returns the index
 /// of the last slot filled.
 fn upload_worker(
@@ -457,25 +468,23 @@ fn upload_worker(
     pieces: Vec<HostToDevice<'_>>,
     first: usize,
 ) -> Result<usize, DriverError> {
-    let mut current = first % slots.len();
-    let mut opened = false;
+    let mut open = None;
     for piece in &pieces {
-        let fits = opened
-            && slots[current]
-                .buffer
-                .as_ref()
-                .is_some_and(|b| b.remaining() >= piece.src.len());
-        if !fits {
-            if opened {
-                current = (current + 1) % slots.len();
-            }
-            slots[current].restart(ctx.device, ctx.chunk, ctx.metrics)?;
-            opened = true;
-        }
-        let buffer = slots[current].buffer.as_mut().expect("restarted above");
+        let current = slot_for(ctx, slots, &mut open, first, piece.src.len(), |_, _| Ok(()))?;
+        let buffer = slots[current].buffer.as_mut().expect("restarted");
         buffer.upload(ctx.stream, piece.src, piece.dst)?;
     }
-    Ok(current)
+    Ok(open.unwrap_or(first % slots.len()))
+}
+
+/// Copies the bytes `entries` wait for out of `slot`'s buffer (waiting for its copies).
+fn drain(slot: &mut Slot, entries: &mut Vec<(usize, &mut [u8])>) -> Result<(), DriverError> {
+    if let Some(buffer) = slot.buffer.as_mut() {
+        for (at, dst) in entries.drain(..) {
+            dst.copy_from_slice(buffer.read(at, dst.len())?);
+        }
+    }
+    Ok(())
 }
 
 /// Copies `pieces` back through `slots`, filling them in turn from `first`, and waits for
@@ -488,37 +497,17 @@ fn download_worker(
 ) -> Result<usize, DriverError> {
     // Destinations waiting for each slot's copies: (offset in the slot, destination).
     let mut waiting: Vec<Vec<(usize, &mut [u8])>> = (0..slots.len()).map(|_| Vec::new()).collect();
-    fn drain(slot: &mut Slot, entries: &mut Vec<(usize, &mut [u8])>) -> Result<(), DriverError> {
-        if let Some(buffer) = slot.buffer.as_mut() {
-            for (at, dst) in entries.drain(..) {
-                let len = dst.len();
-                dst.copy_from_slice(buffer.read(at, len)?);
-            }
-        }
-        Ok(())
-    }
-    let mut current = first % slots.len();
-    let mut opened = false;
+    let mut open = None;
     for piece in pieces {
         let len = piece.dst.len();
-        let fits = opened
-            && slots[current]
-                .buffer
-                .as_ref()
-                .is_some_and(|b| b.remaining() >= len);
-        if !fits {
-            if opened {
-                current = (current + 1) % slots.len();
-            }
-            drain(&mut slots[current], &mut waiting[current])?;
-            slots[current].restart(ctx.device, ctx.chunk, ctx.metrics)?;
-            opened = true;
-        }
-        let buffer = slots[current].buffer.as_mut().expect("restarted above");
+        let reuse = |index: usize, slot: &mut Slot| drain(slot, &mut waiting[index]);
+        let current = slot_for(ctx, slots, &mut open, first, len, reuse)?;
+        let buffer = slots[current].buffer.as_mut().expect("restarted");
         let at = buffer.download(ctx.stream, piece.src, len)?;
         waiting[current].push((at, piece.dst));
     }
     // Drain in the order the slots were filled.
+    let current = open.unwrap_or(first % slots.len());
     for step in 1..=slots.len() {
         let index = (current + step) % slots.len();
         drain(&mut slots[index], &mut waiting[index])?;
