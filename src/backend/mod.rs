@@ -45,7 +45,7 @@ use pool::{DevicePool, Pool, Pooled, StreamSlot};
 use resident::{Budget, HandleError, HandleTable};
 use staging::{Staging, StagingConfig};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use vyre_driver::{DispatchConfig, Resource};
 use vyre_foundation::ir::Program;
@@ -213,9 +213,6 @@ fn env_var<T>(
     Ok(Some(parsed))
 }
 
-const OPEN: u8 = 0;
-const SHUT_DOWN: u8 = 1;
-
 /// States of `Core::cooperative_capture`.
 const CAPTURE_UNTRIED: u8 = 0;
 const CAPTURE_WORKS: u8 = 1;
@@ -269,7 +266,8 @@ pub(crate) struct Core {
     /// Whether cooperative launches work inside a CUDA graph capture on this device:
     /// unknown until the first capture that needs one tries (see `sequence.rs`).
     cooperative_capture: AtomicU8,
-    state: AtomicU8,
+    /// Set by [`CudaBackend::shutdown`].
+    shut_down: AtomicBool,
     /// Set by the first sticky driver error: the context is gone for the whole process.
     lost: Mutex<Option<String>>,
 }
@@ -296,13 +294,6 @@ impl CudaBackend {
     /// Open the device with [`CudaOptions::from_env`].
     pub fn new() -> Result<Self, CudaError> {
         Self::with_options(CudaOptions::from_env()?)
-    }
-
-    /// Open CUDA device `ordinal` (other options from the environment).
-    pub fn with_device(ordinal: usize) -> Result<Self, CudaError> {
-        let mut options = CudaOptions::from_env()?;
-        options.device = ordinal;
-        Self::with_options(options)
     }
 
     /// Open a device with explicit options.
@@ -359,7 +350,7 @@ impl CudaBackend {
             vector_min_invocations: options.vector_min_invocations,
             jit: Arc::new(jit::Jit::new(options.jit_helper, options.device)),
             cooperative_capture: AtomicU8::new(CAPTURE_UNTRIED),
-            state: AtomicU8::new(OPEN),
+            shut_down: AtomicBool::new(false),
             lost: Mutex::new(None),
             device,
         };
@@ -532,20 +523,17 @@ impl Core {
             .lock()
             .map(|p| (p.len(), p.bytes()))
             .unwrap_or((0, 0));
-        snapshot.push(("vyre_cuda_loaded_kernels", self.kernels.loaded() as u64));
-        snapshot.push(("vyre_cuda_ptx_cache_entries", ptx_entries as u64));
-        snapshot.push(("vyre_cuda_ptx_cache_bytes", ptx_bytes as u64));
-        snapshot.push(("vyre_cuda_pool_idle_bytes", self.pool.idle_bytes() as u64));
-        snapshot.push((
-            "vyre_cuda_staging_idle_bytes",
-            self.staging.idle_bytes() as u64,
-        ));
-        snapshot.push((
-            "vyre_cuda_small_lane_idle_bytes",
-            self.small.idle_bytes() as u64,
-        ));
-        snapshot.push(("vyre_cuda_cached_graphs", self.graphs.len() as u64));
-        snapshot.push(("vyre_cuda_idle_streams", self.streams.counts().idle as u64));
+        let gauges = [
+            ("vyre_cuda_loaded_kernels", self.kernels.loaded()),
+            ("vyre_cuda_ptx_cache_entries", ptx_entries),
+            ("vyre_cuda_ptx_cache_bytes", ptx_bytes),
+            ("vyre_cuda_pool_idle_bytes", self.pool.idle_bytes()),
+            ("vyre_cuda_staging_idle_bytes", self.staging.idle_bytes()),
+            ("vyre_cuda_small_lane_idle_bytes", self.small.idle_bytes()),
+            ("vyre_cuda_cached_graphs", self.graphs.len()),
+            ("vyre_cuda_idle_streams", self.streams.counts().idle),
+        ];
+        snapshot.extend(gauges.map(|(name, value)| (name, value as u64)));
         let (lanes, events) = self.small.counts();
         let counts = [
             self.streams.counts(),
@@ -558,9 +546,11 @@ impl Core {
             snapshot.push((in_use, counts.in_use as u64));
             snapshot.push((idle, counts.idle as u64));
         }
-        snapshot.push(("vyre_cuda_resident_buffers", self.resident.live() as u64));
-        snapshot.push(("vyre_cuda_resident_bytes", self.budget.in_use()));
-        snapshot.push(("vyre_cuda_resident_budget_bytes", self.budget.limit()));
+        snapshot.extend([
+            ("vyre_cuda_resident_buffers", self.resident.live() as u64),
+            ("vyre_cuda_resident_bytes", self.budget.in_use()),
+            ("vyre_cuda_resident_budget_bytes", self.budget.limit()),
+        ]);
         snapshot
     }
 
@@ -592,7 +582,7 @@ impl Core {
 
     /// Fails fast once the backend is shut down or its device lost.
     pub(crate) fn usable(&self) -> Result<(), CudaError> {
-        if self.state.load(Ordering::Acquire) == SHUT_DOWN {
+        if self.shut_down.load(Ordering::Acquire) {
             return Err(CudaError::ShutDown);
         }
         match self.lost_cause() {
@@ -601,7 +591,6 @@ impl Core {
         }
     }
 
-    /// Classifies a driver error: a sticky one marks the device lost for good.
     /// A failed module load as the caller sees it.
     fn load_error(&self, error: jit::LoadError) -> CudaError {
         match error {
@@ -616,6 +605,7 @@ impl Core {
         }
     }
 
+    /// Classifies a driver error: a sticky one marks the device lost for good.
     pub(crate) fn driver_error(&self, error: DriverError) -> CudaError {
         if error.is_sticky() {
             Metrics::bump(&self.metrics.sticky_errors);
@@ -672,7 +662,7 @@ impl Core {
     }
 
     fn shutdown(&self) -> Result<(), CudaError> {
-        if self.state.swap(SHUT_DOWN, Ordering::AcqRel) == SHUT_DOWN {
+        if self.shut_down.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
         let synced = if self.lost_cause().is_none() {

@@ -76,6 +76,21 @@ struct Table<T> {
     live: usize,
 }
 
+impl<T> Table<T> {
+    /// Takes slot `index`'s value, if any, and bumps its generation; a slot whose
+    /// generation would wrap is retired instead of freed for reuse.
+    fn retire(&mut self, index: usize) -> Option<Arc<T>> {
+        let slot = &mut self.slots[index];
+        let value = slot.value.take()?;
+        slot.generation += 1;
+        if slot.generation <= GENERATION_MASK {
+            self.free.push(index as u32);
+        }
+        self.live -= 1;
+        Some(value)
+    }
+}
+
 /// Generation-checked handles for one backend instance.
 pub(crate) struct HandleTable<T> {
     tag: u16,
@@ -158,62 +173,43 @@ impl<T> HandleTable<T> {
 
     /// The live value behind `handle`.
     pub(crate) fn get(&self, handle: u64) -> Result<Arc<T>, HandleError> {
-        let (index, generation) = self.unpack(handle)?;
         let table = self.lock();
-        match table.slots.get(index) {
-            None => Err(HandleError::Unknown { handle }),
-            Some(slot) if slot.generation != generation => {
-                if generation > slot.generation {
-                    Err(HandleError::Unknown { handle })
-                } else {
-                    Err(HandleError::Freed { handle })
-                }
-            }
-            Some(slot) => slot.value.clone().ok_or(HandleError::Freed { handle }),
-        }
+        let index = self.find(&table, handle)?;
+        Ok(Arc::clone(
+            table.slots[index].value.as_ref().expect("found live"),
+        ))
     }
 
     /// Removes `handle`'s value (the caller drops it; holders of clones keep it alive).
     pub(crate) fn remove(&self, handle: u64) -> Result<Arc<T>, HandleError> {
-        let (index, generation) = self.unpack(handle)?;
         let mut table = self.lock();
-        let table = &mut *table;
-        let slot = match table.slots.get_mut(index) {
-            None => return Err(HandleError::Unknown { handle }),
-            Some(slot) if slot.generation != generation => {
-                return Err(if generation > slot.generation {
-                    HandleError::Unknown { handle }
-                } else {
-                    HandleError::Freed { handle }
-                })
-            }
-            Some(slot) => slot,
-        };
-        let value = slot.value.take().ok_or(HandleError::Freed { handle })?;
-        slot.generation += 1;
-        if slot.generation <= GENERATION_MASK {
-            table.free.push(index as u32);
-        }
-        table.live -= 1;
-        Ok(value)
+        let index = self.find(&table, handle)?;
+        Ok(table.retire(index).expect("found live"))
     }
 
     /// Removes every value (shutdown); the handles become `Freed`.
     pub(crate) fn drain(&self) -> Vec<Arc<T>> {
         let mut table = self.lock();
-        let table = &mut *table;
-        let mut drained = Vec::with_capacity(table.live);
-        for (index, slot) in table.slots.iter_mut().enumerate() {
-            if let Some(value) = slot.value.take() {
-                drained.push(value);
-                slot.generation += 1;
-                if slot.generation <= GENERATION_MASK {
-                    table.free.push(index as u32);
-                }
-            }
-        }
-        table.live = 0;
+        let drained: Vec<Arc<T>> = (0..table.slots.len())
+            .filter_map(|index| table.retire(index))
+            .collect();
         drained
+    }
+
+    /// The slot index of live handle `handle`.
+    fn find(&self, table: &Table<T>, handle: u64) -> Result<usize, HandleError> {
+        let (index, generation) = self.unpack(handle)?;
+        let slot = table
+            .slots
+            .get(index)
+            .ok_or(HandleError::Unknown { handle })?;
+        if generation > slot.generation {
+            Err(HandleError::Unknown { handle })
+        } else if generation < slot.generation || slot.value.is_none() {
+            Err(HandleError::Freed { handle })
+        } else {
+            Ok(index)
+        }
     }
 
     /// Number of live handles.

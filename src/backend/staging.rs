@@ -27,6 +27,9 @@ use std::sync::Arc;
 /// Uploads this small (in total) go straight from pageable memory.
 pub(crate) const DIRECT_UPLOAD_MAX: usize = 64 * 1024;
 
+/// Lanes kept idle for reuse.
+const MAX_IDLE_LANES: usize = 16;
+
 /// The lane slots a queued download fills ([`Staging::queue_download`]); one-thread
 /// transfers use slots 0 and 1, so a thread can upload while its last download is queued.
 const QUEUED_SLOTS: std::ops::Range<usize> = 2..4;
@@ -50,8 +53,6 @@ pub(crate) struct StagingConfig {
     pub(crate) chunk: usize,
     /// Most worker threads one transfer uses.
     pub(crate) workers: usize,
-    /// Lanes kept idle for reuse.
-    pub(crate) max_idle_lanes: usize,
 }
 
 impl StagingConfig {
@@ -59,7 +60,6 @@ impl StagingConfig {
         Self {
             chunk: chunk.max(64 * 1024),
             workers: workers.clamp(1, 16),
-            max_idle_lanes: 16,
         }
     }
 
@@ -70,22 +70,21 @@ impl StagingConfig {
 }
 
 /// One pinned chunk of a lane, allocated on first use.
-#[derive(Default)]
-struct Slot {
-    buffer: Option<StagingBuffer>,
-}
+type Slot = Option<StagingBuffer>;
 
-impl Slot {
-    /// The slot's buffer with a fresh fill (waiting for the previous fill's copies).
-    fn restart(&mut self, ctx: &Ctx<'_>) -> Result<&mut StagingBuffer, DriverError> {
-        if self.buffer.is_none() {
-            ctx.metrics.pinned_allocation(ctx.chunk);
-            self.buffer = Some(StagingBuffer::new(ctx.device, ctx.chunk)?);
-        }
-        let buffer = self.buffer.as_mut().expect("allocated above");
-        buffer.restart()?;
-        Ok(buffer)
+/// `slot`'s buffer with a fresh fill (after the previous fill's copies completed).
+fn restart<'s>(
+    slot: &'s mut Slot,
+    staging: &Staging,
+) -> Result<&'s mut StagingBuffer, DriverError> {
+    let chunk = staging.config.chunk;
+    if slot.is_none() {
+        staging.metrics.pinned_allocation(chunk);
+        *slot = Some(StagingBuffer::new(&staging.device, chunk)?);
     }
+    let buffer = slot.as_mut().expect("allocated above");
+    buffer.restart()?;
+    Ok(buffer)
 }
 
 /// Pinned slots for one transfer at a time (two per worker). Dropping a lane waits for
@@ -108,47 +107,26 @@ pub(crate) struct Staging {
     metrics: Arc<Metrics>,
 }
 
-/// What a transfer's workers share.
-struct Ctx<'a> {
-    device: &'a Arc<Device>,
-    stream: &'a Stream,
-    chunk: usize,
-    metrics: &'a Metrics,
-}
-
 impl Staging {
     pub(crate) fn new(config: StagingConfig, device: Arc<Device>, metrics: Arc<Metrics>) -> Self {
         Self {
             config,
-            lanes: Pool::new(config.max_idle_lanes),
+            lanes: Pool::new(MAX_IDLE_LANES),
             device,
             metrics,
         }
     }
 
-    fn ctx<'a>(&'a self, stream: &'a Stream) -> Ctx<'a> {
-        Ctx {
-            device: &self.device,
-            stream,
-            chunk: self.config.chunk,
-            metrics: &self.metrics,
-        }
-    }
-
     pub(crate) fn take(&self) -> Pooled<Lane> {
-        let created = self.lanes.take(|| {
+        // At least the queued-download slots; each is pinned on first use only.
+        let slots = (2 * self.config.workers).max(QUEUED_SLOTS.end);
+        let Ok(lane) = self.lanes.take(|| {
             Ok::<_, std::convert::Infallible>(Lane {
-                // At least the queued-download slots; each is pinned on first use only.
-                slots: (0..(2 * self.config.workers).max(QUEUED_SLOTS.end))
-                    .map(|_| Slot::default())
-                    .collect(),
+                slots: (0..slots).map(|_| None).collect(),
                 turn: 0,
             })
         });
-        match created {
-            Ok(lane) => lane,
-            Err(never) => match never {},
-        }
+        lane
     }
 
     /// Runs `transfer` through a lane of its own, discarded if the transfer fails.
@@ -175,7 +153,7 @@ impl Staging {
         self.lanes.idle_sum(|lane| {
             lane.slots
                 .iter()
-                .filter_map(|slot| slot.buffer.as_ref().map(StagingBuffer::capacity))
+                .filter_map(|slot| slot.as_ref().map(StagingBuffer::capacity))
                 .sum()
         })
     }
@@ -231,8 +209,15 @@ impl Staging {
             })
             .collect();
         let workers = self.workers(workers, total);
-        let ctx = self.ctx(stream);
-        spread(lane, &ctx, pieces, |p| p.src.len(), workers, upload_worker)
+        spread(
+            self,
+            lane,
+            stream,
+            pieces,
+            |p| p.src.len(),
+            workers,
+            upload_worker,
+        )
     }
 
     /// Enqueues `copies` on `stream` behind the work already queued there and waits for
@@ -254,10 +239,10 @@ impl Staging {
             self.config.chunk,
         );
         let workers = self.workers(workers, total);
-        let ctx = self.ctx(stream);
         spread(
+            self,
             lane,
-            &ctx,
+            stream,
             pieces,
             |p| p.dst.len(),
             workers,
@@ -303,7 +288,6 @@ impl Staging {
         }
         let total: usize = pieces.iter().map(|p| p.dst.len()).sum();
         Metrics::add(&self.metrics.bytes_to_host, total as u64);
-        let ctx = self.ctx(stream);
         let mut queued = QueuedDownload {
             waiting: [Vec::new(), Vec::new()],
         };
@@ -312,10 +296,10 @@ impl Staging {
             let lane_slot = &mut lane.slots[QUEUED_SLOTS.start + slot];
             if !restarted[slot] {
                 // Waits for this slot's previous fill (finished before, normally).
-                lane_slot.restart(&ctx)?;
+                restart(lane_slot, self)?;
                 restarted[slot] = true;
             }
-            let buffer = lane_slot.buffer.as_mut().expect("restarted above");
+            let buffer = lane_slot.as_mut().expect("restarted above");
             let at = buffer.download(stream, piece.src, piece.dst.len())?;
             queued.waiting[slot].push((at, piece.dst));
         }
@@ -385,19 +369,24 @@ pub(crate) fn join_all<T>(
         .collect()
 }
 
+/// A transfer worker: copies its pieces on `stream` through its slots, filling them in turn
+/// from the given one; returns the index of the last slot filled.
+type Worker<T> = fn(&Staging, &Stream, &mut [Slot], Vec<T>, usize) -> Result<usize, DriverError>;
+
 /// Runs `worker` over `pieces`: on the calling thread through the lane's first two slots
 /// (from the slot after the one its last such transfer ended in), or split over `workers`
 /// threads with two slots each.
 fn spread<T: Send>(
+    staging: &Staging,
     lane: &mut Lane,
-    ctx: &Ctx<'_>,
+    stream: &Stream,
     pieces: Vec<T>,
     len: impl Fn(&T) -> usize,
     workers: usize,
-    worker: impl Fn(&Ctx<'_>, &mut [Slot], Vec<T>, usize) -> Result<usize, DriverError> + Sync,
+    worker: Worker<T>,
 ) -> Result<(), DriverError> {
     if workers == 1 {
-        let last = worker(ctx, &mut lane.slots[..2], pieces, lane.turn)?;
+        let last = worker(staging, stream, &mut lane.slots[..2], pieces, lane.turn)?;
         lane.turn = (last + 1) % 2;
         return Ok(());
     }
@@ -407,8 +396,7 @@ fn spread<T: Send>(
             .into_iter()
             .zip(lane.slots.chunks_mut(2))
             .map(|(group, slots)| {
-                let worker = &worker;
-                scope.spawn(move || worker(ctx, slots, group, 0).map(drop))
+                scope.spawn(move || worker(staging, stream, slots, group, 0).map(drop))
             })
             .collect();
         join_all(handles, "staging worker", "a staging worker thread")
@@ -433,53 +421,56 @@ fn partition<T>(items: Vec<T>, len: impl Fn(&T) -> usize, groups: usize) -> Vec<
     out
 }
 
-/// The slot a piece of `len` bytes goes into when `slots` are filled in turn from `first`:
-/// the open slot (`open`) while it has room, else the next one, restarted after `reuse`
-/// has emptied it.
-fn slot_for(
-    ctx: &Ctx<'_>,
-    slots: &mut [Slot],
+/// The slot a piece of `len` bytes goes into when `slots` are filled in turn from `first`,
+/// and its buffer: the open slot (`open`) while it has room, else the next one, restarted
+/// after `reuse` has emptied it.
+fn slot_for<'s>(
+    staging: &Staging,
+    slots: &'s mut [Slot],
     open: &mut Option<usize>,
     first: usize,
     len: usize,
     reuse: impl FnOnce(usize, &mut Slot) -> Result<(), DriverError>,
-) -> Result<usize, DriverError> {
-    if let Some(current) = *open {
-        if slots[current]
-            .buffer
+) -> Result<(usize, &'s mut StagingBuffer), DriverError> {
+    let fits = |current: usize| {
+        slots[current]
             .as_ref()
             .is_some_and(|b| b.remaining() >= len)
-        {
-            return Ok(current);
+    };
+    let current = match *open {
+        Some(current) if fits(current) => current,
+        _ => {
+            let next = open.map_or(first, |current| current + 1) % slots.len();
+            reuse(next, &mut slots[next])?;
+            restart(&mut slots[next], staging)?;
+            *open = Some(next);
+            next
         }
-    }
-    let next = open.map_or(first, |current| current + 1) % slots.len();
-    reuse(next, &mut slots[next])?;
-    slots[next].restart(ctx)?;
-    *open = Some(next);
-    Ok(next)
+    };
+    Ok((current, slots[current].as_mut().expect("restarted")))
 }
 
 /// Copies `pieces` through `slots`, filling them in turn from `first`; returns the index
 /// of the last slot filled.
 fn upload_worker(
-    ctx: &Ctx<'_>,
+    staging: &Staging,
+    stream: &Stream,
     slots: &mut [Slot],
     pieces: Vec<HostToDevice<'_>>,
     first: usize,
 ) -> Result<usize, DriverError> {
     let mut open = None;
     for piece in &pieces {
-        let current = slot_for(ctx, slots, &mut open, first, piece.src.len(), |_, _| Ok(()))?;
-        let buffer = slots[current].buffer.as_mut().expect("restarted");
-        buffer.upload(ctx.stream, piece.src, piece.dst)?;
+        let len = piece.src.len();
+        let (_, buffer) = slot_for(staging, slots, &mut open, first, len, |_, _| Ok(()))?;
+        buffer.upload(stream, piece.src, piece.dst)?;
     }
     Ok(open.unwrap_or(first % slots.len()))
 }
 
 /// Copies the bytes `entries` wait for out of `slot`'s buffer (waiting for its copies).
 fn drain(slot: &mut Slot, entries: &mut Vec<(usize, &mut [u8])>) -> Result<(), DriverError> {
-    if let Some(buffer) = slot.buffer.as_mut() {
+    if let Some(buffer) = slot.as_mut() {
         for (at, dst) in entries.drain(..) {
             dst.copy_from_slice(buffer.read(at, dst.len())?);
         }
@@ -490,7 +481,8 @@ fn drain(slot: &mut Slot, entries: &mut Vec<(usize, &mut [u8])>) -> Result<(), D
 /// Copies `pieces` back through `slots`, filling them in turn from `first`, and waits for
 /// them; returns the index of the last slot filled.
 fn download_worker(
-    ctx: &Ctx<'_>,
+    staging: &Staging,
+    stream: &Stream,
     slots: &mut [Slot],
     pieces: Vec<DeviceToHost<'_>>,
     first: usize,
@@ -501,9 +493,8 @@ fn download_worker(
     for piece in pieces {
         let len = piece.dst.len();
         let reuse = |index: usize, slot: &mut Slot| drain(slot, &mut waiting[index]);
-        let current = slot_for(ctx, slots, &mut open, first, len, reuse)?;
-        let buffer = slots[current].buffer.as_mut().expect("restarted");
-        let at = buffer.download(ctx.stream, piece.src, len)?;
+        let (current, buffer) = slot_for(staging, slots, &mut open, first, len, reuse)?;
+        let at = buffer.download(stream, piece.src, len)?;
         waiting[current].push((at, piece.dst));
     }
     // Drain in the order the slots were filled.
