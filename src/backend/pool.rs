@@ -1,28 +1,12 @@
-//! Pools: one idle list type ([`Pool`]) and its guard ([`Pooled`]), and the pools built on
-//! it: transient device memory ([`DevicePool`]) and streams ([`StreamSlot`]). Staging lanes,
+//! Pools: one idle list ([`Pool`]) with its guard ([`Pooled`]), and the pools built on it:
+//! transient device memory ([`DevicePool`]) and streams ([`StreamSlot`]); staging lanes,
 //! small-dispatch lanes and blocking wait events use the same [`Pool`].
 //!
-//! A [`Pooled`] guard holds one resource and a handle to its pool; dropping it gives the
-//! resource back (kept idle within the pool's bound, else freed), so every path out of an
-//! executor, error paths included, returns what it took. After a driver error, whose work
-//! may still be queued or whose state is unknown, [`Pooled::discard`] frees the resource
-//! instead of recycling it. Every pool counts its resources in use and idle (telemetry,
-//! `vyre_cuda_<pool>_in_use` / `_idle`).
-//!
-//! Transient device memory (the buffers of one borrowed dispatch, fault words) comes from
-//! one of two sources, chosen once per backend ([`PoolKind`]):
-//!
-//! * [`PoolKind::SizeClasses`] (default): power-of-two blocks kept after a dispatch and
-//!   reused by the next one that fits, bounded by idle bytes. A warm dispatch of a known
-//!   shape makes no driver allocation call at all.
-//! * [`PoolKind::StreamOrdered`]: the driver's stream-ordered pool (`cuMemAllocAsync` /
-//!   `cuMemFreeAsync`) with a raised release threshold, so freed memory stays in the
-//!   driver's pool. Every dispatch still makes two (cheap) driver calls.
-//!
-//! `VYRE_CUDA_POOL=stream-ordered` selects the second (the benchmark compares both).
-//! Size-class blocks are reused by later dispatches on other streams, so they go back only
-//! once the work using them is done: executors drop them after synchronising, and discard
-//! them after a driver error.
+//! Dropping a [`Pooled`] gives the resource back (kept idle within the pool's bound, else
+//! freed), so every path out of an executor, error paths included, returns what it took;
+//! after a driver error, whose work may still be queued, [`Pooled::discard`] frees it
+//! instead. Size-class blocks are reused by later dispatches on other streams, so
+//! executors drop them only once the work using them is done.
 
 use super::metrics::Metrics;
 use crate::driver::{Device, DeviceAlloc, DriverError, Event, Stream, StreamOrderedAlloc};
@@ -216,9 +200,11 @@ impl<T: Recycle> Drop for Pooled<T> {
 /// Which pool serves transient device memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PoolKind {
-    /// Power-of-two blocks reused across dispatches (no driver call when warm).
+    /// Power-of-two blocks reused across dispatches, bounded by idle bytes (a warm
+    /// dispatch of a known shape makes no driver allocation call).
     SizeClasses,
-    /// The driver's stream-ordered pool (`cuMemAllocAsync`).
+    /// The driver's stream-ordered pool (`cuMemAllocAsync`) with a raised release
+    /// threshold: two cheap driver calls per dispatch.
     StreamOrdered,
 }
 

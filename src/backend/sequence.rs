@@ -660,15 +660,12 @@ impl Core {
         };
         Metrics::bump(&self.metrics.graph_captures);
         let launches = steps().map(|s| u64::from(s.launches)).sum::<u64>();
-        let mut kernels: Vec<Arc<LoadedKernel>> = Vec::new();
-        for step in prefix.iter().chain(repeated.iter()) {
-            if !kernels.iter().any(|k| Arc::ptr_eq(k, &step.kernel)) {
-                kernels.push(Arc::clone(&step.kernel));
-            }
-        }
+        let mut kernels: Vec<_> = prefix.iter().chain(repeated).map(|s| &s.kernel).collect();
+        kernels.sort_by_key(|kernel| Arc::as_ptr(kernel));
+        kernels.dedup_by(|a, b| Arc::ptr_eq(a, b));
         segment.graph = Found::Ready(CachedGraph {
             exec,
-            _kernels: kernels,
+            _kernels: kernels.into_iter().map(Arc::clone).collect(),
             handles: segment.key.handles(),
             fault,
             launches,
@@ -699,7 +696,6 @@ impl Core {
         let mut config = DispatchConfig::default();
         config.grid_override = step.grid_override;
         config.workgroup_override = step.workgroup_override;
-        check_config(&config, self.grid_sync)?;
         let kernel = self.kernel(step.program, &config)?;
         let abi = &kernel.abi;
         let order = binding_order(step.program, abi);

@@ -24,7 +24,9 @@ use super::plan::{starts_zeroed, DispatchPlan};
 use super::pool::{Pool, PoolCounts, Pooled, Recycle, StreamSlot};
 use super::Core;
 use crate::codegen::{KernelAbi, FAULT_AREA_BYTES};
-use crate::driver::{Device, DeviceAlloc, DriverError, Event, Exchange, RoundTripBuffer, Wait};
+use crate::driver::{
+    Device, DeviceAlloc, DriverError, Event, Exchange, RoundTripBuffer, Stream, Wait,
+};
 use crate::error::CudaError;
 use std::sync::Arc;
 use std::time::Instant;
@@ -214,13 +216,6 @@ impl Layout {
     }
 }
 
-/// The host times of one packed round trip.
-struct Trip {
-    enqueue_ns: u64,
-    wait_started: Instant,
-    device_ns: Option<u64>,
-}
-
 impl Core {
     /// Runs a synchronous dispatch on the packed path when the packed path is on and its
     /// arena fits a lane; `None` when it does not (the general path runs it).
@@ -244,25 +239,14 @@ impl Core {
             Err(error) => return Some(Err(self.driver_error(error))),
         };
         pack(&mut lane, prepared, &layout, inputs);
-        let result = self
-            .round_trip(&mut lane, prepared, &layout, timed, started)
-            .map_err(|e| self.driver_error(e))
-            .and_then(|trip| {
-                unpack(self, &lane, prepared, &layout, outputs)?;
-                let (enqueue_ns, device_ns) = (trip.enqueue_ns, trip.device_ns);
-                Ok(Timing::since(
-                    started,
-                    enqueue_ns,
-                    trip.wait_started,
-                    device_ns,
-                ))
-            });
+        let result = self.round_trip(&mut lane, prepared, &layout, timed, started, outputs);
         // A lane whose stream saw a driver error is not pooled.
         lane.discard_if(super::failed_on_device(&result));
         Some(result)
     }
 
-    /// One upload of the packed arena, the launches, one download, one wait.
+    /// One upload of the packed arena, the launches, one download, one wait; then the
+    /// outputs are unpacked.
     fn round_trip(
         &self,
         lane: &mut SmallLane,
@@ -270,7 +254,8 @@ impl Core {
         layout: &Layout,
         timed: bool,
         started: Instant,
-    ) -> Result<Trip, DriverError> {
+        outputs: &mut Vec<Vec<u8>>,
+    ) -> Result<Timing, CudaError> {
         let Prepared {
             launches,
             kernel,
@@ -285,11 +270,7 @@ impl Core {
             download_at: layout.download_at,
             download_len: layout.download_end - layout.download_at,
         };
-        let mut trip = Trip {
-            enqueue_ns: 0,
-            wait_started: started,
-            device_ns: None,
-        };
+        let (mut enqueue_ns, mut wait_started) = (0, started);
         let SmallLane {
             slot,
             exchange: buffer,
@@ -298,33 +279,32 @@ impl Core {
         } = lane;
         let wait = blocking.as_ref().map_or(Wait::Stream, Wait::Event);
         let _span = tracing::trace_span!("vyre_cuda.packed_dispatch", grid = ?plan.grid).entered();
-        buffer.round_trip(
-            &slot.stream,
-            exchange,
-            |stream| -> Result<(), DriverError> {
-                slot.timed(stream, timed, || {
-                    let mode = self.grid_sync;
-                    launch::enqueue(
-                        stream,
-                        kernel,
-                        plan.grid,
-                        &args,
-                        *launches,
-                        mode,
-                        &self.metrics,
-                    )
-                })?;
-                trip.enqueue_ns = nanos(started);
-                trip.wait_started = Instant::now();
-                Ok(())
-            },
-            wait,
-        )?;
-        trip.device_ns = slot.device_ns(timed)?;
+        let enqueue = |stream: &Stream| {
+            slot.timed(stream, timed, || {
+                let mode = self.grid_sync;
+                launch::enqueue(
+                    stream,
+                    kernel,
+                    plan.grid,
+                    &args,
+                    *launches,
+                    mode,
+                    &self.metrics,
+                )
+            })?;
+            enqueue_ns = nanos(started);
+            wait_started = Instant::now();
+            Ok(())
+        };
+        let device_ns = buffer
+            .round_trip(&slot.stream, exchange, enqueue, wait)
+            .and_then(|()| slot.device_ns(timed))
+            .map_err(|e| self.driver_error(e))?;
         Metrics::bump(&self.metrics.packed_dispatches);
         Metrics::add(&self.metrics.bytes_to_device, exchange.upload_len as u64);
         Metrics::add(&self.metrics.bytes_to_host, exchange.download_len as u64);
-        Ok(trip)
+        unpack(self, lane, prepared, layout, outputs)?;
+        Ok(Timing::since(started, enqueue_ns, wait_started, device_ns))
     }
 }
 
