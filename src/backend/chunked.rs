@@ -220,7 +220,7 @@ impl Lease {
     }
 }
 
-/// What every pipeline thread shares.
+/// One chunked dispatch, as every step of it (and every pipeline thread) sees it.
 struct Shared<'a> {
     core: &'a Core,
     kernel: &'a LoadedKernel,
@@ -228,7 +228,7 @@ struct Shared<'a> {
     inputs: &'a [&'a [u8]],
     geometry: &'a Geometry,
     /// Device address of each accumulated binding's whole buffer (0 for the others).
-    accumulators: &'a [u64],
+    accumulators: Vec<u64>,
 }
 
 impl Core {
@@ -302,29 +302,18 @@ impl Core {
         lease: &Lease,
         outputs: &mut Vec<Vec<u8>>,
     ) -> Result<u32, DriverError> {
-        let Prepared { kernel, plan, .. } = prepared;
-        let abi = &kernel.abi;
-        let accumulators = lease.accumulator_pointers(abi, geometry);
-        self.fill_accumulators(lease.first_stream(), abi, plan, inputs, &accumulators)?;
-        Metrics::bump(&self.metrics.chunked_dispatches);
-        prepare_outputs(
-            abi,
-            plan,
-            inputs,
-            &geometry.returned,
-            geometry.total,
-            outputs,
-        );
         let shared = Shared {
             core: self,
-            kernel,
-            plan,
+            kernel: &prepared.kernel,
+            plan: &prepared.plan,
             inputs,
             geometry,
-            accumulators: &accumulators,
+            accumulators: lease.accumulator_pointers(&prepared.kernel.abi, geometry),
         };
-        let queue =
-            Mutex::new(split_outputs(abi, plan, geometry, outputs.as_mut_slice()).into_iter());
+        shared.fill_accumulators(lease.first_stream())?;
+        Metrics::bump(&self.metrics.chunked_dispatches);
+        shared.prepare_outputs(outputs);
+        let queue = Mutex::new(shared.split_outputs(outputs).into_iter());
         let results = std::thread::scope(|scope| {
             let handles: Vec<_> = lease
                 .streams
@@ -345,73 +334,9 @@ impl Core {
         }
         if code == 0 {
             // Every stream has finished; the accumulators hold their final contents.
-            self.read_accumulators(
-                lease.first_stream(),
-                abi,
-                plan,
-                &geometry.returned,
-                &accumulators,
-                outputs,
-            )?;
+            shared.read_accumulators(lease.first_stream(), outputs)?;
         }
         Ok(code)
-    }
-
-    /// Gives each accumulated binding its starting contents (the input's bytes, or zeros
-    /// for a fresh output) and waits, so every pipeline stream sees them.
-    fn fill_accumulators(
-        &self,
-        stream: &Stream,
-        abi: &KernelAbi,
-        plan: &DispatchPlan,
-        inputs: &[&[u8]],
-        accumulators: &[u64],
-    ) -> Result<(), DriverError> {
-        let mut uploads: smallvec::SmallVec<[HostToDevice<'_>; 4]> = smallvec::SmallVec::new();
-        for (b, binding) in abi.bindings.iter().enumerate() {
-            if !binding.accumulated {
-                continue;
-            }
-            let bytes = &plan.bindings[b];
-            match bytes.input {
-                Some(input) => uploads.push(HostToDevice {
-                    dst: accumulators[b],
-                    src: &inputs[input][..bytes.len],
-                }),
-                None if bytes.len > 0 => stream.memset_zero(accumulators[b], bytes.len)?,
-                None => {}
-            }
-        }
-        if !uploads.is_empty() {
-            self.staging.upload_now(stream, &uploads)?;
-        }
-        stream.synchronize()
-    }
-
-    /// Copies the returned accumulated bindings into their outputs (all streams done).
-    fn read_accumulators(
-        &self,
-        stream: &Stream,
-        abi: &KernelAbi,
-        plan: &DispatchPlan,
-        returned: &[usize],
-        accumulators: &[u64],
-        outputs: &mut [Vec<u8>],
-    ) -> Result<(), DriverError> {
-        let mut downloads: smallvec::SmallVec<[DeviceToHost<'_>; 4]> = smallvec::SmallVec::new();
-        for (out, &b) in outputs.iter_mut().zip(returned) {
-            if abi.bindings[b].accumulated {
-                let len = plan.bindings[b].len;
-                downloads.push(DeviceToHost {
-                    src: accumulators[b],
-                    dst: &mut out[..len],
-                });
-            }
-        }
-        if downloads.is_empty() {
-            return Ok(());
-        }
-        self.staging.download_now(stream, &mut downloads)
     }
 }
 
@@ -439,88 +364,120 @@ fn chunk_ranges(total: u32, chunk: u32, streams: usize) -> Vec<Range<u32>> {
     ranges
 }
 
-/// Sizes every returned buffer and fills the bytes no invocation addresses: zero for
-/// outputs, the input's bytes for read-write buffers (accumulated buffers are read back
-/// whole instead). A buffer that must grow is
-/// replaced by a fresh zeroed allocation, whose pages the pipeline threads then touch
-/// in parallel as they copy results in (instead of one thread zero-filling it first).
-fn prepare_outputs(
-    abi: &KernelAbi,
-    plan: &DispatchPlan,
-    inputs: &[&[u8]],
-    returned: &[usize],
-    total: u32,
-    outputs: &mut Vec<Vec<u8>>,
-) {
-    size_outputs(abi, outputs);
-    for (out, &b) in outputs.iter_mut().zip(returned) {
-        let len = plan.bindings[b].len;
-        if out.len() != len {
-            if out.capacity() < len {
-                *out = vec![0u8; len];
-            } else {
-                out.clear();
-                out.resize(len, 0);
+impl Shared<'_> {
+    /// Gives each accumulated binding its starting contents (the input's bytes, or zeros
+    /// for a fresh output) and waits, so every pipeline stream sees them.
+    fn fill_accumulators(&self, stream: &Stream) -> Result<(), DriverError> {
+        let mut uploads: smallvec::SmallVec<[HostToDevice<'_>; 4]> = smallvec::SmallVec::new();
+        for (b, binding) in self.kernel.abi.bindings.iter().enumerate() {
+            if !binding.accumulated {
+                continue;
+            }
+            let bytes = &self.plan.bindings[b];
+            match bytes.input {
+                Some(input) => uploads.push(HostToDevice {
+                    dst: self.accumulators[b],
+                    src: &self.inputs[input][..bytes.len],
+                }),
+                None if bytes.len > 0 => stream.memset_zero(self.accumulators[b], bytes.len)?,
+                None => {}
             }
         }
-        if abi.bindings[b].accumulated {
-            continue;
+        if !uploads.is_empty() {
+            self.core.staging.upload_now(stream, &uploads)?;
         }
-        let covered = covered_bytes(abi, plan, b, total);
-        match plan.bindings[b].input {
-            Some(input) => out[covered..].copy_from_slice(&inputs[input][covered..len]),
-            None => out[covered..].fill(0),
+        stream.synchronize()
+    }
+
+    /// Copies the returned accumulated bindings into their outputs (all streams done).
+    fn read_accumulators(
+        &self,
+        stream: &Stream,
+        outputs: &mut [Vec<u8>],
+    ) -> Result<(), DriverError> {
+        let mut downloads: smallvec::SmallVec<[DeviceToHost<'_>; 4]> = smallvec::SmallVec::new();
+        for (out, &b) in outputs.iter_mut().zip(&self.geometry.returned) {
+            if self.kernel.abi.bindings[b].accumulated {
+                let len = self.plan.bindings[b].len;
+                downloads.push(DeviceToHost {
+                    src: self.accumulators[b],
+                    dst: &mut out[..len],
+                });
+            }
+        }
+        if downloads.is_empty() {
+            return Ok(());
+        }
+        self.core.staging.download_now(stream, &mut downloads)
+    }
+
+    /// Sizes every returned buffer and fills the bytes no invocation addresses: zero for
+    /// outputs, the input's bytes for read-write buffers (accumulated buffers are read back
+    /// whole instead). A buffer that must grow is replaced by a fresh zeroed allocation,
+    /// whose pages the pipeline threads then touch in parallel as they copy results in
+    /// (instead of one thread zero-filling it first).
+    fn prepare_outputs(&self, outputs: &mut Vec<Vec<u8>>) {
+        size_outputs(&self.kernel.abi, outputs);
+        for (out, &b) in outputs.iter_mut().zip(&self.geometry.returned) {
+            let len = self.plan.bindings[b].len;
+            if out.len() != len {
+                if out.capacity() < len {
+                    *out = vec![0u8; len];
+                } else {
+                    out.clear();
+                    out.resize(len, 0);
+                }
+            }
+            if self.kernel.abi.bindings[b].accumulated {
+                continue;
+            }
+            let covered = self.covered_bytes(b);
+            match self.plan.bindings[b].input {
+                Some(input) => out[covered..].copy_from_slice(&self.inputs[input][covered..len]),
+                None => out[covered..].fill(0),
+            }
         }
     }
-}
 
-/// Bytes of binding `b` that some invocation below `total` can address.
-fn covered_bytes(abi: &KernelAbi, plan: &DispatchPlan, b: usize, total: u32) -> usize {
-    if abi.bindings[b].accumulated {
-        // Read back whole after the chunks (`Core::read_accumulators`), never per chunk.
-        return 0;
-    }
-    let stride = abi.bindings[b].element_size as usize;
-    (total as usize * stride).min(plan.bindings[b].len)
-}
-
-/// Cuts each returned buffer's addressed bytes into the chunks' pieces.
-fn split_outputs<'o>(
-    abi: &KernelAbi,
-    plan: &DispatchPlan,
-    geometry: &Geometry,
-    outputs: &'o mut [Vec<u8>],
-) -> Vec<Chunk<'o>> {
-    let Geometry {
-        total,
-        ranges,
-        returned,
-        ..
-    } = geometry;
-    let total = *total;
-    let mut chunks: Vec<Chunk<'o>> = ranges
-        .iter()
-        .map(|range| Chunk {
-            invocations: range.clone(),
-            outputs: Vec::with_capacity(returned.len()),
-        })
-        .collect();
-    for (out, &b) in outputs.iter_mut().zip(returned) {
-        let stride = abi.bindings[b].element_size as usize;
-        let covered = covered_bytes(abi, plan, b, total);
-        let mut rest: &'o mut [u8] = &mut out[..covered];
-        for chunk in &mut chunks {
-            let start = (chunk.invocations.start as usize * stride).min(covered);
-            let end = (chunk.invocations.end as usize * stride).min(covered);
-            let (piece, tail) = std::mem::take(&mut rest).split_at_mut(end - start);
-            chunk.outputs.push(piece);
-            rest = tail;
+    /// Bytes of binding `b` that some invocation of the dispatch can address (none of an
+    /// accumulated binding, which is read back whole after the chunks).
+    fn covered_bytes(&self, b: usize) -> usize {
+        let binding = &self.kernel.abi.bindings[b];
+        if binding.accumulated {
+            return 0;
         }
+        let stride = binding.element_size as usize;
+        (self.geometry.total as usize * stride).min(self.plan.bindings[b].len)
     }
-    chunks
-}
 
-impl Shared<'_> {
+    /// Cuts each returned buffer's addressed bytes into the chunks' pieces.
+    fn split_outputs<'o>(&self, outputs: &'o mut [Vec<u8>]) -> Vec<Chunk<'o>> {
+        let returned = &self.geometry.returned;
+        let mut chunks: Vec<Chunk<'o>> = self
+            .geometry
+            .ranges
+            .iter()
+            .map(|range| Chunk {
+                invocations: range.clone(),
+                outputs: Vec::with_capacity(returned.len()),
+            })
+            .collect();
+        for (out, &b) in outputs.iter_mut().zip(returned) {
+            let stride = self.kernel.abi.bindings[b].element_size as usize;
+            let covered = self.covered_bytes(b);
+            let mut rest: &'o mut [u8] = &mut out[..covered];
+            for chunk in &mut chunks {
+                let start = (chunk.invocations.start as usize * stride).min(covered);
+                let end = (chunk.invocations.end as usize * stride).min(covered);
+                let (piece, tail) = std::mem::take(&mut rest).split_at_mut(end - start);
+                chunk.outputs.push(piece);
+                rest = tail;
+            }
+        }
+        chunks
+    }
+
+    /// One pipeline threadimpl Shared<'_> {
     /// One pipeline thread: takes chunks from `queue` until it is empty, uploading,
     /// launching and reading back each on `stream`; returns the stream's fault word.
     fn run_stream<'o>(
