@@ -243,22 +243,13 @@ impl Budget {
 
     /// Reserves `bytes`, or returns the bytes still available.
     pub(crate) fn reserve(&self, bytes: u64) -> Result<(), u64> {
-        let mut current = self.in_use.load(Ordering::Acquire);
-        loop {
-            let available = self.limit.saturating_sub(current);
-            if bytes > available {
-                return Err(available);
-            }
-            match self.in_use.compare_exchange_weak(
-                current,
-                current + bytes,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return Ok(()),
-                Err(actual) => current = actual,
-            }
-        }
+        let available = |in_use: u64| self.limit.saturating_sub(in_use);
+        self.in_use
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |in_use| {
+                (bytes <= available(in_use)).then_some(in_use + bytes)
+            })
+            .map(drop)
+            .map_err(available)
     }
 
     pub(crate) fn release(&self, bytes: u64) {
