@@ -114,8 +114,7 @@ pub(crate) struct CooperativeEntry {
 }
 
 /// A least-recently-used map bounded by entry count and total bytes (each entry states its
-/// own size). Eviction scans for the oldest entry: caches here hold at most a few thousand
-/// entries, and eviction only happens on a miss, which costs a compile anyway.
+/// own size).
 pub(crate) struct Lru<K, V> {
     map: FxHashMap<K, (V, usize, u64)>,
     tick: u64,
@@ -159,18 +158,11 @@ impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
         }
         let mut evicted = Vec::new();
         while self.map.len() >= self.max_entries || self.bytes + bytes > self.max_bytes {
-            let Some(oldest) = self
-                .map
-                .iter()
-                .min_by_key(|(_, (_, _, used))| *used)
-                .map(|(key, _)| key.clone())
-            else {
+            let Some((old, old_bytes, _)) = evict_oldest(&mut self.map, |e| Some(e.2)) else {
                 break;
             };
-            if let Some((old, old_bytes, _)) = self.map.remove(&oldest) {
-                self.bytes -= old_bytes;
-                evicted.push(old);
-            }
+            self.bytes -= old_bytes;
+            evicted.push(old);
         }
         self.bytes += bytes;
         self.map.insert(key, (value.clone(), bytes, tick));
@@ -189,6 +181,19 @@ impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
         self.map.clear();
         self.bytes = 0;
     }
+}
+
+/// Removes the entry of `map` with the smallest `age` (`None`: the entry is not evictable).
+/// A scan: the caches here hold at most a few thousand entries and evict only on a miss.
+pub(crate) fn evict_oldest<K: Hash + Eq + Clone, V>(
+    map: &mut FxHashMap<K, V>,
+    age: impl Fn(&V) -> Option<u64>,
+) -> Option<V> {
+    let entries = map
+        .iter()
+        .filter_map(|(key, value)| Some((key, age(value)?)));
+    let oldest = entries.min_by_key(|&(_, age)| age)?.0.clone();
+    map.remove(&oldest)
 }
 
 /// Bounds for the two kernel caches.

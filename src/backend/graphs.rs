@@ -14,7 +14,7 @@
 //! back afterwards), so one executable and its fault word never serve two calls at once;
 //! a concurrent call with the same key captures its own.
 
-use super::cache::LoadedKernel;
+use super::cache::{evict_oldest, LoadedKernel};
 use crate::driver::{DeviceAlloc, GraphExec};
 use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
 use std::hash::{Hash, Hasher};
@@ -124,15 +124,9 @@ impl GraphCache {
             return;
         }
         while state.entries.len() >= MAX_CACHED_GRAPHS {
-            let Some(oldest) = state
-                .entries
-                .iter()
-                .min_by_key(|(_, entry)| entry.last_used)
-                .map(|(key, _)| key.clone())
-            else {
+            if evict_oldest(&mut state.entries, |entry| Some(entry.last_used)).is_none() {
                 break;
-            };
-            state.entries.remove(&oldest);
+            }
         }
         state.entries.insert(key, graph);
     }
