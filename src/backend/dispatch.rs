@@ -2,11 +2,10 @@
 //! launch, read back, check the fault word, shape outputs.
 
 use super::cache::LoadedKernel;
-use super::launch::{self, GridSyncLaunch};
+use super::launch::{self, GridSyncLaunch, LaunchArgs};
 use super::metrics::Metrics;
 use super::plan::{shape_output, starts_zeroed, DispatchPlan};
 use super::pool::{Block, Pooled, StreamSlot};
-use super::small::Layout;
 use super::staging::{DeviceToHost, HostToDevice};
 use super::{Core, CudaBackend};
 use crate::codegen::{DeviceFault, KernelAbi, FAULT_AREA_BYTES};
@@ -18,6 +17,9 @@ use vyre_foundation::ir::Program;
 
 /// Each binding starts on a 256-byte boundary inside the dispatch's device block.
 pub(crate) const BINDING_ALIGN: usize = 256;
+
+/// Alignment of the fault word after the data.
+const FAULT_ALIGN: usize = 16;
 
 /// Host and device time of one dispatch.
 #[derive(Debug, Clone, Copy, Default)]
@@ -104,6 +106,84 @@ pub(crate) fn shape_outputs(abi: &KernelAbi, outputs: &mut [Vec<u8>]) {
     let returned = abi.bindings.iter().filter(|b| b.role.is_returned());
     for (binding, out) in returned.zip(outputs) {
         shape_output(out, binding.output_byte_range.as_ref());
+    }
+}
+
+/// Where each binding sits in a dispatch's device memory (the packed path's arena, the
+/// general path's block): inputs first, then the returned buffers, then the fault word, so
+/// one download covers everything returned.
+pub(crate) struct Layout {
+    pub(crate) offsets: smallvec::SmallVec<[usize; 8]>,
+    pub(crate) fault: Option<usize>,
+    /// Bytes in use (uploaded whole on the packed path).
+    pub(crate) total: usize,
+    /// Start of the downloaded range (the first returned buffer, or the fault word).
+    pub(crate) download_at: usize,
+    /// End of the downloaded range.
+    pub(crate) download_end: usize,
+}
+
+impl Layout {
+    pub(crate) fn new(kernel: &LoadedKernel, plan: &DispatchPlan) -> Self {
+        let abi = &kernel.abi;
+        let mut offsets: smallvec::SmallVec<[usize; 8]> =
+            smallvec::smallvec![0; abi.bindings.len()];
+        let mut next = 0usize;
+        let mut data_end = 0usize;
+        let (mut download_at, mut download_end) = (usize::MAX, 0usize);
+        for returned in [false, true] {
+            for (index, (binding, bytes)) in abi.bindings.iter().zip(&plan.bindings).enumerate() {
+                if binding.role.is_returned() != returned {
+                    continue;
+                }
+                offsets[index] = next;
+                data_end = next + bytes.len;
+                if returned {
+                    download_at = download_at.min(next);
+                    download_end = data_end;
+                }
+                next += bytes.len.next_multiple_of(BINDING_ALIGN);
+            }
+        }
+        // The fault word follows the last byte of data (16-byte aligned), so the upload and
+        // the download end a few bytes after the data.
+        let fault = abi
+            .fault_word
+            .then(|| data_end.next_multiple_of(FAULT_ALIGN));
+        if download_at == usize::MAX {
+            download_at = fault.unwrap_or(data_end);
+            download_end = download_at;
+        }
+        // The fault word and the cooperative entry's grid-barrier words start zeroed.
+        let end = fault.map_or(data_end, |at| at + FAULT_AREA_BYTES);
+        Self {
+            offsets,
+            fault,
+            total: end,
+            download_at,
+            download_end: fault.map_or(download_end, |at| at + 4),
+        }
+    }
+
+    /// The launch arguments for this layout at device address `base`.
+    pub(crate) fn args(&self, base: u64, plan: &DispatchPlan) -> LaunchArgs {
+        LaunchArgs {
+            pointers: self.offsets.iter().map(|o| base + *o as u64).collect(),
+            counts: plan.bindings.iter().map(|b| b.elements).collect(),
+            fault: self.fault.map(|o| base + o as u64),
+        }
+    }
+
+    /// `(offset, byte length)` of each returned binding, in output order.
+    pub(crate) fn returned<'a>(
+        &'a self,
+        abi: &'a KernelAbi,
+        plan: &'a DispatchPlan,
+    ) -> impl Iterator<Item = (usize, usize)> + 'a {
+        let bindings = abi.bindings.iter().zip(&plan.bindings).zip(&self.offsets);
+        bindings
+            .filter(|((binding, _), _)| binding.role.is_returned())
+            .map(|((_, bytes), &offset)| (offset, bytes.len))
     }
 }
 

@@ -15,15 +15,14 @@
 //! then copies the outputs into the caller's buffers. A warm dispatch allocates nothing,
 //! hashes nothing and takes three uncontended locks (identity memo, module cache, lanes).
 
-use super::cache::LoadedKernel;
 use super::dispatch::BINDING_ALIGN;
-use super::dispatch::{check_fault, nanos, shape_outputs, size_outputs, Prepared, Timing};
-use super::launch::{self, LaunchArgs};
+use super::dispatch::{check_fault, nanos, shape_outputs, size_outputs, Layout, Prepared, Timing};
+use super::launch;
 use super::metrics::Metrics;
-use super::plan::{starts_zeroed, DispatchPlan};
+use super::plan::starts_zeroed;
 use super::pool::{Pool, PoolCounts, Pooled, Recycle, StreamSlot};
 use super::Core;
-use crate::codegen::{KernelAbi, FAULT_AREA_BYTES};
+use crate::codegen::FAULT_AREA_BYTES;
 use crate::driver::{
     Device, DeviceAlloc, DriverError, Event, Exchange, RoundTripBuffer, Stream, Wait,
 };
@@ -37,9 +36,6 @@ use std::time::Instant;
 /// general path's time up to a 49 KiB arena and 1.2x from 98 KiB, where packing on the host
 /// and uploading zeroed outputs cost more than a device memset and pageable copies.
 pub(crate) const DEFAULT_SMALL_DISPATCH_BYTES: usize = 64 * 1024;
-
-/// Alignment of the fault word after the data.
-const FAULT_ALIGN: usize = 16;
 
 /// Idle lanes kept for reuse (each holds one arena and one pinned buffer), and idle
 /// blocking wait events.
@@ -135,84 +131,6 @@ impl SmallLanes {
     /// Pinned bytes held by idle lanes.
     pub(crate) fn idle_bytes(&self) -> usize {
         self.lanes.counts().idle * self.capacity
-    }
-}
-
-/// Where each binding sits in a dispatch's device memory (the packed path's arena, the
-/// general path's block): inputs first, then the returned buffers, then the fault word, so
-/// one download covers everything returned.
-pub(crate) struct Layout {
-    pub(crate) offsets: smallvec::SmallVec<[usize; 8]>,
-    pub(crate) fault: Option<usize>,
-    /// Bytes in use (uploaded whole on the packed path).
-    pub(crate) total: usize,
-    /// Start of the downloaded range (the first returned buffer, or the fault word).
-    download_at: usize,
-    /// End of the downloaded range.
-    download_end: usize,
-}
-
-impl Layout {
-    pub(crate) fn new(kernel: &LoadedKernel, plan: &DispatchPlan) -> Self {
-        let abi = &kernel.abi;
-        let mut offsets: smallvec::SmallVec<[usize; 8]> =
-            smallvec::smallvec![0; abi.bindings.len()];
-        let mut next = 0usize;
-        let mut data_end = 0usize;
-        let (mut download_at, mut download_end) = (usize::MAX, 0usize);
-        for returned in [false, true] {
-            for (index, (binding, bytes)) in abi.bindings.iter().zip(&plan.bindings).enumerate() {
-                if binding.role.is_returned() != returned {
-                    continue;
-                }
-                offsets[index] = next;
-                data_end = next + bytes.len;
-                if returned {
-                    download_at = download_at.min(next);
-                    download_end = data_end;
-                }
-                next += bytes.len.next_multiple_of(BINDING_ALIGN);
-            }
-        }
-        // The fault word follows the last byte of data (16-byte aligned), so the upload and
-        // the download end a few bytes after the data.
-        let fault = abi
-            .fault_word
-            .then(|| data_end.next_multiple_of(FAULT_ALIGN));
-        if download_at == usize::MAX {
-            download_at = fault.unwrap_or(data_end);
-            download_end = download_at;
-        }
-        // The fault word and the cooperative entry's grid-barrier words start zeroed.
-        let end = fault.map_or(data_end, |at| at + FAULT_AREA_BYTES);
-        Self {
-            offsets,
-            fault,
-            total: end,
-            download_at,
-            download_end: fault.map_or(download_end, |at| at + 4),
-        }
-    }
-
-    /// The launch arguments for this layout at device address `base`.
-    pub(crate) fn args(&self, base: u64, plan: &DispatchPlan) -> LaunchArgs {
-        LaunchArgs {
-            pointers: self.offsets.iter().map(|o| base + *o as u64).collect(),
-            counts: plan.bindings.iter().map(|b| b.elements).collect(),
-            fault: self.fault.map(|o| base + o as u64),
-        }
-    }
-
-    /// `(offset, byte length)` of each returned binding, in output order.
-    pub(crate) fn returned<'a>(
-        &'a self,
-        abi: &'a KernelAbi,
-        plan: &'a DispatchPlan,
-    ) -> impl Iterator<Item = (usize, usize)> + 'a {
-        let bindings = abi.bindings.iter().zip(&plan.bindings).zip(&self.offsets);
-        bindings
-            .filter(|((binding, _), _)| binding.role.is_returned())
-            .map(|((_, bytes), &offset)| (offset, bytes.len))
     }
 }
 
@@ -366,7 +284,8 @@ pub(crate) fn inputs_fit(inputs: &[&[u8]], capacity: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::plan::GridLimits;
+    use crate::backend::cache::LoadedKernel;
+    use crate::backend::plan::{DispatchPlan, GridLimits};
     use crate::codegen::{emit_ptx, PtxTarget};
     use vyre_driver::DispatchConfig;
     use vyre_foundation::ir::{BufferAccess, BufferDecl, DataType, Expr, Node, Program};
