@@ -38,10 +38,6 @@ impl CudaDeviceBuffer {
     pub fn set_label(&mut self, label: impl Into<String>) {
         self.label = Some(label.into());
     }
-
-    fn owned_by(&self, core: &Arc<Core>) -> bool {
-        std::ptr::eq(self.owner.as_ptr(), Arc::as_ptr(core))
-    }
 }
 
 impl Drop for CudaDeviceBuffer {
@@ -103,7 +99,7 @@ impl CudaBackend {
                     "claims backend `cuda` but was not created by vyre-cuda",
                 )
             })?;
-        if !ours.owned_by(self.core()) {
+        if !std::ptr::eq(ours.owner.as_ptr(), Arc::as_ptr(self.core())) {
             return Err(foreign(index, "belongs to another CudaBackend instance"));
         }
         Ok(ours)
