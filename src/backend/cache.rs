@@ -216,7 +216,6 @@ impl Default for CacheLimits {
     }
 }
 
-/// The PTX-source cache and the loaded-module cache.
 pub(crate) struct KernelCache {
     pub(crate) ptx: std::sync::Mutex<Lru<KernelKey, Arc<EmittedKernel>>>,
     pub(crate) modules: std::sync::Mutex<Lru<KernelKey, Arc<LoadedKernel>>>,

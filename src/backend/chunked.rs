@@ -99,7 +99,6 @@ struct Chunk<'o> {
 struct Geometry {
     /// Invocations of the whole dispatch.
     total: u32,
-    /// The chunks' invocation ranges.
     ranges: Vec<Range<u32>>,
     /// Pipeline threads (and streams).
     streams: usize,
@@ -177,7 +176,6 @@ impl Geometry {
         Some(geometry)
     }
 
-    /// Offset of a stream's fault word inside its block.
     fn fault_offset(&self) -> usize {
         self.block_bytes - BINDING_ALIGN
     }

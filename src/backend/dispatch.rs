@@ -119,7 +119,6 @@ pub(crate) struct Layout {
     pub(crate) total: usize,
     /// Start of the downloaded range (the first returned buffer, or the fault word).
     pub(crate) download_at: usize,
-    /// End of the downloaded range.
     pub(crate) download_end: usize,
 }
 

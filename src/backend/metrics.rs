@@ -68,13 +68,11 @@ impl Metrics {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts one device allocation of `bytes`.
     pub(crate) fn device_allocation(&self, bytes: usize) {
         Self::bump(&self.device_allocations);
         Self::add(&self.device_allocation_bytes, bytes as u64);
     }
 
-    /// Counts one pinned host allocation of `bytes`.
     pub(crate) fn pinned_allocation(&self, bytes: usize) {
         Self::bump(&self.pinned_allocations);
         Self::add(&self.pinned_allocation_bytes, bytes as u64);

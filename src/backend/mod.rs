@@ -655,7 +655,6 @@ impl Core {
         self.small.prepare(self).map_err(|e| self.driver_error(e))
     }
 
-    /// A stream with its events, from the pool.
     pub(crate) fn stream(&self) -> Result<Pooled<StreamSlot>, DriverError> {
         self.streams
             .take(|| StreamSlot::new(&self.device, &self.metrics))
@@ -830,7 +829,6 @@ impl Core {
 
     // ---- resident buffers ------------------------------------------------------------
 
-    /// The live resident buffer behind `handle`.
     pub(crate) fn resident(&self, handle: u64) -> Result<Arc<ResidentBuffer>, CudaError> {
         self.resident.get(handle).map_err(handle_error)
     }

@@ -40,7 +40,6 @@ struct Idle<T> {
 struct Home<T> {
     idle: Mutex<Idle<T>>,
     in_use: AtomicUsize,
-    /// Most total weight kept idle.
     max_weight: usize,
     /// Set by [`Pool::close`]: returned resources are freed from then on.
     closed: AtomicBool,
@@ -140,7 +139,6 @@ impl<T: Recycle> Pool<T> {
         }
     }
 
-    /// The sum of `size` over the idle resources.
     pub(crate) fn idle_sum(&self, size: impl Fn(&T) -> usize) -> usize {
         self.home
             .idle

@@ -147,7 +147,6 @@ impl<T> HandleTable<T> {
         ))
     }
 
-    /// Stores `value`; returns its handle.
     pub(crate) fn insert(&self, value: T) -> Result<u64, HandleError> {
         let mut table = self.lock();
         let index = match table.free.pop() {
@@ -171,7 +170,6 @@ impl<T> HandleTable<T> {
         Ok(self.pack(index, generation))
     }
 
-    /// The live value behind `handle`.
     pub(crate) fn get(&self, handle: u64) -> Result<Arc<T>, HandleError> {
         let table = self.lock();
         let index = self.find(&table, handle)?;
@@ -196,7 +194,6 @@ impl<T> HandleTable<T> {
         drained
     }
 
-    /// The slot index of live handle `handle`.
     fn find(&self, table: &Table<T>, handle: u64) -> Result<usize, HandleError> {
         let (index, generation) = self.unpack(handle)?;
         let slot = table
@@ -212,7 +209,6 @@ impl<T> HandleTable<T> {
         }
     }
 
-    /// Number of live handles.
     pub(crate) fn live(&self) -> usize {
         self.lock().live
     }

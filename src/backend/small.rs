@@ -53,7 +53,6 @@ pub(crate) struct SmallLane {
 
 impl Recycle for SmallLane {}
 
-/// The pool of small-dispatch lanes.
 pub(crate) struct SmallLanes {
     /// Arena (and pinned buffer) bytes per lane; 0 disables the packed path.
     capacity: usize,

@@ -34,13 +34,11 @@ const MAX_IDLE_LANES: usize = 16;
 /// transfers use slots 0 and 1, so a thread can upload while its last download is queued.
 const QUEUED_SLOTS: std::ops::Range<usize> = 2..4;
 
-/// A host-to-device copy.
 pub(crate) struct HostToDevice<'a> {
     pub(crate) dst: u64,
     pub(crate) src: &'a [u8],
 }
 
-/// A device-to-host copy.
 pub(crate) struct DeviceToHost<'a> {
     pub(crate) src: u64,
     pub(crate) dst: &'a mut [u8],
