@@ -189,15 +189,15 @@ struct Lease {
 }
 
 impl Lease {
-    /// Frees everything instead of pooling it (after a driver error; freeing waits for
-    /// whatever is still queued).
-    fn discard(self) {
+    /// Gives everything back to its pool, or after a driver error (`failed`) frees it
+    /// (freeing waits for whatever is still queued).
+    fn release(self, failed: bool) {
         for (slot, block) in self.streams {
-            block.discard();
-            slot.discard();
+            block.discard_if(failed);
+            slot.discard_if(failed);
         }
         if let Some(block) = self.accumulators {
-            block.discard();
+            block.discard_if(failed);
         }
     }
 
@@ -254,15 +254,12 @@ impl Core {
             // does not need the alignment.
             return Ok(None);
         }
-        let code = match self.pipeline(prepared, inputs, &geometry, &lease, outputs) {
-            Ok(code) => code,
-            Err(error) => {
-                lease.discard();
-                outputs.clear();
-                return Err(self.driver_error(error));
-            }
-        };
-        drop(lease);
+        let code = self.pipeline(prepared, inputs, &geometry, &lease, outputs);
+        lease.release(code.is_err());
+        let code = code.map_err(|e| {
+            outputs.clear();
+            self.driver_error(e)
+        })?;
         let wait_started = Instant::now();
         check_fault(self, code, outputs)?;
         shape_outputs(&prepared.kernel.abi, outputs);

@@ -646,12 +646,9 @@ impl Core {
             .memset_zero(block.ptr(), 4)
             .and_then(|()| self.staging.download_now(&slot.stream, &mut [copy]))
             .and_then(|()| slot.stream.synchronize());
-        if let Err(error) = result {
-            block.discard();
-            slot.discard();
-            return Err(self.driver_error(error));
-        }
-        drop((block, slot));
+        block.discard_if(result.is_err());
+        slot.discard_if(result.is_err());
+        result.map_err(|e| self.driver_error(e))?;
         self.small.prepare(self).map_err(|e| self.driver_error(e))
     }
 
@@ -862,11 +859,8 @@ impl Core {
             .stream
             .memset_zero(buffer.ptr(), byte_len)
             .and_then(|()| slot.stream.synchronize());
-        if let Err(error) = zeroed {
-            slot.discard();
-            return Err(self.driver_error(error));
-        }
-        drop(slot);
+        slot.discard_if(zeroed.is_err());
+        zeroed.map_err(|e| self.driver_error(e))?;
         let handle = self.resident.insert(buffer).map_err(handle_error)?;
         Metrics::bump(&self.metrics.resident_allocations);
         Ok(handle)

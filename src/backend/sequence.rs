@@ -271,17 +271,12 @@ impl Core {
             timed,
             started,
         );
-        let ran = match ran {
-            Ok(ran) => ran,
-            Err(error) => {
-                slot.discard();
-                if let Some(block) = fault {
-                    block.discard();
-                }
-                return Err(self.classify(error));
-            }
-        };
-        drop((fault, slot));
+        // After a driver error the stream and fault word are freed instead of pooled.
+        if let Some(block) = fault {
+            block.discard_if(ran.is_err());
+        }
+        slot.discard_if(ran.is_err());
+        let ran = ran.map_err(|e| self.classify(e))?;
         if ran.code == 0 {
             self.return_graphs(resolved.work);
         }
