@@ -60,30 +60,16 @@ impl LoadedKernel {
 
 /// The vector entry's module text and, once loaded, the entry.
 pub(crate) struct LazyVector {
-    device: Arc<Device>,
-    jit: Arc<super::jit::Jit>,
-    ptx: String,
-    function: OnceLock<Option<Function>>,
+    pub(crate) device: Arc<Device>,
+    pub(crate) jit: Arc<super::jit::Jit>,
+    pub(crate) ptx: String,
+    /// Set on the first launch that uses the entry (`None`: its module did not load).
+    pub(crate) function: OnceLock<Option<Function>>,
     /// Launches of fewer invocations keep the scalar entry.
     pub(crate) min_invocations: u32,
 }
 
 impl LazyVector {
-    pub(crate) fn new(
-        device: Arc<Device>,
-        jit: Arc<super::jit::Jit>,
-        ptx: String,
-        min_invocations: u32,
-    ) -> Self {
-        Self {
-            device,
-            jit,
-            ptx,
-            function: OnceLock::new(),
-            min_invocations,
-        }
-    }
-
     fn function(&self) -> Option<&Function> {
         self.function
             .get_or_init(|| {

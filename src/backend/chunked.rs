@@ -14,10 +14,6 @@
 //! ~6.5 GB/s), and while one thread waits for its copies the others upload, compute and
 //! read back, so both copy directions and the kernels overlap.
 //!
-//! Tuning: `VYRE_CUDA_PIPELINE_THREADS` overrides the number of pipeline threads and
-//! `VYRE_CUDA_PIPELINE_CHUNK_BYTES` the bytes of the widest buffer per chunk (read once
-//! per process; invalid values keep the defaults).
-//!
 //! Exactness: a chunk's device buffer for binding `b` holds elements
 //! `[start, min(end, len_b))`; the kernel gets the binding's real element count and a
 //! virtual base `chunk_buffer - start * stride`, so `gid`, `BufLen` and every bounds check
@@ -57,10 +53,11 @@ const CHUNK_BYTES: usize = 2 << 20;
 /// Most pipeline threads (and streams) one chunked dispatch runs on.
 const MAX_PIPELINE_THREADS: usize = 15;
 
-/// Environment variable overriding the pipeline thread count (1..=15).
+/// Environment variable overriding the pipeline thread count (1..=15; read once per
+/// process, an invalid value keeps the default).
 const PIPELINE_THREADS_ENV: &str = "VYRE_CUDA_PIPELINE_THREADS";
 
-/// Environment variable overriding [`CHUNK_BYTES`] (64 KiB ..= 256 MiB).
+/// Environment variable overriding [`CHUNK_BYTES`] (64 KiB ..= 256 MiB; read once).
 const PIPELINE_CHUNK_ENV: &str = "VYRE_CUDA_PIPELINE_CHUNK_BYTES";
 
 fn env_number(name: &str, range: std::ops::RangeInclusive<usize>) -> Option<usize> {

@@ -46,7 +46,7 @@ use resident::{Budget, HandleError, HandleTable};
 use staging::{Staging, StagingConfig};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use vyre_driver::{DispatchConfig, Resource};
 use vyre_foundation::ir::Program;
 use vyre_foundation::validate::{
@@ -727,13 +727,12 @@ impl Core {
         }
         // An elementwise program's vector entry is a module of its own, compiled by the
         // driver only when a dispatch large enough to use it comes (see `LazyVector`).
-        let vector = emitted.vector_ptx.as_ref().map(|vector| {
-            LazyVector::new(
-                Arc::clone(&self.device),
-                Arc::clone(&self.jit),
-                vector.clone(),
-                self.vector_min_invocations,
-            )
+        let vector = emitted.vector_ptx.as_ref().map(|ptx| LazyVector {
+            device: Arc::clone(&self.device),
+            jit: Arc::clone(&self.jit),
+            ptx: ptx.clone(),
+            function: OnceLock::new(),
+            min_invocations: self.vector_min_invocations,
         });
         let module = {
             let _span = tracing::debug_span!("vyre_cuda.module_load").entered();

@@ -11,20 +11,14 @@
 //! Large transfers are split across several worker threads (each with its own slot pair,
 //! all feeding the same stream), because one CPU core cannot `memcpy` as fast as PCIe moves
 //! pinned data. Many small pieces share a slot, so a batch of small readbacks costs one wait.
-//!
-//! Uploads of at most [`DIRECT_UPLOAD_MAX`] bytes in total skip staging: the driver's own
-//! pageable path is as fast for them.
-//!
-//! A thread that streams many transfers through one lane (the chunked pipeline) alternates
-//! its upload slots from call to call, and may queue a download into two further slots and
-//! collect it later ([`Staging::queue_download`]), so its next upload overlaps it.
 
 use super::metrics::Metrics;
 use super::pool::{Pool, PoolCounts, Pooled, Recycle};
 use crate::driver::{Device, DriverError, StagingBuffer, Stream};
 use std::sync::Arc;
 
-/// Uploads this small (in total) go straight from pageable memory.
+/// Uploads this small (in total) go straight from pageable memory: the driver's own
+/// pageable path is as fast for them.
 pub(crate) const DIRECT_UPLOAD_MAX: usize = 64 * 1024;
 
 /// Lanes kept idle for reuse.
