@@ -182,39 +182,14 @@ pub(crate) fn evict_oldest<K: Hash + Eq + Clone, V>(
     map.remove(&oldest)
 }
 
-/// Bounds for the two kernel caches.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct CacheLimits {
-    pub(crate) ptx_entries: usize,
-    pub(crate) ptx_bytes: usize,
-    pub(crate) module_entries: usize,
-    pub(crate) module_bytes: usize,
-}
-
-impl Default for CacheLimits {
-    fn default() -> Self {
-        Self {
-            ptx_entries: 4096,
-            ptx_bytes: 256 << 20,
-            module_entries: 1024,
-            module_bytes: 512 << 20,
-        }
-    }
-}
-
+/// The PTX texts kept (bounded as `CudaOptions::ptx_cache_*` says) and the modules kept
+/// loaded (`CudaOptions::module_cache_*`).
 pub(crate) struct KernelCache {
     pub(crate) ptx: std::sync::Mutex<Lru<KernelKey, Arc<EmittedKernel>>>,
     pub(crate) modules: std::sync::Mutex<Lru<KernelKey, Arc<LoadedKernel>>>,
 }
 
 impl KernelCache {
-    pub(crate) fn new(limits: CacheLimits) -> Self {
-        Self {
-            ptx: std::sync::Mutex::new(Lru::new(limits.ptx_entries, limits.ptx_bytes)),
-            modules: std::sync::Mutex::new(Lru::new(limits.module_entries, limits.module_bytes)),
-        }
-    }
-
     pub(crate) fn clear(&self) {
         if let Ok(mut ptx) = self.ptx.lock() {
             ptx.clear();

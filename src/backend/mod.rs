@@ -36,7 +36,7 @@ pub(crate) use sequence::{Fill, Read, ResidentBatch, Step, Upload};
 use crate::codegen::{emit_ptx, CodegenError, EmittedKernel, PtxTarget, COOPERATIVE_ENTRY};
 use crate::driver::{Device, DeviceAlloc, DeviceInfo, DriverError};
 use crate::error::CudaError;
-use cache::{CacheLimits, CooperativeEntry, KernelCache, KernelKey, LazyVector, LoadedKernel};
+use cache::{CooperativeEntry, KernelCache, KernelKey, LazyVector, LoadedKernel, Lru};
 use identity::ProgramIdentities;
 use launch::GridSyncLaunch;
 use metrics::Metrics;
@@ -119,7 +119,6 @@ pub struct CudaOptions {
 
 impl Default for CudaOptions {
     fn default() -> Self {
-        let limits = CacheLimits::default();
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         Self {
             device: 0,
@@ -127,10 +126,10 @@ impl Default for CudaOptions {
             pool: PoolKind::SizeClasses,
             staging_chunk_bytes: 4 << 20,
             copy_threads: (cores / 2).clamp(1, 8),
-            ptx_cache_entries: limits.ptx_entries,
-            ptx_cache_bytes: limits.ptx_bytes,
-            module_cache_entries: limits.module_entries,
-            module_cache_bytes: limits.module_bytes,
+            ptx_cache_entries: 4096,
+            ptx_cache_bytes: 256 << 20,
+            module_cache_entries: 1024,
+            module_cache_bytes: 512 << 20,
             split_grid_sync: false,
             small_dispatch_bytes: small::DEFAULT_SMALL_DISPATCH_BYTES,
             vector_min_invocations: 1 << 16,
@@ -322,12 +321,13 @@ impl CudaBackend {
         let core = Core {
             target,
             limits,
-            kernels: KernelCache::new(CacheLimits {
-                ptx_entries: options.ptx_cache_entries,
-                ptx_bytes: options.ptx_cache_bytes,
-                module_entries: options.module_cache_entries,
-                module_bytes: options.module_cache_bytes,
-            }),
+            kernels: KernelCache {
+                ptx: Mutex::new(Lru::new(options.ptx_cache_entries, options.ptx_cache_bytes)),
+                modules: Mutex::new(Lru::new(
+                    options.module_cache_entries,
+                    options.module_cache_bytes,
+                )),
+            },
             identities: ProgramIdentities::default(),
             streams: Pool::new(64),
             pool: DevicePool::new(
