@@ -45,7 +45,7 @@ use pool::{DevicePool, Pool, Pooled, StreamSlot};
 use resident::{Budget, HandleError, HandleTable};
 use staging::{Staging, StagingConfig};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use vyre_driver::{DispatchConfig, Resource};
 use vyre_foundation::ir::Program;
@@ -212,11 +212,6 @@ fn env_var<T>(
     Ok(Some(parsed))
 }
 
-/// States of `Core::cooperative_capture`.
-const CAPTURE_UNTRIED: u8 = 0;
-const CAPTURE_WORKS: u8 = 1;
-const CAPTURE_FAILS: u8 = 2;
-
 /// A resident buffer: device memory counted against the resident budget until the last
 /// holder (the handle table or a dispatch using it) drops it.
 pub(crate) struct ResidentBuffer {
@@ -262,9 +257,9 @@ pub(crate) struct Core {
     vector_min_invocations: u32,
     /// Where modules are compiled ([`CudaOptions::jit_helper`]).
     jit: Arc<jit::Jit>,
-    /// Whether cooperative launches work inside a CUDA graph capture on this device:
-    /// unknown until the first capture that needs one tries (see `sequence.rs`).
-    cooperative_capture: AtomicU8,
+    /// Set when the last capture that held cooperative launches failed: they do not work
+    /// inside a CUDA graph capture on this device (see `sequence.rs`).
+    cooperative_capture_fails: AtomicBool,
     /// Set by [`CudaBackend::shutdown`].
     shut_down: AtomicBool,
     /// Set by the first sticky driver error: the context is gone for the whole process.
@@ -349,7 +344,7 @@ impl CudaBackend {
             },
             vector_min_invocations: options.vector_min_invocations,
             jit: Arc::new(jit::Jit::new(options.jit_helper, options.device)),
-            cooperative_capture: AtomicU8::new(CAPTURE_UNTRIED),
+            cooperative_capture_fails: AtomicBool::new(false),
             shut_down: AtomicBool::new(false),
             lost: Mutex::new(None),
             device,
@@ -561,7 +556,7 @@ impl Core {
     /// How grid-wide barriers launch inside a CUDA graph capture: as outside, unless a
     /// capture already showed that cooperative launches cannot be captured here.
     pub(crate) fn capture_grid_sync(&self) -> GridSyncLaunch {
-        if self.cooperative_capture.load(Ordering::Relaxed) == CAPTURE_FAILS {
+        if self.cooperative_capture_fails.load(Ordering::Relaxed) {
             GridSyncLaunch::Split
         } else {
             self.grid_sync
@@ -571,8 +566,8 @@ impl Core {
     /// Records the outcome of a capture that held cooperative launches (per `counted`).
     pub(crate) fn note_cooperative_capture(&self, counted: &Metrics, worked: bool) {
         if counted.grid_sync_cooperative.load(Ordering::Relaxed) > 0 {
-            let state = if worked { CAPTURE_WORKS } else { CAPTURE_FAILS };
-            self.cooperative_capture.store(state, Ordering::Relaxed);
+            self.cooperative_capture_fails
+                .store(!worked, Ordering::Relaxed);
         }
     }
 
