@@ -1,8 +1,7 @@
 //! [`CudaDeviceBuffer`]: a `vyre_driver::DeviceBuffer` backed by a resident buffer.
 
 use super::{Core, CudaBackend};
-use crate::error::CudaError;
-use crate::error::CUDA_BACKEND_ID;
+use crate::error::{CudaError, CUDA_BACKEND_ID};
 use std::sync::{Arc, Weak};
 use vyre_driver::{DeviceBuffer, DispatchConfig, Resource};
 use vyre_foundation::ir::Program;

@@ -497,13 +497,11 @@ impl CudaBackend {
         self.core.lost_cause().is_some()
     }
 
-    /// Report whether the backend can continue. On driver 580 a sticky context error (e.g.
-    /// `CUDA_ERROR_ILLEGAL_ADDRESS`) cannot be recovered in-process: resetting the primary
-    /// context and re-creating contexts keep failing. So this does not pretend: it succeeds
-    /// when the device is healthy and otherwise returns [`CudaError::DeviceLost`] telling
-    /// the caller to restart the process. vyre-cuda's own kernels bounds-check every access
-    /// and report run-time errors through a fault word, so failing dispatches do not poison
-    /// later ones.
+    /// Whether the backend can continue: `Ok` while the device is healthy, else
+    /// [`CudaError::DeviceLost`]. A sticky context error (e.g. `CUDA_ERROR_ILLEGAL_ADDRESS`)
+    /// cannot be recovered in-process on driver 580 (resetting or re-creating contexts keeps
+    /// failing), so the caller must restart the process. vyre-cuda's own kernels report
+    /// run-time errors through a fault word, so failing dispatches do not poison later ones.
     pub fn try_recover(&self) -> Result<(), CudaError> {
         self.core.usable()
     }

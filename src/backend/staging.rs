@@ -283,13 +283,11 @@ impl Staging {
         let mut queued = QueuedDownload {
             waiting: [Vec::new(), Vec::new()],
         };
-        let mut restarted = [false; 2];
         for (piece, slot) in pieces.into_iter().zip(slots) {
             let lane_slot = &mut lane.slots[QUEUED_SLOTS.start + slot];
-            if !restarted[slot] {
-                // Waits for this slot's previous fill (finished before, normally).
+            if queued.waiting[slot].is_empty() {
+                // The slot's first piece: wait for its previous fill (finished, normally).
                 restart(lane_slot, self)?;
-                restarted[slot] = true;
             }
             let buffer = lane_slot.as_mut().expect("restarted above");
             let at = buffer.download(stream, piece.src, piece.dst.len())?;
