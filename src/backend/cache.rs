@@ -60,30 +60,16 @@ impl LoadedKernel {
 
 /// The vector entry's module text and, once loaded, the entry.
 pub(crate) struct LazyVector {
-    device: Arc<Device>,
-    jit: Arc<super::jit::Jit>,
-    ptx: String,
-    function: OnceLock<Option<Function>>,
+    pub(crate) device: Arc<Device>,
+    pub(crate) jit: Arc<super::jit::Jit>,
+    pub(crate) ptx: String,
+    /// Set on the first launch that uses the entry (`None`: its module did not load).
+    pub(crate) function: OnceLock<Option<Function>>,
     /// Launches of fewer invocations keep the scalar entry.
     pub(crate) min_invocations: u32,
 }
 
 impl LazyVector {
-    pub(crate) fn new(
-        device: Arc<Device>,
-        jit: Arc<super::jit::Jit>,
-        ptx: String,
-        min_invocations: u32,
-    ) -> Self {
-        Self {
-            device,
-            jit,
-            ptx,
-            function: OnceLock::new(),
-            min_invocations,
-        }
-    }
-
     fn function(&self) -> Option<&Function> {
         self.function
             .get_or_init(|| {
@@ -114,8 +100,7 @@ pub(crate) struct CooperativeEntry {
 }
 
 /// A least-recently-used map bounded by entry count and total bytes (each entry states its
-/// own size). Eviction scans for the oldest entry: caches here hold at most a few thousand
-/// entries, and eviction only happens on a miss, which costs a compile anyway.
+/// own size).
 pub(crate) struct Lru<K, V> {
     map: FxHashMap<K, (V, usize, u64)>,
     tick: u64,
@@ -159,18 +144,11 @@ impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
         }
         let mut evicted = Vec::new();
         while self.map.len() >= self.max_entries || self.bytes + bytes > self.max_bytes {
-            let Some(oldest) = self
-                .map
-                .iter()
-                .min_by_key(|(_, (_, _, used))| *used)
-                .map(|(key, _)| key.clone())
-            else {
+            let Some((old, old_bytes, _)) = evict_oldest(&mut self.map, |e| Some(e.2)) else {
                 break;
             };
-            if let Some((old, old_bytes, _)) = self.map.remove(&oldest) {
-                self.bytes -= old_bytes;
-                evicted.push(old);
-            }
+            self.bytes -= old_bytes;
+            evicted.push(old);
         }
         self.bytes += bytes;
         self.map.insert(key, (value.clone(), bytes, tick));
@@ -191,40 +169,27 @@ impl<K: Hash + Eq + Clone, V: Clone> Lru<K, V> {
     }
 }
 
-/// Bounds for the two kernel caches.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct CacheLimits {
-    pub(crate) ptx_entries: usize,
-    pub(crate) ptx_bytes: usize,
-    pub(crate) module_entries: usize,
-    pub(crate) module_bytes: usize,
+/// Removes the entry of `map` with the smallest `age` (`None`: the entry is not evictable).
+/// A scan: the caches here hold at most a few thousand entries and evict only on a miss.
+pub(crate) fn evict_oldest<K: Hash + Eq + Clone, V>(
+    map: &mut FxHashMap<K, V>,
+    age: impl Fn(&V) -> Option<u64>,
+) -> Option<V> {
+    let entries = map
+        .iter()
+        .filter_map(|(key, value)| Some((key, age(value)?)));
+    let oldest = entries.min_by_key(|&(_, age)| age)?.0.clone();
+    map.remove(&oldest)
 }
 
-impl Default for CacheLimits {
-    fn default() -> Self {
-        Self {
-            ptx_entries: 4096,
-            ptx_bytes: 256 << 20,
-            module_entries: 1024,
-            module_bytes: 512 << 20,
-        }
-    }
-}
-
-/// The PTX-source cache and the loaded-module cache.
+/// The PTX texts kept (bounded as `CudaOptions::ptx_cache_*` says) and the modules kept
+/// loaded (`CudaOptions::module_cache_*`).
 pub(crate) struct KernelCache {
     pub(crate) ptx: std::sync::Mutex<Lru<KernelKey, Arc<EmittedKernel>>>,
     pub(crate) modules: std::sync::Mutex<Lru<KernelKey, Arc<LoadedKernel>>>,
 }
 
 impl KernelCache {
-    pub(crate) fn new(limits: CacheLimits) -> Self {
-        Self {
-            ptx: std::sync::Mutex::new(Lru::new(limits.ptx_entries, limits.ptx_bytes)),
-            modules: std::sync::Mutex::new(Lru::new(limits.module_entries, limits.module_bytes)),
-        }
-    }
-
     pub(crate) fn clear(&self) {
         if let Ok(mut ptx) = self.ptx.lock() {
             ptx.clear();

@@ -14,10 +14,6 @@
 //! ~6.5 GB/s), and while one thread waits for its copies the others upload, compute and
 //! read back, so both copy directions and the kernels overlap.
 //!
-//! Tuning: `VYRE_CUDA_PIPELINE_THREADS` overrides the number of pipeline threads and
-//! `VYRE_CUDA_PIPELINE_CHUNK_BYTES` the bytes of the widest buffer per chunk (read once
-//! per process; invalid values keep the defaults).
-//!
 //! Exactness: a chunk's device buffer for binding `b` holds elements
 //! `[start, min(end, len_b))`; the kernel gets the binding's real element count and a
 //! virtual base `chunk_buffer - start * stride`, so `gid`, `BufLen` and every bounds check
@@ -33,12 +29,13 @@
 //! result the same for any interleaving of the chunks' atomics.
 
 use super::cache::LoadedKernel;
-use super::dispatch::{check_fault, nanos, Prepared, Timing, BINDING_ALIGN};
+use super::dispatch::BINDING_ALIGN;
+use super::dispatch::{check_fault, nanos, shape_outputs, size_outputs, Prepared, Timing};
 use super::launch::{self, LaunchArgs};
 use super::metrics::Metrics;
-use super::plan::{shape_output, starts_zeroed, DispatchPlan};
+use super::plan::{starts_zeroed, DispatchPlan};
 use super::pool::{Block, Pooled, StreamSlot};
-use super::staging::{DeviceToHost, HostToDevice, Lane, QueuedDownload, Workers};
+use super::staging::{join_all, DeviceToHost, HostToDevice, Lane, QueuedDownload, Workers};
 use super::Core;
 use crate::codegen::KernelAbi;
 use crate::driver::{DriverError, Stream};
@@ -56,10 +53,11 @@ const CHUNK_BYTES: usize = 2 << 20;
 /// Most pipeline threads (and streams) one chunked dispatch runs on.
 const MAX_PIPELINE_THREADS: usize = 15;
 
-/// Environment variable overriding the pipeline thread count (1..=15).
+/// Environment variable overriding the pipeline thread count (1..=15; read once per
+/// process, an invalid value keeps the default).
 const PIPELINE_THREADS_ENV: &str = "VYRE_CUDA_PIPELINE_THREADS";
 
-/// Environment variable overriding [`CHUNK_BYTES`] (64 KiB ..= 256 MiB).
+/// Environment variable overriding [`CHUNK_BYTES`] (64 KiB ..= 256 MiB; read once).
 const PIPELINE_CHUNK_ENV: &str = "VYRE_CUDA_PIPELINE_CHUNK_BYTES";
 
 fn env_number(name: &str, range: std::ops::RangeInclusive<usize>) -> Option<usize> {
@@ -98,7 +96,6 @@ struct Chunk<'o> {
 struct Geometry {
     /// Invocations of the whole dispatch.
     total: u32,
-    /// The chunks' invocation ranges.
     ranges: Vec<Range<u32>>,
     /// Pipeline threads (and streams).
     streams: usize,
@@ -176,7 +173,6 @@ impl Geometry {
         Some(geometry)
     }
 
-    /// Offset of a stream's fault word inside its block.
     fn fault_offset(&self) -> usize {
         self.block_bytes - BINDING_ALIGN
     }
@@ -190,15 +186,15 @@ struct Lease {
 }
 
 impl Lease {
-    /// Frees everything instead of pooling it (after a driver error; freeing waits for
-    /// whatever is still queued).
-    fn discard(self) {
+    /// Gives everything back to its pool, or after a driver error (`failed`) frees it
+    /// (freeing waits for whatever is still queued).
+    fn release(self, failed: bool) {
         for (slot, block) in self.streams {
-            block.discard();
-            slot.discard();
+            block.discard_if(failed);
+            slot.discard_if(failed);
         }
         if let Some(block) = self.accumulators {
-            block.discard();
+            block.discard_if(failed);
         }
     }
 
@@ -219,7 +215,7 @@ impl Lease {
     }
 }
 
-/// What every pipeline thread shares.
+/// One chunked dispatch, as every step of it (and every pipeline thread) sees it.
 struct Shared<'a> {
     core: &'a Core,
     kernel: &'a LoadedKernel,
@@ -227,7 +223,7 @@ struct Shared<'a> {
     inputs: &'a [&'a [u8]],
     geometry: &'a Geometry,
     /// Device address of each accumulated binding's whole buffer (0 for the others).
-    accumulators: &'a [u64],
+    accumulators: Vec<u64>,
 }
 
 impl Core {
@@ -255,27 +251,17 @@ impl Core {
             // does not need the alignment.
             return Ok(None);
         }
-        let code = match self.pipeline(prepared, inputs, &geometry, &lease, outputs) {
-            Ok(code) => code,
-            Err(error) => {
-                lease.discard();
-                outputs.clear();
-                return Err(self.driver_error(error));
-            }
-        };
-        drop(lease);
+        let code = self.pipeline(prepared, inputs, &geometry, &lease, outputs);
+        lease.release(code.is_err());
+        let code = code.map_err(|e| {
+            outputs.clear();
+            self.driver_error(e)
+        })?;
         let wait_started = Instant::now();
         check_fault(self, code, outputs)?;
-        let abi = &prepared.kernel.abi;
-        for (out, &b) in outputs.iter_mut().zip(&geometry.returned) {
-            shape_output(out, abi.bindings[b].output_byte_range.as_ref());
-        }
-        Ok(Some(Timing {
-            wall_ns: nanos(started),
-            device_ns: None,
-            enqueue_ns: nanos(started),
-            wait_ns: nanos(wait_started),
-        }))
+        shape_outputs(&prepared.kernel.abi, outputs);
+        let enqueue_ns = nanos(started);
+        Ok(Some(Timing::since(started, enqueue_ns, wait_started, None)))
     }
 
     /// A stream and block per pipeline thread, and the accumulator block.
@@ -283,22 +269,12 @@ impl Core {
         let mut streams = Vec::with_capacity(geometry.streams);
         for _ in 0..geometry.streams {
             let slot = self.stream()?;
-            let block = self.pool.take(
-                &self.device,
-                &slot.stream,
-                geometry.block_bytes,
-                &self.metrics,
-            )?;
+            let block = self.pool.take(&slot.stream, geometry.block_bytes)?;
             streams.push((slot, block));
         }
         let accumulators = if geometry.accumulator_bytes > 0 {
             let stream = &streams[0].0.stream;
-            Some(self.pool.take(
-                &self.device,
-                stream,
-                geometry.accumulator_bytes,
-                &self.metrics,
-            )?)
+            Some(self.pool.take(stream, geometry.accumulator_bytes)?)
         } else {
             None
         };
@@ -318,30 +294,19 @@ impl Core {
         lease: &Lease,
         outputs: &mut Vec<Vec<u8>>,
     ) -> Result<u32, DriverError> {
-        let Prepared { kernel, plan, .. } = prepared;
-        let abi = &kernel.abi;
-        let accumulators = lease.accumulator_pointers(abi, geometry);
-        self.fill_accumulators(lease.first_stream(), abi, plan, inputs, &accumulators)?;
-        Metrics::bump(&self.metrics.chunked_dispatches);
-        prepare_outputs(
-            abi,
-            plan,
-            inputs,
-            &geometry.returned,
-            geometry.total,
-            outputs,
-        );
         let shared = Shared {
             core: self,
-            kernel,
-            plan,
+            kernel: &prepared.kernel,
+            plan: &prepared.plan,
             inputs,
             geometry,
-            accumulators: &accumulators,
+            accumulators: lease.accumulator_pointers(&prepared.kernel.abi, geometry),
         };
-        let queue =
-            Mutex::new(split_outputs(abi, plan, geometry, outputs.as_mut_slice()).into_iter());
-        let results: Vec<Result<u32, DriverError>> = std::thread::scope(|scope| {
+        shared.fill_accumulators(lease.first_stream())?;
+        Metrics::bump(&self.metrics.chunked_dispatches);
+        shared.prepare_outputs(outputs);
+        let queue = Mutex::new(shared.split_outputs(outputs).into_iter());
+        let results = std::thread::scope(|scope| {
             let handles: Vec<_> = lease
                 .streams
                 .iter()
@@ -350,10 +315,7 @@ impl Core {
                     scope.spawn(move || shared.run_stream(&slot.stream, block.ptr(), queue))
                 })
                 .collect();
-            handles
-                .into_iter()
-                .map(|handle| handle.join().unwrap_or_else(|_| Err(panicked())))
-                .collect()
+            join_all(handles, "chunked dispatch worker", "a pipeline thread")
         });
         let mut code = 0u32;
         for result in results {
@@ -364,84 +326,10 @@ impl Core {
         }
         if code == 0 {
             // Every stream has finished; the accumulators hold their final contents.
-            self.read_accumulators(
-                lease.first_stream(),
-                abi,
-                plan,
-                &geometry.returned,
-                &accumulators,
-                outputs,
-            )?;
+            shared.read_accumulators(lease.first_stream(), outputs)?;
         }
         Ok(code)
     }
-
-    /// Gives each accumulated binding its starting contents (the input's bytes, or zeros
-    /// for a fresh output) and waits, so every pipeline stream sees them.
-    fn fill_accumulators(
-        &self,
-        stream: &Stream,
-        abi: &KernelAbi,
-        plan: &DispatchPlan,
-        inputs: &[&[u8]],
-        accumulators: &[u64],
-    ) -> Result<(), DriverError> {
-        let mut uploads: smallvec::SmallVec<[HostToDevice<'_>; 4]> = smallvec::SmallVec::new();
-        for (b, binding) in abi.bindings.iter().enumerate() {
-            if !binding.accumulated {
-                continue;
-            }
-            let bytes = &plan.bindings[b];
-            match bytes.input {
-                Some(input) => uploads.push(HostToDevice {
-                    dst: accumulators[b],
-                    src: &inputs[input][..bytes.len],
-                }),
-                None if bytes.len > 0 => stream.memset_zero(accumulators[b], bytes.len)?,
-                None => {}
-            }
-        }
-        if !uploads.is_empty() {
-            self.staging
-                .upload_now(&self.device, stream, &uploads, &self.metrics)?;
-        }
-        stream.synchronize()
-    }
-
-    /// Copies the returned accumulated bindings into their outputs (all streams done).
-    fn read_accumulators(
-        &self,
-        stream: &Stream,
-        abi: &KernelAbi,
-        plan: &DispatchPlan,
-        returned: &[usize],
-        accumulators: &[u64],
-        outputs: &mut [Vec<u8>],
-    ) -> Result<(), DriverError> {
-        let mut downloads: smallvec::SmallVec<[DeviceToHost<'_>; 4]> = smallvec::SmallVec::new();
-        for (out, &b) in outputs.iter_mut().zip(returned) {
-            if abi.bindings[b].accumulated {
-                let len = plan.bindings[b].len;
-                downloads.push(DeviceToHost {
-                    src: accumulators[b],
-                    dst: &mut out[..len],
-                });
-            }
-        }
-        if downloads.is_empty() {
-            return Ok(());
-        }
-        self.staging
-            .download_now(&self.device, stream, &mut downloads, &self.metrics)
-    }
-}
-
-fn panicked() -> DriverError {
-    DriverError::from_code(
-        "chunked dispatch worker",
-        cudarc::driver::sys::CUresult::CUDA_ERROR_UNKNOWN as u32,
-    )
-    .with_description("a pipeline thread panicked")
 }
 
 /// Cuts `0..total` into chunks of `chunk` invocations, except that the first `streams`
@@ -468,89 +356,120 @@ fn chunk_ranges(total: u32, chunk: u32, streams: usize) -> Vec<Range<u32>> {
     ranges
 }
 
-/// Sizes every returned buffer and fills the bytes no invocation addresses: zero for
-/// outputs, the input's bytes for read-write buffers (accumulated buffers are read back
-/// whole instead). A buffer that must grow is
-/// replaced by a fresh zeroed allocation, whose pages the pipeline threads then touch
-/// in parallel as they copy results in (instead of one thread zero-filling it first).
-fn prepare_outputs(
-    abi: &KernelAbi,
-    plan: &DispatchPlan,
-    inputs: &[&[u8]],
-    returned: &[usize],
-    total: u32,
-    outputs: &mut Vec<Vec<u8>>,
-) {
-    outputs.truncate(returned.len());
-    outputs.resize_with(returned.len(), Vec::new);
-    for (out, &b) in outputs.iter_mut().zip(returned) {
-        let len = plan.bindings[b].len;
-        if out.len() != len {
-            if out.capacity() < len {
-                *out = vec![0u8; len];
-            } else {
-                out.clear();
-                out.resize(len, 0);
+impl Shared<'_> {
+    /// Gives each accumulated binding its starting contents (the input's bytes, or zeros
+    /// for a fresh output) and waits, so every pipeline stream sees them.
+    fn fill_accumulators(&self, stream: &Stream) -> Result<(), DriverError> {
+        let mut uploads: smallvec::SmallVec<[HostToDevice<'_>; 4]> = smallvec::SmallVec::new();
+        for (b, binding) in self.kernel.abi.bindings.iter().enumerate() {
+            if !binding.accumulated {
+                continue;
+            }
+            let bytes = &self.plan.bindings[b];
+            match bytes.input {
+                Some(input) => uploads.push(HostToDevice {
+                    dst: self.accumulators[b],
+                    src: &self.inputs[input][..bytes.len],
+                }),
+                None if bytes.len > 0 => stream.memset_zero(self.accumulators[b], bytes.len)?,
+                None => {}
             }
         }
-        if abi.bindings[b].accumulated {
-            continue;
+        if !uploads.is_empty() {
+            self.core.staging.upload_now(stream, &uploads)?;
         }
-        let covered = covered_bytes(abi, plan, b, total);
-        match plan.bindings[b].input {
-            Some(input) => out[covered..].copy_from_slice(&inputs[input][covered..len]),
-            None => out[covered..].fill(0),
+        stream.synchronize()
+    }
+
+    /// Copies the returned accumulated bindings into their outputs (all streams done).
+    fn read_accumulators(
+        &self,
+        stream: &Stream,
+        outputs: &mut [Vec<u8>],
+    ) -> Result<(), DriverError> {
+        let mut downloads: smallvec::SmallVec<[DeviceToHost<'_>; 4]> = smallvec::SmallVec::new();
+        for (out, &b) in outputs.iter_mut().zip(&self.geometry.returned) {
+            if self.kernel.abi.bindings[b].accumulated {
+                let len = self.plan.bindings[b].len;
+                downloads.push(DeviceToHost {
+                    src: self.accumulators[b],
+                    dst: &mut out[..len],
+                });
+            }
+        }
+        if downloads.is_empty() {
+            return Ok(());
+        }
+        self.core.staging.download_now(stream, &mut downloads)
+    }
+
+    /// Sizes every returned buffer and fills the bytes no invocation addresses: zero for
+    /// outputs, the input's bytes for read-write buffers (accumulated buffers are read back
+    /// whole instead). A buffer that must grow is replaced by a fresh zeroed allocation,
+    /// whose pages the pipeline threads then touch in parallel as they copy results in
+    /// (instead of one thread zero-filling it first).
+    fn prepare_outputs(&self, outputs: &mut Vec<Vec<u8>>) {
+        size_outputs(&self.kernel.abi, outputs);
+        for (out, &b) in outputs.iter_mut().zip(&self.geometry.returned) {
+            let len = self.plan.bindings[b].len;
+            if out.len() != len {
+                if out.capacity() < len {
+                    *out = vec![0u8; len];
+                } else {
+                    out.clear();
+                    out.resize(len, 0);
+                }
+            }
+            if self.kernel.abi.bindings[b].accumulated {
+                continue;
+            }
+            let covered = self.covered_bytes(b);
+            match self.plan.bindings[b].input {
+                Some(input) => out[covered..].copy_from_slice(&self.inputs[input][covered..len]),
+                None => out[covered..].fill(0),
+            }
         }
     }
-}
 
-/// Bytes of binding `b` that some invocation below `total` can address.
-fn covered_bytes(abi: &KernelAbi, plan: &DispatchPlan, b: usize, total: u32) -> usize {
-    if abi.bindings[b].accumulated {
-        // Read back whole after the chunks (`Core::read_accumulators`), never per chunk.
-        return 0;
-    }
-    let stride = abi.bindings[b].element_size as usize;
-    (total as usize * stride).min(plan.bindings[b].len)
-}
-
-/// Cuts each returned buffer's addressed bytes into the chunks' pieces.
-fn split_outputs<'o>(
-    abi: &KernelAbi,
-    plan: &DispatchPlan,
-    geometry: &Geometry,
-    outputs: &'o mut [Vec<u8>],
-) -> Vec<Chunk<'o>> {
-    let Geometry {
-        total,
-        ranges,
-        returned,
-        ..
-    } = geometry;
-    let total = *total;
-    let mut chunks: Vec<Chunk<'o>> = ranges
-        .iter()
-        .map(|range| Chunk {
-            invocations: range.clone(),
-            outputs: Vec::with_capacity(returned.len()),
-        })
-        .collect();
-    for (out, &b) in outputs.iter_mut().zip(returned) {
-        let stride = abi.bindings[b].element_size as usize;
-        let covered = covered_bytes(abi, plan, b, total);
-        let mut rest: &'o mut [u8] = &mut out[..covered];
-        for chunk in &mut chunks {
-            let start = (chunk.invocations.start as usize * stride).min(covered);
-            let end = (chunk.invocations.end as usize * stride).min(covered);
-            let (piece, tail) = std::mem::take(&mut rest).split_at_mut(end - start);
-            chunk.outputs.push(piece);
-            rest = tail;
+    /// Bytes of binding `b` that some invocation of the dispatch can address (none of an
+    /// accumulated binding, which is read back whole after the chunks).
+    fn covered_bytes(&self, b: usize) -> usize {
+        let binding = &self.kernel.abi.bindings[b];
+        if binding.accumulated {
+            return 0;
         }
+        let stride = binding.element_size as usize;
+        (self.geometry.total as usize * stride).min(self.plan.bindings[b].len)
     }
-    chunks
-}
 
-impl Shared<'_> {
+    /// Cuts each returned buffer's addressed bytes into the chunks' pieces.
+    fn split_outputs<'o>(&self, outputs: &'o mut [Vec<u8>]) -> Vec<Chunk<'o>> {
+        let returned = &self.geometry.returned;
+        let mut chunks: Vec<Chunk<'o>> = self
+            .geometry
+            .ranges
+            .iter()
+            .map(|range| Chunk {
+                invocations: range.clone(),
+                outputs: Vec::with_capacity(returned.len()),
+            })
+            .collect();
+        for (out, &b) in outputs.iter_mut().zip(returned) {
+            let stride = self.kernel.abi.bindings[b].element_size as usize;
+            let covered = self.covered_bytes(b);
+            let mut rest: &'o mut [u8] = &mut out[..covered];
+            for chunk in &mut chunks {
+                let start = (chunk.invocations.start as usize * stride).min(covered);
+                let end = (chunk.invocations.end as usize * stride).min(covered);
+                let (piece, tail) = std::mem::take(&mut rest).split_at_mut(end - start);
+                chunk.outputs.push(piece);
+                rest = tail;
+            }
+        }
+        chunks
+    }
+
+    /// One pipeline threadimpl Shared<'_> {
     /// One pipeline thread: takes chunks from `queue` until it is empty, uploading,
     /// launching and reading back each on `stream`; returns the stream's fault word.
     fn run_stream<'o>(
@@ -565,41 +484,33 @@ impl Shared<'_> {
         if abi.fault_word {
             stream.memset_zero(fault, 4)?;
         }
-        let mut lane = core.staging.take();
-        let result = (|| {
+        core.staging.with_lane(|lane| {
             let mut queued: Option<QueuedDownload<'o>> = None;
             while let Some(chunk) = queue.lock().ok().and_then(|mut queue| queue.next()) {
-                self.launch_chunk(&mut lane, stream, block, fault, &chunk.invocations)?;
+                self.launch_chunk(lane, stream, block, fault, &chunk.invocations)?;
                 // The previous chunk's results: their copies were queued before this
                 // chunk's upload on the same stream, so they are done or nearly; this
                 // chunk's upload and kernel run while the host copies them out.
                 if let Some(previous) = queued.take() {
-                    core.staging.finish_download(&mut lane, previous)?;
+                    core.staging.finish_download(lane, previous)?;
                 }
-                queued = self.queue_results(&mut lane, stream, block, chunk)?;
+                queued = self.queue_results(lane, stream, block, chunk)?;
             }
             if let Some(previous) = queued.take() {
-                core.staging.finish_download(&mut lane, previous)?;
+                core.staging.finish_download(lane, previous)?;
             }
             let mut word = [0u8; 4];
             if abi.fault_word {
-                core.staging.download(
-                    &mut lane,
-                    &core.device,
-                    stream,
-                    &mut [DeviceToHost {
-                        src: fault,
-                        dst: &mut word,
-                    }],
-                    &core.metrics,
-                    Workers::BySize,
-                )?;
+                let copy = DeviceToHost {
+                    src: fault,
+                    dst: &mut word,
+                };
+                core.staging
+                    .download(lane, stream, &mut [copy], Workers::BySize)?;
             }
             stream.synchronize()?;
             Ok(u32::from_le_bytes(word))
-        })();
-        lane.discard_if(result.is_err());
-        result
+        })
     }
 
     /// Stages one chunk's inputs (zeroing its outputs' ranges) and launches the vector
@@ -642,14 +553,8 @@ impl Shared<'_> {
                 .push(dst.wrapping_sub(range.start as u64 * stride as u64));
         }
         args.fault = abi.fault_word.then_some(fault);
-        core.staging.upload(
-            lane,
-            &core.device,
-            stream,
-            &uploads,
-            &core.metrics,
-            Workers::CallingThread,
-        )?;
+        core.staging
+            .upload(lane, stream, &uploads, Workers::CallingThread)?;
         launch::enqueue_range(stream, self.kernel, &args, range.clone())?;
         Metrics::bump(&core.metrics.launches);
         Ok(())
@@ -680,20 +585,12 @@ impl Shared<'_> {
         if downloads.is_empty() {
             return Ok(None);
         }
-        match core
-            .staging
-            .queue_download(lane, &core.device, stream, downloads, &core.metrics)?
-        {
+        match core.staging.queue_download(lane, stream, downloads)? {
             Ok(download) => Ok(Some(download)),
             Err(mut downloads) => {
-                core.staging.download(
-                    lane,
-                    &core.device,
-                    stream,
-                    &mut downloads,
-                    &core.metrics,
-                    Workers::CallingThread,
-                )?;
+                let workers = Workers::CallingThread;
+                core.staging
+                    .download(lane, stream, &mut downloads, workers)?;
                 Ok(None)
             }
         }

@@ -1,8 +1,7 @@
 //! [`CudaDeviceBuffer`]: a `vyre_driver::DeviceBuffer` backed by a resident buffer.
 
 use super::{Core, CudaBackend};
-use crate::error::CudaError;
-use crate::error::CUDA_BACKEND_ID;
+use crate::error::{CudaError, CUDA_BACKEND_ID};
 use std::sync::{Arc, Weak};
 use vyre_driver::{DeviceBuffer, DispatchConfig, Resource};
 use vyre_foundation::ir::Program;
@@ -37,10 +36,6 @@ impl CudaDeviceBuffer {
     /// Sets the label shown by `DeviceBuffer::debug_label`.
     pub fn set_label(&mut self, label: impl Into<String>) {
         self.label = Some(label.into());
-    }
-
-    fn owned_by(&self, core: &Arc<Core>) -> bool {
-        std::ptr::eq(self.owner.as_ptr(), Arc::as_ptr(core))
     }
 }
 
@@ -103,7 +98,7 @@ impl CudaBackend {
                     "claims backend `cuda` but was not created by vyre-cuda",
                 )
             })?;
-        if !ours.owned_by(self.core()) {
+        if !std::ptr::eq(ours.owner.as_ptr(), Arc::as_ptr(self.core())) {
             return Err(foreign(index, "belongs to another CudaBackend instance"));
         }
         Ok(ours)

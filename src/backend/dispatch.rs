@@ -8,7 +8,7 @@ use super::plan::{shape_output, starts_zeroed, DispatchPlan};
 use super::pool::{Block, Pooled, StreamSlot};
 use super::staging::{DeviceToHost, HostToDevice};
 use super::{Core, CudaBackend};
-use crate::codegen::{DeviceFault, FAULT_AREA_BYTES};
+use crate::codegen::{DeviceFault, KernelAbi, FAULT_AREA_BYTES};
 use crate::error::CudaError;
 use std::sync::Arc;
 use std::time::Instant;
@@ -17,6 +17,9 @@ use vyre_foundation::ir::Program;
 
 /// Each binding starts on a 256-byte boundary inside the dispatch's device block.
 pub(crate) const BINDING_ALIGN: usize = 256;
+
+/// Alignment of the fault word after the data.
+const FAULT_ALIGN: usize = 16;
 
 /// Host and device time of one dispatch.
 #[derive(Debug, Clone, Copy, Default)]
@@ -28,6 +31,22 @@ pub(crate) struct Timing {
 }
 
 impl Timing {
+    /// The times of a dispatch begun at `started` that took `enqueue_ns` to enqueue and
+    /// began waiting at `wait_started`; the wall and wait times end now.
+    pub(crate) fn since(
+        started: Instant,
+        enqueue_ns: u64,
+        wait_started: Instant,
+        device_ns: Option<u64>,
+    ) -> Self {
+        Self {
+            wall_ns: nanos(started),
+            device_ns,
+            enqueue_ns,
+            wait_ns: nanos(wait_started),
+        }
+    }
+
     /// The trait's timed result: wall, device (events), enqueue and wait times.
     pub(crate) fn into_result(self, outputs: Vec<Vec<u8>>) -> TimedDispatchResult {
         TimedDispatchResult {
@@ -67,14 +86,114 @@ pub(crate) fn nanos(since: Instant) -> u64 {
     u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// `out` resized to `len` bytes (its capacity reused), as a download's destination.
+pub(crate) fn resized(out: &mut Vec<u8>, len: usize) -> &mut [u8] {
+    out.truncate(len);
+    out.resize(len, 0);
+    out
+}
+
+/// Makes `outputs` one buffer per returned binding of `abi` (existing buffers reused).
+pub(crate) fn size_outputs(abi: &KernelAbi, outputs: &mut Vec<Vec<u8>>) {
+    let returned = abi.bindings.iter().filter(|b| b.role.is_returned()).count();
+    outputs.truncate(returned);
+    outputs.resize_with(returned, Vec::new);
+}
+
+/// Cuts each returned buffer (in `outputs`, in order) to its binding's declared
+/// `output_byte_range`, as the reference does.
+pub(crate) fn shape_outputs(abi: &KernelAbi, outputs: &mut [Vec<u8>]) {
+    let returned = abi.bindings.iter().filter(|b| b.role.is_returned());
+    for (binding, out) in returned.zip(outputs) {
+        shape_output(out, binding.output_byte_range.as_ref());
+    }
+}
+
+/// Where each binding sits in a dispatch's device memory (the packed path's arena, the
+/// general path's block): inputs first, then the returned buffers, then the fault word, so
+/// one download covers everything returned.
+pub(crate) struct Layout {
+    pub(crate) offsets: smallvec::SmallVec<[usize; 8]>,
+    pub(crate) fault: Option<usize>,
+    /// Bytes in use (uploaded whole on the packed path).
+    pub(crate) total: usize,
+    /// Start of the downloaded range (the first returned buffer, or the fault word).
+    pub(crate) download_at: usize,
+    pub(crate) download_end: usize,
+}
+
+impl Layout {
+    pub(crate) fn new(kernel: &LoadedKernel, plan: &DispatchPlan) -> Self {
+        let abi = &kernel.abi;
+        let mut offsets: smallvec::SmallVec<[usize; 8]> =
+            smallvec::smallvec![0; abi.bindings.len()];
+        let mut next = 0usize;
+        let mut data_end = 0usize;
+        let (mut download_at, mut download_end) = (usize::MAX, 0usize);
+        for returned in [false, true] {
+            for (index, (binding, bytes)) in abi.bindings.iter().zip(&plan.bindings).enumerate() {
+                if binding.role.is_returned() != returned {
+                    continue;
+                }
+                offsets[index] = next;
+                data_end = next + bytes.len;
+                if returned {
+                    download_at = download_at.min(next);
+                    download_end = data_end;
+                }
+                next += bytes.len.next_multiple_of(BINDING_ALIGN);
+            }
+        }
+        // The fault word follows the last byte of data (16-byte aligned), so the upload and
+        // the download end a few bytes after the data.
+        let fault = abi
+            .fault_word
+            .then(|| data_end.next_multiple_of(FAULT_ALIGN));
+        if download_at == usize::MAX {
+            download_at = fault.unwrap_or(data_end);
+            download_end = download_at;
+        }
+        // The fault word and the cooperative entry's grid-barrier words start zeroed.
+        let end = fault.map_or(data_end, |at| at + FAULT_AREA_BYTES);
+        Self {
+            offsets,
+            fault,
+            total: end,
+            download_at,
+            download_end: fault.map_or(download_end, |at| at + 4),
+        }
+    }
+
+    /// The launch arguments for this layout at device address `base`.
+    pub(crate) fn args(&self, base: u64, plan: &DispatchPlan) -> LaunchArgs {
+        LaunchArgs {
+            pointers: self.offsets.iter().map(|o| base + *o as u64).collect(),
+            counts: plan.bindings.iter().map(|b| b.elements).collect(),
+            fault: self.fault.map(|o| base + o as u64),
+        }
+    }
+
+    /// `(offset, byte length)` of each returned binding, in output order.
+    pub(crate) fn returned<'a>(
+        &'a self,
+        abi: &'a KernelAbi,
+        plan: &'a DispatchPlan,
+    ) -> impl Iterator<Item = (usize, usize)> + 'a {
+        let bindings = abi.bindings.iter().zip(&plan.bindings).zip(&self.offsets);
+        bindings
+            .filter(|((binding, _), _)| binding.role.is_returned())
+            .map(|((_, bytes), &offset)| (offset, bytes.len))
+    }
+}
+
 /// A dispatch whose inputs are uploaded and whose launches are enqueued. Owns its device
 /// memory and stream (back to their pools when it is dropped, discarded after a driver
 /// error) until [`InFlight::finish`] or [`InFlight::cancel`].
 pub(crate) struct InFlight {
     kernel: Arc<LoadedKernel>,
     plan: DispatchPlan,
-    offsets: smallvec::SmallVec<[usize; 8]>,
-    fault_offset: Option<usize>,
+    /// Where each binding and the fault word sit in `block`.
+    layout: Layout,
     block: Block,
     slot: Pooled<StreamSlot>,
     timed: bool,
@@ -122,12 +241,10 @@ impl Core {
         program: &Program,
         inputs: &[&[u8]],
         config: &DispatchConfig,
-        kernel: Option<Arc<LoadedKernel>>,
-        timed: bool,
     ) -> Result<InFlight, CudaError> {
         let started = Instant::now();
-        let prepared = self.prepare_dispatch(program, inputs, config, kernel)?;
-        self.start_prepared(prepared, inputs, timed, started)
+        let prepared = self.prepare_dispatch(program, inputs, config, None)?;
+        self.start_prepared(prepared, inputs, false, started)
     }
 
     /// [`Core::start`] after [`Core::prepare_dispatch`]; `started` is when the dispatch began.
@@ -143,36 +260,23 @@ impl Core {
             kernel,
             plan,
         } = prepared;
-        let abi = &kernel.abi;
-
-        // One device block holds every binding, then the fault word.
-        let mut offsets: smallvec::SmallVec<[usize; 8]> = smallvec::SmallVec::new();
-        let mut total = 0usize;
-        for binding in &plan.bindings {
-            offsets.push(total);
-            total += binding.len.next_multiple_of(BINDING_ALIGN);
-        }
-        let fault_offset = abi.fault_word.then_some(total);
-        if abi.fault_word {
-            total += BINDING_ALIGN;
-        }
+        let layout = Layout::new(&kernel, &plan);
         let slot = self.stream().map_err(|e| self.driver_error(e))?;
         let block = self
             .pool
-            .take(&self.device, &slot.stream, total.max(1), &self.metrics)
+            .take(&slot.stream, layout.total.max(1))
             .map_err(|e| self.driver_error(e))?;
         let mut flight = InFlight {
-            kernel: Arc::clone(&kernel),
+            kernel,
             plan,
-            offsets,
-            fault_offset,
+            layout,
             block,
             slot,
             timed,
             started,
             enqueue_ns: 0,
         };
-        if let Err(error) = self.enqueue(&mut flight, inputs, launches) {
+        if let Err(error) = self.enqueue(&flight, inputs, launches) {
             flight.discard();
             return Err(self.driver_error(error));
         }
@@ -182,22 +286,28 @@ impl Core {
 
     fn enqueue(
         &self,
-        flight: &mut InFlight,
+        flight: &InFlight,
         inputs: &[&[u8]],
         launches: u32,
     ) -> Result<(), crate::driver::DriverError> {
-        let abi = &flight.kernel.abi;
+        let InFlight {
+            kernel,
+            plan,
+            layout,
+            slot,
+            ..
+        } = flight;
         let base = flight.block.ptr();
-        let slot = &flight.slot;
         let stream = &slot.stream;
         {
             let _span = tracing::trace_span!("vyre_cuda.upload").entered();
             let mut copies: smallvec::SmallVec<[HostToDevice<'_>; 8]> = smallvec::SmallVec::new();
-            for ((binding, bytes), offset) in abi
+            for ((binding, bytes), offset) in kernel
+                .abi
                 .bindings
                 .iter()
-                .zip(&flight.plan.bindings)
-                .zip(&flight.offsets)
+                .zip(&plan.bindings)
+                .zip(&layout.offsets)
             {
                 let dst = base + *offset as u64;
                 if let Some(input) = bytes.input {
@@ -209,34 +319,25 @@ impl Core {
                     stream.memset_zero(dst, bytes.len)?;
                 }
             }
-            if let Some(fault) = flight.fault_offset {
+            if let Some(fault) = layout.fault {
                 stream.memset_zero(base + fault as u64, FAULT_AREA_BYTES)?;
             }
-            self.staging
-                .upload_now(&self.device, stream, &copies, &self.metrics)?;
+            self.staging.upload_now(stream, &copies)?;
         }
-        let args = LaunchArgs {
-            pointers: flight.offsets.iter().map(|o| base + *o as u64).collect(),
-            counts: flight.plan.bindings.iter().map(|b| b.elements).collect(),
-            fault: flight.fault_offset.map(|o| base + o as u64),
-        };
-        let _span = tracing::trace_span!("vyre_cuda.launch", grid = ?flight.plan.grid).entered();
-        if flight.timed {
-            slot.start.record(stream)?;
-        }
-        launch::enqueue(
-            stream,
-            &flight.kernel,
-            flight.plan.grid,
-            &args,
-            launches,
-            self.grid_sync,
-            &self.metrics,
-        )?;
-        Metrics::add(&self.metrics.launches, u64::from(launches));
-        if flight.timed {
-            slot.end.record(stream)?;
-        }
+        let args = layout.args(base, plan);
+        let _span = tracing::trace_span!("vyre_cuda.launch", grid = ?plan.grid).entered();
+        slot.timed(stream, flight.timed, || {
+            let mode = self.grid_sync;
+            launch::enqueue(
+                stream,
+                kernel,
+                plan.grid,
+                &args,
+                launches,
+                mode,
+                &self.metrics,
+            )
+        })?;
         slot.done.record(stream)
     }
 }
@@ -266,65 +367,41 @@ impl InFlight {
         let _span = tracing::trace_span!("vyre_cuda.readback").entered();
         let abi = &self.kernel.abi;
         let base = self.block.ptr();
-        let slot = &self.slot;
-        let returned = abi.bindings.iter().filter(|b| b.role.is_returned()).count();
-        outputs.truncate(returned);
-        outputs.resize_with(returned, Vec::new);
+        let stream = &self.slot.stream;
+        size_outputs(abi, outputs);
         let mut word = [0u8; 4];
         {
             let mut copies: smallvec::SmallVec<[DeviceToHost<'_>; 8]> = smallvec::SmallVec::new();
-            let mut slots = outputs.iter_mut();
-            for ((binding, bytes), offset) in abi
-                .bindings
-                .iter()
-                .zip(&self.plan.bindings)
-                .zip(&self.offsets)
-            {
-                if !binding.role.is_returned() {
-                    continue;
-                }
-                let out = slots.next().expect("one slot per returned binding");
-                out.truncate(bytes.len);
-                out.resize(bytes.len, 0);
+            let returned = self.layout.returned(abi, &self.plan);
+            for ((offset, len), out) in returned.zip(outputs.iter_mut()) {
                 copies.push(DeviceToHost {
-                    src: base + *offset as u64,
-                    dst: out.as_mut_slice(),
+                    src: base + offset as u64,
+                    dst: resized(out, len),
                 });
             }
-            if let Some(fault) = self.fault_offset {
+            if let Some(fault) = self.layout.fault {
                 copies.push(DeviceToHost {
                     src: base + fault as u64,
                     dst: &mut word,
                 });
             }
             core.staging
-                .download_now(&core.device, &slot.stream, &mut copies, &core.metrics)
-                .and_then(|()| slot.stream.synchronize())
+                .download_now(stream, &mut copies)
+                .and_then(|()| stream.synchronize())
                 .map_err(|e| core.driver_error(e))?;
         }
-        let device_ns = if self.timed {
-            Some(
-                slot.end
-                    .elapsed_ns_since(&slot.start)
-                    .map_err(|e| core.driver_error(e))?,
-            )
-        } else {
-            None
-        };
+        let device_ns = self
+            .slot
+            .device_ns(self.timed)
+            .map_err(|e| core.driver_error(e))?;
         check_fault(core, u32::from_le_bytes(word), outputs)?;
-        let mut slots = outputs.iter_mut();
-        for binding in &abi.bindings {
-            if binding.role.is_returned() {
-                let out = slots.next().expect("one slot per returned binding");
-                shape_output(out, binding.output_byte_range.as_ref());
-            }
-        }
-        Ok(Timing {
-            wall_ns: nanos(self.started),
+        shape_outputs(abi, outputs);
+        Ok(Timing::since(
+            self.started,
+            self.enqueue_ns,
+            wait_started,
             device_ns,
-            enqueue_ns: self.enqueue_ns,
-            wait_ns: nanos(wait_started),
-        })
+        ))
     }
 
     /// Frees the memory and stream instead of pooling them (after a driver error; freeing

@@ -14,7 +14,7 @@
 //! back afterwards), so one executable and its fault word never serve two calls at once;
 //! a concurrent call with the same key captures its own.
 
-use super::cache::LoadedKernel;
+use super::cache::{evict_oldest, LoadedKernel};
 use crate::driver::{DeviceAlloc, GraphExec};
 use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
 use std::hash::{Hash, Hasher};
@@ -78,28 +78,8 @@ pub(crate) struct CachedGraph {
     pub(crate) launches: u64,
     /// Programs with grid-wide barriers launched per replay: `[cooperative, split]`.
     pub(crate) grid_sync_launches: [u64; 2],
-    last_used: u64,
-}
-
-impl CachedGraph {
-    pub(crate) fn new(
-        exec: GraphExec,
-        kernels: Vec<Arc<LoadedKernel>>,
-        handles: smallvec::SmallVec<[u64; 8]>,
-        fault: Option<DeviceAlloc>,
-        launches: u64,
-        grid_sync_launches: [u64; 2],
-    ) -> Self {
-        Self {
-            exec,
-            _kernels: kernels,
-            handles,
-            fault,
-            launches,
-            grid_sync_launches,
-            last_used: 0,
-        }
-    }
+    /// The cache's tick when it was last given back (least recently used goes first).
+    pub(crate) last_used: u64,
 }
 
 #[derive(Default)]
@@ -144,15 +124,9 @@ impl GraphCache {
             return;
         }
         while state.entries.len() >= MAX_CACHED_GRAPHS {
-            let Some(oldest) = state
-                .entries
-                .iter()
-                .min_by_key(|(_, entry)| entry.last_used)
-                .map(|(key, _)| key.clone())
-            else {
+            if evict_oldest(&mut state.entries, |entry| Some(entry.last_used)).is_none() {
                 break;
-            };
-            state.entries.remove(&oldest);
+            }
         }
         state.entries.insert(key, graph);
     }

@@ -158,7 +158,6 @@ impl IsolatedJit {
     }
 }
 
-/// One request and its reply.
 fn exchange(process: &mut HelperProcess, request: &[u8]) -> std::io::Result<(u8, Vec<u8>)> {
     write_message(&mut process.stdin, None, request)?;
     process.stdin.flush()?;

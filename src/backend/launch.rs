@@ -35,8 +35,8 @@ pub(crate) enum GridSyncLaunch {
     Split,
 }
 
-/// Enqueues `launches` back-to-back launches of `kernel` on `stream`, and counts how
-/// programs with grid-wide barriers ran in `metrics`.
+/// Enqueues `launches` back-to-back launches of `kernel` on `stream`, and counts them (and
+/// how programs with grid-wide barriers ran) in `metrics`.
 ///
 /// The caller keeps every address in `args` allocated until the launches complete (it
 /// synchronises `stream`, or an event recorded after them, before releasing memory).
@@ -52,12 +52,9 @@ pub(crate) fn enqueue(
     let abi = &kernel.abi;
     check_args(abi, args)?;
     if let Some(invocations) = vector_invocations(kernel, grid, args) {
-        let (function, grid) = vector_grid(kernel, &invocations)?;
-        let kernel_args = kernel_args(abi.vector_params(), args, &invocations);
-        for _ in 0..launches {
-            stream.launch(function, grid, abi.workgroup_size, &kernel_args)?;
-        }
+        launch_vector(stream, kernel, args, &invocations, launches)?;
         Metrics::add(&metrics.vector_launches, u64::from(launches));
+        Metrics::add(&metrics.launches, u64::from(launches));
         return Ok(());
     }
     let kernel_args = kernel_args(abi.params(), args, &(0..0));
@@ -88,6 +85,7 @@ pub(crate) fn enqueue(
             }
         }
     }
+    Metrics::add(&metrics.launches, u64::from(launches));
     Ok(())
 }
 
@@ -191,16 +189,24 @@ pub(crate) fn vector_fits(
     })
 }
 
-fn vector_grid<'k>(
-    kernel: &'k LoadedKernel,
+/// Enqueues `launches` launches of the vector entry over `invocations`.
+fn launch_vector(
+    stream: &Stream,
+    kernel: &LoadedKernel,
+    args: &LaunchArgs,
     invocations: &Range<u32>,
-) -> Result<(&'k crate::driver::Function, [u32; 3]), DriverError> {
+    launches: u32,
+) -> Result<(), DriverError> {
     let function = kernel
         .vector_function()
         .ok_or_else(|| mismatch("vector entry"))?;
     let threads = (invocations.end.saturating_sub(invocations.start)).div_ceil(VECTOR_LANES);
-    let blocks = threads.div_ceil(kernel.abi.workgroup_size[0]).max(1);
-    Ok((function, [blocks, 1, 1]))
+    let grid = [threads.div_ceil(kernel.abi.workgroup_size[0]).max(1), 1, 1];
+    let kernel_args = kernel_args(kernel.abi.vector_params(), args, invocations);
+    for _ in 0..launches {
+        stream.launch(function, grid, kernel.abi.workgroup_size, &kernel_args)?;
+    }
+    Ok(())
 }
 
 /// Enqueues one launch of the vector entry over `invocations` (a chunk of a larger
@@ -216,9 +222,7 @@ pub(crate) fn enqueue_range(
     if !vector_fits(kernel, args, &invocations) {
         return Err(mismatch("vector entry range or alignment"));
     }
-    let kernel_args = kernel_args(kernel.abi.vector_params(), args, &invocations);
-    let (function, grid) = vector_grid(kernel, &invocations)?;
-    stream.launch(function, grid, kernel.abi.workgroup_size, &kernel_args)
+    launch_vector(stream, kernel, args, &invocations, 1)
 }
 
 /// Enqueues `replays` launches of a captured graph on `stream`, under the same obligation

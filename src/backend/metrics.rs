@@ -67,4 +67,14 @@ impl Metrics {
     pub(crate) fn bump(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
     }
+
+    pub(crate) fn device_allocation(&self, bytes: usize) {
+        Self::bump(&self.device_allocations);
+        Self::add(&self.device_allocation_bytes, bytes as u64);
+    }
+
+    pub(crate) fn pinned_allocation(&self, bytes: usize) {
+        Self::bump(&self.pinned_allocations);
+        Self::add(&self.pinned_allocation_bytes, bytes as u64);
+    }
 }

@@ -36,7 +36,7 @@ pub(crate) use sequence::{Fill, Read, ResidentBatch, Step, Upload};
 use crate::codegen::{emit_ptx, CodegenError, EmittedKernel, PtxTarget, COOPERATIVE_ENTRY};
 use crate::driver::{Device, DeviceAlloc, DeviceInfo, DriverError};
 use crate::error::CudaError;
-use cache::{CacheLimits, CooperativeEntry, KernelCache, KernelKey, LazyVector, LoadedKernel};
+use cache::{CooperativeEntry, KernelCache, KernelKey, LazyVector, LoadedKernel, Lru};
 use identity::ProgramIdentities;
 use launch::GridSyncLaunch;
 use metrics::Metrics;
@@ -45,8 +45,8 @@ use pool::{DevicePool, Pool, Pooled, StreamSlot};
 use resident::{Budget, HandleError, HandleTable};
 use staging::{Staging, StagingConfig};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use vyre_driver::{DispatchConfig, Resource};
 use vyre_foundation::ir::Program;
 use vyre_foundation::validate::{
@@ -119,7 +119,6 @@ pub struct CudaOptions {
 
 impl Default for CudaOptions {
     fn default() -> Self {
-        let limits = CacheLimits::default();
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
         Self {
             device: 0,
@@ -127,10 +126,10 @@ impl Default for CudaOptions {
             pool: PoolKind::SizeClasses,
             staging_chunk_bytes: 4 << 20,
             copy_threads: (cores / 2).clamp(1, 8),
-            ptx_cache_entries: limits.ptx_entries,
-            ptx_cache_bytes: limits.ptx_bytes,
-            module_cache_entries: limits.module_entries,
-            module_cache_bytes: limits.module_bytes,
+            ptx_cache_entries: 4096,
+            ptx_cache_bytes: 256 << 20,
+            module_cache_entries: 1024,
+            module_cache_bytes: 512 << 20,
             split_grid_sync: false,
             small_dispatch_bytes: small::DEFAULT_SMALL_DISPATCH_BYTES,
             vector_min_invocations: 1 << 16,
@@ -147,76 +146,71 @@ impl CudaOptions {
     /// `VYRE_CUDA_VECTOR_MIN_INVOCATIONS` and `VYRE_CUDA_JIT_HELPER`.
     pub fn from_env() -> Result<Self, CudaError> {
         let mut options = Self::default();
-        let number = |name: &str, text: String| -> Result<u64, CudaError> {
-            text.trim().parse::<u64>().map_err(|_| {
-                CudaError::invalid_input(
-                    format!("{name}={text:?} is not a number"),
-                    format!("set {name} to a non-negative integer, or unset it"),
-                )
+        let number = |name: &str| {
+            env_var(name, "a number", "a non-negative integer", |t| {
+                t.parse::<u64>().ok()
             })
         };
-        if let Ok(text) = std::env::var(DEVICE_ENV) {
-            options.device = number(DEVICE_ENV, text)? as usize;
+        if let Some(device) = number(DEVICE_ENV)? {
+            options.device = device as usize;
         }
         if let Some(helper) = std::env::var_os(JIT_HELPER_ENV).filter(|h| !h.is_empty()) {
             options.jit_helper = Some(PathBuf::from(helper));
         }
-        if let Ok(text) = std::env::var(POOL_ENV) {
-            options.pool = PoolKind::parse(&text).ok_or_else(|| {
-                CudaError::invalid_input(
-                    format!("{POOL_ENV}={text:?} is not a pool kind"),
-                    format!("set {POOL_ENV} to `size-classes` or `stream-ordered`, or unset it"),
-                )
-            })?;
+        let kinds = "`size-classes` or `stream-ordered`";
+        if let Some(pool) = env_var(POOL_ENV, "a pool kind", kinds, PoolKind::parse)? {
+            options.pool = pool;
         }
-        if let Ok(text) = std::env::var(RESIDENT_BUDGET_ENV) {
-            options.resident_budget = Some(number(RESIDENT_BUDGET_ENV, text)?);
+        options.resident_budget = number(RESIDENT_BUDGET_ENV)?.or(options.resident_budget);
+        if let Some(threads) = number(COPY_THREADS_ENV)? {
+            options.copy_threads = threads.max(1) as usize;
         }
-        if let Ok(text) = std::env::var(COPY_THREADS_ENV) {
-            options.copy_threads = number(COPY_THREADS_ENV, text)?.max(1) as usize;
+        let split = |t: &str| match t {
+            "1" => Some(true),
+            "0" | "" => Some(false),
+            _ => None,
+        };
+        let always_split = "1 (always split grid-wide barriers into launches) or 0";
+        if let Some(on) = env_var(SPLIT_GRID_SYNC_ENV, "0 or 1", always_split, split)? {
+            options.split_grid_sync = on;
         }
-        if let Ok(text) = std::env::var(SPLIT_GRID_SYNC_ENV) {
-            options.split_grid_sync = match text.trim() {
-                "1" => true,
-                "0" | "" => false,
-                _ => {
-                    return Err(CudaError::invalid_input(
-                        format!("{SPLIT_GRID_SYNC_ENV}={text:?} is not 0 or 1"),
-                        format!("set {SPLIT_GRID_SYNC_ENV} to 1 (always split grid-wide barriers into launches) or 0, or unset it"),
-                    ))
-                }
-            };
+        if let Some(min) = number(VECTOR_MIN_INVOCATIONS_ENV)? {
+            options.vector_min_invocations = u32::try_from(min).unwrap_or(u32::MAX);
         }
-        if let Ok(text) = std::env::var(VECTOR_MIN_INVOCATIONS_ENV) {
-            options.vector_min_invocations =
-                u32::try_from(number(VECTOR_MIN_INVOCATIONS_ENV, text)?).unwrap_or(u32::MAX);
+        if let Some(bytes) = number(SMALL_DISPATCH_BYTES_ENV)? {
+            options.small_dispatch_bytes = bytes as usize;
         }
-        if let Ok(text) = std::env::var(SMALL_DISPATCH_BYTES_ENV) {
-            options.small_dispatch_bytes = number(SMALL_DISPATCH_BYTES_ENV, text)? as usize;
-        }
-        if let Ok(text) = std::env::var(BLOCKING_WAIT_ENV) {
-            options.blocking_wait = match text.trim() {
-                "1" | "true" => true,
-                "0" | "false" | "" => false,
-                _ => {
-                    return Err(CudaError::invalid_input(
-                        format!("{BLOCKING_WAIT_ENV}={text:?} is not a switch"),
-                        format!("set {BLOCKING_WAIT_ENV} to 1 or 0, or unset it"),
-                    ))
-                }
-            };
+        let switch = |t: &str| match t {
+            "1" | "true" => Some(true),
+            "0" | "false" | "" => Some(false),
+            _ => None,
+        };
+        if let Some(on) = env_var(BLOCKING_WAIT_ENV, "a switch", "1 or 0", switch)? {
+            options.blocking_wait = on;
         }
         Ok(options)
     }
 }
 
-const OPEN: u8 = 0;
-const SHUT_DOWN: u8 = 1;
-
-/// States of `Core::cooperative_capture`.
-const CAPTURE_UNTRIED: u8 = 0;
-const CAPTURE_WORKS: u8 = 1;
-const CAPTURE_FAILS: u8 = 2;
+/// Environment variable `name` through `parse` (given the trimmed text); `None` when unset.
+/// A value `parse` rejects is reported as not being `what`, with `expected` as the fix.
+fn env_var<T>(
+    name: &str,
+    what: &str,
+    expected: &str,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> Result<Option<T>, CudaError> {
+    let Ok(text) = std::env::var(name) else {
+        return Ok(None);
+    };
+    let parsed = parse(text.trim()).ok_or_else(|| {
+        CudaError::invalid_input(
+            format!("{name}={text:?} is not {what}"),
+            format!("set {name} to {expected}, or unset it"),
+        )
+    })?;
+    Ok(Some(parsed))
+}
 
 /// A resident buffer: device memory counted against the resident budget until the last
 /// holder (the handle table or a dispatch using it) drops it.
@@ -255,7 +249,7 @@ pub(crate) struct Core {
     graphs: graphs::GraphCache,
     resident: HandleTable<ResidentBuffer>,
     budget: Arc<Budget>,
-    metrics: Metrics,
+    metrics: Arc<Metrics>,
     /// How programs with grid-wide barriers launch (cooperative only where the device
     /// supports it and the options allow it).
     grid_sync: GridSyncLaunch,
@@ -263,10 +257,11 @@ pub(crate) struct Core {
     vector_min_invocations: u32,
     /// Where modules are compiled ([`CudaOptions::jit_helper`]).
     jit: Arc<jit::Jit>,
-    /// Whether cooperative launches work inside a CUDA graph capture on this device:
-    /// unknown until the first capture that needs one tries (see `sequence.rs`).
-    cooperative_capture: AtomicU8,
-    state: AtomicU8,
+    /// Set when the last capture that held cooperative launches failed: they do not work
+    /// inside a CUDA graph capture on this device (see `sequence.rs`).
+    cooperative_capture_fails: AtomicBool,
+    /// Set by [`CudaBackend::shutdown`].
+    shut_down: AtomicBool,
     /// Set by the first sticky driver error: the context is gone for the whole process.
     lost: Mutex<Option<String>>,
 }
@@ -295,13 +290,6 @@ impl CudaBackend {
         Self::with_options(CudaOptions::from_env()?)
     }
 
-    /// Open CUDA device `ordinal` (other options from the environment).
-    pub fn with_device(ordinal: usize) -> Result<Self, CudaError> {
-        let mut options = CudaOptions::from_env()?;
-        options.device = ordinal;
-        Self::with_options(options)
-    }
-
     /// Open a device with explicit options.
     pub fn with_options(options: CudaOptions) -> Result<Self, CudaError> {
         let device = Device::open(options.device)?;
@@ -323,27 +311,32 @@ impl CudaBackend {
             )?;
         }
         tracing::debug!(device = %info.name, %target, ?options, "vyre-cuda backend opened");
+        let metrics = Arc::new(Metrics::default());
+        let staging = StagingConfig::new(options.staging_chunk_bytes, options.copy_threads);
         let core = Core {
             target,
             limits,
-            kernels: KernelCache::new(CacheLimits {
-                ptx_entries: options.ptx_cache_entries,
-                ptx_bytes: options.ptx_cache_bytes,
-                module_entries: options.module_cache_entries,
-                module_bytes: options.module_cache_bytes,
-            }),
+            kernels: KernelCache {
+                ptx: Mutex::new(Lru::new(options.ptx_cache_entries, options.ptx_cache_bytes)),
+                modules: Mutex::new(Lru::new(
+                    options.module_cache_entries,
+                    options.module_cache_bytes,
+                )),
+            },
             identities: ProgramIdentities::default(),
             streams: Pool::new(64),
-            pool: DevicePool::new(options.pool, transient_idle),
-            staging: Staging::new(StagingConfig::new(
-                options.staging_chunk_bytes,
-                options.copy_threads,
-            )),
+            pool: DevicePool::new(
+                options.pool,
+                transient_idle,
+                Arc::clone(&device),
+                Arc::clone(&metrics),
+            ),
+            staging: Staging::new(staging, Arc::clone(&device), Arc::clone(&metrics)),
             small: small::SmallLanes::new(options.small_dispatch_bytes, options.blocking_wait),
             graphs: graphs::GraphCache::default(),
             resident: HandleTable::new(),
             budget: Arc::new(Budget::new(budget)),
-            metrics: Metrics::default(),
+            metrics,
             grid_sync: if info.cooperative_launch && !options.split_grid_sync {
                 GridSyncLaunch::CooperativeWhereItFits
             } else {
@@ -351,8 +344,8 @@ impl CudaBackend {
             },
             vector_min_invocations: options.vector_min_invocations,
             jit: Arc::new(jit::Jit::new(options.jit_helper, options.device)),
-            cooperative_capture: AtomicU8::new(CAPTURE_UNTRIED),
-            state: AtomicU8::new(OPEN),
+            cooperative_capture_fails: AtomicBool::new(false),
+            shut_down: AtomicBool::new(false),
             lost: Mutex::new(None),
             device,
         };
@@ -504,13 +497,11 @@ impl CudaBackend {
         self.core.lost_cause().is_some()
     }
 
-    /// Report whether the backend can continue. On driver 580 a sticky context error (e.g.
-    /// `CUDA_ERROR_ILLEGAL_ADDRESS`) cannot be recovered in-process: resetting the primary
-    /// context and re-creating contexts keep failing. So this does not pretend: it succeeds
-    /// when the device is healthy and otherwise returns [`CudaError::DeviceLost`] telling
-    /// the caller to restart the process. vyre-cuda's own kernels bounds-check every access
-    /// and report run-time errors through a fault word, so failing dispatches do not poison
-    /// later ones.
+    /// Whether the backend can continue: `Ok` while the device is healthy, else
+    /// [`CudaError::DeviceLost`]. A sticky context error (e.g. `CUDA_ERROR_ILLEGAL_ADDRESS`)
+    /// cannot be recovered in-process on driver 580 (resetting or re-creating contexts keeps
+    /// failing), so the caller must restart the process. vyre-cuda's own kernels report
+    /// run-time errors through a fault word, so failing dispatches do not poison later ones.
     pub fn try_recover(&self) -> Result<(), CudaError> {
         self.core.usable()
     }
@@ -525,20 +516,17 @@ impl Core {
             .lock()
             .map(|p| (p.len(), p.bytes()))
             .unwrap_or((0, 0));
-        snapshot.push(("vyre_cuda_loaded_kernels", self.kernels.loaded() as u64));
-        snapshot.push(("vyre_cuda_ptx_cache_entries", ptx_entries as u64));
-        snapshot.push(("vyre_cuda_ptx_cache_bytes", ptx_bytes as u64));
-        snapshot.push(("vyre_cuda_pool_idle_bytes", self.pool.idle_bytes() as u64));
-        snapshot.push((
-            "vyre_cuda_staging_idle_bytes",
-            self.staging.idle_bytes() as u64,
-        ));
-        snapshot.push((
-            "vyre_cuda_small_lane_idle_bytes",
-            self.small.idle_bytes() as u64,
-        ));
-        snapshot.push(("vyre_cuda_cached_graphs", self.graphs.len() as u64));
-        snapshot.push(("vyre_cuda_idle_streams", self.streams.counts().idle as u64));
+        let gauges = [
+            ("vyre_cuda_loaded_kernels", self.kernels.loaded()),
+            ("vyre_cuda_ptx_cache_entries", ptx_entries),
+            ("vyre_cuda_ptx_cache_bytes", ptx_bytes),
+            ("vyre_cuda_pool_idle_bytes", self.pool.idle_bytes()),
+            ("vyre_cuda_staging_idle_bytes", self.staging.idle_bytes()),
+            ("vyre_cuda_small_lane_idle_bytes", self.small.idle_bytes()),
+            ("vyre_cuda_cached_graphs", self.graphs.len()),
+            ("vyre_cuda_idle_streams", self.streams.counts().idle),
+        ];
+        snapshot.extend(gauges.map(|(name, value)| (name, value as u64)));
         let (lanes, events) = self.small.counts();
         let counts = [
             self.streams.counts(),
@@ -551,9 +539,11 @@ impl Core {
             snapshot.push((in_use, counts.in_use as u64));
             snapshot.push((idle, counts.idle as u64));
         }
-        snapshot.push(("vyre_cuda_resident_buffers", self.resident.live() as u64));
-        snapshot.push(("vyre_cuda_resident_bytes", self.budget.in_use()));
-        snapshot.push(("vyre_cuda_resident_budget_bytes", self.budget.limit()));
+        snapshot.extend([
+            ("vyre_cuda_resident_buffers", self.resident.live() as u64),
+            ("vyre_cuda_resident_bytes", self.budget.in_use()),
+            ("vyre_cuda_resident_budget_bytes", self.budget.limit()),
+        ]);
         snapshot
     }
 
@@ -564,7 +554,7 @@ impl Core {
     /// How grid-wide barriers launch inside a CUDA graph capture: as outside, unless a
     /// capture already showed that cooperative launches cannot be captured here.
     pub(crate) fn capture_grid_sync(&self) -> GridSyncLaunch {
-        if self.cooperative_capture.load(Ordering::Relaxed) == CAPTURE_FAILS {
+        if self.cooperative_capture_fails.load(Ordering::Relaxed) {
             GridSyncLaunch::Split
         } else {
             self.grid_sync
@@ -574,8 +564,8 @@ impl Core {
     /// Records the outcome of a capture that held cooperative launches (per `counted`).
     pub(crate) fn note_cooperative_capture(&self, counted: &Metrics, worked: bool) {
         if counted.grid_sync_cooperative.load(Ordering::Relaxed) > 0 {
-            let state = if worked { CAPTURE_WORKS } else { CAPTURE_FAILS };
-            self.cooperative_capture.store(state, Ordering::Relaxed);
+            self.cooperative_capture_fails
+                .store(!worked, Ordering::Relaxed);
         }
     }
 
@@ -585,7 +575,7 @@ impl Core {
 
     /// Fails fast once the backend is shut down or its device lost.
     pub(crate) fn usable(&self) -> Result<(), CudaError> {
-        if self.state.load(Ordering::Acquire) == SHUT_DOWN {
+        if self.shut_down.load(Ordering::Acquire) {
             return Err(CudaError::ShutDown);
         }
         match self.lost_cause() {
@@ -594,7 +584,6 @@ impl Core {
         }
     }
 
-    /// Classifies a driver error: a sticky one marks the device lost for good.
     /// A failed module load as the caller sees it.
     fn load_error(&self, error: jit::LoadError) -> CudaError {
         match error {
@@ -609,6 +598,7 @@ impl Core {
         }
     }
 
+    /// Classifies a driver error: a sticky one marks the device lost for good.
     pub(crate) fn driver_error(&self, error: DriverError) -> CudaError {
         if error.is_sticky() {
             Metrics::bump(&self.metrics.sticky_errors);
@@ -637,7 +627,7 @@ impl Core {
         // One tiny download allocates a staging lane's first pinned slot and runs the stream.
         let block = self
             .pool
-            .take(&self.device, &slot.stream, 4, &self.metrics)
+            .take(&slot.stream, 4)
             .map_err(|e| self.driver_error(e))?;
         let mut word = [0u8; 4];
         let copy = staging::DeviceToHost {
@@ -647,28 +637,21 @@ impl Core {
         let result = slot
             .stream
             .memset_zero(block.ptr(), 4)
-            .and_then(|()| {
-                self.staging
-                    .download_now(&self.device, &slot.stream, &mut [copy], &self.metrics)
-            })
+            .and_then(|()| self.staging.download_now(&slot.stream, &mut [copy]))
             .and_then(|()| slot.stream.synchronize());
-        if let Err(error) = result {
-            block.discard();
-            slot.discard();
-            return Err(self.driver_error(error));
-        }
-        drop((block, slot));
+        block.discard_if(result.is_err());
+        slot.discard_if(result.is_err());
+        result.map_err(|e| self.driver_error(e))?;
         self.small.prepare(self).map_err(|e| self.driver_error(e))
     }
 
-    /// A stream with its events, from the pool.
     pub(crate) fn stream(&self) -> Result<Pooled<StreamSlot>, DriverError> {
         self.streams
             .take(|| StreamSlot::new(&self.device, &self.metrics))
     }
 
     fn shutdown(&self) -> Result<(), CudaError> {
-        if self.state.swap(SHUT_DOWN, Ordering::AcqRel) == SHUT_DOWN {
+        if self.shut_down.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
         let synced = if self.lost_cause().is_none() {
@@ -737,13 +720,12 @@ impl Core {
         }
         // An elementwise program's vector entry is a module of its own, compiled by the
         // driver only when a dispatch large enough to use it comes (see `LazyVector`).
-        let vector = emitted.vector_ptx.as_ref().map(|vector| {
-            LazyVector::new(
-                Arc::clone(&self.device),
-                Arc::clone(&self.jit),
-                vector.clone(),
-                self.vector_min_invocations,
-            )
+        let vector = emitted.vector_ptx.as_ref().map(|ptx| LazyVector {
+            device: Arc::clone(&self.device),
+            jit: Arc::clone(&self.jit),
+            ptx: ptx.clone(),
+            function: OnceLock::new(),
+            min_invocations: self.vector_min_invocations,
         });
         let module = {
             let _span = tracing::debug_span!("vyre_cuda.module_load").entered();
@@ -836,7 +818,6 @@ impl Core {
 
     // ---- resident buffers ------------------------------------------------------------
 
-    /// The live resident buffer behind `handle`.
     pub(crate) fn resident(&self, handle: u64) -> Result<Arc<ResidentBuffer>, CudaError> {
         self.resident.get(handle).map_err(handle_error)
     }
@@ -857,30 +838,9 @@ impl Core {
                 requested,
                 available,
             })?;
-        let reserved = scopeguard(|| self.budget.release(requested));
-        let (free, _) = self
-            .device
-            .memory_info()
-            .map_err(|e| self.driver_error(e))?;
-        if requested > free {
-            return Err(CudaError::OutOfMemory {
-                requested,
-                available: free,
-            });
-        }
-        let alloc = DeviceAlloc::new(&self.device, byte_len).map_err(|e| {
-            if e.is_out_of_memory() {
-                CudaError::OutOfMemory {
-                    requested,
-                    available: free,
-                }
-            } else {
-                self.driver_error(e)
-            }
-        })?;
-        reserved.disarm();
-        Metrics::bump(&self.metrics.device_allocations);
-        Metrics::add(&self.metrics.device_allocation_bytes, requested);
+        let alloc = self
+            .resident_alloc(requested)
+            .inspect_err(|_| self.budget.release(requested))?;
         let buffer = ResidentBuffer {
             alloc,
             budget: Arc::clone(&self.budget),
@@ -891,14 +851,36 @@ impl Core {
             .stream
             .memset_zero(buffer.ptr(), byte_len)
             .and_then(|()| slot.stream.synchronize());
-        if let Err(error) = zeroed {
-            slot.discard();
-            return Err(self.driver_error(error));
-        }
-        drop(slot);
+        slot.discard_if(zeroed.is_err());
+        zeroed.map_err(|e| self.driver_error(e))?;
         let handle = self.resident.insert(buffer).map_err(handle_error)?;
         Metrics::bump(&self.metrics.resident_allocations);
         Ok(handle)
+    }
+
+    /// Device memory for a resident buffer, refused with the numbers of an `OutOfMemory`
+    /// when the device has less free.
+    fn resident_alloc(&self, requested: u64) -> Result<DeviceAlloc, CudaError> {
+        let (free, _) = self
+            .device
+            .memory_info()
+            .map_err(|e| self.driver_error(e))?;
+        let out_of_memory = CudaError::OutOfMemory {
+            requested,
+            available: free,
+        };
+        if requested > free {
+            return Err(out_of_memory);
+        }
+        let alloc = DeviceAlloc::new(&self.device, requested as usize).map_err(|e| {
+            if e.is_out_of_memory() {
+                out_of_memory
+            } else {
+                self.driver_error(e)
+            }
+        })?;
+        self.metrics.device_allocation(alloc.len());
+        Ok(alloc)
     }
 
     /// Drops the table's reference; the memory is released once no dispatch uses it.
@@ -936,33 +918,6 @@ const POOL_METRICS: [(&str, &str); 5] = [
 fn handle_error(error: HandleError) -> CudaError {
     let (message, fix) = error.message();
     CudaError::invalid_input(message, fix)
-}
-
-/// Runs `release` on drop unless disarmed.
-struct ScopeGuard<F: FnMut()> {
-    release: F,
-    armed: bool,
-}
-
-impl<F: FnMut()> ScopeGuard<F> {
-    fn disarm(mut self) {
-        self.armed = false;
-    }
-}
-
-impl<F: FnMut()> Drop for ScopeGuard<F> {
-    fn drop(&mut self) {
-        if self.armed {
-            (self.release)();
-        }
-    }
-}
-
-fn scopeguard<F: FnMut()>(release: F) -> ScopeGuard<F> {
-    ScopeGuard {
-        release,
-        armed: true,
-    }
 }
 
 /// The handle of a `Resource::Resident`; anything else is an error.

@@ -49,23 +49,12 @@ impl CudaPendingDispatch {
     }
 
     /// Waits and writes the outputs into `outputs`, reusing its buffers.
-    pub fn wait_into(self, outputs: &mut Vec<Vec<u8>>) -> Result<(), CudaError> {
-        let flight = self
-            .flight
-            .lock()
-            .map_err(|_| {
-                CudaError::invalid_input(
-                    "the pending dispatch's lock is poisoned",
-                    "dispatch again",
-                )
-            })?
-            .take();
-        let Some(flight) = flight else {
-            return Err(CudaError::invalid_input(
-                "the pending dispatch was already awaited",
-                "await each pending dispatch once",
-            ));
-        };
+    pub fn wait_into(mut self, outputs: &mut Vec<Vec<u8>>) -> Result<(), CudaError> {
+        let flight = self.flight.get_mut().map_err(|_| {
+            CudaError::invalid_input("the pending dispatch's lock is poisoned", "dispatch again")
+        })?;
+        // Only `wait_into` (which consumes the handle) and `drop` take the dispatch.
+        let flight = flight.take().expect("a pending dispatch is awaited once");
         let result = flight.finish(&self.core, outputs);
         if result.is_err() {
             Metrics::bump(&self.core.metrics().dispatch_errors);
@@ -109,12 +98,10 @@ impl CudaBackend {
         let core = self.core();
         Metrics::bump(&core.metrics().dispatches);
         Metrics::bump(&core.metrics().async_dispatches);
-        let flight = core
-            .start(program, inputs, config, None, false)
-            .map_err(|e| {
-                Metrics::bump(&core.metrics().dispatch_errors);
-                core.classify(e)
-            })?;
+        let flight = core.start(program, inputs, config).map_err(|e| {
+            Metrics::bump(&core.metrics().dispatch_errors);
+            core.classify(e)
+        })?;
         Ok(CudaPendingDispatch {
             core: Arc::clone(core),
             flight: Mutex::new(Some(flight)),

@@ -3,7 +3,7 @@
 use super::cache::LoadedKernel;
 use super::metrics::Metrics;
 use super::sequence::{ResidentBatch, Step};
-use super::{resident_id, Core, CudaBackend};
+use super::{Core, CudaBackend};
 use crate::error::CudaError;
 use std::sync::Arc;
 use vyre_driver::{DispatchConfig, Resource, TimedDispatchResult};
@@ -104,15 +104,11 @@ impl CudaPipeline {
         config: &DispatchConfig,
     ) -> Result<Vec<Vec<u8>>, CudaError> {
         let launches = super::dispatch::check_config(config, self.core.grid_sync)?;
-        let handles: Vec<u64> = resources
-            .iter()
-            .map(resident_id)
-            .collect::<Result<_, _>>()?;
+        let handles = super::sequence::ids(resources)?;
         let abi = &self.kernel.abi;
         let order = super::plan::binding_order(&self.program, abi);
         // Outputs in declaration order: binding `order[k]` is bound to `handles[k]`.
         let mut reads = Vec::new();
-        let mut ranges = Vec::new();
         if handles.len() == abi.bindings.len() {
             for (index, binding) in abi.bindings.iter().enumerate() {
                 if binding.role.is_returned() {
@@ -124,7 +120,6 @@ impl CudaPipeline {
                         offset: 0,
                         len,
                     });
-                    ranges.push(binding.output_byte_range.clone());
                 }
             }
         }
@@ -146,9 +141,7 @@ impl CudaPipeline {
             &mut slots,
             false,
         )?;
-        for (out, range) in outputs.iter_mut().zip(&ranges) {
-            super::plan::shape_output(out, range.as_ref());
-        }
+        super::dispatch::shape_outputs(abi, &mut outputs);
         Ok(outputs)
     }
 }

@@ -1,28 +1,12 @@
-//! Pools: one idle list type ([`Pool`]) and its guard ([`Pooled`]), and the pools built on
-//! it: transient device memory ([`DevicePool`]) and streams ([`StreamSlot`]). Staging lanes,
+//! Pools: one idle list ([`Pool`]) with its guard ([`Pooled`]), and the pools built on it:
+//! transient device memory ([`DevicePool`]) and streams ([`StreamSlot`]); staging lanes,
 //! small-dispatch lanes and blocking wait events use the same [`Pool`].
 //!
-//! A [`Pooled`] guard holds one resource and a handle to its pool; dropping it gives the
-//! resource back (kept idle within the pool's bound, else freed), so every path out of an
-//! executor, error paths included, returns what it took. After a driver error, whose work
-//! may still be queued or whose state is unknown, [`Pooled::discard`] frees the resource
-//! instead of recycling it. Every pool counts its resources in use and idle (telemetry,
-//! `vyre_cuda_<pool>_in_use` / `_idle`).
-//!
-//! Transient device memory (the buffers of one borrowed dispatch, fault words) comes from
-//! one of two sources, chosen once per backend ([`PoolKind`]):
-//!
-//! * [`PoolKind::SizeClasses`] (default): power-of-two blocks kept after a dispatch and
-//!   reused by the next one that fits, bounded by idle bytes. A warm dispatch of a known
-//!   shape makes no driver allocation call at all.
-//! * [`PoolKind::StreamOrdered`]: the driver's stream-ordered pool (`cuMemAllocAsync` /
-//!   `cuMemFreeAsync`) with a raised release threshold, so freed memory stays in the
-//!   driver's pool. Every dispatch still makes two (cheap) driver calls.
-//!
-//! `VYRE_CUDA_POOL=stream-ordered` selects the second (the benchmark compares both).
-//! Size-class blocks are reused by later dispatches on other streams, so they go back only
-//! once the work using them is done: executors drop them after synchronising, and discard
-//! them after a driver error.
+//! Dropping a [`Pooled`] gives the resource back (kept idle within the pool's bound, else
+//! freed), so every path out of an executor, error paths included, returns what it took;
+//! after a driver error, whose work may still be queued, [`Pooled::discard`] frees it
+//! instead. Size-class blocks are reused by later dispatches on other streams, so
+//! executors drop them only once the work using them is done.
 
 use super::metrics::Metrics;
 use crate::driver::{Device, DeviceAlloc, DriverError, Event, Stream, StreamOrderedAlloc};
@@ -56,7 +40,6 @@ struct Idle<T> {
 struct Home<T> {
     idle: Mutex<Idle<T>>,
     in_use: AtomicUsize,
-    /// Most total weight kept idle.
     max_weight: usize,
     /// Set by [`Pool::close`]: returned resources are freed from then on.
     closed: AtomicBool,
@@ -99,15 +82,7 @@ impl<T: Recycle> Pool<T> {
 
     /// The most recently returned idle resource, else a new one from `create`.
     pub(crate) fn take<E>(&self, create: impl FnOnce() -> Result<T, E>) -> Result<Pooled<T>, E> {
-        let idle = self.home.idle.lock().ok().and_then(|mut idle| {
-            let item = idle.items.pop()?;
-            idle.weight -= item.weight().unwrap_or(0);
-            Some(item)
-        });
-        match idle {
-            Some(item) => Ok(self.adopt(item)),
-            None => create().map(|item| self.adopt(item)),
-        }
+        self.take_chosen(|items| items.len().checked_sub(1), create)
     }
 
     /// The idle resource with the smallest `fit` (`None`: does not fit), else `create`'s.
@@ -116,29 +91,36 @@ impl<T: Recycle> Pool<T> {
         fit: impl Fn(&T) -> Option<usize>,
         create: impl FnOnce() -> Result<T, E>,
     ) -> Result<Pooled<T>, E> {
-        let best = self.home.idle.lock().ok().and_then(|mut idle| {
-            let (index, _) = idle
-                .items
-                .iter()
-                .enumerate()
-                .filter_map(|(index, item)| fit(item).map(|key| (index, key)))
-                .min_by_key(|&(_, key)| key)?;
+        let best = |items: &[T]| {
+            let keyed = items.iter().enumerate();
+            let fitting = keyed.filter_map(|(index, item)| fit(item).map(|key| (index, key)));
+            fitting.min_by_key(|&(_, key)| key).map(|(index, _)| index)
+        };
+        self.take_chosen(best, create)
+    }
+
+    /// The idle resource at the index `choose` picks, else a new one from `create` (called
+    /// outside the lock).
+    fn take_chosen<E>(
+        &self,
+        choose: impl FnOnce(&[T]) -> Option<usize>,
+        create: impl FnOnce() -> Result<T, E>,
+    ) -> Result<Pooled<T>, E> {
+        let idle = self.home.idle.lock().ok().and_then(|mut idle| {
+            let index = choose(&idle.items)?;
             let item = idle.items.swap_remove(index);
             idle.weight -= item.weight().unwrap_or(0);
             Some(item)
         });
-        match best {
-            Some(item) => Ok(self.adopt(item)),
-            None => create().map(|item| self.adopt(item)),
-        }
-    }
-
-    fn adopt(&self, item: T) -> Pooled<T> {
+        let item = match idle {
+            Some(item) => item,
+            None => create()?,
+        };
         self.home.in_use.fetch_add(1, Ordering::Relaxed);
-        Pooled {
+        Ok(Pooled {
             item: Some(item),
             home: Arc::clone(&self.home),
-        }
+        })
     }
 
     /// Frees every idle resource; resources returned later are freed too (shutdown).
@@ -157,7 +139,6 @@ impl<T: Recycle> Pool<T> {
         }
     }
 
-    /// The sum of `size` over the idle resources.
     pub(crate) fn idle_sum(&self, size: impl Fn(&T) -> usize) -> usize {
         self.home
             .idle
@@ -217,9 +198,11 @@ impl<T: Recycle> Drop for Pooled<T> {
 /// Which pool serves transient device memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PoolKind {
-    /// Power-of-two blocks reused across dispatches (no driver call when warm).
+    /// Power-of-two blocks reused across dispatches, bounded by idle bytes (a warm
+    /// dispatch of a known shape makes no driver allocation call).
     SizeClasses,
-    /// The driver's stream-ordered pool (`cuMemAllocAsync`).
+    /// The driver's stream-ordered pool (`cuMemAllocAsync`) with a raised release
+    /// threshold: two cheap driver calls per dispatch.
     StreamOrdered,
 }
 
@@ -265,32 +248,31 @@ pub(crate) type Block = Pooled<Memory>;
 pub(crate) struct DevicePool {
     kind: PoolKind,
     blocks: Pool<Memory>,
+    device: Arc<Device>,
+    metrics: Arc<Metrics>,
 }
 
 impl DevicePool {
     /// Keeps at most `max_idle_bytes` of size-class blocks idle.
-    pub(crate) fn new(kind: PoolKind, max_idle_bytes: usize) -> Self {
+    pub(crate) fn new(
+        kind: PoolKind,
+        max_idle_bytes: usize,
+        device: Arc<Device>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
             kind,
             blocks: Pool::new(max_idle_bytes),
+            device,
+            metrics,
         }
     }
 
     /// At least `bytes` of device memory usable by work queued on `stream` from now on.
-    pub(crate) fn take(
-        &self,
-        device: &Arc<Device>,
-        stream: &Arc<Stream>,
-        bytes: usize,
-        metrics: &Metrics,
-    ) -> Result<Block, DriverError> {
-        let allocated = |size: usize| {
-            Metrics::bump(&metrics.device_allocations);
-            Metrics::add(&metrics.device_allocation_bytes, size as u64);
-        };
+    pub(crate) fn take(&self, stream: &Arc<Stream>, bytes: usize) -> Result<Block, DriverError> {
         if self.kind == PoolKind::StreamOrdered {
             return self.blocks.take(|| {
-                allocated(bytes);
+                self.metrics.device_allocation(bytes);
                 StreamOrderedAlloc::new(stream, bytes).map(Memory::StreamOrdered)
             });
         }
@@ -303,12 +285,12 @@ impl DevicePool {
             || {
                 created = true;
                 let size = bytes.max(MIN_BLOCK).next_power_of_two();
-                allocated(size);
-                DeviceAlloc::new(device, size).map(Memory::Classes)
+                self.metrics.device_allocation(size);
+                DeviceAlloc::new(&self.device, size).map(Memory::Classes)
             },
         )?;
         if !created {
-            Metrics::bump(&metrics.pool_reuses);
+            Metrics::bump(&self.metrics.pool_reuses);
         }
         Ok(block)
     }
@@ -345,6 +327,30 @@ impl StreamSlot {
             end: Event::new(device, true)?,
             done: Event::new(device, false)?,
         })
+    }
+
+    /// Runs `enqueue`, between the timing events on `stream` when `timed`.
+    pub(crate) fn timed<T>(
+        &self,
+        stream: &Stream,
+        timed: bool,
+        enqueue: impl FnOnce() -> Result<T, DriverError>,
+    ) -> Result<T, DriverError> {
+        if timed {
+            self.start.record(stream)?;
+        }
+        let value = enqueue()?;
+        if timed {
+            self.end.record(stream)?;
+        }
+        Ok(value)
+    }
+
+    /// The device time between the timing events (once they completed), when `timed`.
+    pub(crate) fn device_ns(&self, timed: bool) -> Result<Option<u64>, DriverError> {
+        timed
+            .then(|| self.end.elapsed_ns_since(&self.start))
+            .transpose()
     }
 }
 

@@ -2,6 +2,7 @@
 //! content-addressed cache of static uploads. Pure bookkeeping over handles (no device
 //! calls), so it is tested without a GPU; the dispatcher frees whatever these return.
 
+use super::cache::evict_oldest;
 use rustc_hash::{FxHashMap, FxHashSet};
 
 /// Freed resident handles kept by exact byte size for reuse, bounded in idle bytes.
@@ -126,22 +127,15 @@ impl StaticCache {
         self.tick += 1;
         let mut evicted = Vec::new();
         while self.bytes + bytes > self.max_bytes {
-            let Some(oldest) = self
-                .entries
-                .iter()
-                .filter(|(_, entry)| entry.users == 0)
-                .min_by_key(|(_, entry)| entry.used)
-                .map(|(key, _)| *key)
-            else {
+            let idle = |entry: &StaticEntry| (entry.users == 0).then_some(entry.used);
+            let Some(entry) = evict_oldest(&mut self.entries, idle) else {
                 break;
             };
-            if let Some(entry) = self.entries.remove(&oldest) {
-                self.bytes -= entry.bytes;
-                if let Some(first) = entry.handles.first() {
-                    self.by_first_handle.remove(first);
-                }
-                evicted.push(entry.handles);
+            self.bytes -= entry.bytes;
+            if let Some(first) = entry.handles.first() {
+                self.by_first_handle.remove(first);
             }
+            evicted.push(entry.handles);
         }
         if let Some(first) = handles.first() {
             self.by_first_handle.insert(*first, key);

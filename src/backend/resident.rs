@@ -76,6 +76,21 @@ struct Table<T> {
     live: usize,
 }
 
+impl<T> Table<T> {
+    /// Takes slot `index`'s value, if any, and bumps its generation; a slot whose
+    /// generation would wrap is retired instead of freed for reuse.
+    fn retire(&mut self, index: usize) -> Option<Arc<T>> {
+        let slot = &mut self.slots[index];
+        let value = slot.value.take()?;
+        slot.generation += 1;
+        if slot.generation <= GENERATION_MASK {
+            self.free.push(index as u32);
+        }
+        self.live -= 1;
+        Some(value)
+    }
+}
+
 /// Generation-checked handles for one backend instance.
 pub(crate) struct HandleTable<T> {
     tag: u16,
@@ -132,7 +147,6 @@ impl<T> HandleTable<T> {
         ))
     }
 
-    /// Stores `value`; returns its handle.
     pub(crate) fn insert(&self, value: T) -> Result<u64, HandleError> {
         let mut table = self.lock();
         let index = match table.free.pop() {
@@ -156,67 +170,45 @@ impl<T> HandleTable<T> {
         Ok(self.pack(index, generation))
     }
 
-    /// The live value behind `handle`.
     pub(crate) fn get(&self, handle: u64) -> Result<Arc<T>, HandleError> {
-        let (index, generation) = self.unpack(handle)?;
         let table = self.lock();
-        match table.slots.get(index) {
-            None => Err(HandleError::Unknown { handle }),
-            Some(slot) if slot.generation != generation => {
-                if generation > slot.generation {
-                    Err(HandleError::Unknown { handle })
-                } else {
-                    Err(HandleError::Freed { handle })
-                }
-            }
-            Some(slot) => slot.value.clone().ok_or(HandleError::Freed { handle }),
-        }
+        let index = self.find(&table, handle)?;
+        Ok(Arc::clone(
+            table.slots[index].value.as_ref().expect("found live"),
+        ))
     }
 
     /// Removes `handle`'s value (the caller drops it; holders of clones keep it alive).
     pub(crate) fn remove(&self, handle: u64) -> Result<Arc<T>, HandleError> {
-        let (index, generation) = self.unpack(handle)?;
         let mut table = self.lock();
-        let table = &mut *table;
-        let slot = match table.slots.get_mut(index) {
-            None => return Err(HandleError::Unknown { handle }),
-            Some(slot) if slot.generation != generation => {
-                return Err(if generation > slot.generation {
-                    HandleError::Unknown { handle }
-                } else {
-                    HandleError::Freed { handle }
-                })
-            }
-            Some(slot) => slot,
-        };
-        let value = slot.value.take().ok_or(HandleError::Freed { handle })?;
-        slot.generation += 1;
-        if slot.generation <= GENERATION_MASK {
-            table.free.push(index as u32);
-        }
-        table.live -= 1;
-        Ok(value)
+        let index = self.find(&table, handle)?;
+        Ok(table.retire(index).expect("found live"))
     }
 
     /// Removes every value (shutdown); the handles become `Freed`.
     pub(crate) fn drain(&self) -> Vec<Arc<T>> {
         let mut table = self.lock();
-        let table = &mut *table;
-        let mut drained = Vec::with_capacity(table.live);
-        for (index, slot) in table.slots.iter_mut().enumerate() {
-            if let Some(value) = slot.value.take() {
-                drained.push(value);
-                slot.generation += 1;
-                if slot.generation <= GENERATION_MASK {
-                    table.free.push(index as u32);
-                }
-            }
-        }
-        table.live = 0;
+        let drained: Vec<Arc<T>> = (0..table.slots.len())
+            .filter_map(|index| table.retire(index))
+            .collect();
         drained
     }
 
-    /// Number of live handles.
+    fn find(&self, table: &Table<T>, handle: u64) -> Result<usize, HandleError> {
+        let (index, generation) = self.unpack(handle)?;
+        let slot = table
+            .slots
+            .get(index)
+            .ok_or(HandleError::Unknown { handle })?;
+        if generation > slot.generation {
+            Err(HandleError::Unknown { handle })
+        } else if generation < slot.generation || slot.value.is_none() {
+            Err(HandleError::Freed { handle })
+        } else {
+            Ok(index)
+        }
+    }
+
     pub(crate) fn live(&self) -> usize {
         self.lock().live
     }
@@ -247,22 +239,13 @@ impl Budget {
 
     /// Reserves `bytes`, or returns the bytes still available.
     pub(crate) fn reserve(&self, bytes: u64) -> Result<(), u64> {
-        let mut current = self.in_use.load(Ordering::Acquire);
-        loop {
-            let available = self.limit.saturating_sub(current);
-            if bytes > available {
-                return Err(available);
-            }
-            match self.in_use.compare_exchange_weak(
-                current,
-                current + bytes,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return Ok(()),
-                Err(actual) => current = actual,
-            }
-        }
+        let available = |in_use: u64| self.limit.saturating_sub(in_use);
+        self.in_use
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |in_use| {
+                (bytes <= available(in_use)).then_some(in_use + bytes)
+            })
+            .map(drop)
+            .map_err(available)
     }
 
     pub(crate) fn release(&self, bytes: u64) {

@@ -6,7 +6,7 @@
 //! graph the first time they are needed, and later identical calls replay it. A one-off
 //! prefix-only list (seen for the first time) and a single launch run directly.
 
-use super::dispatch::{check_config, check_fault, count, nanos, Timing};
+use super::dispatch::{check_config, check_fault, count, nanos, resized, Timing};
 use super::graphs::{CachedGraph, GraphKey, StepKey};
 use super::launch::{self, GridSyncLaunch, LaunchArgs};
 use super::metrics::Metrics;
@@ -102,19 +102,18 @@ struct PreparedStep {
     launches: u32,
 }
 
-/// How a batch's steps run.
-enum Work {
-    /// Launched one by one (the prefix only).
-    Direct(Vec<PreparedStep>),
-    /// Graphs replayed in order.
-    Graphs(Vec<Segment>),
+/// How a batch's steps run: launched one by one (`direct`: the prefix only), or as graphs
+/// replayed in order. At most one of the two is non-empty.
+struct Work {
+    direct: Vec<PreparedStep>,
+    graphs: Vec<Segment>,
 }
 
 impl Work {
-    fn has_steps(&self) -> bool {
-        match self {
-            Self::Direct(prefix) => !prefix.is_empty(),
-            Self::Graphs(planned) => !planned.is_empty(),
+    fn direct(direct: Vec<PreparedStep>) -> Self {
+        Self {
+            direct,
+            graphs: Vec::new(),
         }
     }
 }
@@ -194,15 +193,8 @@ fn launch_step(
     )
 }
 
-fn range_error(handle: u64, offset: usize, len: usize, size: usize, what: &str) -> CudaError {
-    CudaError::invalid_input(
-        format!(
-            "{what} of {len} byte(s) at offset {offset} does not fit resident buffer {handle:#x} of {size} byte(s)"
-        ),
-        "keep offset + length within the resident buffer's byte length",
-    )
-}
-
+/// Checks that `len` bytes at `offset` fit resident buffer `handle`; `what` names the
+/// operation in the error.
 fn check_range(
     buffer: &ResidentBuffer,
     handle: u64,
@@ -212,7 +204,13 @@ fn check_range(
 ) -> Result<(), CudaError> {
     match offset.checked_add(len) {
         Some(end) if end <= buffer.len() => Ok(()),
-        _ => Err(range_error(handle, offset, len, buffer.len(), what)),
+        _ => Err(CudaError::invalid_input(
+            format!(
+                "{what} of {len} byte(s) at offset {offset} does not fit resident buffer {handle:#x} of {} byte(s)",
+                buffer.len()
+            ),
+            "keep offset + length within the resident buffer's byte length",
+        )),
     }
 }
 
@@ -258,20 +256,12 @@ impl Core {
             ));
         }
         let mut resolved = self.resolve(batch)?;
-        let needs_fault = match &resolved.work {
-            Work::Direct(prefix) => prefix.iter().any(|step| step.kernel.abi.fault_word),
-            Work::Graphs(_) => false,
-        };
+        let needs_fault = (resolved.work.direct.iter()).any(|step| step.kernel.abi.fault_word);
         let slot = self.stream().map_err(|e| self.driver_error(e))?;
-        let fault = if needs_fault {
-            Some(
-                self.pool
-                    .take(&self.device, &slot.stream, FAULT_AREA_BYTES, &self.metrics)
-                    .map_err(|e| self.driver_error(e))?,
-            )
-        } else {
-            None
-        };
+        let fault = needs_fault
+            .then(|| self.pool.take(&slot.stream, FAULT_AREA_BYTES))
+            .transpose()
+            .map_err(|e| self.driver_error(e))?;
         let ran = self.run_resolved(
             &slot,
             fault.as_ref().map(|block| block.ptr()),
@@ -281,33 +271,24 @@ impl Core {
             timed,
             started,
         );
-        let ran = match ran {
-            Ok(ran) => ran,
-            Err(error) => {
-                slot.discard();
-                if let Some(block) = fault {
-                    block.discard();
-                }
-                return Err(self.classify(error));
-            }
-        };
-        drop((fault, slot));
+        // After a driver error the stream and fault word are freed instead of pooled.
+        if let Some(block) = fault {
+            block.discard_if(ran.is_err());
+        }
+        slot.discard_if(ran.is_err());
+        let ran = ran.map_err(|e| self.classify(e))?;
         if ran.code == 0 {
             self.return_graphs(resolved.work);
         }
         drop(resolved.held);
-        if let Err(error) = check_fault(self, ran.code, &mut Vec::new()) {
-            for out in outputs.iter_mut() {
-                out.clear();
-            }
-            return Err(error);
-        }
-        Ok(Timing {
-            wall_ns: nanos(started),
-            device_ns: ran.device_ns,
-            enqueue_ns: ran.enqueue_ns,
-            wait_ns: nanos(ran.wait_started),
-        })
+        check_fault(self, ran.code, &mut Vec::new())
+            .inspect_err(|_| outputs.iter_mut().for_each(|out| out.clear()))?;
+        Ok(Timing::since(
+            started,
+            ran.enqueue_ns,
+            ran.wait_started,
+            ran.device_ns,
+        ))
     }
 
     /// Validates the batch and resolves every handle before touching the device.
@@ -315,10 +296,8 @@ impl Core {
         let mut held: Vec<Arc<ResidentBuffer>> = Vec::new();
         let mut fills = Vec::with_capacity(batch.fills.len());
         for fill in batch.fills {
-            let buffer = self.resident(fill.handle)?;
-            check_range(&buffer, fill.handle, fill.offset, fill.len, "a fill")?;
-            fills.push((buffer.ptr() + fill.offset as u64, fill.len, fill.value));
-            held.push(buffer);
+            let dst = self.locate(&mut held, fill.handle, fill.offset, fill.len, "a fill")?;
+            fills.push((dst, fill.len, fill.value));
         }
         let mut uploads = Vec::with_capacity(batch.uploads.len());
         for upload in batch.uploads {
@@ -343,10 +322,8 @@ impl Core {
         let work = self.plan_work(batch, &mut held)?;
         let mut reads = Vec::with_capacity(batch.reads.len());
         for read in batch.reads {
-            let buffer = self.resident(read.handle)?;
-            check_range(&buffer, read.handle, read.offset, read.len, "a read")?;
-            reads.push((buffer.ptr() + read.offset as u64, read.len));
-            held.push(buffer);
+            let src = self.locate(&mut held, read.handle, read.offset, read.len, "a read")?;
+            reads.push((src, read.len));
         }
         Ok(Resolved {
             held,
@@ -355,6 +332,23 @@ impl Core {
             work,
             reads,
         })
+    }
+
+    /// The device address of `len` bytes at `offset` of resident buffer `handle`, checked
+    /// to fit; the buffer is held in `held` until the batch is done.
+    fn locate(
+        &self,
+        held: &mut Vec<Arc<ResidentBuffer>>,
+        handle: u64,
+        offset: usize,
+        len: usize,
+        what: &str,
+    ) -> Result<u64, CudaError> {
+        let buffer = self.resident(handle)?;
+        check_range(&buffer, handle, offset, len, what)?;
+        let address = buffer.ptr() + offset as u64;
+        held.push(buffer);
+        Ok(address)
     }
 
     /// Enqueues the fills, uploads and steps (capturing graphs the cache lacked), reads
@@ -376,25 +370,19 @@ impl Core {
         }
         {
             let _span = tracing::trace_span!("vyre_cuda.upload").entered();
-            self.staging
-                .upload_now(&self.device, stream, &resolved.uploads, &self.metrics)?;
+            self.staging.upload_now(stream, &resolved.uploads)?;
         }
         if let Some(fault) = fault {
             // The fault word and the cooperative entry's grid-barrier words.
             stream.memset_zero(fault, FAULT_AREA_BYTES)?;
         }
-        if let Work::Graphs(planned) = &mut resolved.work {
-            for segment in planned.iter_mut() {
-                self.capture_segment(stream, batch, segment)?;
-            }
+        for segment in &mut resolved.work.graphs {
+            self.capture_segment(stream, batch, segment)?;
         }
-        if timed {
-            slot.start.record(stream)?;
-        }
-        self.launch_work(stream, fault, batch, &resolved.work)?;
-        if timed {
-            slot.end.record(stream)?;
-        }
+        let work = &resolved.work;
+        slot.timed(stream, timed, || {
+            self.launch_work(stream, fault, batch, work)
+        })?;
         if let Some(blocking) = self.small.blocking_event(&self.device)? {
             // Sleep through the kernels; the readback below is then short.
             let slept = blocking
@@ -406,10 +394,10 @@ impl Core {
         let enqueue_ns = nanos(started);
         let wait_started = Instant::now();
         let code = self.read_resolved(stream, fault, resolved, outputs)?;
-        let device_ns = match (timed, resolved.work.has_steps()) {
-            (true, true) => Some(slot.end.elapsed_ns_since(&slot.start)?),
-            (true, false) => Some(0),
-            (false, _) => None,
+        let device_ns = if resolved.work.direct.is_empty() && resolved.work.graphs.is_empty() {
+            timed.then_some(0)
+        } else {
+            slot.device_ns(timed)?
         };
         Ok(Ran {
             device_ns,
@@ -433,27 +421,20 @@ impl Core {
             repeats = batch.repeat_count
         )
         .entered();
-        match work {
-            Work::Direct(prefix) => {
-                for step in prefix {
-                    launch_step(stream, step, fault, self.grid_sync, &self.metrics)?;
-                    Metrics::add(&self.metrics.launches, u64::from(step.launches));
-                }
-            }
-            Work::Graphs(planned) => {
-                for segment in planned {
-                    let Found::Ready(graph) = &segment.graph else {
-                        unreachable!("every segment was captured before launching");
-                    };
-                    launch::replay(stream, &graph.exec, segment.times)?;
-                    let times = u64::from(segment.times);
-                    let [cooperative, split] = graph.grid_sync_launches;
-                    Metrics::add(&self.metrics.graph_launches, times);
-                    Metrics::add(&self.metrics.grid_sync_cooperative, cooperative * times);
-                    Metrics::add(&self.metrics.grid_sync_split, split * times);
-                    Metrics::add(&self.metrics.launches, graph.launches * times);
-                }
-            }
+        for step in &work.direct {
+            launch_step(stream, step, fault, self.grid_sync, &self.metrics)?;
+        }
+        for segment in &work.graphs {
+            let Found::Ready(graph) = &segment.graph else {
+                unreachable!("every segment was captured before launching");
+            };
+            launch::replay(stream, &graph.exec, segment.times)?;
+            let times = u64::from(segment.times);
+            let [cooperative, split] = graph.grid_sync_launches;
+            Metrics::add(&self.metrics.graph_launches, times);
+            Metrics::add(&self.metrics.grid_sync_cooperative, cooperative * times);
+            Metrics::add(&self.metrics.grid_sync_split, split * times);
+            Metrics::add(&self.metrics.launches, graph.launches * times);
         }
         Ok(())
     }
@@ -468,26 +449,24 @@ impl Core {
         outputs: &mut [&mut Vec<u8>],
     ) -> Result<u32, DriverError> {
         let _span = tracing::trace_span!("vyre_cuda.readback").entered();
-        let fault_sources: smallvec::SmallVec<[u64; 4]> = match &resolved.work {
-            Work::Direct(_) => fault.into_iter().collect(),
-            Work::Graphs(planned) => planned
-                .iter()
-                .filter_map(|segment| match &segment.graph {
-                    Found::Ready(graph) => graph.fault.as_ref().map(DeviceAlloc::ptr),
-                    Found::Capture { .. } => None,
-                })
-                .collect(),
-        };
+        let graph_faults = resolved
+            .work
+            .graphs
+            .iter()
+            .filter_map(|segment| match &segment.graph {
+                Found::Ready(graph) => graph.fault.as_ref().map(DeviceAlloc::ptr),
+                Found::Capture { .. } => None,
+            });
+        let fault_sources: smallvec::SmallVec<[u64; 4]> =
+            fault.into_iter().chain(graph_faults).collect();
         let mut words: smallvec::SmallVec<[[u8; 4]; 4]> =
             smallvec::smallvec![[0; 4]; fault_sources.len()];
         let mut copies: Vec<DeviceToHost<'_>> =
             Vec::with_capacity(resolved.reads.len() + fault_sources.len());
         for ((src, len), out) in resolved.reads.iter().zip(outputs.iter_mut()) {
-            out.truncate(*len);
-            out.resize(*len, 0);
             copies.push(DeviceToHost {
                 src: *src,
-                dst: out.as_mut_slice(),
+                dst: resized(out, *len),
             });
         }
         for (src, word) in fault_sources.iter().zip(words.iter_mut()) {
@@ -496,8 +475,7 @@ impl Core {
                 dst: word,
             });
         }
-        self.staging
-            .download_now(&self.device, stream, &mut copies, &self.metrics)?;
+        self.staging.download_now(stream, &mut copies)?;
         stream.synchronize()?;
         Ok(words
             .iter()
@@ -509,13 +487,10 @@ impl Core {
     /// Idle graphs with zero fault words go back to the cache (a faulted graph's word is
     /// not zero any more: it is dropped instead).
     fn return_graphs(&self, work: Work) {
-        if let Work::Graphs(planned) = work {
-            for segment in planned {
-                if let Found::Ready(graph) = segment.graph {
-                    self.graphs.give_back(segment.key, graph, |handle| {
-                        self.resident.get(handle).is_ok()
-                    });
-                }
+        for segment in work.graphs {
+            if let Found::Ready(graph) = segment.graph {
+                let live = |handle| self.resident.get(handle).is_ok();
+                self.graphs.give_back(segment.key, graph, live);
             }
         }
     }
@@ -539,7 +514,7 @@ impl Core {
             .map(|step| u64::from(step.launches.max(1)))
             .sum();
         if repeats == 0 && prefix_launches < GRAPH_MIN_LAUNCHES {
-            return self.prepare_steps(batch.prefix, held).map(Work::Direct);
+            return self.prepare_steps(batch.prefix, held).map(Work::direct);
         }
         let prefix_keys = self.step_keys(batch.prefix)?;
         let repeated_keys = if repeats > 0 {
@@ -563,7 +538,7 @@ impl Core {
             if cached.is_none() && repeats == 0 && self.graphs.first_sighting(&key) {
                 // A prefix-only list seen for the first time: capturing it costs more than
                 // launching it; the next identical call captures.
-                return self.prepare_steps(batch.prefix, held).map(Work::Direct);
+                return self.prepare_steps(batch.prefix, held).map(Work::direct);
             }
             let graph = match cached {
                 Some(graph) => {
@@ -588,7 +563,10 @@ impl Core {
             };
             planned.push(Segment { key, graph, times });
         }
-        Ok(Work::Graphs(planned))
+        Ok(Work {
+            direct: Vec::new(),
+            graphs: planned,
+        })
     }
 
     fn prepare_steps(
@@ -677,23 +655,21 @@ impl Core {
         };
         Metrics::bump(&self.metrics.graph_captures);
         let launches = steps().map(|s| u64::from(s.launches)).sum::<u64>();
-        let mut kernels: Vec<Arc<LoadedKernel>> = Vec::new();
-        for step in prefix.iter().chain(repeated.iter()) {
-            if !kernels.iter().any(|k| Arc::ptr_eq(k, &step.kernel)) {
-                kernels.push(Arc::clone(&step.kernel));
-            }
-        }
-        segment.graph = Found::Ready(CachedGraph::new(
+        let mut kernels: Vec<_> = prefix.iter().chain(repeated).map(|s| &s.kernel).collect();
+        kernels.sort_by_key(|kernel| Arc::as_ptr(kernel));
+        kernels.dedup_by(|a, b| Arc::ptr_eq(a, b));
+        segment.graph = Found::Ready(CachedGraph {
             exec,
-            kernels,
-            segment.key.handles(),
+            _kernels: kernels.into_iter().map(Arc::clone).collect(),
+            handles: segment.key.handles(),
             fault,
             launches,
-            [
+            grid_sync_launches: [
                 counted.grid_sync_cooperative.load(Ordering::Relaxed),
                 counted.grid_sync_split.load(Ordering::Relaxed),
             ],
-        ));
+            last_used: 0,
+        });
         Ok(())
     }
 
@@ -702,11 +678,7 @@ impl Core {
     /// `CachedGraph::fault`; the barrier words return to zero after each barrier).
     fn graph_fault_word(&self, stream: &Stream) -> Result<DeviceAlloc, DriverError> {
         let word = DeviceAlloc::new(&self.device, FAULT_AREA_BYTES)?;
-        Metrics::bump(&self.metrics.device_allocations);
-        Metrics::add(
-            &self.metrics.device_allocation_bytes,
-            FAULT_AREA_BYTES as u64,
-        );
+        self.metrics.device_allocation(FAULT_AREA_BYTES);
         stream.memset_zero(word.ptr(), FAULT_AREA_BYTES)?;
         Ok(word)
     }
@@ -719,7 +691,6 @@ impl Core {
         let mut config = DispatchConfig::default();
         config.grid_override = step.grid_override;
         config.workgroup_override = step.workgroup_override;
-        check_config(&config, self.grid_sync)?;
         let kernel = self.kernel(step.program, &config)?;
         let abi = &kernel.abi;
         let order = binding_order(step.program, abi);
@@ -753,7 +724,7 @@ impl Core {
     }
 }
 
-fn ids(resources: &[Resource]) -> Result<smallvec::SmallVec<[u64; 8]>, CudaError> {
+pub(super) fn ids(resources: &[Resource]) -> Result<smallvec::SmallVec<[u64; 8]>, CudaError> {
     resources.iter().map(resident_id).collect()
 }
 
@@ -779,29 +750,23 @@ fn with_ids<R>(
     run(&converted)
 }
 
-fn read_list(ranges: &[ResidentReadRange<'_>]) -> Result<Vec<Read>, CudaError> {
+/// The reads of `(resource, byte offset, byte length)` ranges.
+fn reads<'r>(
+    ranges: impl Iterator<Item = (&'r Resource, usize, usize)>,
+) -> Result<Vec<Read>, CudaError> {
     ranges
-        .iter()
-        .map(|range| {
+        .map(|(resource, offset, len)| {
+            let handle = resident_id(resource)?;
             Ok(Read {
-                handle: resident_id(range.resource)?,
-                offset: range.byte_offset,
-                len: range.byte_len,
+                handle,
+                offset,
+                len,
             })
         })
         .collect()
 }
 
 impl CudaBackend {
-    fn resident_op(
-        &self,
-        batch: &ResidentBatch<'_>,
-        outputs: &mut [&mut Vec<u8>],
-        timed: bool,
-    ) -> Result<Timing, CudaError> {
-        self.core().run_resident(batch, outputs, timed)
-    }
-
     /// Allocates a zero-filled resident buffer; returns `Resource::Resident(handle)`.
     /// Refused with [`CudaError::OutOfMemory`] when it would exceed the resident budget
     /// or the device's free memory.
@@ -864,7 +829,7 @@ impl CudaBackend {
             uploads: &uploads,
             ..ResidentBatch::default()
         };
-        self.resident_op(&batch, &mut [], false).map(drop)
+        self.core().run_resident(&batch, &mut [], false).map(drop)
     }
 
     /// Downloads a whole buffer.
@@ -914,25 +879,12 @@ impl CudaBackend {
         ranges: &[(&Resource, usize, usize)],
         outputs: &mut [&mut Vec<u8>],
     ) -> Result<(), CudaError> {
-        let reads = ranges
-            .iter()
-            .map(|(resource, offset, len)| {
-                Ok(Read {
-                    handle: resident_id(resource)?,
-                    offset: *offset,
-                    len: *len,
-                })
-            })
-            .collect::<Result<Vec<_>, CudaError>>()?;
-        self.resident_op(
-            &ResidentBatch {
-                reads: &reads,
-                ..ResidentBatch::default()
-            },
-            outputs,
-            false,
-        )
-        .map(|_| ())
+        let reads = reads(ranges.iter().copied())?;
+        let batch = ResidentBatch {
+            reads: &reads,
+            ..ResidentBatch::default()
+        };
+        self.core().run_resident(&batch, outputs, false).map(drop)
     }
 
     /// Runs `program` on resident buffers (one handle per non-workgroup buffer, sorted by
@@ -960,7 +912,7 @@ impl CudaBackend {
             prefix: &[step],
             ..ResidentBatch::default()
         };
-        let timing = self.resident_op(&batch, &mut [], true);
+        let timing = self.core().run_resident(&batch, &mut [], true);
         count(metrics, &timing, true);
         let timing = timing?;
         Ok(timing.into_result(Vec::new()))
@@ -974,8 +926,8 @@ impl CudaBackend {
         read_ranges: &[ResidentReadRange<'_>],
         outputs: &mut [&mut Vec<u8>],
     ) -> Result<(), CudaError> {
-        self.resident_sequence(steps, read_ranges, outputs, false)
-            .map(|_| ())
+        self.resident_sequence(steps, &[], 0, read_ranges, outputs, false)
+            .map(drop)
     }
 
     /// [`Self::dispatch_resident_sequence_read_ranges_into`] with timing: `device_ns`
@@ -986,31 +938,7 @@ impl CudaBackend {
         read_ranges: &[ResidentReadRange<'_>],
         outputs: &mut [&mut Vec<u8>],
     ) -> Result<ResidentSequenceTiming, CudaError> {
-        self.resident_sequence(steps, read_ranges, outputs, true)
-            .map(Timing::into_sequence_timing)
-    }
-
-    fn resident_sequence(
-        &self,
-        steps: &[ResidentDispatchStep<'_>],
-        read_ranges: &[ResidentReadRange<'_>],
-        outputs: &mut [&mut Vec<u8>],
-        timed: bool,
-    ) -> Result<Timing, CudaError> {
-        let reads = read_list(read_ranges)?;
-        let core = self.core();
-        Metrics::bump(&core.metrics().resident_sequences);
-        with_ids(steps, |steps| {
-            self.resident_op(
-                &ResidentBatch {
-                    prefix: steps,
-                    reads: &reads,
-                    ..ResidentBatch::default()
-                },
-                outputs,
-                timed,
-            )
-        })
+        self.resident_sequence(steps, &[], 0, read_ranges, outputs, true)
     }
 
     /// Runs `prefix_steps` once, then `repeated_steps` `repeat_count` times, then reads the
@@ -1025,22 +953,40 @@ impl CudaBackend {
         read_ranges: &[ResidentReadRange<'_>],
         outputs: &mut [&mut Vec<u8>],
     ) -> Result<ResidentSequenceTiming, CudaError> {
-        let reads = read_list(read_ranges)?;
+        self.resident_sequence(
+            prefix_steps,
+            repeated_steps,
+            repeat_count,
+            read_ranges,
+            outputs,
+            true,
+        )
+    }
+
+    /// The three public resident sequences: one batch of steps and reads.
+    fn resident_sequence(
+        &self,
+        prefix_steps: &[ResidentDispatchStep<'_>],
+        repeated_steps: &[ResidentDispatchStep<'_>],
+        repeat_count: u32,
+        read_ranges: &[ResidentReadRange<'_>],
+        outputs: &mut [&mut Vec<u8>],
+        timed: bool,
+    ) -> Result<ResidentSequenceTiming, CudaError> {
+        let ranges = read_ranges.iter();
+        let reads = reads(ranges.map(|r| (r.resource, r.byte_offset, r.byte_len)))?;
         let core = self.core();
         Metrics::bump(&core.metrics().resident_sequences);
         let timing = with_ids(prefix_steps, |prefix| {
             with_ids(repeated_steps, |repeated| {
-                self.resident_op(
-                    &ResidentBatch {
-                        prefix,
-                        repeated,
-                        repeat_count,
-                        reads: &reads,
-                        ..ResidentBatch::default()
-                    },
-                    outputs,
-                    true,
-                )
+                let batch = ResidentBatch {
+                    prefix,
+                    repeated,
+                    repeat_count,
+                    reads: &reads,
+                    ..ResidentBatch::default()
+                };
+                core.run_resident(&batch, outputs, timed)
             })
         })?;
         Ok(timing.into_sequence_timing())

@@ -15,15 +15,17 @@
 //! then copies the outputs into the caller's buffers. A warm dispatch allocates nothing,
 //! hashes nothing and takes three uncontended locks (identity memo, module cache, lanes).
 
-use super::cache::LoadedKernel;
-use super::dispatch::{check_fault, nanos, Prepared, Timing, BINDING_ALIGN};
-use super::launch::{self, LaunchArgs};
+use super::dispatch::BINDING_ALIGN;
+use super::dispatch::{check_fault, nanos, shape_outputs, size_outputs, Layout, Prepared, Timing};
+use super::launch;
 use super::metrics::Metrics;
-use super::plan::{shape_output, starts_zeroed, DispatchPlan};
+use super::plan::starts_zeroed;
 use super::pool::{Pool, PoolCounts, Pooled, Recycle, StreamSlot};
 use super::Core;
 use crate::codegen::FAULT_AREA_BYTES;
-use crate::driver::{Device, DeviceAlloc, DriverError, Event, Exchange, RoundTripBuffer, Wait};
+use crate::driver::{
+    Device, DeviceAlloc, DriverError, Event, Exchange, RoundTripBuffer, Stream, Wait,
+};
 use crate::error::CudaError;
 use std::sync::Arc;
 use std::time::Instant;
@@ -34,9 +36,6 @@ use std::time::Instant;
 /// general path's time up to a 49 KiB arena and 1.2x from 98 KiB, where packing on the host
 /// and uploading zeroed outputs cost more than a device memset and pageable copies.
 pub(crate) const DEFAULT_SMALL_DISPATCH_BYTES: usize = 64 * 1024;
-
-/// Alignment of the fault word after the data.
-const FAULT_ALIGN: usize = 16;
 
 /// Idle lanes kept for reuse (each holds one arena and one pinned buffer), and idle
 /// blocking wait events.
@@ -54,7 +53,6 @@ pub(crate) struct SmallLane {
 
 impl Recycle for SmallLane {}
 
-/// The pool of small-dispatch lanes.
 pub(crate) struct SmallLanes {
     /// Arena (and pinned buffer) bytes per lane; 0 disables the packed path.
     capacity: usize,
@@ -93,11 +91,9 @@ impl SmallLanes {
     fn take(&self, core: &Core) -> Result<Pooled<SmallLane>, DriverError> {
         self.lanes.take(|| {
             let slot = StreamSlot::new(&core.device, &core.metrics)?;
-            Metrics::bump(&core.metrics.device_allocations);
-            Metrics::add(&core.metrics.device_allocation_bytes, self.capacity as u64);
+            core.metrics.device_allocation(self.capacity);
             let arena = DeviceAlloc::new(&core.device, self.capacity)?;
-            Metrics::bump(&core.metrics.pinned_allocations);
-            Metrics::add(&core.metrics.pinned_allocation_bytes, self.capacity as u64);
+            core.metrics.pinned_allocation(self.capacity);
             let exchange = RoundTripBuffer::new(&core.device, self.capacity)?;
             let blocking = if self.blocking_wait {
                 Some(Event::new_blocking(&core.device)?)
@@ -137,69 +133,6 @@ impl SmallLanes {
     }
 }
 
-/// Where each binding sits in the arena: inputs first, then the returned buffers, then
-/// the fault word, so one download covers everything returned.
-struct Layout {
-    offsets: smallvec::SmallVec<[usize; 8]>,
-    fault: Option<usize>,
-    /// Bytes uploaded (the whole arena in use).
-    total: usize,
-    /// Start of the downloaded range (the first returned buffer, or the fault word).
-    download_at: usize,
-    /// End of the downloaded range.
-    download_end: usize,
-}
-
-impl Layout {
-    fn new(kernel: &LoadedKernel, plan: &DispatchPlan) -> Self {
-        let abi = &kernel.abi;
-        let mut offsets: smallvec::SmallVec<[usize; 8]> =
-            smallvec::smallvec![0; abi.bindings.len()];
-        let mut next = 0usize;
-        let mut data_end = 0usize;
-        let (mut download_at, mut download_end) = (usize::MAX, 0usize);
-        for returned in [false, true] {
-            for (index, (binding, bytes)) in abi.bindings.iter().zip(&plan.bindings).enumerate() {
-                if binding.role.is_returned() != returned {
-                    continue;
-                }
-                offsets[index] = next;
-                data_end = next + bytes.len;
-                if returned {
-                    download_at = download_at.min(next);
-                    download_end = data_end;
-                }
-                next += bytes.len.next_multiple_of(BINDING_ALIGN);
-            }
-        }
-        // The fault word follows the last byte of data (16-byte aligned), so the upload and
-        // the download end a few bytes after the data.
-        let fault = abi
-            .fault_word
-            .then(|| data_end.next_multiple_of(FAULT_ALIGN));
-        if download_at == usize::MAX {
-            download_at = fault.unwrap_or(data_end);
-            download_end = download_at;
-        }
-        // The fault word and the cooperative entry's grid-barrier words start zeroed.
-        let end = fault.map_or(data_end, |at| at + FAULT_AREA_BYTES);
-        Self {
-            offsets,
-            fault,
-            total: end,
-            download_at,
-            download_end: fault.map_or(download_end, |at| at + 4),
-        }
-    }
-}
-
-/// The host times of one packed round trip.
-struct Trip {
-    enqueue_ns: u64,
-    wait_started: Instant,
-    device_ns: Option<u64>,
-}
-
 impl Core {
     /// Runs a synchronous dispatch on the packed path when the packed path is on and its
     /// arena fits a lane; `None` when it does not (the general path runs it).
@@ -223,24 +156,14 @@ impl Core {
             Err(error) => return Some(Err(self.driver_error(error))),
         };
         pack(&mut lane, prepared, &layout, inputs);
-        let result = self
-            .round_trip(&mut lane, prepared, &layout, timed, started)
-            .map_err(|e| self.driver_error(e))
-            .and_then(|trip| {
-                unpack(self, &lane, prepared, &layout, outputs)?;
-                Ok(Timing {
-                    wall_ns: nanos(started),
-                    device_ns: trip.device_ns,
-                    enqueue_ns: trip.enqueue_ns,
-                    wait_ns: nanos(trip.wait_started),
-                })
-            });
+        let result = self.round_trip(&mut lane, prepared, &layout, timed, started, outputs);
         // A lane whose stream saw a driver error is not pooled.
         lane.discard_if(super::failed_on_device(&result));
         Some(result)
     }
 
-    /// One upload of the packed arena, the launches, one download, one wait.
+    /// One upload of the packed arena, the launches, one download, one wait; then the
+    /// outputs are unpacked.
     fn round_trip(
         &self,
         lane: &mut SmallLane,
@@ -248,18 +171,15 @@ impl Core {
         layout: &Layout,
         timed: bool,
         started: Instant,
-    ) -> Result<Trip, DriverError> {
+        outputs: &mut Vec<Vec<u8>>,
+    ) -> Result<Timing, CudaError> {
         let Prepared {
             launches,
             kernel,
             plan,
         } = prepared;
         let base = lane.arena.ptr();
-        let args = LaunchArgs {
-            pointers: layout.offsets.iter().map(|o| base + *o as u64).collect(),
-            counts: plan.bindings.iter().map(|b| b.elements).collect(),
-            fault: layout.fault.map(|o| base + o as u64),
-        };
+        let args = layout.args(base, plan);
         let exchange = Exchange {
             upload_dst: base,
             upload_len: layout.total,
@@ -267,11 +187,7 @@ impl Core {
             download_at: layout.download_at,
             download_len: layout.download_end - layout.download_at,
         };
-        let mut trip = Trip {
-            enqueue_ns: 0,
-            wait_started: started,
-            device_ns: None,
-        };
+        let (mut enqueue_ns, mut wait_started) = (0, started);
         let SmallLane {
             slot,
             exchange: buffer,
@@ -280,39 +196,32 @@ impl Core {
         } = lane;
         let wait = blocking.as_ref().map_or(Wait::Stream, Wait::Event);
         let _span = tracing::trace_span!("vyre_cuda.packed_dispatch", grid = ?plan.grid).entered();
-        buffer.round_trip(
-            &slot.stream,
-            exchange,
-            |stream| -> Result<(), DriverError> {
-                if timed {
-                    slot.start.record(stream)?;
-                }
+        let enqueue = |stream: &Stream| {
+            slot.timed(stream, timed, || {
+                let mode = self.grid_sync;
                 launch::enqueue(
                     stream,
                     kernel,
                     plan.grid,
                     &args,
                     *launches,
-                    self.grid_sync,
+                    mode,
                     &self.metrics,
-                )?;
-                if timed {
-                    slot.end.record(stream)?;
-                }
-                trip.enqueue_ns = nanos(started);
-                trip.wait_started = Instant::now();
-                Ok(())
-            },
-            wait,
-        )?;
-        if timed {
-            trip.device_ns = Some(slot.end.elapsed_ns_since(&slot.start)?);
-        }
-        Metrics::add(&self.metrics.launches, u64::from(*launches));
+                )
+            })?;
+            enqueue_ns = nanos(started);
+            wait_started = Instant::now();
+            Ok(())
+        };
+        let device_ns = buffer
+            .round_trip(&slot.stream, exchange, enqueue, wait)
+            .and_then(|()| slot.device_ns(timed))
+            .map_err(|e| self.driver_error(e))?;
         Metrics::bump(&self.metrics.packed_dispatches);
         Metrics::add(&self.metrics.bytes_to_device, exchange.upload_len as u64);
         Metrics::add(&self.metrics.bytes_to_host, exchange.download_len as u64);
-        Ok(trip)
+        unpack(self, lane, prepared, layout, outputs)?;
+        Ok(Timing::since(started, enqueue_ns, wait_started, device_ns))
     }
 }
 
@@ -350,27 +259,18 @@ fn unpack(
     layout: &Layout,
     outputs: &mut Vec<Vec<u8>>,
 ) -> Result<(), CudaError> {
-    let Prepared { kernel, plan, .. } = prepared;
-    let abi = &kernel.abi;
+    let abi = &prepared.kernel.abi;
     let packed = lane.exchange.as_slice();
     let word = layout.fault.map_or(0, |at| {
         u32::from_le_bytes([packed[at], packed[at + 1], packed[at + 2], packed[at + 3]])
     });
-    let returned = abi.bindings.iter().filter(|b| b.role.is_returned()).count();
-    outputs.truncate(returned);
-    outputs.resize_with(returned, Vec::new);
+    size_outputs(abi, outputs);
     check_fault(core, word, outputs)?;
-    let returned_bindings = abi
-        .bindings
-        .iter()
-        .zip(&plan.bindings)
-        .zip(&layout.offsets)
-        .filter(|((binding, _), _)| binding.role.is_returned());
-    for (((binding, bytes), offset), out) in returned_bindings.zip(outputs.iter_mut()) {
+    for ((offset, len), out) in layout.returned(abi, &prepared.plan).zip(outputs.iter_mut()) {
         out.clear();
-        out.extend_from_slice(&packed[*offset..*offset + bytes.len]);
-        shape_output(out, binding.output_byte_range.as_ref());
+        out.extend_from_slice(&packed[offset..offset + len]);
     }
+    shape_outputs(abi, outputs);
     Ok(())
 }
 
@@ -383,7 +283,8 @@ pub(crate) fn inputs_fit(inputs: &[&[u8]], capacity: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::plan::GridLimits;
+    use crate::backend::cache::LoadedKernel;
+    use crate::backend::plan::{DispatchPlan, GridLimits};
     use crate::codegen::{emit_ptx, PtxTarget};
     use vyre_driver::DispatchConfig;
     use vyre_foundation::ir::{BufferAccess, BufferDecl, DataType, Expr, Node, Program};

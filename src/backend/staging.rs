@@ -11,33 +11,28 @@
 //! Large transfers are split across several worker threads (each with its own slot pair,
 //! all feeding the same stream), because one CPU core cannot `memcpy` as fast as PCIe moves
 //! pinned data. Many small pieces share a slot, so a batch of small readbacks costs one wait.
-//!
-//! Uploads of at most [`DIRECT_UPLOAD_MAX`] bytes in total skip staging: the driver's own
-//! pageable path is as fast for them.
-//!
-//! A thread that streams many transfers through one lane (the chunked pipeline) alternates
-//! its upload slots from call to call, and may queue a download into two further slots and
-//! collect it later ([`Staging::queue_download`]), so its next upload overlaps it.
 
 use super::metrics::Metrics;
 use super::pool::{Pool, PoolCounts, Pooled, Recycle};
 use crate::driver::{Device, DriverError, StagingBuffer, Stream};
 use std::sync::Arc;
 
-/// Uploads this small (in total) go straight from pageable memory.
+/// Uploads this small (in total) go straight from pageable memory: the driver's own
+/// pageable path is as fast for them.
 pub(crate) const DIRECT_UPLOAD_MAX: usize = 64 * 1024;
+
+/// Lanes kept idle for reuse.
+const MAX_IDLE_LANES: usize = 16;
 
 /// The lane slots a queued download fills ([`Staging::queue_download`]); one-thread
 /// transfers use slots 0 and 1, so a thread can upload while its last download is queued.
 const QUEUED_SLOTS: std::ops::Range<usize> = 2..4;
 
-/// A host-to-device copy.
 pub(crate) struct HostToDevice<'a> {
     pub(crate) dst: u64,
     pub(crate) src: &'a [u8],
 }
 
-/// A device-to-host copy.
 pub(crate) struct DeviceToHost<'a> {
     pub(crate) src: u64,
     pub(crate) dst: &'a mut [u8],
@@ -50,8 +45,6 @@ pub(crate) struct StagingConfig {
     pub(crate) chunk: usize,
     /// Most worker threads one transfer uses.
     pub(crate) workers: usize,
-    /// Lanes kept idle for reuse.
-    pub(crate) max_idle_lanes: usize,
 }
 
 impl StagingConfig {
@@ -59,7 +52,6 @@ impl StagingConfig {
         Self {
             chunk: chunk.max(64 * 1024),
             workers: workers.clamp(1, 16),
-            max_idle_lanes: 16,
         }
     }
 
@@ -70,28 +62,21 @@ impl StagingConfig {
 }
 
 /// One pinned chunk of a lane, allocated on first use.
-#[derive(Default)]
-struct Slot {
-    buffer: Option<StagingBuffer>,
-}
+type Slot = Option<StagingBuffer>;
 
-impl Slot {
-    /// The slot's buffer with a fresh fill (waiting for the previous fill's copies).
-    fn restart(
-        &mut self,
-        device: &Arc<Device>,
-        chunk: usize,
-        metrics: &Metrics,
-    ) -> Result<&mut StagingBuffer, DriverError> {
-        if self.buffer.is_none() {
-            Metrics::bump(&metrics.pinned_allocations);
-            Metrics::add(&metrics.pinned_allocation_bytes, chunk as u64);
-            self.buffer = Some(StagingBuffer::new(device, chunk)?);
-        }
-        let buffer = self.buffer.as_mut().expect("allocated above");
-        buffer.restart()?;
-        Ok(buffer)
+/// `slot`'s buffer with a fresh fill (after the previous fill's copies completed).
+fn restart<'s>(
+    slot: &'s mut Slot,
+    staging: &Staging,
+) -> Result<&'s mut StagingBuffer, DriverError> {
+    let chunk = staging.config.chunk;
+    if slot.is_none() {
+        staging.metrics.pinned_allocation(chunk);
+        *slot = Some(StagingBuffer::new(&staging.device, chunk)?);
     }
+    let buffer = slot.as_mut().expect("allocated above");
+    buffer.restart()?;
+    Ok(buffer)
 }
 
 /// Pinned slots for one transfer at a time (two per worker). Dropping a lane waits for
@@ -99,49 +84,52 @@ impl Slot {
 pub(crate) struct Lane {
     slots: Vec<Slot>,
     /// The slot a one-thread transfer starts in: the one after the slot the previous
-    /// one-thread transfer ended in. A thread that uploads piece after piece (the chunked
-    /// pipeline) then fills one slot while the other's copy to the device is in flight,
-    /// instead of waiting for its own last copy before each new piece.
+    /// one-thread transfer ended in, so a thread uploading piece after piece (the chunked
+    /// pipeline) fills one slot while the other's copy is in flight.
     turn: usize,
 }
 
 impl Recycle for Lane {}
 
-/// The pool of lanes.
+/// The pool of lanes, for one device.
 pub(crate) struct Staging {
     config: StagingConfig,
     lanes: Pool<Lane>,
-}
-
-struct Ctx<'a> {
-    device: &'a Arc<Device>,
-    stream: &'a Stream,
-    chunk: usize,
-    metrics: &'a Metrics,
+    device: Arc<Device>,
+    metrics: Arc<Metrics>,
 }
 
 impl Staging {
-    pub(crate) fn new(config: StagingConfig) -> Self {
+    pub(crate) fn new(config: StagingConfig, device: Arc<Device>, metrics: Arc<Metrics>) -> Self {
         Self {
             config,
-            lanes: Pool::new(config.max_idle_lanes),
+            lanes: Pool::new(MAX_IDLE_LANES),
+            device,
+            metrics,
         }
     }
 
     pub(crate) fn take(&self) -> Pooled<Lane> {
-        let created = self.lanes.take(|| {
+        // At least the queued-download slots; each is pinned on first use only.
+        let slots = (2 * self.config.workers).max(QUEUED_SLOTS.end);
+        let Ok(lane) = self.lanes.take(|| {
             Ok::<_, std::convert::Infallible>(Lane {
-                // At least the queued-download slots; each is pinned on first use only.
-                slots: (0..(2 * self.config.workers).max(QUEUED_SLOTS.end))
-                    .map(|_| Slot::default())
-                    .collect(),
+                slots: (0..slots).map(|_| None).collect(),
                 turn: 0,
             })
         });
-        match created {
-            Ok(lane) => lane,
-            Err(never) => match never {},
-        }
+        lane
+    }
+
+    /// Runs `transfer` through a lane of its own, discarded if the transfer fails.
+    pub(crate) fn with_lane<R>(
+        &self,
+        transfer: impl FnOnce(&mut Lane) -> Result<R, DriverError>,
+    ) -> Result<R, DriverError> {
+        let mut lane = self.take();
+        let result = transfer(&mut lane);
+        lane.discard_if(result.is_err());
+        result
     }
 
     pub(crate) fn close(&self) {
@@ -157,37 +145,27 @@ impl Staging {
         self.lanes.idle_sum(|lane| {
             lane.slots
                 .iter()
-                .filter_map(|slot| slot.buffer.as_ref().map(StagingBuffer::capacity))
+                .filter_map(|slot| slot.as_ref().map(StagingBuffer::capacity))
                 .sum()
         })
     }
 
-    /// [`Staging::upload`] through a lane of its own (discarded if the upload fails).
+    /// [`Staging::upload`] through a lane of its own.
     pub(crate) fn upload_now(
         &self,
-        device: &Arc<Device>,
         stream: &Stream,
         copies: &[HostToDevice<'_>],
-        metrics: &Metrics,
     ) -> Result<(), DriverError> {
-        let mut lane = self.take();
-        let uploaded = self.upload(&mut lane, device, stream, copies, metrics, Workers::BySize);
-        lane.discard_if(uploaded.is_err());
-        uploaded
+        self.with_lane(|lane| self.upload(lane, stream, copies, Workers::BySize))
     }
 
-    /// [`Staging::download`] through a lane of its own (discarded if the download fails).
+    /// [`Staging::download`] through a lane of its own.
     pub(crate) fn download_now(
         &self,
-        device: &Arc<Device>,
         stream: &Stream,
         copies: &mut [DeviceToHost<'_>],
-        metrics: &Metrics,
     ) -> Result<(), DriverError> {
-        let mut lane = self.take();
-        let downloaded = self.download(&mut lane, device, stream, copies, metrics, Workers::BySize);
-        lane.discard_if(downloaded.is_err());
-        downloaded
+        self.with_lane(|lane| self.download(lane, stream, copies, Workers::BySize))
     }
 
     /// Enqueues `copies` on `stream`. When this returns, the source bytes have been read
@@ -196,21 +174,19 @@ impl Staging {
     pub(crate) fn upload(
         &self,
         lane: &mut Lane,
-        device: &Arc<Device>,
         stream: &Stream,
         copies: &[HostToDevice<'_>],
-        metrics: &Metrics,
         workers: Workers,
     ) -> Result<(), DriverError> {
         let total: usize = copies.iter().map(|c| c.src.len()).sum();
-        Metrics::add(&metrics.bytes_to_device, total as u64);
+        Metrics::add(&self.metrics.bytes_to_device, total as u64);
         if total <= DIRECT_UPLOAD_MAX {
             for copy in copies {
                 stream.copy_to_device(copy.dst, copy.src)?;
             }
             return Ok(());
         }
-        Metrics::add(&metrics.staged_bytes, total as u64);
+        Metrics::add(&self.metrics.staged_bytes, total as u64);
         let chunk = self.config.chunk;
         let pieces: Vec<HostToDevice<'_>> = copies
             .iter()
@@ -224,18 +200,14 @@ impl Staging {
                     })
             })
             .collect();
-        let ctx = Ctx {
-            device,
-            stream,
-            chunk,
-            metrics,
-        };
+        let workers = self.workers(workers, total);
         spread(
+            self,
             lane,
-            &ctx,
+            stream,
             pieces,
             |p| p.src.len(),
-            self.workers(workers, total),
+            workers,
             upload_worker,
         )
     }
@@ -245,31 +217,27 @@ impl Staging {
     pub(crate) fn download(
         &self,
         lane: &mut Lane,
-        device: &Arc<Device>,
         stream: &Stream,
         copies: &mut [DeviceToHost<'_>],
-        metrics: &Metrics,
         workers: Workers,
     ) -> Result<(), DriverError> {
         let total: usize = copies.iter().map(|c| c.dst.len()).sum();
-        Metrics::add(&metrics.bytes_to_host, total as u64);
+        Metrics::add(&self.metrics.bytes_to_host, total as u64);
         if total == 0 {
             return Ok(());
         }
-        let chunk = self.config.chunk;
-        let pieces = cut_downloads(copies.iter_mut().map(|c| (c.src, &mut *c.dst)), chunk);
-        let ctx = Ctx {
-            device,
-            stream,
-            chunk,
-            metrics,
-        };
+        let pieces = cut_downloads(
+            copies.iter_mut().map(|c| (c.src, &mut *c.dst)),
+            self.config.chunk,
+        );
+        let workers = self.workers(workers, total);
         spread(
+            self,
             lane,
-            &ctx,
+            stream,
             pieces,
             |p| p.dst.len(),
-            self.workers(workers, total),
+            workers,
             download_worker,
         )
     }
@@ -291,10 +259,8 @@ impl Staging {
     pub(crate) fn queue_download<'d>(
         &self,
         lane: &mut Lane,
-        device: &Arc<Device>,
         stream: &Stream,
         copies: Vec<DeviceToHost<'d>>,
-        metrics: &Metrics,
     ) -> Result<Result<QueuedDownload<'d>, Vec<DeviceToHost<'d>>>, DriverError> {
         let chunk = self.config.chunk;
         let pieces = cut_downloads(copies.into_iter().map(|c| (c.src, c.dst)), chunk);
@@ -313,19 +279,17 @@ impl Staging {
             return Ok(Err(pieces));
         }
         let total: usize = pieces.iter().map(|p| p.dst.len()).sum();
-        Metrics::add(&metrics.bytes_to_host, total as u64);
+        Metrics::add(&self.metrics.bytes_to_host, total as u64);
         let mut queued = QueuedDownload {
             waiting: [Vec::new(), Vec::new()],
         };
-        let mut restarted = [false; 2];
         for (piece, slot) in pieces.into_iter().zip(slots) {
             let lane_slot = &mut lane.slots[QUEUED_SLOTS.start + slot];
-            if !restarted[slot] {
-                // Waits for this slot's previous fill (finished before, normally).
-                lane_slot.restart(device, chunk, metrics)?;
-                restarted[slot] = true;
+            if queued.waiting[slot].is_empty() {
+                // The slot's first piece: wait for its previous fill (finished, normally).
+                restart(lane_slot, self)?;
             }
-            let buffer = lane_slot.buffer.as_mut().expect("restarted above");
+            let buffer = lane_slot.as_mut().expect("restarted above");
             let at = buffer.download(stream, piece.src, piece.dst.len())?;
             queued.waiting[slot].push((at, piece.dst));
         }
@@ -338,13 +302,8 @@ impl Staging {
         lane: &mut Lane,
         queued: QueuedDownload<'_>,
     ) -> Result<(), DriverError> {
-        for (slot, waiting) in queued.waiting.into_iter().enumerate() {
-            let Some(buffer) = lane.slots[QUEUED_SLOTS.start + slot].buffer.as_mut() else {
-                continue;
-            };
-            for (at, dst) in waiting {
-                dst.copy_from_slice(buffer.read(at, dst.len())?);
-            }
+        for (slot, mut waiting) in queued.waiting.into_iter().enumerate() {
+            drain(&mut lane.slots[QUEUED_SLOTS.start + slot], &mut waiting)?;
         }
         Ok(())
     }
@@ -383,53 +342,56 @@ pub(crate) enum Workers {
     CallingThread,
 }
 
-fn join_all(
-    handles: Vec<std::thread::ScopedJoinHandle<'_, Result<(), DriverError>>>,
-) -> Result<(), DriverError> {
-    let mut result = Ok(());
-    for handle in handles {
-        let outcome = handle.join().unwrap_or_else(|_| {
-            Err(DriverError::from_code(
-                "staging worker",
-                cudarc::driver::sys::CUresult::CUDA_ERROR_UNKNOWN as u32,
-            )
-            .with_description("a staging worker thread panicked"))
-        });
-        if result.is_ok() {
-            result = outcome;
-        }
-    }
-    result
+/// Joins scoped worker threads, in order; a thread that panicked reports a driver-style
+/// error from `call` saying `what` panicked.
+pub(crate) fn join_all<T>(
+    handles: Vec<std::thread::ScopedJoinHandle<'_, Result<T, DriverError>>>,
+    call: &'static str,
+    what: &str,
+) -> Vec<Result<T, DriverError>> {
+    let panicked = || {
+        let code = cudarc::driver::sys::CUresult::CUDA_ERROR_UNKNOWN as u32;
+        Err(DriverError::from_code(call, code).with_description(format!("{what} panicked")))
+    };
+    let joined = handles.into_iter();
+    joined
+        .map(|h| h.join().unwrap_or_else(|_| panicked()))
+        .collect()
 }
+
+/// A transfer worker: copies its pieces on `stream` through its slots, filling them in turn
+/// from the given one; returns the index of the last slot filled.
+type Worker<T> = fn(&Staging, &Stream, &mut [Slot], Vec<T>, usize) -> Result<usize, DriverError>;
 
 /// Runs `worker` over `pieces`: on the calling thread through the lane's first two slots
 /// (from the slot after the one its last such transfer ended in), or split over `workers`
 /// threads with two slots each.
 fn spread<T: Send>(
+    staging: &Staging,
     lane: &mut Lane,
-    ctx: &Ctx<'_>,
+    stream: &Stream,
     pieces: Vec<T>,
     len: impl Fn(&T) -> usize,
     workers: usize,
-    worker: impl Fn(&Ctx<'_>, &mut [Slot], Vec<T>, usize) -> Result<usize, DriverError> + Sync,
+    worker: Worker<T>,
 ) -> Result<(), DriverError> {
     if workers == 1 {
-        let last = worker(ctx, &mut lane.slots[..2], pieces, lane.turn)?;
+        let last = worker(staging, stream, &mut lane.slots[..2], pieces, lane.turn)?;
         lane.turn = (last + 1) % 2;
         return Ok(());
     }
     let groups = partition(pieces, len, workers);
-    std::thread::scope(|scope| {
+    let results = std::thread::scope(|scope| {
         let handles: Vec<_> = groups
             .into_iter()
             .zip(lane.slots.chunks_mut(2))
             .map(|(group, slots)| {
-                let worker = &worker;
-                scope.spawn(move || worker(ctx, slots, group, 0).map(drop))
+                scope.spawn(move || worker(staging, stream, slots, group, 0).map(drop))
             })
             .collect();
-        join_all(handles)
-    })
+        join_all(handles, "staging worker", "a staging worker thread")
+    });
+    results.into_iter().collect()
 }
 
 /// Splits `items` (in order) into at most `groups` runs of roughly equal bytes.
@@ -449,76 +411,84 @@ fn partition<T>(items: Vec<T>, len: impl Fn(&T) -> usize, groups: usize) -> Vec<
     out
 }
 
+/// The slot a piece of `len` bytes goes into when `slots` are filled in turn from `first`,
+/// and its buffer: the open slot (`open`) while it has room, else the next one, restarted
+/// after `reuse` has emptied it.
+fn slot_for<'s>(
+    staging: &Staging,
+    slots: &'s mut [Slot],
+    open: &mut Option<usize>,
+    first: usize,
+    len: usize,
+    reuse: impl FnOnce(usize, &mut Slot) -> Result<(), DriverError>,
+) -> Result<(usize, &'s mut StagingBuffer), DriverError> {
+    let fits = |current: usize| {
+        slots[current]
+            .as_ref()
+            .is_some_and(|b| b.remaining() >= len)
+    };
+    let current = match *open {
+        Some(current) if fits(current) => current,
+        _ => {
+            let next = open.map_or(first, |current| current + 1) % slots.len();
+            reuse(next, &mut slots[next])?;
+            restart(&mut slots[next], staging)?;
+            *open = Some(next);
+            next
+        }
+    };
+    Ok((current, slots[current].as_mut().expect("restarted")))
+}
+
 /// Copies `pieces` through `slots`, filling them in turn from `first`; returns the index
 /// of the last slot filled.
 fn upload_worker(
-    ctx: &Ctx<'_>,
+    staging: &Staging,
+    stream: &Stream,
     slots: &mut [Slot],
     pieces: Vec<HostToDevice<'_>>,
     first: usize,
 ) -> Result<usize, DriverError> {
-    let mut current = first % slots.len();
-    let mut opened = false;
+    let mut open = None;
     for piece in &pieces {
-        let fits = opened
-            && slots[current]
-                .buffer
-                .as_ref()
-                .is_some_and(|b| b.remaining() >= piece.src.len());
-        if !fits {
-            if opened {
-                current = (current + 1) % slots.len();
-            }
-            slots[current].restart(ctx.device, ctx.chunk, ctx.metrics)?;
-            opened = true;
-        }
-        let buffer = slots[current].buffer.as_mut().expect("restarted above");
-        buffer.upload(ctx.stream, piece.src, piece.dst)?;
+        let len = piece.src.len();
+        let (_, buffer) = slot_for(staging, slots, &mut open, first, len, |_, _| Ok(()))?;
+        buffer.upload(stream, piece.src, piece.dst)?;
     }
-    Ok(current)
+    Ok(open.unwrap_or(first % slots.len()))
+}
+
+/// Copies the bytes `entries` wait for out of `slot`'s buffer (waiting for its copies).
+fn drain(slot: &mut Slot, entries: &mut Vec<(usize, &mut [u8])>) -> Result<(), DriverError> {
+    if let Some(buffer) = slot.as_mut() {
+        for (at, dst) in entries.drain(..) {
+            dst.copy_from_slice(buffer.read(at, dst.len())?);
+        }
+    }
+    Ok(())
 }
 
 /// Copies `pieces` back through `slots`, filling them in turn from `first`, and waits for
 /// them; returns the index of the last slot filled.
 fn download_worker(
-    ctx: &Ctx<'_>,
+    staging: &Staging,
+    stream: &Stream,
     slots: &mut [Slot],
     pieces: Vec<DeviceToHost<'_>>,
     first: usize,
 ) -> Result<usize, DriverError> {
     // Destinations waiting for each slot's copies: (offset in the slot, destination).
     let mut waiting: Vec<Vec<(usize, &mut [u8])>> = (0..slots.len()).map(|_| Vec::new()).collect();
-    fn drain(slot: &mut Slot, entries: &mut Vec<(usize, &mut [u8])>) -> Result<(), DriverError> {
-        if let Some(buffer) = slot.buffer.as_mut() {
-            for (at, dst) in entries.drain(..) {
-                let len = dst.len();
-                dst.copy_from_slice(buffer.read(at, len)?);
-            }
-        }
-        Ok(())
-    }
-    let mut current = first % slots.len();
-    let mut opened = false;
+    let mut open = None;
     for piece in pieces {
         let len = piece.dst.len();
-        let fits = opened
-            && slots[current]
-                .buffer
-                .as_ref()
-                .is_some_and(|b| b.remaining() >= len);
-        if !fits {
-            if opened {
-                current = (current + 1) % slots.len();
-            }
-            drain(&mut slots[current], &mut waiting[current])?;
-            slots[current].restart(ctx.device, ctx.chunk, ctx.metrics)?;
-            opened = true;
-        }
-        let buffer = slots[current].buffer.as_mut().expect("restarted above");
-        let at = buffer.download(ctx.stream, piece.src, len)?;
+        let reuse = |index: usize, slot: &mut Slot| drain(slot, &mut waiting[index]);
+        let (current, buffer) = slot_for(staging, slots, &mut open, first, len, reuse)?;
+        let at = buffer.download(stream, piece.src, len)?;
         waiting[current].push((at, piece.dst));
     }
     // Drain in the order the slots were filled.
+    let current = open.unwrap_or(first % slots.len());
     for step in 1..=slots.len() {
         let index = (current + step) % slots.len();
         drain(&mut slots[index], &mut waiting[index])?;
