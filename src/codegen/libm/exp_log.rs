@@ -228,7 +228,7 @@ fn exp2f_table_poly(f: &mut Func, i0: R, z: R) -> R {
         p(0x3d63_59a4),
         p(0x3c1d_964e),
     );
-    let r = f.ld_table(&EXP2FT, i0);
+    let r = f.ld(&EXP2FT, i0);
     let t = f.mul(r, z);
     // r + t * (p1 + z * p2) + t * (z * z) * (p3 + z * p4)
     let a = f.mul(z, p2);

@@ -206,7 +206,7 @@ pub(super) fn atanf() -> Func {
     f.when(huge, |f| {
         let nan = f.fcmp(Cmp::Ne, x0, x0);
         f.when(nan, |f| f.ret1(x0));
-        let hi = f.ld_table(&ATAN_HI, int(3));
+        let hi = f.ld(&ATAN_HI, int(3));
         let z = f.add(hi, f32b(X1P_120));
         let y = f.negate_if(sign, z);
         f.ret1(y);
@@ -318,8 +318,8 @@ fn atan_finish(f: &mut Func, x: R, id: R, sign: R) {
         f.ret1(y);
     });
     // z = ATAN_HI[id] - ((x * (s1 + s2) - ATAN_LO[id]) - x)
-    let hi = f.ld_table(&ATAN_HI, id);
-    let lo = f.ld_table(&ATAN_LO, id);
+    let hi = f.ld(&ATAN_HI, id);
+    let lo = f.ld(&ATAN_LO, id);
     let t = f.mul(x, s);
     let t = f.sub(t, lo);
     let t = f.sub(t, x);

@@ -212,84 +212,74 @@ pub(crate) struct Local {
     pub(crate) len: u32,
 }
 
+/// The array a load or store addresses: a `.const` table or one of the function's
+/// `.local` arrays (the only ones stored to).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Mem {
+    Table(&'static Table),
+    Local(usize),
+}
+
+impl From<&'static Table> for Mem {
+    fn from(table: &'static Table) -> Self {
+        Mem::Table(table)
+    }
+}
+
+/// `mem[idx]`, with the two registers the address arithmetic of an index register needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Addr {
+    pub(crate) mem: Mem,
+    pub(crate) idx: Op,
+    tmp: [R; 2],
+}
+
+/// A one-operand float instruction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UOp {
+    /// Correctly rounded (`sqrt.rn`; SSE `sqrtss`/`sqrtsd`).
+    Sqrt,
+    Neg,
+    Abs,
+}
+
+impl UOp {
+    fn name(self) -> &'static str {
+        match self {
+            UOp::Sqrt => "sqrt.rn",
+            UOp::Neg => "neg",
+            UOp::Abs => "abs",
+        }
+    }
+}
+
+/// One instruction on virtual registers: `d` the destination, `a`/`b` the operands.
 #[derive(Debug, Clone)]
 pub(crate) enum Inst {
-    F {
-        op: FOp,
-        d: R,
-        a: Op,
-        b: Op,
-    },
-    Sqrt {
-        d: R,
-        a: Op,
-    },
-    Neg {
-        d: R,
-        a: Op,
-    },
-    Abs {
-        d: R,
-        a: Op,
-    },
-    I {
-        op: IOp,
-        d: R,
-        a: Op,
-        b: Op,
-    },
-    Cvt {
-        op: Cvt,
-        d: R,
-        a: R,
-    },
-    Mov {
-        d: R,
-        a: Op,
-    },
-    Setp {
-        cmp: Cmp,
-        ty: CmpTy,
-        d: R,
-        a: Op,
-        b: Op,
-    },
-    Selp {
-        d: R,
-        a: Op,
-        b: Op,
-        p: R,
-    },
-    Bra {
-        to: u32,
-        /// Branch only when the predicate is `.1` (true) or `.0` (false).
-        when: Option<(R, bool)>,
-    },
+    /// `d = a op b` (`.rn`).
+    F(FOp, R, Op, Op),
+    /// `d = op(a)`.
+    Unary(UOp, R, Op),
+    /// `d = a op b` on integers of d's width.
+    I(IOp, R, Op, Op),
+    /// `d = a as _`.
+    Cvt(Cvt, R, R),
+    /// `d = a`, or a's bits when the classes differ.
+    Mov(R, Op),
+    /// `d = a cmp b`, the operands compared as `ty`.
+    Setp(Cmp, CmpTy, R, Op, Op),
+    /// `d = if p { a } else { b }`: `(d, a, b, p)`.
+    Selp(R, Op, Op, R),
+    /// Branch to a label, only when the predicate is `.1` (true) or `.0` (false) if given.
+    Bra(u32, Option<(R, bool)>),
     Label(u32),
     Ret(Vec<R>),
-    Call {
-        callee: &'static str,
-        args: Vec<R>,
-        rets: Vec<R>,
-    },
-    LdTable {
-        d: R,
-        table: &'static Table,
-        idx: Op,
-        tmp: [R; 2],
-    },
-    LdLocal {
-        d: R,
-        arr: usize,
-        idx: Op,
-        tmp: [R; 2],
-    },
-    StLocal {
-        arr: usize,
-        idx: Op,
-        v: R,
-        tmp: [R; 2],
-    },
+    /// `rets = callee(args)`: `(callee, args, rets)`.
+    Call(&'static str, Vec<R>, Vec<R>),
+    /// `d = at`.
+    Ld(R, Addr),
+    /// `at = v`: `(at, v)`.
+    St(Addr, R),
 }
 
 /// `name(a, b) -> R` builder methods, each `self.via(op, a, b)`.
@@ -366,7 +356,7 @@ impl Func {
         let class = Self::float_class(a, b);
         let a = self.reg_operand(a, b, class);
         let d = self.reg(class);
-        self.body.push(Inst::F { op, d, a, b });
+        self.body.push(Inst::F(op, d, a, b));
         d
     }
 
@@ -388,25 +378,23 @@ impl Func {
         shr_s => iop(IOp::ShrS);
     }
 
-    /// A one-operand float instruction `make(d, a)`.
-    fn unary(&mut self, a: impl Into<Op>, make: fn(R, Op) -> Inst) -> R {
+    fn unary(&mut self, op: UOp, a: impl Into<Op>) -> R {
         let a = a.into();
         let d = self.reg(Self::float_class(a, a));
-        self.body.push(make(d, a));
+        self.body.push(Inst::Unary(op, d, a));
         d
     }
 
-    /// Correctly rounded square root (`sqrt.rn`; SSE `sqrtss`/`sqrtsd`).
     pub(crate) fn sqrt(&mut self, a: impl Into<Op>) -> R {
-        self.unary(a, |d, a| Inst::Sqrt { d, a })
+        self.unary(UOp::Sqrt, a)
     }
 
     pub(crate) fn neg(&mut self, a: impl Into<Op>) -> R {
-        self.unary(a, |d, a| Inst::Neg { d, a })
+        self.unary(UOp::Neg, a)
     }
 
     pub(crate) fn abs(&mut self, a: impl Into<Op>) -> R {
-        self.unary(a, |d, a| Inst::Abs { d, a })
+        self.unary(UOp::Abs, a)
     }
 
     fn iop(&mut self, op: IOp, a: impl Into<Op>, b: impl Into<Op>) -> R {
@@ -418,7 +406,7 @@ impl Func {
         );
         let a = self.reg_operand(a, b, class);
         let d = self.reg(class);
-        self.body.push(Inst::I { op, d, a, b });
+        self.body.push(Inst::I(op, d, a, b));
         d
     }
 
@@ -426,7 +414,7 @@ impl Func {
         let (_, from, to) = op.spec();
         assert_eq!(a.class, from, "{op:?} of {a}");
         let d = self.reg(to);
-        self.body.push(Inst::Cvt { op, d, a });
+        self.body.push(Inst::Cvt(op, d, a));
         d
     }
 
@@ -440,7 +428,7 @@ impl Func {
             Class::Pred => panic!("bits of a predicate"),
         };
         let d = self.reg(class);
-        self.body.push(Inst::Mov { d, a: a.into() });
+        self.body.push(Inst::Mov(d, a.into()));
         d
     }
 
@@ -456,7 +444,7 @@ impl Func {
         if let Some(class) = a.class() {
             assert_eq!(class.bytes(), d.class.bytes(), "mov size mismatch");
         }
-        self.body.push(Inst::Mov { d, a });
+        self.body.push(Inst::Mov(d, a));
     }
 
     /// `d = value(self)`: a mutable variable updated to a freshly computed value.
@@ -468,7 +456,7 @@ impl Func {
     pub(crate) fn setp(&mut self, cmp: Cmp, ty: CmpTy, a: impl Into<Op>, b: impl Into<Op>) -> R {
         let (a, b) = (a.into(), b.into());
         let d = self.reg(Class::Pred);
-        self.body.push(Inst::Setp { cmp, ty, d, a, b });
+        self.body.push(Inst::Setp(cmp, ty, d, a, b));
         d
     }
 
@@ -489,7 +477,7 @@ impl Func {
         let (a, b) = (a.into(), b.into());
         let class = a.class().or(b.class()).unwrap_or(Class::B32);
         let d = self.reg(class);
-        self.body.push(Inst::Selp { d, a, b, p });
+        self.body.push(Inst::Selp(d, a, b, p));
         d
     }
 
@@ -509,18 +497,12 @@ impl Func {
     }
 
     pub(crate) fn bra(&mut self, l: Label) {
-        self.body.push(Inst::Bra {
-            to: l.0,
-            when: None,
-        });
+        self.body.push(Inst::Bra(l.0, None));
     }
 
     /// Branch to `l` when `p` is `value`.
     pub(crate) fn bra_if(&mut self, p: R, value: bool, l: Label) {
-        self.body.push(Inst::Bra {
-            to: l.0,
-            when: Some((p, value)),
-        });
+        self.body.push(Inst::Bra(l.0, Some((p, value))));
     }
 
     pub(crate) fn when(&mut self, p: R, body: impl FnOnce(&mut Self)) {
@@ -596,66 +578,58 @@ impl Func {
             .map(|(&v, class)| self.materialize(v, class))
             .collect();
         let rets: Vec<R> = callee.rets.iter().map(|&c| self.reg(c)).collect();
-        self.body.push(Inst::Call {
-            callee: callee.name,
-            args,
-            rets: rets.clone(),
-        });
+        self.body.push(Inst::Call(callee.name, args, rets.clone()));
         rets
     }
 
-    /// `table[idx]` (idx: a non-negative `B32` value or an immediate).
-    pub(crate) fn ld_table(&mut self, table: &'static Table, idx: impl Into<Op>) -> R {
-        let d = self.reg(table.class);
-        let tmp = [self.reg(Class::B64), self.reg(Class::B64)];
-        self.body.push(Inst::LdTable {
-            d,
-            table,
-            idx: idx.into(),
-            tmp,
-        });
-        d
-    }
-
-    pub(crate) fn local(&mut self, name: &'static str, class: Class, len: u32) -> usize {
-        self.locals.push(Local { name, class, len });
-        self.locals.len() - 1
-    }
-
-    pub(crate) fn ld_local(&mut self, arr: usize, idx: impl Into<Op>) -> R {
-        let d = self.reg(self.locals[arr].class);
-        let tmp = [self.reg(Class::B64), self.reg(Class::B64)];
-        self.body.push(Inst::LdLocal {
-            d,
-            arr,
-            idx: idx.into(),
-            tmp,
-        });
-        d
-    }
-
-    pub(crate) fn st_local(&mut self, arr: usize, idx: impl Into<Op>, v: impl Into<Op>) {
-        let class = self.locals[arr].class;
-        let v = self.materialize(v.into(), class);
-        let tmp = [self.reg(Class::B64), self.reg(Class::B64)];
-        self.body.push(Inst::StLocal {
-            arr,
-            idx: idx.into(),
-            v,
-            tmp,
-        });
-    }
-
-    pub(crate) fn tables(&self) -> Vec<&'static Table> {
-        let mut out: Vec<&'static Table> = Vec::new();
-        for inst in &self.body {
-            if let Inst::LdTable { table, .. } = inst {
-                if !out.iter().any(|t| t.name == table.name) {
-                    out.push(table);
-                }
-            }
+    /// The class of `mem`'s elements.
+    fn class_of(&self, mem: Mem) -> Class {
+        match mem {
+            Mem::Table(table) => table.class,
+            Mem::Local(arr) => self.locals[arr].class,
         }
-        out
+    }
+
+    fn addr(&mut self, mem: Mem, idx: impl Into<Op>) -> Addr {
+        let tmp = [self.reg(Class::B64), self.reg(Class::B64)];
+        let idx = idx.into();
+        Addr { mem, idx, tmp }
+    }
+
+    /// `mem[idx]` (idx: a non-negative `B32` value or an immediate).
+    pub(crate) fn ld(&mut self, mem: impl Into<Mem>, idx: impl Into<Op>) -> R {
+        let mem = mem.into();
+        let d = self.reg(self.class_of(mem));
+        let at = self.addr(mem, idx);
+        self.body.push(Inst::Ld(d, at));
+        d
+    }
+
+    /// A `.local` array of `len` elements.
+    pub(crate) fn local(&mut self, name: &'static str, class: Class, len: u32) -> Mem {
+        self.locals.push(Local { name, class, len });
+        Mem::Local(self.locals.len() - 1)
+    }
+
+    /// `local[idx] = v`.
+    pub(crate) fn st(&mut self, local: Mem, idx: impl Into<Op>, v: impl Into<Op>) {
+        let v = self.materialize(v.into(), self.class_of(local));
+        let at = self.addr(local, idx);
+        self.body.push(Inst::St(at, v));
+    }
+
+    /// The `.const` tables the body reads, in order, with repeats.
+    pub(crate) fn tables(&self) -> impl Iterator<Item = &'static Table> + '_ {
+        self.body.iter().filter_map(|inst| match inst {
+            Inst::Ld(
+                _,
+                Addr {
+                    mem: Mem::Table(table),
+                    ..
+                },
+            ) => Some(*table),
+            _ => None,
+        })
     }
 
     /// The `.func` prototype line (without the trailing body).
@@ -695,16 +669,14 @@ impl Func {
     /// Print one instruction (with the address arithmetic a memory access needs).
     fn print(&self, out: &mut String, inst: &Inst) {
         let line = match *inst {
-            Inst::F { op, d, a, b } => format!("{}.rn.{} {d}, {a}, {b};", op.name(), d.class.ty()),
-            Inst::Sqrt { d, a } => format!("sqrt.rn.{} {d}, {a};", d.class.ty()),
-            Inst::Neg { d, a } => format!("neg.{} {d}, {a};", d.class.ty()),
-            Inst::Abs { d, a } => format!("abs.{} {d}, {a};", d.class.ty()),
-            Inst::I { op, d, a, b } => {
+            Inst::F(op, d, a, b) => format!("{}.rn.{} {d}, {a}, {b};", op.name(), d.class.ty()),
+            Inst::Unary(op, d, a) => format!("{}.{} {d}, {a};", op.name(), d.class.ty()),
+            Inst::I(op, d, a, b) => {
                 let (name, ty) = op.ptx();
                 format!("{name}.{ty}{} {d}, {a}, {b};", 8 * d.class.bytes())
             }
-            Inst::Cvt { op, d, a } => format!("{} {d}, {a};", op.spec().0),
-            Inst::Mov { d, a } => {
+            Inst::Cvt(op, d, a) => format!("{} {d}, {a};", op.spec().0),
+            Inst::Mov(d, a) => {
                 // A reinterpretation between classes moves untyped bits.
                 let ty = match a {
                     Op::Reg(r) if r.class != d.class => format!("b{}", 8 * d.class.bytes()),
@@ -712,7 +684,7 @@ impl Func {
                 };
                 format!("mov.{ty} {d}, {a};")
             }
-            Inst::Setp { cmp, ty, d, a, b } => {
+            Inst::Setp(cmp, ty, d, a, b) => {
                 let class = a.class().or(b.class()).unwrap_or(Class::B32);
                 let t = match ty {
                     CmpTy::Float => class.ty().to_string(),
@@ -721,8 +693,8 @@ impl Func {
                 };
                 format!("setp.{}.{t} {d}, {a}, {b};", cmp.name(ty))
             }
-            Inst::Selp { d, a, b, p } => format!("selp.{} {d}, {a}, {b}, {p};", d.class.ty()),
-            Inst::Bra { to, when } => match when {
+            Inst::Selp(d, a, b, p) => format!("selp.{} {d}, {a}, {b}, {p};", d.class.ty()),
+            Inst::Bra(to, when) => match when {
                 None => format!("bra.uni $Lv{to};"),
                 Some((p, true)) => format!("@{p} bra $Lv{to};"),
                 Some((p, false)) => format!("@!{p} bra $Lv{to};"),
@@ -739,27 +711,45 @@ impl Func {
                 }
                 s + "ret;"
             }
-            Inst::Call {
-                callee,
-                ref args,
-                ref rets,
-            } => call(callee, args, rets),
-            Inst::LdTable { d, table, idx, tmp } => {
-                let addr = address(out, table.name, table.class.bytes(), idx, tmp);
-                format!("ld.const.{} {d}, {addr};", d.class.ty())
+            Inst::Call(callee, ref args, ref rets) => call(callee, args, rets),
+            Inst::Ld(d, at) => {
+                let (space, addr) = self.address(out, at);
+                format!("ld.{space}.{} {d}, {addr};", d.class.ty())
             }
-            Inst::LdLocal { d, arr, idx, tmp } => {
-                let local = self.locals[arr];
-                let addr = address(out, local.name, local.class.bytes(), idx, tmp);
-                format!("ld.local.{} {d}, {addr};", d.class.ty())
-            }
-            Inst::StLocal { arr, idx, v, tmp } => {
-                let local = self.locals[arr];
-                let addr = address(out, local.name, local.class.bytes(), idx, tmp);
-                format!("st.local.{} {addr}, {v};", v.class.ty())
+            Inst::St(at, v) => {
+                let (space, addr) = self.address(out, at);
+                format!("st.{space}.{} {addr}, {v};", v.class.ty())
             }
         };
         let _ = writeln!(out, "\t{line}");
+    }
+
+    /// The state space and address operand of `at`, emitting the arithmetic an index
+    /// register needs into `out`.
+    fn address(&self, out: &mut String, at: Addr) -> (&'static str, String) {
+        let (space, symbol, size) = match at.mem {
+            Mem::Table(table) => ("const", table.name, table.class.bytes()),
+            Mem::Local(arr) => (
+                "local",
+                self.locals[arr].name,
+                self.locals[arr].class.bytes(),
+            ),
+        };
+        let addr = match at.idx {
+            Op::Int(i) => format!("[{symbol}+{}]", i * i64::from(size)),
+            Op::Reg(r) => {
+                assert_eq!(r.class, Class::B32, "index register");
+                let shift = size.trailing_zeros();
+                let [base, off] = at.tmp;
+                let _ = writeln!(out, "\tmov.u64 {base}, {symbol};");
+                let _ = writeln!(out, "\tcvt.u64.u32 {off}, {r};");
+                let _ = writeln!(out, "\tshl.b64 {off}, {off}, {shift};");
+                let _ = writeln!(out, "\tadd.s64 {base}, {base}, {off};");
+                format!("[{base}]")
+            }
+            other => panic!("bad index {other:?}"),
+        };
+        (space, addr)
     }
 }
 
@@ -800,24 +790,6 @@ fn call(callee: &str, args: &[R], rets: &[R]) -> String {
         let _ = writeln!(s, "\tld.param.{} {r}, {slot};", r.class.ty());
     }
     s + "\t}"
-}
-
-/// The address operand of `symbol[idx]`, emitting the arithmetic it needs into `out`.
-fn address(out: &mut String, symbol: &str, size: u32, idx: Op, tmp: [R; 2]) -> String {
-    match idx {
-        Op::Int(i) => format!("[{symbol}+{}]", i * i64::from(size)),
-        Op::Reg(r) => {
-            assert_eq!(r.class, Class::B32, "index register");
-            let shift = size.trailing_zeros();
-            let [base, off] = tmp;
-            let _ = writeln!(out, "\tmov.u64 {base}, {symbol};");
-            let _ = writeln!(out, "\tcvt.u64.u32 {off}, {r};");
-            let _ = writeln!(out, "\tshl.b64 {off}, {off}, {shift};");
-            let _ = writeln!(out, "\tadd.s64 {base}, {base}, {off};");
-            format!("[{base}]")
-        }
-        other => panic!("bad index {other:?}"),
-    }
 }
 
 pub(crate) fn table_ptx(table: &Table) -> String {

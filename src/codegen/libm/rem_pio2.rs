@@ -6,7 +6,7 @@
 //! digit `jx = 0`, `prec = 0`, so `jk = jp = 3`); its loops and arrays are kept as in the
 //! source (arrays in `.local` memory) so every f64 operation happens in the same order.
 
-use super::ptx::{f64b, f64c, int, Class, Cmp, Cvt, Func, Label, Op, Table, R};
+use super::ptx::{f64b, f64c, int, Class, Cmp, Cvt, Func, Label, Mem, Op, Table, R};
 use super::scalbn::scalbn;
 
 pub(super) const NAME: &str = "vyre_libm_rem_pio2f";
@@ -79,11 +79,11 @@ fn rem_pio2_large(f: &mut Func, x: R, e0: R) -> (R, R) {
 }
 
 /// `q[at] = 0. + x * f[fi]` (`fa`, `q`: the arrays f and q).
-fn q_term(f: &mut Func, x: R, [fa, q]: [usize; 2], fi: Op, at: Op) {
-    let fv = f.ld_local(fa, fi);
+fn q_term(f: &mut Func, x: R, [fa, q]: [Mem; 2], fi: Op, at: Op) {
+    let fv = f.ld(fa, fi);
     let p = f.mul(x, fv);
     let fw = f.add(f64c(0.0), p);
-    f.st_local(q, at, fw);
+    f.st(q, at, fw);
 }
 
 const JK: i64 = 3; // INIT_JK[prec]
@@ -96,10 +96,10 @@ struct Large {
     x: R,
     jv: R,
     q0: R,
-    fa: usize,
-    fq: usize,
-    q: usize,
-    iq: usize,
+    fa: Mem,
+    fq: Mem,
+    q: Mem,
+    iq: Mem,
     jz: R,
     z: R,
     n: R,
@@ -130,9 +130,9 @@ impl Large {
         // set up f[0] to f[jx+jk] where f[jx+jk] = ipio2[jv+jk]; j = jv - jx >= 0 here
         for i in 0..=JX + JK {
             let j = f.iadd(jv, int(i - JX));
-            let digit = f.ld_table(&IPIO2, j);
+            let digit = f.ld(&IPIO2, j);
             let v = f.cvt(Cvt::F64S32, digit);
-            f.st_local(fa, int(i), v);
+            f.st(fa, int(i), v);
         }
         // compute q[0],q[1],...q[jk]
         for i in 0..=JK {
@@ -172,16 +172,16 @@ impl Large {
     fn distill(&self, f: &mut Func) {
         let (i, j, z) = (self.i, self.j, self.z);
         f.set(i, int(0));
-        let qz = f.ld_local(self.q, self.jz);
+        let qz = f.ld(self.q, self.jz);
         f.set(z, qz);
         f.set(j, self.jz);
         f.until(
             |f| f.scmp(Cmp::Lt, j, int(1)),
             |f, _| {
                 let (fw, digit) = Self::split24(f, z);
-                f.st_local(self.iq, i, digit);
+                f.st(self.iq, i, digit);
                 let jm1 = f.isub(j, int(1));
-                let qj = f.ld_local(self.q, jm1);
+                let qj = f.ld(self.q, jm1);
                 f.update(z, |f| f.add(qj, fw));
                 f.update(i, |f| f.iadd(i, int(1)));
                 f.set(j, jm1);
@@ -212,12 +212,12 @@ impl Large {
             |f| {
                 // need iq[jz-1] to determine n
                 let s = f.isub(int(24), q0);
-                let digit = f.ld_local(self.iq, jz1);
+                let digit = f.ld(self.iq, jz1);
                 f.update(self.i, |f| f.shr_s(digit, s));
                 f.update(n, |f| f.iadd(n, self.i));
                 let t = f.shl(self.i, s);
                 let digit = f.isub(digit, t);
-                f.st_local(self.iq, jz1, digit);
+                f.st(self.iq, jz1, digit);
                 let s = f.isub(int(23), q0);
                 f.update(ih, |f| f.shr_s(digit, s));
             },
@@ -226,7 +226,7 @@ impl Large {
                 f.if_else(
                     q0_zero,
                     |f| {
-                        let digit = f.ld_local(self.iq, jz1);
+                        let digit = f.ld(self.iq, jz1);
                         f.update(ih, |f| f.shr_s(digit, int(23)));
                     },
                     |f| {
@@ -251,7 +251,7 @@ impl Large {
             f.until(
                 |f| f.scmp(Cmp::Ge, i, self.jz),
                 |f, _| {
-                    let digit = f.ld_local(self.iq, i);
+                    let digit = f.ld(self.iq, i);
                     let no_carry = f.scmp(Cmp::Eq, carry, int(0));
                     f.if_else(
                         no_carry,
@@ -260,12 +260,12 @@ impl Large {
                             f.when(nonzero, |f| {
                                 f.set(carry, int(1));
                                 let t = f.isub(int(0x100_0000), digit);
-                                f.st_local(self.iq, i, t);
+                                f.st(self.iq, i, t);
                             });
                         },
                         |f| {
                             let t = f.isub(int(0xff_ffff), digit);
-                            f.st_local(self.iq, i, t);
+                            f.st(self.iq, i, t);
                         },
                     );
                     f.update(i, |f| f.iadd(i, int(1)));
@@ -275,9 +275,9 @@ impl Large {
             for (q0_is, mask) in [(1, 0x7f_ffff), (2, 0x3f_ffff)] {
                 let hit = f.scmp(Cmp::Eq, q0, int(q0_is));
                 f.when(hit, |f| {
-                    let digit = f.ld_local(self.iq, jz1);
+                    let digit = f.ld(self.iq, jz1);
                     let t = f.and(digit, int(mask));
-                    f.st_local(self.iq, jz1, t);
+                    f.st(self.iq, jz1, t);
                 });
             }
             let ih_two = f.scmp(Cmp::Eq, self.ih, int(2));
@@ -305,7 +305,7 @@ impl Large {
             f.until(
                 |f| f.scmp(Cmp::Lt, i, int(JK)),
                 |f, _| {
-                    let digit = f.ld_local(self.iq, i);
+                    let digit = f.ld(self.iq, i);
                     f.update(j, |f| f.or(j, digit));
                     f.update(i, |f| f.isub(i, int(1)));
                 },
@@ -325,7 +325,7 @@ impl Large {
             |f| f.scmp(Cmp::Gt, k, int(JK)),
             |f, done| {
                 let at = f.isub(int(JK), k);
-                let digit = f.ld_local(self.iq, at);
+                let digit = f.ld(self.iq, at);
                 let nonzero = f.scmp(Cmp::Ne, digit, int(0));
                 f.bra_if(nonzero, true, done);
                 f.update(k, |f| f.iadd(k, int(1)));
@@ -338,10 +338,10 @@ impl Large {
             |f| f.scmp(Cmp::Gt, i, last),
             |f, _| {
                 let at = f.iadd(self.jv, i);
-                let digit = f.ld_table(&IPIO2, at);
+                let digit = f.ld(&IPIO2, at);
                 let v = f.cvt(Cvt::F64S32, digit);
                 let fi = f.iadd(i, int(JX));
-                f.st_local(self.fa, fi, v);
+                f.st(self.fa, fi, v);
                 q_term(f, self.x, [self.fa, self.q], fi.into(), i.into());
                 f.update(i, |f| f.iadd(i, int(1)));
             },
@@ -363,7 +363,7 @@ impl Large {
                 drop_digit(f);
                 f.until(
                     |f| {
-                        let digit = f.ld_local(iq, jz);
+                        let digit = f.ld(iq, jz);
                         f.scmp(Cmp::Ne, digit, int(0))
                     },
                     |f, _| drop_digit(f),
@@ -378,15 +378,15 @@ impl Large {
                     big,
                     |f| {
                         let (fw, digit) = Self::split24(f, z);
-                        f.st_local(iq, jz, digit);
+                        f.st(iq, jz, digit);
                         f.update(jz, |f| f.iadd(jz, int(1)));
                         f.update(q0, |f| f.iadd(q0, int(24)));
                         let digit = f.cvt(Cvt::S32F64, fw);
-                        f.st_local(iq, jz, digit);
+                        f.st(iq, jz, digit);
                     },
                     |f| {
                         let digit = f.cvt(Cvt::S32F64, z);
-                        f.st_local(iq, jz, digit);
+                        f.st(iq, jz, digit);
                     },
                 );
             },
@@ -404,10 +404,10 @@ impl Large {
         f.until(
             |f| f.scmp(Cmp::Lt, i, int(0)),
             |f, _| {
-                let digit = f.ld_local(self.iq, i);
+                let digit = f.ld(self.iq, i);
                 let v = f.cvt(Cvt::F64S32, digit);
                 let t = f.mul(fw, v);
-                f.st_local(self.q, i, t);
+                f.st(self.q, i, t);
                 f.update(fw, |f| f.mul(fw, f64b(X1P_24)));
                 f.update(i, |f| f.isub(i, int(1)));
             },
@@ -430,15 +430,15 @@ impl Large {
                     |f, done| {
                         let past_jz = f.scmp(Cmp::Gt, k, span);
                         f.bra_if(past_jz, true, done);
-                        let c = f.ld_table(&PIO2, k);
+                        let c = f.ld(&PIO2, k);
                         let at = f.iadd(i, k);
-                        let qv = f.ld_local(self.q, at);
+                        let qv = f.ld(self.q, at);
                         let p = f.mul(c, qv);
                         f.update(fw, |f| f.add(fw, p));
                         f.update(k, |f| f.iadd(k, int(1)));
                     },
                 );
-                f.st_local(self.fq, span, fw);
+                f.st(self.fq, span, fw);
                 f.update(i, |f| f.isub(i, int(1)));
             },
         );
@@ -452,7 +452,7 @@ impl Large {
         f.until(
             |f| f.scmp(Cmp::Lt, i, int(0)),
             |f, _| {
-                let v = f.ld_local(self.fq, i);
+                let v = f.ld(self.fq, i);
                 f.update(fw, |f| f.add(fw, v));
                 f.update(i, |f| f.isub(i, int(1)));
             },
