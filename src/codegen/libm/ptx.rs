@@ -55,23 +55,23 @@ impl std::fmt::Display for Op {
 
 /// f32 immediate with the value of a Rust `f32` (literal parsing is correctly rounded in
 /// both rustc and here, so `f32c(0.1)` has the bits of the libm constant `0.1f32`).
-pub(crate) fn f32c(v: f32) -> Op {
+pub(crate) const fn f32c(v: f32) -> Op {
     Op::F32(v.to_bits())
 }
 
-pub(crate) fn f64c(v: f64) -> Op {
+pub(crate) const fn f64c(v: f64) -> Op {
     Op::F64(v.to_bits())
 }
 
-pub(crate) fn f32b(bits: u32) -> Op {
+pub(crate) const fn f32b(bits: u32) -> Op {
     Op::F32(bits)
 }
 
-pub(crate) fn f64b(bits: u64) -> Op {
+pub(crate) const fn f64b(bits: u64) -> Op {
     Op::F64(bits)
 }
 
-pub(crate) fn int(v: i64) -> Op {
+pub(crate) const fn int(v: i64) -> Op {
     Op::Int(v)
 }
 
@@ -92,6 +92,51 @@ impl FOp {
             FOp::Div => "div",
         }
     }
+}
+
+/// A float expression over registers and immediates, written with `+ - * /` as in the
+/// Rust source; [`Func::eval`] emits it operation by operation in Rust's evaluation order
+/// (left operand, right operand, then the operation).
+#[derive(Debug, Clone)]
+pub(crate) enum E {
+    Leaf(Op),
+    Bin(FOp, Box<E>, Box<E>),
+}
+
+impl From<Op> for E {
+    fn from(op: Op) -> Self {
+        E::Leaf(op)
+    }
+}
+
+impl From<R> for E {
+    fn from(r: R) -> Self {
+        E::Leaf(r.into())
+    }
+}
+
+/// `a op b` building an [`E`], for registers, immediates and expressions on the left.
+macro_rules! expr_ops {
+    ($($trait:ident $method:ident $op:ident;)*) => {$(
+        expr_ops!(@impl E, $trait, $method, $op);
+        expr_ops!(@impl R, $trait, $method, $op);
+        expr_ops!(@impl Op, $trait, $method, $op);
+    )*};
+    (@impl $lhs:ty, $trait:ident, $method:ident, $op:ident) => {
+        impl<B: Into<E>> std::ops::$trait<B> for $lhs {
+            type Output = E;
+            fn $method(self, b: B) -> E {
+                E::Bin(FOp::$op, Box::new(self.into()), Box::new(b.into()))
+            }
+        }
+    };
+}
+
+expr_ops! {
+    Add add Add;
+    Sub sub Sub;
+    Mul mul Mul;
+    Div div Div;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -378,6 +423,26 @@ impl Func {
         shr_s => iop(IOp::ShrS);
     }
 
+    /// Emit `e` (see [`E`]); a register stands for itself.
+    pub(crate) fn eval(&mut self, e: impl Into<E>) -> R {
+        match self.operand(e.into()) {
+            Op::Reg(r) => r,
+            imm => panic!("{imm} is not computed"),
+        }
+    }
+
+    /// `e` as an operand: an immediate, a register, or the register `e` is computed into.
+    fn operand(&mut self, e: E) -> Op {
+        match e {
+            E::Leaf(op) => op,
+            E::Bin(op, a, b) => {
+                let a = self.operand(*a);
+                let b = self.operand(*b);
+                self.fop(op, a, b).into()
+            }
+        }
+    }
+
     fn unary(&mut self, op: UOp, a: impl Into<Op>) -> R {
         let a = a.into();
         let d = self.reg(Self::float_class(a, a));
@@ -410,7 +475,8 @@ impl Func {
         d
     }
 
-    pub(crate) fn cvt(&mut self, op: Cvt, a: R) -> R {
+    pub(crate) fn cvt(&mut self, op: Cvt, a: impl Into<E>) -> R {
+        let a = self.eval(a);
         let (_, from, to) = op.spec();
         assert_eq!(a.class, from, "{op:?} of {a}");
         let d = self.reg(to);
@@ -419,7 +485,8 @@ impl Func {
     }
 
     /// `f32::to_bits` / `f64::to_bits` (and the reverse for integer registers).
-    pub(crate) fn bits(&mut self, a: R) -> R {
+    pub(crate) fn bits(&mut self, a: impl Into<E>) -> R {
+        let a = self.eval(a);
         let class = match a.class {
             Class::F32 => Class::B32,
             Class::F64 => Class::B64,
@@ -434,13 +501,13 @@ impl Func {
 
     pub(crate) fn copy(&mut self, class: Class, a: impl Into<Op>) -> R {
         let d = self.reg(class);
-        self.set(d, a);
+        self.set(d, a.into());
         d
     }
 
     /// `d = a` (a mutable variable's update).
-    pub(crate) fn set(&mut self, d: R, a: impl Into<Op>) {
-        let a = a.into();
+    pub(crate) fn set(&mut self, d: R, a: impl Into<E>) {
+        let a = self.operand(a.into());
         if let Some(class) = a.class() {
             assert_eq!(class.bytes(), d.class.bytes(), "mov size mismatch");
         }
@@ -566,8 +633,9 @@ impl Func {
         self.body.push(Inst::Ret(regs));
     }
 
-    pub(crate) fn ret1(&mut self, v: impl Into<Op>) {
-        self.ret(&[v.into()]);
+    pub(crate) fn ret1(&mut self, v: impl Into<E>) {
+        let v = self.operand(v.into());
+        self.ret(&[v]);
     }
 
     pub(crate) fn call(&mut self, callee: &Func, args: &[Op]) -> Vec<R> {
