@@ -88,7 +88,7 @@ fn expm1_hi_lo(f: &mut Func, [x, k]: [R; 2], hx: R, sign: R) -> (R, R) {
         |f| f.if_else(sign, |f| by_one(f, -1), |f| by_one(f, 1)),
         |f| {
             f.update(k, |f| nearest_k(f, x, sign));
-            split_by_k(f, [x, k], [hi, lo], [LN2_HI, LN2_LO]);
+            split_by_k(f, [x, k], [hi, lo], [f32c(LN2_HI), f32c(LN2_LO)]);
         },
     );
     (hi, lo)
