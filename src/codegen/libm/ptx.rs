@@ -612,6 +612,35 @@ impl Func {
         self.place(done);
     }
 
+    /// `for i in from..end` (`cmp` `Ge`), `from..=end` (`Gt`) or `(end..=from).rev()`
+    /// (`Lt`) on the signed integer `i`; `body` gets the loop's exit label.
+    pub(crate) fn count(
+        &mut self,
+        i: R,
+        from: impl Into<Op>,
+        (cmp, end): (Cmp, Op),
+        body: impl FnOnce(&mut Self, Label),
+    ) {
+        self.set(i, from.into());
+        self.until(
+            |f| f.scmp(cmp, i, end),
+            |f, done| {
+                body(f, done);
+                f.bump(i, if cmp == Cmp::Lt { -1 } else { 1 });
+            },
+        );
+    }
+
+    /// `r += by` on an integer variable (a `sub` for a negative `by`).
+    pub(crate) fn bump(&mut self, r: R, by: i64) {
+        let v = if by < 0 {
+            self.isub(r, int(-by))
+        } else {
+            self.iadd(r, int(by))
+        };
+        self.set(r, v);
+    }
+
     fn materialize(&mut self, v: Op, class: Class) -> R {
         match v {
             Op::Reg(r) => {
@@ -680,8 +709,9 @@ impl Func {
     }
 
     /// `local[idx] = v`.
-    pub(crate) fn st(&mut self, local: Mem, idx: impl Into<Op>, v: impl Into<Op>) {
-        let v = self.materialize(v.into(), self.class_of(local));
+    pub(crate) fn st(&mut self, local: Mem, idx: impl Into<Op>, v: impl Into<E>) {
+        let v = self.operand(v.into());
+        let v = self.materialize(v, self.class_of(local));
         let at = self.addr(local, idx);
         self.body.push(Inst::St(at, v));
     }

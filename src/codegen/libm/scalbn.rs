@@ -45,14 +45,8 @@ pub(super) fn scalbn(f: &mut Func, x: R, n: R) -> R {
 /// n is clamped to `limit`.
 fn prescale(f: &mut Func, [x, n]: [R; 2], factor: Op, dn: i64, (cmp, limit): (Cmp, i64)) {
     let step = |f: &mut Func| {
-        f.update(x, |f| f.mul(x, factor));
-        f.update(n, |f| {
-            if dn < 0 {
-                f.isub(n, int(-dn))
-            } else {
-                f.iadd(n, int(dn))
-            }
-        });
+        f.set(x, x * factor);
+        f.bump(n, dn);
     };
     step(f);
     let past = f.scmp(cmp, n, int(limit));
