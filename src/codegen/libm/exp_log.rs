@@ -49,7 +49,7 @@ pub(super) fn expf() -> Func {
     expf_special(&mut f, x0, hx, [sign, signb]);
     let (x, k, hi, lo) = expf_reduce(&mut f, x0, hx, [sign, signb]);
     // x is now in primary range
-    let xx = f.mul(x, x);
+    let xx = f.eval(x * x);
     let c = f.eval(x - xx * (P1 + xx * P2));
     let y = f.eval(ONE + (x * c / (f32c(2.0) - c) - lo + hi));
     let k_zero = f.scmp(Cmp::Eq, k, int(0));
@@ -203,7 +203,7 @@ fn exp2f_table_poly(f: &mut Func, i0: R, z: R) -> R {
     let [p1, p2, p3, p4] = [0x3f31_7218, 0x3e75_fdf0, 0x3d63_59a4, 0x3c1d_964e]
         .map(|bits: u32| f64c(f64::from(f32::from_bits(bits))));
     let r = f.ld(&EXP2FT, i0);
-    let t = f.mul(r, z);
+    let t = f.eval(r * z);
     f.eval(r + t * (p1 + z * p2) + t * (z * z) * (p3 + z * p4))
 }
 
@@ -262,11 +262,11 @@ fn log_reduce(f: &mut Func) -> (R, R) {
 fn log_kernel(f: &mut Func, x: R) -> (R, R, R, R) {
     let fm = f.eval(x - ONE);
     let s = f.eval(fm / (f32c(2.0) + fm));
-    let z = f.mul(s, s);
-    let w = f.mul(z, z);
+    let z = f.eval(s * s);
+    let w = f.eval(z * z);
     let t1 = f.eval(w * (LG2 + w * LG4));
     let t2 = f.eval(z * (LG1 + w * LG3));
-    let r = f.add(t2, t1);
+    let r = f.eval(t2 + t1);
     let hfsq = f.eval(f32c(0.5) * fm * fm);
     (fm, s, hfsq, r)
 }

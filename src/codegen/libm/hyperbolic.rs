@@ -94,7 +94,7 @@ fn expm1_hi_lo(f: &mut Func, [x, k]: [R; 2], hx: R, sign: R) -> (R, R) {
 /// The primary range: `e`, the correction of x - e + 1 ~ exp(x) 2^-k; k == 0 returns.
 fn expm1_kernel(f: &mut Func, x: R, k: R, c: R) -> R {
     let hfx = f.eval(HALF * x);
-    let hxs = f.mul(x, hfx);
+    let hxs = f.eval(x * hfx);
     let r1 = f.eval(ONE + hxs * (Q1 + hxs * Q2));
     let t = f.eval(f32c(3.0) - r1 * hfx);
     let e = f.eval(hxs * ((r1 - t) / (f32c(6.0) - x * t)));

@@ -16,7 +16,7 @@ const HALF: Op = f32c(0.5);
 fn r(f: &mut Func, z: R) -> R {
     let p = f.eval(z * (P_S0 + z * (P_S1 + z * P_S2)));
     let q = f.eval(ONE + z * Q_S1);
-    f.div(p, q)
+    f.eval(p / q)
 }
 
 pub(super) fn asinf() -> Func {
@@ -44,7 +44,7 @@ pub(super) fn asinf() -> Func {
         let normal = f.ucmp(Cmp::Ge, ix, int(0x0080_0000));
         let tiny = f.ucmp(Cmp::Lt, ix, int(0x3980_0000));
         f.when(normal, |f| f.when(tiny, |f| f.ret1(x)));
-        let xx = f.mul(x, x);
+        let xx = f.eval(x * x);
         let t = r(f, xx);
         f.ret1(x + x * t);
     });
@@ -97,7 +97,7 @@ fn acos_small(f: &mut Func, x: R, ix: R) {
         // |x| < 2**-26
         let tiny = f.ucmp(Cmp::Le, ix, int(0x3280_0000));
         f.when(tiny, |f| f.ret1(PIO2_HI + X1P_120));
-        let xx = f.mul(x, x);
+        let xx = f.eval(x * x);
         let t = r(f, xx);
         f.ret1(PIO2_HI - (x - (PIO2_LO - x * t)));
     });
@@ -247,11 +247,11 @@ fn atan_finish(f: &mut Func, x: R, id: R, sign: R) {
         f32c(-1.0648017377e-01),
         f32c(6.1687607318e-02),
     ];
-    let z = f.mul(x, x);
-    let w = f.mul(z, z);
+    let z = f.eval(x * x);
+    let w = f.eval(z * z);
     let s1 = f.eval(z * (A_T[0] + w * (A_T[2] + w * A_T[4])));
     let s2 = f.eval(w * (A_T[1] + w * A_T[3]));
-    let s = f.add(s1, s2);
+    let s = f.eval(s1 + s2);
     let no_id = f.scmp(Cmp::Lt, id, int(0));
     f.when(no_id, |f| f.ret1(x - x * s));
     let hi = f.ld(&ATAN_HI, id);

@@ -1,7 +1,7 @@
 //! A tiny typed builder for the libm `.func`s.
 //!
 //! A routine is written as Rust calls that mirror the original source line by line
-//! (`let z = f.mul(x, x);`); the builder records typed instructions on virtual registers
+//! (`let z = f.eval(x * x);`); the builder records typed instructions on virtual registers
 //! and prints them as PTX. Every float instruction carries an explicit `.rn` (so ptxas
 //! never contracts a multiply and an add into an fma) and none carries `.ftz` (the Rust
 //! code runs with subnormals). In tests the same instruction list is executed by
@@ -396,8 +396,7 @@ impl Func {
         }
     }
 
-    fn fop(&mut self, op: FOp, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        let (a, b) = (a.into(), b.into());
+    fn fop(&mut self, op: FOp, a: Op, b: Op) -> R {
         let class = Self::float_class(a, b);
         let a = self.reg_operand(a, b, class);
         let d = self.reg(class);
@@ -406,10 +405,6 @@ impl Func {
     }
 
     binary_ops! {
-        add => fop(FOp::Add);
-        sub => fop(FOp::Sub);
-        mul => fop(FOp::Mul);
-        div => fop(FOp::Div);
         iadd => iop(IOp::Add);
         isub => iop(IOp::Sub);
         imul => iop(IOp::Mul);
@@ -719,13 +714,10 @@ impl Func {
     /// The `.const` tables the body reads, in order, with repeats.
     pub(crate) fn tables(&self) -> impl Iterator<Item = &'static Table> + '_ {
         self.body.iter().filter_map(|inst| match inst {
-            Inst::Ld(
-                _,
-                Addr {
-                    mem: Mem::Table(table),
-                    ..
-                },
-            ) => Some(*table),
+            Inst::Ld(_, at) => match at.mem {
+                Mem::Table(table) => Some(table),
+                Mem::Local(_) => None,
+            },
             _ => None,
         })
     }
@@ -890,30 +882,20 @@ fn call(callee: &str, args: &[R], rets: &[R]) -> String {
     s + "\t}"
 }
 
+/// The `.const` definition of `table`, eight elements a line.
 pub(crate) fn table_ptx(table: &Table) -> String {
-    let (align, ty) = if table.class.bytes() == 8 {
-        (8, "b64")
-    } else {
-        (4, "b32")
-    };
-    let mut out = format!(
-        ".const .align {align} .{ty} {}[{}] = {{",
+    let bytes = table.class.bytes() as usize;
+    let hex: Vec<String> = table
+        .data
+        .iter()
+        .map(|v| format!("0x{v:0w$X}", w = 2 * bytes))
+        .collect();
+    let rows: Vec<String> = hex.chunks(8).map(|row| row.join(", ")).collect();
+    format!(
+        ".const .align {bytes} .b{} {}[{}] = {{\n\t{}\n}};\n",
+        8 * bytes,
         table.name,
-        table.data.len()
-    );
-    for (i, v) in table.data.iter().enumerate() {
-        if i % 8 == 0 {
-            out.push_str("\n\t");
-        }
-        if table.class.bytes() == 8 {
-            let _ = write!(out, "0x{v:016X}");
-        } else {
-            let _ = write!(out, "0x{:08X}", *v as u32);
-        }
-        if i + 1 < table.data.len() {
-            out.push_str(", ");
-        }
-    }
-    out.push_str("\n};\n");
-    out
+        hex.len(),
+        rows.join(", \n\t")
+    )
 }

@@ -38,7 +38,7 @@ pub(super) fn scalbn(f: &mut Func, x: R, n: R) -> R {
         let bits = f.shl(biased, int(23));
         f.bits(bits)
     };
-    f.mul(x, scale)
+    f.eval(x * scale)
 }
 
 /// `x *= factor; n += dn`, and once more if n is still past `limit` (`cmp`), after which

@@ -16,10 +16,10 @@ fn k_sinf(f: &mut Func, x: R) -> R {
     const S2: Op = f64c(0.0083333293858894631756); /*  0x111110896efbb2.0p-59 */
     const S3: Op = f64c(-0.000198393348360966317347); /* -0x1a00f9e2cae774.0p-65 */
     const S4: Op = f64c(0.0000027183114939898219064); /*  0x16cd878c3b46a7.0p-71 */
-    let z = f.mul(x, x);
-    let w = f.mul(z, z);
+    let z = f.eval(x * x);
+    let w = f.eval(z * z);
     let r = f.eval(S3 + z * S4);
-    let s = f.mul(z, x);
+    let s = f.eval(z * x);
     f.cvt(Cvt::F32F64, x + s * (S1 + z * S2) + s * w * r)
 }
 
@@ -29,8 +29,8 @@ fn k_cosf(f: &mut Func, x: R) -> R {
     const C1: Op = f64c(0.0416666233237390631894); /*  0x155553e1053a42.0p-57 */
     const C2: Op = f64c(-0.00138867637746099294692); /* -0x16c087e80f1e27.0p-62 */
     const C3: Op = f64c(0.0000243904487962774090654); /*  0x199342e0ee5069.0p-68 */
-    let z = f.mul(x, x);
-    let w = f.mul(z, z);
+    let z = f.eval(x * x);
+    let w = f.eval(z * z);
     let r = f.eval(C2 + z * C3);
     f.cvt(Cvt::F32F64, f64c(1.0) + z * C0 + w * C1 + w * z * r)
 }
@@ -45,11 +45,11 @@ fn k_tanf(f: &mut Func, x: R, odd: Option<R>) -> R {
         f64c(0.00297435743359967304927), /* 0x185dadfcecf44e.0p-61 */
         f64c(0.00946564784943673166728), /* 0x1362b9bf971bcd.0p-59 */
     ];
-    let z = f.mul(x, x);
+    let z = f.eval(x * x);
     let r = f.eval(T[4] + z * T[5]);
     let t = f.eval(T[2] + z * T[3]);
-    let w = f.mul(z, z);
-    let s = f.mul(z, x);
+    let w = f.eval(z * z);
+    let s = f.eval(z * x);
     let u = f.eval(T[0] + z * T[1]);
     let r = f.eval(x + s * u + s * w * (t + w * r));
     // (if odd { -1. / r } else { r }) as f32
@@ -84,8 +84,8 @@ impl Arg {
 
     /// `if sign { x64 + c } else { x64 - c }`.
     fn toward_zero(self, f: &mut Func, c: f64) -> R {
-        let plus = f.add(self.x64, f64c(c));
-        let minus = f.sub(self.x64, f64c(c));
+        let plus = f.eval(self.x64 + f64c(c));
+        let minus = f.eval(self.x64 - f64c(c));
         f.selp(self.sign, plus, minus)
     }
 
@@ -212,8 +212,8 @@ pub(super) fn cosf(rem: &Func) -> Func {
                 f.ret1(y);
             });
             // if sign { k_sinf(x64 + C1_PIO2) } else { k_sinf(C1_PIO2 - x64) }
-            let plus = f.add(a.x64, f64c(PIO2_1));
-            let minus = f.sub(f64c(PIO2_1), a.x64);
+            let plus = f.eval(a.x64 + f64c(PIO2_1));
+            let minus = f.eval(f64c(PIO2_1) - a.x64);
             let arg = f.selp(a.sign, plus, minus);
             let y = k_sinf(f, arg);
             f.ret1(y);
@@ -228,8 +228,8 @@ pub(super) fn cosf(rem: &Func) -> Func {
             });
             // if sign { k_sinf(-x64 - C3_PIO2) } else { k_sinf(x64 - C3_PIO2) }
             let nx = f.neg(a.x64);
-            let plus = f.sub(nx, f64c(PIO2_3));
-            let minus = f.sub(a.x64, f64c(PIO2_3));
+            let plus = f.eval(nx - f64c(PIO2_3));
+            let minus = f.eval(a.x64 - f64c(PIO2_3));
             let arg = f.selp(a.sign, plus, minus);
             let y = k_sinf(f, arg);
             f.ret1(y);
