@@ -3,13 +3,13 @@
 //! variants are for i586 only). `exp2f` evaluates its polynomial in f64 with a table;
 //! the others are all f32.
 
-use super::ptx::{f32b, f32c, f64c, int, Class, Cmp, Cvt, Func, Op, Table, R};
+use super::ptx::{f32c, f64c, int, Class, Cmp, Cvt, Func, Op, Table, R};
 use super::scalbn::scalbn;
 
 pub(super) const EXPF: &str = "vyre_libm_expf";
 
 const INV_LN2: Op = f32c(1.4426950216e+00); /* 0x3fb8aa3b */
-const X1P127: Op = f32b(0x7f00_0000);
+pub(super) const X1P127: Op = Op::F32(0x7f00_0000);
 const ONE: Op = f32c(1.0);
 
 /// Overflow: `return x * 2^127`.
@@ -215,7 +215,7 @@ const LG4: Op = f32c(0.24279078841); /*  0xf89e26.0p-26 */
 /// The shared front of logf/log2f: special cases, then `(x, k)` reduced into
 /// [sqrt(2)/2, sqrt(2)].
 fn log_reduce(f: &mut Func) -> (R, R) {
-    let x1p25 = f32b(0x4c00_0000);
+    let x1p25 = Op::F32(0x4c00_0000);
     let x0 = f.param(0);
     let ix = f.bits(x0);
     let ix = f.copy(Class::B32, ix);

@@ -2,8 +2,8 @@
 //! their helpers `expm1f` (FreeBSD `s_expm1f.c`, an internal `.func`) and `k_expo2f`
 //! (inlined). All f32.
 
-use super::exp_log::{nearest_k, overflow, split_by_k};
-use super::ptx::{f32b, f32c, int, Class, Cmp, Func, Op, R};
+use super::exp_log::{nearest_k, overflow, split_by_k, X1P127};
+use super::ptx::{f32c, int, Class, Cmp, Func, Op, R};
 
 pub(super) const EXPM1F: &str = "vyre_libm_expm1f";
 
@@ -11,7 +11,6 @@ const LN2_HI: f32 = 6.9313812256e-01; /* 0x3f317180 */
 const LN2_LO: f32 = 9.0580006145e-06; /* 0x3717f7d1 */
 const Q1: Op = f32c(-3.3333212137e-2); /* -0x888868.0p-28 */
 const Q2: Op = f32c(1.5807170421e-3); /*  0xcf3010.0p-33 */
-const X1P127: Op = f32b(0x7f00_0000);
 const ONE: Op = f32c(1.0);
 const TWO: Op = f32c(2.0);
 const HALF: Op = f32c(0.5);
@@ -150,9 +149,9 @@ fn expm1_scale_far(f: &mut Func, x: R, e: R, k: R, twopk: R) {
 /// `k_expo2f(x)`: `expf(x - k*ln2) * 2^(k/2) * 2^(k/2)` with `k = 235`.
 fn k_expo2f(f: &mut Func, expf: &Func, x: R) -> R {
     const K: u32 = 235;
-    let k_ln2 = f32b(0x4322_e3bc);
+    let k_ln2 = Op::F32(0x4322_e3bc);
     // note that k is odd and scale*scale overflows
-    let scale = f32b((0x7f + K / 2) << 23);
+    let scale = Op::F32((0x7f + K / 2) << 23);
     let t = f.eval(x - k_ln2);
     let e = f.call(expf, &[t.into()])[0];
     f.eval(e * scale * scale)

@@ -2,7 +2,7 @@
 //! `s_atanf.c`). `asinf` finishes in f64 (libm's `sqrt` is `sqrtsd`: correctly rounded);
 //! `acosf` and `atanf` are all f32.
 
-use super::ptx::{f32b, f32c, f64b, f64c, int, Class, Cmp, Cvt, Func, Op, Table, R};
+use super::ptx::{f32c, f64c, int, Class, Cmp, Cvt, Func, Op, Table, E, R};
 
 const P_S0: Op = f32c(1.6666586697e-01);
 const P_S1: Op = f32c(-4.2743422091e-02);
@@ -21,7 +21,7 @@ fn r(f: &mut Func, z: R) -> R {
 
 pub(super) fn asinf() -> Func {
     const PIO2: Op = f64c(1.570796326794896558e+00);
-    const X1P_120: Op = f64b(0x3870_0000_0000_0000); // 2^-120 as f64
+    const X1P_120: Op = Op::F64(0x3870_0000_0000_0000); // 2^-120 as f64
     let mut f = Func::new("vyre_libm_asinf", &[Class::F32], &[Class::F32]);
     let x = f.param(0);
     let hx = f.bits(x);
@@ -66,7 +66,7 @@ pub(super) fn asinf() -> Func {
 
 const PIO2_HI: Op = f32c(1.5707962513e+00); /* 0x3fc90fda */
 const PIO2_LO: Op = f32c(7.5497894159e-08); /* 0x33a22168 */
-const X1P_120: Op = f32b(0x0380_0000); // 2^-120 as f32
+const X1P_120: Op = Op::F32(0x0380_0000); // 2^-120 as f32
 
 pub(super) fn acosf() -> Func {
     let mut f = Func::new("vyre_libm_acosf", &[Class::F32], &[Class::F32]);
@@ -181,8 +181,8 @@ fn atan_reduce(f: &mut Func, x0: R, ix: R) -> (R, R) {
     let x = f.copy(Class::F32, x0);
     let id = f.reg(Class::B32);
     let small = f.ucmp(Cmp::Lt, ix, int(0x3ee0_0000));
-    // x = v(x); id = n
-    let reduced = |f: &mut Func, v: R, n: i64| {
+    // x = v; id = n
+    let reduced = |f: &mut Func, v: E, n: i64| {
         f.set(x, v);
         f.set(id, int(n));
     };
@@ -205,15 +205,9 @@ fn atan_reduce(f: &mut Func, x0: R, ix: R) -> (R, R) {
                     f.if_else(
                         lt_11_16,
                         // 7/16 <= |x| < 11/16
-                        |f| {
-                            let v = f.eval((TWO * x - ONE) / (TWO + x));
-                            reduced(f, v, 0);
-                        },
+                        |f| reduced(f, (TWO * x - ONE) / (TWO + x), 0),
                         // 11/16 <= |x| < 19/16
-                        |f| {
-                            let v = f.eval((x - ONE) / (x + ONE));
-                            reduced(f, v, 1);
-                        },
+                        |f| reduced(f, (x - ONE) / (x + ONE), 1),
                     );
                 },
                 |f| {
@@ -221,15 +215,9 @@ fn atan_reduce(f: &mut Func, x0: R, ix: R) -> (R, R) {
                     f.if_else(
                         lt_39_16,
                         // |x| < 2.4375
-                        |f| {
-                            let v = f.eval((x - f32c(1.5)) / (ONE + f32c(1.5) * x));
-                            reduced(f, v, 2);
-                        },
+                        |f| reduced(f, (x - f32c(1.5)) / (ONE + f32c(1.5) * x), 2),
                         // 2.4375 <= |x| < 2**26
-                        |f| {
-                            let v = f.eval(f32c(-1.0) / x);
-                            reduced(f, v, 3);
-                        },
+                        |f| reduced(f, f32c(-1.0) / x, 3),
                     );
                 },
             );

@@ -63,14 +63,6 @@ pub(crate) const fn f64c(v: f64) -> Op {
     Op::F64(v.to_bits())
 }
 
-pub(crate) const fn f32b(bits: u32) -> Op {
-    Op::F32(bits)
-}
-
-pub(crate) const fn f64b(bits: u64) -> Op {
-    Op::F64(bits)
-}
-
 pub(crate) const fn int(v: i64) -> Op {
     Op::Int(v)
 }

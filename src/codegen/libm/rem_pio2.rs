@@ -6,7 +6,7 @@
 //! digit `jx = 0`, `prec = 0`, so `jk = jp = 3`); its loops and arrays are kept as in the
 //! source (arrays in `.local` memory) so every f64 operation happens in the same order.
 
-use super::ptx::{f64b, f64c, int, Class, Cmp, Cvt, Func, Label, Mem, Op, Table, R};
+use super::ptx::{f64c, int, Class, Cmp, Cvt, Func, Label, Mem, Op, Table, R};
 use super::scalbn::scalbn;
 
 pub(super) const NAME: &str = "vyre_libm_rem_pio2f";
@@ -17,8 +17,8 @@ const PIO2_1: Op = f64c(1.57079631090164184570e+00); /* 0x3FF921FB, 0x50000000 *
 const PIO2_1T: Op = f64c(1.58932547735281966916e-08); /* 0x3E5110b4, 0x611A6263 */
 
 /// 2^24 and 2^-24.
-const X1P24: Op = f64b(0x4170_0000_0000_0000);
-const X1P_24: Op = f64b(0x3E70_0000_0000_0000);
+const X1P24: Op = Op::F64(0x4170_0000_0000_0000);
+const X1P_24: Op = Op::F64(0x3E70_0000_0000_0000);
 
 /// `rem_pio2f(x) -> (n, y)` as a `.func (y: f64, n: b32)`.
 pub(super) fn rem_pio2f() -> Func {

@@ -96,12 +96,12 @@ impl Arg {
 }
 
 /// One of sinf, cosf and tanf by the ranges of |x| they share: `kernel(x64)` for
-/// |x| ~<= pi/4 (where |x| < 2^-12 returns x, or 1 for cos), `near` for |x| ~<= 5pi/4,
+/// |x| ~<= pi/4 (where |x| < 2^-12 returns `tiny`, or x), `near` for |x| ~<= 5pi/4,
 /// `far` for |x| ~<= 9pi/4, NaN for Inf and NaN, and `general(n, y)` with
 /// `(n, y) = rem_pio2f(x)` beyond. `near`, `far` and `general` return.
 struct Trig {
     name: &'static str,
-    tiny_is_one: bool,
+    tiny: Option<Op>,
     kernel: fn(&mut Func, R) -> R,
     near: fn(&mut Func, Arg),
     far: fn(&mut Func, Arg),
@@ -116,11 +116,7 @@ impl Trig {
         f.when(small, |f| {
             // |x| ~<= pi/4
             let tiny = f.ucmp(Cmp::Lt, a.ix, int(0x3980_0000));
-            let tiny_value = if self.tiny_is_one {
-                f32c(1.0)
-            } else {
-                a.x.into()
-            };
+            let tiny_value = self.tiny.unwrap_or(a.x.into());
             f.when(tiny, |f| f.ret1(tiny_value));
             let y = (self.kernel)(f, a.x64);
             f.ret1(y);
@@ -161,7 +157,7 @@ fn by_quadrant(f: &mut Func, n: R, y: R, shift: i64) {
 pub(super) fn sinf(rem: &Func) -> Func {
     Trig {
         name: "vyre_libm_sinf",
-        tiny_is_one: false,
+        tiny: None,
         kernel: k_sinf,
         near: |f, a| {
             let le_3pio4 = a.le(f, 0x4016_cbe3);
@@ -200,7 +196,7 @@ pub(super) fn sinf(rem: &Func) -> Func {
 pub(super) fn cosf(rem: &Func) -> Func {
     Trig {
         name: "vyre_libm_cosf",
-        tiny_is_one: true,
+        tiny: Some(f32c(1.0)),
         kernel: k_cosf,
         near: |f, a| {
             let gt_3pio4 = f.ucmp(Cmp::Gt, a.ix, int(0x4016_cbe3));
@@ -252,7 +248,7 @@ pub(super) fn tanf(rem: &Func) -> Func {
     }
     Trig {
         name: "vyre_libm_tanf",
-        tiny_is_one: false,
+        tiny: None,
         kernel: |f, x64| k_tanf(f, x64, None),
         near: |f, a| between(f, a, 0x4016_cbe3, [PIO2_1, PIO2_2]),
         far: |f, a| between(f, a, 0x40af_eddf, [PIO2_3, PIO2_4]),
