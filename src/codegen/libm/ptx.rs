@@ -161,24 +161,18 @@ impl IOp {
     }
 }
 
-/// Conversions (each the exact PTX counterpart of a Rust `as`).
+/// Conversions `ToFrom`, each the exact PTX counterpart of a Rust `as` (to an integer:
+/// toward zero, saturating, NaN -> 0; to f32: nearest even, subnormals kept), and
+/// `f64::floor`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Cvt {
-    /// `f32 as f64` (exact).
     F64F32,
-    /// `f64 as f32` (round to nearest even, subnormals kept).
     F32F64,
-    /// `f32 as i32` (toward zero, saturating, NaN -> 0).
     S32F32,
-    /// `f64 as i32` (toward zero, saturating, NaN -> 0).
     S32F64,
-    /// `i32 as f32`.
     F32S32,
-    /// `i32 as f64` (exact).
     F64S32,
-    /// `f64::floor`.
     FloorF64,
-    /// `u32 as u64`.
     U64U32,
 }
 
@@ -329,7 +323,7 @@ macro_rules! binary_ops {
     )*};
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Func {
     pub(crate) name: &'static str,
     pub(crate) params: Vec<R>,
@@ -346,14 +340,11 @@ pub(crate) struct Label(u32);
 
 impl Func {
     pub(crate) fn new(name: &'static str, params: &[Class], rets: &[Class]) -> Self {
+        let rets = rets.to_vec();
         let mut f = Func {
             name,
-            params: Vec::new(),
-            rets: rets.to_vec(),
-            body: Vec::new(),
-            locals: Vec::new(),
-            counts: [0; 5],
-            labels: 0,
+            rets,
+            ..Func::default()
         };
         f.params = params.iter().map(|&c| f.reg(c)).collect();
         f
