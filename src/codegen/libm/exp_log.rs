@@ -46,21 +46,7 @@ pub(super) fn expf() -> Func {
     let sign = f.shr_u(bits, int(31)); // sign bit of x (0 or 1)
     let signb = f.scmp(Cmp::Ne, sign, int(0));
     let hx = f.and(bits, int(0x7fff_ffff)); // high word of |x|
-    expf_special(&mut f, x0, hx, [sign, signb]);
-    let (x, k, hi, lo) = expf_reduce(&mut f, x0, hx, [sign, signb]);
-    // x is now in primary range
-    let xx = f.eval(x * x);
-    let c = f.eval(x - xx * (P1 + xx * P2));
-    let y = f.eval(ONE + (x * c / (f32c(2.0) - c) - lo + hi));
-    let k_zero = f.scmp(Cmp::Eq, k, int(0));
-    f.when(k_zero, |f| f.ret1(y));
-    let y = scalbn(&mut f, y, k);
-    f.ret1(y);
-    f
-}
-
-/// Special cases: if |x| >= -87.33655f or NaN.
-fn expf_special(f: &mut Func, x0: R, hx: R, [sign, signb]: [R; 2]) {
+                                            // special cases: if |x| >= -87.33655f or NaN
     let special = f.ucmp(Cmp::Ge, hx, int(0x42ae_ac50));
     f.when(special, |f| {
         let nan = f.ucmp(Cmp::Gt, hx, int(0x7f80_0000));
@@ -75,6 +61,16 @@ fn expf_special(f: &mut Func, x0: R, hx: R, [sign, signb]: [R; 2]) {
             f.when(zero, |f| f.ret1(f32c(0.0)));
         });
     });
+    let (x, k, hi, lo) = expf_reduce(&mut f, x0, hx, [sign, signb]);
+    // x is now in primary range
+    let xx = f.eval(x * x);
+    let c = f.eval(x - xx * (P1 + xx * P2));
+    let y = f.eval(ONE + (x * c / (f32c(2.0) - c) - lo + hi));
+    let k_zero = f.scmp(Cmp::Eq, k, int(0));
+    f.when(k_zero, |f| f.ret1(y));
+    let y = scalbn(&mut f, y, k);
+    f.ret1(y);
+    f
 }
 
 /// Argument reduction: `(x, k, hi, lo)` with x = hi - lo = x0 - k*ln2 (tiny |x| returns
@@ -156,15 +152,19 @@ pub(super) fn exp2f() -> Func {
     let ui = f.bits(x + redux);
     let i0 = f.iadd(ui, int(i64::from(TBLSIZE / 2)));
     let k = f.shr_u(i0, int(4)); // i0 / TBLSIZE
-                                 // ukf = f64::from_bits(((0x3ff + k) as u64) << 52)
     let t = f.iadd(k, int(0x3ff));
     let t = f.cvt(Cvt::U64U32, t);
     let t = f.shl(t, int(52));
-    let ukf = f.bits(t);
+    let ukf = f.bits(t); // f64::from_bits(((0x3ff + k) as u64) << 52)
     let i0 = f.and(i0, int(i64::from(TBLSIZE - 1)));
     let uf = f.bits(ui);
     let z = f.cvt(Cvt::F64F32, x - (uf - redux));
-    let r = exp2f_table_poly(&mut f, i0, z);
+    // r = exp2(y) = exp2ft[i0] * p(z), in f64
+    let [p1, p2, p3, p4] = [0x3f31_7218, 0x3e75_fdf0, 0x3d63_59a4, 0x3c1d_964e]
+        .map(|bits: u32| f64c(f64::from(f32::from_bits(bits))));
+    let r = f.ld(&EXP2FT, i0);
+    let t = f.eval(r * z);
+    let r = f.eval(r + t * (p1 + z * p2) + t * (z * z) * (p3 + z * p4));
     // Scale by 2**k
     let y = f.cvt(Cvt::F32F64, r * ukf);
     f.ret1(y);
@@ -196,15 +196,6 @@ fn exp2f_special(f: &mut Func, x: R) {
             f.when(tiny, |f| f.ret1(ONE + x));
         },
     );
-}
-
-/// `r = exp2(y) = exp2ft[i0] * p(z)`, in f64.
-fn exp2f_table_poly(f: &mut Func, i0: R, z: R) -> R {
-    let [p1, p2, p3, p4] = [0x3f31_7218, 0x3e75_fdf0, 0x3d63_59a4, 0x3c1d_964e]
-        .map(|bits: u32| f64c(f64::from(f32::from_bits(bits))));
-    let r = f.ld(&EXP2FT, i0);
-    let t = f.eval(r * z);
-    f.eval(r + t * (p1 + z * p2) + t * (z * z) * (p3 + z * p4))
 }
 
 const LG1: Op = f32c(0.66666662693); /*  0xaaaaaa.0p-24*/

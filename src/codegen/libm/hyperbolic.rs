@@ -22,15 +22,7 @@ pub(super) fn expm1f() -> Func {
     let bits = f.bits(x0);
     let sign = f.scmp(Cmp::Lt, bits, int(0));
     let hx = f.and(bits, int(0x7fff_ffff));
-    expm1_huge(&mut f, x0, hx, sign);
-    let (x, k, c) = expm1_reduce(&mut f, x0, hx, sign);
-    let e = expm1_kernel(&mut f, x, k, c);
-    expm1_scale(&mut f, x, e, k);
-    f
-}
-
-/// Filter out huge and non-finite arguments: if |x| >= 27*ln2.
-fn expm1_huge(f: &mut Func, x0: R, hx: R, sign: R) {
+    // filter out huge and non-finite arguments: if |x| >= 27*ln2
     let huge = f.ucmp(Cmp::Ge, hx, int(0x4195_b844));
     f.when(huge, |f| {
         let nan = f.ucmp(Cmp::Gt, hx, int(0x7f80_0000));
@@ -40,6 +32,19 @@ fn expm1_huge(f: &mut Func, x0: R, hx: R, sign: R) {
         let over = f.ucmp(Cmp::Gt, hx, int(0x42b1_7217));
         f.when(over, |f| overflow(f, x0));
     });
+    let (x, k, c) = expm1_reduce(&mut f, x0, hx, sign);
+    // x is now in primary range; e is the correction of x - e + 1 ~ exp(x) 2^-k
+    let hfx = f.eval(HALF * x);
+    let hxs = f.eval(x * hfx);
+    let r1 = f.eval(ONE + hxs * (Q1 + hxs * Q2));
+    let t = f.eval(f32c(3.0) - r1 * hfx);
+    let e = f.eval(hxs * ((r1 - t) / (f32c(6.0) - x * t)));
+    let k_zero = f.scmp(Cmp::Eq, k, int(0));
+    f.when(k_zero, |f| f.ret1(x - (x * e - hxs)));
+    // e = x * (e - c) - c; e -= hxs
+    let e = f.eval(x * (e - c) - c - hxs);
+    expm1_scale(&mut f, x, e, k);
+    f
 }
 
 /// Argument reduction: `(x, k, c)` with x = hi - lo the reduced argument and c its
@@ -88,19 +93,6 @@ fn expm1_hi_lo(f: &mut Func, [x, k]: [R; 2], hx: R, sign: R) -> (R, R) {
         },
     );
     (hi, lo)
-}
-
-/// The primary range: `e`, the correction of x - e + 1 ~ exp(x) 2^-k; k == 0 returns.
-fn expm1_kernel(f: &mut Func, x: R, k: R, c: R) -> R {
-    let hfx = f.eval(HALF * x);
-    let hxs = f.eval(x * hfx);
-    let r1 = f.eval(ONE + hxs * (Q1 + hxs * Q2));
-    let t = f.eval(f32c(3.0) - r1 * hfx);
-    let e = f.eval(hxs * ((r1 - t) / (f32c(6.0) - x * t)));
-    let k_zero = f.scmp(Cmp::Eq, k, int(0));
-    f.when(k_zero, |f| f.ret1(x - (x * e - hxs)));
-    // e = x * (e - c) - c; e -= hxs
-    f.eval(x * (e - c) - c - hxs)
 }
 
 /// exp(x) ~ 2^k (x_reduced - e + 1), minus 1, by the cases of k.

@@ -84,14 +84,7 @@ pub(super) fn acosf() -> Func {
         });
         f.ret1(f32c(0.0) / (x - x));
     });
-    acos_small(&mut f, x, ix);
-    acos_negative(&mut f, x, sign);
-    acos_positive(&mut f, x);
-    f
-}
-
-/// |x| < 0.5.
-fn acos_small(f: &mut Func, x: R, ix: R) {
+    // |x| < 0.5
     let lt_half = f.ucmp(Cmp::Lt, ix, int(0x3f00_0000));
     f.when(lt_half, |f| {
         // |x| < 2**-26
@@ -101,10 +94,7 @@ fn acos_small(f: &mut Func, x: R, ix: R) {
         let t = r(f, xx);
         f.ret1(PIO2_HI - (x - (PIO2_LO - x * t)));
     });
-}
-
-/// x < -0.5.
-fn acos_negative(f: &mut Func, x: R, sign: R) {
+    // x < -0.5
     f.when(sign, |f| {
         let z = f.eval((ONE + x) * HALF);
         let s = f.sqrt(z);
@@ -112,19 +102,17 @@ fn acos_negative(f: &mut Func, x: R, sign: R) {
         let w = f.eval(t * s - PIO2_LO);
         f.ret1(TWO * (PIO2_HI - (s + w)));
     });
-}
-
-/// x > 0.5: `df` is s with the low 12 bits cleared.
-fn acos_positive(f: &mut Func, x: R) {
+    // x > 0.5; df is s with the low 12 bits cleared
     let z = f.eval((ONE - x) * HALF);
     let s = f.sqrt(z);
     let sb = f.bits(s);
     let dfb = f.and(sb, int(0xffff_f000));
     let df = f.bits(dfb);
     let c = f.eval((z - df * df) / (s + df));
-    let t = r(f, z);
+    let t = r(&mut f, z);
     let w = f.eval(t * s + c);
     f.ret1(TWO * (df + w));
+    f
 }
 
 const fn f32_bits(v: f32) -> u64 {
@@ -154,6 +142,13 @@ static ATAN_LO: Table = Table {
 };
 
 pub(super) fn atanf() -> Func {
+    const A_T: [Op; 5] = [
+        f32c(3.3333328366e-01),
+        f32c(-1.9999158382e-01),
+        f32c(1.4253635705e-01),
+        f32c(-1.0648017377e-01),
+        f32c(6.1687607318e-02),
+    ];
     let mut f = Func::new("vyre_libm_atanf", &[Class::F32], &[Class::F32]);
     let x0 = f.param(0);
     let bits = f.bits(x0);
@@ -170,7 +165,19 @@ pub(super) fn atanf() -> Func {
         f.ret1(y);
     });
     let (x, id) = atan_reduce(&mut f, x0, ix);
-    atan_finish(&mut f, x, id, sign);
+    // the polynomial on the reduced x, plus the table entry id, with x's sign
+    let z = f.eval(x * x);
+    let w = f.eval(z * z);
+    let s1 = f.eval(z * (A_T[0] + w * (A_T[2] + w * A_T[4])));
+    let s2 = f.eval(w * (A_T[1] + w * A_T[3]));
+    let s = f.eval(s1 + s2);
+    let no_id = f.scmp(Cmp::Lt, id, int(0));
+    f.when(no_id, |f| f.ret1(x - x * s));
+    let hi = f.ld(&ATAN_HI, id);
+    let lo = f.ld(&ATAN_LO, id);
+    let z = f.eval(hi - ((x * s - lo) - x));
+    let y = f.negate_if(sign, z);
+    f.ret1(y);
     f
 }
 
@@ -224,27 +231,4 @@ fn atan_reduce(f: &mut Func, x0: R, ix: R) -> (R, R) {
         },
     );
     (x, id)
-}
-
-/// The polynomial on the reduced x, plus the table entry `id`, with x's sign.
-fn atan_finish(f: &mut Func, x: R, id: R, sign: R) {
-    const A_T: [Op; 5] = [
-        f32c(3.3333328366e-01),
-        f32c(-1.9999158382e-01),
-        f32c(1.4253635705e-01),
-        f32c(-1.0648017377e-01),
-        f32c(6.1687607318e-02),
-    ];
-    let z = f.eval(x * x);
-    let w = f.eval(z * z);
-    let s1 = f.eval(z * (A_T[0] + w * (A_T[2] + w * A_T[4])));
-    let s2 = f.eval(w * (A_T[1] + w * A_T[3]));
-    let s = f.eval(s1 + s2);
-    let no_id = f.scmp(Cmp::Lt, id, int(0));
-    f.when(no_id, |f| f.ret1(x - x * s));
-    let hi = f.ld(&ATAN_HI, id);
-    let lo = f.ld(&ATAN_LO, id);
-    let z = f.eval(hi - ((x * s - lo) - x));
-    let y = f.negate_if(sign, z);
-    f.ret1(y);
 }
