@@ -26,22 +26,17 @@ pub(super) fn nearest_k(f: &mut Func, x: R, sign: R) -> R {
 
 /// `hi = x - k * ln2_hi` (exact here) and `lo = k * ln2_lo`, for expf and expm1f
 /// (each with its own split of ln2).
-pub(super) fn split_by_k(
-    f: &mut Func,
-    [x, k]: [R; 2],
-    [hi, lo]: [R; 2],
-    [ln2_hi, ln2_lo]: [Op; 2],
-) {
+pub(super) fn split_by_k(f: &mut Func, [x, k]: [R; 2], [hi, lo]: [R; 2], ln2: [Op; 2]) {
     let kf = f.cvt(Cvt::F32S32, k);
-    f.set(hi, x - kf * ln2_hi);
-    f.set(lo, kf * ln2_lo);
+    f.set(hi, x - kf * ln2[0]);
+    f.set(lo, kf * ln2[1]);
 }
 
 pub(super) fn expf() -> Func {
     const P1: Op = f32c(1.6666625440e-1); /*  0xaaaa8f.0p-26 */
     const P2: Op = f32c(-2.7667332906e-3); /* -0xb55215.0p-32 */
     let mut f = Func::new(EXPF, &[Class::F32], &[Class::F32]);
-    let x0 = f.param(0);
+    let x0 = f.params[0];
     let bits = f.bits(x0);
     let sign = f.shr_u(bits, int(31)); // sign bit of x (0 or 1)
     let signb = f.scmp(Cmp::Ne, sign, int(0));
@@ -146,7 +141,7 @@ pub(super) fn exp2f() -> Func {
     const TBLSIZE: u32 = 16;
     let redux = f32c(f32::from_bits(0x4b40_0000) / TBLSIZE as f32);
     let mut f = Func::new("vyre_libm_exp2f", &[Class::F32], &[Class::F32]);
-    let x = f.param(0);
+    let x = f.params[0];
     exp2f_special(&mut f, x);
     // Reduce x, computing z, i0, and k.
     let ui = f.bits(x + redux);
@@ -207,7 +202,7 @@ const LG4: Op = f32c(0.24279078841); /*  0xf89e26.0p-26 */
 /// [sqrt(2)/2, sqrt(2)].
 fn log_reduce(f: &mut Func) -> (R, R) {
     let x1p25 = Op::F32(0x4c00_0000);
-    let x0 = f.param(0);
+    let x0 = f.params[0];
     let ix = f.bits(x0);
     let ix = f.copy(Class::B32, ix);
     let x = f.copy(Class::F32, x0);

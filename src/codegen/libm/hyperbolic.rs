@@ -18,7 +18,7 @@ const HALF: Op = f32c(0.5);
 /// `expm1f` (not a vyre op itself; sinhf, coshf and tanhf call it).
 pub(super) fn expm1f() -> Func {
     let mut f = Func::new(EXPM1F, &[Class::F32], &[Class::F32]);
-    let x0 = f.param(0);
+    let x0 = f.params[0];
     let bits = f.bits(x0);
     let sign = f.scmp(Cmp::Lt, bits, int(0));
     let hx = f.and(bits, int(0x7fff_ffff));
@@ -151,7 +151,7 @@ fn k_expo2f(f: &mut Func, expf: &Func, x: R) -> R {
 
 pub(super) fn sinhf(expm1f: &Func, expf: &Func) -> Func {
     let mut f = Func::new("vyre_libm_sinhf", &[Class::F32], &[Class::F32]);
-    let x = f.param(0);
+    let x = f.params[0];
     let bits = f.bits(x);
     let sign = f.scmp(Cmp::Lt, bits, int(0));
     let h = f.selp(sign, f32c(-0.5), f32c(0.5));
@@ -179,7 +179,7 @@ pub(super) fn sinhf(expm1f: &Func, expf: &Func) -> Func {
 
 pub(super) fn coshf(expm1f: &Func, expf: &Func) -> Func {
     let mut f = Func::new("vyre_libm_coshf", &[Class::F32], &[Class::F32]);
-    let x0 = f.param(0);
+    let x0 = f.params[0];
     let bits = f.bits(x0);
     // |x|
     let ix = f.and(bits, int(0x7fff_ffff));
@@ -206,7 +206,7 @@ pub(super) fn coshf(expm1f: &Func, expf: &Func) -> Func {
 
 pub(super) fn tanhf(expm1f: &Func) -> Func {
     let mut f = Func::new("vyre_libm_tanhf", &[Class::F32], &[Class::F32]);
-    let x0 = f.param(0);
+    let x0 = f.params[0];
     let bits = f.bits(x0);
     let sign = f.scmp(Cmp::Lt, bits, int(0));
     // x = |x|

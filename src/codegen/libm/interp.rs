@@ -53,11 +53,7 @@ impl Machine {
             pc += 1;
             match inst {
                 Inst::Bra(to, when) => {
-                    let taken = match when {
-                        None => true,
-                        Some((p, value)) => (frame.get(*p) != 0) == *value,
-                    };
-                    if taken {
+                    if when.is_none_or(|(p, value)| (frame.get(p) != 0) == value) {
                         pc = labels[to];
                     }
                 }

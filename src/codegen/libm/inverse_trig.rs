@@ -23,7 +23,7 @@ pub(super) fn asinf() -> Func {
     const PIO2: Op = f64c(1.570796326794896558e+00);
     const X1P_120: Op = Op::F64(0x3870_0000_0000_0000); // 2^-120 as f64
     let mut f = Func::new("vyre_libm_asinf", &[Class::F32], &[Class::F32]);
-    let x = f.param(0);
+    let x = f.params[0];
     let hx = f.bits(x);
     let ix = f.and(hx, int(0x7fff_ffff));
     let ge_one = f.ucmp(Cmp::Ge, ix, int(0x3f80_0000));
@@ -70,7 +70,7 @@ const X1P_120: Op = Op::F32(0x0380_0000); // 2^-120 as f32
 
 pub(super) fn acosf() -> Func {
     let mut f = Func::new("vyre_libm_acosf", &[Class::F32], &[Class::F32]);
-    let x = f.param(0);
+    let x = f.params[0];
     let hx = f.bits(x);
     let ix = f.and(hx, int(0x7fff_ffff));
     let sign = f.scmp(Cmp::Lt, hx, int(0));
@@ -150,7 +150,7 @@ pub(super) fn atanf() -> Func {
         f32c(6.1687607318e-02),
     ];
     let mut f = Func::new("vyre_libm_atanf", &[Class::F32], &[Class::F32]);
-    let x0 = f.param(0);
+    let x0 = f.params[0];
     let bits = f.bits(x0);
     let sign = f.scmp(Cmp::Lt, bits, int(0));
     let ix = f.and(bits, int(0x7fff_ffff));

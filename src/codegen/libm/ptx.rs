@@ -350,11 +350,6 @@ impl Func {
         f
     }
 
-    /// The register holding parameter `i` (loaded at entry).
-    pub(crate) fn param(&self, i: usize) -> R {
-        self.params[i]
-    }
-
     pub(crate) fn reg(&mut self, class: Class) -> R {
         fresh_reg(&mut self.counts, class)
     }

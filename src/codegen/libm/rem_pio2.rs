@@ -23,7 +23,7 @@ const X1P_24: Op = Op::F64(0x3E70_0000_0000_0000);
 /// `rem_pio2f(x) -> (n, y)` as a `.func (y: f64, n: b32)`.
 pub(super) fn rem_pio2f() -> Func {
     let mut f = Func::new(NAME, &[Class::F32], &[Class::F64, Class::B32]);
-    let x = f.param(0);
+    let x = f.params[0];
     let x64 = f.cvt(Cvt::F64F32, x);
     let xb = f.bits(x);
     let ix = f.and(xb, int(0x7fff_ffff));

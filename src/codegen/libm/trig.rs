@@ -74,7 +74,7 @@ struct Arg {
 
 impl Arg {
     fn new(f: &mut Func) -> Self {
-        let x = f.param(0);
+        let x = f.params[0];
         let x64 = f.cvt(Cvt::F64F32, x);
         let bits = f.bits(x);
         let sign = f.scmp(Cmp::Lt, bits, int(0));
