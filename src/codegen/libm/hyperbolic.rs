@@ -109,18 +109,7 @@ fn expm1_scale(f: &mut Func, x: R, e: R, k: R) {
     let t = f.iadd(k, int(0x7f));
     let t = f.shl(t, int(23));
     let twopk = f.bits(t);
-    expm1_scale_far(f, x, e, k, twopk);
-    // uf = f32::from_bits(((0x7f - k) << 23) as u32) (2^-k)
-    let t = f.isub(int(0x7f), k);
-    let t = f.shl(t, int(23));
-    let uf = f.bits(t);
-    let lt_23 = f.scmp(Cmp::Lt, k, int(23));
-    f.when(lt_23, |f| f.ret1((x - e + (ONE - uf)) * twopk));
-    f.ret1((x - (e + uf) + ONE) * twopk);
-}
-
-/// k < 0 or k > 56: it suffices to return exp(x) - 1.
-fn expm1_scale_far(f: &mut Func, x: R, e: R, k: R, twopk: R) {
+    // k < 0 or k > 56: it suffices to return exp(x) - 1
     let negative = f.scmp(Cmp::Lt, k, int(0));
     let past = f.scmp(Cmp::Gt, k, int(56));
     let outside = f.copy(Class::Pred, negative);
@@ -136,6 +125,13 @@ fn expm1_scale_far(f: &mut Func, x: R, e: R, k: R, twopk: R) {
         );
         f.ret1(scaled - ONE);
     });
+    // uf = f32::from_bits(((0x7f - k) << 23) as u32) (2^-k)
+    let t = f.isub(int(0x7f), k);
+    let t = f.shl(t, int(23));
+    let uf = f.bits(t);
+    let lt_23 = f.scmp(Cmp::Lt, k, int(23));
+    f.when(lt_23, |f| f.ret1((x - e + (ONE - uf)) * twopk));
+    f.ret1((x - (e + uf) + ONE) * twopk);
 }
 
 /// `k_expo2f(x)`: `expf(x - k*ln2) * 2^(k/2) * 2^(k/2)` with `k = 235`.

@@ -106,10 +106,8 @@ impl Frame {
             Op::Reg(r) => self.get(r),
             Op::F32(bits) => u64::from(bits),
             Op::F64(bits) => bits,
-            Op::Int(v) => match class {
-                Class::B64 | Class::F64 => v as u64,
-                _ => u64::from(v as u32),
-            },
+            Op::Int(v) if class.bytes() == 8 => v as u64,
+            Op::Int(v) => u64::from(v as u32),
         }
     }
 
@@ -184,11 +182,7 @@ fn float_op(op: FOp, class: Class, a: u64, b: u64) -> u64 {
 }
 
 fn unary(op: UOp, class: Class, a: u64) -> u64 {
-    let sign = if class == Class::F32 {
-        0x8000_0000
-    } else {
-        0x8000_0000_0000_0000
-    };
+    let sign = 1 << (8 * class.bytes() - 1);
     match op {
         UOp::Sqrt if class == Class::F32 => u64::from(f32::from_bits(a as u32).sqrt().to_bits()),
         UOp::Sqrt => f64::from_bits(a).sqrt().to_bits(),
