@@ -1,8 +1,8 @@
 //! A tiny typed builder for the libm `.func`s.
 //!
-//! A routine is written as Rust calls that mirror the original source line by line
-//! (`let z = f.eval(x * x);`); the builder records typed instructions on virtual registers
-//! and prints them as PTX. Every float instruction carries an explicit `.rn` (so ptxas
+//! A routine is written as Rust calls that mirror the original source line by line, its
+//! float expressions with the source's operators (`let z = f.eval(x * x);`, see [`E`]);
+//! the builder records typed instructions on virtual registers and prints them as PTX. Every float instruction carries an explicit `.rn` (so ptxas
 //! never contracts a multiply and an add into an fma) and none carries `.ftz` (the Rust
 //! code runs with subnormals). In tests the same instruction list is executed by
 //! [`super::interp`], so a port can be checked against `libm` without a GPU.
@@ -95,15 +95,9 @@ pub(crate) enum E {
     Bin(FOp, Box<E>, Box<E>),
 }
 
-impl From<Op> for E {
-    fn from(op: Op) -> Self {
-        E::Leaf(op)
-    }
-}
-
-impl From<R> for E {
-    fn from(r: R) -> Self {
-        E::Leaf(r.into())
+impl<T: Into<Op>> From<T> for E {
+    fn from(leaf: T) -> Self {
+        E::Leaf(leaf.into())
     }
 }
 
