@@ -3,74 +3,45 @@
 //! variants are for i586 only). `exp2f` evaluates its polynomial in f64 with a table;
 //! the others are all f32.
 
-use super::ptx::{f32b, f32c, f64c, int, Class, Cmp, Cvt, Func, Table, R};
+use super::ptx::{f32c, f64c, int, Class, Cmp, Cvt, Func, Op, Table, R};
 use super::scalbn::scalbn;
 
 pub(super) const EXPF: &str = "vyre_libm_expf";
 
-const INV_LN2: f32 = 1.4426950216e+00; /* 0x3fb8aa3b */
-const X1P127: u32 = 0x7f00_0000;
+const INV_LN2: Op = f32c(1.4426950216e+00); /* 0x3fb8aa3b */
+pub(super) const X1P127: Op = Op::F32(0x7f00_0000);
+const ONE: Op = f32c(1.0);
 
 /// Overflow: `return x * 2^127`.
 pub(super) fn overflow(f: &mut Func, x: R) {
-    let y = f.mul(x, f32b(X1P127));
-    f.ret1(y);
+    f.ret1(x * X1P127);
 }
 
 /// `k = (INV_LN2 * x + (if sign { -0.5 } else { 0.5 })) as i32`, the nearest multiple
 /// of ln2 (expf and expm1f).
 pub(super) fn nearest_k(f: &mut Func, x: R, sign: R) -> R {
     let half = f.selp(sign, f32c(-0.5), f32c(0.5));
-    let t = f.mul(f32c(INV_LN2), x);
-    let t = f.add(t, half);
-    f.cvt(Cvt::S32F32, t)
+    f.cvt(Cvt::S32F32, INV_LN2 * x + half)
 }
 
 /// `hi = x - k * ln2_hi` (exact here) and `lo = k * ln2_lo`, for expf and expm1f
 /// (each with its own split of ln2).
-pub(super) fn split_by_k(f: &mut Func, [x, k]: [R; 2], [hi, lo]: [R; 2], ln2: [f32; 2]) {
+pub(super) fn split_by_k(f: &mut Func, [x, k]: [R; 2], [hi, lo]: [R; 2], ln2: [Op; 2]) {
     let kf = f.cvt(Cvt::F32S32, k);
-    f.update(hi, |f| {
-        let t = f.mul(kf, f32c(ln2[0]));
-        f.sub(x, t)
-    });
-    f.update(lo, |f| f.mul(kf, f32c(ln2[1])));
+    f.set(hi, x - kf * ln2[0]);
+    f.set(lo, kf * ln2[1]);
 }
 
 pub(super) fn expf() -> Func {
+    const P1: Op = f32c(1.6666625440e-1); /*  0xaaaa8f.0p-26 */
+    const P2: Op = f32c(-2.7667332906e-3); /* -0xb55215.0p-32 */
     let mut f = Func::new(EXPF, &[Class::F32], &[Class::F32]);
-    let x0 = f.param(0);
+    let x0 = f.params[0];
     let bits = f.bits(x0);
     let sign = f.shr_u(bits, int(31)); // sign bit of x (0 or 1)
     let signb = f.scmp(Cmp::Ne, sign, int(0));
     let hx = f.and(bits, int(0x7fff_ffff)); // high word of |x|
-    expf_special(&mut f, x0, hx, [sign, signb]);
-    let (x, k, hi, lo) = expf_reduce(&mut f, x0, hx, [sign, signb]);
-    // x is now in primary range
-    const P1: f32 = 1.6666625440e-1; /*  0xaaaa8f.0p-26 */
-    const P2: f32 = -2.7667332906e-3; /* -0xb55215.0p-32 */
-    let xx = f.mul(x, x);
-    // c = x - xx * (P1 + xx * P2)
-    let t = f.mul(xx, f32c(P2));
-    let t = f.add(f32c(P1), t);
-    let t = f.mul(xx, t);
-    let c = f.sub(x, t);
-    // y = 1. + (x * c / (2. - c) - lo + hi)
-    let t = f.mul(x, c);
-    let u = f.sub(f32c(2.0), c);
-    let t = f.div(t, u);
-    let t = f.sub(t, lo);
-    let t = f.add(t, hi);
-    let y = f.add(f32c(1.0), t);
-    let k_zero = f.scmp(Cmp::Eq, k, int(0));
-    f.when(k_zero, |f| f.ret1(y));
-    let y = scalbn(&mut f, y, k);
-    f.ret1(y);
-    f
-}
-
-/// Special cases: if |x| >= -87.33655f or NaN.
-fn expf_special(f: &mut Func, x0: R, hx: R, [sign, signb]: [R; 2]) {
+                                            // special cases: if |x| >= -87.33655f or NaN
     let special = f.ucmp(Cmp::Ge, hx, int(0x42ae_ac50));
     f.when(special, |f| {
         let nan = f.ucmp(Cmp::Gt, hx, int(0x7f80_0000));
@@ -85,13 +56,23 @@ fn expf_special(f: &mut Func, x0: R, hx: R, [sign, signb]: [R; 2]) {
             f.when(zero, |f| f.ret1(f32c(0.0)));
         });
     });
+    let (x, k, hi, lo) = expf_reduce(&mut f, x0, hx, [sign, signb]);
+    // x is now in primary range
+    let xx = f.eval(x * x);
+    let c = f.eval(x - xx * (P1 + xx * P2));
+    let y = f.eval(ONE + (x * c / (f32c(2.0) - c) - lo + hi));
+    let k_zero = f.scmp(Cmp::Eq, k, int(0));
+    f.when(k_zero, |f| f.ret1(y));
+    let y = scalbn(&mut f, y, k);
+    f.ret1(y);
+    f
 }
 
 /// Argument reduction: `(x, k, hi, lo)` with x = hi - lo = x0 - k*ln2 (tiny |x| returns
 /// 1 + x).
 fn expf_reduce(f: &mut Func, x0: R, hx: R, [sign, signb]: [R; 2]) -> (R, R, R, R) {
-    const LN2_HI: f32 = 6.9314575195e-01; /* 0x3f317200 */
-    const LN2_LO: f32 = 1.4286067653e-06; /* 0x35bfbe8e */
+    const LN2_HI: Op = f32c(6.9314575195e-01); /* 0x3f317200 */
+    const LN2_LO: Op = f32c(1.4286067653e-06); /* 0x35bfbe8e */
     let x = f.copy(Class::F32, x0);
     let k = f.reg(Class::B32);
     let hi = f.reg(Class::F32);
@@ -114,7 +95,7 @@ fn expf_reduce(f: &mut Func, x0: R, hx: R, [sign, signb]: [R; 2]) -> (R, R, R, R
                 },
             );
             split_by_k(f, [x, k], [hi, lo], [LN2_HI, LN2_LO]);
-            f.update(x, |f| f.sub(hi, lo));
+            f.set(x, hi - lo);
         },
         |f| {
             // |x| > 2**-14
@@ -126,11 +107,7 @@ fn expf_reduce(f: &mut Func, x0: R, hx: R, [sign, signb]: [R; 2]) -> (R, R, R, R
                     f.set(hi, x);
                     f.set(lo, f32c(0.0));
                 },
-                |f| {
-                    // 1. + x
-                    let y = f.add(f32c(1.0), x);
-                    f.ret1(y);
-                },
+                |f| f.ret1(ONE + x),
             );
         },
     );
@@ -162,29 +139,29 @@ static EXP2FT: Table = Table {
 
 pub(super) fn exp2f() -> Func {
     const TBLSIZE: u32 = 16;
-    let redux = f32::from_bits(0x4b40_0000) / TBLSIZE as f32;
+    let redux = f32c(f32::from_bits(0x4b40_0000) / TBLSIZE as f32);
     let mut f = Func::new("vyre_libm_exp2f", &[Class::F32], &[Class::F32]);
-    let x = f.param(0);
+    let x = f.params[0];
     exp2f_special(&mut f, x);
     // Reduce x, computing z, i0, and k.
-    let t = f.add(x, f32c(redux));
-    let ui = f.bits(t);
+    let ui = f.bits(x + redux);
     let i0 = f.iadd(ui, int(i64::from(TBLSIZE / 2)));
     let k = f.shr_u(i0, int(4)); // i0 / TBLSIZE
-                                 // ukf = f64::from_bits(((0x3ff + k) as u64) << 52)
     let t = f.iadd(k, int(0x3ff));
     let t = f.cvt(Cvt::U64U32, t);
     let t = f.shl(t, int(52));
-    let ukf = f.bits(t);
+    let ukf = f.bits(t); // f64::from_bits(((0x3ff + k) as u64) << 52)
     let i0 = f.and(i0, int(i64::from(TBLSIZE - 1)));
     let uf = f.bits(ui);
-    let uf = f.sub(uf, f32c(redux));
-    let z = f.sub(x, uf);
-    let z = f.cvt(Cvt::F64F32, z);
-    let r = exp2f_table_poly(&mut f, i0, z);
+    let z = f.cvt(Cvt::F64F32, x - (uf - redux));
+    // r = exp2(y) = exp2ft[i0] * p(z), in f64
+    let [p1, p2, p3, p4] = [0x3f31_7218, 0x3e75_fdf0, 0x3d63_59a4, 0x3c1d_964e]
+        .map(|bits: u32| f64c(f64::from(f32::from_bits(bits))));
+    let r = f.ld(&EXP2FT, i0);
+    let t = f.eval(r * z);
+    let r = f.eval(r + t * (p1 + z * p2) + t * (z * z) * (p3 + z * p4));
     // Scale by 2**k
-    let y = f.mul(r, ukf);
-    let y = f.cvt(Cvt::F32F64, y);
+    let y = f.cvt(Cvt::F32F64, r * ukf);
     f.ret1(y);
     f
 }
@@ -211,48 +188,21 @@ fn exp2f_special(f: &mut Func, x: R) {
         |f| {
             // |x| <= 0x1p-25
             let tiny = f.ucmp(Cmp::Le, ix, int(0x3300_0000));
-            f.when(tiny, |f| {
-                let y = f.add(f32c(1.0), x);
-                f.ret1(y);
-            });
+            f.when(tiny, |f| f.ret1(ONE + x));
         },
     );
 }
 
-/// `r = exp2(y) = exp2ft[i0] * p(z)`, in f64.
-fn exp2f_table_poly(f: &mut Func, i0: R, z: R) -> R {
-    let p = |bits: u32| f64c(f64::from(f32::from_bits(bits)));
-    let (p1, p2, p3, p4) = (
-        p(0x3f31_7218),
-        p(0x3e75_fdf0),
-        p(0x3d63_59a4),
-        p(0x3c1d_964e),
-    );
-    let r = f.ld_table(&EXP2FT, i0);
-    let t = f.mul(r, z);
-    // r + t * (p1 + z * p2) + t * (z * z) * (p3 + z * p4)
-    let a = f.mul(z, p2);
-    let a = f.add(p1, a);
-    let a = f.mul(t, a);
-    let a = f.add(r, a);
-    let zz = f.mul(z, z);
-    let b = f.mul(t, zz);
-    let c = f.mul(z, p4);
-    let c = f.add(p3, c);
-    let b = f.mul(b, c);
-    f.add(a, b)
-}
-
-const LG1: f32 = 0.66666662693; /*  0xaaaaaa.0p-24*/
-const LG2: f32 = 0.40000972152; /*  0xccce13.0p-25 */
-const LG3: f32 = 0.28498786688; /*  0x91e9ee.0p-25 */
-const LG4: f32 = 0.24279078841; /*  0xf89e26.0p-26 */
+const LG1: Op = f32c(0.66666662693); /*  0xaaaaaa.0p-24*/
+const LG2: Op = f32c(0.40000972152); /*  0xccce13.0p-25 */
+const LG3: Op = f32c(0.28498786688); /*  0x91e9ee.0p-25 */
+const LG4: Op = f32c(0.24279078841); /*  0xf89e26.0p-26 */
 
 /// The shared front of logf/log2f: special cases, then `(x, k)` reduced into
 /// [sqrt(2)/2, sqrt(2)].
 fn log_reduce(f: &mut Func) -> (R, R) {
-    let x1p25 = f32b(0x4c00_0000);
-    let x0 = f.param(0);
+    let x1p25 = Op::F32(0x4c00_0000);
+    let x0 = f.params[0];
     let ix = f.bits(x0);
     let ix = f.copy(Class::B32, ix);
     let x = f.copy(Class::F32, x0);
@@ -267,22 +217,12 @@ fn log_reduce(f: &mut Func) -> (R, R) {
             // x < 2**-126
             let twice = f.shl(ix, int(1));
             let zero = f.scmp(Cmp::Eq, twice, int(0));
-            f.when(zero, |f| {
-                // log(+-0) = -inf: -1. / (x * x)
-                let t = f.mul(x, x);
-                let y = f.div(f32c(-1.0), t);
-                f.ret1(y);
-            });
-            f.when(negative, |f| {
-                // log(-#) = NaN: (x - x) / 0.
-                let t = f.sub(x, x);
-                let y = f.div(t, f32c(0.0));
-                f.ret1(y);
-            });
+            // log(+-0) = -inf, log(-#) = NaN
+            f.when(zero, |f| f.ret1(f32c(-1.0) / (x * x)));
+            f.when(negative, |f| f.ret1((x - x) / f32c(0.0)));
             // subnormal number, scale up x
             f.set(k, int(-25));
-            let t = f.mul(x, x1p25);
-            f.set(x, t);
+            f.set(x, x * x1p25);
             let t = f.bits(x);
             f.set(ix, t);
         },
@@ -306,72 +246,41 @@ fn log_reduce(f: &mut Func) -> (R, R) {
 
 /// `(f, s, hfsq, r)` of the log kernels.
 fn log_kernel(f: &mut Func, x: R) -> (R, R, R, R) {
-    let fm = f.sub(x, f32c(1.0));
-    let t = f.add(f32c(2.0), fm);
-    let s = f.div(fm, t);
-    let z = f.mul(s, s);
-    let w = f.mul(z, z);
-    // t1 = w * (LG2 + w * LG4)
-    let t = f.mul(w, f32c(LG4));
-    let t = f.add(f32c(LG2), t);
-    let t1 = f.mul(w, t);
-    // t2 = z * (LG1 + w * LG3)
-    let t = f.mul(w, f32c(LG3));
-    let t = f.add(f32c(LG1), t);
-    let t2 = f.mul(z, t);
-    let r = f.add(t2, t1);
-    // hfsq = 0.5 * f * f
-    let t = f.mul(f32c(0.5), fm);
-    let hfsq = f.mul(t, fm);
+    let fm = f.eval(x - ONE);
+    let s = f.eval(fm / (f32c(2.0) + fm));
+    let z = f.eval(s * s);
+    let w = f.eval(z * z);
+    let t1 = f.eval(w * (LG2 + w * LG4));
+    let t2 = f.eval(z * (LG1 + w * LG3));
+    let r = f.eval(t2 + t1);
+    let hfsq = f.eval(f32c(0.5) * fm * fm);
     (fm, s, hfsq, r)
 }
 
 pub(super) fn logf() -> Func {
-    const LN2_HI: f32 = 6.9313812256e-01; /* 0x3f317180 */
-    const LN2_LO: f32 = 9.0580006145e-06; /* 0x3717f7d1 */
+    const LN2_HI: Op = f32c(6.9313812256e-01); /* 0x3f317180 */
+    const LN2_LO: Op = f32c(9.0580006145e-06); /* 0x3717f7d1 */
     let mut f = Func::new("vyre_libm_logf", &[Class::F32], &[Class::F32]);
     let (x, k) = log_reduce(&mut f);
     let (fm, s, hfsq, r) = log_kernel(&mut f, x);
     let dk = f.cvt(Cvt::F32S32, k);
-    // s * (hfsq + r) + dk * LN2_LO - hfsq + f + dk * LN2_HI
-    let t = f.add(hfsq, r);
-    let t = f.mul(s, t);
-    let u = f.mul(dk, f32c(LN2_LO));
-    let t = f.add(t, u);
-    let t = f.sub(t, hfsq);
-    let t = f.add(t, fm);
-    let u = f.mul(dk, f32c(LN2_HI));
-    let y = f.add(t, u);
-    f.ret1(y);
+    f.ret1(s * (hfsq + r) + dk * LN2_LO - hfsq + fm + dk * LN2_HI);
     f
 }
 
 pub(super) fn log2f() -> Func {
-    const IVLN2HI: f32 = 1.4428710938e+00; /* 0x3fb8b000 */
-    const IVLN2LO: f32 = -1.7605285393e-04; /* 0xb9389ad4 */
+    const IVLN2HI: Op = f32c(1.4428710938e+00); /* 0x3fb8b000 */
+    const IVLN2LO: Op = f32c(-1.7605285393e-04); /* 0xb9389ad4 */
     let mut f = Func::new("vyre_libm_log2f", &[Class::F32], &[Class::F32]);
     let (x, k) = log_reduce(&mut f);
     let (fm, s, hfsq, r) = log_kernel(&mut f, x);
     // hi = f - hfsq, with the low 12 bits cleared
-    let hi = f.sub(fm, hfsq);
-    let ui = f.bits(hi);
+    let ui = f.bits(fm - hfsq);
     let ui = f.and(ui, int(0xffff_f000));
     let hi = f.bits(ui);
-    // lo = f - hi - hfsq + s * (hfsq + r)
-    let t = f.sub(fm, hi);
-    let t = f.sub(t, hfsq);
-    let u = f.add(hfsq, r);
-    let u = f.mul(s, u);
-    let lo = f.add(t, u);
-    // (lo + hi) * IVLN2LO + lo * IVLN2HI + hi * IVLN2HI + k as f32
-    let t = f.add(lo, hi);
-    let t = f.mul(t, f32c(IVLN2LO));
-    let u = f.mul(lo, f32c(IVLN2HI));
-    let t = f.add(t, u);
-    let u = f.mul(hi, f32c(IVLN2HI));
-    let t = f.add(t, u);
+    let lo = f.eval(fm - hi - hfsq + s * (hfsq + r));
+    let t = f.eval((lo + hi) * IVLN2LO + lo * IVLN2HI + hi * IVLN2HI);
     let kf = f.cvt(Cvt::F32S32, k);
-    let y = f.add(t, kf);
-    f.ret1(y);
+    f.ret1(t + kf);
     f
 }

@@ -2,33 +2,27 @@
 //! their helpers `expm1f` (FreeBSD `s_expm1f.c`, an internal `.func`) and `k_expo2f`
 //! (inlined). All f32.
 
-use super::exp_log::{nearest_k, overflow, split_by_k};
-use super::ptx::{f32b, f32c, int, Class, Cmp, Func, R};
+use super::exp_log::{nearest_k, overflow, split_by_k, X1P127};
+use super::ptx::{f32c, int, Class, Cmp, Func, Op, R};
 
 pub(super) const EXPM1F: &str = "vyre_libm_expm1f";
 
 const LN2_HI: f32 = 6.9313812256e-01; /* 0x3f317180 */
 const LN2_LO: f32 = 9.0580006145e-06; /* 0x3717f7d1 */
-const Q1: f32 = -3.3333212137e-2; /* -0x888868.0p-28 */
-const Q2: f32 = 1.5807170421e-3; /*  0xcf3010.0p-33 */
-const X1P127: u32 = 0x7f00_0000;
+const Q1: Op = f32c(-3.3333212137e-2); /* -0x888868.0p-28 */
+const Q2: Op = f32c(1.5807170421e-3); /*  0xcf3010.0p-33 */
+const ONE: Op = f32c(1.0);
+const TWO: Op = f32c(2.0);
+const HALF: Op = f32c(0.5);
 
 /// `expm1f` (not a vyre op itself; sinhf, coshf and tanhf call it).
 pub(super) fn expm1f() -> Func {
     let mut f = Func::new(EXPM1F, &[Class::F32], &[Class::F32]);
-    let x0 = f.param(0);
+    let x0 = f.params[0];
     let bits = f.bits(x0);
     let sign = f.scmp(Cmp::Lt, bits, int(0));
     let hx = f.and(bits, int(0x7fff_ffff));
-    expm1_huge(&mut f, x0, hx, sign);
-    let (x, k, c) = expm1_reduce(&mut f, x0, hx, sign);
-    let e = expm1_kernel(&mut f, x, k, c);
-    expm1_scale(&mut f, x, e, k);
-    f
-}
-
-/// Filter out huge and non-finite arguments: if |x| >= 27*ln2.
-fn expm1_huge(f: &mut Func, x0: R, hx: R, sign: R) {
+    // filter out huge and non-finite arguments: if |x| >= 27*ln2
     let huge = f.ucmp(Cmp::Ge, hx, int(0x4195_b844));
     f.when(huge, |f| {
         let nan = f.ucmp(Cmp::Gt, hx, int(0x7f80_0000));
@@ -38,6 +32,19 @@ fn expm1_huge(f: &mut Func, x0: R, hx: R, sign: R) {
         let over = f.ucmp(Cmp::Gt, hx, int(0x42b1_7217));
         f.when(over, |f| overflow(f, x0));
     });
+    let (x, k, c) = expm1_reduce(&mut f, x0, hx, sign);
+    // x is now in primary range; e is the correction of x - e + 1 ~ exp(x) 2^-k
+    let hfx = f.eval(HALF * x);
+    let hxs = f.eval(x * hfx);
+    let r1 = f.eval(ONE + hxs * (Q1 + hxs * Q2));
+    let t = f.eval(f32c(3.0) - r1 * hfx);
+    let e = f.eval(hxs * ((r1 - t) / (f32c(6.0) - x * t)));
+    let k_zero = f.scmp(Cmp::Eq, k, int(0));
+    f.when(k_zero, |f| f.ret1(x - (x * e - hxs)));
+    // e = x * (e - c) - c; e -= hxs
+    let e = f.eval(x * (e - c) - c - hxs);
+    expm1_scale(&mut f, x, e, k);
+    f
 }
 
 /// Argument reduction: `(x, k, c)` with x = hi - lo the reduced argument and c its
@@ -52,12 +59,8 @@ fn expm1_reduce(f: &mut Func, x0: R, hx: R, sign: R) -> (R, R, R) {
         reduce,
         |f| {
             let (hi, lo) = expm1_hi_lo(f, [x, k], hx, sign);
-            // x = hi - lo; c = (hi - x) - lo
-            f.update(x, |f| f.sub(hi, lo));
-            f.update(c, |f| {
-                let t = f.sub(hi, x);
-                f.sub(t, lo)
-            });
+            f.set(x, hi - lo);
+            f.set(c, (hi - x) - lo);
         },
         |f| {
             // when |x|<2**-25, return x
@@ -76,10 +79,8 @@ fn expm1_hi_lo(f: &mut Func, [x, k]: [R; 2], hx: R, sign: R) -> (R, R) {
     // and |x| < 1.5 ln2: k = -1 (hi = x + LN2_HI) or 1 (hi = x - LN2_HI)
     let near = f.ucmp(Cmp::Lt, hx, int(0x3F85_1592));
     let by_one = |f: &mut Func, k_is: i64| {
-        f.update(hi, |f| match k_is {
-            -1 => f.add(x, f32c(LN2_HI)),
-            _ => f.sub(x, f32c(LN2_HI)),
-        });
+        let ln2_hi = f32c(LN2_HI);
+        f.set(hi, if k_is < 0 { x + ln2_hi } else { x - ln2_hi });
         f.set(lo, f32c(k_is as f32 * LN2_LO));
         f.set(k, int(k_is));
     };
@@ -88,139 +89,65 @@ fn expm1_hi_lo(f: &mut Func, [x, k]: [R; 2], hx: R, sign: R) -> (R, R) {
         |f| f.if_else(sign, |f| by_one(f, -1), |f| by_one(f, 1)),
         |f| {
             f.update(k, |f| nearest_k(f, x, sign));
-            split_by_k(f, [x, k], [hi, lo], [LN2_HI, LN2_LO]);
+            split_by_k(f, [x, k], [hi, lo], [f32c(LN2_HI), f32c(LN2_LO)]);
         },
     );
     (hi, lo)
 }
 
-/// The primary range: `e`, the correction of x - e + 1 ~ exp(x) 2^-k; k == 0 returns.
-fn expm1_kernel(f: &mut Func, x: R, k: R, c: R) -> R {
-    let hfx = f.mul(f32c(0.5), x);
-    let hxs = f.mul(x, hfx);
-    // r1 = 1. + hxs * (Q1 + hxs * Q2)
-    let t = f.mul(hxs, f32c(Q2));
-    let t = f.add(f32c(Q1), t);
-    let t = f.mul(hxs, t);
-    let r1 = f.add(f32c(1.0), t);
-    // t = 3. - r1 * hfx
-    let t = f.mul(r1, hfx);
-    let t = f.sub(f32c(3.0), t);
-    // e = hxs * ((r1 - t) / (6. - x * t))
-    let a = f.sub(r1, t);
-    let b = f.mul(x, t);
-    let b = f.sub(f32c(6.0), b);
-    let e = f.div(a, b);
-    let e = f.mul(hxs, e);
-    let k_zero = f.scmp(Cmp::Eq, k, int(0));
-    f.when(k_zero, |f| {
-        // x - (x * e - hxs)
-        let t = f.mul(x, e);
-        let t = f.sub(t, hxs);
-        let y = f.sub(x, t);
-        f.ret1(y);
-    });
-    // e = x * (e - c) - c; e -= hxs
-    let t = f.sub(e, c);
-    let t = f.mul(x, t);
-    let t = f.sub(t, c);
-    f.sub(t, hxs)
-}
-
 /// exp(x) ~ 2^k (x_reduced - e + 1), minus 1, by the cases of k.
 fn expm1_scale(f: &mut Func, x: R, e: R, k: R) {
     let k_m1 = f.scmp(Cmp::Eq, k, int(-1));
-    f.when(k_m1, |f| {
-        // 0.5 * (x - e) - 0.5
-        let t = f.sub(x, e);
-        let t = f.mul(f32c(0.5), t);
-        let y = f.sub(t, f32c(0.5));
-        f.ret1(y);
-    });
+    f.when(k_m1, |f| f.ret1(HALF * (x - e) - HALF));
     let k_1 = f.scmp(Cmp::Eq, k, int(1));
     f.when(k_1, |f| {
         let low = f.fcmp(Cmp::Lt, x, f32c(-0.25));
-        f.when(low, |f| {
-            // -2. * (e - (x + 0.5))
-            let t = f.add(x, f32c(0.5));
-            let t = f.sub(e, t);
-            let y = f.mul(f32c(-2.0), t);
-            f.ret1(y);
-        });
-        // 1. + 2. * (x - e)
-        let t = f.sub(x, e);
-        let t = f.mul(f32c(2.0), t);
-        let y = f.add(f32c(1.0), t);
-        f.ret1(y);
+        f.when(low, |f| f.ret1(f32c(-2.0) * (e - (x + HALF))));
+        f.ret1(ONE + TWO * (x - e));
     });
     // twopk = f32::from_bits(((0x7f + k) << 23) as u32)
     let t = f.iadd(k, int(0x7f));
     let t = f.shl(t, int(23));
     let twopk = f.bits(t);
-    expm1_scale_far(f, x, e, k, twopk);
-    // uf = f32::from_bits(((0x7f - k) << 23) as u32) (2^-k)
-    let t = f.isub(int(0x7f), k);
-    let t = f.shl(t, int(23));
-    let uf = f.bits(t);
-    let lt_23 = f.scmp(Cmp::Lt, k, int(23));
-    f.when(lt_23, |f| {
-        // (x - e + (1. - uf)) * twopk
-        let t = f.sub(x, e);
-        let u = f.sub(f32c(1.0), uf);
-        let t = f.add(t, u);
-        let y = f.mul(t, twopk);
-        f.ret1(y);
-    });
-    // (x - (e + uf) + 1.) * twopk
-    let t = f.add(e, uf);
-    let t = f.sub(x, t);
-    let t = f.add(t, f32c(1.0));
-    let y = f.mul(t, twopk);
-    f.ret1(y);
-}
-
-/// k < 0 or k > 56: it suffices to return exp(x) - 1.
-fn expm1_scale_far(f: &mut Func, x: R, e: R, k: R, twopk: R) {
+    // k < 0 or k > 56: it suffices to return exp(x) - 1
     let negative = f.scmp(Cmp::Lt, k, int(0));
     let past = f.scmp(Cmp::Gt, k, int(56));
     let outside = f.copy(Class::Pred, negative);
     f.when(past, |f| f.set(outside, past));
     f.when(outside, |f| {
-        let t = f.sub(x, e);
-        let y = f.add(t, f32c(1.0));
+        let y = f.eval(x - e + ONE);
         let k_128 = f.scmp(Cmp::Eq, k, int(128));
         let scaled = f.reg(Class::F32);
         f.if_else(
             k_128,
-            // y * 2. * x1p127
-            |f| {
-                f.update(scaled, |f| {
-                    let t = f.mul(y, f32c(2.0));
-                    f.mul(t, f32b(X1P127))
-                })
-            },
-            |f| f.update(scaled, |f| f.mul(y, twopk)),
+            |f| f.set(scaled, y * TWO * X1P127),
+            |f| f.set(scaled, y * twopk),
         );
-        let r = f.sub(scaled, f32c(1.0));
-        f.ret1(r);
+        f.ret1(scaled - ONE);
     });
+    // uf = f32::from_bits(((0x7f - k) << 23) as u32) (2^-k)
+    let t = f.isub(int(0x7f), k);
+    let t = f.shl(t, int(23));
+    let uf = f.bits(t);
+    let lt_23 = f.scmp(Cmp::Lt, k, int(23));
+    f.when(lt_23, |f| f.ret1((x - e + (ONE - uf)) * twopk));
+    f.ret1((x - (e + uf) + ONE) * twopk);
 }
 
 /// `k_expo2f(x)`: `expf(x - k*ln2) * 2^(k/2) * 2^(k/2)` with `k = 235`.
 fn k_expo2f(f: &mut Func, expf: &Func, x: R) -> R {
     const K: u32 = 235;
-    let k_ln2 = f32b(0x4322_e3bc);
+    let k_ln2 = Op::F32(0x4322_e3bc);
     // note that k is odd and scale*scale overflows
-    let scale = f32b((0x7f + K / 2) << 23);
-    let t = f.sub(x, k_ln2);
+    let scale = Op::F32((0x7f + K / 2) << 23);
+    let t = f.eval(x - k_ln2);
     let e = f.call(expf, &[t.into()])[0];
-    let t = f.mul(e, scale);
-    f.mul(t, scale)
+    f.eval(e * scale * scale)
 }
 
 pub(super) fn sinhf(expm1f: &Func, expf: &Func) -> Func {
     let mut f = Func::new("vyre_libm_sinhf", &[Class::F32], &[Class::F32]);
-    let x = f.param(0);
+    let x = f.params[0];
     let bits = f.bits(x);
     let sign = f.scmp(Cmp::Lt, bits, int(0));
     let h = f.selp(sign, f32c(-0.5), f32c(0.5));
@@ -235,33 +162,20 @@ pub(super) fn sinhf(expm1f: &Func, expf: &Func) -> Func {
         f.when(lt_one, |f| {
             let tiny = f.ucmp(Cmp::Lt, ix, int(0x3f80_0000 - (12 << 23)));
             f.when(tiny, |f| f.ret1(x));
-            // h * (2. * t - t * t / (t + 1.))
-            let a = f.mul(f32c(2.0), t);
-            let b = f.mul(t, t);
-            let c = f.add(t, f32c(1.0));
-            let b = f.div(b, c);
-            let a = f.sub(a, b);
-            let y = f.mul(h, a);
-            f.ret1(y);
+            f.ret1(h * (TWO * t - t * t / (t + ONE)));
         });
-        // h * (t + t / (t + 1.))
-        let c = f.add(t, f32c(1.0));
-        let b = f.div(t, c);
-        let a = f.add(t, b);
-        let y = f.mul(h, a);
-        f.ret1(y);
+        f.ret1(h * (t + t / (t + ONE)));
     });
     // |x| > logf(FLT_MAX) or nan: 2. * h * k_expo2f(absx)
-    let two_h = f.mul(f32c(2.0), h);
+    let two_h = f.eval(TWO * h);
     let e = k_expo2f(&mut f, expf, absx);
-    let y = f.mul(two_h, e);
-    f.ret1(y);
+    f.ret1(two_h * e);
     f
 }
 
 pub(super) fn coshf(expm1f: &Func, expf: &Func) -> Func {
     let mut f = Func::new("vyre_libm_coshf", &[Class::F32], &[Class::F32]);
-    let x0 = f.param(0);
+    let x0 = f.params[0];
     let bits = f.bits(x0);
     // |x|
     let ix = f.and(bits, int(0x7fff_ffff));
@@ -271,24 +185,14 @@ pub(super) fn coshf(expm1f: &Func, expf: &Func) -> Func {
     f.when(small, |f| {
         let tiny = f.ucmp(Cmp::Lt, ix, int(0x3f80_0000 - (12 << 23)));
         f.when(tiny, |f| f.ret1(f32c(1.0)));
-        // 1. + t * t / (2. * (1. + t))
         let t = f.call(expm1f, &[x.into()])[0];
-        let a = f.mul(t, t);
-        let b = f.add(f32c(1.0), t);
-        let b = f.mul(f32c(2.0), b);
-        let a = f.div(a, b);
-        let y = f.add(f32c(1.0), a);
-        f.ret1(y);
+        f.ret1(ONE + t * t / (TWO * (ONE + t)));
     });
     // |x| < log(FLT_MAX)
     let finite = f.ucmp(Cmp::Lt, ix, int(0x42b1_7217));
     f.when(finite, |f| {
-        // 0.5 * (t + 1. / t)
         let t = f.call(expf, &[x.into()])[0];
-        let a = f.div(f32c(1.0), t);
-        let a = f.add(t, a);
-        let y = f.mul(f32c(0.5), a);
-        f.ret1(y);
+        f.ret1(HALF * (t + ONE / t));
     });
     // |x| > log(FLT_MAX) or nan
     let y = k_expo2f(&mut f, expf, x);
@@ -298,7 +202,7 @@ pub(super) fn coshf(expm1f: &Func, expf: &Func) -> Func {
 
 pub(super) fn tanhf(expm1f: &Func) -> Func {
     let mut f = Func::new("vyre_libm_tanhf", &[Class::F32], &[Class::F32]);
-    let x0 = f.param(0);
+    let x0 = f.params[0];
     let bits = f.bits(x0);
     let sign = f.scmp(Cmp::Lt, bits, int(0));
     // x = |x|
@@ -306,7 +210,7 @@ pub(super) fn tanhf(expm1f: &Func) -> Func {
     let x = f.bits(ix);
     // expm1f(c * x)
     let expm1 = |f: &mut Func, c: f32| {
-        let a = f.mul(f32c(c), x);
+        let a = f.eval(f32c(c) * x);
         f.call(expm1f, &[a.into()])[0]
     };
     let tt = f.reg(Class::F32);
@@ -317,17 +221,11 @@ pub(super) fn tanhf(expm1f: &Func) -> Func {
         let huge = f.ucmp(Cmp::Gt, ix, int(0x4120_0000));
         f.if_else(
             huge,
+            // |x| > 10
+            |f| f.set(tt, ONE + f32c(0.0) / x),
             |f| {
-                // |x| > 10: 1. + 0. / x
-                let t = f.div(f32c(0.0), x);
-                f.update(tt, |f| f.add(f32c(1.0), t));
-            },
-            |f| {
-                // 1. - 2. / (t + 2.) with t = expm1f(2. * x)
                 let t = expm1(f, 2.0);
-                let b = f.add(t, f32c(2.0));
-                let b = f.div(f32c(2.0), b);
-                f.update(tt, |f| f.sub(f32c(1.0), b));
+                f.set(tt, ONE - TWO / (t + TWO));
             },
         );
         f.bra(done);
@@ -335,10 +233,8 @@ pub(super) fn tanhf(expm1f: &Func) -> Func {
     // |x| > log(5/3)/2 ~= 0.2554
     let mid = f.ucmp(Cmp::Gt, ix, int(0x3e82_c578));
     f.when(mid, |f| {
-        // t / (t + 2.) with t = expm1f(2. * x)
         let t = expm1(f, 2.0);
-        let b = f.add(t, f32c(2.0));
-        f.update(tt, |f| f.div(t, b));
+        f.set(tt, t / (t + TWO));
         f.bra(done);
     });
     // |x| >= 0x1p-126
@@ -346,11 +242,9 @@ pub(super) fn tanhf(expm1f: &Func) -> Func {
     f.if_else(
         normal,
         |f| {
-            // -t / (t + 2.) with t = expm1f(-2. * x)
             let t = expm1(f, -2.0);
             let n = f.neg(t);
-            let b = f.add(t, f32c(2.0));
-            f.update(tt, |f| f.div(n, b));
+            f.set(tt, n / (t + TWO));
         },
         // |x| is subnormal
         |f| f.set(tt, x),

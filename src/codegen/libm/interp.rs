@@ -2,7 +2,7 @@
 //! (`.rn` IEEE arithmetic with subnormals, saturating `cvt.rzi`, clamped shift counts).
 //! It checks a port's logic against `libm` on the CPU; the GPU sweep checks the PTX.
 
-use super::ptx::{Class, Cmp, CmpTy, Cvt, FOp, Func, IOp, Inst, Op, R};
+use super::ptx::{Class, Cmp, CmpTy, Cvt, FOp, Func, IOp, Inst, Mem, Op, UOp, R};
 use std::collections::HashMap;
 use std::ops::{Add, Div, Mul, Sub};
 
@@ -52,17 +52,13 @@ impl Machine {
                 .unwrap_or_else(|| panic!("{name}: fell off the end"));
             pc += 1;
             match inst {
-                Inst::Bra { to, when } => {
-                    let taken = match when {
-                        None => true,
-                        Some((p, value)) => (frame.get(*p) != 0) == *value,
-                    };
-                    if taken {
+                Inst::Bra(to, when) => {
+                    if when.is_none_or(|(p, value)| (frame.get(p) != 0) == value) {
                         pc = labels[to];
                     }
                 }
                 Inst::Ret(vals) => return vals.iter().map(|r| frame.get(*r)).collect(),
-                Inst::Call { callee, args, rets } => {
+                Inst::Call(callee, args, rets) => {
                     let args: Vec<u64> = args.iter().map(|r| frame.get(*r)).collect();
                     for (r, v) in rets.iter().zip(self.run(callee, &args)) {
                         frame.put(*r, v);
@@ -110,63 +106,52 @@ impl Frame {
             Op::Reg(r) => self.get(r),
             Op::F32(bits) => u64::from(bits),
             Op::F64(bits) => bits,
-            Op::Int(v) => match class {
-                Class::B64 | Class::F64 => v as u64,
-                _ => u64::from(v as u32),
-            },
+            Op::Int(v) if class.bytes() == 8 => v as u64,
+            Op::Int(v) => u64::from(v as u32),
         }
     }
 
     /// One instruction that is not control flow.
     fn exec(&mut self, inst: &Inst) {
         let (d, v) = match *inst {
-            Inst::F { op, d, a, b } => {
+            Inst::F(op, d, a, b) => {
                 let (a, b) = (self.val(a, d.class), self.val(b, d.class));
                 (d, float_op(op, d.class, a, b))
             }
-            Inst::Sqrt { d, a } => (d, sqrt(d.class, self.val(a, d.class))),
-            Inst::Neg { d, a } => (d, self.val(a, d.class) ^ sign_bit(d.class)),
-            Inst::Abs { d, a } => (d, self.val(a, d.class) & !sign_bit(d.class)),
-            Inst::I { op, d, a, b } => {
+            Inst::Unary(op, d, a) => (d, unary(op, d.class, self.val(a, d.class))),
+            Inst::I(op, d, a, b) => {
                 let (a, b) = (self.val(a, d.class), self.val(b, d.class));
-                let v = if d.class == Class::B32 {
-                    u64::from(int32(op, a as u32, b as u32))
-                } else {
-                    int64(op, a, b)
-                };
-                (d, v)
+                (d, int_op(op, d.class, a, b))
             }
-            Inst::Cvt { op, d, a } => (d, convert(op, self.get(a))),
-            Inst::Mov { d, a } => (d, self.val(a, d.class)),
-            Inst::Setp { cmp, ty, d, a, b } => {
+            Inst::Cvt(op, d, a) => (d, convert(op, self.get(a))),
+            Inst::Mov(d, a) => (d, self.val(a, d.class)),
+            Inst::Setp(cmp, ty, d, a, b) => {
                 let class = a.class().or(b.class()).unwrap_or(Class::B32);
                 let (a, b) = (self.val(a, class), self.val(b, class));
                 (d, u64::from(setp(cmp, ty, class, a, b)))
             }
-            Inst::Selp { d, a, b, p } => {
+            Inst::Selp(d, a, b, p) => {
                 let chosen = if self.get(p) != 0 { a } else { b };
                 (d, self.val(chosen, d.class))
             }
-            Inst::LdTable { d, table, idx, .. } => {
-                let v = table.data[self.val(idx, Class::B32) as usize];
-                let mask = if table.class == Class::F64 {
-                    !0
-                } else {
-                    0xFFFF_FFFF
+            Inst::Ld(d, at) => {
+                let i = self.val(at.idx, Class::B32) as usize;
+                let v = match at.mem {
+                    Mem::Table(table) => table.data[i],
+                    Mem::Local(arr) => self.locals[arr][i],
                 };
-                (d, v & mask)
+                (d, v)
             }
-            Inst::LdLocal { d, arr, idx, .. } => {
-                let i = self.val(idx, Class::B32) as usize;
-                (d, self.locals[arr][i])
-            }
-            Inst::StLocal { arr, idx, v, .. } => {
-                let i = self.val(idx, Class::B32) as usize;
+            Inst::St(at, v) => {
+                let i = self.val(at.idx, Class::B32) as usize;
+                let Mem::Local(arr) = at.mem else {
+                    unreachable!("only locals are stored to")
+                };
                 self.locals[arr][i] = self.get(v);
                 return;
             }
             Inst::Label(_) => return,
-            Inst::Bra { .. } | Inst::Ret(_) | Inst::Call { .. } => {
+            Inst::Bra(..) | Inst::Ret(_) | Inst::Call(..) => {
                 unreachable!("control flow is run by Machine::run")
             }
         };
@@ -196,39 +181,30 @@ fn float_op(op: FOp, class: Class, a: u64, b: u64) -> u64 {
     }
 }
 
-fn sqrt(class: Class, a: u64) -> u64 {
-    if class == Class::F32 {
-        u64::from(f32::from_bits(a as u32).sqrt().to_bits())
-    } else {
-        f64::from_bits(a).sqrt().to_bits()
+fn unary(op: UOp, class: Class, a: u64) -> u64 {
+    let sign = 1 << (8 * class.bytes() - 1);
+    match op {
+        UOp::Sqrt if class == Class::F32 => u64::from(f32::from_bits(a as u32).sqrt().to_bits()),
+        UOp::Sqrt => f64::from_bits(a).sqrt().to_bits(),
+        UOp::Neg => a ^ sign,
+        UOp::Abs => a & !sign,
     }
 }
 
-fn int32(op: IOp, a: u32, b: u32) -> u32 {
+/// `op` on integers of `class`'s width, zero-extended (`put` drops the bits above it).
+fn int_op(op: IOp, class: Class, a: u64, b: u64) -> u64 {
+    let unused = 64 - 8 * class.bytes();
+    let signed = |v: u64| ((v << unused) as i64) >> unused;
     match op {
         IOp::Add => a.wrapping_add(b),
         IOp::Sub => a.wrapping_sub(b),
         IOp::Mul => a.wrapping_mul(b),
-        IOp::DivS => (a as i32).wrapping_div(b as i32) as u32,
-        IOp::And => a & b,
-        IOp::Or => a | b,
-        IOp::Shl => a.checked_shl(b).unwrap_or(0),
-        IOp::ShrU => a.checked_shr(b).unwrap_or(0),
-        IOp::ShrS => ((a as i32) >> b.min(31)) as u32,
-    }
-}
-
-fn int64(op: IOp, a: u64, b: u64) -> u64 {
-    match op {
-        IOp::Add => a.wrapping_add(b),
-        IOp::Sub => a.wrapping_sub(b),
-        IOp::Mul => a.wrapping_mul(b),
-        IOp::DivS => (a as i64).wrapping_div(b as i64) as u64,
+        IOp::DivS => signed(a).wrapping_div(signed(b)) as u64,
         IOp::And => a & b,
         IOp::Or => a | b,
         IOp::Shl => a.checked_shl(b as u32).unwrap_or(0),
         IOp::ShrU => a.checked_shr(b as u32).unwrap_or(0),
-        IOp::ShrS => ((a as i64) >> b.min(63)) as u64,
+        IOp::ShrS => (signed(a) >> b.min(63 - u64::from(unused))) as u64,
     }
 }
 
@@ -267,13 +243,5 @@ fn compare<T: PartialOrd>(cmp: Cmp, a: T, b: T) -> bool {
         Cmp::Ge => a >= b,
         Cmp::Eq => a == b,
         Cmp::Ne => a != b,
-    }
-}
-
-fn sign_bit(class: Class) -> u64 {
-    if class == Class::F32 {
-        0x8000_0000
-    } else {
-        0x8000_0000_0000_0000
     }
 }

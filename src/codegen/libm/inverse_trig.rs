@@ -2,47 +2,41 @@
 //! `s_atanf.c`). `asinf` finishes in f64 (libm's `sqrt` is `sqrtsd`: correctly rounded);
 //! `acosf` and `atanf` are all f32.
 
-use super::ptx::{f32b, f32c, f64b, f64c, int, Class, Cmp, Cvt, Func, Table, R};
+use super::ptx::{f32c, f64c, int, Class, Cmp, Cvt, Func, Op, Table, E, R};
 
-const P_S0: f32 = 1.6666586697e-01;
-const P_S1: f32 = -4.2743422091e-02;
-const P_S2: f32 = -8.6563630030e-03;
-const Q_S1: f32 = -7.0662963390e-01;
+const P_S0: Op = f32c(1.6666586697e-01);
+const P_S1: Op = f32c(-4.2743422091e-02);
+const P_S2: Op = f32c(-8.6563630030e-03);
+const Q_S1: Op = f32c(-7.0662963390e-01);
+const ONE: Op = f32c(1.0);
+const TWO: Op = f32c(2.0);
+const HALF: Op = f32c(0.5);
 
-/// `r(z)` of asinf/acosf: `z*(P_S0 + z*(P_S1 + z*P_S2)) / (1 + z*Q_S1)` in f32.
+/// `r(z)` of asinf/acosf, in f32.
 fn r(f: &mut Func, z: R) -> R {
-    let t = f.mul(z, f32c(P_S2));
-    let t = f.add(f32c(P_S1), t);
-    let t = f.mul(z, t);
-    let t = f.add(f32c(P_S0), t);
-    let p = f.mul(z, t);
-    let t = f.mul(z, f32c(Q_S1));
-    let q = f.add(f32c(1.0), t);
-    f.div(p, q)
+    let p = f.eval(z * (P_S0 + z * (P_S1 + z * P_S2)));
+    let q = f.eval(ONE + z * Q_S1);
+    f.eval(p / q)
 }
 
 pub(super) fn asinf() -> Func {
-    const PIO2: f64 = 1.570796326794896558e+00;
-    const X1P_120: u64 = 0x3870_0000_0000_0000; // 2^-120 as f64
+    const PIO2: Op = f64c(1.570796326794896558e+00);
+    const X1P_120: Op = Op::F64(0x3870_0000_0000_0000); // 2^-120 as f64
     let mut f = Func::new("vyre_libm_asinf", &[Class::F32], &[Class::F32]);
-    let x = f.param(0);
+    let x = f.params[0];
     let hx = f.bits(x);
     let ix = f.and(hx, int(0x7fff_ffff));
     let ge_one = f.ucmp(Cmp::Ge, ix, int(0x3f80_0000));
     f.when(ge_one, |f| {
-        // |x| == 1: ((x as f64) * PIO2 + x1p_120) as f32
+        // |x| == 1
         let one = f.ucmp(Cmp::Eq, ix, int(0x3f80_0000));
         f.when(one, |f| {
             let x64 = f.cvt(Cvt::F64F32, x);
-            let t = f.mul(x64, f64c(PIO2));
-            let t = f.add(t, f64b(X1P_120));
-            let y = f.cvt(Cvt::F32F64, t);
+            let y = f.cvt(Cvt::F32F64, x64 * PIO2 + X1P_120);
             f.ret1(y);
         });
-        // asin(|x|>1) is NaN: 0. / (x - x)
-        let d = f.sub(x, x);
-        let y = f.div(f32c(0.0), d);
-        f.ret1(y);
+        // asin(|x|>1) is NaN
+        f.ret1(f32c(0.0) / (x - x));
     });
     let lt_half = f.ucmp(Cmp::Lt, ix, int(0x3f00_0000));
     f.when(lt_half, |f| {
@@ -50,27 +44,19 @@ pub(super) fn asinf() -> Func {
         let normal = f.ucmp(Cmp::Ge, ix, int(0x0080_0000));
         let tiny = f.ucmp(Cmp::Lt, ix, int(0x3980_0000));
         f.when(normal, |f| f.when(tiny, |f| f.ret1(x)));
-        // x + x * r(x * x)
-        let xx = f.mul(x, x);
+        let xx = f.eval(x * x);
         let t = r(f, xx);
-        let t = f.mul(x, t);
-        let y = f.add(x, t);
-        f.ret1(y);
+        f.ret1(x + x * t);
     });
     // 1 > |x| >= 0.5
     let ax = f.abs(x);
-    let t = f.sub(f32c(1.0), ax);
-    let z = f.mul(t, f32c(0.5));
+    let z = f.eval((ONE - ax) * HALF);
     let z64 = f.cvt(Cvt::F64F32, z);
     let s = f.sqrt(z64);
     // x = (PIO2 - 2. * (s + s * (r(z) as f64))) as f32
     let rz = r(&mut f, z);
     let rz = f.cvt(Cvt::F64F32, rz);
-    let t = f.mul(s, rz);
-    let t = f.add(s, t);
-    let t = f.mul(f64c(2.0), t);
-    let t = f.sub(f64c(PIO2), t);
-    let y = f.cvt(Cvt::F32F64, t);
+    let y = f.cvt(Cvt::F32F64, PIO2 - f64c(2.0) * (s + s * rz));
     let neg = f.neg(y);
     let sign = f.scmp(Cmp::Lt, hx, int(0));
     let y = f.selp(sign, neg, y);
@@ -78,13 +64,13 @@ pub(super) fn asinf() -> Func {
     f
 }
 
-const PIO2_HI: f32 = 1.5707962513e+00; /* 0x3fc90fda */
-const PIO2_LO: f32 = 7.5497894159e-08; /* 0x33a22168 */
-const X1P_120: u32 = 0x0380_0000; // 2^-120 as f32
+const PIO2_HI: Op = f32c(1.5707962513e+00); /* 0x3fc90fda */
+const PIO2_LO: Op = f32c(7.5497894159e-08); /* 0x33a22168 */
+const X1P_120: Op = Op::F32(0x0380_0000); // 2^-120 as f32
 
 pub(super) fn acosf() -> Func {
     let mut f = Func::new("vyre_libm_acosf", &[Class::F32], &[Class::F32]);
-    let x = f.param(0);
+    let x = f.params[0];
     let hx = f.bits(x);
     let ix = f.and(hx, int(0x7fff_ffff));
     let sign = f.scmp(Cmp::Lt, hx, int(0));
@@ -93,80 +79,40 @@ pub(super) fn acosf() -> Func {
     f.when(ge_one, |f| {
         let one = f.ucmp(Cmp::Eq, ix, int(0x3f80_0000));
         f.when(one, |f| {
-            f.when(sign, |f| {
-                // 2. * PIO2_HI + x1p_120
-                let t = f.mul(f32c(2.0), f32c(PIO2_HI));
-                let y = f.add(t, f32b(X1P_120));
-                f.ret1(y);
-            });
+            f.when(sign, |f| f.ret1(TWO * PIO2_HI + X1P_120));
             f.ret1(f32c(0.0));
         });
-        // 0. / (x - x)
-        let d = f.sub(x, x);
-        let y = f.div(f32c(0.0), d);
-        f.ret1(y);
+        f.ret1(f32c(0.0) / (x - x));
     });
-    acos_small(&mut f, x, ix);
-    acos_negative(&mut f, x, sign);
-    acos_positive(&mut f, x);
-    f
-}
-
-/// |x| < 0.5: PIO2_HI - (x - (PIO2_LO - x * r(x * x))).
-fn acos_small(f: &mut Func, x: R, ix: R) {
+    // |x| < 0.5
     let lt_half = f.ucmp(Cmp::Lt, ix, int(0x3f00_0000));
     f.when(lt_half, |f| {
         // |x| < 2**-26
         let tiny = f.ucmp(Cmp::Le, ix, int(0x3280_0000));
-        f.when(tiny, |f| {
-            let y = f.add(f32c(PIO2_HI), f32b(X1P_120));
-            f.ret1(y);
-        });
-        let xx = f.mul(x, x);
+        f.when(tiny, |f| f.ret1(PIO2_HI + X1P_120));
+        let xx = f.eval(x * x);
         let t = r(f, xx);
-        let t = f.mul(x, t);
-        let t = f.sub(f32c(PIO2_LO), t);
-        let t = f.sub(x, t);
-        let y = f.sub(f32c(PIO2_HI), t);
-        f.ret1(y);
+        f.ret1(PIO2_HI - (x - (PIO2_LO - x * t)));
     });
-}
-
-/// x < -0.5: 2. * (PIO2_HI - (s + (r(z) * s - PIO2_LO))) with z = (1 + x) / 2, s = sqrt(z).
-fn acos_negative(f: &mut Func, x: R, sign: R) {
+    // x < -0.5
     f.when(sign, |f| {
-        let t = f.add(f32c(1.0), x);
-        let z = f.mul(t, f32c(0.5));
+        let z = f.eval((ONE + x) * HALF);
         let s = f.sqrt(z);
         let t = r(f, z);
-        let t = f.mul(t, s);
-        let w = f.sub(t, f32c(PIO2_LO));
-        let t = f.add(s, w);
-        let t = f.sub(f32c(PIO2_HI), t);
-        let y = f.mul(f32c(2.0), t);
-        f.ret1(y);
+        let w = f.eval(t * s - PIO2_LO);
+        f.ret1(TWO * (PIO2_HI - (s + w)));
     });
-}
-
-/// x > 0.5: 2. * (df + (r(z) * s + c)) with z = (1 - x) / 2, s = sqrt(z), df = s with
-/// the low 12 bits cleared and c = (z - df * df) / (s + df).
-fn acos_positive(f: &mut Func, x: R) {
-    let t = f.sub(f32c(1.0), x);
-    let z = f.mul(t, f32c(0.5));
+    // x > 0.5; df is s with the low 12 bits cleared
+    let z = f.eval((ONE - x) * HALF);
     let s = f.sqrt(z);
     let sb = f.bits(s);
     let dfb = f.and(sb, int(0xffff_f000));
     let df = f.bits(dfb);
-    let t = f.mul(df, df);
-    let t = f.sub(z, t);
-    let u = f.add(s, df);
-    let c = f.div(t, u);
-    let t = r(f, z);
-    let t = f.mul(t, s);
-    let w = f.add(t, c);
-    let t = f.add(df, w);
-    let y = f.mul(f32c(2.0), t);
-    f.ret1(y);
+    let c = f.eval((z - df * df) / (s + df));
+    let t = r(&mut f, z);
+    let w = f.eval(t * s + c);
+    f.ret1(TWO * (df + w));
+    f
 }
 
 const fn f32_bits(v: f32) -> u64 {
@@ -196,8 +142,15 @@ static ATAN_LO: Table = Table {
 };
 
 pub(super) fn atanf() -> Func {
+    const A_T: [Op; 5] = [
+        f32c(3.3333328366e-01),
+        f32c(-1.9999158382e-01),
+        f32c(1.4253635705e-01),
+        f32c(-1.0648017377e-01),
+        f32c(6.1687607318e-02),
+    ];
     let mut f = Func::new("vyre_libm_atanf", &[Class::F32], &[Class::F32]);
-    let x0 = f.param(0);
+    let x0 = f.params[0];
     let bits = f.bits(x0);
     let sign = f.scmp(Cmp::Lt, bits, int(0));
     let ix = f.and(bits, int(0x7fff_ffff));
@@ -206,13 +159,25 @@ pub(super) fn atanf() -> Func {
     f.when(huge, |f| {
         let nan = f.fcmp(Cmp::Ne, x0, x0);
         f.when(nan, |f| f.ret1(x0));
-        let hi = f.ld_table(&ATAN_HI, int(3));
-        let z = f.add(hi, f32b(X1P_120));
+        let hi = f.ld(&ATAN_HI, int(3));
+        let z = f.eval(hi + X1P_120);
         let y = f.negate_if(sign, z);
         f.ret1(y);
     });
     let (x, id) = atan_reduce(&mut f, x0, ix);
-    atan_finish(&mut f, x, id, sign);
+    // the polynomial on the reduced x, plus the table entry id, with x's sign
+    let z = f.eval(x * x);
+    let w = f.eval(z * z);
+    let s1 = f.eval(z * (A_T[0] + w * (A_T[2] + w * A_T[4])));
+    let s2 = f.eval(w * (A_T[1] + w * A_T[3]));
+    let s = f.eval(s1 + s2);
+    let no_id = f.scmp(Cmp::Lt, id, int(0));
+    f.when(no_id, |f| f.ret1(x - x * s));
+    let hi = f.ld(&ATAN_HI, id);
+    let lo = f.ld(&ATAN_LO, id);
+    let z = f.eval(hi - ((x * s - lo) - x));
+    let y = f.negate_if(sign, z);
+    f.ret1(y);
     f
 }
 
@@ -223,8 +188,8 @@ fn atan_reduce(f: &mut Func, x0: R, ix: R) -> (R, R) {
     let x = f.copy(Class::F32, x0);
     let id = f.reg(Class::B32);
     let small = f.ucmp(Cmp::Lt, ix, int(0x3ee0_0000));
-    // x = v(x); id = n
-    let reduced = |f: &mut Func, v: R, n: i64| {
+    // x = v; id = n
+    let reduced = |f: &mut Func, v: E, n: i64| {
         f.set(x, v);
         f.set(id, int(n));
     };
@@ -246,84 +211,24 @@ fn atan_reduce(f: &mut Func, x0: R, ix: R) -> (R, R) {
                     let lt_11_16 = below(f, 0x3f30_0000);
                     f.if_else(
                         lt_11_16,
-                        |f| {
-                            // 7/16 <= |x| < 11/16: x = (2. * x - 1.) / (2. + x)
-                            let t = f.mul(f32c(2.0), x);
-                            let t = f.sub(t, f32c(1.0));
-                            let u = f.add(f32c(2.0), x);
-                            let v = f.div(t, u);
-                            reduced(f, v, 0);
-                        },
-                        |f| {
-                            // 11/16 <= |x| < 19/16: x = (x - 1.) / (x + 1.)
-                            let t = f.sub(x, f32c(1.0));
-                            let u = f.add(x, f32c(1.0));
-                            let v = f.div(t, u);
-                            reduced(f, v, 1);
-                        },
+                        // 7/16 <= |x| < 11/16
+                        |f| reduced(f, (TWO * x - ONE) / (TWO + x), 0),
+                        // 11/16 <= |x| < 19/16
+                        |f| reduced(f, (x - ONE) / (x + ONE), 1),
                     );
                 },
                 |f| {
                     let lt_39_16 = below(f, 0x401c_0000);
                     f.if_else(
                         lt_39_16,
-                        |f| {
-                            // |x| < 2.4375: x = (x - 1.5) / (1. + 1.5 * x)
-                            let t = f.sub(x, f32c(1.5));
-                            let u = f.mul(f32c(1.5), x);
-                            let u = f.add(f32c(1.0), u);
-                            let v = f.div(t, u);
-                            reduced(f, v, 2);
-                        },
-                        |f| {
-                            // 2.4375 <= |x| < 2**26: x = -1. / x
-                            let v = f.div(f32c(-1.0), x);
-                            reduced(f, v, 3);
-                        },
+                        // |x| < 2.4375
+                        |f| reduced(f, (x - f32c(1.5)) / (ONE + f32c(1.5) * x), 2),
+                        // 2.4375 <= |x| < 2**26
+                        |f| reduced(f, f32c(-1.0) / x, 3),
                     );
                 },
             );
         },
     );
     (x, id)
-}
-
-/// The polynomial on the reduced x, plus the table entry `id`, with x's sign.
-fn atan_finish(f: &mut Func, x: R, id: R, sign: R) {
-    const A_T: [f32; 5] = [
-        3.3333328366e-01,
-        -1.9999158382e-01,
-        1.4253635705e-01,
-        -1.0648017377e-01,
-        6.1687607318e-02,
-    ];
-    let z = f.mul(x, x);
-    let w = f.mul(z, z);
-    // s1 = z * (A_T[0] + w * (A_T[2] + w * A_T[4]))
-    let t = f.mul(w, f32c(A_T[4]));
-    let t = f.add(f32c(A_T[2]), t);
-    let t = f.mul(w, t);
-    let t = f.add(f32c(A_T[0]), t);
-    let s1 = f.mul(z, t);
-    // s2 = w * (A_T[1] + w * A_T[3])
-    let t = f.mul(w, f32c(A_T[3]));
-    let t = f.add(f32c(A_T[1]), t);
-    let s2 = f.mul(w, t);
-    let s = f.add(s1, s2);
-    let no_id = f.scmp(Cmp::Lt, id, int(0));
-    f.when(no_id, |f| {
-        // x - x * (s1 + s2)
-        let t = f.mul(x, s);
-        let y = f.sub(x, t);
-        f.ret1(y);
-    });
-    // z = ATAN_HI[id] - ((x * (s1 + s2) - ATAN_LO[id]) - x)
-    let hi = f.ld_table(&ATAN_HI, id);
-    let lo = f.ld_table(&ATAN_LO, id);
-    let t = f.mul(x, s);
-    let t = f.sub(t, lo);
-    let t = f.sub(t, x);
-    let z = f.sub(hi, t);
-    let y = f.negate_if(sign, z);
-    f.ret1(y);
 }

@@ -7,8 +7,9 @@
 //! bits for every input.
 
 // The constants are written exactly as in the libm sources (which carry more digits than
-// an f32 needs) so they can be compared with them line by line.
-#![allow(clippy::excessive_precision, clippy::approx_constant)]
+// an f32 needs) so they can be compared with them line by line; so is their `x - x` (NaN for
+// an infinite or NaN x, else +0).
+#![allow(clippy::excessive_precision, clippy::approx_constant, clippy::eq_op)]
 
 mod exp_log;
 mod hyperbolic;

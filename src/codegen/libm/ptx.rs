@@ -1,8 +1,8 @@
 //! A tiny typed builder for the libm `.func`s.
 //!
-//! A routine is written as Rust calls that mirror the original source line by line
-//! (`let z = f.mul(x, x);`); the builder records typed instructions on virtual registers
-//! and prints them as PTX. Every float instruction carries an explicit `.rn` (so ptxas
+//! A routine is written as Rust calls that mirror the original source line by line, its
+//! float expressions with the source's operators (`let z = f.eval(x * x);`, see [`E`]);
+//! the builder records typed instructions on virtual registers and prints them as PTX. Every float instruction carries an explicit `.rn` (so ptxas
 //! never contracts a multiply and an add into an fma) and none carries `.ftz` (the Rust
 //! code runs with subnormals). In tests the same instruction list is executed by
 //! [`super::interp`], so a port can be checked against `libm` without a GPU.
@@ -55,23 +55,15 @@ impl std::fmt::Display for Op {
 
 /// f32 immediate with the value of a Rust `f32` (literal parsing is correctly rounded in
 /// both rustc and here, so `f32c(0.1)` has the bits of the libm constant `0.1f32`).
-pub(crate) fn f32c(v: f32) -> Op {
+pub(crate) const fn f32c(v: f32) -> Op {
     Op::F32(v.to_bits())
 }
 
-pub(crate) fn f64c(v: f64) -> Op {
+pub(crate) const fn f64c(v: f64) -> Op {
     Op::F64(v.to_bits())
 }
 
-pub(crate) fn f32b(bits: u32) -> Op {
-    Op::F32(bits)
-}
-
-pub(crate) fn f64b(bits: u64) -> Op {
-    Op::F64(bits)
-}
-
-pub(crate) fn int(v: i64) -> Op {
+pub(crate) const fn int(v: i64) -> Op {
     Op::Int(v)
 }
 
@@ -92,6 +84,45 @@ impl FOp {
             FOp::Div => "div",
         }
     }
+}
+
+/// A float expression over registers and immediates, written with `+ - * /` as in the
+/// Rust source; [`Func::eval`] emits it operation by operation in Rust's evaluation order
+/// (left operand, right operand, then the operation).
+#[derive(Debug, Clone)]
+pub(crate) enum E {
+    Leaf(Op),
+    Bin(FOp, Box<E>, Box<E>),
+}
+
+impl<T: Into<Op>> From<T> for E {
+    fn from(leaf: T) -> Self {
+        E::Leaf(leaf.into())
+    }
+}
+
+/// `a op b` building an [`E`], for registers, immediates and expressions on the left.
+macro_rules! expr_ops {
+    ($($trait:ident $method:ident $op:ident;)*) => {$(
+        expr_ops!(@impl E, $trait, $method, $op);
+        expr_ops!(@impl R, $trait, $method, $op);
+        expr_ops!(@impl Op, $trait, $method, $op);
+    )*};
+    (@impl $lhs:ty, $trait:ident, $method:ident, $op:ident) => {
+        impl<B: Into<E>> std::ops::$trait<B> for $lhs {
+            type Output = E;
+            fn $method(self, b: B) -> E {
+                E::Bin(FOp::$op, Box::new(self.into()), Box::new(b.into()))
+            }
+        }
+    };
+}
+
+expr_ops! {
+    Add add Add;
+    Sub sub Sub;
+    Mul mul Mul;
+    Div div Div;
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,24 +155,18 @@ impl IOp {
     }
 }
 
-/// Conversions (each the exact PTX counterpart of a Rust `as`).
+/// Conversions `ToFrom`, each the exact PTX counterpart of a Rust `as` (to an integer:
+/// toward zero, saturating, NaN -> 0; to f32: nearest even, subnormals kept), and
+/// `f64::floor`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Cvt {
-    /// `f32 as f64` (exact).
     F64F32,
-    /// `f64 as f32` (round to nearest even, subnormals kept).
     F32F64,
-    /// `f32 as i32` (toward zero, saturating, NaN -> 0).
     S32F32,
-    /// `f64 as i32` (toward zero, saturating, NaN -> 0).
     S32F64,
-    /// `i32 as f32`.
     F32S32,
-    /// `i32 as f64` (exact).
     F64S32,
-    /// `f64::floor`.
     FloorF64,
-    /// `u32 as u64`.
     U64U32,
 }
 
@@ -212,84 +237,74 @@ pub(crate) struct Local {
     pub(crate) len: u32,
 }
 
+/// The array a load or store addresses: a `.const` table or one of the function's
+/// `.local` arrays (the only ones stored to).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Mem {
+    Table(&'static Table),
+    Local(usize),
+}
+
+impl From<&'static Table> for Mem {
+    fn from(table: &'static Table) -> Self {
+        Mem::Table(table)
+    }
+}
+
+/// `mem[idx]`, with the two registers the address arithmetic of an index register needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Addr {
+    pub(crate) mem: Mem,
+    pub(crate) idx: Op,
+    tmp: [R; 2],
+}
+
+/// A one-operand float instruction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum UOp {
+    /// Correctly rounded (`sqrt.rn`; SSE `sqrtss`/`sqrtsd`).
+    Sqrt,
+    Neg,
+    Abs,
+}
+
+impl UOp {
+    fn name(self) -> &'static str {
+        match self {
+            UOp::Sqrt => "sqrt.rn",
+            UOp::Neg => "neg",
+            UOp::Abs => "abs",
+        }
+    }
+}
+
+/// One instruction on virtual registers: `d` the destination, `a`/`b` the operands.
 #[derive(Debug, Clone)]
 pub(crate) enum Inst {
-    F {
-        op: FOp,
-        d: R,
-        a: Op,
-        b: Op,
-    },
-    Sqrt {
-        d: R,
-        a: Op,
-    },
-    Neg {
-        d: R,
-        a: Op,
-    },
-    Abs {
-        d: R,
-        a: Op,
-    },
-    I {
-        op: IOp,
-        d: R,
-        a: Op,
-        b: Op,
-    },
-    Cvt {
-        op: Cvt,
-        d: R,
-        a: R,
-    },
-    Mov {
-        d: R,
-        a: Op,
-    },
-    Setp {
-        cmp: Cmp,
-        ty: CmpTy,
-        d: R,
-        a: Op,
-        b: Op,
-    },
-    Selp {
-        d: R,
-        a: Op,
-        b: Op,
-        p: R,
-    },
-    Bra {
-        to: u32,
-        /// Branch only when the predicate is `.1` (true) or `.0` (false).
-        when: Option<(R, bool)>,
-    },
+    /// `d = a op b` (`.rn`).
+    F(FOp, R, Op, Op),
+    /// `d = op(a)`.
+    Unary(UOp, R, Op),
+    /// `d = a op b` on integers of d's width.
+    I(IOp, R, Op, Op),
+    /// `d = a as _`.
+    Cvt(Cvt, R, R),
+    /// `d = a`, or a's bits when the classes differ.
+    Mov(R, Op),
+    /// `d = a cmp b`, the operands compared as `ty`.
+    Setp(Cmp, CmpTy, R, Op, Op),
+    /// `d = if p { a } else { b }`: `(d, a, b, p)`.
+    Selp(R, Op, Op, R),
+    /// Branch to a label, only when the predicate is `.1` (true) or `.0` (false) if given.
+    Bra(u32, Option<(R, bool)>),
     Label(u32),
     Ret(Vec<R>),
-    Call {
-        callee: &'static str,
-        args: Vec<R>,
-        rets: Vec<R>,
-    },
-    LdTable {
-        d: R,
-        table: &'static Table,
-        idx: Op,
-        tmp: [R; 2],
-    },
-    LdLocal {
-        d: R,
-        arr: usize,
-        idx: Op,
-        tmp: [R; 2],
-    },
-    StLocal {
-        arr: usize,
-        idx: Op,
-        v: R,
-        tmp: [R; 2],
-    },
+    /// `rets = callee(args)`: `(callee, args, rets)`.
+    Call(&'static str, Vec<R>, Vec<R>),
+    /// `d = at`.
+    Ld(R, Addr),
+    /// `at = v`: `(at, v)`.
+    St(Addr, R),
 }
 
 /// `name(a, b) -> R` builder methods, each `self.via(op, a, b)`.
@@ -302,7 +317,7 @@ macro_rules! binary_ops {
     )*};
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct Func {
     pub(crate) name: &'static str,
     pub(crate) params: Vec<R>,
@@ -319,22 +334,14 @@ pub(crate) struct Label(u32);
 
 impl Func {
     pub(crate) fn new(name: &'static str, params: &[Class], rets: &[Class]) -> Self {
+        let rets = rets.to_vec();
         let mut f = Func {
             name,
-            params: Vec::new(),
-            rets: rets.to_vec(),
-            body: Vec::new(),
-            locals: Vec::new(),
-            counts: [0; 5],
-            labels: 0,
+            rets,
+            ..Func::default()
         };
         f.params = params.iter().map(|&c| f.reg(c)).collect();
         f
-    }
-
-    /// The register holding parameter `i` (loaded at entry).
-    pub(crate) fn param(&self, i: usize) -> R {
-        self.params[i]
     }
 
     pub(crate) fn reg(&mut self, class: Class) -> R {
@@ -361,20 +368,15 @@ impl Func {
         }
     }
 
-    fn fop(&mut self, op: FOp, a: impl Into<Op>, b: impl Into<Op>) -> R {
-        let (a, b) = (a.into(), b.into());
+    fn fop(&mut self, op: FOp, a: Op, b: Op) -> R {
         let class = Self::float_class(a, b);
         let a = self.reg_operand(a, b, class);
         let d = self.reg(class);
-        self.body.push(Inst::F { op, d, a, b });
+        self.body.push(Inst::F(op, d, a, b));
         d
     }
 
     binary_ops! {
-        add => fop(FOp::Add);
-        sub => fop(FOp::Sub);
-        mul => fop(FOp::Mul);
-        div => fop(FOp::Div);
         iadd => iop(IOp::Add);
         isub => iop(IOp::Sub);
         imul => iop(IOp::Mul);
@@ -388,25 +390,43 @@ impl Func {
         shr_s => iop(IOp::ShrS);
     }
 
-    /// A one-operand float instruction `make(d, a)`.
-    fn unary(&mut self, a: impl Into<Op>, make: fn(R, Op) -> Inst) -> R {
+    /// Emit `e` (see [`E`]); a register stands for itself.
+    pub(crate) fn eval(&mut self, e: impl Into<E>) -> R {
+        match self.operand(e.into()) {
+            Op::Reg(r) => r,
+            imm => panic!("{imm} is not computed"),
+        }
+    }
+
+    /// `e` as an operand: an immediate, a register, or the register `e` is computed into.
+    fn operand(&mut self, e: E) -> Op {
+        match e {
+            E::Leaf(op) => op,
+            E::Bin(op, a, b) => {
+                let a = self.operand(*a);
+                let b = self.operand(*b);
+                self.fop(op, a, b).into()
+            }
+        }
+    }
+
+    fn unary(&mut self, op: UOp, a: impl Into<Op>) -> R {
         let a = a.into();
         let d = self.reg(Self::float_class(a, a));
-        self.body.push(make(d, a));
+        self.body.push(Inst::Unary(op, d, a));
         d
     }
 
-    /// Correctly rounded square root (`sqrt.rn`; SSE `sqrtss`/`sqrtsd`).
     pub(crate) fn sqrt(&mut self, a: impl Into<Op>) -> R {
-        self.unary(a, |d, a| Inst::Sqrt { d, a })
+        self.unary(UOp::Sqrt, a)
     }
 
     pub(crate) fn neg(&mut self, a: impl Into<Op>) -> R {
-        self.unary(a, |d, a| Inst::Neg { d, a })
+        self.unary(UOp::Neg, a)
     }
 
     pub(crate) fn abs(&mut self, a: impl Into<Op>) -> R {
-        self.unary(a, |d, a| Inst::Abs { d, a })
+        self.unary(UOp::Abs, a)
     }
 
     fn iop(&mut self, op: IOp, a: impl Into<Op>, b: impl Into<Op>) -> R {
@@ -418,20 +438,22 @@ impl Func {
         );
         let a = self.reg_operand(a, b, class);
         let d = self.reg(class);
-        self.body.push(Inst::I { op, d, a, b });
+        self.body.push(Inst::I(op, d, a, b));
         d
     }
 
-    pub(crate) fn cvt(&mut self, op: Cvt, a: R) -> R {
+    pub(crate) fn cvt(&mut self, op: Cvt, a: impl Into<E>) -> R {
+        let a = self.eval(a);
         let (_, from, to) = op.spec();
         assert_eq!(a.class, from, "{op:?} of {a}");
         let d = self.reg(to);
-        self.body.push(Inst::Cvt { op, d, a });
+        self.body.push(Inst::Cvt(op, d, a));
         d
     }
 
     /// `f32::to_bits` / `f64::to_bits` (and the reverse for integer registers).
-    pub(crate) fn bits(&mut self, a: R) -> R {
+    pub(crate) fn bits(&mut self, a: impl Into<E>) -> R {
+        let a = self.eval(a);
         let class = match a.class {
             Class::F32 => Class::B32,
             Class::F64 => Class::B64,
@@ -440,23 +462,23 @@ impl Func {
             Class::Pred => panic!("bits of a predicate"),
         };
         let d = self.reg(class);
-        self.body.push(Inst::Mov { d, a: a.into() });
+        self.body.push(Inst::Mov(d, a.into()));
         d
     }
 
     pub(crate) fn copy(&mut self, class: Class, a: impl Into<Op>) -> R {
         let d = self.reg(class);
-        self.set(d, a);
+        self.set(d, a.into());
         d
     }
 
     /// `d = a` (a mutable variable's update).
-    pub(crate) fn set(&mut self, d: R, a: impl Into<Op>) {
-        let a = a.into();
+    pub(crate) fn set(&mut self, d: R, a: impl Into<E>) {
+        let a = self.operand(a.into());
         if let Some(class) = a.class() {
             assert_eq!(class.bytes(), d.class.bytes(), "mov size mismatch");
         }
-        self.body.push(Inst::Mov { d, a });
+        self.body.push(Inst::Mov(d, a));
     }
 
     /// `d = value(self)`: a mutable variable updated to a freshly computed value.
@@ -468,7 +490,7 @@ impl Func {
     pub(crate) fn setp(&mut self, cmp: Cmp, ty: CmpTy, a: impl Into<Op>, b: impl Into<Op>) -> R {
         let (a, b) = (a.into(), b.into());
         let d = self.reg(Class::Pred);
-        self.body.push(Inst::Setp { cmp, ty, d, a, b });
+        self.body.push(Inst::Setp(cmp, ty, d, a, b));
         d
     }
 
@@ -489,7 +511,7 @@ impl Func {
         let (a, b) = (a.into(), b.into());
         let class = a.class().or(b.class()).unwrap_or(Class::B32);
         let d = self.reg(class);
-        self.body.push(Inst::Selp { d, a, b, p });
+        self.body.push(Inst::Selp(d, a, b, p));
         d
     }
 
@@ -509,18 +531,12 @@ impl Func {
     }
 
     pub(crate) fn bra(&mut self, l: Label) {
-        self.body.push(Inst::Bra {
-            to: l.0,
-            when: None,
-        });
+        self.body.push(Inst::Bra(l.0, None));
     }
 
     /// Branch to `l` when `p` is `value`.
     pub(crate) fn bra_if(&mut self, p: R, value: bool, l: Label) {
-        self.body.push(Inst::Bra {
-            to: l.0,
-            when: Some((p, value)),
-        });
+        self.body.push(Inst::Bra(l.0, Some((p, value))));
     }
 
     pub(crate) fn when(&mut self, p: R, body: impl FnOnce(&mut Self)) {
@@ -563,6 +579,35 @@ impl Func {
         self.place(done);
     }
 
+    /// `for i in from..end` (`cmp` `Ge`), `from..=end` (`Gt`) or `(end..=from).rev()`
+    /// (`Lt`) on the signed integer `i`; `body` gets the loop's exit label.
+    pub(crate) fn count(
+        &mut self,
+        i: R,
+        from: impl Into<Op>,
+        (cmp, end): (Cmp, Op),
+        body: impl FnOnce(&mut Self, Label),
+    ) {
+        self.set(i, from.into());
+        self.until(
+            |f| f.scmp(cmp, i, end),
+            |f, done| {
+                body(f, done);
+                f.bump(i, if cmp == Cmp::Lt { -1 } else { 1 });
+            },
+        );
+    }
+
+    /// `r += by` on an integer variable (a `sub` for a negative `by`).
+    pub(crate) fn bump(&mut self, r: R, by: i64) {
+        let v = if by < 0 {
+            self.isub(r, int(-by))
+        } else {
+            self.iadd(r, int(by))
+        };
+        self.set(r, v);
+    }
+
     fn materialize(&mut self, v: Op, class: Class) -> R {
         match v {
             Op::Reg(r) => {
@@ -584,8 +629,9 @@ impl Func {
         self.body.push(Inst::Ret(regs));
     }
 
-    pub(crate) fn ret1(&mut self, v: impl Into<Op>) {
-        self.ret(&[v.into()]);
+    pub(crate) fn ret1(&mut self, v: impl Into<E>) {
+        let v = self.operand(v.into());
+        self.ret(&[v]);
     }
 
     pub(crate) fn call(&mut self, callee: &Func, args: &[Op]) -> Vec<R> {
@@ -596,66 +642,56 @@ impl Func {
             .map(|(&v, class)| self.materialize(v, class))
             .collect();
         let rets: Vec<R> = callee.rets.iter().map(|&c| self.reg(c)).collect();
-        self.body.push(Inst::Call {
-            callee: callee.name,
-            args,
-            rets: rets.clone(),
-        });
+        self.body.push(Inst::Call(callee.name, args, rets.clone()));
         rets
     }
 
-    /// `table[idx]` (idx: a non-negative `B32` value or an immediate).
-    pub(crate) fn ld_table(&mut self, table: &'static Table, idx: impl Into<Op>) -> R {
-        let d = self.reg(table.class);
-        let tmp = [self.reg(Class::B64), self.reg(Class::B64)];
-        self.body.push(Inst::LdTable {
-            d,
-            table,
-            idx: idx.into(),
-            tmp,
-        });
-        d
-    }
-
-    pub(crate) fn local(&mut self, name: &'static str, class: Class, len: u32) -> usize {
-        self.locals.push(Local { name, class, len });
-        self.locals.len() - 1
-    }
-
-    pub(crate) fn ld_local(&mut self, arr: usize, idx: impl Into<Op>) -> R {
-        let d = self.reg(self.locals[arr].class);
-        let tmp = [self.reg(Class::B64), self.reg(Class::B64)];
-        self.body.push(Inst::LdLocal {
-            d,
-            arr,
-            idx: idx.into(),
-            tmp,
-        });
-        d
-    }
-
-    pub(crate) fn st_local(&mut self, arr: usize, idx: impl Into<Op>, v: impl Into<Op>) {
-        let class = self.locals[arr].class;
-        let v = self.materialize(v.into(), class);
-        let tmp = [self.reg(Class::B64), self.reg(Class::B64)];
-        self.body.push(Inst::StLocal {
-            arr,
-            idx: idx.into(),
-            v,
-            tmp,
-        });
-    }
-
-    pub(crate) fn tables(&self) -> Vec<&'static Table> {
-        let mut out: Vec<&'static Table> = Vec::new();
-        for inst in &self.body {
-            if let Inst::LdTable { table, .. } = inst {
-                if !out.iter().any(|t| t.name == table.name) {
-                    out.push(table);
-                }
-            }
+    /// The class of `mem`'s elements.
+    fn class_of(&self, mem: Mem) -> Class {
+        match mem {
+            Mem::Table(table) => table.class,
+            Mem::Local(arr) => self.locals[arr].class,
         }
-        out
+    }
+
+    fn addr(&mut self, mem: Mem, idx: impl Into<Op>) -> Addr {
+        let tmp = [self.reg(Class::B64), self.reg(Class::B64)];
+        let idx = idx.into();
+        Addr { mem, idx, tmp }
+    }
+
+    /// `mem[idx]` (idx: a non-negative `B32` value or an immediate).
+    pub(crate) fn ld(&mut self, mem: impl Into<Mem>, idx: impl Into<Op>) -> R {
+        let mem = mem.into();
+        let d = self.reg(self.class_of(mem));
+        let at = self.addr(mem, idx);
+        self.body.push(Inst::Ld(d, at));
+        d
+    }
+
+    /// A `.local` array of `len` elements.
+    pub(crate) fn local(&mut self, name: &'static str, class: Class, len: u32) -> Mem {
+        self.locals.push(Local { name, class, len });
+        Mem::Local(self.locals.len() - 1)
+    }
+
+    /// `local[idx] = v`.
+    pub(crate) fn st(&mut self, local: Mem, idx: impl Into<Op>, v: impl Into<E>) {
+        let v = self.operand(v.into());
+        let v = self.materialize(v, self.class_of(local));
+        let at = self.addr(local, idx);
+        self.body.push(Inst::St(at, v));
+    }
+
+    /// The `.const` tables the body reads, in order, with repeats.
+    pub(crate) fn tables(&self) -> impl Iterator<Item = &'static Table> + '_ {
+        self.body.iter().filter_map(|inst| match inst {
+            Inst::Ld(_, at) => match at.mem {
+                Mem::Table(table) => Some(table),
+                Mem::Local(_) => None,
+            },
+            _ => None,
+        })
     }
 
     /// The `.func` prototype line (without the trailing body).
@@ -695,16 +731,14 @@ impl Func {
     /// Print one instruction (with the address arithmetic a memory access needs).
     fn print(&self, out: &mut String, inst: &Inst) {
         let line = match *inst {
-            Inst::F { op, d, a, b } => format!("{}.rn.{} {d}, {a}, {b};", op.name(), d.class.ty()),
-            Inst::Sqrt { d, a } => format!("sqrt.rn.{} {d}, {a};", d.class.ty()),
-            Inst::Neg { d, a } => format!("neg.{} {d}, {a};", d.class.ty()),
-            Inst::Abs { d, a } => format!("abs.{} {d}, {a};", d.class.ty()),
-            Inst::I { op, d, a, b } => {
+            Inst::F(op, d, a, b) => format!("{}.rn.{} {d}, {a}, {b};", op.name(), d.class.ty()),
+            Inst::Unary(op, d, a) => format!("{}.{} {d}, {a};", op.name(), d.class.ty()),
+            Inst::I(op, d, a, b) => {
                 let (name, ty) = op.ptx();
                 format!("{name}.{ty}{} {d}, {a}, {b};", 8 * d.class.bytes())
             }
-            Inst::Cvt { op, d, a } => format!("{} {d}, {a};", op.spec().0),
-            Inst::Mov { d, a } => {
+            Inst::Cvt(op, d, a) => format!("{} {d}, {a};", op.spec().0),
+            Inst::Mov(d, a) => {
                 // A reinterpretation between classes moves untyped bits.
                 let ty = match a {
                     Op::Reg(r) if r.class != d.class => format!("b{}", 8 * d.class.bytes()),
@@ -712,7 +746,7 @@ impl Func {
                 };
                 format!("mov.{ty} {d}, {a};")
             }
-            Inst::Setp { cmp, ty, d, a, b } => {
+            Inst::Setp(cmp, ty, d, a, b) => {
                 let class = a.class().or(b.class()).unwrap_or(Class::B32);
                 let t = match ty {
                     CmpTy::Float => class.ty().to_string(),
@@ -721,8 +755,8 @@ impl Func {
                 };
                 format!("setp.{}.{t} {d}, {a}, {b};", cmp.name(ty))
             }
-            Inst::Selp { d, a, b, p } => format!("selp.{} {d}, {a}, {b}, {p};", d.class.ty()),
-            Inst::Bra { to, when } => match when {
+            Inst::Selp(d, a, b, p) => format!("selp.{} {d}, {a}, {b}, {p};", d.class.ty()),
+            Inst::Bra(to, when) => match when {
                 None => format!("bra.uni $Lv{to};"),
                 Some((p, true)) => format!("@{p} bra $Lv{to};"),
                 Some((p, false)) => format!("@!{p} bra $Lv{to};"),
@@ -739,27 +773,45 @@ impl Func {
                 }
                 s + "ret;"
             }
-            Inst::Call {
-                callee,
-                ref args,
-                ref rets,
-            } => call(callee, args, rets),
-            Inst::LdTable { d, table, idx, tmp } => {
-                let addr = address(out, table.name, table.class.bytes(), idx, tmp);
-                format!("ld.const.{} {d}, {addr};", d.class.ty())
+            Inst::Call(callee, ref args, ref rets) => call(callee, args, rets),
+            Inst::Ld(d, at) => {
+                let (space, addr) = self.address(out, at);
+                format!("ld.{space}.{} {d}, {addr};", d.class.ty())
             }
-            Inst::LdLocal { d, arr, idx, tmp } => {
-                let local = self.locals[arr];
-                let addr = address(out, local.name, local.class.bytes(), idx, tmp);
-                format!("ld.local.{} {d}, {addr};", d.class.ty())
-            }
-            Inst::StLocal { arr, idx, v, tmp } => {
-                let local = self.locals[arr];
-                let addr = address(out, local.name, local.class.bytes(), idx, tmp);
-                format!("st.local.{} {addr}, {v};", v.class.ty())
+            Inst::St(at, v) => {
+                let (space, addr) = self.address(out, at);
+                format!("st.{space}.{} {addr}, {v};", v.class.ty())
             }
         };
         let _ = writeln!(out, "\t{line}");
+    }
+
+    /// The state space and address operand of `at`, emitting the arithmetic an index
+    /// register needs into `out`.
+    fn address(&self, out: &mut String, at: Addr) -> (&'static str, String) {
+        let (space, symbol, size) = match at.mem {
+            Mem::Table(table) => ("const", table.name, table.class.bytes()),
+            Mem::Local(arr) => (
+                "local",
+                self.locals[arr].name,
+                self.locals[arr].class.bytes(),
+            ),
+        };
+        let addr = match at.idx {
+            Op::Int(i) => format!("[{symbol}+{}]", i * i64::from(size)),
+            Op::Reg(r) => {
+                assert_eq!(r.class, Class::B32, "index register");
+                let shift = size.trailing_zeros();
+                let [base, off] = at.tmp;
+                let _ = writeln!(out, "\tmov.u64 {base}, {symbol};");
+                let _ = writeln!(out, "\tcvt.u64.u32 {off}, {r};");
+                let _ = writeln!(out, "\tshl.b64 {off}, {off}, {shift};");
+                let _ = writeln!(out, "\tadd.s64 {base}, {base}, {off};");
+                format!("[{base}]")
+            }
+            other => panic!("bad index {other:?}"),
+        };
+        (space, addr)
     }
 }
 
@@ -802,48 +854,20 @@ fn call(callee: &str, args: &[R], rets: &[R]) -> String {
     s + "\t}"
 }
 
-/// The address operand of `symbol[idx]`, emitting the arithmetic it needs into `out`.
-fn address(out: &mut String, symbol: &str, size: u32, idx: Op, tmp: [R; 2]) -> String {
-    match idx {
-        Op::Int(i) => format!("[{symbol}+{}]", i * i64::from(size)),
-        Op::Reg(r) => {
-            assert_eq!(r.class, Class::B32, "index register");
-            let shift = size.trailing_zeros();
-            let [base, off] = tmp;
-            let _ = writeln!(out, "\tmov.u64 {base}, {symbol};");
-            let _ = writeln!(out, "\tcvt.u64.u32 {off}, {r};");
-            let _ = writeln!(out, "\tshl.b64 {off}, {off}, {shift};");
-            let _ = writeln!(out, "\tadd.s64 {base}, {base}, {off};");
-            format!("[{base}]")
-        }
-        other => panic!("bad index {other:?}"),
-    }
-}
-
+/// The `.const` definition of `table`, eight elements a line.
 pub(crate) fn table_ptx(table: &Table) -> String {
-    let (align, ty) = if table.class.bytes() == 8 {
-        (8, "b64")
-    } else {
-        (4, "b32")
-    };
-    let mut out = format!(
-        ".const .align {align} .{ty} {}[{}] = {{",
+    let bytes = table.class.bytes() as usize;
+    let hex: Vec<String> = table
+        .data
+        .iter()
+        .map(|v| format!("0x{v:0w$X}", w = 2 * bytes))
+        .collect();
+    let rows: Vec<String> = hex.chunks(8).map(|row| row.join(", ")).collect();
+    format!(
+        ".const .align {bytes} .b{} {}[{}] = {{\n\t{}\n}};\n",
+        8 * bytes,
         table.name,
-        table.data.len()
-    );
-    for (i, v) in table.data.iter().enumerate() {
-        if i % 8 == 0 {
-            out.push_str("\n\t");
-        }
-        if table.class.bytes() == 8 {
-            let _ = write!(out, "0x{v:016X}");
-        } else {
-            let _ = write!(out, "0x{:08X}", *v as u32);
-        }
-        if i + 1 < table.data.len() {
-            out.push_str(", ");
-        }
-    }
-    out.push_str("\n};\n");
-    out
+        hex.len(),
+        rows.join(", \n\t")
+    )
 }

@@ -6,44 +6,40 @@
 //! digit `jx = 0`, `prec = 0`, so `jk = jp = 3`); its loops and arrays are kept as in the
 //! source (arrays in `.local` memory) so every f64 operation happens in the same order.
 
-use super::ptx::{f64b, f64c, int, Class, Cmp, Cvt, Func, Label, Op, Table, R};
+use super::ptx::{f64c, int, Class, Cmp, Cvt, Func, Label, Mem, Op, Table, R};
 use super::scalbn::scalbn;
 
 pub(super) const NAME: &str = "vyre_libm_rem_pio2f";
 
-const TOINT: f64 = 1.5 / f64::EPSILON;
-const INV_PIO2: f64 = 6.36619772367581382433e-01; /* 0x3FE45F30, 0x6DC9C883 */
-const PIO2_1: f64 = 1.57079631090164184570e+00; /* 0x3FF921FB, 0x50000000 */
-const PIO2_1T: f64 = 1.58932547735281966916e-08; /* 0x3E5110b4, 0x611A6263 */
+const TOINT: Op = f64c(1.5 / f64::EPSILON);
+const INV_PIO2: Op = f64c(6.36619772367581382433e-01); /* 0x3FE45F30, 0x6DC9C883 */
+const PIO2_1: Op = f64c(1.57079631090164184570e+00); /* 0x3FF921FB, 0x50000000 */
+const PIO2_1T: Op = f64c(1.58932547735281966916e-08); /* 0x3E5110b4, 0x611A6263 */
 
 /// 2^24 and 2^-24.
-const X1P24: u64 = 0x4170_0000_0000_0000;
-const X1P_24: u64 = 0x3E70_0000_0000_0000;
+const X1P24: Op = Op::F64(0x4170_0000_0000_0000);
+const X1P_24: Op = Op::F64(0x3E70_0000_0000_0000);
 
 /// `rem_pio2f(x) -> (n, y)` as a `.func (y: f64, n: b32)`.
 pub(super) fn rem_pio2f() -> Func {
     let mut f = Func::new(NAME, &[Class::F32], &[Class::F64, Class::B32]);
-    let x = f.param(0);
+    let x = f.params[0];
     let x64 = f.cvt(Cvt::F64F32, x);
     let xb = f.bits(x);
     let ix = f.and(xb, int(0x7fff_ffff));
     // |x| ~< 2^28*(pi/2), medium size
     let medium = f.ucmp(Cmp::Lt, ix, int(0x4dc9_0fdb));
     f.when(medium, |f| {
-        let p = f.mul(x64, f64c(INV_PIO2));
-        let tmp = f.add(p, f64c(TOINT));
-        let f_n = f.sub(tmp, f64c(TOINT));
+        let tmp = f.eval(x64 * INV_PIO2 + TOINT);
+        let f_n = f.eval(tmp - TOINT);
         let n = f.cvt(Cvt::S32F64, f_n);
-        let hi = f.mul(f_n, f64c(PIO2_1));
-        let r = f.sub(x64, hi);
-        let lo = f.mul(f_n, f64c(PIO2_1T));
-        let y = f.sub(r, lo);
+        let y = f.eval(x64 - f_n * PIO2_1 - f_n * PIO2_1T);
         f.ret(&[y.into(), n.into()]);
     });
     // x is inf or NaN
     let special = f.ucmp(Cmp::Ge, ix, int(0x7f80_0000));
     f.when(special, |f| {
-        let y = f.sub(x64, x64);
+        let y = f.eval(x64 - x64);
         f.ret(&[y.into(), int(0)]);
     });
     // scale x into [2^23, 2^24-1]
@@ -79,11 +75,9 @@ fn rem_pio2_large(f: &mut Func, x: R, e0: R) -> (R, R) {
 }
 
 /// `q[at] = 0. + x * f[fi]` (`fa`, `q`: the arrays f and q).
-fn q_term(f: &mut Func, x: R, [fa, q]: [usize; 2], fi: Op, at: Op) {
-    let fv = f.ld_local(fa, fi);
-    let p = f.mul(x, fv);
-    let fw = f.add(f64c(0.0), p);
-    f.st_local(q, at, fw);
+fn q_term(f: &mut Func, x: R, [fa, q]: [Mem; 2], fi: Op, at: Op) {
+    let fv = f.ld(fa, fi);
+    f.st(q, at, f64c(0.0) + x * fv);
 }
 
 const JK: i64 = 3; // INIT_JK[prec]
@@ -96,10 +90,10 @@ struct Large {
     x: R,
     jv: R,
     q0: R,
-    fa: usize,
-    fq: usize,
-    q: usize,
-    iq: usize,
+    fa: Mem,
+    fq: Mem,
+    q: Mem,
+    iq: Mem,
     jz: R,
     z: R,
     n: R,
@@ -130,9 +124,9 @@ impl Large {
         // set up f[0] to f[jx+jk] where f[jx+jk] = ipio2[jv+jk]; j = jv - jx >= 0 here
         for i in 0..=JX + JK {
             let j = f.iadd(jv, int(i - JX));
-            let digit = f.ld_table(&IPIO2, j);
+            let digit = f.ld(&IPIO2, j);
             let v = f.cvt(Cvt::F64S32, digit);
-            f.st_local(fa, int(i), v);
+            f.st(fa, int(i), v);
         }
         // compute q[0],q[1],...q[jk]
         for i in 0..=JK {
@@ -160,30 +154,27 @@ impl Large {
     /// `(fw, digit)`: `z` split into 24-bit parts, `fw = (2^-24 z) as i32` (as an f64) and
     /// `digit = (z - 2^24 fw) as i32`.
     fn split24(f: &mut Func, z: R) -> (R, R) {
-        let t = f.mul(f64b(X1P_24), z);
-        let t = f.cvt(Cvt::S32F64, t);
+        let t = f.cvt(Cvt::S32F64, X1P_24 * z);
         let fw = f.cvt(Cvt::F64S32, t);
-        let t = f.mul(f64b(X1P24), fw);
-        let t = f.sub(z, t);
-        (fw, f.cvt(Cvt::S32F64, t))
+        (fw, f.cvt(Cvt::S32F64, z - X1P24 * fw))
     }
 
     /// Distill q[] into iq[] reversingly.
     fn distill(&self, f: &mut Func) {
         let (i, j, z) = (self.i, self.j, self.z);
         f.set(i, int(0));
-        let qz = f.ld_local(self.q, self.jz);
+        let qz = f.ld(self.q, self.jz);
         f.set(z, qz);
         f.set(j, self.jz);
         f.until(
             |f| f.scmp(Cmp::Lt, j, int(1)),
             |f, _| {
                 let (fw, digit) = Self::split24(f, z);
-                f.st_local(self.iq, i, digit);
+                f.st(self.iq, i, digit);
                 let jm1 = f.isub(j, int(1));
-                let qj = f.ld_local(self.q, jm1);
-                f.update(z, |f| f.add(qj, fw));
-                f.update(i, |f| f.iadd(i, int(1)));
+                let qj = f.ld(self.q, jm1);
+                f.set(z, qj + fw);
+                f.bump(i, 1);
                 f.set(j, jm1);
             },
         );
@@ -193,17 +184,11 @@ impl Large {
     fn compute_n(&self, f: &mut Func) -> R {
         let (z, n, ih, q0) = (self.z, self.n, self.ih, self.q0);
         f.update(z, |f| scalbn(f, z, q0));
-        f.update(z, |f| {
-            let t = f.mul(z, f64c(0.125));
-            let t = f.cvt(Cvt::FloorF64, t);
-            let t = f.mul(f64c(8.0), t);
-            f.sub(z, t)
-        });
+        let t = f.cvt(Cvt::FloorF64, z * f64c(0.125));
+        f.set(z, z - f64c(8.0) * t);
         f.update(n, |f| f.cvt(Cvt::S32F64, z));
-        f.update(z, |f| {
-            let t = f.cvt(Cvt::F64S32, n);
-            f.sub(z, t)
-        });
+        let t = f.cvt(Cvt::F64S32, n);
+        f.set(z, z - t);
         f.set(ih, int(0));
         let jz1 = f.isub(self.jz, int(1));
         let q0_pos = f.scmp(Cmp::Gt, q0, int(0));
@@ -212,12 +197,12 @@ impl Large {
             |f| {
                 // need iq[jz-1] to determine n
                 let s = f.isub(int(24), q0);
-                let digit = f.ld_local(self.iq, jz1);
+                let digit = f.ld(self.iq, jz1);
                 f.update(self.i, |f| f.shr_s(digit, s));
                 f.update(n, |f| f.iadd(n, self.i));
                 let t = f.shl(self.i, s);
                 let digit = f.isub(digit, t);
-                f.st_local(self.iq, jz1, digit);
+                f.st(self.iq, jz1, digit);
                 let s = f.isub(int(23), q0);
                 f.update(ih, |f| f.shr_s(digit, s));
             },
@@ -226,7 +211,7 @@ impl Large {
                 f.if_else(
                     q0_zero,
                     |f| {
-                        let digit = f.ld_local(self.iq, jz1);
+                        let digit = f.ld(self.iq, jz1);
                         f.update(ih, |f| f.shr_s(digit, int(23)));
                     },
                     |f| {
@@ -244,50 +229,45 @@ impl Large {
         let (i, carry, z, q0) = (self.i, self.carry, self.z, self.q0);
         let ih_pos = f.scmp(Cmp::Gt, self.ih, int(0));
         f.when(ih_pos, |f| {
-            f.update(self.n, |f| f.iadd(self.n, int(1)));
+            f.bump(self.n, 1);
             f.set(carry, int(0));
             // compute 1-q
-            f.set(i, int(0));
-            f.until(
-                |f| f.scmp(Cmp::Ge, i, self.jz),
-                |f, _| {
-                    let digit = f.ld_local(self.iq, i);
-                    let no_carry = f.scmp(Cmp::Eq, carry, int(0));
-                    f.if_else(
-                        no_carry,
-                        |f| {
-                            let nonzero = f.scmp(Cmp::Ne, digit, int(0));
-                            f.when(nonzero, |f| {
-                                f.set(carry, int(1));
-                                let t = f.isub(int(0x100_0000), digit);
-                                f.st_local(self.iq, i, t);
-                            });
-                        },
-                        |f| {
-                            let t = f.isub(int(0xff_ffff), digit);
-                            f.st_local(self.iq, i, t);
-                        },
-                    );
-                    f.update(i, |f| f.iadd(i, int(1)));
-                },
-            );
+            f.count(i, int(0), (Cmp::Ge, self.jz.into()), |f, _| {
+                let digit = f.ld(self.iq, i);
+                let no_carry = f.scmp(Cmp::Eq, carry, int(0));
+                f.if_else(
+                    no_carry,
+                    |f| {
+                        let nonzero = f.scmp(Cmp::Ne, digit, int(0));
+                        f.when(nonzero, |f| {
+                            f.set(carry, int(1));
+                            let t = f.isub(int(0x100_0000), digit);
+                            f.st(self.iq, i, t);
+                        });
+                    },
+                    |f| {
+                        let t = f.isub(int(0xff_ffff), digit);
+                        f.st(self.iq, i, t);
+                    },
+                );
+            });
             // rare case: chance is 1 in 12
             for (q0_is, mask) in [(1, 0x7f_ffff), (2, 0x3f_ffff)] {
                 let hit = f.scmp(Cmp::Eq, q0, int(q0_is));
                 f.when(hit, |f| {
-                    let digit = f.ld_local(self.iq, jz1);
+                    let digit = f.ld(self.iq, jz1);
                     let t = f.and(digit, int(mask));
-                    f.st_local(self.iq, jz1, t);
+                    f.st(self.iq, jz1, t);
                 });
             }
             let ih_two = f.scmp(Cmp::Eq, self.ih, int(2));
             f.when(ih_two, |f| {
-                f.update(z, |f| f.sub(f64c(1.0), z));
+                f.set(z, f64c(1.0) - z);
                 let carried = f.scmp(Cmp::Ne, carry, int(0));
                 f.when(carried, |f| {
                     let one = f.copy(Class::F64, f64c(1.0));
                     let s = scalbn(f, one, q0);
-                    f.update(z, |f| f.sub(z, s));
+                    f.set(z, z - s);
                 });
             });
         });
@@ -301,15 +281,10 @@ impl Large {
         f.when(z_zero, |f| {
             // j = iq[jk] | ... | iq[jz-1]
             f.set(j, int(0));
-            f.set(i, jz1);
-            f.until(
-                |f| f.scmp(Cmp::Lt, i, int(JK)),
-                |f, _| {
-                    let digit = f.ld_local(self.iq, i);
-                    f.update(j, |f| f.or(j, digit));
-                    f.update(i, |f| f.isub(i, int(1)));
-                },
-            );
+            f.count(i, jz1, (Cmp::Lt, int(JK)), |f, _| {
+                let digit = f.ld(self.iq, i);
+                f.update(j, |f| f.or(j, digit));
+            });
             let all_zero = f.scmp(Cmp::Eq, j, int(0));
             f.when(all_zero, |f| self.fetch_more(f, recompute));
         });
@@ -319,33 +294,24 @@ impl Large {
     /// Find k, the number of terms needed, add q[jz+1] to q[jz+k] and recompute.
     fn fetch_more(&self, f: &mut Func, recompute: Label) {
         let (i, k, jz) = (self.i, self.k, self.jz);
-        f.set(k, int(1));
         // (the source would index out of bounds, and panic, past iq[0])
-        f.until(
-            |f| f.scmp(Cmp::Gt, k, int(JK)),
-            |f, done| {
-                let at = f.isub(int(JK), k);
-                let digit = f.ld_local(self.iq, at);
-                let nonzero = f.scmp(Cmp::Ne, digit, int(0));
-                f.bra_if(nonzero, true, done);
-                f.update(k, |f| f.iadd(k, int(1)));
-            },
-        );
+        f.count(k, int(1), (Cmp::Gt, int(JK)), |f, done| {
+            let at = f.isub(int(JK), k);
+            let digit = f.ld(self.iq, at);
+            let nonzero = f.scmp(Cmp::Ne, digit, int(0));
+            f.bra_if(nonzero, true, done);
+        });
         // add q[jz+1] to q[jz+k]
         let last = f.iadd(jz, k);
-        f.update(i, |f| f.iadd(jz, int(1)));
-        f.until(
-            |f| f.scmp(Cmp::Gt, i, last),
-            |f, _| {
-                let at = f.iadd(self.jv, i);
-                let digit = f.ld_table(&IPIO2, at);
-                let v = f.cvt(Cvt::F64S32, digit);
-                let fi = f.iadd(i, int(JX));
-                f.st_local(self.fa, fi, v);
-                q_term(f, self.x, [self.fa, self.q], fi.into(), i.into());
-                f.update(i, |f| f.iadd(i, int(1)));
-            },
-        );
+        let first = f.iadd(jz, int(1));
+        f.count(i, first, (Cmp::Gt, last.into()), |f, _| {
+            let at = f.iadd(self.jv, i);
+            let digit = f.ld(&IPIO2, at);
+            let v = f.cvt(Cvt::F64S32, digit);
+            let fi = f.iadd(i, int(JX));
+            f.st(self.fa, fi, v);
+            q_term(f, self.x, [self.fa, self.q], fi.into(), i.into());
+        });
         f.set(jz, last);
         f.bra(recompute);
     }
@@ -354,8 +320,8 @@ impl Large {
     fn chop(&self, f: &mut Func, z_zero: R) {
         let (jz, q0, z, iq) = (self.jz, self.q0, self.z, self.iq);
         let drop_digit = |f: &mut Func| {
-            f.update(jz, |f| f.isub(jz, int(1)));
-            f.update(q0, |f| f.isub(q0, int(24)));
+            f.bump(jz, -1);
+            f.bump(q0, -24);
         };
         f.if_else(
             z_zero,
@@ -363,7 +329,7 @@ impl Large {
                 drop_digit(f);
                 f.until(
                     |f| {
-                        let digit = f.ld_local(iq, jz);
+                        let digit = f.ld(iq, jz);
                         f.scmp(Cmp::Ne, digit, int(0))
                     },
                     |f, _| drop_digit(f),
@@ -373,20 +339,20 @@ impl Large {
                 // break z into 24-bit if necessary
                 let mq0 = f.isub(int(0), q0);
                 f.update(z, |f| scalbn(f, z, mq0));
-                let big = f.fcmp(Cmp::Ge, z, f64b(X1P24));
+                let big = f.fcmp(Cmp::Ge, z, X1P24);
                 f.if_else(
                     big,
                     |f| {
                         let (fw, digit) = Self::split24(f, z);
-                        f.st_local(iq, jz, digit);
-                        f.update(jz, |f| f.iadd(jz, int(1)));
-                        f.update(q0, |f| f.iadd(q0, int(24)));
+                        f.st(iq, jz, digit);
+                        f.bump(jz, 1);
+                        f.bump(q0, 24);
                         let digit = f.cvt(Cvt::S32F64, fw);
-                        f.st_local(iq, jz, digit);
+                        f.st(iq, jz, digit);
                     },
                     |f| {
                         let digit = f.cvt(Cvt::S32F64, z);
-                        f.st_local(iq, jz, digit);
+                        f.st(iq, jz, digit);
                     },
                 );
             },
@@ -400,63 +366,46 @@ impl Large {
         let one = f.copy(Class::F64, f64c(1.0));
         let fw = f.reg(Class::F64);
         f.update(fw, |f| scalbn(f, one, self.q0));
-        f.set(i, self.jz);
-        f.until(
-            |f| f.scmp(Cmp::Lt, i, int(0)),
-            |f, _| {
-                let digit = f.ld_local(self.iq, i);
-                let v = f.cvt(Cvt::F64S32, digit);
-                let t = f.mul(fw, v);
-                f.st_local(self.q, i, t);
-                f.update(fw, |f| f.mul(fw, f64b(X1P_24)));
-                f.update(i, |f| f.isub(i, int(1)));
-            },
-        );
+        f.count(i, self.jz, (Cmp::Lt, int(0)), |f, _| {
+            let digit = f.ld(self.iq, i);
+            let v = f.cvt(Cvt::F64S32, digit);
+            f.st(self.q, i, fw * v);
+            f.set(fw, fw * X1P_24);
+        });
         fw
     }
 
     /// Compute fq[jz - i] = PIo2[0,...,jp] * q[i,...,jz].
     fn times_pio2(&self, f: &mut Func, fw: R) {
         let (i, k) = (self.i, self.k);
-        f.set(i, self.jz);
-        f.until(
-            |f| f.scmp(Cmp::Lt, i, int(0)),
-            |f, _| {
-                f.set(fw, f64c(0.0));
-                f.set(k, int(0));
-                let span = f.isub(self.jz, i);
-                f.until(
-                    |f| f.scmp(Cmp::Gt, k, int(JP)),
-                    |f, done| {
-                        let past_jz = f.scmp(Cmp::Gt, k, span);
-                        f.bra_if(past_jz, true, done);
-                        let c = f.ld_table(&PIO2, k);
-                        let at = f.iadd(i, k);
-                        let qv = f.ld_local(self.q, at);
-                        let p = f.mul(c, qv);
-                        f.update(fw, |f| f.add(fw, p));
-                        f.update(k, |f| f.iadd(k, int(1)));
-                    },
-                );
-                f.st_local(self.fq, span, fw);
-                f.update(i, |f| f.isub(i, int(1)));
-            },
-        );
+        f.count(i, self.jz, (Cmp::Lt, int(0)), |f, _| {
+            f.set(fw, f64c(0.0));
+            f.set(k, int(0));
+            let span = f.isub(self.jz, i);
+            f.until(
+                |f| f.scmp(Cmp::Gt, k, int(JP)),
+                |f, done| {
+                    let past_jz = f.scmp(Cmp::Gt, k, span);
+                    f.bra_if(past_jz, true, done);
+                    let c = f.ld(&PIO2, k);
+                    let at = f.iadd(i, k);
+                    let qv = f.ld(self.q, at);
+                    f.set(fw, fw + c * qv);
+                    f.bump(k, 1);
+                },
+            );
+            f.st(self.fq, span, fw);
+        });
     }
 
     /// Compress fq[] into y[] (prec 0): `(n & 7, ±(fq[jz] + ... + fq[0]))`.
     fn compress(&self, f: &mut Func, fw: R) -> (R, R) {
         let i = self.i;
         f.set(fw, f64c(0.0));
-        f.set(i, self.jz);
-        f.until(
-            |f| f.scmp(Cmp::Lt, i, int(0)),
-            |f, _| {
-                let v = f.ld_local(self.fq, i);
-                f.update(fw, |f| f.add(fw, v));
-                f.update(i, |f| f.isub(i, int(1)));
-            },
-        );
+        f.count(i, self.jz, (Cmp::Lt, int(0)), |f, _| {
+            let v = f.ld(self.fq, i);
+            f.set(fw, fw + v);
+        });
         let neg = f.neg(fw);
         let ih_zero = f.scmp(Cmp::Eq, self.ih, int(0));
         let y = f.selp(ih_zero, fw, neg);

@@ -1,7 +1,7 @@
 //! `sinf`, `cosf`, `tanf` (libm 0.2.16, from FreeBSD `s_sinf.c`, `s_cosf.c`, `s_tanf.c`)
 //! with their f64 kernels `k_sinf`, `k_cosf`, `k_tanf` inlined.
 
-use super::ptx::{f32c, f64c, int, Class, Cmp, Cvt, Func, R};
+use super::ptx::{f32c, f64c, int, Class, Cmp, Cvt, Func, Op, R};
 use core::f64::consts::FRAC_PI_2;
 
 /* Small multiples of pi/2 rounded to double precision. */
@@ -12,78 +12,50 @@ const PIO2_4: f64 = 4. * FRAC_PI_2;
 
 /// `k_sinf(x)`: |sin(x)/x - s(x)| < 2**-37.5 on [-pi/4, pi/4].
 fn k_sinf(f: &mut Func, x: R) -> R {
-    const S1: f64 = -0.166666666416265235595; /* -0x15555554cbac77.0p-55 */
-    const S2: f64 = 0.0083333293858894631756; /*  0x111110896efbb2.0p-59 */
-    const S3: f64 = -0.000198393348360966317347; /* -0x1a00f9e2cae774.0p-65 */
-    const S4: f64 = 0.0000027183114939898219064; /*  0x16cd878c3b46a7.0p-71 */
-    let z = f.mul(x, x);
-    let w = f.mul(z, z);
-    let t = f.mul(z, f64c(S4));
-    let r = f.add(f64c(S3), t);
-    let s = f.mul(z, x);
-    // ((x + s * (S1 + z * S2)) + s * w * r) as f32
-    let t = f.mul(z, f64c(S2));
-    let t = f.add(f64c(S1), t);
-    let t = f.mul(s, t);
-    let a = f.add(x, t);
-    let t = f.mul(s, w);
-    let t = f.mul(t, r);
-    let y = f.add(a, t);
-    f.cvt(Cvt::F32F64, y)
+    const S1: Op = f64c(-0.166666666416265235595); /* -0x15555554cbac77.0p-55 */
+    const S2: Op = f64c(0.0083333293858894631756); /*  0x111110896efbb2.0p-59 */
+    const S3: Op = f64c(-0.000198393348360966317347); /* -0x1a00f9e2cae774.0p-65 */
+    const S4: Op = f64c(0.0000027183114939898219064); /*  0x16cd878c3b46a7.0p-71 */
+    let z = f.eval(x * x);
+    let w = f.eval(z * z);
+    let r = f.eval(S3 + z * S4);
+    let s = f.eval(z * x);
+    f.cvt(Cvt::F32F64, x + s * (S1 + z * S2) + s * w * r)
 }
 
 /// `k_cosf(x)`: |cos(x) - c(x)| < 2**-34.1 on [-pi/4, pi/4].
 fn k_cosf(f: &mut Func, x: R) -> R {
-    const C0: f64 = -0.499999997251031003120; /* -0x1ffffffd0c5e81.0p-54 */
-    const C1: f64 = 0.0416666233237390631894; /*  0x155553e1053a42.0p-57 */
-    const C2: f64 = -0.00138867637746099294692; /* -0x16c087e80f1e27.0p-62 */
-    const C3: f64 = 0.0000243904487962774090654; /*  0x199342e0ee5069.0p-68 */
-    let z = f.mul(x, x);
-    let w = f.mul(z, z);
-    let t = f.mul(z, f64c(C3));
-    let r = f.add(f64c(C2), t);
-    // (((1.0 + z * C0) + w * C1) + (w * z) * r) as f32
-    let t = f.mul(z, f64c(C0));
-    let a = f.add(f64c(1.0), t);
-    let t = f.mul(w, f64c(C1));
-    let a = f.add(a, t);
-    let t = f.mul(w, z);
-    let t = f.mul(t, r);
-    let y = f.add(a, t);
-    f.cvt(Cvt::F32F64, y)
+    const C0: Op = f64c(-0.499999997251031003120); /* -0x1ffffffd0c5e81.0p-54 */
+    const C1: Op = f64c(0.0416666233237390631894); /*  0x155553e1053a42.0p-57 */
+    const C2: Op = f64c(-0.00138867637746099294692); /* -0x16c087e80f1e27.0p-62 */
+    const C3: Op = f64c(0.0000243904487962774090654); /*  0x199342e0ee5069.0p-68 */
+    let z = f.eval(x * x);
+    let w = f.eval(z * z);
+    let r = f.eval(C2 + z * C3);
+    f.cvt(Cvt::F32F64, f64c(1.0) + z * C0 + w * C1 + w * z * r)
 }
 
 /// `k_tanf(x, odd)`: |tan(x)/x - t(x)| < 2**-25.5 on [-pi/4, pi/4]; `odd` is a predicate.
 fn k_tanf(f: &mut Func, x: R, odd: Option<R>) -> R {
-    const T: [f64; 6] = [
-        0.333331395030791399758,   /* 0x15554d3418c99f.0p-54 */
-        0.133392002712976742718,   /* 0x1112fd38999f72.0p-55 */
-        0.0533812378445670393523,  /* 0x1b54c91d865afe.0p-57 */
-        0.0245283181166547278873,  /* 0x191df3908c33ce.0p-58 */
-        0.00297435743359967304927, /* 0x185dadfcecf44e.0p-61 */
-        0.00946564784943673166728, /* 0x1362b9bf971bcd.0p-59 */
+    const T: [Op; 6] = [
+        f64c(0.333331395030791399758),   /* 0x15554d3418c99f.0p-54 */
+        f64c(0.133392002712976742718),   /* 0x1112fd38999f72.0p-55 */
+        f64c(0.0533812378445670393523),  /* 0x1b54c91d865afe.0p-57 */
+        f64c(0.0245283181166547278873),  /* 0x191df3908c33ce.0p-58 */
+        f64c(0.00297435743359967304927), /* 0x185dadfcecf44e.0p-61 */
+        f64c(0.00946564784943673166728), /* 0x1362b9bf971bcd.0p-59 */
     ];
-    let z = f.mul(x, x);
-    let t = f.mul(z, f64c(T[5]));
-    let r = f.add(f64c(T[4]), t);
-    let t = f.mul(z, f64c(T[3]));
-    let t = f.add(f64c(T[2]), t);
-    let w = f.mul(z, z);
-    let s = f.mul(z, x);
-    let u = f.mul(z, f64c(T[1]));
-    let u = f.add(f64c(T[0]), u);
-    // r = (x + s * u) + (s * w) * (t + w * r)
-    let a = f.mul(s, u);
-    let a = f.add(x, a);
-    let b = f.mul(s, w);
-    let c = f.mul(w, r);
-    let c = f.add(t, c);
-    let b = f.mul(b, c);
-    let r = f.add(a, b);
+    let z = f.eval(x * x);
+    let r = f.eval(T[4] + z * T[5]);
+    let t = f.eval(T[2] + z * T[3]);
+    let w = f.eval(z * z);
+    let s = f.eval(z * x);
+    let u = f.eval(T[0] + z * T[1]);
+    let r = f.eval(x + s * u + s * w * (t + w * r));
     // (if odd { -1. / r } else { r }) as f32
     let r = match odd {
         Some(odd) => {
-            let inv = f.div(f64c(-1.0), r);
+            let inv = f.eval(f64c(-1.0) / r);
             f.selp(odd, inv, r)
         }
         None => r,
@@ -102,7 +74,7 @@ struct Arg {
 
 impl Arg {
     fn new(f: &mut Func) -> Self {
-        let x = f.param(0);
+        let x = f.params[0];
         let x64 = f.cvt(Cvt::F64F32, x);
         let bits = f.bits(x);
         let sign = f.scmp(Cmp::Lt, bits, int(0));
@@ -112,8 +84,8 @@ impl Arg {
 
     /// `if sign { x64 + c } else { x64 - c }`.
     fn toward_zero(self, f: &mut Func, c: f64) -> R {
-        let plus = f.add(self.x64, f64c(c));
-        let minus = f.sub(self.x64, f64c(c));
+        let plus = f.eval(self.x64 + f64c(c));
+        let minus = f.eval(self.x64 - f64c(c));
         f.selp(self.sign, plus, minus)
     }
 
@@ -124,12 +96,12 @@ impl Arg {
 }
 
 /// One of sinf, cosf and tanf by the ranges of |x| they share: `kernel(x64)` for
-/// |x| ~<= pi/4 (where |x| < 2^-12 returns x, or 1 for cos), `near` for |x| ~<= 5pi/4,
+/// |x| ~<= pi/4 (where |x| < 2^-12 returns `tiny`, or x), `near` for |x| ~<= 5pi/4,
 /// `far` for |x| ~<= 9pi/4, NaN for Inf and NaN, and `general(n, y)` with
 /// `(n, y) = rem_pio2f(x)` beyond. `near`, `far` and `general` return.
 struct Trig {
     name: &'static str,
-    tiny_is_one: bool,
+    tiny: Option<Op>,
     kernel: fn(&mut Func, R) -> R,
     near: fn(&mut Func, Arg),
     far: fn(&mut Func, Arg),
@@ -144,11 +116,7 @@ impl Trig {
         f.when(small, |f| {
             // |x| ~<= pi/4
             let tiny = f.ucmp(Cmp::Lt, a.ix, int(0x3980_0000));
-            let tiny_value = if self.tiny_is_one {
-                f32c(1.0)
-            } else {
-                a.x.into()
-            };
+            let tiny_value = self.tiny.unwrap_or(a.x.into());
             f.when(tiny, |f| f.ret1(tiny_value));
             let y = (self.kernel)(f, a.x64);
             f.ret1(y);
@@ -159,10 +127,7 @@ impl Trig {
         f.when(le_9pio4, |f| (self.far)(f, a));
         // f(Inf or NaN) is NaN
         let special = f.ucmp(Cmp::Ge, a.ix, int(0x7f80_0000));
-        f.when(special, |f| {
-            let y = f.sub(a.x, a.x);
-            f.ret1(y);
-        });
+        f.when(special, |f| f.ret1(a.x - a.x));
         // general argument reduction needed: (n, y) = rem_pio2f(x)
         let out = f.call(rem, &[a.x.into()]);
         (self.general)(&mut f, out[1], out[0]);
@@ -170,10 +135,29 @@ impl Trig {
     }
 }
 
+/// `sinf` (`shift` 0) or `cosf` (`shift` 1: sinf a quadrant on) of `n*pi/2 + y`; by
+/// n mod 4 that is `k_sinf(y)`, `k_cosf(y)`, `k_sinf(-y)`, `-k_cosf(y)`.
+fn by_quadrant(f: &mut Func, n: R, y: R, shift: i64) {
+    let quadrant = f.and(n, int(3));
+    let odd = f.and(quadrant, int(1));
+    let sin_case = f.scmp(if shift == 0 { Cmp::Eq } else { Cmp::Ne }, odd, int(0));
+    f.when(sin_case, |f| {
+        let negated = f.scmp(Cmp::Eq, quadrant, int(2 - shift));
+        let arg = f.negate_if(negated, y);
+        let v = k_sinf(f, arg);
+        f.ret1(v);
+    });
+    let c = k_cosf(f, y);
+    let neg = f.neg(c);
+    let positive = f.scmp(Cmp::Eq, quadrant, int(1 - shift));
+    let v = f.selp(positive, c, neg);
+    f.ret1(v);
+}
+
 pub(super) fn sinf(rem: &Func) -> Func {
     Trig {
         name: "vyre_libm_sinf",
-        tiny_is_one: false,
+        tiny: None,
         kernel: k_sinf,
         near: |f, a| {
             let le_3pio4 = a.le(f, 0x4016_cbe3);
@@ -204,24 +188,7 @@ pub(super) fn sinf(rem: &Func) -> Func {
             let y = k_sinf(f, arg);
             f.ret1(y);
         },
-        general: |f, n, y| {
-            let quadrant = f.and(n, int(3));
-            let even = f.and(quadrant, int(1));
-            let even = f.scmp(Cmp::Eq, even, int(0));
-            f.when(even, |f| {
-                // 0 => k_sinf(y), 2 => k_sinf(-y)
-                let second = f.scmp(Cmp::Eq, quadrant, int(2));
-                let arg = f.negate_if(second, y);
-                let v = k_sinf(f, arg);
-                f.ret1(v);
-            });
-            // 1 => k_cosf(y), _ => -k_cosf(y)
-            let c = k_cosf(f, y);
-            let neg = f.neg(c);
-            let first = f.scmp(Cmp::Eq, quadrant, int(1));
-            let v = f.selp(first, c, neg);
-            f.ret1(v);
-        },
+        general: |f, n, y| by_quadrant(f, n, y, 0),
     }
     .build(rem)
 }
@@ -229,7 +196,7 @@ pub(super) fn sinf(rem: &Func) -> Func {
 pub(super) fn cosf(rem: &Func) -> Func {
     Trig {
         name: "vyre_libm_cosf",
-        tiny_is_one: true,
+        tiny: Some(f32c(1.0)),
         kernel: k_cosf,
         near: |f, a| {
             let gt_3pio4 = f.ucmp(Cmp::Gt, a.ix, int(0x4016_cbe3));
@@ -241,8 +208,8 @@ pub(super) fn cosf(rem: &Func) -> Func {
                 f.ret1(y);
             });
             // if sign { k_sinf(x64 + C1_PIO2) } else { k_sinf(C1_PIO2 - x64) }
-            let plus = f.add(a.x64, f64c(PIO2_1));
-            let minus = f.sub(f64c(PIO2_1), a.x64);
+            let plus = f.eval(a.x64 + f64c(PIO2_1));
+            let minus = f.eval(f64c(PIO2_1) - a.x64);
             let arg = f.selp(a.sign, plus, minus);
             let y = k_sinf(f, arg);
             f.ret1(y);
@@ -257,30 +224,13 @@ pub(super) fn cosf(rem: &Func) -> Func {
             });
             // if sign { k_sinf(-x64 - C3_PIO2) } else { k_sinf(x64 - C3_PIO2) }
             let nx = f.neg(a.x64);
-            let plus = f.sub(nx, f64c(PIO2_3));
-            let minus = f.sub(a.x64, f64c(PIO2_3));
+            let plus = f.eval(nx - f64c(PIO2_3));
+            let minus = f.eval(a.x64 - f64c(PIO2_3));
             let arg = f.selp(a.sign, plus, minus);
             let y = k_sinf(f, arg);
             f.ret1(y);
         },
-        general: |f, n, y| {
-            let quadrant = f.and(n, int(3));
-            let odd = f.and(quadrant, int(1));
-            let odd = f.scmp(Cmp::Ne, odd, int(0));
-            f.when(odd, |f| {
-                // 1 => k_sinf(-y), _ => k_sinf(y)
-                let first = f.scmp(Cmp::Eq, quadrant, int(1));
-                let arg = f.negate_if(first, y);
-                let v = k_sinf(f, arg);
-                f.ret1(v);
-            });
-            // 0 => k_cosf(y), 2 => -k_cosf(y)
-            let c = k_cosf(f, y);
-            let neg = f.neg(c);
-            let zero = f.scmp(Cmp::Eq, quadrant, int(0));
-            let v = f.selp(zero, c, neg);
-            f.ret1(v);
-        },
+        general: |f, n, y| by_quadrant(f, n, y, 1),
     }
     .build(rem)
 }
@@ -298,7 +248,7 @@ pub(super) fn tanf(rem: &Func) -> Func {
     }
     Trig {
         name: "vyre_libm_tanf",
-        tiny_is_one: false,
+        tiny: None,
         kernel: |f, x64| k_tanf(f, x64, None),
         near: |f, a| between(f, a, 0x4016_cbe3, [PIO2_1, PIO2_2]),
         far: |f, a| between(f, a, 0x40af_eddf, [PIO2_3, PIO2_4]),
