@@ -3,7 +3,7 @@
 //! is exact) and folds the latter into per-workgroup partials; the elementwise analysis
 //! treats the latter as accumulated buffers.
 
-use crate::codegen::visit::{children, for_each_child, for_each_expr};
+use crate::codegen::visit::{children, for_each_child, for_each_expr, for_each_expr_in};
 use rustc_hash::{FxHashMap, FxHashSet};
 use vyre_foundation::ir::{AtomicOp, Expr, Node};
 
@@ -142,16 +142,9 @@ impl<'p> Census<'p, '_> {
 
 /// Every variable name some expression of `nodes` reads (`Expr::Var`), at any depth.
 pub(crate) fn read_variables<'p>(nodes: &'p [Node], out: &mut FxHashSet<&'p str>) {
-    fn walk<'p>(expr: &'p Expr, out: &mut FxHashSet<&'p str>) {
+    for_each_expr_in(nodes, &mut |expr| {
         if let Expr::Var(name) = expr {
             out.insert(name.as_str());
         }
-        for_each_child(expr, &mut |child| walk(child, out));
-    }
-    for node in nodes {
-        for_each_expr(node, &mut |expr| walk(expr, out));
-        for body in children(node) {
-            read_variables(body, out);
-        }
-    }
+    });
 }

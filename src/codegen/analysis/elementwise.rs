@@ -10,7 +10,7 @@
 //! do not depend on invocation order; a chunked dispatch gives every chunk the whole buffer.
 
 use super::atomics::{commutative_opcode, discarded_let};
-use crate::codegen::visit::{all_children, children, for_each_expr};
+use crate::codegen::visit::{all_children, children, for_each_expr, for_each_node};
 use rustc_hash::{FxHashMap, FxHashSet};
 use vyre_foundation::ir::{BufferAccess, DataType, Expr, Node, Program};
 
@@ -80,23 +80,15 @@ struct Walk<'p, 'r> {
 
 impl<'p> Walk<'p, '_> {
     fn collect_bindings(&mut self, nodes: &'p [Node]) {
-        for node in nodes {
-            match node {
-                Node::Let { name, value } => {
-                    self.lets.entry(name.as_str()).or_default().push(value);
-                }
-                Node::Assign { name, .. } => {
-                    self.mutable.insert(name.as_str());
-                }
-                Node::Loop { var, .. } => {
-                    self.mutable.insert(var.as_str());
-                }
-                _ => {}
+        for_each_node(nodes, &mut |node| match node {
+            Node::Let { name, value } => {
+                self.lets.entry(name.as_str()).or_default().push(value);
             }
-            for body in children(node) {
-                self.collect_bindings(body);
+            Node::Assign { name, .. } | Node::Loop { var: name, .. } => {
+                self.mutable.insert(name.as_str());
             }
-        }
+            _ => {}
+        });
     }
 
     /// Whether `expr` is the invocation's own 1-D global index in every execution.

@@ -2,10 +2,10 @@
 
 use super::{bytes, Lowerer, Val};
 use crate::codegen::analysis::async_copy;
-use crate::codegen::analysis::uniform::node_has_subgroup;
+use crate::codegen::analysis::uniform::has_subgroup;
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
-use crate::codegen::visit::contains_barrier;
+use crate::codegen::visit::has_barrier;
 use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
 use vyre_foundation::ir::{Expr, Node};
@@ -212,8 +212,7 @@ impl<'p> Lowerer<'p> {
         let p = self.truthy(cond);
         let p = self.branch_pred(p);
         let uniform = self.facts.uniformity.is_uniform(cond_expr);
-        let has_barrier = then.iter().chain(otherwise.iter()).any(contains_barrier);
-        if has_barrier && !uniform {
+        if !uniform && (has_barrier(then) || has_barrier(otherwise)) {
             self.check_branch_agreement(p);
         }
         let divergent = !uniform;
@@ -293,10 +292,7 @@ impl<'p> Lowerer<'p> {
         let (top, end) = (self.w.label(), self.w.label());
         self.w.put_label(top);
         emit!(self.w, "setp.ge.u32 {done}, {counter}, {bound}");
-        if !body
-            .iter()
-            .any(|n| contains_barrier(n) || node_has_subgroup(n))
-        {
+        if !has_barrier(body) && !has_subgroup(body) {
             // A lane that recorded a fault stops iterating (its results are discarded);
             // never in loops with barriers or subgroup operations, where every lane must
             // stay in step.
