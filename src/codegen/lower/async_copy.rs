@@ -101,7 +101,7 @@ impl<'p> Lowerer<'p> {
         let wide = self.w.reg(RegClass::B64);
         match value.kind {
             ValKind::U64 | ValKind::Bytes(5..=8) => self.mov(wide, value.reg),
-            ValKind::Bytes(_) if matches!(value.kind, ValKind::Bytes(9..)) => {
+            ValKind::Bytes(9..) => {
                 self.fault_always(fault);
                 emit!(self.w, "mov.u64 {wide}, 0");
             }
@@ -120,16 +120,9 @@ impl<'p> Lowerer<'p> {
                     self.mov(as_f64, value.reg);
                 }
                 // Finite, >= 0 and < 2^64, then truncated.
-                let (ok, small) = (self.pred(), self.pred());
-                emit!(self.w, "setp.ge.f64 {ok}, {as_f64}, 0d0000000000000000");
-                emit!(self.w, "setp.lt.f64 {small}, {as_f64}, 0d43F0000000000000");
-                emit!(self.w, "and.pred {ok}, {ok}, {small}");
-                let bad = self.pred();
-                emit!(self.w, "not.pred {bad}, {ok}");
-                self.fault_if(bad, fault);
+                let bad = self.float_range_fault(as_f64, "lt", "0d43F0000000000000", fault);
                 emit!(self.w, "cvt.rzi.u64.f64 {wide}, {as_f64}");
-                let wide = self.zero_if(bad, wide);
-                return Ok(wide);
+                return Ok(self.zero_if(bad, wide));
             }
             _ => emit!(self.w, "cvt.u64.u32 {wide}, {}", value.reg),
         }

@@ -115,27 +115,6 @@ impl Lowerer<'_> {
                 self.fault_always(fault);
                 self.imm_b32(0)
             }
-            ValKind::F64 => {
-                // Finite, >= 0 and <= u32::MAX (in f64), then truncated.
-                let (ok, small) = (self.pred(), self.pred());
-                emit!(
-                    self.w,
-                    "setp.ge.f64 {ok}, {}, 0d0000000000000000",
-                    value.reg
-                );
-                emit!(
-                    self.w,
-                    "setp.le.f64 {small}, {}, 0d41EFFFFFFFE00000",
-                    value.reg
-                );
-                emit!(self.w, "and.pred {ok}, {ok}, {small}");
-                let bad = self.pred();
-                emit!(self.w, "not.pred {bad}, {ok}");
-                self.fault_if(bad, fault);
-                let r = self.b32();
-                emit!(self.w, "cvt.rzi.u32.f64 {r}, {}", value.reg);
-                self.zero_if(bad, r)
-            }
             ValKind::U64 => {
                 let p = self.pred();
                 emit!(self.w, "setp.gt.u64 {p}, {}, 4294967295", value.reg);
@@ -144,19 +123,42 @@ impl Lowerer<'_> {
                 emit!(self.w, "cvt.u32.u64 {r}, {}", value.reg);
                 self.zero_if(p, r)
             }
-            ValKind::F32 => {
+            ValKind::F32 | ValKind::F64 => {
                 // Finite, >= 0 and <= u32::MAX, then truncated.
-                let (ok, too_big) = (self.pred(), self.pred());
-                emit!(self.w, "setp.ge.f32 {ok}, {}, 0f00000000", value.reg);
-                emit!(self.w, "setp.lt.f32 {too_big}, {}, 0f4F800000", value.reg);
-                emit!(self.w, "and.pred {ok}, {ok}, {too_big}");
-                let bad = self.pred();
-                emit!(self.w, "not.pred {bad}, {ok}");
-                self.fault_if(bad, fault);
+                let (x, ty) = (value.reg, value.reg.class().ty());
+                let bad = match value.kind {
+                    ValKind::F32 => self.float_range_fault(x, "lt", "0f4F800000", fault),
+                    _ => self.float_range_fault(x, "le", "0d41EFFFFFFFE00000", fault),
+                };
                 let r = self.b32();
-                emit!(self.w, "cvt.rzi.u32.f32 {r}, {}", value.reg);
+                emit!(self.w, "cvt.rzi.u32.{ty} {r}, {x}");
                 self.zero_if(bad, r)
             }
         })
+    }
+
+    /// Record `fault` unless the float `x` is `>= 0` and `{below} max` (never for NaN);
+    /// the predicate where it was recorded.
+    pub(super) fn float_range_fault(
+        &mut self,
+        x: Reg,
+        below: &str,
+        max: &str,
+        fault: DeviceFault,
+    ) -> Reg {
+        let ty = x.class().ty();
+        let zero = if ty == "f32" {
+            "0f00000000"
+        } else {
+            "0d0000000000000000"
+        };
+        let (ok, small) = (self.pred(), self.pred());
+        emit!(self.w, "setp.ge.{ty} {ok}, {x}, {zero}");
+        emit!(self.w, "setp.{below}.{ty} {small}, {x}, {max}");
+        emit!(self.w, "and.pred {ok}, {ok}, {small}");
+        let bad = self.pred();
+        emit!(self.w, "not.pred {bad}, {ok}");
+        self.fault_if(bad, fault);
+        bad
     }
 }
