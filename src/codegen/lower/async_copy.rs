@@ -7,7 +7,7 @@ use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
 use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
-use vyre_foundation::ir::Expr;
+use vyre_foundation::ir::Node;
 
 /// A started copy, waiting for its `AsyncWait`.
 #[derive(Clone, Copy)]
@@ -23,15 +23,26 @@ pub(super) struct PendingCopy<'p> {
 
 impl<'p> Lowerer<'p> {
     /// Evaluate a start node's byte counts and remember the copy for its wait.
-    pub(super) fn start_copy(
-        &mut self,
-        store: bool,
-        source: &'p str,
-        destination: &'p str,
-        offset: &'p Expr,
-        size: &'p Expr,
-        tag: &'p str,
-    ) -> Result<(), CodegenError> {
+    pub(super) fn start_copy(&mut self, node: &'p Node) -> Result<(), CodegenError> {
+        let (Node::AsyncLoad {
+            source,
+            destination,
+            offset,
+            size,
+            tag,
+        }
+        | Node::AsyncStore {
+            source,
+            destination,
+            offset,
+            size,
+            tag,
+        }) = node
+        else {
+            // `put_node` sends only the start nodes here.
+            return Ok(());
+        };
+        let (source, destination) = (source.as_str(), destination.as_str());
         self.byte_range_of(source)?;
         self.byte_range_of(destination)?;
         let offset = self.put_expr(offset)?;
@@ -39,9 +50,9 @@ impl<'p> Lowerer<'p> {
         let size = self.put_expr(size)?;
         let size = self.u64_checked(size, DeviceFault::AsyncByteCountNotU64)?;
         self.pending_copies.insert(
-            tag,
+            tag.as_str(),
             PendingCopy {
-                store,
+                store: matches!(node, Node::AsyncStore { .. }),
                 source,
                 destination,
                 offset,

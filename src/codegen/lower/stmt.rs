@@ -76,9 +76,8 @@ impl<'p> Lowerer<'p> {
                 self.fault_always(DeviceFault::RejectedByReference);
                 Ok(())
             }
-            Node::AsyncLoad { .. } | Node::AsyncStore { .. } | Node::AsyncWait { .. } => {
-                self.put_async(node)
-            }
+            Node::AsyncLoad { .. } | Node::AsyncStore { .. } => self.start_copy(node),
+            Node::AsyncWait { tag } => self.finish_copy(tag.as_str()),
             Node::Trap { address, .. } => {
                 let address = self.put_expr(address)?;
                 self.u32_checked(address, DeviceFault::Trap)?;
@@ -95,35 +94,6 @@ impl<'p> Lowerer<'p> {
                 "lower the extension to core IR before dispatch",
             )),
             _ => Err(unsupported_node("an unknown Node variant")),
-        }
-    }
-
-    fn put_async(&mut self, node: &'p Node) -> Result<(), CodegenError> {
-        match node {
-            Node::AsyncLoad {
-                source,
-                destination,
-                offset,
-                size,
-                tag,
-            }
-            | Node::AsyncStore {
-                source,
-                destination,
-                offset,
-                size,
-                tag,
-            } => self.start_copy(
-                matches!(node, Node::AsyncStore { .. }),
-                source.as_str(),
-                destination.as_str(),
-                offset,
-                size,
-                tag.as_str(),
-            ),
-            Node::AsyncWait { tag } => self.finish_copy(tag.as_str()),
-            // `put_node` sends only the async nodes here.
-            _ => Ok(()),
         }
     }
 
