@@ -62,17 +62,7 @@ impl Lowerer<'_> {
         if slot.element == DataType::Bytes {
             return self.put_value_into_bytes(buffer, index, value);
         }
-        let Some(payload) = self.store_payload(&slot.element, value)? else {
-            return Err(CodegenError::unsupported(
-                format!(
-                    "Store of a {} into a {} buffer",
-                    value.kind.name(),
-                    slot.element
-                ),
-                "this value/element combination is not lowered",
-                "Cast the value to the buffer's element type before storing",
-            ));
-        };
+        let payload = self.store_payload(&slot.element, value);
         let (in_bounds, addr) = self.element_address(&slot, index);
         if self.lane_store(buffer, in_bounds, payload) {
             return Ok(());
@@ -87,12 +77,7 @@ impl Lowerer<'_> {
             );
             return Ok(());
         }
-        let width = match slot.stride {
-            1 => "u8",
-            2 => "u16",
-            4 => "u32",
-            _ => "u64",
-        };
+        let width = int_width(slot.stride);
         emit!(
             self.w,
             "@{in_bounds} st.{space}.{width} [{addr}], {payload}"
@@ -104,14 +89,9 @@ impl Lowerer<'_> {
     /// reference's `write_element`: F32 elements canonicalise floats (and reinterpret u32
     /// bits); every other element receives the value's little-endian bytes truncated or
     /// zero-padded to the element width (a Float contributes its f64 bytes).
-    fn store_payload(
-        &mut self,
-        element: &DataType,
-        value: Val,
-    ) -> Result<Option<Reg>, CodegenError> {
-        let stride = element_stride(element).unwrap_or(4);
+    fn store_payload(&mut self, element: &DataType, value: Val) -> Reg {
         if *element == DataType::F32 {
-            let reg = match value.kind {
+            return match value.kind {
                 ValKind::F32 => self.canonical_f32_bits(value.reg),
                 ValKind::F64 => {
                     let f = self.float_operand(value).reg;
@@ -126,28 +106,15 @@ impl Lowerer<'_> {
                 // The reference writes 0.0 for any other value variant.
                 _ => self.imm_b32(0),
             };
-            return Ok(Some(reg));
+        }
+        if element_stride(element).unwrap_or(4) >= 8 {
+            return self.bytes_b64(value);
         }
         let bytes = match value.kind {
-            ValKind::F32 | ValKind::F64 => Val::new(ValKind::U64, self.float_bytes(value)),
-            _ => value,
+            ValKind::F32 | ValKind::F64 => self.float_bytes(value),
+            _ => value.reg,
         };
-        let reg = match (stride, bytes.reg.class()) {
-            (8 | 16, RegClass::B64) => bytes.reg,
-            (8 | 16, _) => {
-                let wide = self.w.reg(RegClass::B64);
-                emit!(self.w, "cvt.u64.u32 {wide}, {}", bytes.reg);
-                wide
-            }
-            (_, RegClass::B64) => {
-                let narrow = self.w.reg(RegClass::B32);
-                emit!(self.w, "cvt.u32.u64 {narrow}, {}", bytes.reg);
-                narrow
-            }
-            (_, RegClass::B32) => bytes.reg,
-            _ => return Ok(None),
-        };
-        Ok(Some(reg))
+        self.low_word(bytes)
     }
 
     pub(super) fn put_load(&mut self, buffer: &str, index: Reg) -> Result<Val, CodegenError> {
@@ -179,13 +146,10 @@ impl Lowerer<'_> {
             self.wide_hi.insert(reg, hi);
             return Ok(Val { kind, reg });
         }
-        let (width, zero) = match (slot.stride, kind) {
-            (_, ValKind::F32) => ("f32", "0f00000000"),
-            (_, ValKind::F64) => ("f64", "0d0000000000000000"),
-            (1, _) => ("u8", "0"),
-            (2, _) => ("u16", "0"),
-            (4, _) => ("u32", "0"),
-            _ => ("u64", "0"),
+        let (width, zero) = match kind {
+            ValKind::F32 => ("f32", "0f00000000"),
+            ValKind::F64 => ("f64", "0d0000000000000000"),
+            _ => (int_width(slot.stride), "0"),
         };
         // Out-of-bounds loads read the typed zero, never another element.
         emit!(self.w, "mov.{} {reg}, {zero}", reg.class().ty());
@@ -220,28 +184,34 @@ impl Lowerer<'_> {
 
     /// `@p ld/st.u8` of `byte` at byte `at` of a buffer.
     pub(super) fn byte_access(&mut self, p: Reg, base: ByteBase, at: Reg, byte: Reg, store: bool) {
-        match base {
+        let (space, addr) = match base {
             ByteBase::Global(base) => {
                 let addr = self.w.reg(RegClass::B64);
                 emit!(self.w, "add.s64 {addr}, {base}, {at}");
-                if store {
-                    emit!(self.w, "@{p} st.global.u8 [{addr}], {byte}");
-                } else {
-                    emit!(self.w, "@{p} ld.global.u8 {byte}, [{addr}]");
-                }
+                ("global", addr)
             }
             ByteBase::Shared(offset) => {
                 let addr = self.w.reg(RegClass::B32);
                 emit!(self.w, "cvt.u32.u64 {addr}, {at}");
                 emit!(self.w, "add.u32 {addr}, {addr}, {}", self.shared_base);
                 emit!(self.w, "add.u32 {addr}, {addr}, {offset}");
-                if store {
-                    emit!(self.w, "@{p} st.shared.u8 [{addr}], {byte}");
-                } else {
-                    emit!(self.w, "@{p} ld.shared.u8 {byte}, [{addr}]");
-                }
+                ("shared", addr)
             }
+        };
+        if store {
+            emit!(self.w, "@{p} st.{space}.u8 [{addr}], {byte}");
+        } else {
+            emit!(self.w, "@{p} ld.{space}.u8 {byte}, [{addr}]");
         }
+    }
+
+    /// `index * stride` bytes past the global address `base`.
+    pub(super) fn scaled_address(&mut self, base: Reg, index: Reg, stride: u32) -> Reg {
+        let offset = self.w.reg(RegClass::B64);
+        emit!(self.w, "mul.wide.u32 {offset}, {index}, {stride}");
+        let addr = self.w.reg(RegClass::B64);
+        emit!(self.w, "add.s64 {addr}, {base}, {offset}");
+        addr
     }
 
     /// `(in-bounds predicate, address register)` for `slot[index]`.
@@ -250,11 +220,7 @@ impl Lowerer<'_> {
         match slot.space {
             Space::Global { base, len } => {
                 emit!(self.w, "setp.lt.u32 {p}, {index}, {len}");
-                let offset = self.w.reg(RegClass::B64);
-                emit!(self.w, "mul.wide.u32 {offset}, {index}, {}", slot.stride);
-                let addr = self.w.reg(RegClass::B64);
-                emit!(self.w, "add.s64 {addr}, {base}, {offset}");
-                (p, addr)
+                (p, self.scaled_address(base, index, slot.stride))
             }
             Space::Shared { offset, count } => {
                 emit!(self.w, "setp.lt.u32 {p}, {index}, {count}");
@@ -271,5 +237,15 @@ impl Lowerer<'_> {
                 (p, addr)
             }
         }
+    }
+}
+
+/// The integer type of a `ld`/`st` of one element of `stride` bytes.
+fn int_width(stride: u32) -> &'static str {
+    match stride {
+        1 => "u8",
+        2 => "u16",
+        4 => "u32",
+        _ => "u64",
     }
 }

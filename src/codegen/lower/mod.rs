@@ -195,17 +195,23 @@ impl<'p> Lowerer<'p> {
         }
     }
 
-    fn bind(&mut self, name: &'p str, val: Val, loop_var: bool) -> Result<(), CodegenError> {
+    /// Add `name` to the current scope (shadowing is an error); the caller binds it.
+    fn declare(&mut self, name: &'p str) -> Result<(), CodegenError> {
         if self.locals.contains_key(name) || self.byte_views.contains_key(name) {
             return Err(CodegenError::invalid(
                 format!("duplicate local binding `{name}`"),
                 "choose a unique local name; shadowing is not allowed",
             ));
         }
-        self.locals.insert(name, Local { val, loop_var });
         if let Some(scope) = self.scopes.last_mut() {
             scope.push(name);
         }
+        Ok(())
+    }
+
+    fn bind(&mut self, name: &'p str, val: Val, loop_var: bool) -> Result<(), CodegenError> {
+        self.declare(name)?;
+        self.locals.insert(name, Local { val, loop_var });
         Ok(())
     }
 }

@@ -722,14 +722,7 @@ impl Lowerer<'_> {
 
     /// Cast to u8, u16 (zero-extended into a u32) or i8, i16 (sign-extended into an i32).
     fn cast_narrow(&mut self, narrow: Narrow, v: Val) -> Val {
-        let low = match v.reg.class() {
-            RegClass::B64 => {
-                let low = self.b32();
-                emit!(self.w, "cvt.u32.u64 {low}, {}", v.reg);
-                low
-            }
-            _ => v.reg,
-        };
+        let low = self.low_word(v.reg);
         let reg = self.b32();
         let kind = match narrow {
             Narrow::Mask(mask) => {
@@ -749,7 +742,7 @@ impl Lowerer<'_> {
     }
 
     /// The value's first eight bytes as a `.b64`, zero-padded.
-    fn bytes_b64(&mut self, v: Val) -> Reg {
+    pub(super) fn bytes_b64(&mut self, v: Val) -> Reg {
         match v.kind {
             ValKind::F32 | ValKind::F64 => self.float_bytes(v),
             ValKind::U64 | ValKind::Bytes(5..) => v.reg,

@@ -30,6 +30,16 @@ impl Lowerer<'_> {
         self.w.reg(RegClass::Pred)
     }
 
+    /// The low 32 bits of `r` (`r` itself unless it is a `.b64`).
+    pub(super) fn low_word(&mut self, r: Reg) -> Reg {
+        if r.class() != RegClass::B64 {
+            return r;
+        }
+        let low = self.b32();
+        emit!(self.w, "cvt.u32.u64 {low}, {r}");
+        low
+    }
+
     /// The eight little-endian bytes of a `Value::Float` (an f64), as a `.b64` register:
     /// an f32 value widens exactly (its NaN to the canonical f64 NaN), an f64 value keeps
     /// its bits.

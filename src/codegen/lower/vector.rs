@@ -55,6 +55,12 @@ fn width(class: RegClass) -> &'static str {
     }
 }
 
+/// `{a, b, ...}`, the operand of a vector load or store.
+fn reg_list(regs: &[Reg]) -> String {
+    let names: Vec<String> = regs.iter().map(ToString::to_string).collect();
+    format!("{{{}}}", names.join(", "))
+}
+
 impl<'p> Lowerer<'p> {
     pub(crate) fn lower_vector_entry(
         mut self,
@@ -172,15 +178,6 @@ impl<'p> Lowerer<'p> {
         Ok(())
     }
 
-    /// `first * stride` bytes past `base`.
-    fn lane_address(&mut self, base: Reg, first: Reg, stride: u32) -> Reg {
-        let offset = self.w.reg(RegClass::B64);
-        emit!(self.w, "mul.wide.u32 {offset}, {first}, {stride}");
-        let addr = self.w.reg(RegClass::B64);
-        emit!(self.w, "add.s64 {addr}, {base}, {offset}");
-        addr
-    }
-
     /// The raw words of elements `first .. first + 4`, zero where out of bounds.
     fn preload(
         &mut self,
@@ -194,7 +191,7 @@ impl<'p> Lowerer<'p> {
         for &word in &words {
             emit!(self.w, "mov.{} {word}, 0", class.ty());
         }
-        let addr = self.lane_address(base, first, stride);
+        let addr = self.scaled_address(base, first, stride);
         let per_vector = (16 / stride) as usize;
         for (group, chunk) in words.chunks(per_vector).enumerate() {
             let start = (group * per_vector) as u32;
@@ -207,13 +204,11 @@ impl<'p> Lowerer<'p> {
             let (whole, partial) = (self.pred(), self.pred());
             emit!(self.w, "setp.lt.u32 {whole}, {last}, {len}");
             emit!(self.w, "not.pred {partial}, {whole}");
-            let list: Vec<String> = chunk.iter().map(ToString::to_string).collect();
-            let vector = if per_vector == 4 { "v4" } else { "v2" };
             emit!(
                 self.w,
-                "@{whole} ld.global.nc.{vector}.{} {{{}}}, [{addr}+{}]",
+                "@{whole} ld.global.nc.v{per_vector}.{} {}, [{addr}+{}]",
                 width(class),
-                list.join(", "),
+                reg_list(chunk),
                 start * stride
             );
             for (k, &word) in chunk.iter().enumerate() {
@@ -242,7 +237,7 @@ impl<'p> Lowerer<'p> {
             words,
             stored,
         } = stores;
-        let addr = self.lane_address(base, first, stride);
+        let addr = self.scaled_address(base, first, stride);
         let per_vector = (16 / stride) as usize;
         for group in 0..LANES / per_vector {
             let start = group * per_vector;
@@ -253,17 +248,12 @@ impl<'p> Lowerer<'p> {
                 emit!(self.w, "and.pred {whole}, {whole}, {}", stored[k]);
             }
             emit!(self.w, "not.pred {partial}, {whole}");
-            let list: Vec<String> = words[lanes.clone()]
-                .iter()
-                .map(ToString::to_string)
-                .collect();
-            let vector = if per_vector == 4 { "v4" } else { "v2" };
             emit!(
                 self.w,
-                "@{whole} st.global.{vector}.{} [{addr}+{}], {{{}}}",
+                "@{whole} st.global.v{per_vector}.{} [{addr}+{}], {}",
                 width(class),
                 start as u32 * stride,
-                list.join(", ")
+                reg_list(&words[lanes.clone()])
             );
             for k in lanes {
                 let one = self.pred();
