@@ -5,7 +5,6 @@
 use super::reduction::{Partial, PARTIALS};
 use super::{LoweredBody, Lowerer};
 use crate::codegen::abi::KernelParam;
-use crate::codegen::kind::element_stride;
 use crate::codegen::writer::{emit, PtxWriter, RegClass};
 use crate::codegen::CodegenError;
 use vyre_foundation::ir::Node;
@@ -155,7 +154,7 @@ impl<'p> Lowerer<'p> {
         let lin = self.ids.linear_local;
         let base = self.shared_base;
         emit!(p, "mov.u32 {base}, vyre_shared");
-        let total = self.shared_bytes();
+        let total = self.shared_bytes;
         let threads: u32 = self.workgroup_size.iter().product();
         let offset = self.w.reg(RegClass::B32);
         let addr = self.w.reg(RegClass::B32);
@@ -195,21 +194,18 @@ impl<'p> Lowerer<'p> {
         index: u32,
         opcode: &'static str,
     ) -> u32 {
-        let slot = match self
+        let found = self
             .partials
             .iter()
-            .position(|p| p.buffer == buffer && p.index == index)
-        {
-            Some(slot) => slot,
-            None => {
-                self.partials.push(Partial {
-                    buffer,
-                    index,
-                    opcode,
-                });
-                self.partials.len() - 1
-            }
-        };
+            .position(|p| p.buffer == buffer && p.index == index);
+        let slot = found.unwrap_or_else(|| {
+            self.partials.push(Partial {
+                buffer,
+                index,
+                opcode,
+            });
+            self.partials.len() - 1
+        });
         slot as u32
     }
 
@@ -227,31 +223,19 @@ impl<'p> Lowerer<'p> {
         let first = self.w.reg(RegClass::Pred);
         emit!(self.w, "setp.eq.u32 {first}, {}, 0", self.ids.linear_local);
         for slot in 0..self.partials.len() {
-            let (buffer, index, opcode) = {
-                let p = &self.partials[slot];
-                (p.buffer, p.index, p.opcode)
-            };
-            let target = self.slot(buffer)?;
-            let index_reg = self.imm_b32(index);
+            let partial = self.partials[slot];
+            let target = self.slot(partial.buffer)?;
+            let index_reg = self.imm_b32(partial.index);
             let (in_bounds, addr) = self.element_address(&target, index_reg);
             let value = self.w.reg(RegClass::B32);
             emit!(self.w, "ld.shared.u32 {value}, [{PARTIALS}+{}]", slot * 4);
             emit!(self.w, "and.pred {in_bounds}, {in_bounds}, {first}");
             emit!(
                 self.w,
-                "@{in_bounds} red.relaxed.gpu.global.{opcode} [{addr}], {value}"
+                "@{in_bounds} red.relaxed.gpu.global.{} [{addr}], {value}",
+                partial.opcode
             );
         }
         Ok(())
-    }
-
-    fn shared_bytes(&self) -> u32 {
-        self.shared
-            .last()
-            .map(|last| {
-                let bytes = last.offset + last.count * element_stride(&last.element).unwrap_or(4);
-                bytes.next_multiple_of(16)
-            })
-            .unwrap_or(0)
     }
 }

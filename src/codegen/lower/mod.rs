@@ -87,6 +87,7 @@ pub(crate) struct Lowerer<'p> {
     /// Base and length registers of each binding, in ABI order.
     binding_regs: Vec<(Reg, Reg)>,
     shared: &'p [SharedBuffer],
+    shared_bytes: u32,
     shared_base: Reg,
     locals: FxHashMap<&'p str, Local>,
     /// Variables bound to run-time-sized bytes values (see `bytes`).
@@ -158,6 +159,7 @@ impl<'p> Lowerer<'p> {
             buffers,
             binding_regs,
             shared,
+            shared_bytes: abi.shared_bytes,
             shared_base,
             locals: FxHashMap::default(),
             byte_views: FxHashMap::default(),

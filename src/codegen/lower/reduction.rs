@@ -19,6 +19,7 @@ use crate::codegen::writer::{emit, Reg};
 pub(super) const PARTIALS: &str = "vyre_partial";
 
 /// One per-workgroup partial: the global element it is applied to, and how.
+#[derive(Clone, Copy)]
 pub(super) struct Partial<'p> {
     pub(super) buffer: &'p str,
     pub(super) index: u32,
