@@ -45,11 +45,16 @@ impl Lowerer<'_> {
         );
         // A source lane outside the subgroup reads 0 in the reference.
         emit!(self.w, "setp.lt.u32 {present}, {source}, {lanes}");
-        if value.kind == ValKind::F32 {
-            emit!(self.w, "selp.f32 {d}, {d}, 0f00000000, {present}");
+        let zero = if value.kind == ValKind::F32 {
+            "0f00000000"
         } else {
-            emit!(self.w, "selp.b32 {d}, {d}, 0, {present}");
-        }
+            "0"
+        };
+        emit!(
+            self.w,
+            "selp.{} {d}, {d}, {zero}, {present}",
+            d.class().ty()
+        );
         Ok(Val::new(value.kind, d))
     }
 
@@ -61,30 +66,22 @@ impl Lowerer<'_> {
         let mask = self.subgroup_mask;
         match value.kind {
             ValKind::U32 => {
-                let redux = match op {
-                    SubgroupReduceOp::Add => Some("add.u32"),
-                    SubgroupReduceOp::Min => Some("min.u32"),
-                    SubgroupReduceOp::Max => Some("max.u32"),
-                    SubgroupReduceOp::And => Some("and.b32"),
-                    SubgroupReduceOp::Or => Some("or.b32"),
-                    SubgroupReduceOp::Xor => Some("xor.b32"),
-                    _ => None,
+                // `redux.sync` (sm_80+) computes all but Mul exactly.
+                let (identity, binop, redux) = match op {
+                    SubgroupReduceOp::Add => (0, BinOp::Add, Some("add.u32")),
+                    SubgroupReduceOp::Mul => (1, BinOp::Mul, None),
+                    SubgroupReduceOp::Min => (u32::MAX, BinOp::Min, Some("min.u32")),
+                    SubgroupReduceOp::Max => (0, BinOp::Max, Some("max.u32")),
+                    SubgroupReduceOp::And => (u32::MAX, BinOp::BitAnd, Some("and.b32")),
+                    SubgroupReduceOp::Or => (0, BinOp::BitOr, Some("or.b32")),
+                    SubgroupReduceOp::Xor => (0, BinOp::BitXor, Some("xor.b32")),
+                    other => return Err(unknown_reduce(other)),
                 };
                 if let Some(redux) = redux.filter(|_| self.sm >= 80) {
                     let d = self.b32();
                     emit!(self.w, "redux.sync.{redux} {d}, {}, {mask}", value.reg);
                     return Ok(Val::new(ValKind::U32, d));
                 }
-                let (identity, binop) = match op {
-                    SubgroupReduceOp::Add => (0, BinOp::Add),
-                    SubgroupReduceOp::Mul => (1, BinOp::Mul),
-                    SubgroupReduceOp::Min => (u32::MAX, BinOp::Min),
-                    SubgroupReduceOp::Max => (0, BinOp::Max),
-                    SubgroupReduceOp::And => (u32::MAX, BinOp::BitAnd),
-                    SubgroupReduceOp::Or => (0, BinOp::BitOr),
-                    SubgroupReduceOp::Xor => (0, BinOp::BitXor),
-                    other => return Err(unknown_reduce(other)),
-                };
                 let acc = self.lit_b32(ValKind::U32, identity);
                 self.fold_lanes(acc, value, binop)
             }
