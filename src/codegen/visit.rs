@@ -135,15 +135,15 @@ pub(crate) fn any_expr(expr: &Expr, test: &impl Fn(&Expr) -> bool) -> bool {
     found
 }
 
+/// Whether an expression `node` itself owns satisfies `test` (anywhere inside it).
+pub(crate) fn owns_expr(node: &Node, test: &impl Fn(&Expr) -> bool) -> bool {
+    let mut found = false;
+    for_each_expr(node, &mut |expr| found = found || any_expr(expr, test));
+    found
+}
+
 /// Whether any expression owned by `nodes` or by the statements nested in them satisfies
 /// `test` (anywhere inside it).
 pub(crate) fn any_expr_in(nodes: &[Node], test: &impl Fn(&Expr) -> bool) -> bool {
-    nodes.iter().any(|node| {
-        let mut found = false;
-        for_each_expr(node, &mut |expr| found = found || any_expr(expr, test));
-        found
-            || children(node)
-                .into_iter()
-                .any(|body| any_expr_in(body, test))
-    })
+    any_node(nodes, &|node| owns_expr(node, test))
 }

@@ -9,8 +9,8 @@
 //! that leaves early would otherwise make the reference fail while hardware runs on).
 
 use crate::codegen::visit::{
-    all_children, any_expr, any_expr_in, any_node, children, for_each_child, for_each_expr,
-    for_each_expr_in, for_each_node, has_barrier, has_return,
+    all_children, any_expr_in, any_node, for_each_expr_in, for_each_node, has_barrier, has_return,
+    owns_expr,
 };
 use crate::codegen::CodegenError;
 use rustc_hash::FxHashSet;
@@ -134,68 +134,23 @@ impl<'p> Uniformity<'p> {
                 bound_inside.insert(name.as_str());
             }
         });
-        let mut found = Vec::new();
-        self.collect_hoistable(nodes, &bound_inside, &mut found)
-            .then_some(found)
-    }
-
-    fn collect_hoistable<'e>(
-        &self,
-        nodes: &'e [Node],
-        bound_inside: &FxHashSet<&str>,
-        found: &mut Vec<&'e Expr>,
-    ) -> bool {
-        for node in nodes {
-            let mut ok = true;
-            for_each_expr(node, &mut |expr| {
-                ok &= self.collect_ops(expr, bound_inside, found);
-            });
-            if !ok {
-                return false;
-            }
-            if matches!(node, Node::Loop { body, .. } if has_subgroup(body)) {
-                return false;
-            }
-            if !matches!(node, Node::Loop { .. })
-                && !children(node)
-                    .into_iter()
-                    .all(|body| self.collect_hoistable(body, bound_inside, found))
-            {
-                return false;
-            }
+        if any_node(
+            nodes,
+            &|node| matches!(node, Node::Loop { body, .. } if has_subgroup(body)),
+        ) {
+            return None;
         }
-        true
-    }
-
-    fn collect_ops<'e>(
-        &self,
-        expr: &'e Expr,
-        bound_inside: &FxHashSet<&str>,
-        found: &mut Vec<&'e Expr>,
-    ) -> bool {
-        let operands_ok = match expr {
-            Expr::SubgroupBallot { cond } => Some(self.is_time_invariant(cond, bound_inside)),
-            Expr::SubgroupShuffle { value, lane } => Some(
-                self.is_time_invariant(value, bound_inside)
-                    && self.is_time_invariant(lane, bound_inside),
-            ),
-            Expr::SubgroupReduce { value, .. } => Some(self.is_time_invariant(value, bound_inside)),
-            _ => None,
-        };
-        match operands_ok {
-            Some(true) => {
-                found.push(expr);
-                true
-            }
-            Some(false) => false,
-            None => {
-                let mut ok = true;
-                for_each_child(expr, &mut |child| {
-                    ok &= self.collect_ops(child, bound_inside, found)
+        // Time-invariant operands hold no subgroup operation, so every one visited is new.
+        let (mut found, mut ok) = (Vec::new(), true);
+        for_each_expr_in(nodes, &mut |expr| {
+            if is_subgroup_op(expr) {
+                ok &= all_children(expr, |operand| {
+                    self.is_time_invariant(operand, &bound_inside)
                 });
-                ok
+                found.push(expr);
             }
-        }
+        });
+        ok.then_some(found)
     }
 }
 
@@ -301,7 +256,7 @@ fn walk_check(
             Node::Region { body, .. } => walk_check(facts, body, uniform_ctx)?,
             _ => {}
         }
-        if !uniform_ctx && node_direct_subgroup(node) {
+        if !uniform_ctx && owns_expr(node, &is_subgroup_op) {
             return Err(CodegenError::unsupported(
                 "subgroup operation in divergent control flow",
                 "the enclosing If/Loop condition is not provably uniform, so the subgroup may not be converged",
@@ -325,13 +280,6 @@ fn is_subgroup_op(expr: &Expr) -> bool {
         expr,
         Expr::SubgroupBallot { .. } | Expr::SubgroupShuffle { .. } | Expr::SubgroupReduce { .. }
     )
-}
-
-/// A subgroup operation in the node's own expressions.
-fn node_direct_subgroup(node: &Node) -> bool {
-    let mut found = false;
-    for_each_expr(node, &mut |expr| found |= any_expr(expr, &is_subgroup_op));
-    found
 }
 
 pub(crate) fn has_subgroup(nodes: &[Node]) -> bool {
