@@ -80,12 +80,10 @@ impl Lowerer<'_> {
     pub(crate) fn truthy(&mut self, value: Val) -> Reg {
         let p = self.pred();
         match value.kind {
-            ValKind::F32 => emit!(self.w, "setp.neu.f32 {p}, {}, 0f00000000", value.reg),
-            ValKind::F64 => emit!(
-                self.w,
-                "setp.neu.f64 {p}, {}, 0d0000000000000000",
-                value.reg
-            ),
+            ValKind::F32 | ValKind::F64 => {
+                let (ty, zero) = (value.reg.class().ty(), value.reg.class().zero());
+                emit!(self.w, "setp.neu.{ty} {p}, {}, {zero}", value.reg);
+            }
             ValKind::U64 => emit!(self.w, "setp.ne.u64 {p}, {}, 0", value.reg),
             // A raw value wider than 4 bytes has no u32 reading, which the reference
             // treats as true.
@@ -146,12 +144,7 @@ impl Lowerer<'_> {
         max: &str,
         fault: DeviceFault,
     ) -> Reg {
-        let ty = x.class().ty();
-        let zero = if ty == "f32" {
-            "0f00000000"
-        } else {
-            "0d0000000000000000"
-        };
+        let (ty, zero) = (x.class().ty(), x.class().zero());
         let (ok, small) = (self.pred(), self.pred());
         emit!(self.w, "setp.ge.{ty} {ok}, {x}, {zero}");
         emit!(self.w, "setp.{below}.{ty} {small}, {x}, {max}");

@@ -146,13 +146,14 @@ impl Lowerer<'_> {
             self.wide_hi.insert(reg, hi);
             return Ok(Val { kind, reg });
         }
-        let (width, zero) = match kind {
-            ValKind::F32 => ("f32", "0f00000000"),
-            ValKind::F64 => ("f64", "0d0000000000000000"),
-            _ => (int_width(slot.stride), "0"),
+        let class = reg.class();
+        let width = if class.is_float() {
+            class.ty()
+        } else {
+            int_width(slot.stride)
         };
         // Out-of-bounds loads read the typed zero, never another element.
-        emit!(self.w, "mov.{} {reg}, {zero}", reg.class().ty());
+        emit!(self.w, "mov.{} {reg}, {}", class.ty(), class.zero());
         emit!(self.w, "@{in_bounds} ld.{space}.{width} {reg}, [{addr}]");
         let reg = if kind == ValKind::F32 {
             self.flush_subnormal(reg)
@@ -241,7 +242,7 @@ impl Lowerer<'_> {
 }
 
 /// The integer type of a `ld`/`st` of one element of `stride` bytes.
-fn int_width(stride: u32) -> &'static str {
+pub(super) fn int_width(stride: u32) -> &'static str {
     match stride {
         1 => "u8",
         2 => "u16",

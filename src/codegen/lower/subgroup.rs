@@ -45,16 +45,8 @@ impl Lowerer<'_> {
         );
         // A source lane outside the subgroup reads 0 in the reference.
         emit!(self.w, "setp.lt.u32 {present}, {source}, {lanes}");
-        let zero = if value.kind == ValKind::F32 {
-            "0f00000000"
-        } else {
-            "0"
-        };
-        emit!(
-            self.w,
-            "selp.{} {d}, {d}, {zero}, {present}",
-            d.class().ty()
-        );
+        let (ty, zero) = (d.class().ty(), d.class().zero());
+        emit!(self.w, "selp.{ty} {d}, {d}, {zero}, {present}");
         Ok(Val::new(value.kind, d))
     }
 
