@@ -11,6 +11,10 @@ use vyre_foundation::ir::Expr;
 impl<'p> Lowerer<'p> {
     /// The recursion depth is bounded by `analysis::nesting`, checked up front.
     pub(super) fn put_expr(&mut self, expr: &'p Expr) -> Result<Val, CodegenError> {
+        // Subgroup operations computed early, at their enclosing divergent branch.
+        if let Some(hoisted) = self.hoisted.get(&(expr as *const Expr)) {
+            return Ok(*hoisted);
+        }
         match expr {
             Expr::LitU32(v) => Ok(self.lit_b32(ValKind::U32, *v)),
             Expr::LitI32(v) => Ok(self.lit_b32(ValKind::I32, *v as u32)),
@@ -53,13 +57,6 @@ impl<'p> Lowerer<'p> {
                 "calls are not inlined by vyre-cuda yet",
                 "inline the call with vyre_foundation::ir::inline_calls before dispatch",
             )),
-            Expr::SubgroupBallot { .. }
-            | Expr::SubgroupShuffle { .. }
-            | Expr::SubgroupReduce { .. }
-                if self.hoisted.contains_key(&(expr as *const Expr)) =>
-            {
-                Ok(self.hoisted[&(expr as *const Expr)])
-            }
             Expr::SubgroupBallot { cond } => self.put_ballot(cond),
             Expr::SubgroupShuffle { value, lane } => {
                 let value = self.put_expr(value)?;

@@ -19,14 +19,7 @@ impl<'p> Lowerer<'p> {
     }
 
     pub(super) fn put_block(&mut self, nodes: &'p [Node]) -> Result<(), CodegenError> {
-        if nodes.iter().any(|n| {
-            matches!(
-                n,
-                Node::AsyncLoad { .. } | Node::AsyncStore { .. } | Node::AsyncWait { .. }
-            )
-        }) {
-            async_copy::check_block(nodes)?;
-        }
+        async_copy::check_block(nodes)?;
         for node in nodes {
             self.put_node(node)?;
         }

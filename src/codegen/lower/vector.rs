@@ -6,6 +6,7 @@
 //! which its later loads read) and written after the lanes, `st.global.v4`/`v2` where
 //! complete. The host uses it only for 16-byte-aligned, disjoint bindings and a 1-D grid.
 
+use super::memory::int_width;
 use super::{KernelAbi, LoweredBody, Lowerer, Space, Val};
 use crate::codegen::abi::{KernelParam, VECTOR_LANES};
 use crate::codegen::analysis::elementwise::Elementwise;
@@ -36,23 +37,6 @@ struct DeferredStores {
     /// Each lane's last stored word, and whether it stored (in bounds).
     words: [Reg; LANES],
     stored: [Reg; LANES],
-}
-
-/// Whether a buffer's elements travel as raw `.b32`/`.b64` words in the vector entry.
-fn word_class(stride: u32) -> Option<RegClass> {
-    match stride {
-        4 => Some(RegClass::B32),
-        8 => Some(RegClass::B64),
-        _ => None,
-    }
-}
-
-fn width(class: RegClass) -> &'static str {
-    if class == RegClass::B64 {
-        "u64"
-    } else {
-        "u32"
-    }
 }
 
 /// `{a, b, ...}`, the operand of a vector load or store.
@@ -109,8 +93,11 @@ impl<'p> Lowerer<'p> {
         };
         let mut deferred = Vec::new();
         for binding in &abi.bindings {
-            let Some(class) = word_class(binding.element_size) else {
-                continue;
+            // Only 4- and 8-byte elements travel as raw words.
+            let class = match binding.element_size {
+                4 => RegClass::B32,
+                8 => RegClass::B64,
+                _ => continue,
             };
             if ValKind::of_load(&binding.element).is_none() {
                 continue;
@@ -169,10 +156,7 @@ impl<'p> Lowerer<'p> {
                 lanes.lane_end = lane_end;
             }
             self.ids.global[0] = gid;
-            self.push_scope();
-            let result = self.put_block(entry);
-            self.pop_scope();
-            result?;
+            self.put_scoped_block(entry)?;
             self.w.put_label(lane_end);
         }
         Ok(())
@@ -207,7 +191,7 @@ impl<'p> Lowerer<'p> {
             emit!(
                 self.w,
                 "@{whole} ld.global.nc.v{per_vector}.{} {}, [{addr}+{}]",
-                width(class),
+                int_width(class.bytes()),
                 reg_list(chunk),
                 start * stride
             );
@@ -220,7 +204,7 @@ impl<'p> Lowerer<'p> {
                 emit!(
                     self.w,
                     "@{inside} ld.global.nc.{} {word}, [{addr}+{}]",
-                    width(class),
+                    int_width(class.bytes()),
                     element * stride
                 );
             }
@@ -251,7 +235,7 @@ impl<'p> Lowerer<'p> {
             emit!(
                 self.w,
                 "@{whole} st.global.v{per_vector}.{} [{addr}+{}], {}",
-                width(class),
+                int_width(class.bytes()),
                 start as u32 * stride,
                 reg_list(&words[lanes.clone()])
             );
@@ -261,7 +245,7 @@ impl<'p> Lowerer<'p> {
                 emit!(
                     self.w,
                     "@{one} st.global.{} [{addr}+{}], {}",
-                    width(class),
+                    int_width(class.bytes()),
                     k as u32 * stride,
                     words[k]
                 );
@@ -287,7 +271,7 @@ impl<'p> Lowerer<'p> {
         emit!(
             self.w,
             "@{in_bounds} ld.global.{} {raw}, [{addr}]",
-            width(class)
+            int_width(class.bytes())
         );
         emit!(self.w, "selp.{} {raw}, {word}, {raw}, {stored}", class.ty());
         Some(raw)
