@@ -1,7 +1,7 @@
 //! `BinOp`, `UnOp` and `Cast` lowering with the reference's exact results.
 //!
 //! The operators that are one PTX instruction are looked up in tables ([`int_shape`],
-//! [`f32_arith`], [`f32_unop_inst`], [`narrow_cast`]); the rest have a helper each.
+//! [`f32_arith`], [`f32_unop_inst`]); the rest have a helper each.
 
 use super::{Lowerer, Val};
 use crate::codegen::fault::DeviceFault;
@@ -187,16 +187,6 @@ enum Narrow {
     Mask(u32),
     /// Sign-extend from the low `32 - shift` bits (i8, i16).
     SignExtend(u32),
-}
-
-fn narrow_cast(target: &DataType) -> Option<Narrow> {
-    Some(match target {
-        DataType::U8 => Narrow::Mask(255),
-        DataType::U16 => Narrow::Mask(65535),
-        DataType::I8 => Narrow::SignExtend(24),
-        DataType::I16 => Narrow::SignExtend(16),
-        _ => return None,
-    })
 }
 
 /// The targets the reference casts a float to.
@@ -622,10 +612,11 @@ impl Lowerer<'_> {
                 "cast the f32 to u32 or i32 first, then narrow or widen the integer",
             ));
         }
-        if let Some(narrow) = narrow_cast(target) {
-            return Ok(self.cast_narrow(narrow, v));
-        }
         Ok(match target {
+            DataType::U8 => self.cast_narrow(Narrow::Mask(255), v),
+            DataType::U16 => self.cast_narrow(Narrow::Mask(65535), v),
+            DataType::I8 => self.cast_narrow(Narrow::SignExtend(24), v),
+            DataType::I16 => self.cast_narrow(Narrow::SignExtend(16), v),
             DataType::U32 => self.cast_to_32(ValKind::U32, v)?,
             DataType::I32 => self.cast_to_32(ValKind::I32, v)?,
             DataType::U64 | DataType::I64 => self.cast_to_u64(v),
