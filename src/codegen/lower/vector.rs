@@ -25,15 +25,24 @@ pub(crate) struct Lanes<'p> {
     lane_end: Label,
     /// Raw words of never-stored buffers, loaded before the first lane.
     preloaded: FxHashMap<&'p str, [Reg; LANES]>,
-    /// Deferred stores: each lane's last stored word and whether it stored (in bounds).
-    pending: FxHashMap<&'p str, ([Reg; LANES], [Reg; LANES])>,
+    /// The stored buffers' deferred stores, in binding order.
+    pending: Vec<(&'p str, DeferredStores)>,
+}
+
+impl Lanes<'_> {
+    /// The current lane's last stored word of `buffer` and whether it stored, when the
+    /// buffer's stores are deferred.
+    fn deferred(&self, buffer: &str) -> Option<(Reg, Reg)> {
+        let (_, stores) = self.pending.iter().find(|(name, _)| *name == buffer)?;
+        Some((stores.words[self.lane], stores.stored[self.lane]))
+    }
 }
 
 /// One stored buffer's deferred stores, written after the last lane.
+#[derive(Clone, Copy)]
 struct DeferredStores {
     base: Reg,
     stride: u32,
-    class: RegClass,
     /// Each lane's last stored word, and whether it stored (in bounds).
     words: [Reg; LANES],
     stored: [Reg; LANES],
@@ -63,16 +72,15 @@ impl<'p> Lowerer<'p> {
         let first = self.b32();
         emit!(self.w, "mad.lo.u32 {first}, {thread}, {LANES}, {inv_base}");
         let lane_end = self.w.label();
-        let (lanes, deferred) = self.lane_buffers(abi, shape, first, lane_end);
+        self.lanes = Some(self.lane_buffers(abi, shape, first, lane_end));
         let flush = self.w.label();
-        self.lanes = Some(lanes);
         let result = self.put_lanes(entry, first, inv_end, flush);
         self.ids.global[0] = thread;
-        self.lanes = None;
+        let pending = self.lanes.take().map(|lanes| lanes.pending);
         result?;
         self.w.put_label(flush);
-        for store in deferred {
-            self.flush_stores(first, store);
+        for (_, stores) in pending.unwrap_or_default() {
+            self.flush_stores(first, stores);
         }
         self.finish_entry()
     }
@@ -84,14 +92,13 @@ impl<'p> Lowerer<'p> {
         shape: &Elementwise<'p>,
         first: Reg,
         lane_end: Label,
-    ) -> (Lanes<'p>, Vec<DeferredStores>) {
+    ) -> Lanes<'p> {
         let mut lanes = Lanes {
             lane: 0,
             lane_end,
             preloaded: FxHashMap::default(),
-            pending: FxHashMap::default(),
+            pending: Vec::new(),
         };
-        let mut deferred = Vec::new();
         for binding in &abi.bindings {
             // Only 4- and 8-byte elements travel as raw words.
             let class = match binding.element_size {
@@ -119,20 +126,19 @@ impl<'p> Lowerer<'p> {
                     emit!(self.w, "mov.{} {word}, 0", class.ty());
                     emit!(self.w, "setp.ne.u32 {flag}, 0, 0");
                 }
-                lanes.pending.insert(name, (words, stored));
-                deferred.push(DeferredStores {
+                let stores = DeferredStores {
                     base,
                     stride: slot.stride,
-                    class,
                     words,
                     stored,
-                });
+                };
+                lanes.pending.push((name, stores));
             } else if shape.loaded.contains(name) {
                 let words = self.preload(base, len, first, slot.stride, class);
                 lanes.preloaded.insert(name, words);
             }
         }
-        (lanes, deferred)
+        lanes
     }
 
     /// The program body once per lane, each with its own `gid`; lanes at or past
@@ -191,7 +197,7 @@ impl<'p> Lowerer<'p> {
             emit!(
                 self.w,
                 "@{whole} ld.global.nc.v{per_vector}.{} {}, [{addr}+{}]",
-                int_width(class.bytes()),
+                int_width(stride),
                 reg_list(chunk),
                 start * stride
             );
@@ -204,7 +210,7 @@ impl<'p> Lowerer<'p> {
                 emit!(
                     self.w,
                     "@{inside} ld.global.nc.{} {word}, [{addr}+{}]",
-                    int_width(class.bytes()),
+                    int_width(stride),
                     element * stride
                 );
             }
@@ -217,7 +223,6 @@ impl<'p> Lowerer<'p> {
         let DeferredStores {
             base,
             stride,
-            class,
             words,
             stored,
         } = stores;
@@ -235,7 +240,7 @@ impl<'p> Lowerer<'p> {
             emit!(
                 self.w,
                 "@{whole} st.global.v{per_vector}.{} [{addr}+{}], {}",
-                int_width(class.bytes()),
+                int_width(stride),
                 start as u32 * stride,
                 reg_list(&words[lanes.clone()])
             );
@@ -245,7 +250,7 @@ impl<'p> Lowerer<'p> {
                 emit!(
                     self.w,
                     "@{one} st.global.{} [{addr}+{}], {}",
-                    int_width(class.bytes()),
+                    int_width(stride),
                     k as u32 * stride,
                     words[k]
                 );
@@ -261,8 +266,7 @@ impl<'p> Lowerer<'p> {
         if let Some(words) = lanes.preloaded.get(buffer) {
             return Some(words[lane]);
         }
-        let (words, stored) = lanes.pending.get(buffer)?;
-        let (word, stored) = (words[lane], stored[lane]);
+        let (word, stored) = lanes.deferred(buffer)?;
         let slot = self.buffers.get(buffer)?.clone();
         let (in_bounds, addr) = self.element_address(&slot, index);
         let class = word.class();
@@ -280,13 +284,10 @@ impl<'p> Lowerer<'p> {
     /// In the vector entry: defer a store of `payload` to the current lane's element when
     /// the buffer's stores are deferred; `false` when the store must be emitted as usual.
     pub(super) fn lane_store(&mut self, buffer: &str, in_bounds: Reg, payload: Reg) -> bool {
-        let Some(lanes) = self.lanes.as_ref() else {
+        let Some((word, stored)) = self.lanes.as_ref().and_then(|lanes| lanes.deferred(buffer))
+        else {
             return false;
         };
-        let Some((words, stored)) = lanes.pending.get(buffer) else {
-            return false;
-        };
-        let (word, stored) = (words[lanes.lane], stored[lanes.lane]);
         emit!(
             self.w,
             "@{in_bounds} mov.{} {word}, {payload}",
