@@ -9,8 +9,8 @@
 //! that leaves early would otherwise make the reference fail while hardware runs on).
 
 use crate::codegen::visit::{
-    all_children, any_expr_in, any_node, for_each_expr_in, for_each_node, has_barrier, has_return,
-    owns_expr,
+    all_children, any_expr_in, any_node, children, for_each_expr_in, for_each_node, has_barrier,
+    has_return, owns_expr,
 };
 use crate::codegen::CodegenError;
 use rustc_hash::FxHashSet;
@@ -46,38 +46,33 @@ impl<'p> Uniformity<'p> {
 
     fn mark(&mut self, nodes: &'p [Node], uniform_ctx: bool) {
         for node in nodes {
+            let inner = self.body_uniform(node, uniform_ctx);
             match node {
                 Node::Let { name, value } | Node::Assign { name, value }
                     if !uniform_ctx || !self.is_uniform(value) =>
                 {
                     self.divergent_vars.insert(name.as_str());
                 }
-                Node::If {
-                    cond,
-                    then,
-                    otherwise,
-                } => {
-                    let inner = uniform_ctx && self.is_uniform(cond);
-                    self.mark(then, inner);
-                    self.mark(otherwise, inner);
+                Node::Loop { var, .. } if !inner => {
+                    self.divergent_vars.insert(var.as_str());
                 }
-                Node::Loop {
-                    var,
-                    from,
-                    to,
-                    body,
-                } => {
-                    let inner = uniform_ctx && self.is_uniform(from) && self.is_uniform(to);
-                    if !inner {
-                        self.divergent_vars.insert(var.as_str());
-                    }
-                    self.mark(body, inner);
-                }
-                Node::Block(body) => self.mark(body, uniform_ctx),
-                Node::Region { body, .. } => self.mark(body, uniform_ctx),
                 _ => {}
             }
+            for body in children(node) {
+                self.mark(body, inner);
+            }
         }
+    }
+
+    /// Whether the statements nested in `node` run in provably uniform control flow,
+    /// given whether `node` itself does.
+    fn body_uniform(&self, node: &Node, uniform_ctx: bool) -> bool {
+        uniform_ctx
+            && match node {
+                Node::If { cond, .. } => self.is_uniform(cond),
+                Node::Loop { from, to, .. } => self.is_uniform(from) && self.is_uniform(to),
+                _ => true,
+            }
     }
 
     /// Whether `expr` is provably the same for every invocation of a workgroup.
@@ -218,43 +213,37 @@ fn walk_check(
     uniform_ctx: bool,
 ) -> Result<(), CodegenError> {
     for node in nodes {
+        let inner = facts.body_uniform(node, uniform_ctx);
         match node {
             Node::If {
-                cond,
-                then,
-                otherwise,
-            } => {
-                let inner = uniform_ctx && facts.is_uniform(cond);
-                if uniform_ctx && !inner {
-                    // The outermost divergent branch: its subgroup operations run early,
-                    // at the branch, with every lane (as the reference reads every lane).
-                    let hoistable = facts.hoistable(then).zip(facts.hoistable(otherwise));
-                    if hoistable.is_none() {
-                        return Err(CodegenError::unsupported(
-                            "subgroup operation in divergent control flow",
-                            "the operation sits in a loop or reads values that may change inside a data-dependent branch, so the subgroup cannot evaluate it for every lane",
-                            "move the subgroup operation out of the branch, or make its operands depend only on immutable values",
-                        ));
-                    }
-                    // Barrier loops still need checking inside.
-                    if has_barrier_loop(then) || has_barrier_loop(otherwise) {
-                        return Err(divergent_barrier_loop());
-                    }
-                    continue;
+                then, otherwise, ..
+            } if uniform_ctx && !inner => {
+                // The outermost divergent branch: its subgroup operations run early, at the
+                // branch, with every lane (as the reference reads every lane).
+                if facts
+                    .hoistable(then)
+                    .zip(facts.hoistable(otherwise))
+                    .is_none()
+                {
+                    return Err(CodegenError::unsupported(
+                        "subgroup operation in divergent control flow",
+                        "the operation sits in a loop or reads values that may change inside a data-dependent branch, so the subgroup cannot evaluate it for every lane",
+                        "move the subgroup operation out of the branch, or make its operands depend only on immutable values",
+                    ));
                 }
-                walk_check(facts, then, inner)?;
-                walk_check(facts, otherwise, inner)?;
-            }
-            Node::Loop { from, to, body, .. } => {
-                let inner = uniform_ctx && facts.is_uniform(from) && facts.is_uniform(to);
-                if !inner && has_barrier(body) {
+                // Barrier loops still need checking inside.
+                if has_barrier_loop(then) || has_barrier_loop(otherwise) {
                     return Err(divergent_barrier_loop());
                 }
-                walk_check(facts, body, inner)?;
+                continue;
             }
-            Node::Block(body) => walk_check(facts, body, uniform_ctx)?,
-            Node::Region { body, .. } => walk_check(facts, body, uniform_ctx)?,
+            Node::Loop { body, .. } if !inner && has_barrier(body) => {
+                return Err(divergent_barrier_loop());
+            }
             _ => {}
+        }
+        for body in children(node) {
+            walk_check(facts, body, inner)?;
         }
         if !uniform_ctx && owns_expr(node, &is_subgroup_op) {
             return Err(CodegenError::unsupported(
