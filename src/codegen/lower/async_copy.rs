@@ -116,13 +116,6 @@ impl<'p> Lowerer<'p> {
                 self.fault_always(fault);
                 emit!(self.w, "mov.u64 {wide}, 0");
             }
-            ValKind::I32 => {
-                let negative = self.pred();
-                emit!(self.w, "setp.lt.s32 {negative}, {}, 0", value.reg);
-                self.fault_if(negative, fault);
-                let safe = self.zero_if(negative, value.reg);
-                emit!(self.w, "cvt.u64.u32 {wide}, {safe}");
-            }
             ValKind::F32 | ValKind::F64 => {
                 let as_f64 = self.w.reg(RegClass::F64);
                 if value.kind == ValKind::F32 {
@@ -135,7 +128,11 @@ impl<'p> Lowerer<'p> {
                 emit!(self.w, "cvt.rzi.u64.f64 {wide}, {as_f64}");
                 return Ok(self.zero_if(bad, wide));
             }
-            _ => emit!(self.w, "cvt.u64.u32 {wide}, {}", value.reg),
+            // u32, bool, short bytes and i32 (a negative one faults) widen from a u32.
+            _ => {
+                let low = self.u32_checked(value, fault)?;
+                emit!(self.w, "cvt.u64.u32 {wide}, {low}");
+            }
         }
         Ok(wide)
     }
