@@ -141,8 +141,7 @@ impl<'p> Lowerer<'p> {
     ) -> Self {
         // Register numbering follows allocation order: keep it stable.
         let mut w = PtxWriter::default();
-        let (mut buffers, binding_regs) = storage_slots(&mut w, program, abi);
-        add_shared_slots(&mut buffers, program, shared);
+        let (buffers, binding_regs) = buffer_slots(&mut w, program, abi, shared);
         let ids = Ids::allocate(&mut w);
         let shared_base = w.reg(RegClass::B32);
         let fault_ptr = w.reg(RegClass::B64);
@@ -218,11 +217,13 @@ impl<'p> Lowerer<'p> {
     }
 }
 
-/// A global-memory slot, with its base and length registers, for every binding.
-fn storage_slots<'p>(
+/// Every buffer's slot: the bindings' (with their base and length registers, also
+/// returned in ABI order), then the workgroup buffers'.
+fn buffer_slots<'p>(
     w: &mut PtxWriter,
     program: &'p Program,
     abi: &KernelAbi,
+    shared: &[SharedBuffer],
 ) -> (FxHashMap<&'p str, BufferSlot>, Vec<(Reg, Reg)>) {
     let mut buffers = FxHashMap::default();
     let mut binding_regs = Vec::with_capacity(abi.bindings.len());
@@ -242,35 +243,22 @@ fn storage_slots<'p>(
             },
         );
     }
-    (buffers, binding_regs)
-}
-
-fn add_shared_slots<'p>(
-    buffers: &mut FxHashMap<&'p str, BufferSlot>,
-    program: &'p Program,
-    shared: &[SharedBuffer],
-) {
     for buffer in shared {
-        let decl = program
-            .buffers()
-            .iter()
-            .find(|decl| decl.name() == &*buffer.name);
-        if let Some(decl) = decl {
-            buffers.insert(
-                decl.name(),
-                BufferSlot {
-                    space: Space::Shared {
-                        offset: buffer.offset,
-                        count: buffer.count,
-                    },
-                    element: buffer.element.clone(),
-                    stride: element_stride(&buffer.element).unwrap_or(4),
-                    storage: false,
-                    read_only: false,
+        buffers.insert(
+            program.buffers()[buffer.decl_index].name(),
+            BufferSlot {
+                space: Space::Shared {
+                    offset: buffer.offset,
+                    count: buffer.count,
                 },
-            );
-        }
+                element: buffer.element.clone(),
+                stride: element_stride(&buffer.element).unwrap_or(4),
+                storage: false,
+                read_only: false,
+            },
+        );
     }
+    (buffers, binding_regs)
 }
 
 pub(crate) struct LoweredBody {
