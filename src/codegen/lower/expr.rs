@@ -16,9 +16,9 @@ impl<'p> Lowerer<'p> {
             return Ok(*hoisted);
         }
         match expr {
-            Expr::LitU32(v) => Ok(self.lit_b32(ValKind::U32, *v)),
-            Expr::LitI32(v) => Ok(self.lit_b32(ValKind::I32, *v as u32)),
-            Expr::LitBool(v) => Ok(self.lit_b32(ValKind::Bool, u32::from(*v))),
+            Expr::LitU32(v) => Ok(Val::new(ValKind::U32, self.imm_b32(*v))),
+            Expr::LitI32(v) => Ok(Val::new(ValKind::I32, self.imm_b32(*v as u32))),
+            Expr::LitBool(v) => Ok(Val::new(ValKind::Bool, self.imm_b32(u32::from(*v)))),
             Expr::LitF32(v) => Ok(Val::new(
                 ValKind::F32,
                 self.f32_const(canonical_f32_bits_host(*v)),
@@ -69,7 +69,7 @@ impl<'p> Lowerer<'p> {
             }
             Expr::SubgroupLocalId | Expr::SubgroupSize => {
                 self.fault_always(DeviceFault::RejectedByReference);
-                Ok(self.lit_b32(ValKind::U32, 0))
+                Ok(Val::new(ValKind::U32, self.imm_b32(0)))
             }
             Expr::Opaque(ext) => Err(CodegenError::unsupported(
                 format!("Expr::Opaque({})", ext.extension_kind()),

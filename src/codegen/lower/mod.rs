@@ -2,12 +2,9 @@
 //! PTX with one fresh virtual register per defined value.
 //!
 //! Every operation reproduces what `vyre-reference` computes for the same value
-//! variants (see `kind.rs`); cases where the reference raises a run-time error branch to
-//! an out-of-line block that records a [`DeviceFault`] and ends the invocation.
-//!
-//! The lowering of each construct lives in a child module (`stmt`, `expr`, `memory`,
-//! `atomic`, ...); they share the [`Lowerer`]'s state, private to this module. What the
-//! whole program's analyses found comes in as one [`ProgramFacts`].
+//! variants (see `kind.rs`); where the reference raises a run-time error, the kernel
+//! records a [`DeviceFault`] (see `checks.rs`). Each construct's child module shares the
+//! [`Lowerer`]'s state.
 
 mod async_copy;
 mod atomic;

@@ -63,9 +63,7 @@ impl Lowerer<'_> {
             }
             let active = self.b32();
             emit!(self.w, "activemask.b32 {active}");
-            let combined = self.b32();
-            emit!(self.w, "redux.sync.{opcode} {combined}, {value}, {active}");
-            let leader = self.lowest_active_lane(active);
+            let (combined, leader) = self.warp_combine(opcode, value, active);
             emit!(self.w, "@{leader} red.shared.{opcode} {target}, {combined}");
             return;
         }
@@ -90,9 +88,7 @@ impl Lowerer<'_> {
                 "match.all.sync.b32 {matched}|{same}, {index}, {active}"
             );
         }
-        let combined = self.b32();
-        emit!(self.w, "redux.sync.{opcode} {combined}, {value}, {active}");
-        let leader = self.lowest_active_lane(active);
+        let (combined, leader) = self.warp_combine(opcode, value, active);
         emit!(self.w, "and.pred {leader}, {leader}, {same}");
         // Same index and buffer, so `in_bounds` agrees across the aggregated lanes.
         emit!(self.w, "and.pred {leader}, {leader}, {in_bounds}");
@@ -109,13 +105,16 @@ impl Lowerer<'_> {
         );
     }
 
-    /// A predicate that holds on the lowest lane of `active`: no active lane below it.
-    fn lowest_active_lane(&mut self, active: Reg) -> Reg {
+    /// `value` combined over the lanes of `active` (`redux.sync`), and a predicate that
+    /// holds on the lowest of them (no active lane below it), which issues the `red`.
+    fn warp_combine(&mut self, opcode: &str, value: Reg, active: Reg) -> (Reg, Reg) {
+        let combined = self.b32();
+        emit!(self.w, "redux.sync.{opcode} {combined}, {value}, {active}");
         let below = self.b32();
         emit!(self.w, "mov.u32 {below}, %lanemask_lt");
         emit!(self.w, "and.b32 {below}, {below}, {active}");
         let leader = self.pred();
         emit!(self.w, "setp.eq.u32 {leader}, {below}, 0");
-        leader
+        (combined, leader)
     }
 }

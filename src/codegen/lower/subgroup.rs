@@ -74,7 +74,7 @@ impl Lowerer<'_> {
                     emit!(self.w, "redux.sync.{redux} {d}, {}, {mask}", value.reg);
                     return Ok(Val::new(ValKind::U32, d));
                 }
-                let acc = self.lit_b32(ValKind::U32, identity);
+                let acc = Val::new(ValKind::U32, self.imm_b32(identity));
                 self.fold_lanes(acc, value, binop)
             }
             ValKind::F32 => {

@@ -11,11 +11,6 @@ impl Lowerer<'_> {
         emit!(self.w, "mov.{} {dst}, {src}", dst.class().ty());
     }
 
-    pub(super) fn lit_b32(&mut self, kind: ValKind, bits: u32) -> Val {
-        let reg = self.imm_b32(bits);
-        Val { kind, reg }
-    }
-
     pub(super) fn imm_b32(&mut self, bits: u32) -> Reg {
         let reg = self.w.reg(RegClass::B32);
         emit!(self.w, "mov.b32 {reg}, {bits}");

@@ -299,14 +299,11 @@ impl<'p> Lowerer<'p> {
 
     /// `Return` in the vector entry ends the current lane only.
     pub(super) fn lane_return(&mut self) -> bool {
-        match self.lanes.as_ref() {
-            Some(lanes) => {
-                let end = lanes.lane_end;
-                emit!(self.w, "bra {end}");
-                true
-            }
-            None => false,
-        }
+        let Some(lanes) = &self.lanes else {
+            return false;
+        };
+        emit!(self.w, "bra {}", lanes.lane_end);
+        true
     }
 
     /// A raw element word as the value a load of `kind` yields (as `put_load` would).
