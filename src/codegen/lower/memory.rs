@@ -35,13 +35,6 @@ pub(super) struct BufferSlot {
     pub(super) read_only: bool,
 }
 
-#[derive(Clone, Copy)]
-pub(super) enum ByteBase {
-    Global(Reg),
-    /// Byte offset of the buffer inside `vyre_shared`.
-    Shared(u32),
-}
-
 impl Lowerer<'_> {
     pub(super) fn slot(&self, buffer: &str) -> Result<BufferSlot, CodegenError> {
         self.buffers.get(buffer).cloned().ok_or_else(|| {
@@ -163,42 +156,39 @@ impl Lowerer<'_> {
         Ok(Val { kind, reg })
     }
 
-    /// A buffer's byte base and byte length (`.b64`).
-    pub(super) fn byte_range_of(&mut self, buffer: &str) -> Result<(ByteBase, Reg), CodegenError> {
+    /// A buffer's space and byte length (`.b64`).
+    pub(super) fn byte_range_of(&mut self, buffer: &str) -> Result<(Space, Reg), CodegenError> {
         let slot = self.slot(buffer)?;
         let bytes = self.w.reg(RegClass::B64);
-        Ok(match slot.space {
-            Space::Global { base, len } => {
+        match slot.space {
+            Space::Global { len, .. } => {
                 emit!(self.w, "mul.wide.u32 {bytes}, {len}, {}", slot.stride);
-                (ByteBase::Global(base), bytes)
             }
-            Space::Shared { offset, count } => {
-                emit!(
-                    self.w,
-                    "mov.u64 {bytes}, {}",
-                    u64::from(count) * u64::from(slot.stride)
-                );
-                (ByteBase::Shared(offset), bytes)
+            Space::Shared { count, .. } => {
+                let total = u64::from(count) * u64::from(slot.stride);
+                emit!(self.w, "mov.u64 {bytes}, {total}");
             }
-        })
+        }
+        Ok((slot.space, bytes))
     }
 
-    /// `@p ld/st.u8` of `byte` at byte `at` of a buffer.
-    pub(super) fn byte_access(&mut self, p: Reg, base: ByteBase, at: Reg, byte: Reg, store: bool) {
-        let (space, addr) = match base {
-            ByteBase::Global(base) => {
+    /// `@p ld/st.u8` of `byte` at byte `at` of a buffer in `space`.
+    pub(super) fn byte_access(&mut self, p: Reg, space: Space, at: Reg, byte: Reg, store: bool) {
+        let addr = match space {
+            Space::Global { base, .. } => {
                 let addr = self.w.reg(RegClass::B64);
                 emit!(self.w, "add.s64 {addr}, {base}, {at}");
-                ("global", addr)
+                addr
             }
-            ByteBase::Shared(offset) => {
+            Space::Shared { offset, .. } => {
                 let addr = self.w.reg(RegClass::B32);
                 emit!(self.w, "cvt.u32.u64 {addr}, {at}");
                 emit!(self.w, "add.u32 {addr}, {addr}, {}", self.shared_base);
                 emit!(self.w, "add.u32 {addr}, {addr}, {offset}");
-                ("shared", addr)
+                addr
             }
         };
+        let space = space.state_space();
         if store {
             emit!(self.w, "@{p} st.{space}.u8 [{addr}], {byte}");
         } else {
