@@ -110,29 +110,18 @@ impl<'p> Lowerer<'p> {
 
     /// Local, workgroup and global ids per axis, and the linear local index.
     fn compute_ids(&self, p: &mut PtxWriter) {
+        let ids = &self.ids;
         for (axis, name) in ["x", "y", "z"].into_iter().enumerate() {
-            let (l, g, gl) = (
-                self.ids.local[axis],
-                self.ids.group[axis],
-                self.ids.global[axis],
-            );
+            let (l, g, gl) = (ids.local[axis], ids.group[axis], ids.global[axis]);
+            let size = self.workgroup_size[axis];
             emit!(p, "mov.u32 {l}, %tid.{name}");
             emit!(p, "mov.u32 {g}, %ctaid.{name}");
-            emit!(
-                p,
-                "mad.lo.u32 {gl}, {g}, {}, {l}",
-                self.workgroup_size[axis]
-            );
+            emit!(p, "mad.lo.u32 {gl}, {g}, {size}, {l}");
         }
-        let [wx, wy, _] = self.workgroup_size;
-        let lin = self.ids.linear_local;
-        emit!(
-            p,
-            "mad.lo.u32 {lin}, {}, {wy}, {}",
-            self.ids.local[2],
-            self.ids.local[1]
-        );
-        emit!(p, "mad.lo.u32 {lin}, {lin}, {wx}, {}", self.ids.local[0]);
+        let ([wx, wy, _], [x, y, z]) = (self.workgroup_size, ids.local);
+        let lin = ids.linear_local;
+        emit!(p, "mad.lo.u32 {lin}, {z}, {wy}, {y}");
+        emit!(p, "mad.lo.u32 {lin}, {lin}, {wx}, {x}");
     }
 
     /// Subgroups are 32-lane chunks of the linear local index (as hardware warps are);
