@@ -15,14 +15,18 @@ impl Lowerer<'_> {
     /// merged such blocks into a wrongly predicated `EXIT`.
     pub(crate) fn fault_if(&mut self, p: Reg, fault: DeviceFault) {
         self.uses_fault_word = true;
-        let scratch = self.w.reg(RegClass::B32);
+        self.write_fault(&format!("@{p} "), fault);
+        emit!(self.w, "or.pred {0}, {0}, {p}", self.faulted);
+    }
+
+    /// `{guard}atom.global.cas`: write `fault`'s code into the fault word unless an
+    /// earlier fault is there.
+    pub(super) fn write_fault(&mut self, guard: &str, fault: DeviceFault) {
+        let (scratch, ptr, code) = (self.w.reg(RegClass::B32), self.fault_ptr, fault.code());
         emit!(
             self.w,
-            "@{p} atom.global.cas.b32 {scratch}, [{}], 0, {}",
-            self.fault_ptr,
-            fault.code()
+            "{guard}atom.global.cas.b32 {scratch}, [{ptr}], 0, {code}"
         );
-        emit!(self.w, "or.pred {0}, {0}, {p}", self.faulted);
     }
 
     /// Record `fault` and end the invocation when `p` holds. Only for predicates uniform

@@ -49,13 +49,7 @@ impl<'p> Lowerer<'p> {
         self.exit_kernel();
         for (fault, label) in std::mem::take(&mut self.exit_faults) {
             self.w.put_label(label);
-            let scratch = self.w.reg(RegClass::B32);
-            emit!(
-                self.w,
-                "atom.global.cas.b32 {scratch}, [{}], 0, {}",
-                self.fault_ptr,
-                fault.code()
-            );
+            self.write_fault("", fault);
             self.exit_kernel();
         }
         let fault_word = self.uses_fault_word;
