@@ -168,19 +168,14 @@ fn mutable_vars(nodes: &[Node]) -> FxHashSet<&str> {
 /// Buffers a store, async copy or atomic writes.
 fn written_buffers(nodes: &[Node]) -> FxHashSet<&str> {
     let mut written = FxHashSet::default();
-    for_each_node(nodes, &mut |node| {
-        if let Node::Store { buffer, .. }
-        | Node::AsyncLoad {
-            destination: buffer,
-            ..
-        }
-        | Node::AsyncStore {
-            destination: buffer,
-            ..
-        } = node
-        {
+    for_each_node(nodes, &mut |node| match node {
+        Node::Store { buffer, .. } => {
             written.insert(buffer.as_str());
         }
+        Node::AsyncLoad { destination, .. } | Node::AsyncStore { destination, .. } => {
+            written.insert(destination.as_str());
+        }
+        _ => {}
     });
     for_each_expr_in(nodes, &mut |expr| {
         if let Expr::Atomic { buffer, .. } = expr {

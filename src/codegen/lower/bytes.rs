@@ -212,18 +212,15 @@ impl<'p> Lowerer<'p> {
 
     /// The view's first four bytes, little-endian, zero-padded past its end.
     fn bytes_prefix_u32(&mut self, view: ByteView) -> Reg {
+        let (start, len) = (view.start, view.len);
         let word = self.b32();
         emit!(self.w, "mov.u32 {word}, 0");
         for k in 0..4u32 {
             let present = self.pred();
-            emit!(self.w, "setp.gt.u32 {present}, {}, {k}", view.len);
+            emit!(self.w, "setp.gt.u32 {present}, {len}, {k}");
             let byte = self.b32();
             emit!(self.w, "mov.u32 {byte}, 0");
-            emit!(
-                self.w,
-                "@{present} ld.global.u8 {byte}, [{}+{k}]",
-                view.start
-            );
+            emit!(self.w, "@{present} ld.global.u8 {byte}, [{start}+{k}]");
             if k > 0 {
                 emit!(self.w, "shl.b32 {byte}, {byte}, {}", 8 * k);
             }

@@ -141,13 +141,8 @@ impl<'p> Lowerer<'p> {
             ));
         }
         let reg = self.w.reg(t.kind.reg_class());
-        emit!(
-            self.w,
-            "selp.{} {reg}, {}, {}, {p}",
-            t.reg.class().ty(),
-            t.reg,
-            f.reg
-        );
+        let (ty, a, b) = (t.reg.class().ty(), t.reg, f.reg);
+        emit!(self.w, "selp.{ty} {reg}, {a}, {b}, {p}");
         if t.kind == ValKind::Bytes(16) {
             let (t_hi, f_hi) = (self.high_half(t), self.high_half(f));
             let hi = self.w.reg(RegClass::B64);
@@ -181,12 +176,8 @@ impl<'p> Lowerer<'p> {
     fn put_ballot(&mut self, cond: &'p Expr) -> Result<Val, CodegenError> {
         let cond = self.put_expr(cond)?;
         let p = self.truthy(cond);
-        let reg = self.b32();
-        emit!(
-            self.w,
-            "vote.sync.ballot.b32 {reg}, {p}, {}",
-            self.subgroup_mask
-        );
+        let (reg, mask) = (self.b32(), self.subgroup_mask);
+        emit!(self.w, "vote.sync.ballot.b32 {reg}, {p}, {mask}");
         Ok(Val::new(ValKind::U32, reg))
     }
 }

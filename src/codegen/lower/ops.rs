@@ -466,8 +466,7 @@ impl Lowerer<'_> {
                 emit!(self.w, "xor.b32 {reg}, {}, 1", v.reg);
                 Ok(Val::new(ValKind::Bool, reg))
             }
-            ValKind::F32 => self.f32_unop(op, v.reg),
-            ValKind::F64 => {
+            ValKind::F32 | ValKind::F64 => {
                 let v = self.float_operand(v);
                 self.f32_unop(op, v.reg)
             }

@@ -118,12 +118,8 @@ impl Lowerer<'_> {
             )?;
             let present = self.pred();
             emit!(self.w, "setp.lt.u32 {present}, {k}, {lanes}");
-            emit!(
-                self.w,
-                "@{present} mov.{} {result}, {}",
-                result.class().ty(),
-                combined.reg
-            );
+            let ty = result.class().ty();
+            emit!(self.w, "@{present} mov.{ty} {result}, {}", combined.reg);
         }
         Ok(Val::new(acc.kind, result))
     }

@@ -181,25 +181,20 @@ impl<'p> Lowerer<'p> {
         for &word in &words {
             emit!(self.w, "mov.{} {word}, 0", class.ty());
         }
-        let addr = self.scaled_address(base, first, stride);
+        let (addr, ty) = (self.scaled_address(base, first, stride), int_width(stride));
         let per_vector = (16 / stride) as usize;
         for (group, chunk) in words.chunks(per_vector).enumerate() {
             let start = (group * per_vector) as u32;
             let last = self.b32();
-            emit!(
-                self.w,
-                "add.u32 {last}, {first}, {}",
-                start + per_vector as u32 - 1
-            );
+            let end = start + per_vector as u32 - 1;
+            emit!(self.w, "add.u32 {last}, {first}, {end}");
             let (whole, partial) = (self.pred(), self.pred());
             emit!(self.w, "setp.lt.u32 {whole}, {last}, {len}");
             emit!(self.w, "not.pred {partial}, {whole}");
+            let (list, offset) = (reg_list(chunk), start * stride);
             emit!(
                 self.w,
-                "@{whole} ld.global.nc.v{per_vector}.{} {}, [{addr}+{}]",
-                int_width(stride),
-                reg_list(chunk),
-                start * stride
+                "@{whole} ld.global.nc.v{per_vector}.{ty} {list}, [{addr}+{offset}]"
             );
             for (k, &word) in chunk.iter().enumerate() {
                 let element = start + k as u32;
@@ -207,11 +202,10 @@ impl<'p> Lowerer<'p> {
                 emit!(self.w, "add.u32 {gid}, {first}, {element}");
                 emit!(self.w, "setp.lt.u32 {inside}, {gid}, {len}");
                 emit!(self.w, "and.pred {inside}, {inside}, {partial}");
+                let offset = element * stride;
                 emit!(
                     self.w,
-                    "@{inside} ld.global.nc.{} {word}, [{addr}+{}]",
-                    int_width(stride),
-                    element * stride
+                    "@{inside} ld.global.nc.{ty} {word}, [{addr}+{offset}]"
                 );
             }
         }
@@ -226,7 +220,7 @@ impl<'p> Lowerer<'p> {
             words,
             stored,
         } = stores;
-        let addr = self.scaled_address(base, first, stride);
+        let (addr, ty) = (self.scaled_address(base, first, stride), int_width(stride));
         let per_vector = (16 / stride) as usize;
         for group in 0..LANES / per_vector {
             let start = group * per_vector;
@@ -237,23 +231,16 @@ impl<'p> Lowerer<'p> {
                 emit!(self.w, "and.pred {whole}, {whole}, {}", stored[k]);
             }
             emit!(self.w, "not.pred {partial}, {whole}");
+            let (list, offset) = (reg_list(&words[lanes.clone()]), start as u32 * stride);
             emit!(
                 self.w,
-                "@{whole} st.global.v{per_vector}.{} [{addr}+{}], {}",
-                int_width(stride),
-                start as u32 * stride,
-                reg_list(&words[lanes.clone()])
+                "@{whole} st.global.v{per_vector}.{ty} [{addr}+{offset}], {list}"
             );
             for k in lanes {
                 let one = self.pred();
                 emit!(self.w, "and.pred {one}, {}, {partial}", stored[k]);
-                emit!(
-                    self.w,
-                    "@{one} st.global.{} [{addr}+{}], {}",
-                    int_width(stride),
-                    k as u32 * stride,
-                    words[k]
-                );
+                let (offset, word) = (k as u32 * stride, words[k]);
+                emit!(self.w, "@{one} st.global.{ty} [{addr}+{offset}], {word}");
             }
         }
     }
@@ -269,14 +256,10 @@ impl<'p> Lowerer<'p> {
         let (word, stored) = lanes.deferred(buffer)?;
         let slot = self.buffers.get(buffer)?.clone();
         let (in_bounds, addr) = self.element_address(&slot, index);
-        let class = word.class();
+        let (class, width) = (word.class(), int_width(word.class().bytes()));
         let raw = self.w.reg(class);
         emit!(self.w, "mov.{} {raw}, 0", class.ty());
-        emit!(
-            self.w,
-            "@{in_bounds} ld.global.{} {raw}, [{addr}]",
-            int_width(class.bytes())
-        );
+        emit!(self.w, "@{in_bounds} ld.global.{width} {raw}, [{addr}]");
         emit!(self.w, "selp.{} {raw}, {word}, {raw}, {stored}", class.ty());
         Some(raw)
     }
@@ -288,11 +271,8 @@ impl<'p> Lowerer<'p> {
         else {
             return false;
         };
-        emit!(
-            self.w,
-            "@{in_bounds} mov.{} {word}, {payload}",
-            word.class().ty()
-        );
+        let ty = word.class().ty();
+        emit!(self.w, "@{in_bounds} mov.{ty} {word}, {payload}");
         emit!(self.w, "or.pred {stored}, {stored}, {in_bounds}");
         true
     }
