@@ -213,11 +213,7 @@ impl<'p> Lowerer<'p> {
             let value = self.w.reg(RegClass::B32);
             emit!(self.w, "ld.shared.u32 {value}, [{PARTIALS}+{}]", slot * 4);
             emit!(self.w, "and.pred {in_bounds}, {in_bounds}, {first}");
-            emit!(
-                self.w,
-                "@{in_bounds} red.relaxed.gpu.global.{} [{addr}], {value}",
-                partial.opcode
-            );
+            self.global_red(in_bounds, partial.opcode, addr, value);
         }
         Ok(())
     }

@@ -69,10 +69,7 @@ impl Lowerer<'_> {
         }
         if self.sm < 80 {
             // An out-of-bounds atomic writes nothing.
-            emit!(
-                self.w,
-                "@{in_bounds} red.relaxed.gpu.global.{opcode} [{addr}], {value}"
-            );
+            self.global_red(in_bounds, opcode, addr, value);
             return;
         }
         // The lanes converged here; they all execute the straight-line code below.
@@ -92,16 +89,18 @@ impl Lowerer<'_> {
         emit!(self.w, "and.pred {leader}, {leader}, {same}");
         // Same index and buffer, so `in_bounds` agrees across the aggregated lanes.
         emit!(self.w, "and.pred {leader}, {leader}, {in_bounds}");
-        emit!(
-            self.w,
-            "@{leader} red.relaxed.gpu.global.{opcode} [{addr}], {combined}"
-        );
+        self.global_red(leader, opcode, addr, combined);
         let alone = self.pred();
         emit!(self.w, "not.pred {alone}, {same}");
         emit!(self.w, "and.pred {alone}, {alone}, {in_bounds}");
+        self.global_red(alone, opcode, addr, value);
+    }
+
+    /// `red` of `value` into the global word at `addr` where `guard` holds.
+    pub(super) fn global_red(&mut self, guard: Reg, opcode: &str, addr: Reg, value: Reg) {
         emit!(
             self.w,
-            "@{alone} red.relaxed.gpu.global.{opcode} [{addr}], {value}"
+            "@{guard} red.relaxed.gpu.global.{opcode} [{addr}], {value}"
         );
     }
 
