@@ -33,14 +33,12 @@ impl Lowerer<'_> {
     /// across the workgroup, so no lane is left waiting at a later barrier.
     pub(super) fn fault_exit_if(&mut self, p: Reg, fault: DeviceFault) {
         self.uses_fault_word = true;
-        let label = match self.exit_faults.iter().find(|(f, _)| *f == fault) {
-            Some((_, label)) => *label,
-            None => {
-                let label = self.w.label();
-                self.exit_faults.push((fault, label));
-                label
-            }
-        };
+        let known = self.exit_faults.iter().find(|(f, _)| *f == fault);
+        let label = known.map(|&(_, label)| label).unwrap_or_else(|| {
+            let label = self.w.label();
+            self.exit_faults.push((fault, label));
+            label
+        });
         let p = self.branch_pred(p);
         emit!(self.w, "@{p} bra {label}");
     }

@@ -35,14 +35,10 @@ impl Lowerer<'_> {
             return Err(unsupported_lane_kind("SubgroupShuffle", value.kind));
         }
         let source = self.u32_checked(lane, DeviceFault::SubgroupLaneNotU32)?;
-        let (lanes, mask) = (self.subgroup_lanes, self.subgroup_mask);
+        let (lanes, mask, v) = (self.subgroup_lanes, self.subgroup_mask, value.reg);
         let d = self.w.reg(value.kind.reg_class());
         let present = self.pred();
-        emit!(
-            self.w,
-            "shfl.sync.idx.b32 {d}, {}, {source}, 31, {mask}",
-            value.reg
-        );
+        emit!(self.w, "shfl.sync.idx.b32 {d}, {v}, {source}, 31, {mask}");
         // A source lane outside the subgroup reads 0 in the reference.
         emit!(self.w, "setp.lt.u32 {present}, {source}, {lanes}");
         let (ty, zero) = (d.class().ty(), d.class().zero());
@@ -101,21 +97,14 @@ impl Lowerer<'_> {
 
     /// `acc = op(acc, lane[k])` for k = 0, 1, ... over the lanes present, in order.
     fn fold_lanes(&mut self, acc: Val, value: Val, op: BinOp) -> Result<Val, CodegenError> {
-        let (lanes, mask) = (self.subgroup_lanes, self.subgroup_mask);
+        let (lanes, mask, v) = (self.subgroup_lanes, self.subgroup_mask, value.reg);
         let result = self.w.reg(acc.kind.reg_class());
         self.mov(result, acc.reg);
         for k in 0..32u32 {
-            let lane_value = self.w.reg(value.kind.reg_class());
-            emit!(
-                self.w,
-                "shfl.sync.idx.b32 {lane_value}, {}, {k}, 31, {mask}",
-                value.reg
-            );
-            let combined = self.put_binop(
-                op,
-                Val::new(acc.kind, result),
-                Val::new(value.kind, lane_value),
-            )?;
+            let lane_k = self.w.reg(value.kind.reg_class());
+            emit!(self.w, "shfl.sync.idx.b32 {lane_k}, {v}, {k}, 31, {mask}");
+            let combined =
+                self.put_binop(op, Val::new(acc.kind, result), Val::new(value.kind, lane_k))?;
             let present = self.pred();
             emit!(self.w, "setp.lt.u32 {present}, {k}, {lanes}");
             let ty = result.class().ty();
