@@ -63,10 +63,8 @@ pub(crate) fn classify<'p>(
         return None;
     }
     // An accumulated buffer is touched by nothing but its one operator's atomics.
-    let Walk {
-        found, operators, ..
-    } = walk;
-    let accumulated: FxHashSet<&str> = operators.keys().copied().collect();
+    let accumulated: FxHashSet<&str> = walk.operators.into_keys().collect();
+    let found = walk.found;
     (accumulated.is_disjoint(&found.loaded) && accumulated.is_disjoint(&found.stored)).then(|| {
         Elementwise {
             accumulated,

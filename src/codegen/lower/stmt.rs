@@ -218,8 +218,7 @@ impl<'p> Lowerer<'p> {
         then: &'p [Node],
         otherwise: &'p [Node],
     ) -> Result<(), CodegenError> {
-        let facts = self.facts;
-        let uniformity = &facts.uniformity;
+        let uniformity = &self.facts.uniformity;
         let ops: Vec<&'p Expr> = uniformity
             .hoistable(then)
             .into_iter()
@@ -240,8 +239,7 @@ impl<'p> Lowerer<'p> {
         to: &'p Expr,
         body: &'p [Node],
     ) -> Result<(), CodegenError> {
-        let facts = self.facts;
-        let uniformity = &facts.uniformity;
+        let uniformity = &self.facts.uniformity;
         let divergent = !(uniformity.is_uniform(from) && uniformity.is_uniform(to));
         let from = self.put_expr(from)?;
         let from = self.u32_checked(from, DeviceFault::LoopBoundNotU32)?;
