@@ -204,7 +204,8 @@ impl KernelAbi {
 /// A workgroup (shared-memory) buffer of the kernel.
 #[derive(Debug, Clone)]
 pub(crate) struct SharedBuffer {
-    pub(crate) name: Arc<str>,
+    /// Index into `Program::buffers()`.
+    pub(crate) decl_index: usize,
     pub(crate) element: DataType,
     pub(crate) count: u32,
     pub(crate) offset: u32,
@@ -221,7 +222,12 @@ pub(crate) fn layout(
     for (decl_index, decl) in program.buffers().iter().enumerate() {
         let element_size = element_size(decl)?;
         if decl.access() == BufferAccess::Workgroup {
-            shared.push(shared_buffer(decl, element_size, &mut shared_bytes)?);
+            shared.push(shared_buffer(
+                decl_index,
+                decl,
+                element_size,
+                &mut shared_bytes,
+            )?);
         } else {
             bindings.push(binding(decl_index, decl, element_size));
         }
@@ -258,6 +264,7 @@ fn element_size(decl: &BufferDecl) -> Result<u32, CodegenError> {
 
 /// Place a workgroup buffer at the next 16-byte boundary of `vyre_shared`.
 fn shared_buffer(
+    decl_index: usize,
     decl: &BufferDecl,
     element_size: u32,
     shared_bytes: &mut u64,
@@ -278,7 +285,7 @@ fn shared_buffer(
     let offset = u32::try_from(*shared_bytes).map_err(|_| shared_too_large(*shared_bytes))?;
     *shared_bytes += bytes;
     Ok(SharedBuffer {
-        name: Arc::from(decl.name()),
+        decl_index,
         element,
         count: decl.count(),
         offset,

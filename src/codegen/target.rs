@@ -83,7 +83,7 @@ impl PtxTarget {
     /// architecture, newer than this emitter was checked against, or the architecture is
     /// older than sm_70.
     pub fn new(sm: u32, isa: PtxIsa) -> Result<Self, CodegenError> {
-        let Some(min_isa) = min_isa_for_sm(sm) else {
+        let Some(&(_, min_isa)) = SM_MIN_ISA.iter().find(|(known, _)| *known == sm) else {
             return Err(CodegenError::Target {
                 detail: format!("sm_{sm} is not an architecture vyre-cuda emits for"),
                 fix: format!(
@@ -173,13 +173,6 @@ impl fmt::Display for PtxTarget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "sm_{} (PTX {})", self.sm, self.isa)
     }
-}
-
-fn min_isa_for_sm(sm: u32) -> Option<PtxIsa> {
-    SM_MIN_ISA
-        .iter()
-        .find(|(known, _)| *known == sm)
-        .map(|(_, isa)| *isa)
 }
 
 #[cfg(test)]

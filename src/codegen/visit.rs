@@ -90,11 +90,40 @@ pub(crate) fn children(node: &Node) -> Vec<&[Node]> {
     }
 }
 
-pub(crate) fn contains_barrier(node: &Node) -> bool {
-    matches!(node, Node::Barrier { .. })
-        || children(node)
-            .iter()
-            .any(|body| body.iter().any(contains_barrier))
+/// Visit every statement of `nodes` and of the statements nested in them, parents first.
+pub(crate) fn for_each_node<'p>(nodes: &'p [Node], f: &mut impl FnMut(&'p Node)) {
+    for node in nodes {
+        f(node);
+        for body in children(node) {
+            for_each_node(body, f);
+        }
+    }
+}
+
+/// Visit every expression, at any depth, of `nodes` and of the statements nested in them.
+pub(crate) fn for_each_expr_in<'p>(nodes: &'p [Node], f: &mut impl FnMut(&'p Expr)) {
+    fn tree<'p>(expr: &'p Expr, f: &mut impl FnMut(&'p Expr)) {
+        f(expr);
+        for_each_child(expr, &mut |child| tree(child, f));
+    }
+    for_each_node(nodes, &mut |node| {
+        for_each_expr(node, &mut |expr| tree(expr, f))
+    });
+}
+
+/// Whether `test` holds for a statement of `nodes` or of the statements nested in them.
+pub(crate) fn any_node(nodes: &[Node], test: &impl Fn(&Node) -> bool) -> bool {
+    nodes
+        .iter()
+        .any(|node| test(node) || children(node).into_iter().any(|body| any_node(body, test)))
+}
+
+pub(crate) fn has_barrier(nodes: &[Node]) -> bool {
+    any_node(nodes, &|node| matches!(node, Node::Barrier { .. }))
+}
+
+pub(crate) fn has_return(nodes: &[Node]) -> bool {
+    any_node(nodes, &|node| matches!(node, Node::Return))
 }
 
 pub(crate) fn any_expr(expr: &Expr, test: &impl Fn(&Expr) -> bool) -> bool {
@@ -106,15 +135,15 @@ pub(crate) fn any_expr(expr: &Expr, test: &impl Fn(&Expr) -> bool) -> bool {
     found
 }
 
+/// Whether an expression `node` itself owns satisfies `test` (anywhere inside it).
+pub(crate) fn owns_expr(node: &Node, test: &impl Fn(&Expr) -> bool) -> bool {
+    let mut found = false;
+    for_each_expr(node, &mut |expr| found = found || any_expr(expr, test));
+    found
+}
+
 /// Whether any expression owned by `nodes` or by the statements nested in them satisfies
 /// `test` (anywhere inside it).
 pub(crate) fn any_expr_in(nodes: &[Node], test: &impl Fn(&Expr) -> bool) -> bool {
-    nodes.iter().any(|node| {
-        let mut found = false;
-        for_each_expr(node, &mut |expr| found = found || any_expr(expr, test));
-        found
-            || children(node)
-                .into_iter()
-                .any(|body| any_expr_in(body, test))
-    })
+    any_node(nodes, &|node| owns_expr(node, test))
 }

@@ -50,6 +50,15 @@ impl RegClass {
         }
     }
 
+    /// The zero immediate of this class's registers.
+    pub(crate) fn zero(self) -> &'static str {
+        match self {
+            Self::F32 => "0f00000000",
+            Self::F64 => "0d0000000000000000",
+            _ => "0",
+        }
+    }
+
     pub(crate) fn is_float(self) -> bool {
         matches!(self, Self::F32 | Self::F64)
     }

@@ -3,7 +3,7 @@
 //! is exact) and folds the latter into per-workgroup partials; the elementwise analysis
 //! treats the latter as accumulated buffers.
 
-use crate::codegen::visit::{children, for_each_child, for_each_expr};
+use crate::codegen::visit::{for_each_child, for_each_expr, for_each_expr_in, for_each_node};
 use rustc_hash::{FxHashMap, FxHashSet};
 use vyre_foundation::ir::{AtomicOp, Expr, Node};
 
@@ -95,7 +95,7 @@ struct Census<'p, 'r> {
 
 impl<'p> Census<'p, '_> {
     fn nodes(&mut self, nodes: &'p [Node]) {
-        for node in nodes {
+        for_each_node(nodes, &mut |node| {
             if let Some(atomic) = discarded_let(node, self.read_vars) {
                 let opcode = commutative_opcode(atomic.op)
                     .filter(|_| matches!(atomic.index, Expr::LitU32(_)));
@@ -105,12 +105,11 @@ impl<'p> Census<'p, '_> {
                 }
                 self.expr(atomic.index);
                 self.expr(atomic.value);
-                continue;
+                return;
             }
             match node {
                 Node::Store { buffer, .. } => {
                     self.other_use.insert(buffer.as_str());
-                    for_each_expr(node, &mut |expr| self.expr(expr));
                 }
                 Node::Let { .. }
                 | Node::Assign { .. }
@@ -118,15 +117,11 @@ impl<'p> Census<'p, '_> {
                 | Node::Loop { .. }
                 | Node::Block(_)
                 | Node::Region { .. }
-                | Node::Return => {
-                    for_each_expr(node, &mut |expr| self.expr(expr));
-                    for body in children(node) {
-                        self.nodes(body);
-                    }
-                }
+                | Node::Return => {}
                 _ => self.blocked = true,
             }
-        }
+            for_each_expr(node, &mut |expr| self.expr(expr));
+        });
     }
 
     fn expr(&mut self, expr: &'p Expr) {
@@ -142,16 +137,9 @@ impl<'p> Census<'p, '_> {
 
 /// Every variable name some expression of `nodes` reads (`Expr::Var`), at any depth.
 pub(crate) fn read_variables<'p>(nodes: &'p [Node], out: &mut FxHashSet<&'p str>) {
-    fn walk<'p>(expr: &'p Expr, out: &mut FxHashSet<&'p str>) {
+    for_each_expr_in(nodes, &mut |expr| {
         if let Expr::Var(name) = expr {
             out.insert(name.as_str());
         }
-        for_each_child(expr, &mut |child| walk(child, out));
-    }
-    for node in nodes {
-        for_each_expr(node, &mut |expr| walk(expr, out));
-        for body in children(node) {
-            read_variables(body, out);
-        }
-    }
+    });
 }

@@ -10,7 +10,7 @@
 //! do not depend on invocation order; a chunked dispatch gives every chunk the whole buffer.
 
 use super::atomics::{commutative_opcode, discarded_let};
-use crate::codegen::visit::{all_children, children, for_each_expr};
+use crate::codegen::visit::{all_children, for_each_expr, for_each_node};
 use rustc_hash::{FxHashMap, FxHashSet};
 use vyre_foundation::ir::{BufferAccess, DataType, Expr, Node, Program};
 
@@ -50,16 +50,21 @@ pub(crate) fn classify<'p>(
         lets: FxHashMap::default(),
         mutable: FxHashSet::default(),
         read: read_vars,
+        globals: program.buffers().iter().map(|decl| decl.name()).collect(),
+        found: Elementwise::default(),
+        operators: FxHashMap::default(),
     };
     walk.collect_bindings(program.entry());
-    let globals: FxHashSet<&str> = program.buffers().iter().map(|decl| decl.name()).collect();
-    let mut found = Elementwise::default();
-    let mut operators = FxHashMap::default();
-    if !walk.check_block(program.entry(), &globals, &mut found, &mut operators) {
+    let mut ok = true;
+    for_each_node(program.entry(), &mut |node| {
+        ok = ok && walk.check_node(node)
+    });
+    if !ok {
         return None;
     }
     // An accumulated buffer is touched by nothing but its one operator's atomics.
-    let accumulated: FxHashSet<&str> = operators.keys().copied().collect();
+    let accumulated: FxHashSet<&str> = walk.operators.into_keys().collect();
+    let found = walk.found;
     (accumulated.is_disjoint(&found.loaded) && accumulated.is_disjoint(&found.stored)).then(|| {
         Elementwise {
             accumulated,
@@ -68,7 +73,8 @@ pub(crate) fn classify<'p>(
     })
 }
 
-/// Name facts gathered before the check: which locals always hold `gid`.
+/// Name facts gathered before the check (which locals always hold `gid`), and what the
+/// check finds.
 struct Walk<'p, 'r> {
     /// Every `Let` value of each name (names may be re-bound in sibling scopes).
     lets: FxHashMap<&'p str, Vec<&'p Expr>>,
@@ -76,27 +82,24 @@ struct Walk<'p, 'r> {
     mutable: FxHashSet<&'p str>,
     /// Names some expression reads (a discarded atomic's `Let` name is not among them).
     read: &'r FxHashSet<&'p str>,
+    /// The program's global buffers.
+    globals: FxHashSet<&'p str>,
+    found: Elementwise<'p>,
+    /// The one operator of each accumulated buffer's atomics.
+    operators: FxHashMap<&'p str, &'static str>,
 }
 
 impl<'p> Walk<'p, '_> {
     fn collect_bindings(&mut self, nodes: &'p [Node]) {
-        for node in nodes {
-            match node {
-                Node::Let { name, value } => {
-                    self.lets.entry(name.as_str()).or_default().push(value);
-                }
-                Node::Assign { name, .. } => {
-                    self.mutable.insert(name.as_str());
-                }
-                Node::Loop { var, .. } => {
-                    self.mutable.insert(var.as_str());
-                }
-                _ => {}
+        for_each_node(nodes, &mut |node| match node {
+            Node::Let { name, value } => {
+                self.lets.entry(name.as_str()).or_default().push(value);
             }
-            for body in children(node) {
-                self.collect_bindings(body);
+            Node::Assign { name, .. } | Node::Loop { var: name, .. } => {
+                self.mutable.insert(name.as_str());
             }
-        }
+            _ => {}
+        });
     }
 
     /// Whether `expr` is the invocation's own 1-D global index in every execution.
@@ -111,25 +114,9 @@ impl<'p> Walk<'p, '_> {
         }
     }
 
-    fn check_block(
-        &self,
-        nodes: &'p [Node],
-        globals: &FxHashSet<&str>,
-        found: &mut Elementwise<'p>,
-        operators: &mut FxHashMap<&'p str, &'static str>,
-    ) -> bool {
-        nodes
-            .iter()
-            .all(|node| self.check_node(node, globals, found, operators))
-    }
-
-    fn check_node(
-        &self,
-        node: &'p Node,
-        globals: &FxHashSet<&str>,
-        found: &mut Elementwise<'p>,
-        operators: &mut FxHashMap<&'p str, &'static str>,
-    ) -> bool {
+    /// Whether `node`'s own shape and expressions are elementwise (`classify` visits
+    /// the nested statements).
+    fn check_node(&mut self, node: &'p Node) -> bool {
         if let Some(atomic) = discarded_let(node, self.read) {
             // A discarded order-independent atomic: its buffer is accumulated, provided
             // every other atomic on it uses the same operator (two operators do not
@@ -137,15 +124,14 @@ impl<'p> Walk<'p, '_> {
             let Some(opcode) = commutative_opcode(atomic.op) else {
                 return false;
             };
-            if !globals.contains(atomic.buffer)
-                || *operators.entry(atomic.buffer).or_insert(opcode) != opcode
+            if !self.globals.contains(atomic.buffer)
+                || *self.operators.entry(atomic.buffer).or_insert(opcode) != opcode
             {
                 return false;
             }
-            return self.check_expr(atomic.index, globals, found)
-                && self.check_expr(atomic.value, globals, found);
+            return self.check_expr(atomic.index) && self.check_expr(atomic.value);
         }
-        let shape_ok = match node {
+        match node {
             Node::Let { .. }
             | Node::Assign { .. }
             | Node::If { .. }
@@ -153,41 +139,29 @@ impl<'p> Walk<'p, '_> {
             | Node::Block(_)
             | Node::Region { .. }
             | Node::Return
-            | Node::Trap { .. } => true,
+            | Node::Trap { .. } => {}
             Node::Store { buffer, index, .. } => {
-                if !globals.contains(buffer.as_str()) || !self.is_gid(index, 0) {
+                if !self.globals.contains(buffer.as_str()) || !self.is_gid(index, 0) {
                     return false;
                 }
-                found.stored.insert(buffer.as_str());
-                true
+                self.found.stored.insert(buffer.as_str());
             }
-            _ => false,
-        };
-        if !shape_ok {
-            return false;
+            _ => return false,
         }
         let mut exprs_ok = true;
         for_each_expr(node, &mut |expr| {
-            exprs_ok = exprs_ok && self.check_expr(expr, globals, found);
+            exprs_ok = exprs_ok && self.check_expr(expr)
         });
         exprs_ok
-            && children(node)
-                .into_iter()
-                .all(|body| self.check_block(body, globals, found, operators))
     }
 
-    fn check_expr(
-        &self,
-        expr: &'p Expr,
-        globals: &FxHashSet<&str>,
-        found: &mut Elementwise<'p>,
-    ) -> bool {
+    fn check_expr(&mut self, expr: &'p Expr) -> bool {
         let own = match expr {
             Expr::Load { buffer, index } => {
-                if !globals.contains(buffer.as_str()) || !self.is_gid(index, 0) {
+                if !self.globals.contains(buffer.as_str()) || !self.is_gid(index, 0) {
                     return false;
                 }
-                found.loaded.insert(buffer.as_str());
+                self.found.loaded.insert(buffer.as_str());
                 true
             }
             Expr::InvocationId { axis } => *axis == 0,
@@ -207,7 +181,7 @@ impl<'p> Walk<'p, '_> {
         if !own {
             return false;
         }
-        all_children(expr, |child| self.check_expr(child, globals, found))
+        all_children(expr, |child| self.check_expr(child))
     }
 }
 

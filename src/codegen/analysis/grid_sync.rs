@@ -7,7 +7,7 @@
 //! its own PTX scope, registers and prologue (which re-zeroes workgroup buffers), and `Return`
 //! or a workgroup-wide fault jumps to the segment's end, so every thread reaches every barrier.
 
-use crate::codegen::visit::{children, contains_barrier};
+use crate::codegen::visit::{has_barrier, has_return};
 use vyre_foundation::ir::{MemoryOrdering, Node};
 
 fn is_grid_sync(node: &Node) -> bool {
@@ -54,22 +54,15 @@ pub(crate) fn split(nodes: &[Node]) -> Vec<&[Node]> {
     segments
 }
 
-fn contains_return(node: &Node) -> bool {
-    matches!(node, Node::Return)
-        || children(node)
-            .iter()
-            .any(|body| body.iter().any(contains_return))
-}
-
 /// Whether the cooperative entry runs `segments` exactly as the split entries do. Not
 /// when a segment holds both a `Return` and a workgroup barrier: a returned lane has
 /// exited in the split form and no longer counts at the barrier, while in the cooperative
 /// entry it waits at the segment end and the barrier would never fill.
 pub(crate) fn cooperative_is_exact(segments: &[&[Node]]) -> bool {
     segments.len() > 1
-        && !segments.iter().any(|segment| {
-            segment.iter().any(contains_return) && segment.iter().any(contains_barrier)
-        })
+        && !segments
+            .iter()
+            .any(|segment| has_return(segment) && has_barrier(segment))
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@
 //! that leaves early would otherwise make the reference fail while hardware runs on).
 
 use crate::codegen::visit::{
-    all_children, any_expr, any_expr_in, children, contains_barrier, for_each_child, for_each_expr,
+    all_children, any_expr_in, any_node, children, for_each_expr_in, for_each_node, has_barrier,
+    has_return, owns_expr,
 };
 use crate::codegen::CodegenError;
 use rustc_hash::FxHashSet;
@@ -26,15 +27,10 @@ pub(crate) struct Uniformity<'p> {
 
 impl<'p> Uniformity<'p> {
     pub(crate) fn analyse(program: &'p Program) -> Self {
-        let mut written = FxHashSet::default();
-        collect_written(program.entry(), &mut written);
-        let mut bound = FxHashSet::default();
-        let mut mutable_vars = FxHashSet::default();
-        collect_mutable(program.entry(), &mut bound, &mut mutable_vars);
         let mut facts = Self {
             divergent_vars: FxHashSet::default(),
-            written,
-            mutable_vars,
+            written: written_buffers(program.entry()),
+            mutable_vars: mutable_vars(program.entry()),
         };
         // Iterate to a fixpoint: a variable becomes divergent when any assignment to it is
         // divergent or sits in divergent control flow.
@@ -50,93 +46,76 @@ impl<'p> Uniformity<'p> {
 
     fn mark(&mut self, nodes: &'p [Node], uniform_ctx: bool) {
         for node in nodes {
+            let inner = self.body_uniform(node, uniform_ctx);
             match node {
                 Node::Let { name, value } | Node::Assign { name, value }
                     if !uniform_ctx || !self.is_uniform(value) =>
                 {
                     self.divergent_vars.insert(name.as_str());
                 }
-                Node::If {
-                    cond,
-                    then,
-                    otherwise,
-                } => {
-                    let inner = uniform_ctx && self.is_uniform(cond);
-                    self.mark(then, inner);
-                    self.mark(otherwise, inner);
+                Node::Loop { var, .. } if !inner => {
+                    self.divergent_vars.insert(var.as_str());
                 }
-                Node::Loop {
-                    var,
-                    from,
-                    to,
-                    body,
-                } => {
-                    let inner = uniform_ctx && self.is_uniform(from) && self.is_uniform(to);
-                    if !inner {
-                        self.divergent_vars.insert(var.as_str());
-                    }
-                    self.mark(body, inner);
-                }
-                Node::Block(body) => self.mark(body, uniform_ctx),
-                Node::Region { body, .. } => self.mark(body, uniform_ctx),
                 _ => {}
             }
+            for body in children(node) {
+                self.mark(body, inner);
+            }
         }
+    }
+
+    /// Whether the statements nested in `node` run in provably uniform control flow,
+    /// given whether `node` itself does.
+    fn body_uniform(&self, node: &Node, uniform_ctx: bool) -> bool {
+        uniform_ctx
+            && match node {
+                Node::If { cond, .. } => self.is_uniform(cond),
+                Node::Loop { from, to, .. } => self.is_uniform(from) && self.is_uniform(to),
+                _ => true,
+            }
     }
 
     /// Whether `expr` is provably the same for every invocation of a workgroup.
     pub(crate) fn is_uniform(&self, expr: &Expr) -> bool {
-        match expr {
-            Expr::LitU32(_)
-            | Expr::LitI32(_)
-            | Expr::LitF32(_)
-            | Expr::LitBool(_)
-            | Expr::BufLen { .. }
-            | Expr::WorkgroupId { .. }
-            | Expr::SubgroupSize => true,
+        self.built_from(expr, &|leaf| match leaf {
+            Expr::SubgroupSize => true,
             Expr::Var(name) => !self.divergent_vars.contains(name.as_str()),
-            Expr::Load { buffer, index } => {
-                !self.written.contains(buffer.as_str()) && self.is_uniform(index)
-            }
-            Expr::BinOp { .. }
-            | Expr::UnOp { .. }
-            | Expr::Cast { .. }
-            | Expr::Select { .. }
-            | Expr::Fma { .. } => all_children(expr, |child| self.is_uniform(child)),
             _ => false,
-        }
+        })
     }
-}
 
-impl Uniformity<'_> {
     /// Whether `expr` has the same value whenever a lane evaluates it (no writes to what
     /// it reads, no mutable variables, no side effects), so a subgroup operation over it
     /// may run early, at the enclosing divergent branch, with the whole subgroup.
     pub(crate) fn is_time_invariant(&self, expr: &Expr, bound_inside: &FxHashSet<&str>) -> bool {
+        self.built_from(expr, &|leaf| match leaf {
+            Expr::LocalId { .. } | Expr::InvocationId { .. } => true,
+            Expr::Var(name) => {
+                !self.mutable_vars.contains(name.as_str()) && !bound_inside.contains(name.as_str())
+            }
+            _ => false,
+        })
+    }
+
+    /// Whether `expr` is pure arithmetic over literals, buffer lengths, workgroup ids,
+    /// loads of never-written buffers and the leaves `leaf` accepts.
+    fn built_from(&self, expr: &Expr, leaf: &impl Fn(&Expr) -> bool) -> bool {
         match expr {
             Expr::LitU32(_)
             | Expr::LitI32(_)
             | Expr::LitF32(_)
             | Expr::LitBool(_)
             | Expr::BufLen { .. }
-            | Expr::WorkgroupId { .. }
-            | Expr::LocalId { .. }
-            | Expr::InvocationId { .. } => true,
-            Expr::Var(name) => {
-                !self.mutable_vars.contains(name.as_str()) && !bound_inside.contains(name.as_str())
-            }
+            | Expr::WorkgroupId { .. } => true,
             Expr::Load { buffer, index } => {
-                !self.written.contains(buffer.as_str())
-                    && self.is_time_invariant(index, bound_inside)
+                !self.written.contains(buffer.as_str()) && self.built_from(index, leaf)
             }
             Expr::BinOp { .. }
             | Expr::UnOp { .. }
             | Expr::Cast { .. }
             | Expr::Select { .. }
-            | Expr::Fma { .. } => {
-                all_children(expr, |child| self.is_time_invariant(child, bound_inside))
-            }
-            _ => false,
+            | Expr::Fma { .. } => all_children(expr, |child| self.built_from(child, leaf)),
+            _ => leaf(expr),
         }
     }
 
@@ -145,135 +124,75 @@ impl Uniformity<'_> {
     /// something that may change).
     pub(crate) fn hoistable<'e>(&self, nodes: &'e [Node]) -> Option<Vec<&'e Expr>> {
         let mut bound_inside = FxHashSet::default();
-        collect_bound(nodes, &mut bound_inside);
-        let mut found = Vec::new();
-        self.collect_hoistable(nodes, &bound_inside, &mut found)
-            .then_some(found)
-    }
-
-    fn collect_hoistable<'e>(
-        &self,
-        nodes: &'e [Node],
-        bound_inside: &FxHashSet<&str>,
-        found: &mut Vec<&'e Expr>,
-    ) -> bool {
-        for node in nodes {
-            let mut ok = true;
-            for_each_expr(node, &mut |expr| {
-                ok &= self.collect_ops(expr, bound_inside, found);
-            });
-            if !ok {
-                return false;
+        for_each_node(nodes, &mut |node| {
+            if let Node::Let { name, .. } | Node::Loop { var: name, .. } = node {
+                bound_inside.insert(name.as_str());
             }
-            if matches!(node, Node::Loop { body, .. } if body.iter().any(node_has_subgroup)) {
-                return false;
-            }
-            if !matches!(node, Node::Loop { .. })
-                && !children(node)
-                    .into_iter()
-                    .all(|body| self.collect_hoistable(body, bound_inside, found))
-            {
-                return false;
-            }
+        });
+        if any_node(
+            nodes,
+            &|node| matches!(node, Node::Loop { body, .. } if has_subgroup(body)),
+        ) {
+            return None;
         }
-        true
-    }
-
-    fn collect_ops<'e>(
-        &self,
-        expr: &'e Expr,
-        bound_inside: &FxHashSet<&str>,
-        found: &mut Vec<&'e Expr>,
-    ) -> bool {
-        let operands_ok = match expr {
-            Expr::SubgroupBallot { cond } => Some(self.is_time_invariant(cond, bound_inside)),
-            Expr::SubgroupShuffle { value, lane } => Some(
-                self.is_time_invariant(value, bound_inside)
-                    && self.is_time_invariant(lane, bound_inside),
-            ),
-            Expr::SubgroupReduce { value, .. } => Some(self.is_time_invariant(value, bound_inside)),
-            _ => None,
-        };
-        match operands_ok {
-            Some(true) => {
-                found.push(expr);
-                true
-            }
-            Some(false) => false,
-            None => {
-                let mut ok = true;
-                for_each_child(expr, &mut |child| {
-                    ok &= self.collect_ops(child, bound_inside, found)
+        // Time-invariant operands hold no subgroup operation, so every one visited is new.
+        let (mut found, mut ok) = (Vec::new(), true);
+        for_each_expr_in(nodes, &mut |expr| {
+            if is_subgroup_op(expr) {
+                ok &= all_children(expr, |operand| {
+                    self.is_time_invariant(operand, &bound_inside)
                 });
-                ok
+                found.push(expr);
             }
-        }
+        });
+        ok.then_some(found)
     }
 }
 
-fn collect_bound<'p>(nodes: &'p [Node], out: &mut FxHashSet<&'p str>) {
-    for node in nodes {
-        match node {
-            Node::Let { name, .. } => {
-                out.insert(name.as_str());
-            }
-            Node::Loop { var, body, .. } => {
-                out.insert(var.as_str());
-                collect_bound(body, out);
-            }
-            Node::If {
-                then, otherwise, ..
-            } => {
-                collect_bound(then, out);
-                collect_bound(otherwise, out);
-            }
-            Node::Block(body) => collect_bound(body, out),
-            Node::Region { body, .. } => collect_bound(body, out),
-            _ => {}
+/// Variables that are ever assigned, bound by more than one `Let`, or loop variables
+/// (which change every iteration).
+fn mutable_vars(nodes: &[Node]) -> FxHashSet<&str> {
+    let (mut bound, mut mutable) = (FxHashSet::default(), FxHashSet::default());
+    for_each_node(nodes, &mut |node| match node {
+        Node::Let { name, .. } if !bound.insert(name.as_str()) => {
+            mutable.insert(name.as_str());
         }
-    }
+        Node::Assign { name, .. } | Node::Loop { var: name, .. } => {
+            mutable.insert(name.as_str());
+        }
+        _ => {}
+    });
+    mutable
 }
 
-fn collect_mutable<'p>(
-    nodes: &'p [Node],
-    bound: &mut FxHashSet<&'p str>,
-    out: &mut FxHashSet<&'p str>,
-) {
-    for node in nodes {
-        match node {
-            Node::Let { name, .. } if !bound.insert(name.as_str()) => {
-                out.insert(name.as_str());
-            }
-            Node::Assign { name, .. } => {
-                out.insert(name.as_str());
-            }
-            Node::Loop { var, body, .. } => {
-                // Loop variables change every iteration.
-                out.insert(var.as_str());
-                collect_mutable(body, bound, out);
-            }
-            Node::If {
-                then, otherwise, ..
-            } => {
-                collect_mutable(then, bound, out);
-                collect_mutable(otherwise, bound, out);
-            }
-            Node::Block(body) => collect_mutable(body, bound, out),
-            Node::Region { body, .. } => collect_mutable(body, bound, out),
-            _ => {}
+/// Buffers a store, async copy or atomic writes.
+fn written_buffers(nodes: &[Node]) -> FxHashSet<&str> {
+    let mut written = FxHashSet::default();
+    for_each_node(nodes, &mut |node| match node {
+        Node::Store { buffer, .. } => {
+            written.insert(buffer.as_str());
         }
-    }
+        Node::AsyncLoad { destination, .. } | Node::AsyncStore { destination, .. } => {
+            written.insert(destination.as_str());
+        }
+        _ => {}
+    });
+    for_each_expr_in(nodes, &mut |expr| {
+        if let Expr::Atomic { buffer, .. } = expr {
+            written.insert(buffer.as_str());
+        }
+    });
+    written
 }
 
 /// Reject programs whose subgroup operations or barrier loops the hardware cannot run
 /// with the reference's semantics.
 pub(crate) fn check(program: &Program, facts: &Uniformity<'_>) -> Result<(), CodegenError> {
-    let has_subgroup = program.entry().iter().any(node_has_subgroup);
-    let has_barrier_loop = program.entry().iter().any(node_has_barrier_loop);
-    if !has_subgroup && !has_barrier_loop {
+    let has_subgroup = has_subgroup(program.entry());
+    if !has_subgroup && !has_barrier_loop(program.entry()) {
         return Ok(());
     }
-    if has_subgroup && program.entry().iter().any(node_has_return) {
+    if has_subgroup && has_return(program.entry()) {
         return Err(CodegenError::unsupported(
             "subgroup operation in a program with Return",
             "the reference still reads returned lanes' values in subgroup operations, which hardware cannot reproduce",
@@ -289,48 +208,39 @@ fn walk_check(
     uniform_ctx: bool,
 ) -> Result<(), CodegenError> {
     for node in nodes {
+        let inner = facts.body_uniform(node, uniform_ctx);
         match node {
             Node::If {
-                cond,
-                then,
-                otherwise,
-            } => {
-                let inner = uniform_ctx && facts.is_uniform(cond);
-                if uniform_ctx && !inner {
-                    // The outermost divergent branch: its subgroup operations run early,
-                    // at the branch, with every lane (as the reference reads every lane).
-                    let hoistable = facts.hoistable(then).zip(facts.hoistable(otherwise));
-                    if hoistable.is_none() {
-                        return Err(CodegenError::unsupported(
-                            "subgroup operation in divergent control flow",
-                            "the operation sits in a loop or reads values that may change inside a data-dependent branch, so the subgroup cannot evaluate it for every lane",
-                            "move the subgroup operation out of the branch, or make its operands depend only on immutable values",
-                        ));
-                    }
-                    // Barrier loops still need checking inside.
-                    walk_barrier_loops(then)?;
-                    walk_barrier_loops(otherwise)?;
-                    continue;
-                }
-                walk_check(facts, then, inner)?;
-                walk_check(facts, otherwise, inner)?;
-            }
-            Node::Loop { from, to, body, .. } => {
-                let inner = uniform_ctx && facts.is_uniform(from) && facts.is_uniform(to);
-                if !inner && body.iter().any(contains_barrier) {
+                then, otherwise, ..
+            } if uniform_ctx && !inner => {
+                // The outermost divergent branch: its subgroup operations run early, at the
+                // branch, with every lane (as the reference reads every lane).
+                if facts
+                    .hoistable(then)
+                    .zip(facts.hoistable(otherwise))
+                    .is_none()
+                {
                     return Err(CodegenError::unsupported(
-                        "Barrier in a loop with non-uniform bounds",
-                        "every lane must run the same number of iterations to meet at the barrier",
-                        "compute the loop bounds from values uniform across the workgroup",
+                        "subgroup operation in divergent control flow",
+                        "the operation sits in a loop or reads values that may change inside a data-dependent branch, so the subgroup cannot evaluate it for every lane",
+                        "move the subgroup operation out of the branch, or make its operands depend only on immutable values",
                     ));
                 }
-                walk_check(facts, body, inner)?;
+                // Barrier loops still need checking inside.
+                if has_barrier_loop(then) || has_barrier_loop(otherwise) {
+                    return Err(divergent_barrier_loop());
+                }
+                continue;
             }
-            Node::Block(body) => walk_check(facts, body, uniform_ctx)?,
-            Node::Region { body, .. } => walk_check(facts, body, uniform_ctx)?,
+            Node::Loop { body, .. } if !inner && has_barrier(body) => {
+                return Err(divergent_barrier_loop());
+            }
             _ => {}
         }
-        if !uniform_ctx && node_direct_subgroup(node) {
+        for body in children(node) {
+            walk_check(facts, body, inner)?;
+        }
+        if !uniform_ctx && owns_expr(node, &is_subgroup_op) {
             return Err(CodegenError::unsupported(
                 "subgroup operation in divergent control flow",
                 "the enclosing If/Loop condition is not provably uniform, so the subgroup may not be converged",
@@ -341,52 +251,12 @@ fn walk_check(
     Ok(())
 }
 
-fn walk_barrier_loops(nodes: &[Node]) -> Result<(), CodegenError> {
-    for node in nodes {
-        if let Node::Loop { body, .. } = node {
-            if body.iter().any(contains_barrier) {
-                return Err(CodegenError::unsupported(
-                    "Barrier in a loop with non-uniform bounds",
-                    "every lane must run the same number of iterations to meet at the barrier",
-                    "compute the loop bounds from values uniform across the workgroup",
-                ));
-            }
-        }
-        for body in children(node) {
-            walk_barrier_loops(body)?;
-        }
-    }
-    Ok(())
-}
-
-fn collect_written<'p>(nodes: &'p [Node], out: &mut FxHashSet<&'p str>) {
-    for node in nodes {
-        match node {
-            Node::Store { buffer, .. } => {
-                out.insert(buffer.as_str());
-            }
-            Node::If {
-                then, otherwise, ..
-            } => {
-                collect_written(then, out);
-                collect_written(otherwise, out);
-            }
-            Node::Loop { body, .. } | Node::Block(body) => collect_written(body, out),
-            Node::Region { body, .. } => collect_written(body, out),
-            Node::AsyncLoad { destination, .. } | Node::AsyncStore { destination, .. } => {
-                out.insert(destination.as_str());
-            }
-            _ => {}
-        }
-        for_each_expr(node, &mut |expr| collect_atomic_targets(expr, out));
-    }
-}
-
-fn collect_atomic_targets<'p>(expr: &'p Expr, out: &mut FxHashSet<&'p str>) {
-    if let Expr::Atomic { buffer, .. } = expr {
-        out.insert(buffer.as_str());
-    }
-    for_each_child(expr, &mut |child| collect_atomic_targets(child, out));
+fn divergent_barrier_loop() -> CodegenError {
+    CodegenError::unsupported(
+        "Barrier in a loop with non-uniform bounds",
+        "every lane must run the same number of iterations to meet at the barrier",
+        "compute the loop bounds from values uniform across the workgroup",
+    )
 }
 
 fn is_subgroup_op(expr: &Expr) -> bool {
@@ -396,29 +266,14 @@ fn is_subgroup_op(expr: &Expr) -> bool {
     )
 }
 
-/// A subgroup operation in the node's own expressions.
-fn node_direct_subgroup(node: &Node) -> bool {
-    let mut found = false;
-    for_each_expr(node, &mut |expr| found |= any_expr(expr, &is_subgroup_op));
-    found
+pub(crate) fn has_subgroup(nodes: &[Node]) -> bool {
+    any_expr_in(nodes, &is_subgroup_op)
 }
 
-pub(crate) fn node_has_subgroup(node: &Node) -> bool {
-    any_expr_in(std::slice::from_ref(node), &is_subgroup_op)
-}
-
-fn node_has_return(node: &Node) -> bool {
-    matches!(node, Node::Return)
-        || children(node)
-            .iter()
-            .any(|body| body.iter().any(node_has_return))
-}
-
-fn node_has_barrier_loop(node: &Node) -> bool {
-    match node {
-        Node::Loop { body, .. } if body.iter().any(contains_barrier) => true,
-        _ => children(node)
-            .iter()
-            .any(|body| body.iter().any(node_has_barrier_loop)),
-    }
+/// A loop whose body holds a barrier, at any depth.
+fn has_barrier_loop(nodes: &[Node]) -> bool {
+    any_node(
+        nodes,
+        &|node| matches!(node, Node::Loop { body, .. } if has_barrier(body)),
+    )
 }

@@ -7,7 +7,7 @@ use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
 use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
-use vyre_foundation::ir::Expr;
+use vyre_foundation::ir::Node;
 
 /// A started copy, waiting for its `AsyncWait`.
 #[derive(Clone, Copy)]
@@ -23,15 +23,26 @@ pub(super) struct PendingCopy<'p> {
 
 impl<'p> Lowerer<'p> {
     /// Evaluate a start node's byte counts and remember the copy for its wait.
-    pub(super) fn start_copy(
-        &mut self,
-        store: bool,
-        source: &'p str,
-        destination: &'p str,
-        offset: &'p Expr,
-        size: &'p Expr,
-        tag: &'p str,
-    ) -> Result<(), CodegenError> {
+    pub(super) fn start_copy(&mut self, node: &'p Node) -> Result<(), CodegenError> {
+        let (Node::AsyncLoad {
+            source,
+            destination,
+            offset,
+            size,
+            tag,
+        }
+        | Node::AsyncStore {
+            source,
+            destination,
+            offset,
+            size,
+            tag,
+        }) = node
+        else {
+            // `put_node` sends only the start nodes here.
+            return Ok(());
+        };
+        let (source, destination) = (source.as_str(), destination.as_str());
         self.byte_range_of(source)?;
         self.byte_range_of(destination)?;
         let offset = self.put_expr(offset)?;
@@ -39,9 +50,9 @@ impl<'p> Lowerer<'p> {
         let size = self.put_expr(size)?;
         let size = self.u64_checked(size, DeviceFault::AsyncByteCountNotU64)?;
         self.pending_copies.insert(
-            tag,
+            tag.as_str(),
             PendingCopy {
-                store,
+                store: matches!(node, Node::AsyncStore { .. }),
                 source,
                 destination,
                 offset,
@@ -101,16 +112,9 @@ impl<'p> Lowerer<'p> {
         let wide = self.w.reg(RegClass::B64);
         match value.kind {
             ValKind::U64 | ValKind::Bytes(5..=8) => self.mov(wide, value.reg),
-            ValKind::Bytes(_) if matches!(value.kind, ValKind::Bytes(9..)) => {
+            ValKind::Bytes(9..) => {
                 self.fault_always(fault);
                 emit!(self.w, "mov.u64 {wide}, 0");
-            }
-            ValKind::I32 => {
-                let negative = self.pred();
-                emit!(self.w, "setp.lt.s32 {negative}, {}, 0", value.reg);
-                self.fault_if(negative, fault);
-                let safe = self.zero_if(negative, value.reg);
-                emit!(self.w, "cvt.u64.u32 {wide}, {safe}");
             }
             ValKind::F32 | ValKind::F64 => {
                 let as_f64 = self.w.reg(RegClass::F64);
@@ -120,18 +124,15 @@ impl<'p> Lowerer<'p> {
                     self.mov(as_f64, value.reg);
                 }
                 // Finite, >= 0 and < 2^64, then truncated.
-                let (ok, small) = (self.pred(), self.pred());
-                emit!(self.w, "setp.ge.f64 {ok}, {as_f64}, 0d0000000000000000");
-                emit!(self.w, "setp.lt.f64 {small}, {as_f64}, 0d43F0000000000000");
-                emit!(self.w, "and.pred {ok}, {ok}, {small}");
-                let bad = self.pred();
-                emit!(self.w, "not.pred {bad}, {ok}");
-                self.fault_if(bad, fault);
+                let bad = self.float_range_fault(as_f64, "lt", "0d43F0000000000000", fault);
                 emit!(self.w, "cvt.rzi.u64.f64 {wide}, {as_f64}");
-                let wide = self.zero_if(bad, wide);
-                return Ok(wide);
+                return Ok(self.zero_if(bad, wide));
             }
-            _ => emit!(self.w, "cvt.u64.u32 {wide}, {}", value.reg),
+            // u32, bool, short bytes and i32 (a negative one faults) widen from a u32.
+            _ => {
+                let low = self.u32_checked(value, fault)?;
+                emit!(self.w, "cvt.u64.u32 {wide}, {low}");
+            }
         }
         Ok(wide)
     }

@@ -122,21 +122,17 @@ impl<'p> Lowerer<'p> {
             _ => "acq_rel",
         };
         let Operands {
+            expected,
             value,
             in_bounds,
             addr,
             ..
         } = operands;
-        match operands.expected {
-            Some(expected) => emit!(
-                self.w,
-                "@{in_bounds} atom.{sem}.gpu.global.{opcode} {old}, [{addr}], {expected}, {value}"
-            ),
-            None => emit!(
-                self.w,
-                "@{in_bounds} atom.{sem}.gpu.global.{opcode} {old}, [{addr}], {value}"
-            ),
-        }
+        let expected = expected.map(|e| format!("{e}, ")).unwrap_or_default();
+        emit!(
+            self.w,
+            "@{in_bounds} atom.{sem}.gpu.global.{opcode} {old}, [{addr}], {expected}{value}"
+        );
     }
 }
 

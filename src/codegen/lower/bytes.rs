@@ -107,16 +107,8 @@ impl<'p> Lowerer<'p> {
                  or load from a read-only buffer",
             ));
         }
-        if self.locals.contains_key(name) || self.byte_views.contains_key(name) {
-            return Err(CodegenError::invalid(
-                format!("duplicate local binding `{name}`"),
-                "choose a unique local name; shadowing is not allowed",
-            ));
-        }
+        self.declare(name)?;
         self.byte_views.insert(name, view);
-        if let Some(scope) = self.scopes.last_mut() {
-            scope.push(name);
-        }
         Ok(())
     }
 
@@ -129,15 +121,20 @@ impl<'p> Lowerer<'p> {
         };
         let writable = !slot.read_only;
         let rest = self.bytes_after(len, index);
-        let offset = self.w.reg(RegClass::B64);
-        emit!(self.w, "cvt.u64.u32 {offset}, {index}");
-        let start = self.w.reg(RegClass::B64);
-        emit!(self.w, "add.s64 {start}, {base}, {offset}");
         Ok(ByteView {
-            start,
+            start: self.byte_address(base, index),
             len: rest,
             writable,
         })
+    }
+
+    /// `base + index`, for a `.b32` byte index.
+    fn byte_address(&mut self, base: Reg, index: Reg) -> Reg {
+        let offset = self.w.reg(RegClass::B64);
+        emit!(self.w, "cvt.u64.u32 {offset}, {index}");
+        let addr = self.w.reg(RegClass::B64);
+        emit!(self.w, "add.s64 {addr}, {base}, {offset}");
+        addr
     }
 
     /// `len - index` saturated at zero (`.b32`).
@@ -184,10 +181,7 @@ impl<'p> Lowerer<'p> {
         let room = self.bytes_after(len, index);
         let count = self.b32();
         emit!(self.w, "min.u32 {count}, {room}, {}", view.len);
-        let offset = self.w.reg(RegClass::B64);
-        emit!(self.w, "cvt.u64.u32 {offset}, {index}");
-        let dst = self.w.reg(RegClass::B64);
-        emit!(self.w, "add.s64 {dst}, {base}, {offset}");
+        let dst = self.byte_address(base, index);
         // Byte `step` of the copy is byte `k` (forward) or `count - 1 - k` (backward).
         let backward = self.pred();
         emit!(self.w, "setp.gt.u64 {backward}, {dst}, {}", view.start);
@@ -218,18 +212,15 @@ impl<'p> Lowerer<'p> {
 
     /// The view's first four bytes, little-endian, zero-padded past its end.
     fn bytes_prefix_u32(&mut self, view: ByteView) -> Reg {
+        let (start, len) = (view.start, view.len);
         let word = self.b32();
         emit!(self.w, "mov.u32 {word}, 0");
         for k in 0..4u32 {
             let present = self.pred();
-            emit!(self.w, "setp.gt.u32 {present}, {}, {k}", view.len);
+            emit!(self.w, "setp.gt.u32 {present}, {len}, {k}");
             let byte = self.b32();
             emit!(self.w, "mov.u32 {byte}, 0");
-            emit!(
-                self.w,
-                "@{present} ld.global.u8 {byte}, [{}+{k}]",
-                view.start
-            );
+            emit!(self.w, "@{present} ld.global.u8 {byte}, [{start}+{k}]");
             if k > 0 {
                 emit!(self.w, "shl.b32 {byte}, {byte}, {}", 8 * k);
             }
@@ -254,23 +245,11 @@ impl<'p> Lowerer<'p> {
                 "use a u8 workgroup buffer",
             ));
         };
-        let width = value.kind.byte_len();
-        let low = match value.kind {
-            ValKind::F32 | ValKind::F64 => self.float_bytes(value),
-            _ if value.reg.class() == RegClass::B64 => value.reg,
-            _ => {
-                let wide = self.w.reg(RegClass::B64);
-                emit!(self.w, "cvt.u64.u32 {wide}, {}", value.reg);
-                wide
-            }
-        };
+        let low = self.bytes_b64(value);
         let high = self.high_half(value);
         let room = self.bytes_after(len, index);
-        let offset = self.w.reg(RegClass::B64);
-        emit!(self.w, "cvt.u64.u32 {offset}, {index}");
-        let dst = self.w.reg(RegClass::B64);
-        emit!(self.w, "add.s64 {dst}, {base}, {offset}");
-        for k in 0..u32::from(width) {
+        let dst = self.byte_address(base, index);
+        for k in 0..u32::from(value.kind.byte_len()) {
             let fits = self.pred();
             emit!(self.w, "setp.gt.u32 {fits}, {room}, {k}");
             let half = if k < 8 { low } else { high };

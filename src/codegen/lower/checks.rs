@@ -15,28 +15,30 @@ impl Lowerer<'_> {
     /// merged such blocks into a wrongly predicated `EXIT`.
     pub(crate) fn fault_if(&mut self, p: Reg, fault: DeviceFault) {
         self.uses_fault_word = true;
-        let scratch = self.w.reg(RegClass::B32);
+        self.write_fault(&format!("@{p} "), fault);
+        emit!(self.w, "or.pred {0}, {0}, {p}", self.faulted);
+    }
+
+    /// `{guard}atom.global.cas`: write `fault`'s code into the fault word unless an
+    /// earlier fault is there.
+    pub(super) fn write_fault(&mut self, guard: &str, fault: DeviceFault) {
+        let (scratch, ptr, code) = (self.w.reg(RegClass::B32), self.fault_ptr, fault.code());
         emit!(
             self.w,
-            "@{p} atom.global.cas.b32 {scratch}, [{}], 0, {}",
-            self.fault_ptr,
-            fault.code()
+            "{guard}atom.global.cas.b32 {scratch}, [{ptr}], 0, {code}"
         );
-        emit!(self.w, "or.pred {0}, {0}, {p}", self.faulted);
     }
 
     /// Record `fault` and end the invocation when `p` holds. Only for predicates uniform
     /// across the workgroup, so no lane is left waiting at a later barrier.
     pub(super) fn fault_exit_if(&mut self, p: Reg, fault: DeviceFault) {
         self.uses_fault_word = true;
-        let label = match self.exit_faults.iter().find(|(f, _)| *f == fault) {
-            Some((_, label)) => *label,
-            None => {
-                let label = self.w.label();
-                self.exit_faults.push((fault, label));
-                label
-            }
-        };
+        let known = self.exit_faults.iter().find(|(f, _)| *f == fault);
+        let label = known.map(|&(_, label)| label).unwrap_or_else(|| {
+            let label = self.w.label();
+            self.exit_faults.push((fault, label));
+            label
+        });
         let p = self.branch_pred(p);
         emit!(self.w, "@{p} bra {label}");
     }
@@ -80,12 +82,10 @@ impl Lowerer<'_> {
     pub(crate) fn truthy(&mut self, value: Val) -> Reg {
         let p = self.pred();
         match value.kind {
-            ValKind::F32 => emit!(self.w, "setp.neu.f32 {p}, {}, 0f00000000", value.reg),
-            ValKind::F64 => emit!(
-                self.w,
-                "setp.neu.f64 {p}, {}, 0d0000000000000000",
-                value.reg
-            ),
+            ValKind::F32 | ValKind::F64 => {
+                let (ty, zero) = (value.reg.class().ty(), value.reg.class().zero());
+                emit!(self.w, "setp.neu.{ty} {p}, {}, {zero}", value.reg);
+            }
             ValKind::U64 => emit!(self.w, "setp.ne.u64 {p}, {}, 0", value.reg),
             // A raw value wider than 4 bytes has no u32 reading, which the reference
             // treats as true.
@@ -115,27 +115,6 @@ impl Lowerer<'_> {
                 self.fault_always(fault);
                 self.imm_b32(0)
             }
-            ValKind::F64 => {
-                // Finite, >= 0 and <= u32::MAX (in f64), then truncated.
-                let (ok, small) = (self.pred(), self.pred());
-                emit!(
-                    self.w,
-                    "setp.ge.f64 {ok}, {}, 0d0000000000000000",
-                    value.reg
-                );
-                emit!(
-                    self.w,
-                    "setp.le.f64 {small}, {}, 0d41EFFFFFFFE00000",
-                    value.reg
-                );
-                emit!(self.w, "and.pred {ok}, {ok}, {small}");
-                let bad = self.pred();
-                emit!(self.w, "not.pred {bad}, {ok}");
-                self.fault_if(bad, fault);
-                let r = self.b32();
-                emit!(self.w, "cvt.rzi.u32.f64 {r}, {}", value.reg);
-                self.zero_if(bad, r)
-            }
             ValKind::U64 => {
                 let p = self.pred();
                 emit!(self.w, "setp.gt.u64 {p}, {}, 4294967295", value.reg);
@@ -144,19 +123,37 @@ impl Lowerer<'_> {
                 emit!(self.w, "cvt.u32.u64 {r}, {}", value.reg);
                 self.zero_if(p, r)
             }
-            ValKind::F32 => {
+            ValKind::F32 | ValKind::F64 => {
                 // Finite, >= 0 and <= u32::MAX, then truncated.
-                let (ok, too_big) = (self.pred(), self.pred());
-                emit!(self.w, "setp.ge.f32 {ok}, {}, 0f00000000", value.reg);
-                emit!(self.w, "setp.lt.f32 {too_big}, {}, 0f4F800000", value.reg);
-                emit!(self.w, "and.pred {ok}, {ok}, {too_big}");
-                let bad = self.pred();
-                emit!(self.w, "not.pred {bad}, {ok}");
-                self.fault_if(bad, fault);
+                let (x, ty) = (value.reg, value.reg.class().ty());
+                let bad = match value.kind {
+                    ValKind::F32 => self.float_range_fault(x, "lt", "0f4F800000", fault),
+                    _ => self.float_range_fault(x, "le", "0d41EFFFFFFFE00000", fault),
+                };
                 let r = self.b32();
-                emit!(self.w, "cvt.rzi.u32.f32 {r}, {}", value.reg);
+                emit!(self.w, "cvt.rzi.u32.{ty} {r}, {x}");
                 self.zero_if(bad, r)
             }
         })
+    }
+
+    /// Record `fault` unless the float `x` is `>= 0` and `{below} max` (never for NaN);
+    /// the predicate where it was recorded.
+    pub(super) fn float_range_fault(
+        &mut self,
+        x: Reg,
+        below: &str,
+        max: &str,
+        fault: DeviceFault,
+    ) -> Reg {
+        let (ty, zero) = (x.class().ty(), x.class().zero());
+        let (ok, small) = (self.pred(), self.pred());
+        emit!(self.w, "setp.ge.{ty} {ok}, {x}, {zero}");
+        emit!(self.w, "setp.{below}.{ty} {small}, {x}, {max}");
+        emit!(self.w, "and.pred {ok}, {ok}, {small}");
+        let bad = self.pred();
+        emit!(self.w, "not.pred {bad}, {ok}");
+        self.fault_if(bad, fault);
+        bad
     }
 }

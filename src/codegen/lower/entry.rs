@@ -5,7 +5,6 @@
 use super::reduction::{Partial, PARTIALS};
 use super::{LoweredBody, Lowerer};
 use crate::codegen::abi::KernelParam;
-use crate::codegen::kind::element_stride;
 use crate::codegen::writer::{emit, PtxWriter, RegClass};
 use crate::codegen::CodegenError;
 use vyre_foundation::ir::Node;
@@ -50,13 +49,7 @@ impl<'p> Lowerer<'p> {
         self.exit_kernel();
         for (fault, label) in std::mem::take(&mut self.exit_faults) {
             self.w.put_label(label);
-            let scratch = self.w.reg(RegClass::B32);
-            emit!(
-                self.w,
-                "atom.global.cas.b32 {scratch}, [{}], 0, {}",
-                self.fault_ptr,
-                fault.code()
-            );
+            self.write_fault("", fault);
             self.exit_kernel();
         }
         let fault_word = self.uses_fault_word;
@@ -111,29 +104,18 @@ impl<'p> Lowerer<'p> {
 
     /// Local, workgroup and global ids per axis, and the linear local index.
     fn compute_ids(&self, p: &mut PtxWriter) {
+        let ids = &self.ids;
         for (axis, name) in ["x", "y", "z"].into_iter().enumerate() {
-            let (l, g, gl) = (
-                self.ids.local[axis],
-                self.ids.group[axis],
-                self.ids.global[axis],
-            );
+            let (l, g, gl) = (ids.local[axis], ids.group[axis], ids.global[axis]);
+            let size = self.workgroup_size[axis];
             emit!(p, "mov.u32 {l}, %tid.{name}");
             emit!(p, "mov.u32 {g}, %ctaid.{name}");
-            emit!(
-                p,
-                "mad.lo.u32 {gl}, {g}, {}, {l}",
-                self.workgroup_size[axis]
-            );
+            emit!(p, "mad.lo.u32 {gl}, {g}, {size}, {l}");
         }
-        let [wx, wy, _] = self.workgroup_size;
-        let lin = self.ids.linear_local;
-        emit!(
-            p,
-            "mad.lo.u32 {lin}, {}, {wy}, {}",
-            self.ids.local[2],
-            self.ids.local[1]
-        );
-        emit!(p, "mad.lo.u32 {lin}, {lin}, {wx}, {}", self.ids.local[0]);
+        let ([wx, wy, _], [x, y, z]) = (self.workgroup_size, ids.local);
+        let lin = ids.linear_local;
+        emit!(p, "mad.lo.u32 {lin}, {z}, {wy}, {y}");
+        emit!(p, "mad.lo.u32 {lin}, {lin}, {wx}, {x}");
     }
 
     /// Subgroups are 32-lane chunks of the linear local index (as hardware warps are);
@@ -155,7 +137,7 @@ impl<'p> Lowerer<'p> {
         let lin = self.ids.linear_local;
         let base = self.shared_base;
         emit!(p, "mov.u32 {base}, vyre_shared");
-        let total = self.shared_bytes();
+        let total = self.shared_bytes;
         let threads: u32 = self.workgroup_size.iter().product();
         let offset = self.w.reg(RegClass::B32);
         let addr = self.w.reg(RegClass::B32);
@@ -195,21 +177,18 @@ impl<'p> Lowerer<'p> {
         index: u32,
         opcode: &'static str,
     ) -> u32 {
-        let slot = match self
+        let found = self
             .partials
             .iter()
-            .position(|p| p.buffer == buffer && p.index == index)
-        {
-            Some(slot) => slot,
-            None => {
-                self.partials.push(Partial {
-                    buffer,
-                    index,
-                    opcode,
-                });
-                self.partials.len() - 1
-            }
-        };
+            .position(|p| p.buffer == buffer && p.index == index);
+        let slot = found.unwrap_or_else(|| {
+            self.partials.push(Partial {
+                buffer,
+                index,
+                opcode,
+            });
+            self.partials.len() - 1
+        });
         slot as u32
     }
 
@@ -227,31 +206,15 @@ impl<'p> Lowerer<'p> {
         let first = self.w.reg(RegClass::Pred);
         emit!(self.w, "setp.eq.u32 {first}, {}, 0", self.ids.linear_local);
         for slot in 0..self.partials.len() {
-            let (buffer, index, opcode) = {
-                let p = &self.partials[slot];
-                (p.buffer, p.index, p.opcode)
-            };
-            let target = self.slot(buffer)?;
-            let index_reg = self.imm_b32(index);
+            let partial = self.partials[slot];
+            let target = self.slot(partial.buffer)?;
+            let index_reg = self.imm_b32(partial.index);
             let (in_bounds, addr) = self.element_address(&target, index_reg);
             let value = self.w.reg(RegClass::B32);
             emit!(self.w, "ld.shared.u32 {value}, [{PARTIALS}+{}]", slot * 4);
             emit!(self.w, "and.pred {in_bounds}, {in_bounds}, {first}");
-            emit!(
-                self.w,
-                "@{in_bounds} red.relaxed.gpu.global.{opcode} [{addr}], {value}"
-            );
+            self.global_red(in_bounds, partial.opcode, addr, value);
         }
         Ok(())
-    }
-
-    fn shared_bytes(&self) -> u32 {
-        self.shared
-            .last()
-            .map(|last| {
-                let bytes = last.offset + last.count * element_stride(&last.element).unwrap_or(4);
-                bytes.next_multiple_of(16)
-            })
-            .unwrap_or(0)
     }
 }

@@ -11,10 +11,14 @@ use vyre_foundation::ir::Expr;
 impl<'p> Lowerer<'p> {
     /// The recursion depth is bounded by `analysis::nesting`, checked up front.
     pub(super) fn put_expr(&mut self, expr: &'p Expr) -> Result<Val, CodegenError> {
+        // Subgroup operations computed early, at their enclosing divergent branch.
+        if let Some(hoisted) = self.hoisted.get(&(expr as *const Expr)) {
+            return Ok(*hoisted);
+        }
         match expr {
-            Expr::LitU32(v) => Ok(self.lit_b32(ValKind::U32, *v)),
-            Expr::LitI32(v) => Ok(self.lit_b32(ValKind::I32, *v as u32)),
-            Expr::LitBool(v) => Ok(self.lit_b32(ValKind::Bool, u32::from(*v))),
+            Expr::LitU32(v) => Ok(Val::new(ValKind::U32, self.imm_b32(*v))),
+            Expr::LitI32(v) => Ok(Val::new(ValKind::I32, self.imm_b32(*v as u32))),
+            Expr::LitBool(v) => Ok(Val::new(ValKind::Bool, self.imm_b32(u32::from(*v)))),
             Expr::LitF32(v) => Ok(Val::new(
                 ValKind::F32,
                 self.f32_const(canonical_f32_bits_host(*v)),
@@ -53,13 +57,6 @@ impl<'p> Lowerer<'p> {
                 "calls are not inlined by vyre-cuda yet",
                 "inline the call with vyre_foundation::ir::inline_calls before dispatch",
             )),
-            Expr::SubgroupBallot { .. }
-            | Expr::SubgroupShuffle { .. }
-            | Expr::SubgroupReduce { .. }
-                if self.hoisted.contains_key(&(expr as *const Expr)) =>
-            {
-                Ok(self.hoisted[&(expr as *const Expr)])
-            }
             Expr::SubgroupBallot { cond } => self.put_ballot(cond),
             Expr::SubgroupShuffle { value, lane } => {
                 let value = self.put_expr(value)?;
@@ -72,7 +69,7 @@ impl<'p> Lowerer<'p> {
             }
             Expr::SubgroupLocalId | Expr::SubgroupSize => {
                 self.fault_always(DeviceFault::RejectedByReference);
-                Ok(self.lit_b32(ValKind::U32, 0))
+                Ok(Val::new(ValKind::U32, self.imm_b32(0)))
             }
             Expr::Opaque(ext) => Err(CodegenError::unsupported(
                 format!("Expr::Opaque({})", ext.extension_kind()),
@@ -144,13 +141,8 @@ impl<'p> Lowerer<'p> {
             ));
         }
         let reg = self.w.reg(t.kind.reg_class());
-        emit!(
-            self.w,
-            "selp.{} {reg}, {}, {}, {p}",
-            t.reg.class().ty(),
-            t.reg,
-            f.reg
-        );
+        let (ty, a, b) = (t.reg.class().ty(), t.reg, f.reg);
+        emit!(self.w, "selp.{ty} {reg}, {a}, {b}, {p}");
         if t.kind == ValKind::Bytes(16) {
             let (t_hi, f_hi) = (self.high_half(t), self.high_half(f));
             let hi = self.w.reg(RegClass::B64);
@@ -184,12 +176,8 @@ impl<'p> Lowerer<'p> {
     fn put_ballot(&mut self, cond: &'p Expr) -> Result<Val, CodegenError> {
         let cond = self.put_expr(cond)?;
         let p = self.truthy(cond);
-        let reg = self.b32();
-        emit!(
-            self.w,
-            "vote.sync.ballot.b32 {reg}, {p}, {}",
-            self.subgroup_mask
-        );
+        let (reg, mask) = (self.b32(), self.subgroup_mask);
+        emit!(self.w, "vote.sync.ballot.b32 {reg}, {p}, {mask}");
         Ok(Val::new(ValKind::U32, reg))
     }
 }

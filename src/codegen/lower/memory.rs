@@ -35,13 +35,6 @@ pub(super) struct BufferSlot {
     pub(super) read_only: bool,
 }
 
-#[derive(Clone, Copy)]
-pub(super) enum ByteBase {
-    Global(Reg),
-    /// Byte offset of the buffer inside `vyre_shared`.
-    Shared(u32),
-}
-
 impl Lowerer<'_> {
     pub(super) fn slot(&self, buffer: &str) -> Result<BufferSlot, CodegenError> {
         self.buffers.get(buffer).cloned().ok_or_else(|| {
@@ -62,17 +55,7 @@ impl Lowerer<'_> {
         if slot.element == DataType::Bytes {
             return self.put_value_into_bytes(buffer, index, value);
         }
-        let Some(payload) = self.store_payload(&slot.element, value)? else {
-            return Err(CodegenError::unsupported(
-                format!(
-                    "Store of a {} into a {} buffer",
-                    value.kind.name(),
-                    slot.element
-                ),
-                "this value/element combination is not lowered",
-                "Cast the value to the buffer's element type before storing",
-            ));
-        };
+        let payload = self.store_payload(&slot.element, value);
         let (in_bounds, addr) = self.element_address(&slot, index);
         if self.lane_store(buffer, in_bounds, payload) {
             return Ok(());
@@ -87,12 +70,7 @@ impl Lowerer<'_> {
             );
             return Ok(());
         }
-        let width = match slot.stride {
-            1 => "u8",
-            2 => "u16",
-            4 => "u32",
-            _ => "u64",
-        };
+        let width = int_width(slot.stride);
         emit!(
             self.w,
             "@{in_bounds} st.{space}.{width} [{addr}], {payload}"
@@ -104,14 +82,9 @@ impl Lowerer<'_> {
     /// reference's `write_element`: F32 elements canonicalise floats (and reinterpret u32
     /// bits); every other element receives the value's little-endian bytes truncated or
     /// zero-padded to the element width (a Float contributes its f64 bytes).
-    fn store_payload(
-        &mut self,
-        element: &DataType,
-        value: Val,
-    ) -> Result<Option<Reg>, CodegenError> {
-        let stride = element_stride(element).unwrap_or(4);
+    fn store_payload(&mut self, element: &DataType, value: Val) -> Reg {
         if *element == DataType::F32 {
-            let reg = match value.kind {
+            return match value.kind {
                 ValKind::F32 => self.canonical_f32_bits(value.reg),
                 ValKind::F64 => {
                     let f = self.float_operand(value).reg;
@@ -126,28 +99,15 @@ impl Lowerer<'_> {
                 // The reference writes 0.0 for any other value variant.
                 _ => self.imm_b32(0),
             };
-            return Ok(Some(reg));
+        }
+        if element_stride(element).unwrap_or(4) >= 8 {
+            return self.bytes_b64(value);
         }
         let bytes = match value.kind {
-            ValKind::F32 | ValKind::F64 => Val::new(ValKind::U64, self.float_bytes(value)),
-            _ => value,
+            ValKind::F32 | ValKind::F64 => self.float_bytes(value),
+            _ => value.reg,
         };
-        let reg = match (stride, bytes.reg.class()) {
-            (8 | 16, RegClass::B64) => bytes.reg,
-            (8 | 16, _) => {
-                let wide = self.w.reg(RegClass::B64);
-                emit!(self.w, "cvt.u64.u32 {wide}, {}", bytes.reg);
-                wide
-            }
-            (_, RegClass::B64) => {
-                let narrow = self.w.reg(RegClass::B32);
-                emit!(self.w, "cvt.u32.u64 {narrow}, {}", bytes.reg);
-                narrow
-            }
-            (_, RegClass::B32) => bytes.reg,
-            _ => return Ok(None),
-        };
-        Ok(Some(reg))
+        self.low_word(bytes)
     }
 
     pub(super) fn put_load(&mut self, buffer: &str, index: Reg) -> Result<Val, CodegenError> {
@@ -179,16 +139,14 @@ impl Lowerer<'_> {
             self.wide_hi.insert(reg, hi);
             return Ok(Val { kind, reg });
         }
-        let (width, zero) = match (slot.stride, kind) {
-            (_, ValKind::F32) => ("f32", "0f00000000"),
-            (_, ValKind::F64) => ("f64", "0d0000000000000000"),
-            (1, _) => ("u8", "0"),
-            (2, _) => ("u16", "0"),
-            (4, _) => ("u32", "0"),
-            _ => ("u64", "0"),
+        let class = reg.class();
+        let width = if class.is_float() {
+            class.ty()
+        } else {
+            int_width(slot.stride)
         };
         // Out-of-bounds loads read the typed zero, never another element.
-        emit!(self.w, "mov.{} {reg}, {zero}", reg.class().ty());
+        emit!(self.w, "mov.{} {reg}, {}", class.ty(), class.zero());
         emit!(self.w, "@{in_bounds} ld.{space}.{width} {reg}, [{addr}]");
         let reg = if kind == ValKind::F32 {
             self.flush_subnormal(reg)
@@ -198,50 +156,53 @@ impl Lowerer<'_> {
         Ok(Val { kind, reg })
     }
 
-    /// A buffer's byte base and byte length (`.b64`).
-    pub(super) fn byte_range_of(&mut self, buffer: &str) -> Result<(ByteBase, Reg), CodegenError> {
+    /// A buffer's space and byte length (`.b64`).
+    pub(super) fn byte_range_of(&mut self, buffer: &str) -> Result<(Space, Reg), CodegenError> {
         let slot = self.slot(buffer)?;
         let bytes = self.w.reg(RegClass::B64);
-        Ok(match slot.space {
-            Space::Global { base, len } => {
+        match slot.space {
+            Space::Global { len, .. } => {
                 emit!(self.w, "mul.wide.u32 {bytes}, {len}, {}", slot.stride);
-                (ByteBase::Global(base), bytes)
             }
-            Space::Shared { offset, count } => {
-                emit!(
-                    self.w,
-                    "mov.u64 {bytes}, {}",
-                    u64::from(count) * u64::from(slot.stride)
-                );
-                (ByteBase::Shared(offset), bytes)
+            Space::Shared { count, .. } => {
+                let total = u64::from(count) * u64::from(slot.stride);
+                emit!(self.w, "mov.u64 {bytes}, {total}");
             }
-        })
+        }
+        Ok((slot.space, bytes))
     }
 
-    /// `@p ld/st.u8` of `byte` at byte `at` of a buffer.
-    pub(super) fn byte_access(&mut self, p: Reg, base: ByteBase, at: Reg, byte: Reg, store: bool) {
-        match base {
-            ByteBase::Global(base) => {
+    /// `@p ld/st.u8` of `byte` at byte `at` of a buffer in `space`.
+    pub(super) fn byte_access(&mut self, p: Reg, space: Space, at: Reg, byte: Reg, store: bool) {
+        let addr = match space {
+            Space::Global { base, .. } => {
                 let addr = self.w.reg(RegClass::B64);
                 emit!(self.w, "add.s64 {addr}, {base}, {at}");
-                if store {
-                    emit!(self.w, "@{p} st.global.u8 [{addr}], {byte}");
-                } else {
-                    emit!(self.w, "@{p} ld.global.u8 {byte}, [{addr}]");
-                }
+                addr
             }
-            ByteBase::Shared(offset) => {
+            Space::Shared { offset, .. } => {
                 let addr = self.w.reg(RegClass::B32);
                 emit!(self.w, "cvt.u32.u64 {addr}, {at}");
                 emit!(self.w, "add.u32 {addr}, {addr}, {}", self.shared_base);
                 emit!(self.w, "add.u32 {addr}, {addr}, {offset}");
-                if store {
-                    emit!(self.w, "@{p} st.shared.u8 [{addr}], {byte}");
-                } else {
-                    emit!(self.w, "@{p} ld.shared.u8 {byte}, [{addr}]");
-                }
+                addr
             }
+        };
+        let space = space.state_space();
+        if store {
+            emit!(self.w, "@{p} st.{space}.u8 [{addr}], {byte}");
+        } else {
+            emit!(self.w, "@{p} ld.{space}.u8 {byte}, [{addr}]");
         }
+    }
+
+    /// `index * stride` bytes past the global address `base`.
+    pub(super) fn scaled_address(&mut self, base: Reg, index: Reg, stride: u32) -> Reg {
+        let offset = self.w.reg(RegClass::B64);
+        emit!(self.w, "mul.wide.u32 {offset}, {index}, {stride}");
+        let addr = self.w.reg(RegClass::B64);
+        emit!(self.w, "add.s64 {addr}, {base}, {offset}");
+        addr
     }
 
     /// `(in-bounds predicate, address register)` for `slot[index]`.
@@ -250,11 +211,7 @@ impl Lowerer<'_> {
         match slot.space {
             Space::Global { base, len } => {
                 emit!(self.w, "setp.lt.u32 {p}, {index}, {len}");
-                let offset = self.w.reg(RegClass::B64);
-                emit!(self.w, "mul.wide.u32 {offset}, {index}, {}", slot.stride);
-                let addr = self.w.reg(RegClass::B64);
-                emit!(self.w, "add.s64 {addr}, {base}, {offset}");
-                (p, addr)
+                (p, self.scaled_address(base, index, slot.stride))
             }
             Space::Shared { offset, count } => {
                 emit!(self.w, "setp.lt.u32 {p}, {index}, {count}");
@@ -271,5 +228,15 @@ impl Lowerer<'_> {
                 (p, addr)
             }
         }
+    }
+}
+
+/// The integer type of a `ld`/`st` of one element of `stride` bytes.
+pub(super) fn int_width(stride: u32) -> &'static str {
+    match stride {
+        1 => "u8",
+        2 => "u16",
+        4 => "u32",
+        _ => "u64",
     }
 }

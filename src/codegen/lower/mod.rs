@@ -2,12 +2,9 @@
 //! PTX with one fresh virtual register per defined value.
 //!
 //! Every operation reproduces what `vyre-reference` computes for the same value
-//! variants (see `kind.rs`); cases where the reference raises a run-time error branch to
-//! an out-of-line block that records a [`DeviceFault`] and ends the invocation.
-//!
-//! The lowering of each construct lives in a child module (`stmt`, `expr`, `memory`,
-//! `atomic`, ...); they share the [`Lowerer`]'s state, private to this module. What the
-//! whole program's analyses found comes in as one [`ProgramFacts`].
+//! variants (see `kind.rs`); where the reference raises a run-time error, the kernel
+//! records a [`DeviceFault`] (see `checks.rs`). Each construct's child module shares the
+//! [`Lowerer`]'s state.
 
 mod async_copy;
 mod atomic;
@@ -87,6 +84,7 @@ pub(crate) struct Lowerer<'p> {
     /// Base and length registers of each binding, in ABI order.
     binding_regs: Vec<(Reg, Reg)>,
     shared: &'p [SharedBuffer],
+    shared_bytes: u32,
     shared_base: Reg,
     locals: FxHashMap<&'p str, Local>,
     /// Variables bound to run-time-sized bytes values (see `bytes`).
@@ -140,8 +138,7 @@ impl<'p> Lowerer<'p> {
     ) -> Self {
         // Register numbering follows allocation order: keep it stable.
         let mut w = PtxWriter::default();
-        let (mut buffers, binding_regs) = storage_slots(&mut w, program, abi);
-        add_shared_slots(&mut buffers, program, shared);
+        let (buffers, binding_regs) = buffer_slots(&mut w, program, abi, shared);
         let ids = Ids::allocate(&mut w);
         let shared_base = w.reg(RegClass::B32);
         let fault_ptr = w.reg(RegClass::B64);
@@ -158,6 +155,7 @@ impl<'p> Lowerer<'p> {
             buffers,
             binding_regs,
             shared,
+            shared_bytes: abi.shared_bytes,
             shared_base,
             locals: FxHashMap::default(),
             byte_views: FxHashMap::default(),
@@ -195,26 +193,34 @@ impl<'p> Lowerer<'p> {
         }
     }
 
-    fn bind(&mut self, name: &'p str, val: Val, loop_var: bool) -> Result<(), CodegenError> {
+    /// Add `name` to the current scope (shadowing is an error); the caller binds it.
+    fn declare(&mut self, name: &'p str) -> Result<(), CodegenError> {
         if self.locals.contains_key(name) || self.byte_views.contains_key(name) {
             return Err(CodegenError::invalid(
                 format!("duplicate local binding `{name}`"),
                 "choose a unique local name; shadowing is not allowed",
             ));
         }
-        self.locals.insert(name, Local { val, loop_var });
         if let Some(scope) = self.scopes.last_mut() {
             scope.push(name);
         }
         Ok(())
     }
+
+    fn bind(&mut self, name: &'p str, val: Val, loop_var: bool) -> Result<(), CodegenError> {
+        self.declare(name)?;
+        self.locals.insert(name, Local { val, loop_var });
+        Ok(())
+    }
 }
 
-/// A global-memory slot, with its base and length registers, for every binding.
-fn storage_slots<'p>(
+/// Every buffer's slot: the bindings' (with their base and length registers, also
+/// returned in ABI order), then the workgroup buffers'.
+fn buffer_slots<'p>(
     w: &mut PtxWriter,
     program: &'p Program,
     abi: &KernelAbi,
+    shared: &[SharedBuffer],
 ) -> (FxHashMap<&'p str, BufferSlot>, Vec<(Reg, Reg)>) {
     let mut buffers = FxHashMap::default();
     let mut binding_regs = Vec::with_capacity(abi.bindings.len());
@@ -234,35 +240,22 @@ fn storage_slots<'p>(
             },
         );
     }
-    (buffers, binding_regs)
-}
-
-fn add_shared_slots<'p>(
-    buffers: &mut FxHashMap<&'p str, BufferSlot>,
-    program: &'p Program,
-    shared: &[SharedBuffer],
-) {
     for buffer in shared {
-        let decl = program
-            .buffers()
-            .iter()
-            .find(|decl| decl.name() == &*buffer.name);
-        if let Some(decl) = decl {
-            buffers.insert(
-                decl.name(),
-                BufferSlot {
-                    space: Space::Shared {
-                        offset: buffer.offset,
-                        count: buffer.count,
-                    },
-                    element: buffer.element.clone(),
-                    stride: element_stride(&buffer.element).unwrap_or(4),
-                    storage: false,
-                    read_only: false,
+        buffers.insert(
+            program.buffers()[buffer.decl_index].name(),
+            BufferSlot {
+                space: Space::Shared {
+                    offset: buffer.offset,
+                    count: buffer.count,
                 },
-            );
-        }
+                element: buffer.element.clone(),
+                stride: element_stride(&buffer.element).unwrap_or(4),
+                storage: false,
+                read_only: false,
+            },
+        );
     }
+    (buffers, binding_regs)
 }
 
 pub(crate) struct LoweredBody {

@@ -1,7 +1,7 @@
 //! `BinOp`, `UnOp` and `Cast` lowering with the reference's exact results.
 //!
 //! The operators that are one PTX instruction are looked up in tables ([`int_shape`],
-//! [`f32_arith`], [`f32_unop_inst`], [`narrow_cast`]); the rest have a helper each.
+//! [`f32_arith`], [`f32_unop_inst`]); the rest have a helper each.
 
 use super::{Lowerer, Val};
 use crate::codegen::fault::DeviceFault;
@@ -187,16 +187,6 @@ enum Narrow {
     Mask(u32),
     /// Sign-extend from the low `32 - shift` bits (i8, i16).
     SignExtend(u32),
-}
-
-fn narrow_cast(target: &DataType) -> Option<Narrow> {
-    Some(match target {
-        DataType::U8 => Narrow::Mask(255),
-        DataType::U16 => Narrow::Mask(65535),
-        DataType::I8 => Narrow::SignExtend(24),
-        DataType::I16 => Narrow::SignExtend(16),
-        _ => return None,
-    })
 }
 
 /// The targets the reference casts a float to.
@@ -476,8 +466,7 @@ impl Lowerer<'_> {
                 emit!(self.w, "xor.b32 {reg}, {}, 1", v.reg);
                 Ok(Val::new(ValKind::Bool, reg))
             }
-            ValKind::F32 => self.f32_unop(op, v.reg),
-            ValKind::F64 => {
+            ValKind::F32 | ValKind::F64 => {
                 let v = self.float_operand(v);
                 self.f32_unop(op, v.reg)
             }
@@ -622,10 +611,11 @@ impl Lowerer<'_> {
                 "cast the f32 to u32 or i32 first, then narrow or widen the integer",
             ));
         }
-        if let Some(narrow) = narrow_cast(target) {
-            return Ok(self.cast_narrow(narrow, v));
-        }
         Ok(match target {
+            DataType::U8 => self.cast_narrow(Narrow::Mask(255), v),
+            DataType::U16 => self.cast_narrow(Narrow::Mask(65535), v),
+            DataType::I8 => self.cast_narrow(Narrow::SignExtend(24), v),
+            DataType::I16 => self.cast_narrow(Narrow::SignExtend(16), v),
             DataType::U32 => self.cast_to_32(ValKind::U32, v)?,
             DataType::I32 => self.cast_to_32(ValKind::I32, v)?,
             DataType::U64 | DataType::I64 => self.cast_to_u64(v),
@@ -722,14 +712,7 @@ impl Lowerer<'_> {
 
     /// Cast to u8, u16 (zero-extended into a u32) or i8, i16 (sign-extended into an i32).
     fn cast_narrow(&mut self, narrow: Narrow, v: Val) -> Val {
-        let low = match v.reg.class() {
-            RegClass::B64 => {
-                let low = self.b32();
-                emit!(self.w, "cvt.u32.u64 {low}, {}", v.reg);
-                low
-            }
-            _ => v.reg,
-        };
+        let low = self.low_word(v.reg);
         let reg = self.b32();
         let kind = match narrow {
             Narrow::Mask(mask) => {
@@ -749,7 +732,7 @@ impl Lowerer<'_> {
     }
 
     /// The value's first eight bytes as a `.b64`, zero-padded.
-    fn bytes_b64(&mut self, v: Val) -> Reg {
+    pub(super) fn bytes_b64(&mut self, v: Val) -> Reg {
         match v.kind {
             ValKind::F32 | ValKind::F64 => self.float_bytes(v),
             ValKind::U64 | ValKind::Bytes(5..) => v.reg,

@@ -19,6 +19,7 @@ use crate::codegen::writer::{emit, Reg};
 pub(super) const PARTIALS: &str = "vyre_partial";
 
 /// One per-workgroup partial: the global element it is applied to, and how.
+#[derive(Clone, Copy)]
 pub(super) struct Partial<'p> {
     pub(super) buffer: &'p str,
     pub(super) index: u32,
@@ -62,18 +63,13 @@ impl Lowerer<'_> {
             }
             let active = self.b32();
             emit!(self.w, "activemask.b32 {active}");
-            let combined = self.b32();
-            emit!(self.w, "redux.sync.{opcode} {combined}, {value}, {active}");
-            let leader = self.lowest_active_lane(active);
+            let (combined, leader) = self.warp_combine(opcode, value, active);
             emit!(self.w, "@{leader} red.shared.{opcode} {target}, {combined}");
             return;
         }
         if self.sm < 80 {
             // An out-of-bounds atomic writes nothing.
-            emit!(
-                self.w,
-                "@{in_bounds} red.relaxed.gpu.global.{opcode} [{addr}], {value}"
-            );
+            self.global_red(in_bounds, opcode, addr, value);
             return;
         }
         // The lanes converged here; they all execute the straight-line code below.
@@ -89,32 +85,35 @@ impl Lowerer<'_> {
                 "match.all.sync.b32 {matched}|{same}, {index}, {active}"
             );
         }
-        let combined = self.b32();
-        emit!(self.w, "redux.sync.{opcode} {combined}, {value}, {active}");
-        let leader = self.lowest_active_lane(active);
+        let (combined, leader) = self.warp_combine(opcode, value, active);
         emit!(self.w, "and.pred {leader}, {leader}, {same}");
         // Same index and buffer, so `in_bounds` agrees across the aggregated lanes.
         emit!(self.w, "and.pred {leader}, {leader}, {in_bounds}");
-        emit!(
-            self.w,
-            "@{leader} red.relaxed.gpu.global.{opcode} [{addr}], {combined}"
-        );
+        self.global_red(leader, opcode, addr, combined);
         let alone = self.pred();
         emit!(self.w, "not.pred {alone}, {same}");
         emit!(self.w, "and.pred {alone}, {alone}, {in_bounds}");
+        self.global_red(alone, opcode, addr, value);
+    }
+
+    /// `red` of `value` into the global word at `addr` where `guard` holds.
+    pub(super) fn global_red(&mut self, guard: Reg, opcode: &str, addr: Reg, value: Reg) {
         emit!(
             self.w,
-            "@{alone} red.relaxed.gpu.global.{opcode} [{addr}], {value}"
+            "@{guard} red.relaxed.gpu.global.{opcode} [{addr}], {value}"
         );
     }
 
-    /// A predicate that holds on the lowest lane of `active`: no active lane below it.
-    fn lowest_active_lane(&mut self, active: Reg) -> Reg {
+    /// `value` combined over the lanes of `active` (`redux.sync`), and a predicate that
+    /// holds on the lowest of them (no active lane below it), which issues the `red`.
+    fn warp_combine(&mut self, opcode: &str, value: Reg, active: Reg) -> (Reg, Reg) {
+        let combined = self.b32();
+        emit!(self.w, "redux.sync.{opcode} {combined}, {value}, {active}");
         let below = self.b32();
         emit!(self.w, "mov.u32 {below}, %lanemask_lt");
         emit!(self.w, "and.b32 {below}, {below}, {active}");
         let leader = self.pred();
         emit!(self.w, "setp.eq.u32 {leader}, {below}, 0");
-        leader
+        (combined, leader)
     }
 }

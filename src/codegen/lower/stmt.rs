@@ -2,10 +2,10 @@
 
 use super::{bytes, Lowerer, Val};
 use crate::codegen::analysis::async_copy;
-use crate::codegen::analysis::uniform::node_has_subgroup;
+use crate::codegen::analysis::uniform::has_subgroup;
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
-use crate::codegen::visit::contains_barrier;
+use crate::codegen::visit::has_barrier;
 use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
 use vyre_foundation::ir::{Expr, Node};
@@ -19,14 +19,7 @@ impl<'p> Lowerer<'p> {
     }
 
     pub(super) fn put_block(&mut self, nodes: &'p [Node]) -> Result<(), CodegenError> {
-        if nodes.iter().any(|n| {
-            matches!(
-                n,
-                Node::AsyncLoad { .. } | Node::AsyncStore { .. } | Node::AsyncWait { .. }
-            )
-        }) {
-            async_copy::check_block(nodes)?;
-        }
+        async_copy::check_block(nodes)?;
         for node in nodes {
             self.put_node(node)?;
         }
@@ -76,9 +69,8 @@ impl<'p> Lowerer<'p> {
                 self.fault_always(DeviceFault::RejectedByReference);
                 Ok(())
             }
-            Node::AsyncLoad { .. } | Node::AsyncStore { .. } | Node::AsyncWait { .. } => {
-                self.put_async(node)
-            }
+            Node::AsyncLoad { .. } | Node::AsyncStore { .. } => self.start_copy(node),
+            Node::AsyncWait { tag } => self.finish_copy(tag.as_str()),
             Node::Trap { address, .. } => {
                 let address = self.put_expr(address)?;
                 self.u32_checked(address, DeviceFault::Trap)?;
@@ -95,35 +87,6 @@ impl<'p> Lowerer<'p> {
                 "lower the extension to core IR before dispatch",
             )),
             _ => Err(unsupported_node("an unknown Node variant")),
-        }
-    }
-
-    fn put_async(&mut self, node: &'p Node) -> Result<(), CodegenError> {
-        match node {
-            Node::AsyncLoad {
-                source,
-                destination,
-                offset,
-                size,
-                tag,
-            }
-            | Node::AsyncStore {
-                source,
-                destination,
-                offset,
-                size,
-                tag,
-            } => self.start_copy(
-                matches!(node, Node::AsyncStore { .. }),
-                source.as_str(),
-                destination.as_str(),
-                offset,
-                size,
-                tag.as_str(),
-            ),
-            Node::AsyncWait { tag } => self.finish_copy(tag.as_str()),
-            // `put_node` sends only the async nodes here.
-            _ => Ok(()),
         }
     }
 
@@ -212,8 +175,7 @@ impl<'p> Lowerer<'p> {
         let p = self.truthy(cond);
         let p = self.branch_pred(p);
         let uniform = self.facts.uniformity.is_uniform(cond_expr);
-        let has_barrier = then.iter().chain(otherwise.iter()).any(contains_barrier);
-        if has_barrier && !uniform {
+        if !uniform && (has_barrier(then) || has_barrier(otherwise)) {
             self.check_branch_agreement(p);
         }
         let divergent = !uniform;
@@ -256,8 +218,7 @@ impl<'p> Lowerer<'p> {
         then: &'p [Node],
         otherwise: &'p [Node],
     ) -> Result<(), CodegenError> {
-        let facts = self.facts;
-        let uniformity = &facts.uniformity;
+        let uniformity = &self.facts.uniformity;
         let ops: Vec<&'p Expr> = uniformity
             .hoistable(then)
             .into_iter()
@@ -278,8 +239,7 @@ impl<'p> Lowerer<'p> {
         to: &'p Expr,
         body: &'p [Node],
     ) -> Result<(), CodegenError> {
-        let facts = self.facts;
-        let uniformity = &facts.uniformity;
+        let uniformity = &self.facts.uniformity;
         let divergent = !(uniformity.is_uniform(from) && uniformity.is_uniform(to));
         let from = self.put_expr(from)?;
         let from = self.u32_checked(from, DeviceFault::LoopBoundNotU32)?;
@@ -293,10 +253,7 @@ impl<'p> Lowerer<'p> {
         let (top, end) = (self.w.label(), self.w.label());
         self.w.put_label(top);
         emit!(self.w, "setp.ge.u32 {done}, {counter}, {bound}");
-        if !body
-            .iter()
-            .any(|n| contains_barrier(n) || node_has_subgroup(n))
-        {
+        if !has_barrier(body) && !has_subgroup(body) {
             // A lane that recorded a fault stops iterating (its results are discarded);
             // never in loops with barriers or subgroup operations, where every lane must
             // stay in step.

@@ -35,21 +35,14 @@ impl Lowerer<'_> {
             return Err(unsupported_lane_kind("SubgroupShuffle", value.kind));
         }
         let source = self.u32_checked(lane, DeviceFault::SubgroupLaneNotU32)?;
-        let (lanes, mask) = (self.subgroup_lanes, self.subgroup_mask);
+        let (lanes, mask, v) = (self.subgroup_lanes, self.subgroup_mask, value.reg);
         let d = self.w.reg(value.kind.reg_class());
         let present = self.pred();
-        emit!(
-            self.w,
-            "shfl.sync.idx.b32 {d}, {}, {source}, 31, {mask}",
-            value.reg
-        );
+        emit!(self.w, "shfl.sync.idx.b32 {d}, {v}, {source}, 31, {mask}");
         // A source lane outside the subgroup reads 0 in the reference.
         emit!(self.w, "setp.lt.u32 {present}, {source}, {lanes}");
-        if value.kind == ValKind::F32 {
-            emit!(self.w, "selp.f32 {d}, {d}, 0f00000000, {present}");
-        } else {
-            emit!(self.w, "selp.b32 {d}, {d}, 0, {present}");
-        }
+        let (ty, zero) = (d.class().ty(), d.class().zero());
+        emit!(self.w, "selp.{ty} {d}, {d}, {zero}, {present}");
         Ok(Val::new(value.kind, d))
     }
 
@@ -61,31 +54,23 @@ impl Lowerer<'_> {
         let mask = self.subgroup_mask;
         match value.kind {
             ValKind::U32 => {
-                let redux = match op {
-                    SubgroupReduceOp::Add => Some("add.u32"),
-                    SubgroupReduceOp::Min => Some("min.u32"),
-                    SubgroupReduceOp::Max => Some("max.u32"),
-                    SubgroupReduceOp::And => Some("and.b32"),
-                    SubgroupReduceOp::Or => Some("or.b32"),
-                    SubgroupReduceOp::Xor => Some("xor.b32"),
-                    _ => None,
+                // `redux.sync` (sm_80+) computes all but Mul exactly.
+                let (identity, binop, redux) = match op {
+                    SubgroupReduceOp::Add => (0, BinOp::Add, Some("add.u32")),
+                    SubgroupReduceOp::Mul => (1, BinOp::Mul, None),
+                    SubgroupReduceOp::Min => (u32::MAX, BinOp::Min, Some("min.u32")),
+                    SubgroupReduceOp::Max => (0, BinOp::Max, Some("max.u32")),
+                    SubgroupReduceOp::And => (u32::MAX, BinOp::BitAnd, Some("and.b32")),
+                    SubgroupReduceOp::Or => (0, BinOp::BitOr, Some("or.b32")),
+                    SubgroupReduceOp::Xor => (0, BinOp::BitXor, Some("xor.b32")),
+                    other => return Err(unknown_reduce(other)),
                 };
                 if let Some(redux) = redux.filter(|_| self.sm >= 80) {
                     let d = self.b32();
                     emit!(self.w, "redux.sync.{redux} {d}, {}, {mask}", value.reg);
                     return Ok(Val::new(ValKind::U32, d));
                 }
-                let (identity, binop) = match op {
-                    SubgroupReduceOp::Add => (0, BinOp::Add),
-                    SubgroupReduceOp::Mul => (1, BinOp::Mul),
-                    SubgroupReduceOp::Min => (u32::MAX, BinOp::Min),
-                    SubgroupReduceOp::Max => (0, BinOp::Max),
-                    SubgroupReduceOp::And => (u32::MAX, BinOp::BitAnd),
-                    SubgroupReduceOp::Or => (0, BinOp::BitOr),
-                    SubgroupReduceOp::Xor => (0, BinOp::BitXor),
-                    other => return Err(unknown_reduce(other)),
-                };
-                let acc = self.lit_b32(ValKind::U32, identity);
+                let acc = Val::new(ValKind::U32, self.imm_b32(identity));
                 self.fold_lanes(acc, value, binop)
             }
             ValKind::F32 => {
@@ -112,29 +97,18 @@ impl Lowerer<'_> {
 
     /// `acc = op(acc, lane[k])` for k = 0, 1, ... over the lanes present, in order.
     fn fold_lanes(&mut self, acc: Val, value: Val, op: BinOp) -> Result<Val, CodegenError> {
-        let (lanes, mask) = (self.subgroup_lanes, self.subgroup_mask);
+        let (lanes, mask, v) = (self.subgroup_lanes, self.subgroup_mask, value.reg);
         let result = self.w.reg(acc.kind.reg_class());
         self.mov(result, acc.reg);
         for k in 0..32u32 {
-            let lane_value = self.w.reg(value.kind.reg_class());
-            emit!(
-                self.w,
-                "shfl.sync.idx.b32 {lane_value}, {}, {k}, 31, {mask}",
-                value.reg
-            );
-            let combined = self.put_binop(
-                op,
-                Val::new(acc.kind, result),
-                Val::new(value.kind, lane_value),
-            )?;
+            let lane_k = self.w.reg(value.kind.reg_class());
+            emit!(self.w, "shfl.sync.idx.b32 {lane_k}, {v}, {k}, 31, {mask}");
+            let combined =
+                self.put_binop(op, Val::new(acc.kind, result), Val::new(value.kind, lane_k))?;
             let present = self.pred();
             emit!(self.w, "setp.lt.u32 {present}, {k}, {lanes}");
-            emit!(
-                self.w,
-                "@{present} mov.{} {result}, {}",
-                result.class().ty(),
-                combined.reg
-            );
+            let ty = result.class().ty();
+            emit!(self.w, "@{present} mov.{ty} {result}, {}", combined.reg);
         }
         Ok(Val::new(acc.kind, result))
     }

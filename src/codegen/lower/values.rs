@@ -11,11 +11,6 @@ impl Lowerer<'_> {
         emit!(self.w, "mov.{} {dst}, {src}", dst.class().ty());
     }
 
-    pub(super) fn lit_b32(&mut self, kind: ValKind, bits: u32) -> Val {
-        let reg = self.imm_b32(bits);
-        Val { kind, reg }
-    }
-
     pub(super) fn imm_b32(&mut self, bits: u32) -> Reg {
         let reg = self.w.reg(RegClass::B32);
         emit!(self.w, "mov.b32 {reg}, {bits}");
@@ -28,6 +23,16 @@ impl Lowerer<'_> {
 
     pub(crate) fn pred(&mut self) -> Reg {
         self.w.reg(RegClass::Pred)
+    }
+
+    /// The low 32 bits of `r` (`r` itself unless it is a `.b64`).
+    pub(super) fn low_word(&mut self, r: Reg) -> Reg {
+        if r.class() != RegClass::B64 {
+            return r;
+        }
+        let low = self.b32();
+        emit!(self.w, "cvt.u32.u64 {low}, {r}");
+        low
     }
 
     /// The eight little-endian bytes of a `Value::Float` (an f64), as a `.b64` register:

@@ -6,6 +6,7 @@
 //! which its later loads read) and written after the lanes, `st.global.v4`/`v2` where
 //! complete. The host uses it only for 16-byte-aligned, disjoint bindings and a 1-D grid.
 
+use super::memory::int_width;
 use super::{KernelAbi, LoweredBody, Lowerer, Space, Val};
 use crate::codegen::abi::{KernelParam, VECTOR_LANES};
 use crate::codegen::analysis::elementwise::Elementwise;
@@ -24,35 +25,33 @@ pub(crate) struct Lanes<'p> {
     lane_end: Label,
     /// Raw words of never-stored buffers, loaded before the first lane.
     preloaded: FxHashMap<&'p str, [Reg; LANES]>,
-    /// Deferred stores: each lane's last stored word and whether it stored (in bounds).
-    pending: FxHashMap<&'p str, ([Reg; LANES], [Reg; LANES])>,
+    /// The stored buffers' deferred stores, in binding order.
+    pending: Vec<(&'p str, DeferredStores)>,
+}
+
+impl Lanes<'_> {
+    /// The current lane's last stored word of `buffer` and whether it stored, when the
+    /// buffer's stores are deferred.
+    fn deferred(&self, buffer: &str) -> Option<(Reg, Reg)> {
+        let (_, stores) = self.pending.iter().find(|(name, _)| *name == buffer)?;
+        Some((stores.words[self.lane], stores.stored[self.lane]))
+    }
 }
 
 /// One stored buffer's deferred stores, written after the last lane.
+#[derive(Clone, Copy)]
 struct DeferredStores {
     base: Reg,
     stride: u32,
-    class: RegClass,
     /// Each lane's last stored word, and whether it stored (in bounds).
     words: [Reg; LANES],
     stored: [Reg; LANES],
 }
 
-/// Whether a buffer's elements travel as raw `.b32`/`.b64` words in the vector entry.
-fn word_class(stride: u32) -> Option<RegClass> {
-    match stride {
-        4 => Some(RegClass::B32),
-        8 => Some(RegClass::B64),
-        _ => None,
-    }
-}
-
-fn width(class: RegClass) -> &'static str {
-    if class == RegClass::B64 {
-        "u64"
-    } else {
-        "u32"
-    }
+/// `{a, b, ...}`, the operand of a vector load or store.
+fn reg_list(regs: &[Reg]) -> String {
+    let names: Vec<String> = regs.iter().map(ToString::to_string).collect();
+    format!("{{{}}}", names.join(", "))
 }
 
 impl<'p> Lowerer<'p> {
@@ -73,16 +72,15 @@ impl<'p> Lowerer<'p> {
         let first = self.b32();
         emit!(self.w, "mad.lo.u32 {first}, {thread}, {LANES}, {inv_base}");
         let lane_end = self.w.label();
-        let (lanes, deferred) = self.lane_buffers(abi, shape, first, lane_end);
+        self.lanes = Some(self.lane_buffers(abi, shape, first, lane_end));
         let flush = self.w.label();
-        self.lanes = Some(lanes);
         let result = self.put_lanes(entry, first, inv_end, flush);
         self.ids.global[0] = thread;
-        self.lanes = None;
+        let pending = self.lanes.take().map(|lanes| lanes.pending);
         result?;
         self.w.put_label(flush);
-        for store in deferred {
-            self.flush_stores(first, store);
+        for (_, stores) in pending.unwrap_or_default() {
+            self.flush_stores(first, stores);
         }
         self.finish_entry()
     }
@@ -94,17 +92,19 @@ impl<'p> Lowerer<'p> {
         shape: &Elementwise<'p>,
         first: Reg,
         lane_end: Label,
-    ) -> (Lanes<'p>, Vec<DeferredStores>) {
+    ) -> Lanes<'p> {
         let mut lanes = Lanes {
             lane: 0,
             lane_end,
             preloaded: FxHashMap::default(),
-            pending: FxHashMap::default(),
+            pending: Vec::new(),
         };
-        let mut deferred = Vec::new();
         for binding in &abi.bindings {
-            let Some(class) = word_class(binding.element_size) else {
-                continue;
+            // Only 4- and 8-byte elements travel as raw words.
+            let class = match binding.element_size {
+                4 => RegClass::B32,
+                8 => RegClass::B64,
+                _ => continue,
             };
             if ValKind::of_load(&binding.element).is_none() {
                 continue;
@@ -126,20 +126,19 @@ impl<'p> Lowerer<'p> {
                     emit!(self.w, "mov.{} {word}, 0", class.ty());
                     emit!(self.w, "setp.ne.u32 {flag}, 0, 0");
                 }
-                lanes.pending.insert(name, (words, stored));
-                deferred.push(DeferredStores {
+                let stores = DeferredStores {
                     base,
                     stride: slot.stride,
-                    class,
                     words,
                     stored,
-                });
+                };
+                lanes.pending.push((name, stores));
             } else if shape.loaded.contains(name) {
                 let words = self.preload(base, len, first, slot.stride, class);
                 lanes.preloaded.insert(name, words);
             }
         }
-        (lanes, deferred)
+        lanes
     }
 
     /// The program body once per lane, each with its own `gid`; lanes at or past
@@ -163,22 +162,10 @@ impl<'p> Lowerer<'p> {
                 lanes.lane_end = lane_end;
             }
             self.ids.global[0] = gid;
-            self.push_scope();
-            let result = self.put_block(entry);
-            self.pop_scope();
-            result?;
+            self.put_scoped_block(entry)?;
             self.w.put_label(lane_end);
         }
         Ok(())
-    }
-
-    /// `first * stride` bytes past `base`.
-    fn lane_address(&mut self, base: Reg, first: Reg, stride: u32) -> Reg {
-        let offset = self.w.reg(RegClass::B64);
-        emit!(self.w, "mul.wide.u32 {offset}, {first}, {stride}");
-        let addr = self.w.reg(RegClass::B64);
-        emit!(self.w, "add.s64 {addr}, {base}, {offset}");
-        addr
     }
 
     /// The raw words of elements `first .. first + 4`, zero where out of bounds.
@@ -194,27 +181,20 @@ impl<'p> Lowerer<'p> {
         for &word in &words {
             emit!(self.w, "mov.{} {word}, 0", class.ty());
         }
-        let addr = self.lane_address(base, first, stride);
+        let (addr, ty) = (self.scaled_address(base, first, stride), int_width(stride));
         let per_vector = (16 / stride) as usize;
         for (group, chunk) in words.chunks(per_vector).enumerate() {
             let start = (group * per_vector) as u32;
             let last = self.b32();
-            emit!(
-                self.w,
-                "add.u32 {last}, {first}, {}",
-                start + per_vector as u32 - 1
-            );
+            let end = start + per_vector as u32 - 1;
+            emit!(self.w, "add.u32 {last}, {first}, {end}");
             let (whole, partial) = (self.pred(), self.pred());
             emit!(self.w, "setp.lt.u32 {whole}, {last}, {len}");
             emit!(self.w, "not.pred {partial}, {whole}");
-            let list: Vec<String> = chunk.iter().map(ToString::to_string).collect();
-            let vector = if per_vector == 4 { "v4" } else { "v2" };
+            let (list, offset) = (reg_list(chunk), start * stride);
             emit!(
                 self.w,
-                "@{whole} ld.global.nc.{vector}.{} {{{}}}, [{addr}+{}]",
-                width(class),
-                list.join(", "),
-                start * stride
+                "@{whole} ld.global.nc.v{per_vector}.{ty} {list}, [{addr}+{offset}]"
             );
             for (k, &word) in chunk.iter().enumerate() {
                 let element = start + k as u32;
@@ -222,11 +202,10 @@ impl<'p> Lowerer<'p> {
                 emit!(self.w, "add.u32 {gid}, {first}, {element}");
                 emit!(self.w, "setp.lt.u32 {inside}, {gid}, {len}");
                 emit!(self.w, "and.pred {inside}, {inside}, {partial}");
+                let offset = element * stride;
                 emit!(
                     self.w,
-                    "@{inside} ld.global.nc.{} {word}, [{addr}+{}]",
-                    width(class),
-                    element * stride
+                    "@{inside} ld.global.nc.{ty} {word}, [{addr}+{offset}]"
                 );
             }
         }
@@ -238,11 +217,10 @@ impl<'p> Lowerer<'p> {
         let DeferredStores {
             base,
             stride,
-            class,
             words,
             stored,
         } = stores;
-        let addr = self.lane_address(base, first, stride);
+        let (addr, ty) = (self.scaled_address(base, first, stride), int_width(stride));
         let per_vector = (16 / stride) as usize;
         for group in 0..LANES / per_vector {
             let start = group * per_vector;
@@ -253,28 +231,16 @@ impl<'p> Lowerer<'p> {
                 emit!(self.w, "and.pred {whole}, {whole}, {}", stored[k]);
             }
             emit!(self.w, "not.pred {partial}, {whole}");
-            let list: Vec<String> = words[lanes.clone()]
-                .iter()
-                .map(ToString::to_string)
-                .collect();
-            let vector = if per_vector == 4 { "v4" } else { "v2" };
+            let (list, offset) = (reg_list(&words[lanes.clone()]), start as u32 * stride);
             emit!(
                 self.w,
-                "@{whole} st.global.{vector}.{} [{addr}+{}], {{{}}}",
-                width(class),
-                start as u32 * stride,
-                list.join(", ")
+                "@{whole} st.global.v{per_vector}.{ty} [{addr}+{offset}], {list}"
             );
             for k in lanes {
                 let one = self.pred();
                 emit!(self.w, "and.pred {one}, {}, {partial}", stored[k]);
-                emit!(
-                    self.w,
-                    "@{one} st.global.{} [{addr}+{}], {}",
-                    width(class),
-                    k as u32 * stride,
-                    words[k]
-                );
+                let (offset, word) = (k as u32 * stride, words[k]);
+                emit!(self.w, "@{one} st.global.{ty} [{addr}+{offset}], {word}");
             }
         }
     }
@@ -287,18 +253,13 @@ impl<'p> Lowerer<'p> {
         if let Some(words) = lanes.preloaded.get(buffer) {
             return Some(words[lane]);
         }
-        let (words, stored) = lanes.pending.get(buffer)?;
-        let (word, stored) = (words[lane], stored[lane]);
+        let (word, stored) = lanes.deferred(buffer)?;
         let slot = self.buffers.get(buffer)?.clone();
         let (in_bounds, addr) = self.element_address(&slot, index);
-        let class = word.class();
+        let (class, width) = (word.class(), int_width(word.class().bytes()));
         let raw = self.w.reg(class);
         emit!(self.w, "mov.{} {raw}, 0", class.ty());
-        emit!(
-            self.w,
-            "@{in_bounds} ld.global.{} {raw}, [{addr}]",
-            width(class)
-        );
+        emit!(self.w, "@{in_bounds} ld.global.{width} {raw}, [{addr}]");
         emit!(self.w, "selp.{} {raw}, {word}, {raw}, {stored}", class.ty());
         Some(raw)
     }
@@ -306,32 +267,23 @@ impl<'p> Lowerer<'p> {
     /// In the vector entry: defer a store of `payload` to the current lane's element when
     /// the buffer's stores are deferred; `false` when the store must be emitted as usual.
     pub(super) fn lane_store(&mut self, buffer: &str, in_bounds: Reg, payload: Reg) -> bool {
-        let Some(lanes) = self.lanes.as_ref() else {
+        let Some((word, stored)) = self.lanes.as_ref().and_then(|lanes| lanes.deferred(buffer))
+        else {
             return false;
         };
-        let Some((words, stored)) = lanes.pending.get(buffer) else {
-            return false;
-        };
-        let (word, stored) = (words[lanes.lane], stored[lanes.lane]);
-        emit!(
-            self.w,
-            "@{in_bounds} mov.{} {word}, {payload}",
-            word.class().ty()
-        );
+        let ty = word.class().ty();
+        emit!(self.w, "@{in_bounds} mov.{ty} {word}, {payload}");
         emit!(self.w, "or.pred {stored}, {stored}, {in_bounds}");
         true
     }
 
     /// `Return` in the vector entry ends the current lane only.
     pub(super) fn lane_return(&mut self) -> bool {
-        match self.lanes.as_ref() {
-            Some(lanes) => {
-                let end = lanes.lane_end;
-                emit!(self.w, "bra {end}");
-                true
-            }
-            None => false,
-        }
+        let Some(lanes) = &self.lanes else {
+            return false;
+        };
+        emit!(self.w, "bra {}", lanes.lane_end);
+        true
     }
 
     /// A raw element word as the value a load of `kind` yields (as `put_load` would).

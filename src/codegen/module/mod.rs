@@ -45,7 +45,10 @@ pub(crate) fn compose(
 ) -> (String, Option<String>) {
     let mut header = String::new();
     put_header(&mut header, program, target, bodies);
-    let shared = shared_decl(abi);
+    let shared = match abi.shared_bytes {
+        0 => String::new(),
+        bytes => format!("\t.shared .align 16 .b8 vyre_shared[{bytes}];\n"),
+    };
     let size: usize = bodies.all().map(|b| b.body.len() + b.prologue.len()).sum();
     let mut ptx = String::with_capacity(header.len() + size + 1024);
     ptx.push_str(&header);
@@ -90,17 +93,6 @@ fn param_list(params: impl Iterator<Item = KernelParam>) -> String {
         .map(|param| format!("\t.param .{} {}", param.ptx_type(), param.name()))
         .collect::<Vec<_>>()
         .join(",\n")
-}
-
-/// The `vyre_shared` declaration of the workgroup buffers, empty without any.
-fn shared_decl(abi: &KernelAbi) -> String {
-    if abi.shared_bytes == 0 {
-        return String::new();
-    }
-    format!(
-        "\t.shared .align 16 .b8 vyre_shared[{}];\n",
-        abi.shared_bytes
-    )
 }
 
 fn put_entry_head(out: &mut String, name: &str, params: &str, abi: &KernelAbi) {
