@@ -431,6 +431,23 @@ fn main() {
                 .collect();
             row(&format!("pool {kind:?} vadd 2^{log2}"), samples, None);
         }
+        // Which paths the pooled backend took and what it allocated, to read its rows by.
+        let paths = pooled.metric_snapshot().into_iter().filter(|(name, _)| {
+            [
+                "packed",
+                "vector",
+                "chunked",
+                "allocations",
+                "reuses",
+                "stream_creations",
+            ]
+            .iter()
+            .any(|part| name.contains(part))
+        });
+        let paths: Vec<String> = paths
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect();
+        println!("pool {kind:?} metrics: {}", paths.join(" "));
     }
 
     for (name, value) in backend.metric_snapshot() {

@@ -24,6 +24,7 @@ mod tests;
 mod trig;
 
 use ptx::Func;
+use std::cell::OnceCell;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use vyre_foundation::ir::UnOp;
@@ -88,30 +89,33 @@ impl Libm {
 /// The `.func`s the routines in `used` need, each once, callees before callers.
 fn functions(used: &BTreeSet<Libm>) -> Vec<Func> {
     let any = |set: &[Libm]| set.iter().any(|f| used.contains(f));
-    let rem = rem_pio2::rem_pio2f();
-    let expm1 = hyperbolic::expm1f();
-    let exp = exp_log::expf();
+    // The shared helpers are built only when a routine needs them: most kernels use no
+    // libm at all, and this runs on every emit.
+    let (rem, expm1, exp) = (OnceCell::new(), OnceCell::new(), OnceCell::new());
+    let rem = || rem.get_or_init(rem_pio2::rem_pio2f);
+    let expm1 = || expm1.get_or_init(hyperbolic::expm1f);
+    let exp = || exp.get_or_init(exp_log::expf);
     let mut out = Vec::new();
     if any(&[Libm::Sin, Libm::Cos, Libm::Tan]) {
-        out.push(rem.clone());
+        out.push(rem().clone());
     }
     if any(&[Libm::Sinh, Libm::Cosh, Libm::Tanh]) {
-        out.push(expm1.clone());
+        out.push(expm1().clone());
     }
     if any(&[Libm::Exp, Libm::Sinh, Libm::Cosh]) {
-        out.push(exp.clone());
+        out.push(exp().clone());
     }
     for f in used {
         out.push(match f {
-            Libm::Sin => trig::sinf(&rem),
-            Libm::Cos => trig::cosf(&rem),
-            Libm::Tan => trig::tanf(&rem),
+            Libm::Sin => trig::sinf(rem()),
+            Libm::Cos => trig::cosf(rem()),
+            Libm::Tan => trig::tanf(rem()),
             Libm::Asin => inverse_trig::asinf(),
             Libm::Acos => inverse_trig::acosf(),
             Libm::Atan => inverse_trig::atanf(),
-            Libm::Sinh => hyperbolic::sinhf(&expm1, &exp),
-            Libm::Cosh => hyperbolic::coshf(&expm1, &exp),
-            Libm::Tanh => hyperbolic::tanhf(&expm1),
+            Libm::Sinh => hyperbolic::sinhf(expm1(), exp()),
+            Libm::Cosh => hyperbolic::coshf(expm1(), exp()),
+            Libm::Tanh => hyperbolic::tanhf(expm1()),
             // emitted above (coshf and sinhf call it too)
             Libm::Exp => continue,
             Libm::Exp2 => exp_log::exp2f(),
