@@ -2,7 +2,7 @@
 //! rows, diagnostics and log lines go ([`Sink`], saved to the JSON file after each row).
 
 use crate::cli::Opts;
-use crate::engines::{Engine, Engines};
+use crate::engines::Engines;
 use crate::measure::{e2e_on, E2e, Sampling};
 use crate::report::{self, fmt_time, Outcome, Report, Row};
 use std::collections::BTreeMap;
@@ -59,19 +59,17 @@ impl Ctx {
         }
     }
 
-    /// Check, then time, one engine on an end-to-end borrowed dispatch.
-    pub fn e2e(
-        &self,
-        engine: &dyn Engine,
-        job: &E2e<'_>,
-        warmup: usize,
-        samples: usize,
-    ) -> Outcome {
-        match engine.backend() {
-            Some(backend) => e2e_on(backend, job, &self.config, self.sampling(warmup, samples)),
-            None => Outcome::Unsupported {
-                reason: "engine not available".into(),
-            },
+    /// Check, then time, every vyre engine on an end-to-end borrowed dispatch; each
+    /// outcome goes into `row` under the engine's name.
+    pub fn e2e_each(&self, row: &mut Row, job: &E2e<'_>, warmup: usize, samples: usize) {
+        for engine in self.engines.vyre() {
+            let outcome = match engine.backend() {
+                Some(backend) => e2e_on(backend, job, &self.config, self.sampling(warmup, samples)),
+                None => Outcome::Unsupported {
+                    reason: "engine not available".into(),
+                },
+            };
+            row.engines.insert(engine.name().into(), outcome);
         }
     }
 }

@@ -44,10 +44,7 @@ pub fn run(ctx: &Ctx, sink: &mut Sink, id: &str, kernel: Kernel, n: usize) {
         inputs: &inputs,
         expect: &expect,
     };
-    for engine in ctx.engines.vyre() {
-        let o = ctx.e2e(engine, &job, warm, samples);
-        row.engines.insert(engine.name().into(), o);
-    }
+    ctx.e2e_each(&mut row, &job, warm, samples);
     // The chunked pipeline (inputs of 32 MiB and more) does not use the staging lanes.
     if n * 8 < 32 << 20 && n >= 1 << 16 {
         let sweep = staging_sweep::sweep(ctx, &job, samples.min(30));

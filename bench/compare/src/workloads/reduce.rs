@@ -43,10 +43,7 @@ pub fn run(ctx: &Ctx, sink: &mut Sink) {
         inputs: &inputs,
         expect: &expect,
     };
-    for engine in ctx.engines.vyre() {
-        let o = ctx.e2e(engine, &job, warm, samples);
-        row.engines.insert(engine.name().into(), o);
-    }
+    ctx.e2e_each(&mut row, &job, warm, samples);
     let sweep = staging_sweep::sweep(ctx, &job, samples);
     staging_sweep::attach(sink, &mut row, sweep);
     row.notes.push(format!(
