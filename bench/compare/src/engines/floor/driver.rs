@@ -548,9 +548,9 @@ impl Floor {
         self.sync_all()
     }
 
-    /// The minimal round trip for a tiny elementwise dispatch: `ab` (both inputs,
-    /// back to back, `n` elements each) in one upload, one launch, one readback, one sync.
-    pub fn tiny_e2e(&self, ab: &[u8], out: &mut [u8], dev: &DevBuf) -> R<()> {
+    /// Enqueues the tiny round trip on stream 0: `ab` (both inputs, back to back, `n`
+    /// elements each) in one upload, one launch, one readback; the caller waits.
+    fn enqueue_tiny(&self, ab: &[u8], out: &mut [u8], dev: &DevBuf) -> R<()> {
         self.bind()?;
         let n = out.len() / 4;
         let half = (n * 4) as u64;
@@ -565,6 +565,13 @@ impl Floor {
             0,
         )?;
         self.d2h(out, dev.ptr + out_off, 0)?;
+        Ok(())
+    }
+
+    /// The minimal round trip for a tiny elementwise dispatch: `ab` (both inputs,
+    /// back to back, `n` elements each) in one upload, one launch, one readback, one sync.
+    pub fn tiny_e2e(&self, ab: &[u8], out: &mut [u8], dev: &DevBuf) -> R<()> {
+        self.enqueue_tiny(ab, out, dev)?;
         self.sync(0)
     }
 
@@ -732,20 +739,7 @@ impl Floor {
     /// `tiny_e2e`, but the host waits on a blocking-sync event (the thread sleeps instead
     /// of spinning), so its CPU time is the API calls alone.
     pub fn tiny_e2e_blocking(&self, ab: &[u8], out: &mut [u8], dev: &DevBuf) -> R<()> {
-        self.bind()?;
-        let n = out.len() / 4;
-        let half = (n * 4) as u64;
-        let out_off = (2 * half).next_multiple_of(256);
-        self.h2d(dev.ptr, ab, 0)?;
-        self.launch_elementwise(
-            self.f_vadd,
-            dev.ptr,
-            dev.ptr + half,
-            dev.ptr + out_off,
-            n as u32,
-            0,
-        )?;
-        self.d2h(out, dev.ptr + out_off, 0)?;
+        self.enqueue_tiny(ab, out, dev)?;
         // SAFETY: our blocking event and stream.
         ck("cuEventRecord", unsafe {
             result::event::record(self.blocking_event, self.streams[0])
