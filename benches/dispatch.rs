@@ -4,10 +4,13 @@
 //! Without a GPU only the emitter rows run.
 
 use std::time::{Duration, Instant};
+// Their operations register only when the crates are linked.
 use vyre_cuda::codegen::{emit_ptx, PtxTarget};
 use vyre_cuda::{CudaBackend, CudaOptions, PoolKind};
 use vyre_driver::{DispatchConfig, ResidentDispatchStep, Resource};
 use vyre_foundation::ir::{BinOp, BufferAccess, BufferDecl, DataType, Expr, Node, Program};
+use vyre_libs as _;
+use vyre_primitives as _;
 
 fn stats(mut samples: Vec<Duration>) -> (Duration, Duration, Duration) {
     samples.sort();
@@ -126,9 +129,10 @@ fn check(backend: &CudaBackend, program: &Program, inputs: &[Vec<u8>]) -> Vec<Ve
 
 fn main() {
     let config = DispatchConfig::default();
-    // Emitter cost over the vyre-primitives corpus (CPU only).
-    let programs: Vec<Program> = vyre_primitives::harness::all_entries()
-        .map(|e| (e.build)())
+    // Emitter cost over the vyre-primitives + vyre-libs corpus (CPU only).
+    let programs: Vec<Program> = vyre_foundation::operation::OperationRegistry::global()
+        .iter()
+        .filter_map(|e| e.build.map(|build| build()))
         .collect();
     let mut emit_samples = Vec::new();
     for program in &programs {

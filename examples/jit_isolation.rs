@@ -16,6 +16,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use vyre_cuda::{CudaBackend, CudaOptions};
 use vyre_driver::DispatchConfig;
+// Their operations register only when the crates are linked.
+use vyre_libs as _;
+use vyre_primitives as _;
 
 /// `vyre-cuda-jit` in this executable's folder or the one above (cargo puts examples in
 /// `target/release/examples/`, binaries in `target/release/`).
@@ -62,11 +65,11 @@ fn main() {
     let (free_before, _) = backend.memory_info().expect("memory info");
     let mut firsts: Vec<(Duration, &str)> = Vec::new();
     let mut failed = 0usize;
-    for entry in vyre_primitives::harness::all_entries() {
-        let Some(inputs) = entry.test_inputs else {
+    for entry in vyre_foundation::operation::OperationRegistry::global().iter() {
+        let (Some(build), Some(inputs)) = (entry.build, entry.test_inputs) else {
             continue;
         };
-        let program = (entry.build)();
+        let program = build();
         let config = DispatchConfig::default();
         if backend.emit(&program, &config).is_err() {
             continue;

@@ -1,13 +1,14 @@
 //! The `VyreBackend` adapter over [`CudaBackend`] and its `inventory` registration.
 //!
-//! Linking vyre-cuda is enough for `vyre_driver::registered_backends()` to list `"cuda"`
-//! and for `vyre_driver::acquire("cuda")` to open the device. Applications that want the
-//! direct API (resident workflows, the PTX emitter) use [`CudaBackend`] itself.
+//! Linking vyre-cuda is enough for `vyre_driver::registered_backends()` to list
+//! `"vyre-cuda"` and for `vyre_driver::acquire("vyre-cuda")` to open the device; it ranks
+//! ahead of vyre-driver-cuda (`"cuda"`), and a binary may link both. Applications that want
+//! the direct API (resident workflows, the PTX emitter) use [`CudaBackend`] itself.
 
 use crate::backend::{CudaBackend, CudaPendingDispatch, CudaPipeline};
 use crate::error::{CudaError, CUDA_BACKEND_ID};
 use std::collections::HashSet;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use vyre_driver::backend::private::Sealed;
 use vyre_driver::backend::{BackendCapability, BackendPrecedence};
 use vyre_driver::pipeline::PipelineCacheSnapshot;
@@ -17,6 +18,7 @@ use vyre_driver::{
     ResidentSequenceTiming, Resource, TimedDispatchResult, VyreBackend,
 };
 use vyre_foundation::ir::{OpId, Program};
+use vyre_foundation::operation::TargetId;
 
 fn err(error: CudaError) -> BackendError {
     error.into()
@@ -33,16 +35,23 @@ macro_rules! forward {
 }
 
 /// Statement-level op ids the emitter accepts: vyre's default set plus `Trap` (a kernel
-/// fault, as in the reference) and `vyre.node.unknown`, the id vyre-driver's validator
-/// gives `AsyncStore` (contract §7.2). Indirect dispatch and `Resume` are accepted because
-/// the reference defines them as run-time errors, which the kernel reproduces.
+/// fault, as in the reference) and `AsyncStore` ([`crate::compat::ASYNC_STORE_OP_ID`]).
+/// Indirect dispatch and `Resume` are accepted because the reference defines them as
+/// run-time errors, which the kernel reproduces.
 pub fn supported_ops() -> &'static HashSet<OpId> {
     static OPS: OnceLock<HashSet<OpId>> = OnceLock::new();
     OPS.get_or_init(|| {
         let mut ops = vyre_driver::backend::default_supported_ops_with_trap().clone();
-        ops.insert(OpId::from("vyre.node.unknown"));
+        ops.insert(OpId::from(crate::compat::ASYNC_STORE_OP_ID));
         ops
     })
+}
+
+/// Semantic operations of the target compiler: none until vyre-cuda registers one (the
+/// registration then names its payload format too, `crate::compat::PAYLOAD_FORMAT`).
+fn semantic_operations() -> &'static HashSet<OpId> {
+    static NONE: OnceLock<HashSet<OpId>> = OnceLock::new();
+    NONE.get_or_init(HashSet::new)
 }
 
 impl Sealed for CudaBackend {}
@@ -60,6 +69,10 @@ impl PendingDispatch for CudaPendingDispatch {
 
     fn await_result_into(self: Box<Self>, outputs: &mut OutputBuffers) -> Result<(), BackendError> {
         self.wait_into(outputs).map_err(err)
+    }
+
+    fn await_timed_result(self: Box<Self>) -> Result<TimedDispatchResult, BackendError> {
+        self.wait_timed().map_err(err)
     }
 }
 
@@ -172,6 +185,8 @@ impl VyreBackend for CudaBackend {
             -> Box<dyn PendingDispatch>, map |p| Box::new(p) as Box<dyn PendingDispatch>;
         dispatch_borrowed_async(program: &Program, inputs: &[&[u8]], config: &DispatchConfig)
             -> Box<dyn PendingDispatch>, map |p| Box::new(p) as Box<dyn PendingDispatch>;
+        dispatch_resident_async(program: &Program, resources: &[Resource], config: &DispatchConfig)
+            -> Box<dyn PendingDispatch>, map |p| Box::new(p) as Box<dyn PendingDispatch>;
         allocate_device_buffer(byte_len: usize)
             -> Box<dyn DeviceBuffer>, map |b| Box::new(b) as Box<dyn DeviceBuffer>;
         // The trait's form does not return the replay timing.
@@ -182,23 +197,6 @@ impl VyreBackend for CudaBackend {
             read_ranges: &[ResidentReadRange<'_>],
             outputs: &mut [&mut Vec<u8>]
         ) -> (), map |_| ();
-    }
-
-    fn compile_native(
-        &self,
-        program: &Program,
-        config: &DispatchConfig,
-    ) -> Result<Option<Arc<dyn CompiledPipeline>>, BackendError> {
-        self.compile_native_shared(Arc::new(program.clone()), config)
-    }
-
-    fn compile_native_shared(
-        &self,
-        program: Arc<Program>,
-        config: &DispatchConfig,
-    ) -> Result<Option<Arc<dyn CompiledPipeline>>, BackendError> {
-        let pipeline = self.compile(program, config).map_err(err)?;
-        Ok(Some(Arc::new(pipeline) as Arc<dyn CompiledPipeline>))
     }
 
     fn pipeline_cache_snapshot(&self) -> Option<PipelineCacheSnapshot> {
@@ -300,13 +298,21 @@ fn factory() -> Result<Box<dyn VyreBackend>, BackendError> {
 inventory::submit! {
     BackendRegistration {
         id: CUDA_BACKEND_ID,
+        target_id: TargetId::expect_valid(crate::compat::TARGET_ID),
+        payload_format: None,
+        reference_oracle: false,
         factory,
         supported_ops,
+        semantic_operations,
+        target_compiler: None,
+        materializer: None,
     }
 }
 
+// Ahead of vyre-driver-cuda's rank 5: linked together, `acquire_preferred_dispatch_backend`
+// falls back to precedence only between backends of equal capability.
 inventory::submit! {
-    BackendPrecedence { id: CUDA_BACKEND_ID, rank: 5 }
+    BackendPrecedence { id: CUDA_BACKEND_ID, rank: 4 }
 }
 
 inventory::submit! {

@@ -13,9 +13,10 @@ use crate::driver::{DriverError, DriverErrorKind};
 use std::borrow::Cow;
 use std::fmt;
 use vyre_driver::BackendError;
+use vyre_foundation::validate::ValidationError;
 
-/// Backend id under which vyre-cuda registers.
-pub const CUDA_BACKEND_ID: &str = "cuda";
+/// Backend id under which vyre-cuda registers (see [`crate::compat::BACKEND_ID`]).
+pub const CUDA_BACKEND_ID: &str = crate::compat::BACKEND_ID;
 
 /// Everything that can go wrong inside vyre-cuda. `Display` is "what went wrong. Fix: what
 /// to do", with exactly one `Fix:`.
@@ -32,10 +33,10 @@ pub enum CudaError {
         /// How to fix it.
         fix: String,
     },
-    /// vyre's validator rejected the program.
+    /// vyre's validator rejected the program (never empty).
     InvalidProgram {
-        /// The validator's messages.
-        errors: Vec<String>,
+        /// The validator's findings, in its order.
+        errors: Vec<ValidationError>,
     },
     /// A dispatch setting asks for something this backend does not do.
     UnsupportedSetting {
@@ -56,8 +57,10 @@ pub enum CudaError {
     },
     /// The backend was shut down; it cannot be used any more.
     ShutDown,
-    /// An earlier sticky driver error (e.g. an illegal address) destroyed the CUDA context.
+    /// A sticky driver error (e.g. an illegal address) destroyed the CUDA context.
     DeviceLost {
+        /// The device's ordinal.
+        device: usize,
         /// The error that destroyed the context.
         cause: String,
     },
@@ -116,7 +119,11 @@ impl CudaError {
             Self::InvalidProgram { errors } => (
                 format!(
                     "vyre's validator rejects the program: {}",
-                    errors.join("; ")
+                    errors
+                        .iter()
+                        .map(|e| e.message())
+                        .collect::<Vec<_>>()
+                        .join("; ")
                 )
                 .into(),
                 "repair the Program as the validator says before dispatching it".into(),
@@ -131,11 +138,9 @@ impl CudaError {
                 "create a new backend (CudaBackend::new or vyre_driver::acquire) after shutdown"
                     .into(),
             ),
-            Self::DeviceLost { cause } => (
-                format!("the CUDA device is lost: {cause}").into(),
-                "restart the process; the driver keeps this error for the whole process, so \
-                 in-process recovery is not possible"
-                    .into(),
+            Self::DeviceLost { device, cause } => (
+                format!("CUDA device {device} is lost: {cause}").into(),
+                DEVICE_LOST_FIX.into(),
             ),
             Self::OutOfMemory {
                 requested,
@@ -157,12 +162,6 @@ impl CudaError {
         }
     }
 
-    pub(crate) fn invalid_program<'a>(messages: impl IntoIterator<Item = &'a str>) -> Self {
-        Self::InvalidProgram {
-            errors: messages.into_iter().map(str::to_owned).collect(),
-        }
-    }
-
     /// The construct or setting of an error vyre calls an unsupported feature.
     fn unsupported_name(&self) -> Option<&str> {
         match self {
@@ -172,6 +171,10 @@ impl CudaError {
         }
     }
 }
+
+/// What to do once the context is lost.
+const DEVICE_LOST_FIX: &str = "restart the process; the driver keeps this error for the whole \
+     process, so in-process recovery is not possible";
 
 /// What to do about a failed driver call, by class of error.
 fn driver_fix(error: &DriverError) -> &'static str {
@@ -225,6 +228,16 @@ impl From<CudaError> for BackendError {
             };
         }
         match error {
+            CudaError::InvalidProgram { mut errors } if !errors.is_empty() => {
+                // The reference reports the first finding; so does the structured variant.
+                BackendError::Validation {
+                    source: errors.swap_remove(0),
+                }
+            }
+            CudaError::DeviceLost { device, cause } => lost(device.to_string(), &cause),
+            CudaError::Driver(inner) if inner.is_sticky() => {
+                lost("unknown".into(), &inner.to_string())
+            }
             CudaError::OutOfMemory {
                 requested,
                 available,
@@ -255,6 +268,18 @@ impl From<CudaError> for BackendError {
     }
 }
 
+/// `BackendError::DeviceLost`, whose rendering carries vyre's own `Fix:`: ours goes into
+/// the message as "what to do". vyre-cuda never re-creates a context, so the lost
+/// generation is always the first, 0.
+fn lost(device: String, cause: &str) -> BackendError {
+    BackendError::DeviceLost {
+        backend: CUDA_BACKEND_ID.to_string(),
+        device,
+        generation: 0,
+        message: format!("{}; what to do: {}", fold_hints(cause), DEVICE_LOST_FIX),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,7 +303,9 @@ mod tests {
             driver(700),
             DriverError::library_missing().into(),
             CudaError::invalid_input("3 inputs for 2 bindings", "pass 2"),
-            CudaError::invalid_program(["V018: too deep. Fix: flatten", "V033: wide. Fix: split"]),
+            CudaError::InvalidProgram {
+                errors: vec![unsupported_op("a"), unsupported_op("b")],
+            },
             CudaError::UnsupportedSetting {
                 feature: "forced speculation",
                 fix: "use SpeculationMode::Auto",
@@ -289,6 +316,7 @@ mod tests {
             },
             CudaError::ShutDown,
             CudaError::DeviceLost {
+                device: 0,
                 cause: "illegal address".into(),
             },
             CudaError::JitHelper {
@@ -329,16 +357,51 @@ mod tests {
         assert!(text.contains("LD_LIBRARY_PATH"), "{text}");
     }
 
+    fn unsupported_op(op: &str) -> ValidationError {
+        ValidationError::unsupported_op("test", &std::sync::Arc::from(op), 0)
+    }
+
     #[test]
     fn driver_errors_keep_their_code() {
-        match BackendError::from(driver(700)) {
+        match BackendError::from(driver(2)) {
             BackendError::DispatchFailed { code, message } => {
-                assert_eq!(code, Some(700));
-                assert!(message.contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{message}");
-                assert!(
-                    message.contains("what to do: a GPU kernel fault"),
-                    "{message}"
-                );
+                assert_eq!(code, Some(2));
+                assert!(message.contains("CUDA_ERROR_OUT_OF_MEMORY"), "{message}");
+                assert!(message.contains("what to do: reduce"), "{message}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn sticky_errors_are_a_lost_device() {
+        let lost = CudaError::DeviceLost {
+            device: 3,
+            cause: "CUDA_ERROR_ILLEGAL_ADDRESS".into(),
+        };
+        for error in [driver(700), lost] {
+            match BackendError::from(error) {
+                BackendError::DeviceLost {
+                    backend, message, ..
+                } => {
+                    assert_eq!(backend, CUDA_BACKEND_ID);
+                    assert!(message.contains("CUDA_ERROR_ILLEGAL_ADDRESS"), "{message}");
+                    assert!(message.contains("restart the process"), "{message}");
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn validation_failures_carry_the_first_finding() {
+        let error = CudaError::InvalidProgram {
+            errors: vec![unsupported_op("first.op"), unsupported_op("second.op")],
+        };
+        assert!(error.to_string().contains("second.op"));
+        match BackendError::from(error) {
+            BackendError::Validation { source } => {
+                assert!(source.to_string().contains("first.op"), "{source}");
             }
             other => panic!("unexpected {other:?}"),
         }

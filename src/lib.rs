@@ -23,6 +23,7 @@
 pub mod adapter;
 pub mod backend;
 pub mod codegen;
+mod compat;
 pub mod driver;
 mod error;
 pub mod optimizer;
@@ -31,5 +32,6 @@ pub use backend::{
     serve_jit_helper, CudaBackend, CudaDeviceBuffer, CudaOptions, CudaPendingDispatch,
     CudaPipeline, PoolKind, JIT_HELPER_ENV,
 };
+pub use compat::{BACKEND_ID, PAYLOAD_FORMAT, TARGET_ID};
 pub use error::{CudaError, CUDA_BACKEND_ID};
 pub use optimizer::CudaOptimizerDispatcher;

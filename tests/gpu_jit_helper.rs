@@ -155,8 +155,8 @@ fn dispatch_through_the_helper_matches_the_reference() {
     };
     let (mut cases, mut rejected) = (0usize, 0usize);
     let mut failures = Vec::new();
-    for entry in vyre_primitives::harness::all_entries() {
-        let Some(inputs) = entry.test_inputs else {
+    for entry in common::corpus::fixtures() {
+        let Some(inputs) = entry.inputs else {
             continue;
         };
         let program = (entry.build)();

@@ -7,7 +7,7 @@ use common::gpu::{backend, fresh, reference, Rng};
 use common::kernels::{affine, vadd};
 use std::sync::Arc;
 use vyre_cuda::CudaOptions;
-use vyre_driver::{DispatchConfig, Resource, VyreBackend};
+use vyre_driver::{CompiledPipeline, DispatchConfig, Resource, VyreBackend};
 
 #[test]
 fn compiled_pipelines_are_bit_identical_and_shareable_across_threads() {
@@ -15,19 +15,18 @@ fn compiled_pipelines_are_bit_identical_and_shareable_across_threads() {
     let dynamic: &dyn VyreBackend = backend;
     let program = vadd(3000, 77);
     let before = dynamic.pipeline_cache_snapshot().unwrap();
-    let pipeline = dynamic
-        .compile_native(&program, &DispatchConfig::default())
-        .unwrap()
-        .expect("vyre-cuda compiles natively");
+    let compile = || -> Arc<dyn CompiledPipeline> {
+        let config = DispatchConfig::default();
+        Arc::new(backend.compile(Arc::new(program.clone()), &config).unwrap())
+    };
+    let pipeline = compile();
+    let prefix = format!("{}:", vyre_cuda::BACKEND_ID);
     assert!(
-        pipeline.id().starts_with("cuda:") && pipeline.id().len() == 5 + 64,
+        pipeline.id().starts_with(&prefix) && pipeline.id().len() == prefix.len() + 64,
         "{}",
         pipeline.id()
     );
-    let shared = dynamic
-        .compile_native_shared(Arc::new(program.clone()), &DispatchConfig::default())
-        .unwrap()
-        .unwrap();
+    let shared = compile();
     assert_eq!(shared.id(), pipeline.id());
     let after = dynamic.pipeline_cache_snapshot().unwrap();
     assert!(

@@ -1,6 +1,7 @@
-//! GPU: every fixture of the vyre-primitives and vyre-intrinsics corpora that the
-//! emitter lowers runs byte-identical to vyre-reference. Programs using constructs not
-//! lowered yet are rejected up front with a named construct.
+//! GPU: every fixture case of the vyre-primitives and vyre-libs corpora (vyre's
+//! `OperationRegistry`) runs byte-identical to vyre-reference, or fails where the
+//! reference fails. Each case's outcome is printed. Programs using constructs not lowered
+//! are rejected up front with a named construct (and counted).
 
 mod common;
 
@@ -15,8 +16,8 @@ fn primitive_fixtures_match_the_reference() {
     let (mut cases, mut passed, mut both_fail) = (0usize, 0usize, 0usize);
     let mut rejected: BTreeMap<String, Vec<&str>> = BTreeMap::new();
     let mut failures = Vec::new();
-    for entry in vyre_primitives::harness::all_entries() {
-        let Some(inputs) = entry.test_inputs else {
+    for entry in common::corpus::fixtures() {
+        let Some(inputs) = entry.inputs else {
             continue;
         };
         let program = (entry.build)();
@@ -32,6 +33,7 @@ fn primitive_fixtures_match_the_reference() {
                 vyre_cuda::CudaError::Codegen(c) => c.construct().unwrap_or("invalid").to_string(),
                 other => other.to_string(),
             };
+            println!("case {}: rejected ({key})", entry.id);
             rejected.entry(key).or_default().push(entry.id);
             continue;
         }
@@ -39,17 +41,27 @@ fn primitive_fixtures_match_the_reference() {
             cases += 1;
             let want = common::gpu::reference(&program, case);
             let got = backend.dispatch(&program, case, &config);
-            match (want, got) {
-                (Ok(want), Ok(got)) if want == got => passed += 1,
-                (Ok(_), Ok(_)) => failures.push(format!("{} case {index}: bytes differ", entry.id)),
+            let outcome = match (want, got) {
+                (Ok(want), Ok(got)) if want == got => {
+                    passed += 1;
+                    "byte-identical".to_string()
+                }
+                (Ok(_), Ok(_)) => format!("{} case {index}: bytes differ", entry.id),
                 // Both fail: the reference's run-time error is reproduced.
-                (Err(_), Err(_)) => both_fail += 1,
-                (w, g) => failures.push(format!(
+                (Err(_), Err(_)) => {
+                    both_fail += 1;
+                    "fails on both sides".to_string()
+                }
+                (w, g) => format!(
                     "{} case {index}: reference {:?} / gpu {:?}",
                     entry.id,
                     w.err(),
                     g.err().map(|e| e.to_string())
-                )),
+                ),
+            };
+            println!("case {} #{index}: {outcome}", entry.id);
+            if outcome.contains(entry.id) {
+                failures.push(outcome);
             }
         }
     }

@@ -134,9 +134,10 @@ fn bad_handles_are_clear_errors() {
     let Some(backend) = backend() else { return };
     let dynamic: &dyn VyreBackend = backend;
     let r = dynamic.allocate_resident(64).unwrap();
-    let Resource::Resident(id) = r else {
+    let Resource::Resident(handle) = r else {
         panic!("allocate_resident returns a resident handle")
     };
+    let (owner, id) = (handle.owner(), handle.id());
     dynamic.free_resident(r.clone()).unwrap();
     let text = fix_text(dynamic.download_resident(&r).unwrap_err());
     assert!(text.contains("already freed"), "{text}");
@@ -147,11 +148,11 @@ fn bad_handles_are_clear_errors() {
     assert_ne!(reused, r);
     assert!(dynamic.upload_resident(&r, &[0; 64]).is_err());
     dynamic.upload_resident(&reused, &[5; 64]).unwrap();
-    // Forged values.
+    // Forged ids in this backend's namespace.
     for forged in [0u64, 1, u64::MAX, id ^ (1 << 40), id | 0xFF_FFFF] {
         let text = fix_text(
             dynamic
-                .download_resident(&Resource::Resident(forged))
+                .download_resident(&Resource::Resident(owner.handle(forged)))
                 .unwrap_err(),
         );
         assert!(
@@ -161,6 +162,16 @@ fn bad_handles_are_clear_errors() {
             "{forged:#x}: {text}"
         );
     }
+    // A live id under a forged owner.
+    let live = dynamic.allocate_resident(64).unwrap();
+    let Resource::Resident(live_handle) = live else {
+        panic!("a resident handle")
+    };
+    let stranger = vyre_driver::ResidentOwner::new().unwrap();
+    let forged = Resource::Resident(stranger.handle(live_handle.id()));
+    let text = fix_text(dynamic.download_resident(&forged).unwrap_err());
+    assert!(text.contains("another backend instance"), "{text}");
+    dynamic.free_resident(live).unwrap();
     // A handle from another backend instance.
     let other = fresh(options()).unwrap();
     let foreign = other.allocate_resident(64).unwrap();

@@ -1,22 +1,38 @@
-//! Linking vyre-cuda registers backend id "cuda" with vyre's registry.
+//! Linking vyre-cuda registers backend id "vyre-cuda" with vyre's registry.
 
 mod common;
 
+use vyre_cuda::BACKEND_ID;
 use vyre_driver::backend::registered_backends;
 
 #[test]
-fn cuda_is_registered_by_linking_the_crate() {
-    let ids: Vec<&str> = registered_backends().iter().map(|r| r.id).collect();
-    assert!(ids.contains(&"cuda"), "registered backends: {ids:?}");
-    assert_eq!(vyre_driver::backend::backend_precedence("cuda"), 5);
-    assert!(vyre_driver::backend::backend_dispatches("cuda"));
+fn vyre_cuda_is_registered_by_linking_the_crate() {
+    let registrations = registered_backends().expect("a valid registry");
+    let ids: Vec<&str> = registrations.iter().map(|r| r.id).collect();
+    assert!(ids.contains(&BACKEND_ID), "registered backends: {ids:?}");
+    let ours = vyre_driver::backend::backend_registration(BACKEND_ID).unwrap();
+    assert_eq!(ours.target_id.as_str(), vyre_cuda::TARGET_ID);
+    assert!(!ours.reference_oracle);
+    assert!(ours.payload_format.is_none() && ours.target_compiler.is_none());
+    // Ahead of vyre-driver-cuda (rank 5) when both are linked.
+    assert_eq!(vyre_driver::backend::backend_precedence(BACKEND_ID), Ok(4));
+    assert_eq!(
+        vyre_driver::backend::backend_dispatches(BACKEND_ID),
+        Ok(true)
+    );
+    // Without a target compiler the artifact route says so instead of failing later.
+    let error = ours
+        .target_compiler()
+        .err()
+        .expect("no target compiler yet");
+    assert_eq!(error.to_string().matches("Fix:").count(), 1, "{error}");
 }
 
 #[test]
 fn acquire_opens_the_device_or_explains_why_not() {
-    match vyre_driver::backend::acquire("cuda") {
+    match vyre_driver::backend::acquire(BACKEND_ID) {
         Ok(backend) => {
-            assert_eq!(backend.id(), "cuda");
+            assert_eq!(backend.id(), BACKEND_ID);
             assert_eq!(backend.version(), env!("CARGO_PKG_VERSION"));
             assert!(backend.max_workgroup_size()[0] >= 1024);
         }
@@ -35,7 +51,7 @@ fn registered_dispatch_matches_the_reference() {
     let Some(_) = common::gpu::backend() else {
         return;
     };
-    let backend = vyre_driver::backend::acquire("cuda").expect("acquire cuda");
+    let backend = vyre_driver::backend::acquire(BACKEND_ID).expect("acquire vyre-cuda");
     let case = &common::programs::u32_binops()[2];
     let want = common::gpu::reference(&case.program, &case.inputs).unwrap();
     assert_eq!(
@@ -46,7 +62,7 @@ fn registered_dispatch_matches_the_reference() {
     );
 }
 
-/// Every kind of failure a user can meet through the registry (`acquire("cuda")`) says what
+/// Every kind of failure a user can meet through the registry (`acquire("vyre-cuda")`) says what
 /// went wrong and carries exactly one `Fix:` (vyre-driver's own variants append a hint of
 /// their own, so a second one slips in easily).
 #[test]
@@ -59,7 +75,7 @@ fn every_failure_through_the_registry_carries_exactly_one_fix() {
         println!("skipped: no CUDA device");
         return;
     };
-    let backend = vyre_driver::backend::acquire("cuda").expect("acquire cuda");
+    let backend = vyre_driver::backend::acquire(BACKEND_ID).expect("acquire vyre-cuda");
     let copy = common::kernels::vadd(64, 1);
     let trap = Program::wrapped(
         vec![BufferDecl::output("out", 0, DataType::U32).with_count(64)],
@@ -83,7 +99,7 @@ fn every_failure_through_the_registry_carries_exactly_one_fix() {
     );
     // A negative test: a raw entry that is not Region-wrapped.
     #[allow(deprecated)]
-    let unwrapped = Program::new(
+    let unwrapped = Program::from_raw_parts(
         vec![BufferDecl::output("out", 0, DataType::U32).with_count(1)],
         [1, 1, 1],
         vec![Node::store("out", Expr::u32(0), Expr::u32(1))],

@@ -1,6 +1,7 @@
 //! [`CudaDeviceBuffer`]: a `vyre_driver::DeviceBuffer` backed by a resident buffer.
 
 use super::{Core, CudaBackend};
+use crate::compat::HandleNamespace;
 use crate::error::{CudaError, CUDA_BACKEND_ID};
 use std::sync::{Arc, Weak};
 use vyre_driver::{DeviceBuffer, DispatchConfig, Resource};
@@ -12,6 +13,8 @@ use vyre_foundation::ir::Program;
 /// outliving its backend frees nothing (the backend already released everything).
 pub struct CudaDeviceBuffer {
     handle: u64,
+    /// The namespace of `handle` (the owning backend instance's).
+    namespace: HandleNamespace,
     byte_len: usize,
     label: Option<String>,
     owner: Weak<Core>,
@@ -30,7 +33,7 @@ impl std::fmt::Debug for CudaDeviceBuffer {
 impl CudaDeviceBuffer {
     /// The resident handle behind the buffer.
     pub fn resource(&self) -> Resource {
-        Resource::Resident(self.handle)
+        self.namespace.resource(self.handle)
     }
 
     /// Sets the label shown by `DeviceBuffer::debug_label`.
@@ -95,7 +98,7 @@ impl CudaBackend {
             .ok_or_else(|| {
                 foreign(
                     index,
-                    "claims backend `cuda` but was not created by vyre-cuda",
+                    &format!("claims backend `{CUDA_BACKEND_ID}` but was not created by vyre-cuda"),
                 )
             })?;
         if !std::ptr::eq(ours.owner.as_ptr(), Arc::as_ptr(self.core())) {
@@ -109,6 +112,7 @@ impl CudaBackend {
         let handle = self.core().allocate_resident(byte_len)?;
         Ok(CudaDeviceBuffer {
             handle,
+            namespace: self.core().handles,
             byte_len,
             label: None,
             owner: Arc::downgrade(self.core()),

@@ -244,7 +244,8 @@ impl Core {
     ) -> Result<InFlight, CudaError> {
         let started = Instant::now();
         let prepared = self.prepare_dispatch(program, inputs, config, None)?;
-        self.start_prepared(prepared, inputs, false, started)
+        // Timed: an asynchronous dispatch reports its device time when awaited.
+        self.start_prepared(prepared, inputs, true, started)
     }
 
     /// [`Core::start`] after [`Core::prepare_dispatch`]; `started` is when the dispatch began.

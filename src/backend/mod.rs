@@ -34,6 +34,7 @@ pub use pool::PoolKind;
 pub(crate) use sequence::{Fill, Read, ResidentBatch, Step, Upload};
 
 use crate::codegen::{emit_ptx, CodegenError, EmittedKernel, PtxTarget, COOPERATIVE_ENTRY};
+use crate::compat::HandleNamespace;
 use crate::driver::{Device, DeviceAlloc, DeviceInfo, DriverError};
 use crate::error::CudaError;
 use cache::{CooperativeEntry, KernelCache, KernelKey, LazyVector, LoadedKernel, Lru};
@@ -248,6 +249,8 @@ pub(crate) struct Core {
     small: small::SmallLanes,
     graphs: graphs::GraphCache,
     resident: HandleTable<ResidentBuffer>,
+    /// The instance's namespace of `Resource::Resident` handles.
+    pub(crate) handles: HandleNamespace,
     budget: Arc<Budget>,
     metrics: Arc<Metrics>,
     /// How programs with grid-wide barriers launch (cooperative only where the device
@@ -335,6 +338,7 @@ impl CudaBackend {
             small: small::SmallLanes::new(options.small_dispatch_bytes, options.blocking_wait),
             graphs: graphs::GraphCache::default(),
             resident: HandleTable::new(),
+            handles: HandleNamespace::new()?,
             budget: Arc::new(Budget::new(budget)),
             metrics,
             grid_sync: if info.cooperative_launch && !options.split_grid_sync {
@@ -579,7 +583,7 @@ impl Core {
             return Err(CudaError::ShutDown);
         }
         match self.lost_cause() {
-            Some(cause) => Err(CudaError::DeviceLost { cause }),
+            Some(cause) => Err(self.lost(cause)),
             None => Ok(()),
         }
     }
@@ -608,8 +612,16 @@ impl Core {
                     *lost = Some(error.to_string());
                 }
             }
+            return self.lost(error.to_string());
         }
         CudaError::Driver(error)
+    }
+
+    fn lost(&self, cause: String) -> CudaError {
+        CudaError::DeviceLost {
+            device: self.device.info().ordinal,
+            cause,
+        }
     }
 
     /// Maps a `CudaError::Driver` through [`Core::driver_error`].
@@ -818,6 +830,16 @@ impl Core {
 
     // ---- resident buffers ------------------------------------------------------------
 
+    /// The resident-table handle of a `Resource::Resident` of this backend.
+    pub(crate) fn resident_id(&self, resource: &Resource) -> Result<u64, CudaError> {
+        self.handles.id(resource)
+    }
+
+    /// The `Resource::Resident` of resident-table handle `id`.
+    pub(crate) fn resident_resource(&self, id: u64) -> Resource {
+        self.handles.resource(id)
+    }
+
     pub(crate) fn resident(&self, handle: u64) -> Result<Arc<ResidentBuffer>, CudaError> {
         self.resident.get(handle).map_err(handle_error)
     }
@@ -920,20 +942,6 @@ fn handle_error(error: HandleError) -> CudaError {
     CudaError::invalid_input(message, fix)
 }
 
-/// The handle of a `Resource::Resident`; anything else is an error.
-pub(crate) fn resident_id(resource: &Resource) -> Result<u64, CudaError> {
-    match resource {
-        Resource::Resident(id) => Ok(*id),
-        Resource::Borrowed(bytes) => Err(CudaError::invalid_input(
-            format!(
-                "a Resource::Borrowed ({} bytes) was passed where a resident handle is required",
-                bytes.len()
-            ),
-            "pass the Resource::Resident returned by allocate_resident",
-        )),
-    }
-}
-
 /// vyre's validator with the options the reference interpreter uses (subgroup operations
 /// allowed), so the backend rejects exactly what the reference rejects.
 fn validate(program: &Program) -> Result<(), CudaError> {
@@ -945,9 +953,9 @@ fn validate(program: &Program) -> Result<(), CudaError> {
     if report.errors.is_empty() {
         return Ok(());
     }
-    Err(CudaError::invalid_program(
-        report.errors.iter().map(|e| e.message()),
-    ))
+    Err(CudaError::InvalidProgram {
+        errors: report.errors,
+    })
 }
 
 #[cfg(test)]

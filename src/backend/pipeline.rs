@@ -4,7 +4,7 @@ use super::cache::LoadedKernel;
 use super::metrics::Metrics;
 use super::sequence::{ResidentBatch, Step};
 use super::{Core, CudaBackend};
-use crate::error::CudaError;
+use crate::error::{CudaError, CUDA_BACKEND_ID};
 use std::sync::Arc;
 use vyre_driver::{DispatchConfig, Resource, TimedDispatchResult};
 use vyre_foundation::ir::Program;
@@ -104,7 +104,7 @@ impl CudaPipeline {
         config: &DispatchConfig,
     ) -> Result<Vec<Vec<u8>>, CudaError> {
         let launches = super::dispatch::check_config(config, self.core.grid_sync)?;
-        let handles = super::sequence::ids(resources)?;
+        let handles = super::sequence::ids(&self.core, resources)?;
         let abi = &self.kernel.abi;
         let order = super::plan::binding_order(&self.program, abi);
         // Outputs in declaration order: binding `order[k]` is bound to `handles[k]`.
@@ -160,7 +160,7 @@ impl CudaBackend {
             .kernel(&program, config)
             .map_err(|e| core.classify(e))?;
         Ok(CudaPipeline {
-            id: format!("cuda:{}", kernel.key.hex()),
+            id: format!("{CUDA_BACKEND_ID}:{}", kernel.key.hex()),
             core: Arc::clone(core),
             program,
             config: config.clone(),

@@ -11,9 +11,9 @@ use super::graphs::{CachedGraph, GraphKey, StepKey};
 use super::launch::{self, GridSyncLaunch, LaunchArgs};
 use super::metrics::Metrics;
 use super::plan::{binding_order, DispatchPlan};
-use super::pool::StreamSlot;
+use super::pool::{Block, Pooled, StreamSlot};
 use super::staging::{DeviceToHost, HostToDevice};
-use super::{cache::LoadedKernel, resident_id, Core, CudaBackend, ResidentBuffer};
+use super::{cache::LoadedKernel, Core, CudaBackend, ResidentBuffer};
 use crate::codegen::FAULT_AREA_BYTES;
 use crate::driver::{DeviceAlloc, DriverError, Stream};
 use crate::error::CudaError;
@@ -80,6 +80,23 @@ impl<'a> Step<'a> {
             grid_override: None,
             workgroup_override: None,
             launches: 1,
+        }
+    }
+
+    /// A step of `program` over `handles` with `config`'s overrides, launched `launches`
+    /// times.
+    pub(crate) fn configured(
+        program: &'a Program,
+        handles: &'a [u64],
+        config: &DispatchConfig,
+        launches: u32,
+    ) -> Self {
+        Self {
+            program,
+            handles,
+            grid_override: config.grid_override,
+            workgroup_override: config.workgroup_override,
+            launches,
         }
     }
 }
@@ -225,13 +242,93 @@ struct Resolved<'b> {
     reads: Vec<(u64, usize)>,
 }
 
-/// What running a resolved batch reports.
-struct Ran {
-    device_ns: Option<u64>,
+/// A resident batch whose work is enqueued: it owns its stream, fault word and the
+/// buffers it uses until [`ResidentFlight::finish`] reads back and waits, or
+/// [`ResidentFlight::cancel`] waits.
+pub(crate) struct ResidentFlight {
+    slot: Pooled<StreamSlot>,
+    fault: Option<Block>,
+    held: Vec<Arc<ResidentBuffer>>,
+    work: Work,
+    reads: Vec<(u64, usize)>,
+    timed: bool,
+    started: Instant,
     enqueue_ns: u64,
-    wait_started: Instant,
-    /// The first non-zero fault word (0: none).
-    code: u32,
+}
+
+impl ResidentFlight {
+    /// Whether the enqueued work has completed (non-blocking).
+    pub(crate) fn is_complete(&self) -> bool {
+        self.slot.done.is_complete().unwrap_or(true)
+    }
+
+    /// Reads the ranges back into `outputs` (one per read), waits and checks the fault
+    /// words; the stream and fault word go back to their pools (freed after a driver
+    /// error), the graphs back to the cache.
+    pub(crate) fn finish(
+        self,
+        core: &Core,
+        outputs: &mut [&mut Vec<u8>],
+    ) -> Result<Timing, CudaError> {
+        let waited = self.wait(core, outputs);
+        let Self {
+            slot,
+            fault,
+            held,
+            work,
+            started,
+            enqueue_ns,
+            ..
+        } = self;
+        if let Some(block) = fault {
+            block.discard_if(waited.is_err());
+        }
+        slot.discard_if(waited.is_err());
+        let (code, wait_started, device_ns) = waited.map_err(|e| core.classify(e))?;
+        if code == 0 {
+            core.return_graphs(work);
+        }
+        drop(held);
+        check_fault(core, code, &mut Vec::new())
+            .inspect_err(|_| outputs.iter_mut().for_each(|out| out.clear()))?;
+        Ok(Timing::since(started, enqueue_ns, wait_started, device_ns))
+    }
+
+    /// Waits for the work and reads back: the first non-zero fault word, when the wait
+    /// began, and the device time.
+    fn wait(
+        &self,
+        core: &Core,
+        outputs: &mut [&mut Vec<u8>],
+    ) -> Result<(u32, Instant, Option<u64>), CudaError> {
+        let stream = &self.slot.stream;
+        if let Some(blocking) = core.small.blocking_event(&core.device)? {
+            // Sleep through the kernels; the readback below is then short.
+            let slept = blocking
+                .record(stream)
+                .and_then(|()| blocking.synchronize());
+            blocking.discard_if(slept.is_err());
+            slept?;
+        }
+        let wait_started = Instant::now();
+        let fault = self.fault.as_ref().map(|block| block.ptr());
+        let code = core.read_resolved(stream, fault, &self.work, &self.reads, outputs)?;
+        let device_ns = if self.work.direct.is_empty() && self.work.graphs.is_empty() {
+            self.timed.then_some(0)
+        } else {
+            self.slot.device_ns(self.timed)?
+        };
+        Ok((code, wait_started, device_ns))
+    }
+
+    /// Waits for the work, then returns the resources (a dropped asynchronous dispatch).
+    pub(crate) fn cancel(self) {
+        let failed = self.slot.stream.synchronize().is_err();
+        if let Some(block) = self.fault {
+            block.discard_if(failed);
+        }
+        self.slot.discard_if(failed);
+    }
 }
 
 impl Core {
@@ -243,8 +340,6 @@ impl Core {
         outputs: &mut [&mut Vec<u8>],
         timed: bool,
     ) -> Result<Timing, CudaError> {
-        let started = Instant::now();
-        self.usable()?;
         if outputs.len() != batch.reads.len() {
             return Err(CudaError::invalid_input(
                 format!(
@@ -255,40 +350,57 @@ impl Core {
                 "pass exactly one output Vec per read range",
             ));
         }
-        let mut resolved = self.resolve(batch)?;
-        let needs_fault = (resolved.work.direct.iter()).any(|step| step.kernel.abi.fault_word);
+        self.enqueue_resident(batch, timed)?.finish(self, outputs)
+    }
+
+    /// Resolves `batch` and enqueues its fills, uploads and steps; the host bytes of its
+    /// uploads have been read when this returns.
+    pub(crate) fn enqueue_resident(
+        &self,
+        batch: &ResidentBatch<'_>,
+        timed: bool,
+    ) -> Result<ResidentFlight, CudaError> {
+        let started = Instant::now();
+        self.usable()?;
+        let Resolved {
+            held,
+            fills,
+            uploads,
+            mut work,
+            reads,
+        } = self.resolve(batch)?;
+        let needs_fault = work.direct.iter().any(|step| step.kernel.abi.fault_word);
         let slot = self.stream().map_err(|e| self.driver_error(e))?;
         let fault = needs_fault
             .then(|| self.pool.take(&slot.stream, FAULT_AREA_BYTES))
             .transpose()
             .map_err(|e| self.driver_error(e))?;
-        let ran = self.run_resolved(
-            &slot,
-            fault.as_ref().map(|block| block.ptr()),
-            batch,
-            &mut resolved,
-            outputs,
+        let fault_ptr = fault.as_ref().map(|block| block.ptr());
+        let enqueued = self.enqueue_resolved(&slot, fault_ptr, batch, &fills, &uploads, &mut work);
+        let enqueued = enqueued.and_then(|()| {
+            slot.timed(&slot.stream, timed, || {
+                self.launch_work(&slot.stream, fault_ptr, batch, &work)
+            })?;
+            Ok(slot.done.record(&slot.stream)?)
+        });
+        if let Err(error) = enqueued {
+            // After a driver error the stream and fault word are freed instead of pooled.
+            if let Some(block) = fault {
+                block.discard();
+            }
+            slot.discard();
+            return Err(self.classify(error));
+        }
+        Ok(ResidentFlight {
+            slot,
+            fault,
+            held,
+            work,
+            reads,
             timed,
             started,
-        );
-        // After a driver error the stream and fault word are freed instead of pooled.
-        if let Some(block) = fault {
-            block.discard_if(ran.is_err());
-        }
-        slot.discard_if(ran.is_err());
-        let ran = ran.map_err(|e| self.classify(e))?;
-        if ran.code == 0 {
-            self.return_graphs(resolved.work);
-        }
-        drop(resolved.held);
-        check_fault(self, ran.code, &mut Vec::new())
-            .inspect_err(|_| outputs.iter_mut().for_each(|out| out.clear()))?;
-        Ok(Timing::since(
-            started,
-            ran.enqueue_ns,
-            ran.wait_started,
-            ran.device_ns,
-        ))
+            enqueue_ns: nanos(started),
+        })
     }
 
     /// Validates the batch and resolves every handle before touching the device.
@@ -351,60 +463,33 @@ impl Core {
         Ok(address)
     }
 
-    /// Enqueues the fills, uploads and steps (capturing graphs the cache lacked), reads
-    /// back and waits.
-    #[allow(clippy::too_many_arguments)]
-    fn run_resolved(
+    /// Enqueues the fills and uploads, zeroes the fault word and captures the graphs the
+    /// cache lacked.
+    fn enqueue_resolved(
         &self,
         slot: &StreamSlot,
         fault: Option<u64>,
         batch: &ResidentBatch<'_>,
-        resolved: &mut Resolved<'_>,
-        outputs: &mut [&mut Vec<u8>],
-        timed: bool,
-        started: Instant,
-    ) -> Result<Ran, CudaError> {
+        fills: &[(u64, usize, u8)],
+        uploads: &[HostToDevice<'_>],
+        work: &mut Work,
+    ) -> Result<(), CudaError> {
         let stream = &slot.stream;
-        for &(dst, len, value) in &resolved.fills {
+        for &(dst, len, value) in fills {
             stream.memset_u8(dst, value, len)?;
         }
         {
             let _span = tracing::trace_span!("vyre_cuda.upload").entered();
-            self.staging.upload_now(stream, &resolved.uploads)?;
+            self.staging.upload_now(stream, uploads)?;
         }
         if let Some(fault) = fault {
             // The fault word and the cooperative entry's grid-barrier words.
             stream.memset_zero(fault, FAULT_AREA_BYTES)?;
         }
-        for segment in &mut resolved.work.graphs {
+        for segment in &mut work.graphs {
             self.capture_segment(stream, batch, segment)?;
         }
-        let work = &resolved.work;
-        slot.timed(stream, timed, || {
-            self.launch_work(stream, fault, batch, work)
-        })?;
-        if let Some(blocking) = self.small.blocking_event(&self.device)? {
-            // Sleep through the kernels; the readback below is then short.
-            let slept = blocking
-                .record(stream)
-                .and_then(|()| blocking.synchronize());
-            blocking.discard_if(slept.is_err());
-            slept?;
-        }
-        let enqueue_ns = nanos(started);
-        let wait_started = Instant::now();
-        let code = self.read_resolved(stream, fault, resolved, outputs)?;
-        let device_ns = if resolved.work.direct.is_empty() && resolved.work.graphs.is_empty() {
-            timed.then_some(0)
-        } else {
-            slot.device_ns(timed)?
-        };
-        Ok(Ran {
-            device_ns,
-            enqueue_ns,
-            wait_started,
-            code,
-        })
+        Ok(())
     }
 
     /// Launches the direct steps or replays the graphs.
@@ -445,12 +530,12 @@ impl Core {
         &self,
         stream: &Stream,
         fault: Option<u64>,
-        resolved: &Resolved<'_>,
+        work: &Work,
+        reads: &[(u64, usize)],
         outputs: &mut [&mut Vec<u8>],
     ) -> Result<u32, DriverError> {
         let _span = tracing::trace_span!("vyre_cuda.readback").entered();
-        let graph_faults = resolved
-            .work
+        let graph_faults = work
             .graphs
             .iter()
             .filter_map(|segment| match &segment.graph {
@@ -462,8 +547,8 @@ impl Core {
         let mut words: smallvec::SmallVec<[[u8; 4]; 4]> =
             smallvec::smallvec![[0; 4]; fault_sources.len()];
         let mut copies: Vec<DeviceToHost<'_>> =
-            Vec::with_capacity(resolved.reads.len() + fault_sources.len());
-        for ((src, len), out) in resolved.reads.iter().zip(outputs.iter_mut()) {
+            Vec::with_capacity(reads.len() + fault_sources.len());
+        for ((src, len), out) in reads.iter().zip(outputs.iter_mut()) {
             copies.push(DeviceToHost {
                 src: *src,
                 dst: resized(out, *len),
@@ -724,17 +809,21 @@ impl Core {
     }
 }
 
-pub(super) fn ids(resources: &[Resource]) -> Result<smallvec::SmallVec<[u64; 8]>, CudaError> {
-    resources.iter().map(resident_id).collect()
+pub(super) fn ids(
+    core: &Core,
+    resources: &[Resource],
+) -> Result<smallvec::SmallVec<[u64; 8]>, CudaError> {
+    resources.iter().map(|r| core.resident_id(r)).collect()
 }
 
 fn with_ids<R>(
+    core: &Core,
     steps: &[ResidentDispatchStep<'_>],
     run: impl FnOnce(&[Step<'_>]) -> Result<R, CudaError>,
 ) -> Result<R, CudaError> {
     let handles = steps
         .iter()
-        .map(|step| ids(step.resources))
+        .map(|step| ids(core, step.resources))
         .collect::<Result<Vec<_>, _>>()?;
     let converted: Vec<Step<'_>> = steps
         .iter()
@@ -752,11 +841,12 @@ fn with_ids<R>(
 
 /// The reads of `(resource, byte offset, byte length)` ranges.
 fn reads<'r>(
+    core: &Core,
     ranges: impl Iterator<Item = (&'r Resource, usize, usize)>,
 ) -> Result<Vec<Read>, CudaError> {
     ranges
         .map(|(resource, offset, len)| {
-            let handle = resident_id(resource)?;
+            let handle = core.resident_id(resource)?;
             Ok(Read {
                 handle,
                 offset,
@@ -773,13 +863,14 @@ impl CudaBackend {
     pub fn allocate_resident(&self, byte_len: usize) -> Result<Resource, CudaError> {
         self.core()
             .allocate_resident(byte_len)
-            .map(Resource::Resident)
+            .map(|id| self.core().resident_resource(id))
     }
 
     /// Frees a resident buffer. The handle is dead afterwards (using it is an error); a
     /// dispatch still using the memory on another thread keeps it until it finishes.
     pub fn free_resident(&self, resource: Resource) -> Result<(), CudaError> {
-        self.core().free_resident(resident_id(&resource)?)
+        let core = self.core();
+        core.free_resident(core.resident_id(&resource)?)
     }
 
     /// Uploads exactly the buffer's byte length.
@@ -818,7 +909,7 @@ impl CudaBackend {
         let uploads = uploads
             .map(|(resource, offset, bytes)| {
                 Ok(Upload {
-                    handle: resident_id(resource)?,
+                    handle: self.core().resident_id(resource)?,
                     offset,
                     bytes,
                     whole,
@@ -845,7 +936,7 @@ impl CudaBackend {
         resource: &Resource,
         out: &mut Vec<u8>,
     ) -> Result<(), CudaError> {
-        let handle = resident_id(resource)?;
+        let handle = self.core().resident_id(resource)?;
         let len = self.core().resident(handle)?.len();
         self.download_resident_range_into(resource, 0, len, out)
     }
@@ -879,7 +970,7 @@ impl CudaBackend {
         ranges: &[(&Resource, usize, usize)],
         outputs: &mut [&mut Vec<u8>],
     ) -> Result<(), CudaError> {
-        let reads = reads(ranges.iter().copied())?;
+        let reads = reads(self.core(), ranges.iter().copied())?;
         let batch = ResidentBatch {
             reads: &reads,
             ..ResidentBatch::default()
@@ -898,14 +989,8 @@ impl CudaBackend {
         config: &DispatchConfig,
     ) -> Result<TimedDispatchResult, CudaError> {
         let launches = check_config(config, self.core.grid_sync)?;
-        let handles = ids(resources)?;
-        let step = Step {
-            program,
-            handles: &handles,
-            grid_override: config.grid_override,
-            workgroup_override: config.workgroup_override,
-            launches,
-        };
+        let handles = ids(self.core(), resources)?;
+        let step = Step::configured(program, &handles, config, launches);
         let metrics = self.core().metrics();
         Metrics::bump(&metrics.resident_dispatches);
         let batch = ResidentBatch {
@@ -974,11 +1059,14 @@ impl CudaBackend {
         timed: bool,
     ) -> Result<ResidentSequenceTiming, CudaError> {
         let ranges = read_ranges.iter();
-        let reads = reads(ranges.map(|r| (r.resource, r.byte_offset, r.byte_len)))?;
         let core = self.core();
+        let reads = reads(
+            core,
+            ranges.map(|r| (r.resource, r.byte_offset, r.byte_len)),
+        )?;
         Metrics::bump(&core.metrics().resident_sequences);
-        let timing = with_ids(prefix_steps, |prefix| {
-            with_ids(repeated_steps, |repeated| {
+        let timing = with_ids(core, prefix_steps, |prefix| {
+            with_ids(core, repeated_steps, |repeated| {
                 let batch = ResidentBatch {
                     prefix,
                     repeated,

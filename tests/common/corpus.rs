@@ -1,6 +1,7 @@
-//! The public fixture corpora: every `OpEntry` of vyre-primitives (features
-//! `inventory-registry`, `all-lego`) and vyre-intrinsics (default features `all`,
-//! `subgroup-ops`), as one list.
+//! The public fixture corpora: every operation with a program builder in vyre's
+//! `OperationRegistry` as linked here — vyre-primitives (features `inventory-registry`,
+//! `all-lego`), vyre-libs (default features) and vyre-foundation's own. (vyre-intrinsics
+//! 0.7.1 does not build against vyre 0.7.2 and is left out.)
 
 #![allow(dead_code)]
 
@@ -17,17 +18,22 @@ pub struct Fixture {
     pub inputs: Option<FixtureInputs>,
 }
 
-/// Every entry of both corpora.
+// vyre-libs registers its operations only when it is linked.
+use vyre_libs as _;
+use vyre_primitives as _;
+
+/// Every registered operation that has a program builder, sorted by id.
 pub fn fixtures() -> Vec<Fixture> {
-    let primitives = vyre_primitives::harness::all_entries().map(|e| Fixture {
-        id: e.id,
-        build: e.build,
-        inputs: e.test_inputs,
-    });
-    let intrinsics = vyre_intrinsics::harness::all_entries().map(|e| Fixture {
-        id: e.id,
-        build: e.build,
-        inputs: e.test_inputs,
-    });
-    primitives.chain(intrinsics).collect()
+    let mut fixtures: Vec<Fixture> = vyre_foundation::operation::OperationRegistry::global()
+        .iter()
+        .filter_map(|e| {
+            Some(Fixture {
+                id: e.id,
+                build: e.build?,
+                inputs: e.test_inputs,
+            })
+        })
+        .collect();
+    fixtures.sort_by_key(|f| f.id);
+    fixtures
 }

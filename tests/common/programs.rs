@@ -1592,7 +1592,7 @@ pub fn bytes_cases() -> Vec<Case> {
                 vec![Node::if_then(
                     first(),
                     vec![
-                        Node::async_load_ext("a", "out", Expr::u32(29), Expr::u32(12), "t"),
+                        Node::async_load_gpu_driven("a", "out", Expr::u32(29), Expr::u32(12), "t"),
                         Node::AsyncWait { tag: "t".into() },
                     ],
                 )],

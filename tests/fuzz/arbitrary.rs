@@ -459,7 +459,7 @@ fn assemble(rng: &mut Rng, buffers: Vec<BufferDecl>, wg: [u32; 3], entry: Vec<No
     if rng.chance(70) {
         Program::wrapped(buffers, wg, entry)
     } else {
-        Program::new(buffers, wg, entry)
+        Program::from_raw_parts(buffers, wg, entry)
     }
 }
 

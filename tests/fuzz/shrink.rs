@@ -84,7 +84,7 @@ impl Work {
         let program = if self.wrapped {
             Program::wrapped(self.buffers.clone(), self.workgroup, self.entry.clone())
         } else {
-            Program::new(self.buffers.clone(), self.workgroup, self.entry.clone())
+            Program::from_raw_parts(self.buffers.clone(), self.workgroup, self.entry.clone())
         };
         FuzzCase {
             seed: self.seed,
