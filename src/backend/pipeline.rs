@@ -123,12 +123,7 @@ impl CudaPipeline {
                 }
             }
         }
-        let step = Step {
-            grid_override: config.grid_override,
-            workgroup_override: config.workgroup_override,
-            launches,
-            ..Step::new(&self.program, &handles)
-        };
+        let step = Step::configured(&self.program, &handles, config, launches);
         let mut outputs: Vec<Vec<u8>> = vec![Vec::new(); reads.len()];
         let mut slots: Vec<&mut Vec<u8>> = outputs.iter_mut().collect();
         Metrics::bump(&self.core.metrics().resident_dispatches);

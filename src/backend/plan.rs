@@ -96,7 +96,11 @@ impl DispatchPlan {
                 }
                 lens.push((len, Some(index)));
             } else {
+                if binding.role == BindingRole::Output {
+                    decl.require_static_readback_size().map_err(vyre_message)?;
+                }
                 if legacy {
+                    check_initializer(binding, next_input, input_lens[next_input])?;
                     next_input += 1;
                 }
                 lens.push((binding.output_bytes, None));
@@ -178,12 +182,50 @@ impl DispatchPlan {
                 input,
             });
         }
-        let grid = match config.grid_override {
+        let grid = match explicit_grid(config) {
             Some(grid) => grid,
             None => reference_grid(program, abi, max_returned, max_other, config),
         };
         check_grid(grid, abi.workgroup_size, limits)?;
         Ok(Self { bindings, grid })
+    }
+}
+
+/// The grid `config` names: `grid_override`, else `dispatch_grid`, the reference's
+/// explicit grid (each axis at least 1; drivers set `grid_override` beside it).
+pub(crate) fn explicit_grid(config: &DispatchConfig) -> Option<[u32; 3]> {
+    let dispatch_grid = config
+        .dispatch_grid
+        .map(|grid| grid.map(|axis| axis.max(1)));
+    config.grid_override.or(dispatch_grid)
+}
+
+/// A legacy output initializer (the reference's form with one slice per non-workgroup
+/// buffer) may hold any bytes, but no fewer than the output's logical size (its byte
+/// range when it declares one), as the reference requires.
+fn check_initializer(
+    binding: &crate::codegen::KernelBinding,
+    index: usize,
+    len: usize,
+) -> Result<(), CudaError> {
+    let logical = (binding.output_byte_range.as_ref()).map_or(binding.output_bytes, |r| r.len());
+    if len >= logical {
+        return Ok(());
+    }
+    Err(CudaError::invalid_input(
+        format!(
+            "input {index} (the initializer of output `{}`) has {len} bytes but the output needs {logical}",
+            binding.name
+        ),
+        "size each output's slot to at least the output's byte length, or pass only the program's inputs",
+    ))
+}
+
+/// A vyre check's "what. Fix: how" text as our error.
+fn vyre_message(text: String) -> CudaError {
+    match text.split_once("Fix:") {
+        Some((what, fix)) => CudaError::invalid_input(what.trim(), fix.trim()),
+        None => CudaError::invalid_input(text, "repair the program as the message says"),
     }
 }
 
@@ -376,6 +418,37 @@ mod tests {
     }
 
     #[test]
+    fn dispatch_grid_is_the_grid_unless_grid_override_is_set() {
+        let mut config = DispatchConfig::default();
+        config.dispatch_grid = Some([3, 0, 2]);
+        let program = copy_program([64, 1, 1]);
+        assert_eq!(plan(&program, &[400], &config).unwrap().grid, [3, 1, 2]);
+        config.grid_override = Some([5, 1, 1]);
+        assert_eq!(plan(&program, &[400], &config).unwrap().grid, [5, 1, 1]);
+    }
+
+    #[test]
+    fn countless_backend_allocated_outputs_are_rejected_like_the_reference() {
+        let countless = Program::wrapped(
+            vec![BufferDecl::output("out", 0, DataType::U32)],
+            [1, 1, 1],
+            vec![Node::store("out", Expr::u32(0), Expr::u32(1))],
+        );
+        let text = plan(&countless, &[], &DispatchConfig::default())
+            .unwrap_err()
+            .to_string();
+        assert!(text.contains("readback size is unknown"), "{text}");
+        assert_eq!(text.matches("Fix:").count(), 1, "{text}");
+        // Declared empty on purpose: accepted.
+        let empty = Program::wrapped(
+            vec![BufferDecl::output("out", 0, DataType::U32).with_output_byte_range(0..0)],
+            [1, 1, 1],
+            vec![],
+        );
+        assert!(plan(&empty, &[], &DispatchConfig::default()).is_ok());
+    }
+
+    #[test]
     fn grid_override_and_dispatch_elements_are_honoured() {
         let mut config = DispatchConfig::default();
         config.grid_override = Some([5, 1, 1]);
@@ -425,9 +498,21 @@ mod tests {
 
     #[test]
     fn legacy_form_skips_the_output_slots_like_the_reference() {
-        let p = plan(
+        // The slot's bytes are ignored (the output starts zeroed), but not its size: an
+        // initializer smaller than the output is rejected, as the reference rejects it.
+        let error = plan(
             &copy_program([64, 1, 1]),
             &[400, 12],
+            &DispatchConfig::default(),
+        );
+        let text = error.unwrap_err().to_string();
+        assert!(
+            text.contains("has 12 bytes but the output needs 400"),
+            "{text}"
+        );
+        let p = plan(
+            &copy_program([64, 1, 1]),
+            &[400, 400],
             &DispatchConfig::default(),
         )
         .unwrap();

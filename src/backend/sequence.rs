@@ -94,7 +94,7 @@ impl<'a> Step<'a> {
         Self {
             program,
             handles,
-            grid_override: config.grid_override,
+            grid_override: super::plan::explicit_grid(config),
             workgroup_override: config.workgroup_override,
             launches,
         }
