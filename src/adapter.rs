@@ -267,7 +267,11 @@ impl VyreBackend for CudaBackend {
         profile.supports_trap_propagation = true;
         profile.has_subgroup_shuffle = true;
         profile.has_mul_high = true;
+        // Separate INT32 and FP32 pipes since Volta (sm_70, the oldest target).
+        profile.has_dual_issue_fp32_int32 = true;
         profile.has_shared_memory = true;
+        // PTX's per-thread register ceiling on every supported architecture.
+        profile.regs_per_thread_max = 255;
         profile.max_native_int_width = 64;
         profile.max_workgroup_size = info.max_block_dim;
         profile.max_invocations_per_workgroup = info.max_threads_per_block;

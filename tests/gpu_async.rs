@@ -149,3 +149,113 @@ fn timed_dispatch_reports_device_enqueue_and_wait_time() {
     assert!(enqueue + wait <= timed.wall_ns + 1_000_000);
     assert!(backend.metric("vyre_cuda_timed_dispatches_total") >= 1);
 }
+
+/// `acc[i] = acc[i] * 3 + sum(k * seed[i] for k in 0..iters)`: in place on resident
+/// buffers, slow enough (`iters` dependent steps per thread) to still be running when an
+/// asynchronous dispatch returns.
+fn slow_in_place(n: u32, iters: u32) -> vyre_foundation::ir::Program {
+    use vyre_foundation::ir::{BinOp, BufferAccess, BufferDecl, DataType, Expr, Node, Program};
+    let bin = common::kernels::bin;
+    Program::wrapped(
+        vec![
+            BufferDecl::storage("acc", 0, BufferAccess::ReadWrite, DataType::U32).with_count(n),
+            BufferDecl::read("seed", 1, DataType::U32).with_count(n),
+        ],
+        [256, 1, 1],
+        vec![Node::if_then(
+            bin(BinOp::Lt, Expr::gid_x(), Expr::u32(n)),
+            vec![
+                Node::let_bind(
+                    "sum",
+                    bin(BinOp::Mul, Expr::load("acc", Expr::gid_x()), Expr::u32(3)),
+                ),
+                Node::loop_for(
+                    "k",
+                    Expr::u32(0),
+                    Expr::u32(iters),
+                    vec![Node::assign(
+                        "sum",
+                        bin(
+                            BinOp::Add,
+                            Expr::var("sum"),
+                            bin(
+                                BinOp::Mul,
+                                Expr::var("k"),
+                                Expr::load("seed", Expr::gid_x()),
+                            ),
+                        ),
+                    )],
+                ),
+                Node::store("acc", Expr::gid_x(), Expr::var("sum")),
+            ],
+        )],
+    )
+}
+
+#[test]
+fn resident_async_dispatch_returns_before_the_kernel_ends() {
+    let Some(backend) = backend() else { return };
+    let dynamic: &dyn VyreBackend = backend;
+    let n = 4096u32;
+    let mut rng = Rng::new(21);
+    let (acc, seed) = (rng.bytes_u32(n as usize), rng.bytes_u32(n as usize));
+    let small = slow_in_place(n, 1000);
+    let want = reference(&small, &[acc.clone(), seed.clone()]).unwrap();
+    let acc_r = dynamic.allocate_resident(acc.len()).unwrap();
+    let seed_r = dynamic.allocate_resident(seed.len()).unwrap();
+    let reset = |acc_bytes: &[u8]| {
+        dynamic
+            .upload_resident_many(&[(&acc_r, acc_bytes), (&seed_r, &seed[..])])
+            .unwrap()
+    };
+    // Correct, with device time, results left in the buffers.
+    reset(&acc);
+    let handles = [acc_r.clone(), seed_r.clone()];
+    let pending = dynamic
+        .dispatch_resident_async(&small, &handles, &DispatchConfig::default())
+        .unwrap();
+    let timed = pending.await_timed_result().unwrap();
+    assert!(
+        timed.outputs.is_empty(),
+        "results stay in the resident buffers"
+    );
+    assert!(timed.device_ns.is_some_and(|ns| ns > 0), "{timed:?}");
+    assert_eq!(dynamic.download_resident(&acc_r).unwrap(), want[0]);
+
+    // A long kernel (about 2^24 dependent steps per thread) is still running when the
+    // call returns; `is_ready` polls; awaiting waits.
+    reset(&acc);
+    let slow = slow_in_place(n, 1 << 24);
+    let started = std::time::Instant::now();
+    let pending = dynamic
+        .dispatch_resident_async(&slow, &handles, &DispatchConfig::default())
+        .unwrap();
+    let returned = started.elapsed();
+    assert!(
+        !pending.is_ready(),
+        "returned {returned:?} after start, before the kernel ended"
+    );
+    let timed = pending.await_timed_result().unwrap();
+    let device = std::time::Duration::from_nanos(timed.device_ns.unwrap());
+    println!("resident async: returned after {returned:?}, kernel ran {device:?}");
+    assert!(returned < device, "{returned:?} vs kernel {device:?}");
+
+    // Dropping an unawaited dispatch waits for it: the buffer holds the finished result.
+    reset(&acc);
+    let pending = dynamic
+        .dispatch_resident_async(&small, &handles, &DispatchConfig::default())
+        .unwrap();
+    drop(pending);
+    assert_eq!(dynamic.download_resident(&acc_r).unwrap(), want[0]);
+
+    // Handles are checked before anything is enqueued.
+    let text = fix_text(
+        dynamic
+            .dispatch_resident_async(&small, &[acc_r.clone()], &DispatchConfig::default())
+            .err()
+            .expect("one handle for two buffers"),
+    );
+    assert!(text.contains("resident handle"), "{text}");
+    dynamic.free_resident(acc_r).unwrap();
+    dynamic.free_resident(seed_r).unwrap();
+}

@@ -38,6 +38,26 @@ fn acquire_opens_the_device_or_explains_why_not() {
             assert_eq!(backend.id(), BACKEND_ID);
             assert_eq!(backend.version(), env!("CARGO_PKG_VERSION"));
             assert!(backend.max_workgroup_size()[0] >= 1024);
+            // The profile reports the device, not placeholders.
+            let profile = backend.device_profile();
+            assert_eq!(profile.backend, BACKEND_ID);
+            assert!(profile.compute_units > 0 && profile.l2_cache_bytes > 0);
+            assert!(profile.mem_bw_gbps > 0 && profile.max_shared_memory_bytes >= 48 << 10);
+            assert_eq!(profile.subgroup_size, 32);
+            assert_eq!(
+                profile.timing_quality,
+                vyre_driver::DeviceTimingQuality::DeviceTimestamps
+            );
+            assert_eq!(
+                profile.max_storage_buffer_binding_size,
+                backend.max_storage_buffer_bytes()
+            );
+            // What dispatch refuses, the capability queries deny.
+            assert!(!backend.supports_indirect_dispatch());
+            assert!(!backend.supports_tensor_cores());
+            assert!(!backend.supports_distributed_collectives());
+            assert!(!profile.supports_indirect_dispatch && !profile.supports_tensor_cores);
+            println!("device profile: {profile:?}");
         }
         Err(error) => {
             let text = error.to_string();

@@ -1,6 +1,5 @@
-//! The program the reference actually interprets: the same normalisation
-//! `vyre-reference` applies before running (`program_for_interpreter`), plus inlining of
-//! `Expr::Call`s whose op vyre can resolve to IR.
+//! The program the reference actually interprets: the same normalisation and call
+//! inlining `vyre-reference` applies before running (`program_for_interpreter`).
 
 use super::visit::any_expr_in;
 use super::CodegenError;
@@ -35,8 +34,10 @@ pub(crate) fn prepare(program: &Program) -> Result<Cow<'_, Program>, CodegenErro
             ))
         }
     }
+    // Composite calls are their IR body (an `Expr::BufferRef` argument rebinds the callee's
+    // buffer); calls without one stay and are rejected when lowered.
     if any_expr_in(current.entry(), &|expr| matches!(expr, Expr::Call { .. })) {
-        let inlined = vyre_foundation::ir::inline_calls(&current).map_err(|error| {
+        let inlined = vyre_foundation::ir::inline_composite_calls(&current).map_err(|error| {
             CodegenError::unsupported(
                 "Expr::Call",
                 format!("the call cannot be inlined into IR: {error}"),

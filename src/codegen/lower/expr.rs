@@ -52,10 +52,16 @@ impl<'p> Lowerer<'p> {
             }
             Expr::Fma { a, b, c } => self.put_fma(a, b, c),
             Expr::Atomic { .. } => self.put_atomic(expr, true),
+            // Every composite call was inlined (prepare.rs); what is left has no IR body.
             Expr::Call { op_id, .. } => Err(CodegenError::unsupported(
                 format!("Expr::Call({op_id})"),
-                "calls are not inlined by vyre-cuda yet",
-                "inline the call with vyre_foundation::ir::inline_calls before dispatch",
+                "the op has no IR body registered in vyre's OperationRegistry (an unknown op, or an intrinsic with only a CPU implementation), so there is nothing to run on the GPU",
+                "link the crate that registers the op's composition body, or express the operation in IR",
+            )),
+            Expr::BufferRef { buffer } => Err(CodegenError::unsupported(
+                format!("Expr::BufferRef({buffer})"),
+                "a buffer reference is only meaningful as an argument of a call that is inlined",
+                "pass Expr::buffer_ref only as an Expr::Call argument of an op with an IR body",
             )),
             Expr::SubgroupBallot { cond } => self.put_ballot(cond),
             Expr::SubgroupShuffle { value, lane } => {
