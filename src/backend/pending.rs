@@ -189,10 +189,9 @@ impl CudaBackend {
             prefix: &[step],
             ..ResidentBatch::default()
         };
-        let flight = core.enqueue_resident(&batch, true).map_err(|e| {
-            Metrics::bump(&core.metrics().dispatch_errors);
-            e
-        })?;
+        let flight = core
+            .enqueue_resident(&batch, true)
+            .inspect_err(|_| Metrics::bump(&core.metrics().dispatch_errors))?;
         Ok(CudaPendingDispatch::new(core, Flight::Resident(flight)))
     }
 }
