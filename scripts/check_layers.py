@@ -4,6 +4,7 @@
 Layers, bottom to top (a module may use only modules of its own layer or below):
   codegen, driver  -- Program -> PTX (pure) and the CUDA driver FFI; neither uses the
                       other, and neither uses vyre_driver
+  compat           -- what differs between the vyre lines served (ids, resident handles)
   error            -- CudaError and the one boundary to vyre's BackendError
   backend          -- dispatch, resident buffers, caches, pools
   adapter, optimizer -- vyre's traits on top of the backend
@@ -14,7 +15,7 @@ no cycle. Prints the layer graph; exits 1 on any violation.
 import os, re, sys
 from collections import defaultdict
 
-LAYER = {"codegen": 0, "driver": 0, "error": 1, "backend": 2, "adapter": 3, "optimizer": 3, "bin": 4, "lib": 4}
+LAYER = {"codegen": 0, "driver": 0, "compat": 1, "error": 2, "backend": 3, "adapter": 4, "optimizer": 4, "bin": 5, "lib": 5}
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 
 

@@ -5,8 +5,7 @@
 //!
 //! This is vyre **0.7.2**.
 
-use crate::error::CudaError;
-use vyre_driver::{ResidentHandle, ResidentOwner, Resource};
+use vyre_driver::{BackendError, ResidentHandle, ResidentOwner, Resource};
 
 /// Backend id under which vyre-cuda registers (`vyre_driver::backend::acquire`). Its own,
 /// so that a binary that also links vyre-driver-cuda (id `"cuda"`) keeps a valid registry:
@@ -27,9 +26,13 @@ pub const ASYNC_STORE_OP_ID: &str = "vyre.node.async_store";
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct HandleNamespace(ResidentOwner);
 
+/// Why a `Resource` is not a resident handle of this backend instance: "what went wrong",
+/// "what to do".
+pub(crate) type NotOurs = (String, &'static str);
+
 impl HandleNamespace {
-    pub(crate) fn new() -> Result<Self, CudaError> {
-        ResidentOwner::new().map(Self).map_err(CudaError::Vyre)
+    pub(crate) fn new() -> Result<Self, BackendError> {
+        ResidentOwner::new().map(Self)
     }
 
     /// The `Resource::Resident` of resident-table handle `id`.
@@ -39,10 +42,10 @@ impl HandleNamespace {
 
     /// The resident-table handle of a `Resource::Resident` minted by this instance; a
     /// handle of another instance or a `Resource::Borrowed` is an error.
-    pub(crate) fn id(self, resource: &Resource) -> Result<u64, CudaError> {
+    pub(crate) fn id(self, resource: &Resource) -> Result<u64, NotOurs> {
         match resource {
             Resource::Resident(handle) => self.own(*handle),
-            Resource::Borrowed(bytes) => Err(CudaError::invalid_input(
+            Resource::Borrowed(bytes) => Err((
                 format!(
                     "a Resource::Borrowed ({} bytes) was passed where a resident handle is required",
                     bytes.len()
@@ -52,11 +55,11 @@ impl HandleNamespace {
         }
     }
 
-    fn own(self, handle: ResidentHandle) -> Result<u64, CudaError> {
+    fn own(self, handle: ResidentHandle) -> Result<u64, NotOurs> {
         if handle.owner() == self.0 {
             return Ok(handle.id());
         }
-        Err(CudaError::invalid_input(
+        Err((
             format!(
                 "resident handle {handle} belongs to another backend instance (this backend is instance {})",
                 self.0.get()

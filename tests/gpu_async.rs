@@ -251,7 +251,11 @@ fn resident_async_dispatch_returns_before_the_kernel_ends() {
     // Handles are checked before anything is enqueued.
     let text = fix_text(
         dynamic
-            .dispatch_resident_async(&small, &[acc_r.clone()], &DispatchConfig::default())
+            .dispatch_resident_async(
+                &small,
+                std::slice::from_ref(&acc_r),
+                &DispatchConfig::default(),
+            )
             .err()
             .expect("one handle for two buffers"),
     );

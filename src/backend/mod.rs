@@ -338,7 +338,7 @@ impl CudaBackend {
             small: small::SmallLanes::new(options.small_dispatch_bytes, options.blocking_wait),
             graphs: graphs::GraphCache::default(),
             resident: HandleTable::new(),
-            handles: HandleNamespace::new()?,
+            handles: HandleNamespace::new().map_err(CudaError::Vyre)?,
             budget: Arc::new(Budget::new(budget)),
             metrics,
             grid_sync: if info.cooperative_launch && !options.split_grid_sync {
@@ -832,7 +832,7 @@ impl Core {
 
     /// The resident-table handle of a `Resource::Resident` of this backend.
     pub(crate) fn resident_id(&self, resource: &Resource) -> Result<u64, CudaError> {
-        self.handles.id(resource)
+        (self.handles.id(resource)).map_err(|(what, fix)| CudaError::invalid_input(what, fix))
     }
 
     /// The `Resource::Resident` of resident-table handle `id`.

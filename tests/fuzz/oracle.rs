@@ -105,9 +105,10 @@ pub fn reference(case: &FuzzCase) -> Outcome {
         } else {
             vyre_reference::reference_eval_with_dispatch(&case.program, &inputs, floor)
         }
+        .map_err(|e| e.to_string())
     }) {
         Ok(Ok(out)) => Outcome::Ok(bytes(out)),
-        Ok(Err(e)) => Outcome::Err(e.to_string()),
+        Ok(Err(e)) => Outcome::Err(e),
         Err(p) => Outcome::Panic(p),
     }
 }
@@ -115,9 +116,12 @@ pub fn reference(case: &FuzzCase) -> Outcome {
 /// `vyre_reference::reference_eval_lane_reversed`.
 pub fn reference_reversed(case: &FuzzCase) -> Outcome {
     let inputs = values(&case.inputs);
-    match catch_quiet(|| vyre_reference::reference_eval_lane_reversed(&case.program, &inputs)) {
+    match catch_quiet(|| {
+        vyre_reference::reference_eval_lane_reversed(&case.program, &inputs)
+            .map_err(|e| e.to_string())
+    }) {
         Ok(Ok(out)) => Outcome::Ok(bytes(out)),
-        Ok(Err(e)) => Outcome::Err(e.to_string()),
+        Ok(Err(e)) => Outcome::Err(e),
         Err(p) => Outcome::Panic(p),
     }
 }
