@@ -50,9 +50,9 @@ fn program() -> Program {
 }
 
 fn main() {
-    // Linking the crate registers "cuda"; `use ... as _` makes sure it is linked.
+    // Linking the crate registers "vyre-cuda"; `use ... as _` makes sure it is linked.
     use vyre_cuda as _;
-    let backend = match vyre_driver::backend::acquire("cuda") {
+    let backend = match vyre_driver::backend::acquire(vyre_cuda::BACKEND_ID) {
         Ok(backend) => backend,
         Err(error) => {
             eprintln!("no CUDA GPU available, nothing to run: {error}");

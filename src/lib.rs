@@ -12,8 +12,9 @@
 //! * [`optimizer`] holds [`CudaOptimizerDispatcher`], vyre-self-substrate's
 //!   `OptimizerDispatcher` over resident buffers.
 //! * [`adapter`] implements `vyre_driver::VyreBackend` and registers the backend id
-//!   `"cuda"` through `inventory`, so linking the crate is enough for
-//!   `vyre_driver::registered_backends()` to list it.
+//!   [`BACKEND_ID`] (`"vyre-cuda"`) through `inventory`, so linking the crate is enough for
+//!   `vyre_driver::registered_backends()` to list it, next to vyre-driver-cuda if that is
+//!   linked too. vyre-cuda 0.2.x serves vyre 0.7 (`=0.7.2`); 0.1.x served vyre 0.6.
 //!
 //! Every successful dispatch is byte-identical to `vyre-reference`; every failure is a
 //! `BackendError` whose message carries a `Fix:` hint.

@@ -665,7 +665,7 @@ fn device_buffers_dispatch_and_reject_foreign_buffers() {
     let mut da = dynamic.allocate_device_buffer(a.len()).unwrap();
     let mut db = dynamic.allocate_device_buffer(b.len()).unwrap();
     let mut dout = dynamic.allocate_device_buffer(n as usize * 4).unwrap();
-    assert_eq!(da.backend_id(), "cuda");
+    assert_eq!(da.backend_id(), vyre_cuda::BACKEND_ID);
     assert_eq!(da.byte_len(), a.len());
     dynamic.upload_device_buffer(&mut *da, &a).unwrap();
     dynamic.upload_device_buffer(&mut *db, &b).unwrap();
@@ -687,8 +687,8 @@ fn device_buffers_dispatch_and_reject_foreign_buffers() {
         matches!(error, BackendError::UnsupportedFeature { .. }),
         "{error:?}"
     );
-    // A host shim claiming to be "cuda".
-    let impostor = vyre_driver::HostShimBuffer::allocate("cuda", 16);
+    // A host shim claiming to be "vyre-cuda".
+    let impostor = vyre_driver::HostShimBuffer::allocate(vyre_cuda::BACKEND_ID, 16);
     let text = fix_text(dynamic.download_device_buffer(&*impostor).unwrap_err());
     assert!(text.contains("not created by vyre-cuda"), "{text}");
     // A buffer of another CudaBackend instance.
@@ -719,7 +719,7 @@ fn device_buffers_dispatch_and_reject_foreign_buffers() {
 fn the_registry_backend_forwards_the_resident_api() {
     let Some(_) = backend() else { return };
     use vyre_cuda as _;
-    let acquired = vyre_driver::backend::acquire("cuda").unwrap();
+    let acquired = vyre_driver::backend::acquire(vyre_cuda::BACKEND_ID).unwrap();
     let n = 512u32;
     let mut rng = Rng::new(6);
     let (a, b) = (rng.bytes_u32(n as usize), rng.bytes_u32(n as usize));
