@@ -17,7 +17,7 @@ for line in sys.stdin:
         continue
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] != ["bin"]:
         name = m["target"]["name"]
-        if name.startswith("gpu_") or name in ("registration", "driver_smoke", "fuzz_regressions", "fuzz_codegen", "deep_nesting"):
+        if name.startswith("gpu_") or name in ("registration", "calls", "driver_smoke", "fuzz_regressions", "fuzz_codegen", "deep_nesting"):
             print(name, m["executable"])
 ' > .devrun/manifest
 cargo bench --no-run --message-format=json 2>/dev/null \
