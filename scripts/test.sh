@@ -8,6 +8,8 @@
 #    integration tests use to assemble every emitted kernel for sm_80 and sm_90.
 # 3. Runs cargo fmt --check, the layer check (scripts/check_layers.py),
 #    cargo clippy --all-targets -D warnings, cargo test --release.
+# 4. Runs the tests of the comparison harness bench/compare (its own crate graph and
+#    Cargo.lock): vyre-cuda linked beside vyre-driver-cuda 0.7.2 (tests/links_both.rs).
 #
 # Needs: bash, python3 with pip (network access to PyPI on first run only), cargo.
 # No GPU and no CUDA toolkit are needed. Works from any current directory.
@@ -124,6 +126,13 @@ cargo clippy --all-targets -- -D warnings
 
 section "cargo test --release"
 cargo test --release
+
+# The comparison harness is its own crate graph (its own [workspace] and Cargo.lock, target
+# dir bench/compare/target): its tests link vyre-cuda next to vyre-driver-cuda 0.7.2 and
+# check that vyre's backend registry stays valid with both (without a GPU the device half
+# prints "skipped: no CUDA device").
+section "cargo test --release --manifest-path bench/compare/Cargo.toml"
+cargo test --release --manifest-path bench/compare/Cargo.toml
 
 if [[ "${VYRE_CUDA_CHECK_FUZZ:-0}" == 1 ]]; then
     # Opt-in (minutes: libFuzzer and an ASan build of the whole graph): the cargo-fuzz

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub const USAGE: &str = "\
-vyre-compare: floor vs vyre-driver-cuda 0.6.5 vs vyre-cuda, on one GPU
+vyre-compare: floor vs vyre-driver-cuda 0.7.2 vs vyre-cuda, on one GPU
 
   cargo run --release -- [options]
 

@@ -1,7 +1,7 @@
 //! Side-by-side benchmark of three engines on one GPU, in one process:
 //!
 //! * **floor**: the CUDA driver API called directly with hand-written PTX and pinned memory;
-//! * **incumbent**: the published `vyre-driver-cuda 0.6.5`, through its `VyreBackend`;
+//! * **incumbent**: the published `vyre-driver-cuda 0.7.2`, through its `VyreBackend`;
 //! * **vyre-cuda**: this repository's `CudaBackend`.
 //!
 //! Every workload first checks each engine's output against vyre-reference (non-zero random
@@ -79,6 +79,7 @@ fn new_report() -> Report {
             .map(|s| s.trim().to_string())
             .unwrap_or_default(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
+        incumbent: engines::incumbent::INCUMBENT.into(),
         ..Report::default()
     };
     for var in [

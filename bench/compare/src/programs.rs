@@ -1,6 +1,6 @@
 //! The vyre Programs every engine runs, the test data, and the vyre-reference oracle.
 
-use vyre_foundation::ir::{BinOp, BufferDecl, DataType, Expr, Node, Program};
+use vyre_foundation::ir::{BinOp, BufferDecl, DataType, Expr, Node, Program, UnOp};
 use vyre_reference::value::Value;
 
 /// The saxpy scale (exact in f32, non-trivial mantissa).
@@ -96,6 +96,28 @@ pub fn step(n: u32) -> Program {
             )],
         ),
     )
+}
+
+/// Whether `program` uses an op that vyre-driver-cuda 0.7.2 lowers only to approximate PTX
+/// (`Exp`, `Log`, `Exp2`, `Log2`, `Sin`, `Cos`, `Tanh`): the programs it rejects unless
+/// `DispatchConfig::ulp_budget` is positive ("ulp_budget is not positive").
+pub fn needs_ulp_budget(program: &Program) -> bool {
+    let mut found = false;
+    vyre_foundation::transform::visit::walk_exprs(program, |expr| {
+        if let Expr::UnOp { op, .. } = expr {
+            found |= matches!(
+                op,
+                UnOp::Exp
+                    | UnOp::Log
+                    | UnOp::Exp2
+                    | UnOp::Log2
+                    | UnOp::Sin
+                    | UnOp::Cos
+                    | UnOp::Tanh
+            );
+        }
+    });
+    found
 }
 
 /// Deterministic xorshift data, never all zeros.

@@ -36,6 +36,19 @@ pub trait Engine {
     /// when the engine runs vyre Programs and opened on the device.
     fn backend(&self) -> Option<&dyn VyreBackend>;
 
+    /// Run: the `DispatchConfig` this engine's users must pass for `program`: `base`, plus
+    /// what the engine requires of that program (the incumbent: a positive `ulp_budget` for
+    /// transcendental ops). Workloads that run many programs ask once per program, outside
+    /// the timed region.
+    fn config_for(&self, _program: &Program, base: &DispatchConfig) -> DispatchConfig {
+        base.clone()
+    }
+
+    /// What [`Engine::config_for`] adds, for the notes; `None` when it adds nothing.
+    fn config_needs(&self) -> Option<String> {
+        None
+    }
+
     /// Run: one end-to-end borrowed dispatch of `program`, outputs into `out`.
     fn dispatch(
         &self,

@@ -129,12 +129,20 @@ impl Row {
 pub struct Report {
     pub date: String,
     pub command: String,
+    /// The published crate the `incumbent` rows ran (results files written before this
+    /// field existed are vyre-driver-cuda 0.6.5 runs).
+    #[serde(default = "incumbent_before_0_7")]
+    pub incumbent: String,
     pub device: Option<crate::engines::floor::driver::DeviceFacts>,
     pub environment: BTreeMap<String, String>,
     pub rows: Vec<Row>,
     /// Free-form per-engine diagnostics (metric deltas, phase times).
     pub diagnostics: BTreeMap<String, BTreeMap<String, f64>>,
     pub log: Vec<String>,
+}
+
+fn incumbent_before_0_7() -> String {
+    "vyre-driver-cuda 0.6.5".into()
 }
 
 pub fn fmt_time(ns: f64) -> String {

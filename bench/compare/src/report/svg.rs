@@ -89,7 +89,8 @@ impl Report {
             .unwrap_or_default();
         let _ = writeln!(
             s,
-            r#"<text x="10" y="18" font-size="14" font-weight="bold">time / floor (log scale, lower is better): floor, vyre-driver-cuda 0.6.5, vyre-cuda</text>"#
+            r#"<text x="10" y="18" font-size="14" font-weight="bold">time / floor (log scale, lower is better): floor, {}, vyre-cuda</text>"#,
+            xml(&self.incumbent)
         );
         let _ = writeln!(
             s,

@@ -1,5 +1,5 @@
 //! `corpus_first` and `corpus_warm`: every fixture case of vyre-primitives and
-//! vyre-intrinsics end to end: the first (cold) pass, and the median of warm passes; sums
+//! vyre-libs end to end: the first (cold) pass, and the median of warm passes; sums
 //! over the cases every engine matched. The floor has no kernels for it.
 
 use crate::check::Expect;
@@ -10,6 +10,7 @@ use crate::report::{fmt_time, Outcome, Row, Stats};
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
 use std::time::Instant;
+use vyre_driver::DispatchConfig;
 use vyre_foundation::ir::Program;
 
 /// Fixture inputs: cases x buffers x bytes.
@@ -21,19 +22,27 @@ pub struct Fixture {
     pub inputs: Option<InputsFn>,
 }
 
-/// Every entry of the vyre-primitives and vyre-intrinsics fixture corpora.
+// vyre-primitives and vyre-libs register their operations only when they are linked.
+use vyre_libs as _;
+use vyre_primitives as _;
+
+/// Every operation with a program builder in vyre's `OperationRegistry` as linked here:
+/// vyre-primitives (features `inventory-registry`, `all-lego`), vyre-libs and
+/// vyre-foundation's own, sorted by id. (vyre-intrinsics 0.7.1 does not build against vyre
+/// 0.7.2 and is left out.)
 pub fn corpus() -> Vec<Fixture> {
-    let primitives = vyre_primitives::harness::all_entries().map(|e| Fixture {
-        id: e.id,
-        build: e.build,
-        inputs: e.test_inputs,
-    });
-    let intrinsics = vyre_intrinsics::harness::all_entries().map(|e| Fixture {
-        id: e.id,
-        build: e.build,
-        inputs: e.test_inputs,
-    });
-    primitives.chain(intrinsics).collect()
+    let mut fixtures: Vec<Fixture> = vyre_foundation::operation::OperationRegistry::global()
+        .iter()
+        .filter_map(|e| {
+            Some(Fixture {
+                id: e.id,
+                build: e.build?,
+                inputs: e.test_inputs,
+            })
+        })
+        .collect();
+    fixtures.sort_by_key(|f| f.id);
+    fixtures
 }
 
 struct Case {
@@ -67,14 +76,27 @@ pub fn run(ctx: &Ctx, sink: &mut Sink) {
     let programs: Vec<Program> = fixtures.iter().map(|f| (f.build)()).collect();
     let cases = cases(&fixtures, &programs);
     let engines = ctx.engines.vyre();
+    // Each engine's configuration per program (what its users must pass), made before
+    // any timing.
+    let configs: Configs = engines
+        .iter()
+        .map(|e| {
+            programs
+                .iter()
+                .map(|p| e.config_for(p, &ctx.config))
+                .collect()
+        })
+        .collect();
     // One output vector for every dispatch of both passes.
     let mut out = Vec::new();
-    let (status, first) = first_pass(ctx, &engines, &programs, &cases, &mut out);
+    let (status, first) = first_pass(&engines, &programs, &configs, &cases, &mut out);
     let common: Vec<usize> = (0..cases.len())
         .filter(|&ci| (0..engines.len()).all(|ei| status[ei][ci] == MATCHED))
         .collect();
     let passes = ctx.samples(30);
-    let warm = warm_passes(ctx, &engines, &programs, &cases, &status, passes, &mut out);
+    let warm = warm_passes(
+        &engines, &programs, &configs, &cases, &status, passes, &mut out,
+    );
     let found = Passes {
         status,
         first,
@@ -93,7 +115,20 @@ pub fn run(ctx: &Ctx, sink: &mut Sink) {
             fmt_time(found.first[1][ci])
         ));
     }
-    let (first_row, warm_row) = rows(&engines, &fixtures, &cases, &found);
+    let (mut first_row, mut warm_row) = rows(&engines, &fixtures, &cases, &found);
+    for (ei, engine) in engines.iter().enumerate() {
+        let Some(needs) = engine.config_needs() else {
+            continue;
+        };
+        let adjusted = configs[ei].iter().filter(|&c| *c != ctx.config).count();
+        let note = format!(
+            "{}: {adjusted} of {} programs dispatched with {needs}",
+            engine.name(),
+            programs.len()
+        );
+        first_row.notes.push(note.clone());
+        warm_row.notes.push(note);
+    }
     sink.push(first_row);
     sink.push(warm_row);
 }
@@ -117,11 +152,14 @@ fn cases(fixtures: &[Fixture], programs: &[Program]) -> Vec<Case> {
     cases
 }
 
+/// Per engine (in `Engines::vyre` order) and program: the `DispatchConfig` it runs with.
+type Configs = Vec<Vec<DispatchConfig>>;
+
 /// The first pass, engine after engine: each case's status and wall.
 fn first_pass(
-    ctx: &Ctx,
     engines: &[&dyn Engine],
     programs: &[Program],
+    configs: &Configs,
     cases: &[Case],
     out: &mut Vec<Vec<u8>>,
 ) -> (Vec<Vec<u8>>, Vec<Vec<f64>>) {
@@ -132,7 +170,12 @@ fn first_pass(
             let borrowed: Vec<&[u8]> = case.inputs.iter().map(Vec::as_slice).collect();
             let started = Instant::now();
             let got = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                e.dispatch(&programs[case.program], &borrowed, &ctx.config, out)
+                e.dispatch(
+                    &programs[case.program],
+                    &borrowed,
+                    &configs[ei][case.program],
+                    out,
+                )
             }))
             .unwrap_or_else(|_| Err("panicked".into()));
             first[ei][ci] = started.elapsed().as_secs_f64() * 1e9;
@@ -155,9 +198,9 @@ fn first_pass(
 
 /// `passes` warm passes, engines in turn within each pass, matched cases only.
 fn warm_passes(
-    ctx: &Ctx,
     engines: &[&dyn Engine],
     programs: &[Program],
+    configs: &Configs,
     cases: &[Case],
     status: &[Vec<u8>],
     passes: usize,
@@ -173,7 +216,8 @@ fn warm_passes(
                 }
                 let borrowed: Vec<&[u8]> = case.inputs.iter().map(Vec::as_slice).collect();
                 let started = Instant::now();
-                let _ = e.dispatch(&programs[case.program], &borrowed, &ctx.config, out);
+                let config = &configs[ei][case.program];
+                let _ = e.dispatch(&programs[case.program], &borrowed, config, out);
                 warm[ei][ci][pass] = started.elapsed().as_secs_f64() * 1e9;
             }
         }

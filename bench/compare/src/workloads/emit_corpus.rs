@@ -5,6 +5,7 @@ use crate::harness::{Ctx, Sink};
 use crate::report::{Outcome, Row, Stats};
 use std::collections::BTreeMap;
 use std::time::Instant;
+use vyre_driver::DispatchConfig;
 use vyre_foundation::ir::Program;
 
 pub fn run(ctx: &Ctx, sink: &mut Sink) {
@@ -20,8 +21,16 @@ pub fn run(ctx: &Ctx, sink: &mut Sink) {
             Err(reason) => Outcome::Unsupported { reason },
             Ok(emitter) => {
                 emitters.push(format!("{}: {emitter}", engine.name()));
+                if let Some(needs) = engine.config_needs() {
+                    emitters.push(format!("{}: {needs}", engine.name()));
+                }
+                // What its users must pass for each program, made before any timing.
+                let jobs: Vec<(&Program, DispatchConfig)> = programs
+                    .iter()
+                    .map(|p| (p, engine.config_for(p, &ctx.config)))
+                    .collect();
                 let (mut times, rejected) =
-                    per_program(&programs, &|p| engine.emit_ptx(p, &ctx.config).is_ok());
+                    per_program(&jobs, &|p, config| engine.emit_ptx(p, config).is_ok());
                 let mut extra = BTreeMap::new();
                 extra.insert("programs_emitted".into(), times.len() as f64);
                 extra.insert("programs_rejected".into(), rejected as f64);
@@ -35,7 +44,7 @@ pub fn run(ctx: &Ctx, sink: &mut Sink) {
         row.engines.insert(engine.name().into(), outcome);
     }
     row.notes.push(format!(
-        "{} programs (vyre-primitives + vyre-intrinsics); each program's time is the median of 5 runs; {}",
+        "{} programs (vyre-primitives + vyre-libs); each program's time is the median of 5 runs; {}",
         programs.len(),
         emitters.join("; ")
     ));
@@ -43,15 +52,18 @@ pub fn run(ctx: &Ctx, sink: &mut Sink) {
 }
 
 /// Each emitted program's median of 5 runs of `emit`, and how many programs it rejected.
-fn per_program(programs: &[Program], emit: &dyn Fn(&Program) -> bool) -> (Vec<f64>, usize) {
+fn per_program(
+    jobs: &[(&Program, DispatchConfig)],
+    emit: &dyn Fn(&Program, &DispatchConfig) -> bool,
+) -> (Vec<f64>, usize) {
     let mut times = Vec::new();
     let mut rejected = 0;
-    for p in programs {
+    for (p, config) in jobs {
         let mut runs = Vec::new();
         let mut ok = true;
         for _ in 0..5 {
             let started = Instant::now();
-            ok = emit(p);
+            ok = emit(p, config);
             runs.push(started.elapsed().as_secs_f64() * 1e9);
         }
         if ok {

@@ -56,7 +56,8 @@ pub fn run(ctx: &Ctx, sink: &mut Sink) {
 
 /// What a dispatch of `program` hands the driver's JIT, where the engine can say here.
 fn jit_text(engine: &dyn Engine, program: &Program, ctx: &Ctx) -> Option<String> {
-    engine.device_ptx(program, &ctx.config)?.ok()
+    let config = engine.config_for(program, &ctx.config);
+    engine.device_ptx(program, &config)?.ok()
 }
 
 /// The texts: a vadd of each engine, then the corpus programs every vyre engine emits (so

@@ -2,7 +2,7 @@
 //! a function of the engines ([`Ctx`]) that pushes rows or diagnostics into a [`Sink`].
 
 mod cold_compile;
-mod corpus;
+pub(crate) mod corpus;
 mod diagnostics;
 mod elementwise;
 mod emit_corpus;
