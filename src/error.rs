@@ -235,6 +235,16 @@ impl From<CudaError> for BackendError {
                 }
             }
             CudaError::DeviceLost { device, cause } => lost(device.to_string(), &cause),
+            // No driver or no device: nothing was dispatched, so none of vyre's dispatch
+            // variants (and their generic hints) fits; our message and hint, verbatim.
+            CudaError::Driver(ref inner)
+                if matches!(
+                    inner.kind(),
+                    DriverErrorKind::NoDriver | DriverErrorKind::NoDevice
+                ) =>
+            {
+                BackendError::Other(error.to_string())
+            }
             CudaError::Driver(inner) if inner.is_sticky() => {
                 lost("unknown".into(), &inner.to_string())
             }
@@ -368,6 +378,17 @@ mod tests {
                 assert_eq!(code, Some(2));
                 assert!(message.contains("CUDA_ERROR_OUT_OF_MEMORY"), "{message}");
                 assert!(message.contains("what to do: reduce"), "{message}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_missing_driver_keeps_our_hint_alone() {
+        match BackendError::from(CudaError::from(DriverError::library_missing())) {
+            BackendError::Other(text) => {
+                assert!(text.contains("LD_LIBRARY_PATH"), "{text}");
+                assert_eq!(text.matches("Fix:").count(), 1, "{text}");
             }
             other => panic!("unexpected {other:?}"),
         }

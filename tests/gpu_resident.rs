@@ -740,8 +740,10 @@ fn the_registry_backend_forwards_the_resident_api() {
         .unwrap();
     assert!(timed.device_ns.is_some());
     assert_eq!(acquired.download_resident(&out).unwrap(), want[0]);
-    // Contract §2.4: the wrapper does not forward these; the direct backend reports them.
-    assert!(!acquired.supports_resident_dispatch());
+    // vyre 0.7.2's registry wrapper forwards supports_resident_dispatch; it still does not
+    // forward the device-buffer methods (nor dispatch_resident_async, which it runs through
+    // the trait's synchronous default): the direct backend has them.
+    assert!(acquired.supports_resident_dispatch());
     assert!(matches!(
         acquired.allocate_device_buffer(4).unwrap_err(),
         BackendError::UnsupportedFeature { .. }

@@ -33,7 +33,9 @@ pub use pipeline::CudaPipeline;
 pub use pool::PoolKind;
 pub(crate) use sequence::{Fill, Read, ResidentBatch, Step, Upload};
 
-use crate::codegen::{emit_ptx, CodegenError, EmittedKernel, PtxTarget, COOPERATIVE_ENTRY};
+use crate::codegen::{
+    emit_prepared, reference_program, CodegenError, EmittedKernel, PtxTarget, COOPERATIVE_ENTRY,
+};
 use crate::compat::HandleNamespace;
 use crate::driver::{Device, DeviceAlloc, DeviceInfo, DriverError};
 use crate::error::CudaError;
@@ -385,9 +387,10 @@ impl CudaBackend {
         program: &Program,
         config: &DispatchConfig,
     ) -> Result<EmittedKernel, CudaError> {
-        validate(program)?;
-        Ok(emit_ptx(
-            program,
+        let program = reference_program(program)?;
+        validate(&program)?;
+        Ok(emit_prepared(
+            &program,
             config.workgroup_override,
             self.core.target,
         )?)
@@ -792,11 +795,16 @@ impl Core {
             Metrics::bump(&self.metrics.ptx_cache_hits);
             return Ok(emitted);
         }
-        validate(program)?;
+        let program = reference_program(program)?;
+        validate(&program)?;
         self.check_launch_shape(workgroup)?;
         let emitted = {
             let _span = tracing::debug_span!("vyre_cuda.emit_ptx").entered();
-            Arc::new(emit_ptx(program, config.workgroup_override, self.target)?)
+            Arc::new(emit_prepared(
+                &program,
+                config.workgroup_override,
+                self.target,
+            )?)
         };
         Metrics::bump(&self.metrics.ptx_generations);
         Metrics::add(&self.metrics.ptx_bytes, emitted.ptx.len() as u64);
@@ -943,7 +951,8 @@ fn handle_error(error: HandleError) -> CudaError {
 }
 
 /// vyre's validator with the options the reference interpreter uses (subgroup operations
-/// allowed), so the backend rejects exactly what the reference rejects.
+/// allowed), run on the program the reference interprets (calls inlined), so the backend
+/// rejects exactly what the reference rejects.
 fn validate(program: &Program) -> Result<(), CudaError> {
     let options = ValidationOptions::default().with_backend_capabilities(BackendCapabilities {
         supports_subgroup_ops: true,

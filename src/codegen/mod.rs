@@ -54,6 +54,7 @@ pub use error::CodegenError;
 pub use fault::DeviceFault;
 pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 
+use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
 /// Version of the emitter's output format; part of every cache key.
@@ -79,28 +80,43 @@ pub struct EmittedKernel {
     pub target: PtxTarget,
 }
 
-/// Lower `program` to a PTX kernel for `target`.
+/// Lower `program` to a PTX kernel for `target`: [`reference_program`], then
+/// [`emit_prepared`].
 ///
-/// The effective workgroup size is `workgroup_override`, else the program's.
-/// A program nested deeper than [`MAX_STATEMENT_DEPTH`] or [`MAX_EXPRESSION_DEPTH`] is
-/// rejected first ([`check_nesting`]), so no walk of the emitter can overflow the stack.
-/// The program should already have passed vyre's validator (the backend validates before
-/// calling this); anything the emitter cannot lower exactly is an error, never a kernel
-/// with different semantics.
+/// The program should already have passed vyre's validator (the backend validates the
+/// [`reference_program`] before emitting); anything the emitter cannot lower exactly is an
+/// error, never a kernel with different semantics.
 pub fn emit_ptx(
     program: &Program,
     workgroup_override: Option<[u32; 3]>,
     target: PtxTarget,
 ) -> Result<EmittedKernel, CodegenError> {
+    emit_prepared(&*reference_program(program)?, workgroup_override, target)
+}
+
+/// The program the reference interprets (`vyre-reference`'s normalisation, collectives
+/// lowered for one device, composite calls inlined), which the reference also validates.
+/// A program nested deeper than [`MAX_STATEMENT_DEPTH`] or [`MAX_EXPRESSION_DEPTH`] is
+/// rejected first ([`check_nesting`]), so no walk can overflow the stack.
+pub fn reference_program(program: &Program) -> Result<Cow<'_, Program>, CodegenError> {
     check_nesting(program)?;
-    let workgroup_size = workgroup_override.unwrap_or_else(|| program.workgroup_size());
-    check_workgroup(workgroup_size)?;
     let prepared = prepare::prepare(program)?;
-    if let std::borrow::Cow::Owned(inlined) = &prepared {
+    if let Cow::Owned(inlined) = &prepared {
         // Inlining calls may nest the program deeper than it was.
         check_nesting(inlined)?;
     }
-    let program = prepared.as_ref();
+    Ok(prepared)
+}
+
+/// Lower a [`reference_program`] to a PTX kernel for `target`; the effective workgroup
+/// size is `workgroup_override`, else the program's.
+pub fn emit_prepared(
+    program: &Program,
+    workgroup_override: Option<[u32; 3]>,
+    target: PtxTarget,
+) -> Result<EmittedKernel, CodegenError> {
+    let workgroup_size = workgroup_override.unwrap_or_else(|| program.workgroup_size());
+    check_workgroup(workgroup_size)?;
     let facts = analysis::ProgramFacts::analyse(program, workgroup_size);
     analysis::uniform::check(program, &facts.uniformity)?;
     let (mut abi, shared) = abi::layout(program, workgroup_size)?;
