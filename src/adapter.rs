@@ -229,12 +229,16 @@ impl VyreBackend for CudaBackend {
     }
 
     fn supports_f16(&self) -> bool {
-        // The reference gives F16/BF16 no arithmetic: loads, stores and raw-byte casts,
-        // all of which the emitter lowers natively.
+        // F16 buffers are numeric as in vyre-reference 0.7: loads widen to f32, operators
+        // compute in f32, stores and casts round to nearest even (`cvt.rn.f16.f32`), and an
+        // out-of-bounds load fails the operators the reference fails; dispatch runs them
+        // on every GPU the emitter targets (sm_70+).
         true
     }
 
     fn supports_bf16(&self) -> bool {
+        // The same for BF16: stores and casts round with `cvt.rn.bf16.f32` on sm_80+ and
+        // the reference's integer rounding below; loads are a shift.
         true
     }
 

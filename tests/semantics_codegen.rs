@@ -4,6 +4,7 @@
 mod common;
 
 use vyre_cuda::codegen::{emit_ptx, PtxIsa, PtxTarget};
+use vyre_foundation::ir::{BufferAccess, DataType};
 
 #[test]
 fn every_semantic_case_lowers_and_assembles() {
@@ -67,4 +68,54 @@ fn every_semantic_case_is_valid_for_the_reference() {
         }
     }
     assert!(invalid.is_empty(), "{}", invalid.join("\n"));
+}
+
+/// F16/BF16 below sm_80: bf16 rounds with integer instructions (there is no
+/// `cvt.rn.bf16.f32` before sm_80), assembled for sm_70 and sm_75 with the CUDA 12.9
+/// `ptxas` (CUDA 13 no longer targets sm_70); sm_80 and newer round with the `cvt`.
+#[test]
+fn half_cases_round_bf16_with_integers_below_sm80_and_assemble() {
+    let cu12 = common::ptxas::require_ptxas().and_then(|_| common::ptxas::cu12_ptxas());
+    let old = [70, 75].map(|sm| PtxTarget::new(sm, PtxIsa::new(7, 8)).expect("target"));
+    let mut failures = Vec::new();
+    for case in common::half_programs::half_cases() {
+        let text = format!("{:?}", case.program);
+        let writes_bf16 = case
+            .program
+            .buffers()
+            .iter()
+            .any(|b| b.element() == DataType::BF16 && b.access() != BufferAccess::ReadOnly);
+        let rounds_bf16 = writes_bf16 || text.contains("target: BF16");
+        for target in old
+            .into_iter()
+            .chain([PtxTarget::sm80(), PtxTarget::sm90()])
+        {
+            let ptx = match emit_ptx(&case.program, case.config.workgroup_override, target) {
+                Ok(kernel) => kernel.ptx,
+                Err(error) => {
+                    failures.push(format!("{} rejected for {target}: {error}", case.name));
+                    continue;
+                }
+            };
+            let (cvt, integer) = (ptx.contains("cvt.rn.bf16.f32"), ptx.contains("bfe.u32"));
+            let expected = if target.sm() >= 80 {
+                (rounds_bf16, false)
+            } else {
+                (false, rounds_bf16)
+            };
+            if (cvt, integer) != expected {
+                failures.push(format!(
+                    "{} for {target}: (cvt.rn.bf16.f32, bfe.u32) = {:?}, want {expected:?}",
+                    case.name,
+                    (cvt, integer)
+                ));
+            }
+            if let (Some(cu12), true) = (&cu12, target.sm() < 80) {
+                if let Err(error) = common::ptxas::assemble_for(cu12, &ptx) {
+                    failures.push(format!("{} for {target}: {error}", case.name));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

@@ -118,6 +118,11 @@ pub struct CudaOptions {
     /// compiler crashes"): a crash of the driver's PTX compiler then fails one dispatch
     /// instead of killing the process. `None`: the driver's JIT runs in-process.
     pub jit_helper: Option<PathBuf>,
+    /// Emit PTX for this SM architecture (e.g. `75`) instead of the device's own; it must
+    /// not be newer than the device, whose driver JIT-compiles the older PTX for it. For
+    /// testing the code paths of older GPUs (bf16 rounding below sm_80) on a newer one.
+    /// `None`: the device's architecture.
+    pub emit_sm: Option<u32>,
 }
 
 impl Default for CudaOptions {
@@ -138,6 +143,7 @@ impl Default for CudaOptions {
             vector_min_invocations: 1 << 16,
             blocking_wait: false,
             jit_helper: None,
+            emit_sm: None,
         }
     }
 }
@@ -213,6 +219,23 @@ fn env_var<T>(
         )
     })?;
     Ok(Some(parsed))
+}
+
+/// The compute capability to emit for: the device's, or `emit_sm` when that is not newer.
+fn emitted_architecture(
+    (major, minor): (u32, u32),
+    emit_sm: Option<u32>,
+) -> Result<(u32, u32), CudaError> {
+    let Some(sm) = emit_sm else {
+        return Ok((major, minor));
+    };
+    if sm > major * 10 + minor {
+        return Err(CudaError::invalid_input(
+            format!("CudaOptions::emit_sm is sm_{sm}, newer than the device (sm_{major}{minor})"),
+            format!("set emit_sm to at most {major}{minor}, or to None"),
+        ));
+    }
+    Ok((sm / 10, sm % 10))
 }
 
 /// A resident buffer: device memory counted against the resident budget until the last
@@ -299,7 +322,7 @@ impl CudaBackend {
     pub fn with_options(options: CudaOptions) -> Result<Self, CudaError> {
         let device = Device::open(options.device)?;
         let info = device.info();
-        let (major, minor) = info.compute_capability;
+        let (major, minor) = emitted_architecture(info.compute_capability, options.emit_sm)?;
         let target = PtxTarget::for_device(major, minor, info.driver_version)?;
         let limits = GridLimits {
             max_grid_dim: info.max_grid_dim,
@@ -990,5 +1013,13 @@ mod tests {
         let defaults = CudaOptions::default();
         assert_eq!(defaults.pool, PoolKind::SizeClasses);
         assert!(defaults.copy_threads >= 1 && defaults.staging_chunk_bytes >= 64 << 10);
+    }
+
+    #[test]
+    fn emit_sm_picks_an_older_architecture_only() {
+        assert_eq!(emitted_architecture((9, 0), None).unwrap(), (9, 0));
+        assert_eq!(emitted_architecture((9, 0), Some(75)).unwrap(), (7, 5));
+        let error = emitted_architecture((8, 0), Some(90)).unwrap_err();
+        assert!(error.to_string().contains("emit_sm"), "{error}");
     }
 }

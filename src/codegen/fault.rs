@@ -33,10 +33,13 @@ pub enum DeviceFault {
     SubgroupLaneNotU32 = 12,
     /// An async copy offset or size that is not representable as u64.
     AsyncByteCountNotU64 = 13,
+    /// An operator, `Fma` or cast to F16/BF16 reached an out-of-bounds F16/BF16 load, which
+    /// the reference holds as `Value::Bytes([0, 0])`, not a float.
+    HalfOutOfBounds = 14,
 }
 
 impl DeviceFault {
-    const ALL: [DeviceFault; 13] = [
+    const ALL: [DeviceFault; 14] = [
         Self::SignedDivisionByZero,
         Self::SignedDivisionOverflow,
         Self::SignedRemainderByZero,
@@ -50,6 +53,7 @@ impl DeviceFault {
         Self::DivergentBarrier,
         Self::SubgroupLaneNotU32,
         Self::AsyncByteCountNotU64,
+        Self::HalfOutOfBounds,
     ];
 
     /// The fault word value.
@@ -85,6 +89,7 @@ impl DeviceFault {
             Self::DivergentBarrier => "program violates uniform-control-flow rule: a Barrier appears inside an If whose condition differs across the workgroup",
             Self::SubgroupLaneNotU32 => "subgroup_shuffle lane index is not a u32",
             Self::AsyncByteCountNotU64 => "an async copy offset or size cannot be represented as u64",
+            Self::HalfOutOfBounds => "an operator received an out-of-bounds f16/bf16 load, which the reference holds as raw bytes [0, 0], not a float (mismatched operands)",
         }
     }
 
@@ -109,6 +114,9 @@ impl DeviceFault {
             }
             Self::SubgroupLaneNotU32 => "use a scalar u32 lane argument",
             Self::AsyncByteCountNotU64 => "use an in-range non-negative byte count",
+            Self::HalfOutOfBounds => {
+                "keep f16/bf16 load indices in bounds, or Cast the load to f32 first (out of bounds it then reads 0.0)"
+            }
         }
     }
 }

@@ -24,6 +24,11 @@ pub(crate) enum ValKind {
     F64,
     /// `Value::U64`, held in a `.b64` register.
     U64,
+    /// What an F16/BF16 load yields, held in a `.f32` register: in bounds a `Value::Float`
+    /// (the element widened exactly to a canonical f32, never subnormal); out of bounds
+    /// `Value::Bytes([0, 0])`, held as the subnormal [`OOB_HALF_BITS`]. Float operators
+    /// fail on the latter, as the reference's do; elsewhere it reads as +0.0.
+    Half,
     /// `Value::Bytes` of 1..=8 little-endian bytes, zero-extended in a `.b32` (<= 4
     /// bytes) or `.b64` register, or of 16 bytes (`Vec4U32`) in two `.b64` registers (the
     /// low one is the value's register, the lowerer tracks the high one). Narrow, `I64` and
@@ -35,7 +40,7 @@ impl ValKind {
     pub(crate) fn reg_class(self) -> RegClass {
         match self {
             Self::U32 | Self::I32 | Self::Bool => RegClass::B32,
-            Self::F32 => RegClass::F32,
+            Self::F32 | Self::Half => RegClass::F32,
             Self::F64 => RegClass::F64,
             Self::U64 => RegClass::B64,
             Self::Bytes(width) if width <= 4 => RegClass::B32,
@@ -43,11 +48,12 @@ impl ValKind {
         }
     }
 
-    /// Length of the reference's `to_bytes()` for this value (a Float is an f64).
+    /// Length of the reference's `to_bytes()` for this value (a Float is an f64; an
+    /// out-of-bounds [`Self::Half`] has 2, which the byte stores check at run time).
     pub(crate) fn byte_len(self) -> u8 {
         match self {
             Self::U32 | Self::I32 | Self::Bool => 4,
-            Self::F32 | Self::F64 | Self::U64 => 8,
+            Self::F32 | Self::F64 | Self::U64 | Self::Half => 8,
             Self::Bytes(width) => width,
         }
     }
@@ -60,6 +66,7 @@ impl ValKind {
             Self::F32 => "f32".into(),
             Self::F64 => "f64".into(),
             Self::U64 => "u64".into(),
+            Self::Half => "f16/bf16 value".into(),
             Self::Bytes(width) => format!("{width}-byte raw value"),
         }
     }
@@ -74,13 +81,19 @@ impl ValKind {
             DataType::F64 => Self::F64,
             DataType::U64 => Self::U64,
             DataType::U8 | DataType::I8 => Self::Bytes(1),
-            DataType::U16 | DataType::I16 | DataType::F16 | DataType::BF16 => Self::Bytes(2),
+            DataType::F16 | DataType::BF16 => Self::Half,
+            DataType::U16 | DataType::I16 => Self::Bytes(2),
             DataType::I64 | DataType::Vec2U32 => Self::Bytes(8),
             DataType::Vec4U32 => Self::Bytes(16),
             _ => return None,
         })
     }
 }
+
+/// The f32 bits standing for an out-of-bounds F16/BF16 load (`Value::Bytes([0, 0])`) in a
+/// [`ValKind::Half`] register: the smallest positive subnormal, a value no in-bounds load
+/// (and no f32 value, all of which are flushed) ever holds.
+pub(crate) const OOB_HALF_BITS: u32 = 1;
 
 /// The byte stride of one element of a buffer this emitter can address, if supported.
 pub(crate) fn element_stride(element: &DataType) -> Option<u32> {

@@ -4,6 +4,7 @@
 pub mod corpus;
 pub mod gpu;
 pub mod grid_programs;
+pub mod half_programs;
 pub mod kernels;
 pub mod programs;
 pub mod ptxas;

@@ -22,7 +22,7 @@ pub struct Case {
 }
 
 impl Case {
-    fn new(name: impl Into<String>, program: Program, inputs: Vec<Vec<u8>>) -> Self {
+    pub fn new(name: impl Into<String>, program: Program, inputs: Vec<Vec<u8>>) -> Self {
         Self {
             name: name.into(),
             program,
@@ -32,7 +32,7 @@ impl Case {
         }
     }
 
-    fn failing(mut self) -> Self {
+    pub fn failing(mut self) -> Self {
         self.expect_error = true;
         self
     }
@@ -1117,7 +1117,8 @@ pub fn subgroup_cases() -> Vec<Case> {
     cases
 }
 
-/// F16/BF16/F64/I64/U64/Vec2U32 buffers and the reference's raw-byte casts.
+/// F16/F64/I64/U64/Vec2U32 buffers and the reference's raw-byte casts (F16/BF16 in depth:
+/// `half_programs.rs`).
 pub fn wide_and_raw_type_cases() -> Vec<Case> {
     let mut rng = Rng::new(9);
     let n = 64u32;
@@ -1158,7 +1159,7 @@ pub fn wide_and_raw_type_cases() -> Vec<Case> {
     let ints = u32_bytes(&edge_u32(&mut rng, n));
     let mut cases = vec![
         Case::new(
-            "f16 buffer copies raw bytes",
+            "f16 buffer round-trips through f32",
             elementwise(&[("a", DataType::F16)], DataType::F16, n, ld("a")),
             vec![raw16.clone()],
         ),
@@ -1438,6 +1439,8 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(async_copy_cases());
     cases.extend(fault_cases());
     cases.extend(bytes_cases());
+    // Last: the cases before keep their indices (and PTX snapshot names).
+    cases.extend(super::half_programs::half_cases());
     cases
 }
 

@@ -10,11 +10,11 @@ pub(crate) mod nesting;
 pub(crate) mod uniform;
 
 use super::libm::Libm;
-use super::visit::any_expr_in;
+use super::visit::{any_expr_in, for_each_node};
 use elementwise::Elementwise;
 use rustc_hash::FxHashSet;
 use uniform::Uniformity;
-use vyre_foundation::ir::{Expr, Node, Program};
+use vyre_foundation::ir::{DataType, Expr, Node, Program};
 
 /// What the lowering needs to know about the whole (prepared) program.
 pub(crate) struct ProgramFacts<'p> {
@@ -35,6 +35,10 @@ pub(crate) struct ProgramFacts<'p> {
     entry: &'p [Node],
     /// The elementwise shape, when the program gets a vector entry.
     pub(crate) elementwise: Option<Elementwise<'p>>,
+    /// In a program with F16/BF16 buffers, every assigned variable: one bound to an f32 is
+    /// held as a half (`ValKind::Half`), since an assignment may give it a half load,
+    /// out of bounds included. Empty otherwise.
+    pub(crate) half_locals: FxHashSet<&'p str>,
 }
 
 impl<'p> ProgramFacts<'p> {
@@ -69,6 +73,7 @@ impl<'p> ProgramFacts<'p> {
             flattened,
             entry,
             elementwise,
+            half_locals: half_locals(program),
         }
     }
 
@@ -79,4 +84,21 @@ impl<'p> ProgramFacts<'p> {
             None => vec![self.entry],
         }
     }
+}
+
+/// See [`ProgramFacts::half_locals`].
+fn half_locals(program: &Program) -> FxHashSet<&str> {
+    let mut assigned = FxHashSet::default();
+    let has_half = program
+        .buffers()
+        .iter()
+        .any(|buffer| matches!(buffer.element(), DataType::F16 | DataType::BF16));
+    if has_half {
+        for_each_node(program.entry(), &mut |node| {
+            if let Node::Assign { name, .. } = node {
+                assigned.insert(name.as_str());
+            }
+        });
+    }
+    assigned
 }

@@ -109,6 +109,7 @@ impl<'p> Lowerer<'p> {
 
     /// The reference's `try_as_u64`, raising `fault` where it yields `None`.
     fn u64_checked(&mut self, value: Val, fault: DeviceFault) -> Result<Reg, CodegenError> {
+        let value = self.settle_half(value);
         let wide = self.w.reg(RegClass::B64);
         match value.kind {
             ValKind::U64 | ValKind::Bytes(5..=8) => self.mov(wide, value.reg),

@@ -245,6 +245,15 @@ impl<'p> Lowerer<'p> {
                 "use a u8 workgroup buffer",
             ));
         };
+        // An out-of-bounds half load is two zero bytes, not a Float's eight.
+        let float = match value.kind {
+            ValKind::Half => {
+                let (oob, float) = (self.half_is_oob(value), self.pred());
+                emit!(self.w, "not.pred {float}, {oob}");
+                Some(float)
+            }
+            _ => None,
+        };
         let low = self.bytes_b64(value);
         let high = self.high_half(value);
         let room = self.bytes_after(len, index);
@@ -252,6 +261,9 @@ impl<'p> Lowerer<'p> {
         for k in 0..u32::from(value.kind.byte_len()) {
             let fits = self.pred();
             emit!(self.w, "setp.gt.u32 {fits}, {room}, {k}");
+            if let Some(float) = float.filter(|_| k >= 2) {
+                emit!(self.w, "and.pred {fits}, {fits}, {float}");
+            }
             let half = if k < 8 { low } else { high };
             let shifted = self.w.reg(RegClass::B64);
             emit!(self.w, "shr.b64 {shifted}, {half}, {}", 8 * (k % 8));

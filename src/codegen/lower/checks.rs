@@ -86,6 +86,9 @@ impl Lowerer<'_> {
                 let (ty, zero) = (value.reg.class().ty(), value.reg.class().zero());
                 emit!(self.w, "setp.neu.{ty} {p}, {}, {zero}", value.reg);
             }
+            // `.ftz` reads the out-of-bounds bytes' subnormal as the zero they are; no
+            // in-bounds half is subnormal.
+            ValKind::Half => emit!(self.w, "setp.neu.ftz.f32 {p}, {}, 0f00000000", value.reg),
             ValKind::U64 => emit!(self.w, "setp.ne.u64 {p}, {}, 0", value.reg),
             // A raw value wider than 4 bytes has no u32 reading, which the reference
             // treats as true.
@@ -101,6 +104,8 @@ impl Lowerer<'_> {
         value: Val,
         fault: DeviceFault,
     ) -> Result<Reg, CodegenError> {
+        // The bytes of an out-of-bounds half load read as 0, like +0.0.
+        let value = self.settle_half(value);
         Ok(match value.kind {
             ValKind::U32 | ValKind::Bool => value.reg,
             ValKind::Bytes(width) if width <= 4 => value.reg,
@@ -123,12 +128,12 @@ impl Lowerer<'_> {
                 emit!(self.w, "cvt.u32.u64 {r}, {}", value.reg);
                 self.zero_if(p, r)
             }
-            ValKind::F32 | ValKind::F64 => {
+            ValKind::F32 | ValKind::F64 | ValKind::Half => {
                 // Finite, >= 0 and <= u32::MAX, then truncated.
                 let (x, ty) = (value.reg, value.reg.class().ty());
                 let bad = match value.kind {
-                    ValKind::F32 => self.float_range_fault(x, "lt", "0f4F800000", fault),
-                    _ => self.float_range_fault(x, "le", "0d41EFFFFFFFE00000", fault),
+                    ValKind::F64 => self.float_range_fault(x, "le", "0d41EFFFFFFFE00000", fault),
+                    _ => self.float_range_fault(x, "lt", "0f4F800000", fault),
                 };
                 let r = self.b32();
                 emit!(self.w, "cvt.rzi.u32.{ty} {r}, {x}");

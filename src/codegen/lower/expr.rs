@@ -139,14 +139,19 @@ impl<'p> Lowerer<'p> {
         // The reference evaluates both arms (side effects included), then picks.
         let t = self.put_expr(true_val)?;
         let f = self.put_expr(false_val)?;
-        if t.kind != f.kind {
+        // An f32 arm joins a half arm as a `Half` (no f32 value is the out-of-bounds mark).
+        let kind = match (t.kind, f.kind) {
+            (ValKind::Half, ValKind::F32) | (ValKind::F32, ValKind::Half) => ValKind::Half,
+            (t, _) => t,
+        };
+        if t.kind != f.kind && kind != ValKind::Half {
             return Err(CodegenError::unsupported(
                 "Expr::Select with arms of different types",
                 format!("arms are {} and {}", t.kind.name(), f.kind.name()),
                 "Cast both arms to one type",
             ));
         }
-        let reg = self.w.reg(t.kind.reg_class());
+        let reg = self.w.reg(kind.reg_class());
         let (ty, a, b) = (t.reg.class().ty(), t.reg, f.reg);
         emit!(self.w, "selp.{ty} {reg}, {a}, {b}, {p}");
         if t.kind == ValKind::Bytes(16) {
@@ -155,7 +160,7 @@ impl<'p> Lowerer<'p> {
             emit!(self.w, "selp.b64 {hi}, {t_hi}, {f_hi}, {p}");
             self.wide_hi.insert(reg, hi);
         }
-        Ok(Val { kind: t.kind, reg })
+        Ok(Val { kind, reg })
     }
 
     fn put_fma(&mut self, a: &'p Expr, b: &'p Expr, c: &'p Expr) -> Result<Val, CodegenError> {

@@ -1,6 +1,7 @@
 //! Buffer addressing, loads and stores, with the reference's bounds rules: out-of-bounds
 //! loads read zero and out-of-bounds stores are dropped.
 
+use super::half::HalfFormat;
 use super::{bytes, Lowerer, Val};
 use crate::codegen::kind::{element_stride, ValKind};
 use crate::codegen::writer::{emit, Reg, RegClass};
@@ -79,10 +80,15 @@ impl Lowerer<'_> {
     }
 
     /// The register to write for `value` into an element of `element`, following the
-    /// reference's `write_element`: F32 elements canonicalise floats (and reinterpret u32
-    /// bits); every other element receives the value's little-endian bytes truncated or
-    /// zero-padded to the element width (a Float contributes its f64 bytes).
+    /// reference's `write_element`: F16/BF16 elements round floats (see `half.rs`); F32
+    /// elements canonicalise floats (and reinterpret u32 bits); every other element
+    /// receives the value's little-endian bytes truncated or zero-padded to the element
+    /// width (a Float contributes its f64 bytes).
     fn store_payload(&mut self, element: &DataType, value: Val) -> Reg {
+        if let Some(format) = HalfFormat::of(element) {
+            return self.half_store_bits(format, value);
+        }
+        let value = self.settle_half(value);
         if *element == DataType::F32 {
             return match value.kind {
                 ValKind::F32 => self.canonical_f32_bits(value.reg),
@@ -127,6 +133,9 @@ impl Lowerer<'_> {
         }
         let (in_bounds, addr) = self.element_address(&slot, index);
         let space = slot.space.state_space();
+        if let Some(format) = HalfFormat::of(&slot.element) {
+            return Ok(self.half_load(format, space, in_bounds, addr));
+        }
         let reg = self.w.reg(kind.reg_class());
         if slot.stride == 16 {
             let hi = self.w.reg(RegClass::B64);

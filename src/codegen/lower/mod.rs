@@ -12,6 +12,7 @@ mod bytes;
 mod checks;
 mod entry;
 mod expr;
+mod half;
 mod memory;
 mod ops;
 mod reduction;

@@ -3,6 +3,7 @@
 //! The operators that are one PTX instruction are looked up in tables ([`int_shape`],
 //! [`f32_arith`], [`f32_unop_inst`]); the rest have a helper each.
 
+use super::half::HalfFormat;
 use super::{Lowerer, Val};
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
@@ -204,7 +205,7 @@ fn float_castable(target: &DataType) -> bool {
 }
 
 fn is_float(kind: ValKind) -> bool {
-    matches!(kind, ValKind::F32 | ValKind::F64)
+    matches!(kind, ValKind::F32 | ValKind::F64 | ValKind::Half)
 }
 
 fn unsupported_binop(op: BinOp, kind: ValKind) -> CodegenError {
@@ -253,7 +254,8 @@ impl Lowerer<'_> {
     }
 
     pub(crate) fn put_binop(&mut self, op: BinOp, l: Val, r: Val) -> Result<Val, CodegenError> {
-        // Every `Value::Float` (f32 or f64-held) meets the f32 operators as an f32.
+        // Every `Value::Float` (f32, f64-held or a half load) meets the f32 operators as an
+        // f32.
         let (l, r) = if is_float(l.kind) && is_float(r.kind) {
             (self.float_operand(l), self.float_operand(r))
         } else {
@@ -272,7 +274,7 @@ impl Lowerer<'_> {
             ValKind::U64 => self.int_binop(op, l.reg, r.reg, U64),
             ValKind::Bool => self.bool_binop(op, l.reg, r.reg),
             ValKind::F32 => self.f32_binop(op, l.reg, r.reg),
-            ValKind::F64 | ValKind::Bytes(_) => Err(unsupported_binop(op, l.kind)),
+            ValKind::F64 | ValKind::Half | ValKind::Bytes(_) => Err(unsupported_binop(op, l.kind)),
         }
     }
 
@@ -466,7 +468,7 @@ impl Lowerer<'_> {
                 emit!(self.w, "xor.b32 {reg}, {}, 1", v.reg);
                 Ok(Val::new(ValKind::Bool, reg))
             }
-            ValKind::F32 | ValKind::F64 => {
+            ValKind::F32 | ValKind::F64 | ValKind::Half => {
                 let v = self.float_operand(v);
                 self.f32_unop(op, v.reg)
             }
@@ -604,6 +606,18 @@ impl Lowerer<'_> {
     }
 
     pub(crate) fn put_cast(&mut self, target: &DataType, v: Val) -> Result<Val, CodegenError> {
+        if let Some(format) = HalfFormat::of(target) {
+            return self.cast_to_half(format, v);
+        }
+        if v.kind == ValKind::Half && *target == DataType::Bytes {
+            return Err(CodegenError::unsupported(
+                "Cast of an f16/bf16 load to bytes",
+                "its length (8 bytes, or 2 out of bounds) is known only at run time",
+                "Cast the load to f32 first",
+            ));
+        }
+        // Every other cast treats an out-of-bounds half load's bytes like +0.0.
+        let v = self.settle_half(v);
         if is_float(v.kind) && !float_castable(target) {
             return Err(CodegenError::unsupported(
                 format!("Cast from f32 to {target}"),
@@ -638,7 +652,7 @@ impl Lowerer<'_> {
             // The value's bytes, zero-padded or truncated to eight.
             DataType::Vec2U32 => Val::new(ValKind::Bytes(8), self.bytes_b64(v)),
             // The reference's catch-all: the value's own bytes, unconverted.
-            DataType::Bytes | DataType::F16 | DataType::BF16 | DataType::F64 => Val {
+            DataType::Bytes | DataType::F64 => Val {
                 kind: ValKind::Bytes(v.kind.byte_len()),
                 reg: if is_float(v.kind) {
                     self.float_bytes(v)
@@ -734,7 +748,7 @@ impl Lowerer<'_> {
     /// The value's first eight bytes as a `.b64`, zero-padded.
     pub(super) fn bytes_b64(&mut self, v: Val) -> Reg {
         match v.kind {
-            ValKind::F32 | ValKind::F64 => self.float_bytes(v),
+            ValKind::F32 | ValKind::F64 | ValKind::Half => self.float_bytes(v),
             ValKind::U64 | ValKind::Bytes(5..) => v.reg,
             _ => {
                 let wide = self.w.reg(RegClass::B64);

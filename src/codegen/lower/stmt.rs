@@ -109,7 +109,14 @@ impl<'p> Lowerer<'p> {
             self.mov(hi, source_hi);
             self.wide_hi.insert(reg, hi);
         }
-        self.bind(name, Val::new(value.kind, reg), false)
+        // An f32 variable that may later be assigned a half load holds a `Half` (an f32
+        // value never reads as the out-of-bounds mark).
+        let kind = if value.kind == ValKind::F32 && self.facts.half_locals.contains(name) {
+            ValKind::Half
+        } else {
+            value.kind
+        };
+        self.bind(name, Val::new(kind, reg), false)
     }
 
     fn put_assign(&mut self, name: &'p str, value: &'p Expr) -> Result<(), CodegenError> {
@@ -131,7 +138,8 @@ impl<'p> Lowerer<'p> {
                 "loop variables are immutable; copy it into a Let first",
             ));
         }
-        if local.val.kind != value.kind {
+        let widens = local.val.kind == ValKind::Half && value.kind == ValKind::F32;
+        if local.val.kind != value.kind && !widens {
             return Err(CodegenError::unsupported(
                 "Node::Assign changing a variable's type",
                 format!(

@@ -31,6 +31,7 @@ fn unknown_reduce(op: SubgroupReduceOp) -> CodegenError {
 
 impl Lowerer<'_> {
     pub(super) fn put_shuffle(&mut self, value: Val, lane: Val) -> Result<Val, CodegenError> {
+        let value = self.half_lane(value);
         if !matches!(value.kind, ValKind::U32 | ValKind::F32) {
             return Err(unsupported_lane_kind("SubgroupShuffle", value.kind));
         }
@@ -52,6 +53,7 @@ impl Lowerer<'_> {
         value: Val,
     ) -> Result<Val, CodegenError> {
         let mask = self.subgroup_mask;
+        let value = self.half_lane(value);
         match value.kind {
             ValKind::U32 => {
                 // `redux.sync` (sm_80+) computes all but Mul exactly.
@@ -92,6 +94,15 @@ impl Lowerer<'_> {
                 self.fold_lanes(Val::new(ValKind::F32, reg), value, binop)
             }
             other => Err(unsupported_lane_kind("SubgroupReduce", other)),
+        }
+    }
+
+    /// A half lane value as the f32 it is; the reference fails the whole collective when a
+    /// lane holds an out-of-bounds half load's bytes (that lane records the fault).
+    fn half_lane(&mut self, value: Val) -> Val {
+        match value.kind {
+            ValKind::Half => self.float_operand(value),
+            _ => value,
         }
     }
 

@@ -39,6 +39,7 @@ impl Lowerer<'_> {
     /// an f32 value widens exactly (its NaN to the canonical f64 NaN), an f64 value keeps
     /// its bits.
     pub(crate) fn float_bytes(&mut self, value: Val) -> Reg {
+        let value = self.settle_half(value);
         let wide = self.w.reg(RegClass::B64);
         if value.kind == ValKind::F64 {
             emit!(self.w, "mov.b64 {wide}, {}", value.reg);
@@ -54,8 +55,11 @@ impl Lowerer<'_> {
     }
 
     /// A float operand as the reference's f32 operators see it: an f64 value is rounded
-    /// to f32 (`as f32`) and canonicalised.
+    /// to f32 (`as f32`) and canonicalised; an f16/bf16 load fails out of bounds.
     pub(crate) fn float_operand(&mut self, value: Val) -> Val {
+        if value.kind == ValKind::Half {
+            return self.half_operand(value);
+        }
         if value.kind != ValKind::F64 {
             return value;
         }
