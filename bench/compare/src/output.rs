@@ -8,8 +8,9 @@ use crate::report::{Outcome, Report};
 use std::path::Path;
 use vyre_driver::DispatchConfig;
 
-/// `--dump-ptx DIR`: the floor's PTX (for `ptxas`) and both backends' PTX for the
-/// cold-compile program.
+/// `--dump-ptx DIR`: the floor's PTX (for `ptxas`), both backends' PTX for the
+/// cold-compile program, and both backends' module for every corpus program
+/// (`DIR/corpus/{vyre_cuda,incumbent}/<id>.ptx`, the texts `jit_probe` loads).
 pub fn dump_ptx(dir: &Path) {
     let _ = std::fs::create_dir_all(dir);
     let _ = std::fs::write(
@@ -30,7 +31,30 @@ pub fn dump_ptx(dir: &Path) {
     if let Ok(text) = vyre_driver_cuda::codegen::program_to_ptx_for_sm(&program, &config, 90) {
         let _ = std::fs::write(dir.join("incumbent_cold.ptx"), text);
     }
+    dump_corpus(&dir.join("corpus"));
     println!("wrote {}", dir.display());
+}
+
+fn dump_corpus(dir: &Path) {
+    let (ours, theirs) = (dir.join("vyre_cuda"), dir.join("incumbent"));
+    let _ = std::fs::create_dir_all(&ours);
+    let _ = std::fs::create_dir_all(&theirs);
+    for fixture in crate::workloads::corpus::corpus() {
+        let program = (fixture.build)();
+        let file = format!("{}.ptx", fixture.id.replace("::", "__"));
+        let mut config = DispatchConfig::default();
+        if let Ok(k) =
+            vyre_cuda::codegen::emit_ptx(&program, None, vyre_cuda::codegen::PtxTarget::sm90())
+        {
+            let _ = std::fs::write(ours.join(&file), k.ptx);
+        }
+        if programs::needs_ulp_budget(&program) {
+            config.ulp_budget = Some(crate::engines::incumbent::ULP_BUDGET);
+        }
+        if let Ok(text) = vyre_driver_cuda::codegen::program_to_ptx_for_sm(&program, &config, 90) {
+            let _ = std::fs::write(theirs.join(&file), text);
+        }
+    }
 }
 
 /// `--render JSON`: read a results file (exit 2 if it cannot), then [`write_outputs`].
