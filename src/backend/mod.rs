@@ -410,8 +410,7 @@ impl CudaBackend {
         program: &Program,
         config: &DispatchConfig,
     ) -> Result<EmittedKernel, CudaError> {
-        let program = reference_program(program)?;
-        validate(&program)?;
+        let program = validated(program)?;
         Ok(emit_prepared(
             &program,
             config.workgroup_override,
@@ -818,8 +817,7 @@ impl Core {
             Metrics::bump(&self.metrics.ptx_cache_hits);
             return Ok(emitted);
         }
-        let program = reference_program(program)?;
-        validate(&program)?;
+        let program = validated(program)?;
         self.check_launch_shape(workgroup)?;
         let emitted = {
             let _span = tracing::debug_span!("vyre_cuda.emit_ptx").entered();
@@ -973,17 +971,18 @@ fn handle_error(error: HandleError) -> CudaError {
     CudaError::invalid_input(message, fix)
 }
 
+/// The program the reference interprets (calls inlined, [`reference_program`]), checked by
 /// vyre's validator with the options the reference interpreter uses (subgroup operations
-/// allowed), run on the program the reference interprets (calls inlined), so the backend
-/// rejects exactly what the reference rejects.
-fn validate(program: &Program) -> Result<(), CudaError> {
+/// allowed), so the backend rejects exactly what the reference rejects.
+fn validated(program: &Program) -> Result<std::borrow::Cow<'_, Program>, CudaError> {
+    let program = reference_program(program)?;
     let options = ValidationOptions::default().with_backend_capabilities(BackendCapabilities {
         supports_subgroup_ops: true,
         ..Default::default()
     });
-    let report = validate_with_options(program, options);
+    let report = validate_with_options(&program, options);
     if report.errors.is_empty() {
-        return Ok(());
+        return Ok(program);
     }
     Err(CudaError::InvalidProgram {
         errors: report.errors,

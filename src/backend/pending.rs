@@ -4,7 +4,7 @@
 
 use super::dispatch::{count, InFlight, Timing};
 use super::metrics::Metrics;
-use super::sequence::{ids, ResidentBatch, ResidentFlight, Step};
+use super::sequence::ResidentFlight;
 use super::{Core, CudaBackend};
 use crate::error::CudaError;
 use std::sync::{Arc, Mutex};
@@ -108,12 +108,17 @@ impl CudaPendingDispatch {
         Ok(timing.into_result(outputs))
     }
 
-    fn finish(mut self, outputs: &mut Vec<Vec<u8>>) -> Result<Timing, CudaError> {
-        let flight = match self.flight.get_mut() {
+    /// The flight, taken out of the handle (`None` once taken). A poisoned lock still
+    /// holds it: the handle is only ever used by its one owner.
+    fn take(&mut self) -> Option<Flight> {
+        match self.flight.get_mut() {
             Ok(flight) => flight.take(),
             Err(poisoned) => poisoned.into_inner().take(),
-        };
-        let Some(flight) = flight else {
+        }
+    }
+
+    fn finish(mut self, outputs: &mut Vec<Vec<u8>>) -> Result<Timing, CudaError> {
+        let Some(flight) = self.take() else {
             // Only `finish` (which consumes the handle) and `drop` take the flight.
             return Err(CudaError::invalid_input(
                 "the pending dispatch was already awaited",
@@ -128,11 +133,7 @@ impl CudaPendingDispatch {
 
 impl Drop for CudaPendingDispatch {
     fn drop(&mut self) {
-        let flight = match self.flight.get_mut() {
-            Ok(flight) => flight.take(),
-            Err(poisoned) => poisoned.into_inner().take(),
-        };
-        if let Some(flight) = flight {
+        if let Some(flight) = self.take() {
             flight.cancel();
         }
     }
@@ -180,18 +181,11 @@ impl CudaBackend {
         config: &DispatchConfig,
     ) -> Result<CudaPendingDispatch, CudaError> {
         let core = self.core();
-        let launches = super::dispatch::check_config(config, core.grid_sync)?;
-        let handles = ids(core, resources)?;
-        let step = Step::configured(program, &handles, config, launches);
-        Metrics::bump(&core.metrics().resident_dispatches);
-        Metrics::bump(&core.metrics().async_dispatches);
-        let batch = ResidentBatch {
-            prefix: &[step],
-            ..ResidentBatch::default()
-        };
-        let flight = core
-            .enqueue_resident(&batch, true)
-            .inspect_err(|_| Metrics::bump(&core.metrics().dispatch_errors))?;
+        let flight = self.resident_step(program, resources, config, |batch| {
+            Metrics::bump(&core.metrics().async_dispatches);
+            core.enqueue_resident(batch, true)
+                .inspect_err(|_| Metrics::bump(&core.metrics().dispatch_errors))
+        })?;
         Ok(CudaPendingDispatch::new(core, Flight::Resident(flight)))
     }
 }

@@ -280,10 +280,7 @@ impl ResidentFlight {
             enqueue_ns,
             ..
         } = self;
-        if let Some(block) = fault {
-            block.discard_if(waited.is_err());
-        }
-        slot.discard_if(waited.is_err());
+        release(slot, fault, waited.is_err());
         let (code, wait_started, device_ns) = waited.map_err(|e| core.classify(e))?;
         if code == 0 {
             core.return_graphs(work);
@@ -324,11 +321,17 @@ impl ResidentFlight {
     /// Waits for the work, then returns the resources (a dropped asynchronous dispatch).
     pub(crate) fn cancel(self) {
         let failed = self.slot.stream.synchronize().is_err();
-        if let Some(block) = self.fault {
-            block.discard_if(failed);
-        }
-        self.slot.discard_if(failed);
+        release(self.slot, self.fault, failed);
     }
+}
+
+/// Returns a batch's stream and fault word to their pools, or frees them after a driver
+/// error (`failed`).
+fn release(slot: Pooled<StreamSlot>, fault: Option<Block>, failed: bool) {
+    if let Some(block) = fault {
+        block.discard_if(failed);
+    }
+    slot.discard_if(failed);
 }
 
 impl Core {
@@ -384,11 +387,7 @@ impl Core {
             Ok(slot.done.record(&slot.stream)?)
         });
         if let Err(error) = enqueued {
-            // After a driver error the stream and fault word are freed instead of pooled.
-            if let Some(block) = fault {
-                block.discard();
-            }
-            slot.discard();
+            release(slot, fault, true);
             return Err(self.classify(error));
         }
         Ok(ResidentFlight {
@@ -988,19 +987,31 @@ impl CudaBackend {
         resources: &[Resource],
         config: &DispatchConfig,
     ) -> Result<TimedDispatchResult, CudaError> {
+        let timing = self.resident_step(program, resources, config, |batch| {
+            let timing = self.core().run_resident(batch, &mut [], true);
+            count(self.core().metrics(), &timing, true);
+            timing
+        })?;
+        Ok(timing.into_result(Vec::new()))
+    }
+
+    /// Checks `config`, resolves `resources` (binding order) and runs `run` on the batch of
+    /// the one step of `program` over them (a resident dispatch, counted).
+    pub(super) fn resident_step<R>(
+        &self,
+        program: &Program,
+        resources: &[Resource],
+        config: &DispatchConfig,
+        run: impl FnOnce(&ResidentBatch<'_>) -> Result<R, CudaError>,
+    ) -> Result<R, CudaError> {
         let launches = check_config(config, self.core.grid_sync)?;
         let handles = ids(self.core(), resources)?;
         let step = Step::configured(program, &handles, config, launches);
-        let metrics = self.core().metrics();
-        Metrics::bump(&metrics.resident_dispatches);
-        let batch = ResidentBatch {
+        Metrics::bump(&self.core().metrics().resident_dispatches);
+        run(&ResidentBatch {
             prefix: &[step],
             ..ResidentBatch::default()
-        };
-        let timing = self.core().run_resident(&batch, &mut [], true);
-        count(metrics, &timing, true);
-        let timing = timing?;
-        Ok(timing.into_result(Vec::new()))
+        })
     }
 
     /// Runs the steps in order on one stream (each honouring its `grid_override` and
