@@ -7,7 +7,8 @@ Layers, bottom to top (a module may use only modules of its own layer or below):
   compat           -- what differs between the vyre lines served (ids, resident handles)
   error            -- CudaError and the one boundary to vyre's BackendError
   backend          -- dispatch, resident buffers, caches, pools
-  adapter, optimizer -- vyre's traits on top of the backend
+  artifact, optimizer -- vyre's artifact route and optimizer traits on the backend
+  adapter          -- VyreBackend and the registration of everything above
 Circles: the module-level import graph (a file is a module; uses between a module and
 its own ancestors or descendants are one module split over files and do not count) has
 no cycle. Prints the layer graph; exits 1 on any violation.
@@ -15,7 +16,7 @@ no cycle. Prints the layer graph; exits 1 on any violation.
 import os, re, sys
 from collections import defaultdict
 
-LAYER = {"codegen": 0, "driver": 0, "compat": 1, "error": 2, "backend": 3, "adapter": 4, "optimizer": 4, "bin": 5, "lib": 5}
+LAYER = {"codegen": 0, "driver": 0, "compat": 1, "error": 2, "backend": 3, "artifact": 4, "optimizer": 4, "adapter": 5, "bin": 6, "lib": 6}
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 
 

@@ -303,17 +303,29 @@ fn factory() -> Result<Box<dyn VyreBackend>, BackendError> {
         .map_err(Into::into)
 }
 
+fn target_compiler() -> Result<Box<dyn vyre_megakernel::TargetCompiler>, BackendError> {
+    Ok(Box::new(
+        crate::artifact::compiler::CudaTargetCompiler::new(),
+    ))
+}
+
+fn materializer() -> Result<Box<dyn vyre_driver::ArtifactMaterializer>, BackendError> {
+    Ok(Box::new(
+        crate::artifact::materializer::CudaMaterializer::new()?,
+    ))
+}
+
 inventory::submit! {
     BackendRegistration {
         id: CUDA_BACKEND_ID,
         target_id: TargetId::expect_valid(crate::compat::TARGET_ID),
-        payload_format: None,
+        payload_format: Some(crate::compat::PAYLOAD_FORMAT),
         reference_oracle: false,
         factory,
         supported_ops,
         semantic_operations,
-        target_compiler: None,
-        materializer: None,
+        target_compiler: Some(target_compiler),
+        materializer: Some(materializer),
     }
 }
 

@@ -35,6 +35,11 @@ impl HandleNamespace {
         ResidentOwner::new().map(Self)
     }
 
+    /// The instance's owner number: unique per backend instance in this process.
+    pub(crate) fn generation(self) -> u64 {
+        self.0.get()
+    }
+
     /// The `Resource::Resident` of resident-table handle `id`.
     pub(crate) fn resource(self, id: u64) -> Resource {
         Resource::Resident(self.0.handle(id))

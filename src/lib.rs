@@ -22,6 +22,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod adapter;
+mod artifact;
 pub mod backend;
 pub mod codegen;
 mod compat;
@@ -29,6 +30,8 @@ pub mod driver;
 mod error;
 pub mod optimizer;
 
+pub use artifact::materializer::ARTIFACT_MODULES_ENV;
+pub use artifact::payload_ptx;
 pub use backend::{
     serve_jit_helper, CudaBackend, CudaDeviceBuffer, CudaOptions, CudaPendingDispatch,
     CudaPipeline, PoolKind, JIT_HELPER_ENV,

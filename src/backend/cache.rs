@@ -31,6 +31,16 @@ impl KernelKey {
         Self(*hasher.finalize().as_bytes())
     }
 
+    /// A key for code that is not one program's emission (an artifact's kernel): `identity`
+    /// names the code itself.
+    pub(crate) fn of_code(identity: &[u8; 32]) -> Self {
+        Self(*identity)
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
     /// Lower-case hex of the key (64 characters).
     pub(crate) fn hex(&self) -> String {
         self.0.iter().map(|b| format!("{b:02x}")).collect()

@@ -6,6 +6,7 @@
 //! All state lives in one `Arc`'d core, so pending dispatches, compiled pipelines and
 //! device buffers can keep what they use alive without borrowing the backend.
 
+pub(crate) mod artifact;
 mod cache;
 mod chunked;
 mod device_buffer;
@@ -30,12 +31,11 @@ pub use crate::driver::FailPoint;
 pub use device_buffer::CudaDeviceBuffer;
 pub use pending::CudaPendingDispatch;
 pub use pipeline::CudaPipeline;
+pub(crate) use plan::{binding_order, reference_grid_for};
 pub use pool::PoolKind;
 pub(crate) use sequence::{Fill, Read, ResidentBatch, Step, Upload};
 
-use crate::codegen::{
-    emit_prepared, reference_program, CodegenError, EmittedKernel, PtxTarget, COOPERATIVE_ENTRY,
-};
+use crate::codegen::{emit_prepared, reference_program, CodegenError, EmittedKernel, PtxTarget};
 use crate::compat::HandleNamespace;
 use crate::driver::{Device, DeviceAlloc, DeviceInfo, DriverError};
 use crate::error::CudaError;
@@ -744,46 +744,96 @@ impl Core {
 
     /// Loads `emitted` as a module and looks its entries up.
     fn load(&self, key: KernelKey, emitted: &EmittedKernel) -> Result<LoadedKernel, CudaError> {
+        self.check_shared_memory(&emitted.abi)?;
+        let module = self.load_module(&emitted.ptx)?;
+        self.kernel_in(
+            &module,
+            key,
+            emitted.abi.clone(),
+            emitted.vector_ptx.as_ref(),
+        )
+    }
+
+    /// Loads one module holding several kernels' entries (an artifact's, see
+    /// `codegen::compose_module`) and looks each kernel's entries up in it: one JIT
+    /// compilation for all of them. `kernels` are `(key, abi, vector module)`.
+    pub(crate) fn load_shared(
+        &self,
+        ptx: &str,
+        kernels: Vec<(KernelKey, crate::codegen::KernelAbi, Option<String>)>,
+    ) -> Result<Vec<Arc<LoadedKernel>>, CudaError> {
+        for (_, abi, _) in &kernels {
+            self.check_shared_memory(abi)?;
+        }
+        let module = self.load_module(ptx)?;
+        kernels
+            .into_iter()
+            .map(|(key, abi, vector)| {
+                Ok(Arc::new(self.kernel_in(
+                    &module,
+                    key,
+                    abi,
+                    vector.as_ref(),
+                )?))
+            })
+            .collect()
+    }
+
+    fn check_shared_memory(&self, abi: &crate::codegen::KernelAbi) -> Result<(), CudaError> {
         let max_shared = self.device.info().max_shared_memory_per_block;
-        if emitted.abi.shared_bytes > max_shared {
+        if abi.shared_bytes > max_shared {
             return Err(CodegenError::invalid(
                 format!(
                     "workgroup buffers need {} bytes of shared memory; the device allows {max_shared}",
-                    emitted.abi.shared_bytes,
+                    abi.shared_bytes,
                 ),
                 "shrink the workgroup buffers",
             )
             .into());
         }
+        Ok(())
+    }
+
+    fn load_module(&self, ptx: &str) -> Result<Arc<crate::driver::Module>, CudaError> {
+        let _span = tracing::debug_span!("vyre_cuda.module_load").entered();
+        let module = self
+            .jit
+            .load(&self.device, ptx)
+            .map_err(|e| self.load_error(e))?;
+        Metrics::bump(&self.metrics.module_loads);
+        Ok(module)
+    }
+
+    /// The kernel whose entries `abi` names, in `module`.
+    fn kernel_in(
+        &self,
+        module: &Arc<crate::driver::Module>,
+        key: KernelKey,
+        abi: crate::codegen::KernelAbi,
+        vector_ptx: Option<&String>,
+    ) -> Result<LoadedKernel, CudaError> {
         // An elementwise program's vector entry is a module of its own, compiled by the
         // driver only when a dispatch large enough to use it comes (see `LazyVector`).
-        let vector = emitted.vector_ptx.as_ref().map(|ptx| LazyVector {
+        let vector = vector_ptx.map(|ptx| LazyVector {
             device: Arc::clone(&self.device),
             jit: Arc::clone(&self.jit),
             ptx: ptx.clone(),
             function: OnceLock::new(),
             min_invocations: self.vector_min_invocations,
         });
-        let module = {
-            let _span = tracing::debug_span!("vyre_cuda.module_load").entered();
-            self.jit
-                .load(&self.device, &emitted.ptx)
-                .map_err(|e| self.load_error(e))?
-        };
-        Metrics::bump(&self.metrics.module_loads);
-        let functions = (0..emitted.abi.segments)
-            .map(|segment| module.function(&emitted.abi.entry_name(segment)))
+        let functions = (0..abi.segments)
+            .map(|segment| module.function(&abi.entry_name(segment)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.driver_error(e))?;
-        let cooperative = if emitted.abi.cooperative && self.grid_sync != GridSyncLaunch::Split {
-            self.cooperative_entry(&module, emitted)
+        let cooperative = if abi.cooperative && self.grid_sync != GridSyncLaunch::Split {
+            self.cooperative_entry(module, &abi)
                 .map_err(|e| self.driver_error(e))?
         } else {
             None
         };
         Ok(LoadedKernel {
             key,
-            abi: emitted.abi.clone(),
+            abi,
             functions,
             cooperative,
             vector,
@@ -794,11 +844,10 @@ impl Core {
     fn cooperative_entry(
         &self,
         module: &Arc<crate::driver::Module>,
-        emitted: &EmittedKernel,
+        abi: &crate::codegen::KernelAbi,
     ) -> Result<Option<CooperativeEntry>, DriverError> {
-        let function = module.function(COOPERATIVE_ENTRY)?;
-        let per_sm =
-            function.max_active_blocks_per_multiprocessor(emitted.abi.threads_per_workgroup())?;
+        let function = module.function(&abi.cooperative_entry_name())?;
+        let per_sm = function.max_active_blocks_per_multiprocessor(abi.threads_per_workgroup())?;
         let max_blocks = u64::from(per_sm) * u64::from(self.device.info().multiprocessor_count);
         Ok((max_blocks > 0).then_some(CooperativeEntry {
             function,
@@ -974,7 +1023,7 @@ fn handle_error(error: HandleError) -> CudaError {
 /// The program the reference interprets (calls inlined, [`reference_program`]), checked by
 /// vyre's validator with the options the reference interpreter uses (subgroup operations
 /// allowed), so the backend rejects exactly what the reference rejects.
-fn validated(program: &Program) -> Result<std::borrow::Cow<'_, Program>, CudaError> {
+pub(crate) fn validated(program: &Program) -> Result<std::borrow::Cow<'_, Program>, CudaError> {
     let program = reference_program(program)?;
     let options = ValidationOptions::default().with_backend_capabilities(BackendCapabilities {
         supports_subgroup_ops: true,

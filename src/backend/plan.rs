@@ -229,6 +229,21 @@ fn vyre_message(text: String) -> CudaError {
     }
 }
 
+/// The grid the reference runs `program` on when its bindings (in `abi.bindings` order)
+/// hold `lens` bytes and nothing overrides it (no device limits applied).
+pub(crate) fn reference_grid_for(
+    program: &Program,
+    abi: &KernelAbi,
+    lens: &[usize],
+) -> Result<[u32; 3], CudaError> {
+    let limits = GridLimits {
+        max_grid_dim: [u32::MAX; 3],
+        max_buffer_bytes: u64::MAX,
+    };
+    let plan = DispatchPlan::resident(program, abi, lens, &DispatchConfig::default(), limits)?;
+    Ok(plan.grid)
+}
+
 /// The resident ABI's order: indices into `abi.bindings` (declaration order) sorted by
 /// `BufferDecl::binding` (ties keep declaration order). Resident handle `k` binds
 /// `abi.bindings[binding_order(..)[k]]`.

@@ -70,6 +70,9 @@ pub(crate) struct Step<'a> {
     pub(crate) workgroup_override: Option<[u32; 3]>,
     /// Back-to-back launches (`DispatchConfig::fixpoint_iterations`).
     pub(crate) launches: u32,
+    /// The kernel to launch, when it was loaded already (an artifact's); else the
+    /// program's from the kernel cache.
+    pub(crate) kernel: Option<&'a Arc<LoadedKernel>>,
 }
 
 impl<'a> Step<'a> {
@@ -80,6 +83,7 @@ impl<'a> Step<'a> {
             grid_override: None,
             workgroup_override: None,
             launches: 1,
+            kernel: None,
         }
     }
 
@@ -97,6 +101,7 @@ impl<'a> Step<'a> {
             grid_override: super::plan::explicit_grid(config),
             workgroup_override: config.workgroup_override,
             launches,
+            kernel: None,
         }
     }
 }
@@ -669,9 +674,13 @@ impl Core {
         let mut keys: Vec<StepKey> = Vec::with_capacity(steps.len());
         let mut previous: Option<(&Program, [u8; 32])> = None;
         for step in steps {
-            let identity = match previous {
-                Some((program, identity)) if std::ptr::eq(program, step.program) => identity,
-                _ => self.identities.of(step.program)?,
+            let identity = match (step.kernel, previous) {
+                // A preloaded kernel is its own identity: its graph launches its entries.
+                (Some(kernel), _) => *kernel.key.bytes(),
+                (None, Some((program, identity))) if std::ptr::eq(program, step.program) => {
+                    identity
+                }
+                (None, _) => self.identities.of(step.program)?,
             };
             previous = Some((step.program, identity));
             keys.push(StepKey {
@@ -775,7 +784,10 @@ impl Core {
         let mut config = DispatchConfig::default();
         config.grid_override = step.grid_override;
         config.workgroup_override = step.workgroup_override;
-        let kernel = self.kernel(step.program, &config)?;
+        let kernel = match step.kernel {
+            Some(kernel) => Arc::clone(kernel),
+            None => self.kernel(step.program, &config)?,
+        };
         let abi = &kernel.abi;
         let order = binding_order(step.program, abi);
         let buffers = step
@@ -833,6 +845,7 @@ fn with_ids<R>(
             grid_override: step.grid_override,
             workgroup_override: step.workgroup_override,
             launches: 1,
+            kernel: None,
         })
         .collect();
     run(&converted)

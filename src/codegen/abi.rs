@@ -122,8 +122,9 @@ pub struct KernelBinding {
 /// Everything the host needs to launch an emitted kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KernelAbi {
-    /// Entry point name ([`KERNEL_ENTRY`]) of the first segment.
-    pub entry: &'static str,
+    /// Entry point name of the first segment: [`KERNEL_ENTRY`], or the name given to
+    /// [`crate::codegen::emit_named`] for a kernel that shares a module with others.
+    pub entry: String,
     /// Number of entries to launch in order, on the same arguments: 1, or one per segment
     /// of a program split at top-level grid-wide barriers.
     pub segments: u32,
@@ -158,6 +159,12 @@ impl KernelAbi {
         } else {
             format!("{}_{index}", self.entry)
         }
+    }
+
+    /// Name of the cooperative entry ([`COOPERATIVE_ENTRY`] for [`KERNEL_ENTRY`]).
+    #[must_use]
+    pub fn cooperative_entry_name(&self) -> String {
+        format!("{}_coop", self.entry)
     }
 
     /// Number of input slices a dispatch takes.
@@ -236,7 +243,7 @@ pub(crate) fn layout(
     let shared_bytes = u32::try_from(shared_bytes).map_err(|_| shared_too_large(shared_bytes))?;
     Ok((
         KernelAbi {
-            entry: KERNEL_ENTRY,
+            entry: KERNEL_ENTRY.to_string(),
             segments: 1,
             workgroup_size,
             bindings,

@@ -41,6 +41,7 @@ mod libm;
 mod lower;
 mod module;
 mod prepare;
+mod shared_module;
 mod target;
 pub(crate) mod visit;
 mod writer;
@@ -52,6 +53,7 @@ pub use abi::{
 pub use analysis::nesting::{check_nesting, MAX_EXPRESSION_DEPTH, MAX_STATEMENT_DEPTH};
 pub use error::CodegenError;
 pub use fault::DeviceFault;
+pub use shared_module::{compose_module, AbiFlags, KernelEntries};
 pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 
 use std::borrow::Cow;
@@ -78,6 +80,23 @@ pub struct EmittedKernel {
     pub abi: KernelAbi,
     /// The target it was written for.
     pub target: PtxTarget,
+    /// Where the entries start in `ptx` (after the header).
+    pub(crate) entries_at: usize,
+    /// The libm routines the entries call (their `.func`s are in the header).
+    pub(crate) libm: std::collections::BTreeSet<libm::Libm>,
+}
+
+impl EmittedKernel {
+    /// The kernel's entries without the module header, to share a module with others.
+    #[must_use]
+    pub fn entries(&self) -> KernelEntries {
+        KernelEntries::new(
+            &self.abi,
+            self.ptx[self.entries_at..].to_string(),
+            self.libm.clone(),
+            self.vector_ptx.clone(),
+        )
+    }
 }
 
 /// Lower `program` to a PTX kernel for `target`: [`reference_program`], then
@@ -115,11 +134,34 @@ pub fn emit_prepared(
     workgroup_override: Option<[u32; 3]>,
     target: PtxTarget,
 ) -> Result<EmittedKernel, CodegenError> {
+    emit_named(program, workgroup_override, target, KERNEL_ENTRY)
+}
+
+/// [`emit_prepared`] with entries named `entry`, `entry_1`, ..., `entry_coop`, so that
+/// several kernels can share one module ([`compose_module`]).
+pub fn emit_named(
+    program: &Program,
+    workgroup_override: Option<[u32; 3]>,
+    target: PtxTarget,
+    entry: &str,
+) -> Result<EmittedKernel, CodegenError> {
     let workgroup_size = workgroup_override.unwrap_or_else(|| program.workgroup_size());
     check_workgroup(workgroup_size)?;
     let facts = analysis::ProgramFacts::analyse(program, workgroup_size);
     analysis::uniform::check(program, &facts.uniformity)?;
     let (mut abi, shared) = abi::layout(program, workgroup_size)?;
+    abi.entry = entry.to_string();
+    // PTX compilers mis-handle an entry named like one of its own parameters (ptxas 13.0
+    // corrupts its heap), so a name that could be one is refused.
+    if entry.starts_with("vyre_p")
+        || entry.starts_with("vyre_n") && entry[6..].chars().all(|c| c.is_ascii_digit())
+        || entry == "vyre_fault"
+    {
+        return Err(CodegenError::invalid(
+            format!("entry name `{entry}` could be a kernel parameter's name"),
+            "name entries outside the vyre_p<N>/vyre_n<N>/vyre_fault parameter names",
+        ));
+    }
     let segments = facts.segments();
     let lowerer = || lower::Lowerer::new(program, &facts, &abi, &shared, target.sm());
     let bodies = segments
@@ -149,12 +191,14 @@ pub fn emit_prepared(
         cooperative: &cooperative,
         vector: vector.as_ref(),
     };
-    let (ptx, vector_ptx) = module::compose(program, &abi, target, &bodies);
+    let composed = module::compose(program, &abi, target, &bodies);
     Ok(EmittedKernel {
-        ptx,
-        vector_ptx,
+        ptx: composed.ptx,
+        vector_ptx: composed.vector_ptx,
         abi,
         target,
+        entries_at: composed.entries_at,
+        libm: composed.libm,
     })
 }
 

@@ -80,6 +80,14 @@ impl Libm {
         routine.expect("every routine has a row").2
     }
 
+    /// The routine whose `.func` is named `symbol`.
+    pub(crate) fn from_symbol(symbol: &str) -> Option<Self> {
+        ROUTINES
+            .iter()
+            .find(|(_, _, s)| *s == symbol)
+            .map(|(f, _, _)| *f)
+    }
+
     #[cfg(test)]
     pub(crate) fn all() -> [Libm; 13] {
         ROUTINES.map(|(f, _, _)| f)

@@ -1,0 +1,305 @@
+//! Running a loaded artifact: its kernels (loaded together, see `Core::load_shared`) over
+//! a set of value buffers, node after node on one stream, as one resident batch.
+//!
+//! Every value of the artifact has a storage slot. A submission binds each slot to the
+//! caller's resident buffer or to a transient buffer of a value set the artifact keeps
+//! (sets are reused by later submissions; concurrent submissions take one each), uploads
+//! host bytes, zeroes the slots nodes produce (the reference starts every output at zero),
+//! launches the nodes in order and reads the requested slots back. The work is enqueued
+//! by [`LoadedArtifact::submit`]; [`ArtifactFlight::finish`] waits.
+
+use super::cache::LoadedKernel;
+use super::dispatch::Timing;
+use super::sequence::{Fill, Read, ResidentBatch, ResidentFlight, Step, Upload};
+use super::{Core, CudaBackend};
+use crate::codegen::{compose_module, KernelEntries, PtxTarget};
+use crate::error::CudaError;
+use std::sync::{Arc, Mutex};
+use vyre_foundation::ir::Program;
+
+/// One node of an artifact, ready to load.
+pub(crate) struct ArtifactNode {
+    /// The program its kernel was emitted from (after `reference_program`).
+    pub(crate) program: Program,
+    /// Its entries, named apart from the other nodes'.
+    pub(crate) entries: KernelEntries,
+    /// The storage slot of each kernel binding, in binding order (resident handle order).
+    pub(crate) slots: Vec<usize>,
+}
+
+struct LoadedNode {
+    program: Program,
+    kernel: Arc<LoadedKernel>,
+    slots: Vec<usize>,
+}
+
+/// How a submission binds one storage slot.
+pub(crate) enum SlotBinding<'a> {
+    /// A transient buffer of the value set, uploaded with these bytes.
+    Host(&'a [u8]),
+    /// The caller's resident buffer (resident-table handle), used in place.
+    Resident(u64),
+    /// A transient buffer of the value set, zeroed when a node produces it.
+    Transient,
+}
+
+/// An artifact's kernels on one device, and the transient buffers its submissions use.
+pub(crate) struct LoadedArtifact {
+    backend: CudaBackend,
+    nodes: Vec<LoadedNode>,
+    /// Byte length of each storage slot.
+    slot_bytes: Vec<usize>,
+    /// Whether a node writes the slot (then a transient one starts each submission zeroed).
+    produced: Vec<bool>,
+    idle_sets: Mutex<Vec<ValueSet>>,
+}
+
+/// Transient resident buffers, one per storage slot, freed on drop.
+struct ValueSet {
+    core: Arc<Core>,
+    handles: Vec<u64>,
+}
+
+impl Drop for ValueSet {
+    fn drop(&mut self) {
+        for &handle in &self.handles {
+            // A shut-down backend has freed them already.
+            let _ = self.core.free_resident(handle);
+        }
+    }
+}
+
+impl CudaBackend {
+    /// Loads `nodes` (run in this order) as `modules` PTX modules compiled in parallel
+    /// (the nodes split evenly between them), written for `target`; `slot_bytes` are the
+    /// storage slots' sizes and `produced` which ones a node writes.
+    pub(crate) fn load_artifact(
+        &self,
+        target: PtxTarget,
+        nodes: Vec<ArtifactNode>,
+        slot_bytes: Vec<usize>,
+        produced: Vec<bool>,
+        modules: usize,
+    ) -> Result<LoadedArtifact, CudaError> {
+        let core = self.core();
+        core.usable()?;
+        let per_module = nodes.len().div_ceil(modules.max(1)).max(1);
+        let loaded = std::thread::scope(|scope| {
+            let jobs: Vec<_> = nodes
+                .chunks(per_module)
+                .map(|chunk| scope.spawn(move || load_chunk(core, target, chunk)))
+                .collect();
+            jobs.into_iter()
+                .map(|job| job.join().unwrap_or_else(|_| Err(jit_panicked())))
+                .collect::<Result<Vec<_>, _>>()
+        })?;
+        let nodes = nodes
+            .into_iter()
+            .zip(loaded.into_iter().flatten())
+            .map(|(node, kernel)| LoadedNode {
+                program: node.program,
+                kernel,
+                slots: node.slots,
+            })
+            .collect();
+        Ok(LoadedArtifact {
+            backend: self.clone(),
+            nodes,
+            slot_bytes,
+            produced,
+            idle_sets: Mutex::new(Vec::new()),
+        })
+    }
+}
+
+fn jit_panicked() -> CudaError {
+    CudaError::invalid_input(
+        "a module-loading thread panicked",
+        "report this as a vyre-cuda bug with the artifact",
+    )
+}
+
+/// One module holding `chunk`'s kernels, loaded; its kernels in `chunk`'s order.
+fn load_chunk(
+    core: &Core,
+    target: PtxTarget,
+    chunk: &[ArtifactNode],
+) -> Result<Vec<Arc<LoadedKernel>>, CudaError> {
+    let entries: Vec<&KernelEntries> = chunk.iter().map(|node| &node.entries).collect();
+    let ptx = compose_module(target, &entries, "an artifact");
+    let kernels = chunk
+        .iter()
+        .map(|node| {
+            let workgroup = node.program.workgroup_size();
+            let abi = node.entries.abi(&node.program, workgroup)?;
+            let mut identity = blake3::Hasher::new();
+            identity.update(node.entries.text.as_bytes());
+            identity.update(&target.sm().to_le_bytes());
+            let key = super::cache::KernelKey::of_code(identity.finalize().as_bytes());
+            Ok((key, abi, node.entries.vector_ptx.clone()))
+        })
+        .collect::<Result<Vec<_>, CudaError>>()?;
+    core.load_shared(&ptx, kernels)
+}
+
+impl LoadedArtifact {
+    /// Number of storage slots.
+    pub(crate) fn slot_count(&self) -> usize {
+        self.slot_bytes.len()
+    }
+
+    /// Byte length of storage slot `slot`.
+    pub(crate) fn slot_bytes(&self, slot: usize) -> usize {
+        self.slot_bytes[slot]
+    }
+
+    /// Enqueues one run: `bindings[slot]` binds each storage slot, `reads` are the slots
+    /// to read back, `grid` overrides every node's grid. Returns once the work is enqueued
+    /// (host bytes have been copied).
+    pub(crate) fn submit(
+        self: &Arc<Self>,
+        bindings: &[SlotBinding<'_>],
+        reads: Vec<usize>,
+        grid: Option<[u32; 3]>,
+    ) -> Result<ArtifactFlight, CudaError> {
+        let set = self.take_set()?;
+        let handles: Vec<u64> = bindings
+            .iter()
+            .zip(&set.handles)
+            .map(|(binding, &transient)| match binding {
+                SlotBinding::Resident(handle) => *handle,
+                _ => transient,
+            })
+            .collect();
+        let mut uploads = Vec::new();
+        let mut fills = Vec::new();
+        for (slot, binding) in bindings.iter().enumerate() {
+            match binding {
+                SlotBinding::Host(bytes) if !bytes.is_empty() => uploads.push(Upload {
+                    handle: handles[slot],
+                    offset: 0,
+                    bytes,
+                    whole: true,
+                }),
+                SlotBinding::Transient if self.produced[slot] => fills.push(Fill {
+                    handle: handles[slot],
+                    offset: 0,
+                    len: self.slot_bytes[slot],
+                    value: 0,
+                }),
+                _ => {}
+            }
+        }
+        let node_handles: Vec<Vec<u64>> = self
+            .nodes
+            .iter()
+            .map(|node| node.slots.iter().map(|&slot| handles[slot]).collect())
+            .collect();
+        let steps: Vec<Step<'_>> = self
+            .nodes
+            .iter()
+            .zip(&node_handles)
+            .map(|(node, handles)| Step {
+                grid_override: grid,
+                kernel: Some(&node.kernel),
+                ..Step::new(&node.program, handles)
+            })
+            .collect();
+        let read_ranges: Vec<Read> = reads
+            .iter()
+            .map(|&slot| Read {
+                handle: handles[slot],
+                offset: 0,
+                len: self.slot_bytes[slot],
+            })
+            .collect();
+        let batch = ResidentBatch {
+            fills: &fills,
+            uploads: &uploads,
+            prefix: &steps,
+            reads: &read_ranges,
+            ..ResidentBatch::default()
+        };
+        let flight = self.backend.core().enqueue_resident(&batch, true);
+        let flight = match flight {
+            Ok(flight) => flight,
+            Err(error) => {
+                self.return_set(set);
+                return Err(error);
+            }
+        };
+        Ok(ArtifactFlight {
+            artifact: Arc::clone(self),
+            flight: Some(flight),
+            set: Some(set),
+            reads: reads.len(),
+        })
+    }
+
+    /// An idle value set, or a new one (zero-filled, so the first use needs no fill).
+    fn take_set(&self) -> Result<ValueSet, CudaError> {
+        if let Some(set) = self.idle_sets.lock().ok().and_then(|mut sets| sets.pop()) {
+            return Ok(set);
+        }
+        let core = Arc::clone(self.backend.core());
+        let mut set = ValueSet {
+            core: Arc::clone(&core),
+            handles: Vec::with_capacity(self.slot_bytes.len()),
+        };
+        for &bytes in &self.slot_bytes {
+            // A value of no bytes still needs an address; nothing reads or writes it.
+            set.handles.push(core.allocate_resident(bytes.max(1))?);
+        }
+        Ok(set)
+    }
+
+    fn return_set(&self, set: ValueSet) {
+        if let Ok(mut sets) = self.idle_sets.lock() {
+            sets.push(set);
+        }
+    }
+}
+
+/// One enqueued artifact run; dropping it unfinished waits for the work.
+pub(crate) struct ArtifactFlight {
+    artifact: Arc<LoadedArtifact>,
+    flight: Option<ResidentFlight>,
+    set: Option<ValueSet>,
+    reads: usize,
+}
+
+impl ArtifactFlight {
+    /// Whether the work has completed (non-blocking).
+    pub(crate) fn is_complete(&self) -> bool {
+        self.flight.as_ref().is_none_or(ResidentFlight::is_complete)
+    }
+
+    /// Waits, reads the slots back (in `submit`'s `reads` order) and checks the kernels'
+    /// fault words; the timing's device time covers the kernels.
+    pub(crate) fn finish(mut self) -> Result<(Vec<Vec<u8>>, Timing), CudaError> {
+        let flight = self.flight.take().ok_or_else(|| {
+            CudaError::invalid_input(
+                "the artifact submission was already waited for",
+                "wait for each submission once",
+            )
+        })?;
+        let mut outputs = vec![Vec::new(); self.reads];
+        let mut slots: Vec<&mut Vec<u8>> = outputs.iter_mut().collect();
+        let timing = flight.finish(self.artifact.backend.core(), &mut slots);
+        if let Some(set) = self.set.take() {
+            self.artifact.return_set(set);
+        }
+        Ok((outputs, timing?))
+    }
+}
+
+impl Drop for ArtifactFlight {
+    fn drop(&mut self) {
+        if let Some(flight) = self.flight.take() {
+            flight.cancel();
+        }
+        if let Some(set) = self.set.take() {
+            self.artifact.return_set(set);
+        }
+    }
+}
