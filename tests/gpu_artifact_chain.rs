@@ -1,0 +1,288 @@
+//! The artifact route on the GPU: a 16-node multi-group chain whose nodes read another
+//! invocation's element of their input, checked against vyre-reference running the nodes
+//! in order; the materialize time by module split; asynchronous submission; errors.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+use vyre_driver::{BindingSet, BoundResource};
+use vyre_foundation::ir::{
+    BufferAccess, BufferDecl, DataType, Expr, GraphInput, GraphOutput, Node, Program, ProgramGraph,
+    ShapeDim, ValueContract, ValueLifetime,
+};
+use vyre_megakernel::{Artifact, CompileRequest, Digest, ExternalFacts, SearchBudget};
+
+const N: u32 = 4096;
+
+fn contract(access: BufferAccess, lifetime: ValueLifetime) -> ValueContract {
+    ValueContract {
+        dtype: DataType::U32,
+        shape: vec![ShapeDim::Known(u64::from(N))],
+        access,
+        lifetime,
+    }
+}
+
+/// `dst[i] = src[n-1-i] * 3 + k`, repeated `iterations` times into `dst`.
+fn node_program(src: &str, dst: &str, k: u32, workgroup: u32, iterations: u32) -> Program {
+    let i = Expr::InvocationId { axis: 0 };
+    let value = Expr::add(
+        Expr::mul(
+            Expr::load(src, Expr::sub(Expr::u32(N - 1), i.clone())),
+            Expr::u32(3),
+        ),
+        Expr::u32(k),
+    );
+    let store = Node::store(dst, i.clone(), value);
+    let body = if iterations > 1 {
+        vec![Node::loop_for(
+            "j",
+            Expr::u32(0),
+            Expr::u32(iterations),
+            vec![store],
+        )]
+    } else {
+        vec![store]
+    };
+    Program::wrapped(
+        vec![
+            BufferDecl::storage(src, 0, BufferAccess::ReadOnly, DataType::U32).with_count(N),
+            BufferDecl::output(dst, 1, DataType::U32).with_count(N),
+        ],
+        [workgroup, 1, 1],
+        vec![Node::if_then(Expr::lt(i, Expr::u32(N)), body)],
+    )
+}
+
+fn chain(len: u32, iterations: u32) -> (ProgramGraph, Vec<Program>) {
+    let mut graph = ProgramGraph::new();
+    let mut programs = Vec::new();
+    let mut value = graph
+        .add_external_value(
+            "v0",
+            contract(BufferAccess::ReadOnly, ValueLifetime::Invocation),
+        )
+        .unwrap();
+    for k in 1..=len {
+        let (src, dst) = (format!("v{}", k - 1), format!("v{k}"));
+        let lifetime = if k == len {
+            ValueLifetime::Output
+        } else {
+            ValueLifetime::Invocation
+        };
+        let program = node_program(&src, &dst, k, if k % 2 == 0 { 64 } else { 128 }, iterations);
+        programs.push(program.clone());
+        let (_, produced) = graph
+            .add_node(
+                format!("node{k}"),
+                program,
+                vec![GraphInput {
+                    buffer: src,
+                    value,
+                    contract: contract(BufferAccess::ReadOnly, ValueLifetime::Invocation),
+                }],
+                vec![GraphOutput {
+                    buffer: dst.clone(),
+                    name: dst,
+                    contract: contract(BufferAccess::ReadWrite, lifetime),
+                    retained_successor_of: None,
+                }],
+            )
+            .unwrap();
+        value = produced[0];
+    }
+    (graph, programs)
+}
+
+fn compile(graph: ProgramGraph) -> Artifact {
+    let request = CompileRequest::new(
+        graph,
+        ExternalFacts::new(Digest([0; 32]), BTreeMap::new()),
+        SearchBudget::new(64, 1 << 20, 0, 0, 10_000_000_000),
+        1 << 30,
+    )
+    .validate()
+    .unwrap();
+    vyre_megakernel::compile(&request).unwrap()
+}
+
+/// vyre-reference running the chain's nodes in order.
+fn reference(programs: &[Program], input: &[u8]) -> Vec<u8> {
+    programs.iter().fold(input.to_vec(), |value, program| {
+        common::gpu::reference(program, &[value]).expect("the reference runs the node")[0].clone()
+    })
+}
+
+fn registration() -> &'static vyre_driver::BackendRegistration {
+    vyre_driver::backend::backend_registration(vyre_cuda::BACKEND_ID).unwrap()
+}
+
+#[test]
+fn a_multi_group_chain_matches_the_reference_in_order_and_submits_asynchronously() {
+    if common::gpu::backend().is_none() {
+        return;
+    }
+    let (graph, programs) = chain(16, 1);
+    let artifact = compile(graph);
+    let started = Instant::now();
+    let payload = registration()
+        .target_compiler()
+        .unwrap()
+        .compile(&artifact)
+        .unwrap();
+    let compile_ms = started.elapsed().as_secs_f64() * 1e3;
+    let materializer = registration().materializer().expect("a device");
+    let started = Instant::now();
+    let instance = materializer
+        .materialize(&artifact, &payload)
+        .expect("materializes");
+    let materialize_ms = started.elapsed().as_secs_f64() * 1e3;
+    println!(
+        "16-node chain: {} fusion group(s), compile {compile_ms:.2} ms, materialize {materialize_ms:.2} ms",
+        artifact.fusion().len()
+    );
+    assert!(artifact.fusion().len() > 1);
+    let mut rng = common::gpu::Rng::new(16);
+    let input = rng.bytes_u32(N as usize);
+    let output_value = artifact
+        .resources()
+        .iter()
+        .find(|r| r.name == "v16")
+        .unwrap()
+        .value;
+    let input_value = artifact
+        .resources()
+        .iter()
+        .find(|r| r.name == "v0")
+        .unwrap()
+        .value;
+    let expected = reference(&programs, &input);
+    let mut submit_us = Vec::new();
+    for _ in 0..20 {
+        let mut bindings = BindingSet::new(artifact.digest());
+        bindings.insert(input_value, BoundResource::Host(input.clone()));
+        let started = Instant::now();
+        let completion = instance.submit(bindings).unwrap().wait().unwrap();
+        submit_us.push(started.elapsed().as_secs_f64() * 1e6);
+        assert_eq!(
+            completion.outputs[&output_value], expected,
+            "byte-identical to the reference"
+        );
+        assert!(completion.device_ns.is_some());
+    }
+    submit_us.sort_by(f64::total_cmp);
+    println!(
+        "warm submit+wait of the 16-node chain: median {:.1} us",
+        submit_us[10]
+    );
+
+    // A missing input: an error naming it, and the instance still works afterwards.
+    let error = instance
+        .submit(BindingSet::new(artifact.digest()))
+        .err()
+        .expect("v0 unbound");
+    let text = error.to_string();
+    assert!(text.contains("`v0`") && text.contains("Fix:"), "{text}");
+    let mut wrong = BindingSet::new(artifact.digest());
+    wrong.insert(input_value, BoundResource::Host(vec![0; 12]));
+    let text = instance
+        .submit(wrong)
+        .err()
+        .expect("wrong length")
+        .to_string();
+    assert!(text.contains("Fix:"), "{text}");
+
+    // Resident binding for the input, host readback of the output.
+    let resident = materializer.allocate_resident(input.len()).unwrap();
+    materializer.upload_resident(&resident, &input).unwrap();
+    let mut bindings = BindingSet::new(artifact.digest());
+    bindings.insert(input_value, BoundResource::Resident(resident.clone()));
+    let completion = instance.submit(bindings).unwrap().wait().unwrap();
+    assert_eq!(completion.outputs[&output_value], expected);
+    materializer.free_resident(resident.clone()).unwrap();
+    let mut bindings = BindingSet::new(artifact.digest());
+    bindings.insert(input_value, BoundResource::Resident(resident));
+    let text = instance
+        .submit(bindings)
+        .err()
+        .expect("freed handle")
+        .to_string();
+    assert!(text.contains("Fix:"), "{text}");
+}
+
+#[test]
+fn submit_returns_before_a_long_artifact_finishes() {
+    if common::gpu::backend().is_none() {
+        return;
+    }
+    let (graph, programs) = chain(2, 1 << 16);
+    let artifact = compile(graph);
+    let payload = registration()
+        .target_compiler()
+        .unwrap()
+        .compile(&artifact)
+        .unwrap();
+    let materializer = registration().materializer().unwrap();
+    let instance = materializer.materialize(&artifact, &payload).unwrap();
+    let input = common::gpu::Rng::new(2).bytes_u32(N as usize);
+    let input_value = artifact
+        .resources()
+        .iter()
+        .find(|r| r.name == "v0")
+        .unwrap()
+        .value;
+    let bind = || {
+        let mut bindings = BindingSet::new(artifact.digest());
+        bindings.insert(input_value, BoundResource::Host(input.clone()));
+        bindings
+    };
+    let submission = instance.submit(bind()).unwrap();
+    assert!(!submission.is_ready(), "submit enqueues and returns");
+    let completion = submission.wait().unwrap();
+    let output_value = artifact
+        .resources()
+        .iter()
+        .find(|r| r.name == "v2")
+        .unwrap()
+        .value;
+    assert_eq!(
+        completion.outputs[&output_value],
+        reference(&programs, &input)
+    );
+    drop(instance.submit(bind()).unwrap());
+    let again = instance.submit(bind()).unwrap().wait().unwrap();
+    assert_eq!(
+        again.outputs[&output_value],
+        completion.outputs[&output_value]
+    );
+}
+
+#[test]
+fn materialize_time_by_module_split() {
+    if common::gpu::backend().is_none() {
+        return;
+    }
+    for len in [1u32, 4, 16] {
+        let (graph, _) = chain(len, 1);
+        let artifact = compile(graph);
+        let payload = registration()
+            .target_compiler()
+            .unwrap()
+            .compile(&artifact)
+            .unwrap();
+        for modules in [1usize, 4, 16] {
+            if modules > len as usize && modules > 1 {
+                continue;
+            }
+            std::env::set_var(vyre_cuda::ARTIFACT_MODULES_ENV, modules.to_string());
+            let materializer = registration().materializer().unwrap();
+            let started = Instant::now();
+            let instance = materializer.materialize(&artifact, &payload).unwrap();
+            let ms = started.elapsed().as_secs_f64() * 1e3;
+            println!("materialize {len} kernel(s) as {modules} module(s): {ms:.2} ms");
+            drop(instance);
+        }
+    }
+    std::env::remove_var(vyre_cuda::ARTIFACT_MODULES_ENV);
+}
