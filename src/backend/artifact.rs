@@ -10,6 +10,7 @@
 
 use super::cache::LoadedKernel;
 use super::dispatch::Timing;
+use super::plan::{binding_order, shape_output};
 use super::sequence::{Fill, Read, ResidentBatch, ResidentFlight, Step, Upload};
 use super::{Core, CudaBackend};
 use crate::codegen::{compose_module, KernelEntries, PtxTarget};
@@ -51,6 +52,9 @@ pub(crate) struct LoadedArtifact {
     slot_bytes: Vec<usize>,
     /// Whether a node writes the slot (then a transient one starts each submission zeroed).
     produced: Vec<bool>,
+    /// The part of a slot its producing node returns (`BufferDecl::output_byte_range`):
+    /// what the reference returns for that value.
+    returned_ranges: Vec<Option<std::ops::Range<usize>>>,
     idle_sets: Mutex<Vec<ValueSet>>,
 }
 
@@ -93,7 +97,7 @@ impl CudaBackend {
                 .map(|job| job.join().unwrap_or_else(|_| Err(jit_panicked())))
                 .collect::<Result<Vec<_>, _>>()
         })?;
-        let nodes = nodes
+        let nodes: Vec<LoadedNode> = nodes
             .into_iter()
             .zip(loaded.into_iter().flatten())
             .map(|(node, kernel)| LoadedNode {
@@ -102,11 +106,21 @@ impl CudaBackend {
                 slots: node.slots,
             })
             .collect();
+        let mut returned_ranges = vec![None; slot_bytes.len()];
+        for node in &nodes {
+            let abi = &node.kernel.abi;
+            for (&binding, &slot) in binding_order(&node.program, abi).iter().zip(&node.slots) {
+                if let Some(range) = &abi.bindings[binding].output_byte_range {
+                    returned_ranges[slot] = Some(range.clone());
+                }
+            }
+        }
         Ok(LoadedArtifact {
             backend: self.clone(),
             nodes,
             slot_bytes,
             produced,
+            returned_ranges,
             idle_sets: Mutex::new(Vec::new()),
         })
     }
@@ -232,7 +246,7 @@ impl LoadedArtifact {
             artifact: Arc::clone(self),
             flight: Some(flight),
             set: Some(set),
-            reads: reads.len(),
+            reads,
         })
     }
 
@@ -265,7 +279,8 @@ pub(crate) struct ArtifactFlight {
     artifact: Arc<LoadedArtifact>,
     flight: Option<ResidentFlight>,
     set: Option<ValueSet>,
-    reads: usize,
+    /// The slots read back, in order.
+    reads: Vec<usize>,
 }
 
 impl ArtifactFlight {
@@ -283,13 +298,17 @@ impl ArtifactFlight {
                 "wait for each submission once",
             )
         })?;
-        let mut outputs = vec![Vec::new(); self.reads];
+        let mut outputs = vec![Vec::new(); self.reads.len()];
         let mut slots: Vec<&mut Vec<u8>> = outputs.iter_mut().collect();
         let timing = flight.finish(self.artifact.backend.core(), &mut slots);
         if let Some(set) = self.set.take() {
             self.artifact.return_set(set);
         }
-        Ok((outputs, timing?))
+        let timing = timing?;
+        for (bytes, &slot) in outputs.iter_mut().zip(&self.reads) {
+            shape_output(bytes, self.artifact.returned_ranges[slot].as_ref());
+        }
+        Ok((outputs, timing))
     }
 }
 
