@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests. Each test file includes them with `mod common;`
 //! and compiles them separately, so items a given file does not use are `allow(dead_code)`.
 
+pub mod artifact;
 pub mod corpus;
 pub mod gpu;
 pub mod grid_programs;

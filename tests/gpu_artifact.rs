@@ -1,0 +1,1424 @@
+//! GPU: vyre 0.7's production route on vyre-cuda — `ProgramGraph` ->
+//! `vyre_megakernel::compile` -> the registered target compiler -> the registered
+//! materializer -> `submit` -> `Completion` — byte-identical to vyre-reference running
+//! the graph's original nodes in order (`common::artifact::reference_graph`).
+//!
+//! Covered: the vyre-primitives/vyre-libs fixture corpus (against what the dispatch route
+//! achieves on the same fixtures), multi-node graphs with several fusion groups, a
+//! consumer reading other invocations' elements of a fused producer, retained state,
+//! resident bindings, asynchronous submission, and every rejection of a binding or a
+//! payload (each with a `Fix:` hint, the instance still usable afterwards).
+//!
+//! Without a device every GPU test prints `skipped: no CUDA device` before touching the
+//! route; the oracle's own check against vyre-reference needs no device and always runs.
+
+mod common;
+
+use common::artifact::{
+    assert_matches, byte_len, compile, compiler, completion_mismatches, fix_text, host_bindings,
+    instantiate, materializer, reference_graph, registration, request, request_with_symbols, run,
+    value_id, GraphBuilder,
+};
+use common::gpu::{backend, fresh, Rng};
+use std::collections::BTreeMap;
+use std::time::Duration;
+use vyre_driver::{
+    ArtifactInstance, BindingSet, BoundResource, Completion, DispatchConfig, Resource,
+};
+use vyre_foundation::ir::{
+    BinOp, BufferAccess, BufferDecl, DataType, Expr, GraphInput, GraphOutput, Node, Program,
+    ProgramGraph, ShapeDim, ValueContract, ValueLifetime,
+};
+use vyre_megakernel::{Artifact, TargetPayload, TargetPayloadFormat, TargetProfile};
+use vyre_runtime::{ArtifactSession, RetainedArtifactSession};
+
+// ---------------------------------------------------------------------------------------
+// Kernels: what users write, one small Program per graph node, buffers named after the
+// graph values they carry.
+
+fn bin(op: BinOp, left: Expr, right: Expr) -> Expr {
+    Expr::BinOp {
+        op,
+        left: Box::new(left),
+        right: Box::new(right),
+    }
+}
+
+fn cast(target: DataType, value: Expr) -> Expr {
+    Expr::Cast {
+        target,
+        value: Box::new(value),
+    }
+}
+
+fn gid() -> Expr {
+    Expr::gid_x()
+}
+
+/// `body` for every invocation below `n`.
+fn guarded(n: u32, body: Vec<Node>) -> Vec<Node> {
+    vec![Node::if_then(bin(BinOp::Lt, gid(), Expr::u32(n)), body)]
+}
+
+/// `output[i] = f(input[i], i)` for `i < n`.
+fn map(
+    (input, input_type): (&str, DataType),
+    (output, output_type): (&str, DataType),
+    n: u32,
+    workgroup: u32,
+    f: impl FnOnce(Expr, Expr) -> Expr,
+) -> Program {
+    Program::wrapped(
+        vec![
+            BufferDecl::read(input, 0, input_type).with_count(n),
+            BufferDecl::output(output, 1, output_type).with_count(n),
+        ],
+        [workgroup, 1, 1],
+        guarded(
+            n,
+            vec![Node::store(
+                output,
+                gid(),
+                f(Expr::load(input, gid()), gid()),
+            )],
+        ),
+    )
+}
+
+/// `output[i] = f(a[i], b[i])` for `i < n`, all of type `ty`.
+fn zip(
+    [a, b, output]: [&str; 3],
+    ty: DataType,
+    n: u32,
+    workgroup: u32,
+    f: impl FnOnce(Expr, Expr) -> Expr,
+) -> Program {
+    Program::wrapped(
+        vec![
+            BufferDecl::read(a, 0, ty.clone()).with_count(n),
+            BufferDecl::read(b, 1, ty.clone()).with_count(n),
+            BufferDecl::output(output, 2, ty).with_count(n),
+        ],
+        [workgroup, 1, 1],
+        guarded(
+            n,
+            vec![Node::store(
+                output,
+                gid(),
+                f(Expr::load(a, gid()), Expr::load(b, gid())),
+            )],
+        ),
+    )
+}
+
+/// `output[i] = input[index(i)] ^ i`: reads an element another invocation produced.
+fn gather(input: &str, output: &str, n: u32, workgroup: u32, index: Expr) -> Program {
+    map(
+        (input, DataType::U32),
+        (output, DataType::U32),
+        n,
+        workgroup,
+        |_, i| bin(BinOp::BitXor, Expr::load(input, index), i),
+    )
+}
+
+fn u32_chain_step(step: usize) -> impl FnOnce(Expr, Expr) -> Expr {
+    move |x, i| match step % 4 {
+        0 => bin(BinOp::Add, bin(BinOp::Mul, x, Expr::u32(2_654_435_761)), i),
+        1 => bin(BinOp::BitXor, x.clone(), bin(BinOp::Shr, x, Expr::u32(7))),
+        2 => bin(
+            BinOp::Add,
+            bin(BinOp::Mul, x, Expr::u32(3)),
+            Expr::u32(0x9E37 + step as u32),
+        ),
+        _ => bin(BinOp::BitXor, x.clone(), bin(BinOp::Shl, x, Expr::u32(5))),
+    }
+}
+
+fn f32_chain_step(step: usize) -> impl FnOnce(Expr, Expr) -> Expr {
+    move |x, i| match step % 5 {
+        0 => bin(
+            BinOp::Add,
+            bin(BinOp::Mul, x, Expr::f32(1.5)),
+            Expr::f32(0.25),
+        ),
+        1 => bin(BinOp::Sub, x, Expr::f32(3.0)),
+        2 => bin(BinOp::Max, x, Expr::f32(-100.0)),
+        3 => bin(
+            BinOp::Add,
+            x,
+            cast(DataType::F32, bin(BinOp::BitAnd, i, Expr::u32(255))),
+        ),
+        _ => bin(
+            BinOp::Mul,
+            bin(BinOp::Min, x, Expr::f32(60_000.0)),
+            Expr::f32(0.5),
+        ),
+    }
+}
+
+fn u32_input(n: u32, seed: u64) -> Vec<u8> {
+    Rng::new(seed).bytes_u32(n as usize)
+}
+
+fn inputs<const N: usize>(values: [(&str, Vec<u8>); N]) -> BTreeMap<String, Vec<u8>> {
+    values
+        .into_iter()
+        .map(|(name, bytes)| (name.to_string(), bytes))
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// Graphs.
+
+/// Four u32 nodes, workgroups 64, 64, 128, 128: two fusion groups.
+fn chain4(n: u32) -> ProgramGraph {
+    let mut g = GraphBuilder::new();
+    g.input("x", DataType::U32, n, ValueLifetime::Invocation);
+    let sizes = [64, 64, 128, 128];
+    let names = ["x", "c1", "c2", "c3", "out"];
+    for step in 0..4 {
+        let (from, to) = (names[step], names[step + 1]);
+        let lifetime = if step == 3 {
+            ValueLifetime::Output
+        } else {
+            ValueLifetime::Invocation
+        };
+        g.node(
+            &format!("step{step}"),
+            map(
+                (from, DataType::U32),
+                (to, DataType::U32),
+                n,
+                sizes[step],
+                u32_chain_step(step),
+            ),
+            &[from],
+            &[(to, lifetime)],
+        );
+    }
+    g.build()
+}
+
+/// Sixteen nodes: six u32 steps, a cast to f32 (also an output), seven f32 steps, a cast
+/// back to u32 and a last u32 step; workgroup sizes change along the way.
+fn chain16(n: u32) -> ProgramGraph {
+    let sizes = [
+        64, 64, 64, 256, 256, 32, 32, 128, 128, 64, 64, 64, 256, 256, 32, 32,
+    ];
+    let mut g = GraphBuilder::new();
+    g.input("x", DataType::U32, n, ValueLifetime::Invocation);
+    let mut previous = "x".to_string();
+    for (step, &workgroup) in sizes.iter().enumerate() {
+        let name = if step == 15 {
+            "out".to_string()
+        } else {
+            format!("v{step}")
+        };
+        let lifetime = match step {
+            6 | 15 => ValueLifetime::Output,
+            _ => ValueLifetime::Invocation,
+        };
+        let program = match step {
+            0..=5 => map(
+                (&previous, DataType::U32),
+                (&name, DataType::U32),
+                n,
+                workgroup,
+                u32_chain_step(step),
+            ),
+            6 => map(
+                (&previous, DataType::U32),
+                (&name, DataType::F32),
+                n,
+                workgroup,
+                |x, _| {
+                    bin(
+                        BinOp::Mul,
+                        cast(DataType::F32, bin(BinOp::BitAnd, x, Expr::u32(0xFFFF))),
+                        Expr::f32(0.5),
+                    )
+                },
+            ),
+            7..=13 => map(
+                (&previous, DataType::F32),
+                (&name, DataType::F32),
+                n,
+                workgroup,
+                f32_chain_step(step),
+            ),
+            14 => map(
+                (&previous, DataType::F32),
+                (&name, DataType::U32),
+                n,
+                workgroup,
+                |x, _| cast(DataType::U32, bin(BinOp::Max, x, Expr::f32(0.0))),
+            ),
+            _ => map(
+                (&previous, DataType::U32),
+                (&name, DataType::U32),
+                n,
+                workgroup,
+                |x, i| bin(BinOp::BitXor, bin(BinOp::Mul, x, Expr::u32(0x01000193)), i),
+            ),
+        };
+        g.node(
+            &format!("step{step}"),
+            program,
+            &[&previous],
+            &[(&name, lifetime)],
+        );
+        previous = name;
+    }
+    g.build()
+}
+
+/// `a` feeds two nodes whose results meet again, with a second graph input `y`.
+fn fan_out_fan_in(n: u32) -> ProgramGraph {
+    let mut g = GraphBuilder::new();
+    g.input("x", DataType::U32, n, ValueLifetime::Invocation);
+    g.input("y", DataType::U32, n, ValueLifetime::Invocation);
+    let u32s = |name| (name, DataType::U32);
+    g.node(
+        "spread",
+        map(u32s("x"), u32s("a"), n, 64, |x, _| {
+            bin(BinOp::Add, bin(BinOp::Mul, x, Expr::u32(3)), Expr::u32(1))
+        }),
+        &["x"],
+        &[("a", ValueLifetime::Invocation)],
+    );
+    g.node(
+        "left",
+        map(u32s("a"), u32s("b"), n, 64, |a, _| {
+            bin(BinOp::BitXor, a, Expr::u32(0x5555_5555))
+        }),
+        &["a"],
+        &[("b", ValueLifetime::Invocation)],
+    );
+    g.node(
+        "right",
+        map(u32s("a"), u32s("c"), n, 128, |a, i| bin(BinOp::Add, a, i)),
+        &["a"],
+        &[("c", ValueLifetime::Invocation)],
+    );
+    g.node(
+        "meet",
+        zip(["b", "c", "bc"], DataType::U32, n, 64, |b, c| {
+            bin(BinOp::Mul, b, c)
+        }),
+        &["b", "c"],
+        &[("bc", ValueLifetime::Invocation)],
+    );
+    g.node(
+        "bias",
+        zip(["bc", "y", "out"], DataType::U32, n, 64, |bc, y| {
+            bin(BinOp::Add, bc, y)
+        }),
+        &["bc", "y"],
+        &[("out", ValueLifetime::Output)],
+    );
+    g.build()
+}
+
+/// Same workgroup size everywhere, so vyre fuses the three nodes into one group; each
+/// consumer reads elements other invocations (other workgroups) produced.
+fn cross_invocation(n: u32) -> ProgramGraph {
+    let mut g = GraphBuilder::new();
+    g.input("x", DataType::U32, n, ValueLifetime::Invocation);
+    g.node(
+        "produce",
+        map(
+            ("x", DataType::U32),
+            ("t", DataType::U32),
+            n,
+            256,
+            |x, i| bin(BinOp::Add, bin(BinOp::Mul, x, Expr::u32(7)), i),
+        ),
+        &["x"],
+        &[("t", ValueLifetime::Invocation)],
+    );
+    let reversed = bin(BinOp::Sub, Expr::u32(n - 1), gid());
+    g.node(
+        "reverse",
+        gather("t", "r", n, 256, reversed),
+        &["t"],
+        &[("r", ValueLifetime::Invocation)],
+    );
+    let rotated = bin(
+        BinOp::Mod,
+        bin(BinOp::Add, gid(), Expr::u32(257)),
+        Expr::u32(n),
+    );
+    g.node(
+        "rotate",
+        gather("r", "out", n, 256, rotated),
+        &["r"],
+        &[("out", ValueLifetime::Output)],
+    );
+    g.build()
+}
+
+/// `state[i] = state[i] * 5 + x[i]` in place, and `out[i] = state[i] ^ i`.
+fn accumulator(n: u32) -> ProgramGraph {
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("x", 0, DataType::U32).with_count(n),
+            BufferDecl::storage("state", 1, BufferAccess::ReadWrite, DataType::U32).with_count(n),
+            BufferDecl::output("out", 2, DataType::U32).with_count(n),
+        ],
+        [128, 1, 1],
+        guarded(
+            n,
+            vec![
+                Node::let_bind(
+                    "s",
+                    bin(
+                        BinOp::Add,
+                        bin(BinOp::Mul, Expr::load("state", gid()), Expr::u32(5)),
+                        Expr::load("x", gid()),
+                    ),
+                ),
+                Node::store("state", gid(), Expr::var("s")),
+                Node::store("out", gid(), bin(BinOp::BitXor, Expr::var("s"), gid())),
+            ],
+        ),
+    );
+    let mut g = GraphBuilder::new();
+    g.input("x", DataType::U32, n, ValueLifetime::Invocation);
+    g.input("state", DataType::U32, n, ValueLifetime::Retained);
+    g.node(
+        "accumulate",
+        program,
+        &["x", "state"],
+        &[("out", ValueLifetime::Output)],
+    );
+    g.build()
+}
+
+/// `out = a + b`, for the error cases.
+fn adder(n: u32, a: &str, b: &str) -> ProgramGraph {
+    let mut g = GraphBuilder::new();
+    g.input(a, DataType::U32, n, ValueLifetime::Invocation);
+    g.input(b, DataType::U32, n, ValueLifetime::Invocation);
+    g.node(
+        "add",
+        zip([a, b, "out"], DataType::U32, n, 64, |a, b| {
+            bin(BinOp::Add, a, b)
+        }),
+        &[a, b],
+        &[("out", ValueLifetime::Output)],
+    );
+    g.build()
+}
+
+/// Iterations per invocation of [`spin`].
+const SPIN_ITERATIONS: u32 = 1 << 22;
+
+/// Each of `n` invocations runs a dependent multiply-add chain [`SPIN_ITERATIONS`] long.
+fn spin(n: u32) -> ProgramGraph {
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("seed", 0, DataType::U32).with_count(n),
+            BufferDecl::output("out", 1, DataType::U32).with_count(n),
+        ],
+        [64, 1, 1],
+        guarded(
+            n,
+            vec![
+                Node::let_bind("h", Expr::load("seed", gid())),
+                Node::loop_for(
+                    "k",
+                    Expr::u32(0),
+                    Expr::u32(SPIN_ITERATIONS),
+                    vec![Node::assign(
+                        "h",
+                        bin(
+                            BinOp::Add,
+                            bin(BinOp::Mul, Expr::var("h"), Expr::u32(1_664_525)),
+                            Expr::var("k"),
+                        ),
+                    )],
+                ),
+                Node::store("out", gid(), Expr::var("h")),
+            ],
+        ),
+    );
+    let mut g = GraphBuilder::new();
+    g.input("seed", DataType::U32, n, ValueLifetime::Invocation);
+    g.node(
+        "spin",
+        program,
+        &["seed"],
+        &[("out", ValueLifetime::Output)],
+    );
+    g.build()
+}
+
+// ---------------------------------------------------------------------------------------
+// The fixture corpus through both routes.
+
+/// Outcome of one fixture case on one route.
+enum Outcome {
+    Identical,
+    BothFail,
+    /// The route failed where the reference succeeded.
+    Rejected(String),
+    /// A real failure: bytes differ, or the route succeeded where the reference failed.
+    Wrong(String),
+}
+
+/// The graph of one fixture program: `ProgramGraph::from_program`, except that buffers
+/// declared without a size (count 0, sized by the bytes bound at run time) get a
+/// symbolic dimension bound to the case's size, which is how a graph says "runtime-sized".
+fn fixture_graph(
+    id: &str,
+    program: &Program,
+    supplied: &BTreeMap<String, Vec<u8>>,
+) -> Result<(ProgramGraph, BTreeMap<String, u64>), String> {
+    let runtime_sized =
+        |decl: &BufferDecl| decl.access() != BufferAccess::Workgroup && decl.count() == 0;
+    if !program.buffers().iter().any(runtime_sized) {
+        let graph = ProgramGraph::from_program(id, program.clone()).map_err(|e| e.to_string())?;
+        return Ok((graph, BTreeMap::new()));
+    }
+    // The same graph as `from_program` builds, with `Symbol` shapes where the count is 0.
+    let (mut graph, mut symbols) = (ProgramGraph::new(), BTreeMap::new());
+    let (mut ports_in, mut ports_out) = (Vec::new(), Vec::new());
+    for decl in program.buffers() {
+        if decl.access() == BufferAccess::Workgroup {
+            continue;
+        }
+        let shape = if decl.count() == 0 {
+            let symbol = format!("{}_elements", decl.name());
+            let bytes = supplied
+                .get(decl.name())
+                .ok_or_else(|| format!("runtime-sized `{}` has no bytes", decl.name()))?;
+            let elements = bytes.len() / byte_len(&decl.element(), 1);
+            symbols.insert(symbol.clone(), elements as u64);
+            ShapeDim::Symbol(symbol)
+        } else {
+            ShapeDim::Known(u64::from(decl.count()))
+        };
+        let lifetime = if decl.is_output() || decl.access() == BufferAccess::WriteOnly {
+            ValueLifetime::Output
+        } else if decl.access() == BufferAccess::ReadWrite {
+            ValueLifetime::Retained
+        } else {
+            ValueLifetime::Invocation
+        };
+        let contract = ValueContract {
+            dtype: decl.element(),
+            shape: vec![shape],
+            access: decl.access(),
+            lifetime,
+        };
+        if lifetime == ValueLifetime::Output {
+            ports_out.push(GraphOutput {
+                buffer: decl.name().to_string(),
+                name: decl.name().to_string(),
+                contract,
+                retained_successor_of: None,
+            });
+        } else {
+            let value = graph
+                .add_external_value(decl.name(), contract.clone())
+                .map_err(|e| e.to_string())?;
+            ports_in.push(GraphInput {
+                buffer: decl.name().to_string(),
+                value,
+                contract,
+            });
+        }
+    }
+    graph
+        .add_node(id, program.clone(), ports_in, ports_out)
+        .map_err(|e| e.to_string())?;
+    Ok((graph, symbols))
+}
+
+/// The case's buffers by name, as the reference reads them: one per
+/// `is_reference_input` buffer, or (the reference's legacy form) one per non-workgroup
+/// buffer, where those of backend-allocated outputs only give sizes.
+fn supplied_buffers(program: &Program, case: &[Vec<u8>]) -> BTreeMap<String, Vec<u8>> {
+    let buffers: Vec<&BufferDecl> = program
+        .buffers()
+        .iter()
+        .filter(|d| d.access() != BufferAccess::Workgroup)
+        .collect();
+    let logical: Vec<&BufferDecl> = buffers
+        .iter()
+        .copied()
+        .filter(|d| vyre_reference::is_reference_input(d))
+        .collect();
+    let legacy = case.len() == buffers.len() && case.len() != logical.len();
+    let order = if legacy { buffers } else { logical };
+    order
+        .into_iter()
+        .zip(case)
+        .map(|(decl, bytes)| (decl.name().to_string(), bytes.clone()))
+        .collect()
+}
+
+/// Binds every external value of a fixture artifact: the case's bytes, or zeros for a
+/// buffer the reference zero-fills itself (a backend-allocated read-write buffer). A value
+/// the case does not supply stays unbound, so the route has to reject it.
+fn fixture_bindings(
+    artifact: &Artifact,
+    program: &Program,
+    supplied: &BTreeMap<String, Vec<u8>>,
+) -> BindingSet {
+    let mut bindings = BindingSet::new(artifact.digest());
+    for resource in artifact.resources() {
+        let Some(decl) = program.buffers().iter().find(|d| d.name() == resource.name) else {
+            continue;
+        };
+        if resource.lifetime == vyre_megakernel::ResourceLifetime::Output {
+            continue;
+        }
+        let bytes = if vyre_reference::is_reference_input(decl) {
+            supplied.get(&resource.name).cloned()
+        } else {
+            Some(vec![0; resource.byte_count as usize])
+        };
+        if let Some(bytes) = bytes {
+            bindings.insert(resource.value, BoundResource::Host(bytes));
+        }
+    }
+    bindings
+}
+
+/// The reference's outputs by buffer name.
+fn named_outputs(program: &Program, outputs: Vec<Vec<u8>>) -> BTreeMap<String, Vec<u8>> {
+    program
+        .buffers()
+        .iter()
+        .filter(|d| vyre_reference::is_reference_output(d))
+        .map(|d| d.name().to_string())
+        .zip(outputs)
+        .collect()
+}
+
+/// A fixture program compiled and materialized (or why not), kept across its cases.
+type Prepared = (Artifact, Result<Box<dyn ArtifactInstance>, String>);
+
+/// One fixture case through the artifact route. Errors of vyre's own graph and artifact
+/// compilation are prefixed `vyre:`; vyre-cuda's (target compiler, materializer, submit,
+/// wait) must carry a `Fix:` hint.
+fn artifact_case(
+    id: &str,
+    program: &Program,
+    case: &[Vec<u8>],
+    prepared: &mut Option<Prepared>,
+) -> Result<(Artifact, Completion), String> {
+    let supplied = supplied_buffers(program, case);
+    let (graph, symbols) =
+        fixture_graph(id, program, &supplied).map_err(|e| format!("vyre: {e}"))?;
+    // A graph with symbolic sizes depends on the case, so it is compiled per case.
+    if !symbols.is_empty() || prepared.is_none() {
+        let request = request_with_symbols(graph, symbols).map_err(|e| format!("vyre: {e}"))?;
+        let artifact = vyre_megakernel::compile(&request).map_err(|e| format!("vyre: {e}"))?;
+        let instance = instantiate(&artifact);
+        *prepared = Some((artifact, instance));
+    }
+    let (artifact, instance) = prepared.as_ref().expect("prepared above");
+    let instance = instance.as_ref().map_err(Clone::clone)?;
+    let completion = run(
+        instance.as_ref(),
+        fixture_bindings(artifact, program, &supplied),
+    )?;
+    Ok((artifact.clone(), completion))
+}
+
+/// The oracle itself, without a device: on every single-node fixture graph,
+/// `reference_graph` returns exactly what vyre-reference returns for the program.
+#[test]
+fn in_order_oracle_agrees_with_the_reference_on_fixture_graphs() {
+    let mut compared = 0usize;
+    for fixture in common::corpus::fixtures() {
+        let Some(fixture_inputs) = fixture.inputs else {
+            continue;
+        };
+        let program = (fixture.build)();
+        for (index, case) in fixture_inputs().iter().enumerate() {
+            let Ok(want) = common::gpu::reference(&program, case) else {
+                continue;
+            };
+            let supplied = supplied_buffers(&program, case);
+            let (graph, _) = fixture_graph(fixture.id, &program, &supplied).unwrap();
+            let external = graph
+                .values()
+                .iter()
+                .filter(|value| value.producer.is_none())
+                .map(|value| {
+                    let decl = program.buffers().iter().find(|d| d.name() == value.name);
+                    let bytes = match decl {
+                        Some(decl) if !vyre_reference::is_reference_input(decl) => {
+                            vec![0; byte_len(&decl.element(), decl.count() as usize)]
+                        }
+                        _ => supplied[&value.name].clone(),
+                    };
+                    (value.name.clone(), bytes)
+                })
+                .collect();
+            let got = reference_graph(&graph, &external)
+                .unwrap_or_else(|e| panic!("{} #{index}: {e}", fixture.id));
+            for (name, bytes) in named_outputs(&program, want) {
+                assert_eq!(
+                    got.get(&name),
+                    Some(&bytes),
+                    "{} #{index}: `{name}`",
+                    fixture.id
+                );
+            }
+            compared += 1;
+        }
+    }
+    println!("in-order oracle = reference on {compared} fixture cases");
+    assert!(compared > 100, "only {compared} fixture cases compared");
+}
+
+#[test]
+fn fixture_corpus_matches_the_reference_as_often_as_dispatch() {
+    let Some(backend) = backend() else {
+        return;
+    };
+    let config = DispatchConfig::default();
+    let (mut cases, mut dispatch_identical, mut artifact_identical) = (0usize, 0usize, 0usize);
+    let (mut dispatch_both_fail, mut artifact_both_fail) = (0usize, 0usize);
+    let mut artifact_rejected = Vec::new();
+    let mut failures = Vec::new();
+    for fixture in common::corpus::fixtures() {
+        let Some(fixture_inputs) = fixture.inputs else {
+            continue;
+        };
+        let program = (fixture.build)();
+        // The dispatch route rejects unsupported programs up front (gpu_primitives.rs).
+        let dispatch_runs = backend.emit(&program, &config).is_ok();
+        let mut prepared = None;
+        for (index, case) in fixture_inputs().iter().enumerate() {
+            cases += 1;
+            let want = common::gpu::reference(&program, case);
+            if dispatch_runs {
+                match (&want, backend.dispatch(&program, case, &config)) {
+                    (Ok(want), Ok(got)) if *want == got => dispatch_identical += 1,
+                    (Err(_), Err(_)) => dispatch_both_fail += 1,
+                    _ => {}
+                }
+            }
+            let got = artifact_case(fixture.id, &program, case, &mut prepared);
+            let outcome = match (want, got) {
+                (Ok(want), Ok((artifact, completion))) => {
+                    let oracle = named_outputs(&program, want);
+                    let problems = completion_mismatches(&artifact, &completion, &oracle);
+                    if problems.is_empty() {
+                        Outcome::Identical
+                    } else {
+                        Outcome::Wrong(problems.join("; "))
+                    }
+                }
+                (_, Err(error)) if !error.starts_with("vyre:") && !error.contains("Fix:") => {
+                    Outcome::Wrong(format!("error without a Fix: hint: {error}"))
+                }
+                (Err(_), Err(_)) => Outcome::BothFail,
+                (Ok(_), Err(error)) => Outcome::Rejected(error),
+                (Err(error), Ok(_)) => {
+                    Outcome::Wrong(format!("the reference fails ({error}) but the route ran"))
+                }
+            };
+            let label = format!("{} #{index}", fixture.id);
+            match outcome {
+                Outcome::Identical => artifact_identical += 1,
+                Outcome::BothFail => artifact_both_fail += 1,
+                Outcome::Rejected(error) => {
+                    println!("case {label}: rejected by the artifact route: {error}");
+                    artifact_rejected.push(label);
+                }
+                Outcome::Wrong(problem) => {
+                    println!("case {label}: WRONG: {problem}");
+                    failures.push(format!("{label}: {problem}"));
+                }
+            }
+        }
+    }
+    println!(
+        "fixture cases: {cases}; dispatch route: {dispatch_identical} byte-identical, \
+         {dispatch_both_fail} failing on both sides; artifact route: {artifact_identical} \
+         byte-identical, {artifact_both_fail} failing on both sides, {} rejected, {} wrong",
+        artifact_rejected.len(),
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(cases > 100, "only {cases} fixture cases ran");
+    assert_eq!(
+        artifact_identical, dispatch_identical,
+        "the artifact route is byte-identical on {artifact_identical} cases, the dispatch \
+         route on {dispatch_identical}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Multi-node graphs against the in-order oracle.
+
+/// Compiles `graph`, runs it with `values` through an `ArtifactSession` and compares
+/// with the in-order oracle; returns the fusion-group count.
+fn run_graph(what: &str, graph: ProgramGraph, values: BTreeMap<String, Vec<u8>>) -> usize {
+    let request = request(graph);
+    let artifact = compile(&request);
+    let oracle = reference_graph(request.graph(), &values).expect("the reference runs the graph");
+    let session =
+        ArtifactSession::compile_with_materializer(registration(), &request, materializer())
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(session.artifact().unwrap(), artifact.digest(), "{what}");
+    let completion = session
+        .submit_and_wait(host_bindings(&artifact, &values))
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_matches(what, &artifact, &completion, &oracle);
+    let groups = artifact.fusion().len();
+    println!(
+        "{what}: {} nodes in {groups} fusion groups, byte-identical to the in-order reference",
+        artifact.nodes().len()
+    );
+    groups
+}
+
+#[test]
+fn four_node_chain_with_two_groups() {
+    if backend().is_none() {
+        return;
+    }
+    let n = 3000;
+    let groups = run_graph("4-node chain", chain4(n), inputs([("x", u32_input(n, 1))]));
+    assert!(
+        groups >= 2,
+        "the chain should span several fusion groups, got {groups}"
+    );
+}
+
+#[test]
+fn sixteen_node_u32_and_f32_chain() {
+    if backend().is_none() {
+        return;
+    }
+    let n = 5000;
+    let groups = run_graph(
+        "16-node chain",
+        chain16(n),
+        inputs([("x", u32_input(n, 2))]),
+    );
+    assert!(
+        groups >= 4,
+        "the chain should span several fusion groups, got {groups}"
+    );
+}
+
+#[test]
+fn fan_out_and_fan_in() {
+    if backend().is_none() {
+        return;
+    }
+    let n = 4100;
+    let values = inputs([("x", u32_input(n, 3)), ("y", u32_input(n, 4))]);
+    run_graph("fan-out/fan-in", fan_out_fan_in(n), values);
+}
+
+#[test]
+fn consumers_reading_other_invocations_of_a_fused_producer() {
+    if backend().is_none() {
+        return;
+    }
+    let n = 8192;
+    let graph = cross_invocation(n);
+    // The case exists because vyre fuses these nodes: check that it still does.
+    let artifact = compile(&request(cross_invocation(n)));
+    assert!(
+        artifact
+            .fusion()
+            .iter()
+            .any(|group| group.members.len() > 1),
+        "vyre-megakernel no longer fuses the producer with its consumer"
+    );
+    run_graph(
+        "reversed and rotated reads over 32 workgroups",
+        graph,
+        inputs([("x", u32_input(n, 5))]),
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Retained state.
+
+#[test]
+fn retained_state_carries_across_submissions() {
+    if backend().is_none() {
+        return;
+    }
+    let n = 2000;
+    let request = request(accumulator(n));
+    let artifact = compile(&request);
+    let session =
+        ArtifactSession::compile_with_materializer(registration(), &request, materializer())
+            .expect("the accumulator materializes");
+    let state = value_id(&artifact, "state");
+    let initial = u32_input(n, 6);
+    let retained =
+        RetainedArtifactSession::new(session, BTreeMap::from([(state, initial.clone())]))
+            .expect("a retained session over the only retained value");
+    let mut current = initial;
+    for round in 0..3 {
+        let x = u32_input(n, 10 + round);
+        let values = inputs([("x", x.clone()), ("state", current.clone())]);
+        let oracle = reference_graph(request.graph(), &values).unwrap();
+        let mut bindings = retained.bindings().unwrap();
+        bindings.insert(value_id(&artifact, "x"), BoundResource::Host(x));
+        let completion = retained.submit_and_wait(bindings).unwrap();
+        assert_matches(
+            &format!("retained round {round}"),
+            &artifact,
+            &completion,
+            &oracle,
+        );
+        assert_ne!(oracle["state"], current, "the state must change each round");
+        current = oracle["state"].clone();
+    }
+}
+
+#[test]
+fn retained_state_in_a_resident_buffer_is_updated_in_place() {
+    if backend().is_none() {
+        return;
+    }
+    let n = 2000;
+    let request = request(accumulator(n));
+    let artifact = compile(&request);
+    let instance = instantiate(&artifact).unwrap();
+    let materializer = materializer();
+    let mut state = u32_input(n, 7);
+    let resident = materializer.allocate_resident(state.len()).unwrap();
+    materializer.upload_resident(&resident, &state).unwrap();
+    for round in 0..2 {
+        let x = u32_input(n, 20 + round);
+        let oracle = reference_graph(
+            request.graph(),
+            &inputs([("x", x.clone()), ("state", state)]),
+        )
+        .unwrap();
+        let mut bindings = host_bindings(&artifact, &inputs([("x", x)]));
+        bindings.insert(
+            value_id(&artifact, "state"),
+            BoundResource::Resident(resident.clone()),
+        );
+        let completion = run(instance.as_ref(), bindings).unwrap();
+        // Round 1 only matches if round 0 wrote its state into the resident buffer.
+        assert_matches(
+            &format!("resident state round {round}"),
+            &artifact,
+            &completion,
+            &oracle,
+        );
+        state = oracle["state"].clone();
+    }
+    materializer.free_resident(resident).unwrap();
+}
+
+// ---------------------------------------------------------------------------------------
+// Resident bindings.
+
+#[test]
+fn resident_inputs_zero_filled_uploaded_whole_and_in_parts() {
+    if backend().is_none() {
+        return;
+    }
+    let n = 4096;
+    let request = request(chain4(n));
+    let artifact = compile(&request);
+    let instance = instantiate(&artifact).unwrap();
+    let materializer = materializer();
+    let x = u32_input(n, 8);
+    let x_id = value_id(&artifact, "x");
+    let check = |what: &str, resource: &Resource, bytes: &[u8]| {
+        let oracle = reference_graph(request.graph(), &inputs([("x", bytes.to_vec())])).unwrap();
+        let mut bindings = BindingSet::new(artifact.digest());
+        bindings.insert(x_id, BoundResource::Resident(resource.clone()));
+        let completion = run(instance.as_ref(), bindings).unwrap();
+        assert_matches(what, &artifact, &completion, &oracle);
+    };
+
+    let fresh = materializer.allocate_resident(x.len()).unwrap();
+    check(
+        "never-uploaded resident (zero-filled)",
+        &fresh,
+        &vec![0; x.len()],
+    );
+
+    let whole = materializer.allocate_resident(x.len()).unwrap();
+    materializer.upload_resident(&whole, &x).unwrap();
+    check("uploaded resident", &whole, &x);
+
+    let half = x.len() / 2;
+    materializer
+        .upload_resident_at(&fresh, 0, &x[..half])
+        .unwrap();
+    materializer
+        .upload_resident_at(&fresh, half, &x[half..])
+        .unwrap();
+    check("resident uploaded in two ranges", &fresh, &x);
+
+    // A partial overwrite of an uploaded buffer keeps the rest.
+    let mut patched = x.clone();
+    patched[1024..1040].copy_from_slice(&[0xAB; 16]);
+    materializer
+        .upload_resident_at(&whole, 1024, &[0xAB; 16])
+        .unwrap();
+    check("resident patched at an offset", &whole, &patched);
+
+    materializer.free_resident(fresh).unwrap();
+    materializer.free_resident(whole).unwrap();
+}
+
+#[test]
+fn host_and_resident_bindings_mixed() {
+    if backend().is_none() {
+        return;
+    }
+    let n = 4096;
+    let request = request(fan_out_fan_in(n));
+    let artifact = compile(&request);
+    let instance = instantiate(&artifact).unwrap();
+    let materializer = materializer();
+    let (x, y) = (u32_input(n, 9), u32_input(n, 10));
+    let oracle = reference_graph(
+        request.graph(),
+        &inputs([("x", x.clone()), ("y", y.clone())]),
+    )
+    .unwrap();
+    for resident_name in ["x", "y"] {
+        let bytes = if resident_name == "x" { &x } else { &y };
+        let host_name = if resident_name == "x" { "y" } else { "x" };
+        let host_bytes = if resident_name == "x" { &y } else { &x };
+        let resident = materializer.allocate_resident(bytes.len()).unwrap();
+        materializer.upload_resident(&resident, bytes).unwrap();
+        let mut bindings = host_bindings(&artifact, &inputs([(host_name, host_bytes.clone())]));
+        bindings.insert(
+            value_id(&artifact, resident_name),
+            BoundResource::Resident(resident.clone()),
+        );
+        let completion = run(instance.as_ref(), bindings).unwrap();
+        assert_matches(
+            &format!("{resident_name} resident, {host_name} host"),
+            &artifact,
+            &completion,
+            &oracle,
+        );
+        materializer.free_resident(resident).unwrap();
+    }
+}
+
+#[test]
+fn output_written_into_a_resident_buffer_feeds_another_artifact() {
+    if backend().is_none() {
+        return;
+    }
+    let n = 4096;
+    let first = request(fan_out_fan_in(n));
+    let second = request(chain4(n));
+    let (first_artifact, second_artifact) = (compile(&first), compile(&second));
+    let (first_instance, second_instance) = (
+        instantiate(&first_artifact).unwrap(),
+        instantiate(&second_artifact).unwrap(),
+    );
+    let materializer = materializer();
+    let values = inputs([("x", u32_input(n, 11)), ("y", u32_input(n, 12))]);
+    let first_oracle = reference_graph(first.graph(), &values).unwrap();
+
+    // Garbage in the output buffer beforehand: the node must overwrite all of it.
+    let out = materializer.allocate_resident(n as usize * 4).unwrap();
+    materializer
+        .upload_resident(&out, &u32_input(n, 13))
+        .unwrap();
+    let mut bindings = host_bindings(&first_artifact, &values);
+    bindings.insert(
+        value_id(&first_artifact, "out"),
+        BoundResource::Resident(out.clone()),
+    );
+    let completion = run(first_instance.as_ref(), bindings).unwrap();
+    assert_matches(
+        "output bound to a resident",
+        &first_artifact,
+        &completion,
+        &first_oracle,
+    );
+
+    // The second artifact reads the resident in place: it sees what the first wrote.
+    let second_oracle = reference_graph(
+        second.graph(),
+        &inputs([("x", first_oracle["out"].clone())]),
+    )
+    .unwrap();
+    let mut bindings = BindingSet::new(second_artifact.digest());
+    bindings.insert(
+        value_id(&second_artifact, "x"),
+        BoundResource::Resident(out.clone()),
+    );
+    let completion = run(second_instance.as_ref(), bindings).unwrap();
+    assert_matches(
+        "resident written by a previous artifact",
+        &second_artifact,
+        &completion,
+        &second_oracle,
+    );
+    materializer.free_resident(out).unwrap();
+}
+
+// ---------------------------------------------------------------------------------------
+// Asynchronous submission.
+
+#[test]
+fn submission_is_asynchronous_and_dropping_one_is_harmless() {
+    if backend().is_none() {
+        return;
+    }
+    // Two invocations keep the reference interpreter's share of 2^22 iterations small;
+    // on the device each is a dependent chain of milliseconds.
+    let n = 2;
+    let request = request(spin(n));
+    let artifact = compile(&request);
+    let instance = instantiate(&artifact).unwrap();
+    let values = inputs([("seed", u32_input(n, 14))]);
+    let oracle = reference_graph(request.graph(), &values).unwrap();
+
+    let submission = instance.submit(host_bindings(&artifact, &values)).unwrap();
+    assert!(
+        !submission.is_ready(),
+        "submit returned after the {SPIN_ITERATIONS}-iteration kernel finished: it blocked"
+    );
+    let completion = submission.wait().unwrap();
+    assert_matches("long kernel", &artifact, &completion, &oracle);
+    println!(
+        "{SPIN_ITERATIONS} iterations per invocation: {:?} of device time",
+        Duration::from_nanos(completion.device_ns.unwrap_or(0))
+    );
+
+    // Polled to completion without wait().
+    let submission = instance.submit(host_bindings(&artifact, &values)).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !submission.is_ready() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "is_ready() never became true"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_matches("polled", &artifact, &submission.wait().unwrap(), &oracle);
+
+    // Dropped unwaited, twice in a row; the instance goes on working.
+    for _ in 0..2 {
+        drop(instance.submit(host_bindings(&artifact, &values)).unwrap());
+    }
+    let completion = run(instance.as_ref(), host_bindings(&artifact, &values)).unwrap();
+    assert_matches("after dropped submissions", &artifact, &completion, &oracle);
+}
+
+#[test]
+fn several_submissions_in_flight_complete_independently() {
+    if backend().is_none() {
+        return;
+    }
+    let n = 4096;
+    let request = request(chain4(n));
+    let artifact = compile(&request);
+    let instance = instantiate(&artifact).unwrap();
+    let rounds: Vec<BTreeMap<String, Vec<u8>>> = (0..4)
+        .map(|seed| inputs([("x", u32_input(n, 30 + seed))]))
+        .collect();
+    let submissions: Vec<_> = rounds
+        .iter()
+        .map(|values| instance.submit(host_bindings(&artifact, values)).unwrap())
+        .collect();
+    // Waited in reverse order of submission.
+    for (values, submission) in rounds.iter().zip(submissions).rev() {
+        let oracle = reference_graph(request.graph(), values).unwrap();
+        assert_matches(
+            "in flight together",
+            &artifact,
+            &submission.wait().unwrap(),
+            &oracle,
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The payload and its rejections.
+
+#[test]
+fn payload_format_and_determinism() {
+    if backend().is_none() {
+        return;
+    }
+    let artifact = compile(&request(chain16(1000)));
+    let payload = compiler().compile(&artifact).unwrap();
+    assert_eq!(payload.format().identity(), vyre_cuda::PAYLOAD_FORMAT);
+    assert_eq!(payload.format().version(), 1);
+    assert_eq!(compiler().format(), payload.format());
+    assert_eq!(payload.neutral_artifact(), artifact.digest());
+    assert_eq!(materializer().device().target_format(), payload.format());
+    // Same artifact, same payload; and the same graph compiled again gives both again.
+    let again = compile(&request(chain16(1000)));
+    assert_eq!(again.digest(), artifact.digest());
+    assert_eq!(
+        compiler().compile(&again).unwrap().digest(),
+        payload.digest()
+    );
+    assert_eq!(
+        compiler().compile(&artifact).unwrap().to_bytes().unwrap(),
+        payload.to_bytes().unwrap()
+    );
+    // A registration-level compiler built afresh agrees with the shared one.
+    let fresh_compiler = registration().target_compiler().unwrap();
+    assert_eq!(
+        fresh_compiler.compile(&artifact).unwrap().digest(),
+        payload.digest()
+    );
+}
+
+/// `instance` still runs `adder` correctly.
+fn assert_still_usable(
+    what: &str,
+    instance: &dyn ArtifactInstance,
+    artifact: &Artifact,
+    graph: &ProgramGraph,
+) {
+    let values = inputs([("alpha", u32_input(256, 40)), ("beta", u32_input(256, 41))]);
+    let oracle = reference_graph(graph, &values).unwrap();
+    let completion = run(instance, host_bindings(artifact, &values))
+        .unwrap_or_else(|e| panic!("after {what}: {e}"));
+    assert_matches(&format!("after {what}"), artifact, &completion, &oracle);
+}
+
+#[test]
+fn binding_errors_leave_the_instance_usable() {
+    if backend().is_none() {
+        return;
+    }
+    let n = 256;
+    let request = request(adder(n, "alpha", "beta"));
+    let artifact = compile(&request);
+    let instance = instantiate(&artifact).unwrap();
+    let graph = request.graph();
+    let good = || inputs([("alpha", u32_input(n, 40)), ("beta", u32_input(n, 41))]);
+    assert_still_usable("nothing", instance.as_ref(), &artifact, graph);
+
+    // Bindings built for another artifact.
+    let other = compile(&self::request(adder(n, "alpha", "gamma")));
+    assert_ne!(other.digest(), artifact.digest());
+    let mut foreign = BindingSet::new(other.digest());
+    for (value, resource) in host_bindings(&artifact, &good()).resources() {
+        foreign.insert(*value, resource.clone());
+    }
+    let error = instance
+        .submit(foreign)
+        .err()
+        .expect("bindings of another artifact");
+    println!("another artifact's bindings: {}", fix_text(&error));
+    assert_still_usable(
+        "another artifact's bindings",
+        instance.as_ref(),
+        &artifact,
+        graph,
+    );
+
+    // An input left unbound: the message names it.
+    let missing = host_bindings(&artifact, &inputs([("alpha", u32_input(n, 40))]));
+    let error = instance.submit(missing).err().expect("a missing input");
+    let text = fix_text(&error);
+    assert!(
+        text.contains("beta"),
+        "the error does not name the missing value: {text}"
+    );
+    assert_still_usable("a missing input", instance.as_ref(), &artifact, graph);
+
+    // Host bytes of the wrong length, short and long.
+    for len in [n as usize * 4 - 4, n as usize * 4 + 4, 0] {
+        let mut values = good();
+        values.insert("beta".into(), vec![7; len]);
+        let error = instance
+            .submit(host_bindings(&artifact, &values))
+            .err()
+            .unwrap_or_else(|| panic!("{len} bytes for a {}-byte value", n * 4));
+        println!("{len} host bytes: {}", fix_text(&error));
+        assert_still_usable(
+            "a wrong-length binding",
+            instance.as_ref(),
+            &artifact,
+            graph,
+        );
+    }
+}
+
+#[test]
+fn resident_handle_errors_leave_the_instance_usable() {
+    if backend().is_none() {
+        return;
+    }
+    let n = 256;
+    let request = request(adder(n, "alpha", "beta"));
+    let artifact = compile(&request);
+    let instance = instantiate(&artifact).unwrap();
+    let graph = request.graph();
+    let materializer = materializer();
+    let beta = value_id(&artifact, "beta");
+    let with_beta = |resource: Resource| {
+        let mut bindings = host_bindings(&artifact, &inputs([("alpha", u32_input(n, 40))]));
+        bindings.insert(beta, BoundResource::Resident(resource));
+        bindings
+    };
+
+    // A handle of another backend instance.
+    let other = fresh(vyre_cuda::CudaOptions::default()).expect("a second backend");
+    let foreign = other.allocate_resident(n as usize * 4).unwrap();
+    other.upload_resident(&foreign, &u32_input(n, 41)).unwrap();
+    let error = instance
+        .submit(with_beta(foreign.clone()))
+        .err()
+        .expect("a foreign handle");
+    println!("foreign resident handle: {}", fix_text(&error));
+    assert_still_usable("a foreign handle", instance.as_ref(), &artifact, graph);
+    other.free_resident(foreign).unwrap();
+
+    // Host bytes where a resident handle belongs.
+    let borrowed = Resource::Borrowed(u32_input(n, 41));
+    let error = instance
+        .submit(with_beta(borrowed))
+        .err()
+        .expect("a borrowed resource");
+    println!("Resource::Borrowed: {}", fix_text(&error));
+    assert_still_usable("a borrowed resource", instance.as_ref(), &artifact, graph);
+
+    // A freed handle.
+    let freed = materializer.allocate_resident(n as usize * 4).unwrap();
+    materializer.free_resident(freed.clone()).unwrap();
+    let error = instance
+        .submit(with_beta(freed.clone()))
+        .err()
+        .expect("a freed handle");
+    println!("freed resident handle: {}", fix_text(&error));
+    assert_still_usable("a freed handle", instance.as_ref(), &artifact, graph);
+    let error = materializer
+        .free_resident(freed)
+        .expect_err("a double free");
+    println!("double free: {}", fix_text(&error));
+
+    // A resident of the wrong size.
+    let small = materializer.allocate_resident(n as usize * 4 - 4).unwrap();
+    let error = instance
+        .submit(with_beta(small.clone()))
+        .err()
+        .expect("a short resident");
+    println!("short resident: {}", fix_text(&error));
+    assert_still_usable("a short resident", instance.as_ref(), &artifact, graph);
+    materializer.free_resident(small).unwrap();
+}
+
+#[test]
+fn foreign_and_damaged_payloads_are_rejected() {
+    if backend().is_none() {
+        return;
+    }
+    let n = 256;
+    let request = request(adder(n, "alpha", "beta"));
+    let artifact = compile(&request);
+    let payload = compiler().compile(&artifact).unwrap();
+    let materializer = materializer();
+    let profile = payload.profile();
+    let entries = payload.entries().to_vec();
+    let rebuilt = |format: TargetPayloadFormat, profile: TargetProfile, bytes: Vec<u8>| {
+        TargetPayload::new(&artifact, format, profile, entries.clone(), bytes)
+            .expect("a well-formed payload envelope")
+    };
+    let format = |identity: &str, version| TargetPayloadFormat::new(identity, version).unwrap();
+    let profile_with = |identity: String, generation| {
+        TargetProfile::new(
+            identity,
+            generation,
+            profile.max_workgroup_size(),
+            profile.max_invocations_per_workgroup(),
+            profile.max_dynamic_shared_bytes(),
+            profile.subgroup_size(),
+        )
+        .unwrap()
+    };
+    let ours = payload.format().clone();
+    let bytes = payload.bytes().to_vec();
+    let other_artifact = compile(&self::request(adder(n, "alpha", "gamma")));
+    let rejected: Vec<(&str, TargetPayload)> = vec![
+        (
+            "format `ptx`",
+            rebuilt(format("ptx", 1), profile.clone(), bytes.clone()),
+        ),
+        (
+            "format version 2",
+            rebuilt(
+                format(vyre_cuda::PAYLOAD_FORMAT, 2),
+                profile.clone(),
+                bytes.clone(),
+            ),
+        ),
+        (
+            "another profile identity",
+            rebuilt(
+                ours.clone(),
+                profile_with(
+                    format!("{}-other", profile.identity()),
+                    profile.generation(),
+                ),
+                bytes.clone(),
+            ),
+        ),
+        (
+            "another profile generation",
+            rebuilt(
+                ours.clone(),
+                profile_with(profile.identity().to_string(), profile.generation() + 1),
+                bytes.clone(),
+            ),
+        ),
+        (
+            "garbage bytes",
+            rebuilt(
+                ours.clone(),
+                profile.clone(),
+                b"not a vyre-cuda module".to_vec(),
+            ),
+        ),
+        (
+            "random bytes",
+            rebuilt(ours.clone(), profile.clone(), Rng::new(42).bytes_u32(4096)),
+        ),
+        (
+            "truncated bytes",
+            rebuilt(
+                ours.clone(),
+                profile.clone(),
+                bytes[..bytes.len() / 2].to_vec(),
+            ),
+        ),
+        (
+            "a payload of another artifact",
+            compiler().compile(&other_artifact).unwrap(),
+        ),
+    ];
+    for (what, bad) in &rejected {
+        let error = materializer
+            .materialize(&artifact, bad)
+            .err()
+            .unwrap_or_else(|| panic!("{what} was materialized"));
+        println!("{what}: {}", fix_text(&error));
+    }
+    // The materializer still materializes the genuine payload, which runs.
+    let instance = materializer.materialize(&artifact, &payload).unwrap();
+    assert_still_usable(
+        "rejected payloads",
+        instance.as_ref(),
+        &artifact,
+        request.graph(),
+    );
+}
