@@ -13,22 +13,18 @@ fn vyre_cuda_is_registered_by_linking_the_crate() {
     let ours = vyre_driver::backend::backend_registration(BACKEND_ID).unwrap();
     assert_eq!(ours.target_id.as_str(), vyre_cuda::TARGET_ID);
     assert!(!ours.reference_oracle);
-    assert!(ours.payload_format.is_none() && ours.target_compiler.is_none());
+    assert_eq!(ours.payload_format, Some(vyre_cuda::PAYLOAD_FORMAT));
     // Ahead of vyre-driver-cuda (rank 5) when both are linked.
     assert_eq!(vyre_driver::backend::backend_precedence(BACKEND_ID), Ok(4));
     assert_eq!(
         vyre_driver::backend::backend_dispatches(BACKEND_ID),
         Ok(true)
     );
-    // Without a target compiler the artifact route says so (vyre-driver's own error).
-    let error = ours
+    // The artifact route's compiler is device-free; vyre checks its format is ours.
+    let compiler = ours
         .target_compiler()
-        .err()
-        .expect("no target compiler yet");
-    assert!(
-        matches!(error, vyre_driver::BackendError::UnsupportedFeature { .. }),
-        "{error}"
-    );
+        .expect("a target compiler on any machine");
+    assert_eq!(compiler.format().identity(), vyre_cuda::PAYLOAD_FORMAT);
 }
 
 #[test]
