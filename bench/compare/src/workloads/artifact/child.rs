@@ -854,3 +854,33 @@ fn case_outputs(
         .map(|decl| route::output(artifact, completion, decl.name()))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `check_chain`'s shortcut (the base's reference output with word k from a reference
+    /// run over the fresh values) agrees with the reference run on each whole input, and
+    /// catches a wrong word.
+    #[test]
+    fn check_chain_matches_whole_reference_runs() {
+        let kernels = route::chain_kernels(CHAIN_KERNELS, N as u32, 0);
+        let mut rng = Rng::new(5);
+        let base = rng.u32_bytes(N);
+        let fresh: Vec<u32> = (0..3).map(|_| rng.next_u32()).collect();
+        let mut outputs: Vec<Vec<u8>> = fresh
+            .iter()
+            .enumerate()
+            .map(|(k, v)| {
+                let mut x = base.clone();
+                x[4 * k..4 * k + 4].copy_from_slice(&v.to_le_bytes());
+                programs::chain_reference(&kernels, &x).expect("reference")
+            })
+            .collect();
+        assert!(check_chain(&kernels, &base, &fresh, &outputs).is_empty());
+        outputs[2][9] ^= 1;
+        let bad = check_chain(&kernels, &base, &fresh, &outputs);
+        assert_eq!(bad.len(), 1, "{bad:?}");
+        assert!(bad[0].starts_with("sample 2:"), "{bad:?}");
+    }
+}

@@ -257,7 +257,7 @@ pub fn submit(ctx: &Ctx, sink: &mut Sink) {
 /// Part 2: cold target compile, materialize and first submit of 1-, 4- and 16-kernel
 /// chains, each sample a fresh process with empty caches; the floor's one module's JIT.
 pub fn cold(ctx: &Ctx, sink: &mut Sink) {
-    let runs = if ctx.opts.quick { 2 } else { 5 };
+    let runs = if ctx.opts.quick { 2 } else { 7 };
     let mut floor_runs = Vec::new();
     let mut found: BTreeMap<(usize, &str), Vec<R<ChildReport>>> = BTreeMap::new();
     // Interleaved: run r of every engine and size before run r + 1 of any.
@@ -278,8 +278,10 @@ pub fn cold(ctx: &Ctx, sink: &mut Sink) {
             format!("cold ArtifactMaterializer::materialize, {n}-kernel chain (floor: one module's JIT)"),
             format!("cold first submit+wait, {n}-kernel chain, after materialize"),
         ];
+        let plan = chain_plan(n);
         for (k, (id, measure)) in ids.iter().zip(&measures).enumerate() {
             let mut row = Row::new(id, measure, None);
+            row.notes.push(plan.clone());
             row.engines.insert(
                 "floor".into(),
                 if k == 1 {
@@ -315,6 +317,19 @@ pub fn cold(ctx: &Ctx, sink: &mut Sink) {
             }
             push_loud(sink, row);
         }
+    }
+}
+
+/// What vyre's (engine-neutral) `vyre_megakernel::compile` makes of an `n`-kernel chain:
+/// how many fusion groups, i.e. modules every target compiles.
+fn chain_plan(n: usize) -> String {
+    let kernels = route::chain_kernels(n, N as u32, 0);
+    match route::chain_graph(&kernels, N as u32).and_then(route::neutral_compile) {
+        Ok(artifact) => format!(
+            "{n} kernels -> {} fusion groups (vyre_megakernel::compile)",
+            artifact.fusion().len()
+        ),
+        Err(e) => format!("{n} kernels: vyre_megakernel::compile failed here: {e}"),
     }
 }
 
@@ -497,6 +512,7 @@ pub fn chain(ctx: &Ctx, sink: &mut Sink) {
         let got = spawn(ctx, sink, "chain", engine, Env::Warm);
         row.engines.insert(engine.into(), outcome_of(&got, CHAIN));
     }
+    row.notes.push(chain_plan(CHAIN_KERNELS));
     let samples = if ctx.opts.quick { 60 } else { 300 };
     row.notes.push(format!(
         "each engine in a fresh process of its own (this process's environment); the graph of (2) with \

@@ -225,3 +225,32 @@ pub fn chain_graph(kernels: &[Program], n: u32) -> R<ProgramGraph> {
     }
     Ok(graph)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn groups(kernels: &[Program]) -> usize {
+        let graph = chain_graph(kernels, 1024).expect("chain graph");
+        neutral_compile(graph).expect("compile").fusion().len()
+    }
+
+    /// The chains keep one fusion group (one module) per kernel, and it is the workgroup
+    /// sizes that do it: the same kernels at one workgroup size fuse.
+    #[test]
+    fn chain_kernels_stay_separate_groups_only_through_their_workgroup_sizes() {
+        for n in [1, 4, 16] {
+            assert_eq!(groups(&chain_kernels(n, 1024, 0)), n);
+        }
+        let uniform: Vec<Program> = chain_kernels(16, 1024, 0)
+            .into_iter()
+            .map(|mut p| {
+                p.workgroup_size = [256, 1, 1];
+                p
+            })
+            .collect();
+        let fused = groups(&uniform);
+        println!("16 kernels at one workgroup size: {fused} fusion groups");
+        assert!(fused < 16);
+    }
+}
