@@ -24,6 +24,12 @@ vyre-compare: floor vs vyre-driver-cuda 0.7.2 vs vyre-cuda, on one GPU
                      sizes and copy-thread counts (extra keys sweep.*; tuning, not the table)
   --only jit_probe   (run only when named) driver JIT time per method (load, O0, linker) on
                      the floor's, the incumbent's and vyre-cuda's PTX, vadd and the corpus
+  --only artifact    the artifact route (issue 16): artifact_submit, artifact_cold,
+                     artifact_corpus, artifact_chain; each engine runs in fresh processes of
+                     this binary (cold parts: CUDA_CACHE_DISABLE=1, empty HOME); with only
+                     artifact workloads selected this process opens no engine
+  --artifact-child PART --engine ENGINE --child-out FILE
+                     (internal) one artifact part for one engine, its outcomes as JSON
   --render JSON      no GPU: read a results file, print the tables, write --svg/--markdown
   --dump-ptx DIR     no GPU: write the floor's PTX (for ptxas) and exit
 ";
@@ -40,6 +46,12 @@ pub struct Opts {
     pub blocking_sync: bool,
     pub ours_blocking_wait: bool,
     pub staging_sweep: bool,
+    /// `--artifact-child PART`: run one artifact part in this process and exit.
+    pub artifact_child: Option<String>,
+    /// `--engine`: the engine of `--artifact-child`.
+    pub engine: Option<String>,
+    /// `--child-out`: where `--artifact-child` writes its outcomes.
+    pub child_out: Option<PathBuf>,
 }
 
 pub fn parse_opts() -> Opts {
@@ -55,6 +67,9 @@ pub fn parse_opts() -> Opts {
         blocking_sync: false,
         ours_blocking_wait: false,
         staging_sweep: false,
+        artifact_child: None,
+        engine: None,
+        child_out: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -75,6 +90,9 @@ pub fn parse_opts() -> Opts {
             "--staging-sweep" => opts.staging_sweep = true,
             "--render" => opts.render = Some(value("--render").into()),
             "--dump-ptx" => opts.dump_ptx = Some(value("--dump-ptx").into()),
+            "--artifact-child" => opts.artifact_child = Some(value("--artifact-child")),
+            "--engine" => opts.engine = Some(value("--engine")),
+            "--child-out" => opts.child_out = Some(value("--child-out").into()),
             "--deadline-s" => {
                 let v = value("--deadline-s");
                 opts.deadline = Duration::from_secs(v.parse().unwrap_or_else(|_| {

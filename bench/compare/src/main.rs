@@ -40,10 +40,25 @@ fn main() {
     if std::env::var_os("VYRE_AUTOTUNER").is_none() {
         std::env::set_var("VYRE_AUTOTUNER", "off");
     }
+    if let Some(part) = &opts.artifact_child {
+        let (Some(engine), Some(out)) = (&opts.engine, &opts.child_out) else {
+            eprintln!(
+                "--artifact-child needs --engine and --child-out\n{}",
+                cli::USAGE
+            );
+            std::process::exit(2)
+        };
+        return workloads::artifact::child_main(part, engine, out, opts.quick);
+    }
     let started = Instant::now();
     let mut report = new_report();
     let mut log = Vec::new();
-    let engines = Engines::open(&opts, &mut log);
+    let engines = if workloads::artifact::only(opts.only.as_deref()) {
+        log.push("only artifact workloads: this process opens no engine (each runs in processes of its own)".into());
+        Engines::unopened()
+    } else {
+        Engines::open(&opts, &mut log)
+    };
     report.device = engines.floor.facts().cloned();
     for var in [
         "CUDA_CACHE_DISABLE",

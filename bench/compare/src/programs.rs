@@ -98,6 +98,105 @@ pub fn step(n: u32) -> Program {
     )
 }
 
+/// `out[i] = a[i] * s[0] + b[i]` in f32 (a `Mul` then an `Add`: two roundings), the scale
+/// read from a one-element buffer: the artifact rows' one-kernel program.
+pub fn axpb(n: u32) -> Program {
+    let i = gid();
+    let value = bin(
+        BinOp::Add,
+        bin(
+            BinOp::Mul,
+            Expr::load("a", i.clone()),
+            Expr::load("s", Expr::u32(0)),
+        ),
+        Expr::load("b", i.clone()),
+    );
+    Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::F32).with_count(n),
+            BufferDecl::read("b", 1, DataType::F32).with_count(n),
+            BufferDecl::read("s", 2, DataType::F32).with_count(1),
+            BufferDecl::output("out", 3, DataType::F32).with_count(n),
+        ],
+        [256, 1, 1],
+        guarded(n, vec![Node::store("out", i, value)]),
+    )
+}
+
+/// The workgroup sizes of the chain's kernels, in turn: neighbours differ, and vyre's
+/// fusion joins only producer/consumer pairs of one workgroup shape, so every kernel of a
+/// chain stays a fusion group (a module) of its own.
+pub const CHAIN_WORKGROUPS: [u32; 4] = [256, 128, 64, 32];
+
+/// The literal of chain kernel `k` under `salt` (a fresh salt makes every kernel new to
+/// every cache).
+pub fn chain_literal(k: usize, salt: u32) -> u32 {
+    let mut x = (k as u32)
+        .wrapping_mul(0x9E37_79B9)
+        .wrapping_add(salt)
+        .wrapping_add(0x1234_5677);
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x85EB_CA6B);
+    x ^= x >> 13;
+    x = x.wrapping_mul(0xC2B2_AE35);
+    x ^ (x >> 16)
+}
+
+/// Kernel `k` of an elementwise u32 chain over `n` elements: reads buffer `v{k}`, writes
+/// `v{k+1}` (graph value names are the buffer names, as `ProgramGraph::from_program`
+/// makes them), workgroup `CHAIN_WORKGROUPS[k % 4]`. Four shapes in turn, wrapping u32:
+/// `x * c + d`, `x ^ (x >> s)`, a rotate written with shifts, `(x + c) ^ d`; the literals
+/// come from [`chain_literal`].
+pub fn chain_kernel(k: usize, n: u32, salt: u32) -> Program {
+    let i = gid();
+    let (input, output) = (format!("v{k}"), format!("v{}", k + 1));
+    let x = || Expr::load(input.as_str(), i.clone());
+    let lit = chain_literal(k, salt);
+    let shift = 1 + lit % 31;
+    let value = match k % 4 {
+        0 => bin(
+            BinOp::Add,
+            bin(BinOp::Mul, x(), Expr::u32(lit | 1)),
+            Expr::u32(lit >> 3),
+        ),
+        1 => bin(BinOp::BitXor, x(), bin(BinOp::Shr, x(), Expr::u32(shift))),
+        2 => bin(
+            BinOp::BitOr,
+            bin(BinOp::Shl, x(), Expr::u32(shift)),
+            bin(BinOp::Shr, x(), Expr::u32(32 - shift)),
+        ),
+        _ => bin(
+            BinOp::BitXor,
+            bin(BinOp::Add, x(), Expr::u32(lit)),
+            Expr::u32(lit.rotate_left(13)),
+        ),
+    };
+    Program::wrapped(
+        vec![
+            BufferDecl::read(&input, 0, DataType::U32).with_count(n),
+            BufferDecl::output(&output, 1, DataType::U32).with_count(n),
+        ],
+        [CHAIN_WORKGROUPS[k % 4], 1, 1],
+        guarded(n, vec![Node::store(output.as_str(), i, value)]),
+    )
+}
+
+/// vyre-reference running the kernels of a chain in order on `x`: the last one's output.
+pub fn chain_reference(kernels: &[Program], x: &[u8]) -> Result<Vec<u8>, String> {
+    let mut value = x.to_vec();
+    for (k, program) in kernels.iter().enumerate() {
+        let mut out = reference(program, &[value.as_slice()])?;
+        if out.len() != 1 {
+            return Err(format!(
+                "chain kernel {k}: the reference returned {} outputs",
+                out.len()
+            ));
+        }
+        value = out.remove(0);
+    }
+    Ok(value)
+}
+
 /// Whether `program` uses an op that vyre-driver-cuda 0.7.2 lowers only to approximate PTX
 /// (`Exp`, `Log`, `Exp2`, `Log2`, `Sin`, `Cos`, `Tanh`): the programs it rejects unless
 /// `DispatchConfig::ulp_budget` is positive ("ulp_budget is not positive").

@@ -52,6 +52,16 @@ impl Incumbent {
     }
 }
 
+impl Incumbent {
+    /// Not acquired (the emitter compiles for sm_90).
+    pub fn unopened() -> Self {
+        Self {
+            backend: None,
+            sm: 90,
+        }
+    }
+}
+
 impl Engine for Incumbent {
     fn name(&self) -> &'static str {
         "incumbent"

@@ -92,6 +92,15 @@ impl Engines {
         Self { floor, ours, inc }
     }
 
+    /// No engine opened (every workload that runs then starts its own processes).
+    pub fn unopened() -> Self {
+        Self {
+            floor: FloorEngine::unopened(),
+            ours: VyreCuda::unopened(),
+            inc: Incumbent::unopened(),
+        }
+    }
+
     /// Every engine, in the order of every row: the floor, vyre-cuda, the incumbent.
     pub fn all(&self) -> [&dyn Engine; 3] {
         [&self.floor, &self.ours, &self.inc]

@@ -49,6 +49,14 @@ impl VyreCuda {
         Self { backend, target }
     }
 
+    /// Not opened (the emitter compiles for sm_90).
+    pub fn unopened() -> Self {
+        Self {
+            backend: None,
+            target: PtxTarget::sm90(),
+        }
+    }
+
     pub fn get(&self) -> Option<&CudaBackend> {
         self.backend.as_ref()
     }

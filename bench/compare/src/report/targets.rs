@@ -1,4 +1,5 @@
-//! Issue 5's targets, each with vyre-cuda's measured ratio and met / not met.
+//! Issue 5's targets (and issue 16's, where a run has artifact rows), each with vyre-cuda's
+//! measured ratio and met / not met.
 
 use super::{fmt_ratio, fmt_time, Report};
 use std::fmt::Write as _;
@@ -62,7 +63,49 @@ impl Report {
             cpu.map(fmt_time).unwrap_or_else(|| "-".into()),
             cpu.map(|ns| ns <= 5000.0),
         ));
+        if self.rows.iter().any(|row| row.id.starts_with("artifact_")) {
+            t.extend(self.artifact_targets());
+        }
         t
+    }
+
+    /// Issue 16's targets for the artifact route (only where a run has artifact rows).
+    fn artifact_targets(&self) -> Vec<Target> {
+        let submit = self.ours_over("artifact_submit_1024", "floor");
+        let materialize: Vec<Option<f64>> = [1, 4, 16]
+            .iter()
+            .map(|n| self.ours_over(&format!("artifact_cold_materialize_{n}"), "floor"))
+            .collect();
+        let within = materialize
+            .iter()
+            .map(|r| r.map(|r| r <= 1.2))
+            .reduce(both)
+            .flatten();
+        let corpus = self.ours_over("artifact_corpus_first", "incumbent");
+        vec![
+            target(
+                "artifact warm submit+wait, 1 kernel (1024 elements), a new input each submit",
+                "<= 1.3x the floor's round trip (upload, launch, download, sync)",
+                format!("{} floor", fmt_ratio(submit)),
+                submit.map(|r| r <= 1.3),
+            ),
+            target(
+                "artifact cold materialize, 1 / 4 / 16 kernels",
+                "<= 1.2x one module's JIT (the floor's, cold)",
+                materialize
+                    .iter()
+                    .map(|r| fmt_ratio(*r))
+                    .collect::<Vec<_>>()
+                    .join(" / "),
+                within,
+            ),
+            target(
+                "fixture corpus as artifacts, first pass (empty caches)",
+                "<= 0.3x the incumbent's first pass",
+                format!("{} incumbent (programs both matched)", fmt_ratio(corpus)),
+                corpus.map(|r| r <= 0.3),
+            ),
+        ]
     }
 
     fn tiny_target(&self) -> Target {

@@ -1,6 +1,7 @@
 //! The workloads, one module per family. [`list`] is the order they run in; a workload is
 //! a function of the engines ([`Ctx`]) that pushes rows or diagnostics into a [`Sink`].
 
+pub(crate) mod artifact;
 mod cold_compile;
 pub(crate) mod corpus;
 mod diagnostics;
@@ -35,7 +36,8 @@ fn workload(id: impl Into<String>, run: impl Fn(&Ctx, &mut Sink) + 'static) -> W
     }
 }
 
-/// The workloads of this run, in order. Without a GPU only the emitter row runs.
+/// The workloads of this run, in order. Without a GPU only the emitter row and the artifact
+/// rows (whose children report that they cannot open the device) run.
 pub fn list(ctx: &Ctx) -> Vec<Workload> {
     let mut list = vec![
         workload("emit_ptx_corpus", emit_corpus::run),
@@ -44,6 +46,7 @@ pub fn list(ctx: &Ctx) -> Vec<Workload> {
     ];
     if !ctx.engines.any_open() {
         list.truncate(1);
+        list.extend(artifact_workloads());
         return list;
     }
     let quick = ctx.opts.quick;
@@ -75,6 +78,7 @@ pub fn list(ctx: &Ctx) -> Vec<Workload> {
     // error) must not take the floor's measurements with it.
     list.push(workload("diagnostics", diagnostics::run));
     list.push(workload("corpus", corpus::run));
+    list.extend(artifact_workloads());
     // Probes that run only when `--only` names them.
     if ctx.named("jit_probe") {
         list.push(workload("jit_probe", jit_probe::run));
@@ -82,12 +86,23 @@ pub fn list(ctx: &Ctx) -> Vec<Workload> {
     list
 }
 
+/// The artifact route's parts (issue 16): each engine runs in processes of its own, so
+/// they run whether or not this process opened the engines.
+fn artifact_workloads() -> Vec<Workload> {
+    vec![
+        workload("artifact_submit", artifact::submit),
+        workload("artifact_cold", artifact::cold),
+        workload("artifact_corpus", artifact::corpus),
+        workload("artifact_chain", artifact::chain),
+    ]
+}
+
 /// Run the workloads `--only` selects, skipping those that would start past the deadline;
 /// a workload's panic is logged and the next one runs.
 pub fn run_all(ctx: &Ctx, sink: &mut Sink, started: Instant) {
     let workloads = list(ctx);
-    if !ctx.engines.any_open() {
-        sink.log("no GPU: only the emitter row runs".into());
+    if !ctx.engines.any_open() && !artifact::only(ctx.opts.only.as_deref()) {
+        sink.log("no GPU: only the emitter row and the artifact rows (engines in processes of their own) run".into());
     }
     let deadline = ctx.opts.deadline;
     for w in workloads {

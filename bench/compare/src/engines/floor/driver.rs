@@ -812,6 +812,105 @@ impl Floor {
     }
 }
 
+/// A hand-written kernel in a module of its own (unloaded on drop).
+pub struct OwnKernel {
+    f: sys::CUfunction,
+    _module: Module,
+}
+
+/// One upload of a round trip: host bytes and the device offset they go to.
+pub type Upload<'a> = (&'a [u8], u64);
+
+impl Floor {
+    /// JIT `ptx_text` into a module of its own and fetch kernel `name`.
+    pub fn load_kernel(&self, ptx_text: &str, name: &str) -> R<OwnKernel> {
+        self.bind()?;
+        let module = Module::load(ptx_text)?;
+        Ok(OwnKernel {
+            f: module.function(name)?,
+            _module: module,
+        })
+    }
+
+    /// A round trip of a 1-D kernel on stream 0: `uploads` into `dev`, one launch of `k`
+    /// (one thread per element, `BLOCK` per block) with the parameters `dev.ptr + offset`
+    /// for each of `params` then `n`, `out` read back from `dev.ptr + out_off`, one sync.
+    #[allow(clippy::too_many_arguments)]
+    pub fn round_trip(
+        &self,
+        k: &OwnKernel,
+        uploads: &[Upload<'_>],
+        params: &[u64],
+        n: u32,
+        out: &mut [u8],
+        out_off: u64,
+        dev: &DevBuf,
+    ) -> R<()> {
+        self.bind()?;
+        for &(bytes, offset) in uploads {
+            self.h2d(dev.ptr + offset, bytes, 0)?;
+        }
+        let mut pointers: Vec<u64> = params.iter().map(|off| dev.ptr + off).collect();
+        let mut n_ = n;
+        let mut raw: Vec<*mut c_void> = pointers
+            .iter_mut()
+            .map(|p| (p as *mut u64).cast())
+            .collect();
+        raw.push((&mut n_ as *mut u32).cast());
+        self.launch(k.f, n.div_ceil(BLOCK), &mut raw, 0)?;
+        self.d2h(out, dev.ptr + out_off, 0)?;
+        self.sync(0)
+    }
+}
+
+/// The first driver JITs of a process: `cuInit`, device 0's primary context, then for each
+/// of the texts `make` writes for the device's compute capability, in turn, the wall time of `cuModuleLoadData` + `cuModuleGetFunction(name)`
+/// (each module unloaded after); the context retain released at the end. Also the
+/// device's facts (name, compute capability) for the report.
+pub fn first_jits(
+    make: impl FnOnce(i32, i32) -> Vec<String>,
+    name: &str,
+) -> R<(Vec<Duration>, String, (i32, i32))> {
+    // SAFETY: only tries to dlopen libcuda (cudarc panics on a missing library later).
+    if !unsafe { sys::is_culib_present() } {
+        return Err("libcuda not found".into());
+    }
+    ck("cuInit", result::init())?;
+    let dev = ck("cuDeviceGet", result::device::get(0))?;
+    // SAFETY: `dev` is a valid device; released below on every path.
+    let ctx = ck("cuDevicePrimaryCtxRetain", unsafe {
+        result::primary_ctx::retain(dev)
+    })?;
+    let timed = (|| -> R<(Vec<Duration>, String, (i32, i32))> {
+        // SAFETY: the context we just retained.
+        ck("cuCtxSetCurrent", unsafe { result::ctx::set_current(ctx) })?;
+        let attr = |a: sys::CUdevice_attribute| -> R<i32> {
+            // SAFETY: `dev` is valid and `a` a defined attribute.
+            ck("cuDeviceGetAttribute", unsafe {
+                result::device::get_attribute(dev, a)
+            })
+        };
+        use sys::CUdevice_attribute as A;
+        let cc = (
+            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        );
+        let device = ck("cuDeviceGetName", result::device::get_name(dev))?;
+        let mut taken = Vec::new();
+        for text in make(cc.0, cc.1) {
+            let started = Instant::now();
+            let module = Module::load(&text)?;
+            module.function(name)?;
+            taken.push(started.elapsed());
+            drop(module);
+        }
+        Ok((taken, device, cc))
+    })();
+    // SAFETY: releases the one retain taken above.
+    let _ = unsafe { result::primary_ctx::release(dev) };
+    timed
+}
+
 impl Drop for Floor {
     fn drop(&mut self) {
         let _ = self.bind();

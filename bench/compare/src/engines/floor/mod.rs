@@ -35,6 +35,11 @@ impl FloorEngine {
         Self { floor }
     }
 
+    /// Not opened.
+    pub fn unopened() -> Self {
+        Self { floor: None }
+    }
+
     pub fn get(&self) -> Option<&Floor> {
         self.floor.as_ref()
     }

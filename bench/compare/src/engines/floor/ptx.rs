@@ -351,3 +351,94 @@ pub fn cold_module(major: i32, minor: i32, salt: u32) -> String {
     text.push_str(&vadd_scalar("floor_vadd", salt));
     text
 }
+
+/// `out[i] = a[i] * s[0] + b[i]` in f32 (`mul.rn.ftz` then `add.rn.ftz`, as
+/// `programs::axpb`), one element per thread: the artifact rows' one-kernel program.
+pub fn axpb(name: &str) -> String {
+    format!(
+        r#".visible .entry {name}(
+	.param .u64 pa,
+	.param .u64 pb,
+	.param .u64 ps,
+	.param .u64 pout,
+	.param .u32 pn
+)
+{{
+	.reg .pred %p<2>;
+	.reg .b32 %r<6>;
+	.reg .f32 %f<6>;
+	.reg .b64 %rd<10>;
+	ld.param.u64 %rd1, [pa];
+	ld.param.u64 %rd2, [pb];
+	ld.param.u64 %rd3, [ps];
+	ld.param.u64 %rd4, [pout];
+	ld.param.u32 %r1, [pn];
+	mov.u32 %r2, %ctaid.x;
+	mov.u32 %r3, %ntid.x;
+	mov.u32 %r4, %tid.x;
+	mad.lo.u32 %r5, %r2, %r3, %r4;
+	setp.ge.u32 %p1, %r5, %r1;
+	@%p1 bra $L_{name}_done;
+	mul.wide.u32 %rd5, %r5, 4;
+	add.u64 %rd6, %rd1, %rd5;
+	add.u64 %rd7, %rd2, %rd5;
+	add.u64 %rd8, %rd4, %rd5;
+	ld.global.nc.f32 %f1, [%rd6];
+	ld.global.nc.f32 %f2, [%rd7];
+	ld.global.nc.f32 %f3, [%rd3];
+	mul.rn.ftz.f32 %f4, %f1, %f3;
+	add.rn.ftz.f32 %f5, %f4, %f2;
+	st.global.f32 [%rd8], %f5;
+$L_{name}_done:
+	ret;
+}}
+
+"#
+    )
+}
+
+/// A module with [`axpb`] as `floor_axpb`.
+pub fn axpb_module(major: i32, minor: i32) -> String {
+    let mut text = header(major, minor);
+    text.push_str(&axpb("floor_axpb"));
+    text
+}
+
+/// `y[i] = x[i] * c + d` (wrapping u32), one element per thread: the first kernel shape of
+/// `programs::chain_kernel`, in a module of its own (`floor_chain`). Fresh literals make
+/// it new to every cache: the cold rows' "one module's JIT".
+pub fn chain_module(major: i32, minor: i32, c: u32, d: u32) -> String {
+    let mut text = header(major, minor);
+    text.push_str(&format!(
+        r#".visible .entry floor_chain(
+	.param .u64 px,
+	.param .u64 py,
+	.param .u32 pn
+)
+{{
+	.reg .pred %p<2>;
+	.reg .b32 %r<8>;
+	.reg .b64 %rd<6>;
+	ld.param.u64 %rd1, [px];
+	ld.param.u64 %rd2, [py];
+	ld.param.u32 %r1, [pn];
+	mov.u32 %r2, %ctaid.x;
+	mov.u32 %r3, %ntid.x;
+	mov.u32 %r4, %tid.x;
+	mad.lo.u32 %r5, %r2, %r3, %r4;
+	setp.ge.u32 %p1, %r5, %r1;
+	@%p1 bra $L_floor_chain_done;
+	mul.wide.u32 %rd3, %r5, 4;
+	add.u64 %rd4, %rd1, %rd3;
+	add.u64 %rd5, %rd2, %rd3;
+	ld.global.nc.u32 %r6, [%rd4];
+	mad.lo.u32 %r7, %r6, {c}, {d};
+	st.global.u32 [%rd5], %r7;
+$L_floor_chain_done:
+	ret;
+}}
+
+"#
+    ));
+    text
+}
