@@ -4,107 +4,20 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use common::artifact::{registration, request, reverse_chain};
 use std::time::Instant;
 use vyre_driver::{BindingSet, BoundResource};
-use vyre_foundation::ir::{
-    BufferAccess, BufferDecl, DataType, Expr, GraphInput, GraphOutput, Node, Program, ProgramGraph,
-    ShapeDim, ValueContract, ValueLifetime,
-};
-use vyre_megakernel::{Artifact, CompileRequest, Digest, ExternalFacts, SearchBudget};
+use vyre_foundation::ir::{Program, ProgramGraph};
+use vyre_megakernel::Artifact;
 
 const N: u32 = 4096;
 
-fn contract(access: BufferAccess, lifetime: ValueLifetime) -> ValueContract {
-    ValueContract {
-        dtype: DataType::U32,
-        shape: vec![ShapeDim::Known(u64::from(N))],
-        access,
-        lifetime,
-    }
-}
-
-/// `dst[i] = src[n-1-i] * 3 + k`, repeated `iterations` times into `dst`.
-fn node_program(src: &str, dst: &str, k: u32, workgroup: u32, iterations: u32) -> Program {
-    let i = Expr::InvocationId { axis: 0 };
-    let value = Expr::add(
-        Expr::mul(
-            Expr::load(src, Expr::sub(Expr::u32(N - 1), i.clone())),
-            Expr::u32(3),
-        ),
-        Expr::u32(k),
-    );
-    let store = Node::store(dst, i.clone(), value);
-    let body = if iterations > 1 {
-        vec![Node::loop_for(
-            "j",
-            Expr::u32(0),
-            Expr::u32(iterations),
-            vec![store],
-        )]
-    } else {
-        vec![store]
-    };
-    Program::wrapped(
-        vec![
-            BufferDecl::storage(src, 0, BufferAccess::ReadOnly, DataType::U32).with_count(N),
-            BufferDecl::output(dst, 1, DataType::U32).with_count(N),
-        ],
-        [workgroup, 1, 1],
-        vec![Node::if_then(Expr::lt(i, Expr::u32(N)), body)],
-    )
-}
-
-fn chain(len: u32, iterations: u32) -> (ProgramGraph, Vec<Program>) {
-    let mut graph = ProgramGraph::new();
-    let mut programs = Vec::new();
-    let mut value = graph
-        .add_external_value(
-            "v0",
-            contract(BufferAccess::ReadOnly, ValueLifetime::Invocation),
-        )
-        .unwrap();
-    for k in 1..=len {
-        let (src, dst) = (format!("v{}", k - 1), format!("v{k}"));
-        let lifetime = if k == len {
-            ValueLifetime::Output
-        } else {
-            ValueLifetime::Invocation
-        };
-        let program = node_program(&src, &dst, k, if k % 2 == 0 { 64 } else { 128 }, iterations);
-        programs.push(program.clone());
-        let (_, produced) = graph
-            .add_node(
-                format!("node{k}"),
-                program,
-                vec![GraphInput {
-                    buffer: src,
-                    value,
-                    contract: contract(BufferAccess::ReadOnly, ValueLifetime::Invocation),
-                }],
-                vec![GraphOutput {
-                    buffer: dst.clone(),
-                    name: dst,
-                    contract: contract(BufferAccess::ReadWrite, lifetime),
-                    retained_successor_of: None,
-                }],
-            )
-            .unwrap();
-        value = produced[0];
-    }
-    (graph, programs)
+fn chain(len: u32, stores: u32) -> (ProgramGraph, Vec<Program>) {
+    reverse_chain(len, N, stores)
 }
 
 fn compile(graph: ProgramGraph) -> Artifact {
-    let request = CompileRequest::new(
-        graph,
-        ExternalFacts::new(Digest([0; 32]), BTreeMap::new()),
-        SearchBudget::new(64, 1 << 20, 0, 0, 10_000_000_000),
-        1 << 30,
-    )
-    .validate()
-    .unwrap();
-    vyre_megakernel::compile(&request).unwrap()
+    common::artifact::compile(&request(graph))
 }
 
 /// vyre-reference running the chain's nodes in order.
@@ -112,10 +25,6 @@ fn reference(programs: &[Program], input: &[u8]) -> Vec<u8> {
     programs.iter().fold(input.to_vec(), |value, program| {
         common::gpu::reference(program, &[value]).expect("the reference runs the node")[0].clone()
     })
-}
-
-fn registration() -> &'static vyre_driver::BackendRegistration {
-    vyre_driver::backend::backend_registration(vyre_cuda::BACKEND_ID).unwrap()
 }
 
 #[test]

@@ -10,10 +10,12 @@
 //! what the group wrote; separate launches cannot.)
 
 use super::payload::{NodeKernel, Payload, FORMAT_VERSION};
-use super::Values;
+use super::{node_programs, Values};
 use crate::backend::{binding_order, reference_grid_for, validated};
 use crate::codegen::{emit_named, PtxTarget};
 use crate::compat::PAYLOAD_FORMAT;
+use std::collections::BTreeMap;
+use vyre_foundation::ir::Program;
 use vyre_megakernel::{
     AbiAccess, Artifact, ArtifactNodeId, ResourceLifetime, TargetCompileError, TargetCompiler,
     TargetEntryPoint, TargetPayload, TargetPayloadFormat, TargetProfile, TargetResourceAccess,
@@ -64,18 +66,24 @@ impl TargetCompiler for CudaTargetCompiler {
     }
 
     fn compile(&self, artifact: &Artifact) -> Result<TargetPayload, TargetCompileError> {
-        let values = Values::of(artifact).map_err(TargetCompileError::InvalidArtifact)?;
-        let mut kernels = Vec::with_capacity(artifact.nodes().len());
-        let mut grids = Vec::with_capacity(artifact.nodes().len());
+        let programs = node_programs(artifact).map_err(TargetCompileError::InvalidArtifact)?;
+        let values =
+            Values::of(artifact, &programs).map_err(TargetCompileError::InvalidArtifact)?;
+        let mut kernels = Vec::with_capacity(programs.len());
+        let mut grids = BTreeMap::new();
         for node in super::run_order(artifact) {
-            let (kernel, grid) = compile_node(artifact, &values, node).map_err(|why| {
-                TargetCompileError::Unsupported(format!("node {}: {why}", node.0))
-            })?;
+            let unsupported =
+                |why: String| TargetCompileError::Unsupported(format!("node {}: {why}", node.0));
+            let program = programs
+                .get(&node)
+                .ok_or_else(|| unsupported("the artifact lacks it".into()))?;
+            let (kernel, grid) =
+                compile_node(artifact, &values, node, program).map_err(unsupported)?;
             kernels.push(kernel);
-            grids.push((node, grid));
+            grids.insert(node, grid);
         }
-        let entries =
-            entry_points(artifact, &values, &grids).map_err(TargetCompileError::InvalidArtifact)?;
+        let entries = entry_points(artifact, &values, &programs, &grids)
+            .map_err(TargetCompileError::InvalidArtifact)?;
         let payload = Payload {
             target: payload_target(),
             value_slots: values.slots.clone(),
@@ -97,9 +105,9 @@ fn compile_node(
     artifact: &Artifact,
     values: &Values,
     node: ArtifactNodeId,
+    program: &Program,
 ) -> Result<(NodeKernel, [u32; 3]), String> {
-    let program = super::node_program(artifact, node)?;
-    let program = validated(&program).map_err(|e| e.to_string())?;
+    let program = validated(program).map_err(|e| e.to_string())?;
     let emitted = emit_named(
         &program,
         None,
@@ -108,12 +116,13 @@ fn compile_node(
     )
     .map_err(|e| e.to_string())?;
     let abi = &emitted.abi;
-    let slots = binding_order(&program, abi)
+    let order = binding_order(&program, abi);
+    let slots = order
         .iter()
         .map(|&index| values.slot_of_buffer(artifact, node, &abi.bindings[index].name))
         .collect::<Result<Vec<u32>, String>>()?;
     let mut lens = vec![0; abi.bindings.len()];
-    for (&index, &slot) in binding_order(&program, abi).iter().zip(&slots) {
+    for (&index, &slot) in order.iter().zip(&slots) {
         lens[index] = values.slot_bytes[slot as usize];
     }
     let grid = reference_grid_for(&program, abi, &lens).map_err(|e| e.to_string())?;
@@ -130,7 +139,8 @@ fn compile_node(
 fn entry_points(
     artifact: &Artifact,
     values: &Values,
-    grids: &[(ArtifactNodeId, [u32; 3])],
+    programs: &BTreeMap<ArtifactNodeId, Program>,
+    grids: &BTreeMap<ArtifactNodeId, [u32; 3]>,
 ) -> Result<Vec<TargetEntryPoint>, String> {
     artifact
         .fusion()
@@ -141,11 +151,10 @@ fn entry_points(
             let first = *members
                 .first()
                 .ok_or_else(|| format!("fusion group {} is empty", group.id.0))?;
-            let grid = grids
-                .iter()
-                .find(|(node, _)| *node == first)
-                .map_or([1, 1, 1], |(_, grid)| *grid);
-            let program = super::node_program(artifact, first)?;
+            let grid = grids.get(&first).copied().unwrap_or([1, 1, 1]);
+            let program = programs
+                .get(&first)
+                .ok_or_else(|| format!("fusion group {} names a missing node", group.id.0))?;
             let touched = members
                 .iter()
                 .flat_map(|member| values.node_values(artifact, *member))

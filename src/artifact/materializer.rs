@@ -10,7 +10,7 @@ use crate::codegen::{reference_program, PtxTarget};
 use crate::compat::BACKEND_ID;
 use crate::error::CudaError;
 use crate::CudaBackend;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use vyre_driver::{
     ArtifactInstance, ArtifactMaterializer, BackendError, BindingSet, BoundResource, Completion,
@@ -228,14 +228,32 @@ impl ArtifactMaterializer for CudaMaterializer {
                 (slot, resource.lifetime, resource.name.clone()),
             );
         }
-        for entry in &artifact.abi().entries {
-            for output in &entry.outputs {
-                if let Some((slot, ..)) = values.get(output) {
-                    produced[*slot] = true;
-                }
+        let produced_values: BTreeSet<ArtifactValueId> = artifact
+            .abi()
+            .entries
+            .iter()
+            .flat_map(|entry| entry.outputs.iter().copied())
+            .collect();
+        for value in &produced_values {
+            if let Some((slot, ..)) = values.get(value) {
+                produced[*slot] = true;
             }
         }
-        let external = external_values(artifact);
+        // Values no node produces: the caller binds them.
+        let external = values
+            .keys()
+            .filter(|value| !produced_values.contains(value))
+            .copied()
+            .collect();
+        let returned: Arc<[(ArtifactValueId, bool)]> = values
+            .iter()
+            .filter_map(|(value, (_, lifetime, _))| match lifetime {
+                ResourceLifetime::Output => Some((*value, false)),
+                ResourceLifetime::Retained => Some((*value, true)),
+                _ => None,
+            })
+            .collect();
+        let reads = returned.iter().map(|(value, _)| values[value].0).collect();
         let nodes = decoded
             .nodes
             .into_iter()
@@ -273,24 +291,10 @@ impl ArtifactMaterializer for CudaMaterializer {
             loaded: Arc::new(loaded),
             values,
             external,
+            returned,
+            reads,
         }))
     }
-}
-
-/// Values no node produces: the caller binds them.
-fn external_values(artifact: &Artifact) -> Vec<ArtifactValueId> {
-    let produced: std::collections::BTreeSet<_> = artifact
-        .abi()
-        .entries
-        .iter()
-        .flat_map(|entry| entry.outputs.iter().copied())
-        .collect();
-    artifact
-        .resources()
-        .iter()
-        .map(|r| r.value)
-        .filter(|value| !produced.contains(value))
-        .collect()
 }
 
 /// One materialized artifact.
@@ -303,6 +307,10 @@ struct CudaArtifactInstance {
     /// Each value's storage slot, lifetime and name.
     values: BTreeMap<ArtifactValueId, (usize, ResourceLifetime, String)>,
     external: Vec<ArtifactValueId>,
+    /// The Output and Retained values a completion returns (`true`: retained), in read
+    /// order, and the storage slot read for each.
+    returned: Arc<[(ArtifactValueId, bool)]>,
+    reads: Vec<usize>,
 }
 
 impl CudaArtifactInstance {
@@ -386,26 +394,13 @@ impl ArtifactInstance for CudaArtifactInstance {
             ));
         }
         let slots = self.slot_bindings(&bindings)?;
-        let returned: Vec<(ArtifactValueId, bool)> = self
-            .values
-            .iter()
-            .filter_map(|(value, (_, lifetime, _))| match lifetime {
-                ResourceLifetime::Output => Some((*value, false)),
-                ResourceLifetime::Retained => Some((*value, true)),
-                _ => None,
-            })
-            .collect();
-        let reads = returned
-            .iter()
-            .map(|(value, _)| self.values[value].0)
-            .collect();
         let flight = self
             .loaded
-            .submit(&slots, reads, bindings.invocation_grid())?;
+            .submit(&slots, self.reads.clone(), bindings.invocation_grid())?;
         Ok(Box::new(CudaSubmission {
             artifact: self.artifact,
             flight: Mutex::new(Some(flight)),
-            returned,
+            returned: Arc::clone(&self.returned),
         }))
     }
 }
@@ -415,7 +410,7 @@ struct CudaSubmission {
     artifact: Digest,
     flight: Mutex<Option<ArtifactFlight>>,
     /// The values read back, in read order, and whether each is retained.
-    returned: Vec<(ArtifactValueId, bool)>,
+    returned: Arc<[(ArtifactValueId, bool)]>,
 }
 
 impl Submission for CudaSubmission {

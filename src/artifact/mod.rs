@@ -6,6 +6,7 @@ pub(crate) mod compiler;
 pub(crate) mod materializer;
 pub(crate) mod payload;
 
+use std::collections::BTreeMap;
 use vyre_foundation::ir::Program;
 use vyre_megakernel::{Artifact, ArtifactNodeId, DependencyEndpoint, DependencyKind};
 
@@ -57,6 +58,17 @@ pub(crate) fn node_program(artifact: &Artifact, node: ArtifactNodeId) -> Result<
     })
 }
 
+/// Every node's program, decoded once.
+pub(crate) fn node_programs(
+    artifact: &Artifact,
+) -> Result<BTreeMap<ArtifactNodeId, Program>, String> {
+    artifact
+        .nodes()
+        .iter()
+        .map(|record| Ok((record.id, node_program(artifact, record.id)?)))
+        .collect()
+}
+
 /// The artifact's values and the storage each one uses: its own, except a retained value's
 /// successor, which is the buffer its node updated in place.
 pub(crate) struct Values {
@@ -67,7 +79,11 @@ pub(crate) struct Values {
 }
 
 impl Values {
-    pub(crate) fn of(artifact: &Artifact) -> Result<Self, String> {
+    /// `programs` are the nodes' ([`node_programs`]).
+    pub(crate) fn of(
+        artifact: &Artifact,
+        programs: &BTreeMap<ArtifactNodeId, Program>,
+    ) -> Result<Self, String> {
         let count = artifact
             .resources()
             .iter()
@@ -84,7 +100,12 @@ impl Values {
             slot_bytes,
         };
         for entry in &artifact.abi().entries {
-            let program = node_program(artifact, entry.node)?;
+            let program = programs.get(&entry.node).ok_or_else(|| {
+                format!(
+                    "the ABI names node {}, which the artifact lacks",
+                    entry.node.0
+                )
+            })?;
             for &output in &entry.outputs {
                 let name = values.name(artifact, output.0);
                 if program.buffers().iter().any(|b| b.name() == name) {

@@ -145,14 +145,8 @@ pub fn emit_named(
     target: PtxTarget,
     entry: &str,
 ) -> Result<EmittedKernel, CodegenError> {
-    let workgroup_size = workgroup_override.unwrap_or_else(|| program.workgroup_size());
-    check_workgroup(workgroup_size)?;
-    let facts = analysis::ProgramFacts::analyse(program, workgroup_size);
-    analysis::uniform::check(program, &facts.uniformity)?;
-    let (mut abi, shared) = abi::layout(program, workgroup_size)?;
-    abi.entry = entry.to_string();
     // PTX compilers mis-handle an entry named like one of its own parameters (ptxas 13.0
-    // corrupts its heap), so a name that could be one is refused.
+    // corrupts its heap), so a name that could be one is refused before any work.
     if entry.starts_with("vyre_p")
         || entry.starts_with("vyre_n") && entry[6..].chars().all(|c| c.is_ascii_digit())
         || entry == "vyre_fault"
@@ -162,6 +156,12 @@ pub fn emit_named(
             "name entries outside the vyre_p<N>/vyre_n<N>/vyre_fault parameter names",
         ));
     }
+    let workgroup_size = workgroup_override.unwrap_or_else(|| program.workgroup_size());
+    check_workgroup(workgroup_size)?;
+    let facts = analysis::ProgramFacts::analyse(program, workgroup_size);
+    analysis::uniform::check(program, &facts.uniformity)?;
+    let (mut abi, shared) = abi::layout(program, workgroup_size)?;
+    abi.entry = entry.to_string();
     let segments = facts.segments();
     let lowerer = || lower::Lowerer::new(program, &facts, &abi, &shared, target.sm());
     let bodies = segments

@@ -368,3 +368,59 @@ impl GraphBuilder {
         self.graph
     }
 }
+
+/// `dst[i] = src[n-1-i] * 3 + k` for `i < n`, stored `stores` times (a long kernel whose
+/// result is the one-store kernel's): each node reads another invocation's element of
+/// its input, which a fused group without a grid barrier would race on.
+pub fn reverse_scale(src: &str, dst: &str, n: u32, k: u32, workgroup: u32, stores: u32) -> Program {
+    use vyre_foundation::ir::{Expr, Node};
+    let i = Expr::InvocationId { axis: 0 };
+    let value = Expr::add(
+        Expr::mul(
+            Expr::load(src, Expr::sub(Expr::u32(n - 1), i.clone())),
+            Expr::u32(3),
+        ),
+        Expr::u32(k),
+    );
+    let store = Node::store(dst, i.clone(), value);
+    let body = if stores > 1 {
+        vec![Node::loop_for(
+            "j",
+            Expr::u32(0),
+            Expr::u32(stores),
+            vec![store],
+        )]
+    } else {
+        vec![store]
+    };
+    Program::wrapped(
+        vec![
+            BufferDecl::storage(src, 0, BufferAccess::ReadOnly, DataType::U32).with_count(n),
+            BufferDecl::output(dst, 1, DataType::U32).with_count(n),
+        ],
+        [workgroup, 1, 1],
+        vec![Node::if_then(Expr::lt(i, Expr::u32(n)), body)],
+    )
+}
+
+/// A chain of `len` [`reverse_scale`] nodes over `n` u32 elements, value `v0` in and
+/// `v<len>` out, with its node programs in order. Workgroup sizes alternate (128, 64), so
+/// vyre's fusion keeps several groups.
+pub fn reverse_chain(len: u32, n: u32, stores: u32) -> (ProgramGraph, Vec<Program>) {
+    let mut graph = GraphBuilder::new();
+    graph.input("v0", DataType::U32, n, ValueLifetime::Invocation);
+    let mut programs = Vec::new();
+    for k in 1..=len {
+        let (src, dst) = (format!("v{}", k - 1), format!("v{k}"));
+        let lifetime = if k == len {
+            ValueLifetime::Output
+        } else {
+            ValueLifetime::Invocation
+        };
+        let workgroup = if k % 2 == 0 { 64 } else { 128 };
+        let program = reverse_scale(&src, &dst, n, k, workgroup, stores);
+        programs.push(program.clone());
+        graph.node(&format!("node{k}"), program, &[&src], &[(&dst, lifetime)]);
+    }
+    (graph.build(), programs)
+}
