@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::artifact::{registration, request, reverse_chain};
+use common::artifact::{registration, request, reverse_chain, value_id};
 use std::time::Instant;
 use vyre_driver::{BindingSet, BoundResource};
 use vyre_foundation::ir::{Program, ProgramGraph};
@@ -54,18 +54,8 @@ fn a_multi_group_chain_matches_the_reference_in_order_and_submits_asynchronously
     assert!(artifact.fusion().len() > 1);
     let mut rng = common::gpu::Rng::new(16);
     let input = rng.bytes_u32(N as usize);
-    let output_value = artifact
-        .resources()
-        .iter()
-        .find(|r| r.name == "v16")
-        .unwrap()
-        .value;
-    let input_value = artifact
-        .resources()
-        .iter()
-        .find(|r| r.name == "v0")
-        .unwrap()
-        .value;
+    let output_value = value_id(&artifact, "v16");
+    let input_value = value_id(&artifact, "v0");
     let expected = reference(&programs, &input);
     let mut submit_us = Vec::new();
     for _ in 0..20 {
@@ -138,12 +128,7 @@ fn submit_returns_before_a_long_artifact_finishes() {
     let materializer = registration().materializer().unwrap();
     let instance = materializer.materialize(&artifact, &payload).unwrap();
     let input = common::gpu::Rng::new(2).bytes_u32(N as usize);
-    let input_value = artifact
-        .resources()
-        .iter()
-        .find(|r| r.name == "v0")
-        .unwrap()
-        .value;
+    let input_value = value_id(&artifact, "v0");
     let bind = || {
         let mut bindings = BindingSet::new(artifact.digest());
         bindings.insert(input_value, BoundResource::Host(input.clone()));
@@ -152,12 +137,7 @@ fn submit_returns_before_a_long_artifact_finishes() {
     let submission = instance.submit(bind()).unwrap();
     assert!(!submission.is_ready(), "submit enqueues and returns");
     let completion = submission.wait().unwrap();
-    let output_value = artifact
-        .resources()
-        .iter()
-        .find(|r| r.name == "v2")
-        .unwrap()
-        .value;
+    let output_value = value_id(&artifact, "v2");
     assert_eq!(
         completion.outputs[&output_value],
         reference(&programs, &input)
