@@ -572,10 +572,9 @@ fn fixture_bindings(
         let Some(decl) = program.buffers().iter().find(|d| d.name() == resource.name) else {
             continue;
         };
-        if resource.lifetime == vyre_megakernel::ResourceLifetime::Output {
-            continue;
-        }
-        let bytes = if vyre_reference::is_reference_input(decl) {
+        // An output's bytes are supplied only by a legacy-form case (its initializer).
+        let output = resource.lifetime == vyre_megakernel::ResourceLifetime::Output;
+        let bytes = if output || vyre_reference::is_reference_input(decl) {
             supplied.get(&resource.name).cloned()
         } else {
             Some(vec![0; resource.byte_count as usize])
@@ -1067,6 +1066,153 @@ fn output_written_into_a_resident_buffer_feeds_another_artifact() {
         &second_oracle,
     );
     materializer.free_resident(out).unwrap();
+}
+
+/// `out[i] = x[i] + 1` for even `i` only: the odd elements are whatever `out` starts as.
+fn sparse_writer(n: u32) -> ProgramGraph {
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("x", 0, DataType::U32).with_count(n),
+            BufferDecl::output("out", 1, DataType::U32).with_count(n),
+        ],
+        [64, 1, 1],
+        guarded(
+            n,
+            vec![Node::if_then(
+                bin(
+                    BinOp::Eq,
+                    bin(BinOp::BitAnd, gid(), Expr::u32(1)),
+                    Expr::u32(0),
+                ),
+                vec![Node::store(
+                    "out",
+                    gid(),
+                    bin(BinOp::Add, Expr::load("x", gid()), Expr::u32(1)),
+                )],
+            )],
+        ),
+    );
+    let mut g = GraphBuilder::new();
+    g.input("x", DataType::U32, n, ValueLifetime::Invocation);
+    g.node("sparse", program, &["x"], &[("out", ValueLifetime::Output)]);
+    g.build()
+}
+
+/// An output starts zeroed, as in vyre-reference, whatever is bound to it: host bytes
+/// (the reference's legacy initializer: ignored, but no shorter than the output) or a
+/// resident buffer holding earlier data.
+#[test]
+fn an_output_starts_zeroed_whatever_is_bound_to_it() {
+    if backend().is_none() {
+        return;
+    }
+    let n = 1000;
+    let request = request(sparse_writer(n));
+    let artifact = compile(&request);
+    let instance = instantiate(&artifact).unwrap();
+    let values = inputs([("x", u32_input(n, 21))]);
+    let oracle = reference_graph(request.graph(), &values).unwrap();
+    let out = value_id(&artifact, "out");
+    let bytes = n as usize * 4;
+    for len in [bytes, bytes + 8] {
+        let mut bindings = host_bindings(&artifact, &values);
+        bindings.insert(out, BoundResource::Host(vec![0xA5; len]));
+        let completion = run(instance.as_ref(), bindings).unwrap();
+        assert_matches("a host initializer", &artifact, &completion, &oracle);
+    }
+    let mut bindings = host_bindings(&artifact, &values);
+    bindings.insert(out, BoundResource::Host(vec![0xA5; bytes - 4]));
+    let error = instance
+        .submit(bindings)
+        .err()
+        .expect("a short initializer");
+    let text = fix_text(&error);
+    assert!(text.contains("initializer"), "{text}");
+    let materializer = materializer();
+    let resident = materializer.allocate_resident(bytes).unwrap();
+    materializer
+        .upload_resident(&resident, &u32_input(n, 22))
+        .unwrap();
+    let mut bindings = host_bindings(&artifact, &values);
+    bindings.insert(out, BoundResource::Resident(resident.clone()));
+    let completion = run(instance.as_ref(), bindings).unwrap();
+    assert_matches("a resident output", &artifact, &completion, &oracle);
+    materializer.free_resident(resident).unwrap();
+    let completion = run(instance.as_ref(), host_bindings(&artifact, &values)).unwrap();
+    assert_matches(
+        "nothing bound to the output",
+        &artifact,
+        &completion,
+        &oracle,
+    );
+}
+
+/// What `ProgramGraph::from_program` makes of a program with a runtime-sized input (no
+/// declared count: a 0-byte value) and a buffer vyre-reference allocates itself
+/// (read-write, pipeline live-out): the input takes any length, and the buffer may stay
+/// unbound and starts zeroed even when bytes are bound to it, as in the reference.
+#[test]
+fn runtime_sized_inputs_and_reference_allocated_buffers() {
+    if backend().is_none() {
+        return;
+    }
+    let n = 64u32;
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("x", 0, DataType::U32),
+            BufferDecl::storage("scratch", 1, BufferAccess::ReadWrite, DataType::U32)
+                .with_count(n)
+                .with_pipeline_live_out(true),
+            BufferDecl::output("out", 2, DataType::U32).with_count(n),
+        ],
+        [64, 1, 1],
+        guarded(
+            n,
+            vec![
+                Node::store(
+                    "scratch",
+                    gid(),
+                    bin(BinOp::Add, Expr::load("scratch", gid()), Expr::u32(5)),
+                ),
+                Node::if_then(
+                    bin(BinOp::Lt, gid(), Expr::buf_len("x")),
+                    vec![Node::store(
+                        "out",
+                        gid(),
+                        bin(
+                            BinOp::Add,
+                            Expr::load("x", gid()),
+                            Expr::load("scratch", gid()),
+                        ),
+                    )],
+                ),
+            ],
+        ),
+    );
+    let graph = ProgramGraph::from_program("runtime_sized", program.clone()).unwrap();
+    let artifact = compile(&request(graph));
+    let instance = instantiate(&artifact).unwrap();
+    let out = value_id(&artifact, "out");
+    for (len, scratch_bound) in [(10u32, false), (64, true), (3, false), (10, true)] {
+        let x = u32_input(len, u64::from(len));
+        let want = common::gpu::reference(&program, std::slice::from_ref(&x)).unwrap();
+        let want = named_outputs(&program, want);
+        let mut bindings = BindingSet::new(artifact.digest());
+        bindings.insert(value_id(&artifact, "x"), BoundResource::Host(x));
+        if scratch_bound {
+            bindings.insert(
+                value_id(&artifact, "scratch"),
+                BoundResource::Host(vec![0xA5; n as usize * 4]),
+            );
+        }
+        let completion = run(instance.as_ref(), bindings)
+            .unwrap_or_else(|e| panic!("{len} input elements: {e}"));
+        assert_eq!(
+            completion.outputs.get(&out),
+            want.get("out"),
+            "{len} input elements, scratch bound: {scratch_bound}"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------

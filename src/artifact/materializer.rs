@@ -218,7 +218,7 @@ impl ArtifactMaterializer for CudaMaterializer {
         let decoded = self.admit(artifact, payload)?;
         let slot_count = decoded.value_slots.len();
         let mut slot_bytes = vec![0; slot_count];
-        let mut produced = vec![false; slot_count];
+        let mut caller_slots = vec![false; slot_count];
         let mut values = BTreeMap::new();
         for resource in artifact.resources() {
             let slot = decoded.value_slots[resource.value.0 as usize] as usize;
@@ -234,17 +234,15 @@ impl ArtifactMaterializer for CudaMaterializer {
             .iter()
             .flat_map(|entry| entry.outputs.iter().copied())
             .collect();
-        for value in &produced_values {
-            if let Some((slot, ..)) = values.get(value) {
-                produced[*slot] = true;
-            }
-        }
         // Values no node produces: the caller binds them.
-        let external = values
+        let external: Vec<ArtifactValueId> = values
             .keys()
             .filter(|value| !produced_values.contains(value))
             .copied()
             .collect();
+        for value in &external {
+            caller_slots[values[value].0] = true;
+        }
         let returned: Arc<[(ArtifactValueId, bool)]> = values
             .iter()
             .filter_map(|(value, (_, lifetime, _))| match lifetime {
@@ -280,7 +278,7 @@ impl ArtifactMaterializer for CudaMaterializer {
             decoded.target,
             nodes,
             slot_bytes,
-            produced,
+            caller_slots,
             self.modules,
         )?;
         Ok(Box::new(CudaArtifactInstance {
@@ -331,7 +329,24 @@ impl CudaArtifactInstance {
             })?;
             let bytes = self.loaded.slot_bytes(*slot);
             slots[*slot] = match bound {
-                BoundResource::Host(host) if host.len() != bytes => {
+                // Host bytes bound to a value that starts zeroed are its initializer,
+                // ignored as vyre-reference ignores them, but they must cover it.
+                BoundResource::Host(host)
+                    if self.loaded.starts_zeroed(*slot) && host.len() < bytes =>
+                {
+                    return Err(invalid(
+                        format!(
+                            "value `{name}` starts zeroed (an output, or a buffer no node takes as an input) and is bound to {} host byte(s) as its initializer; it has {bytes}",
+                            host.len()
+                        ),
+                        format!("bind at least {bytes} bytes to `{name}`, or leave it unbound"),
+                    ))
+                }
+                // A runtime-sized value (no declared bytes) takes any length, as the
+                // reference's runtime-sized buffers do.
+                BoundResource::Host(host)
+                    if !self.loaded.starts_zeroed(*slot) && bytes > 0 && host.len() != bytes =>
+                {
                     return Err(invalid(
                         format!(
                             "value `{name}` is bound to {} host byte(s); it has {bytes}",
@@ -351,15 +366,15 @@ impl CudaArtifactInstance {
                             format!("bind a resident buffer of at least {bytes} bytes to `{name}`"),
                         ));
                     }
-                    SlotBinding::Resident(handle)
+                    SlotBinding::Resident(handle, if bytes == 0 { held } else { bytes })
                 }
             };
         }
-        if let Some(missing) = self
-            .external
-            .iter()
-            .find(|v| !bindings.resources().contains_key(v))
-        {
+        // A value no node takes as an input (a buffer the reference allocates, zeroed) may
+        // stay unbound: it starts zeroed.
+        if let Some(missing) = self.external.iter().find(|value| {
+            !bindings.resources().contains_key(value) && self.loaded.is_read(self.values[value].0)
+        }) {
             let name = self
                 .values
                 .get(missing)

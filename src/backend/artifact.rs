@@ -4,8 +4,10 @@
 //! Every value of the artifact has a storage slot. A submission binds each slot to the
 //! caller's resident buffer or to a transient buffer of a value set the artifact keeps
 //! (sets are reused by later submissions; concurrent submissions take one each), uploads
-//! host bytes, zeroes the slots nodes produce (the reference starts every output at zero),
-//! launches the nodes in order and reads the requested slots back. The work is enqueued
+//! host bytes, zeroes the slots nodes produce and the unbound ones (the reference starts
+//! every output and every buffer it allocates itself at zero), launches the nodes in order
+//! and reads the requested slots back. A runtime-sized value (no declared bytes) takes the
+//! length bound to it. The work is enqueued
 //! by [`LoadedArtifact::submit`]; [`ArtifactFlight::finish`] waits.
 
 use super::cache::LoadedKernel;
@@ -38,9 +40,10 @@ struct LoadedNode {
 pub(crate) enum SlotBinding<'a> {
     /// A transient buffer of the value set, uploaded with these bytes.
     Host(&'a [u8]),
-    /// The caller's resident buffer (resident-table handle), used in place.
-    Resident(u64),
-    /// A transient buffer of the value set, zeroed when a node produces it.
+    /// The caller's resident buffer (resident-table handle) of this many bytes, used in
+    /// place.
+    Resident(u64, usize),
+    /// A zeroed transient buffer of the value set.
     Transient,
 }
 
@@ -50,11 +53,16 @@ pub(crate) struct LoadedArtifact {
     nodes: Vec<LoadedNode>,
     /// Byte length of each storage slot.
     slot_bytes: Vec<usize>,
-    /// Whether a node writes the slot (then a transient one starts each submission zeroed).
-    produced: Vec<bool>,
+    /// Whether the slot starts each submission zeroed: unless it holds a caller's value
+    /// that a node reads, vyre-reference allocates it itself, zeroed (outputs, buffers it
+    /// does not take as inputs), whatever a caller binds.
+    zeroed: Vec<bool>,
     /// The part of a slot its producing node returns (`BufferDecl::output_byte_range`):
     /// what the reference returns for that value.
     returned_ranges: Vec<Option<std::ops::Range<usize>>>,
+    /// Whether some node takes the slot as an input (else the reference allocates it
+    /// itself, zeroed, and a caller need not bind it).
+    read: Vec<bool>,
     idle_sets: Mutex<Vec<ValueSet>>,
 }
 
@@ -62,6 +70,24 @@ pub(crate) struct LoadedArtifact {
 struct ValueSet {
     core: Arc<Core>,
     handles: Vec<u64>,
+    /// Each buffer's byte length: the slot's, or for a runtime-sized slot (0 declared
+    /// bytes) the length last bound to it.
+    lens: Vec<usize>,
+}
+
+impl ValueSet {
+    /// Makes the buffer of runtime-sized `slot` hold exactly `len` bytes (its length is
+    /// the element count the kernels see).
+    fn resize(&mut self, slot: usize, len: usize) -> Result<(), CudaError> {
+        if self.lens[slot] == len {
+            return Ok(());
+        }
+        let handle = self.core.allocate_resident(len.max(1))?;
+        let old = std::mem::replace(&mut self.handles[slot], handle);
+        let _ = self.core.free_resident(old);
+        self.lens[slot] = len;
+        Ok(())
+    }
 }
 
 impl Drop for ValueSet {
@@ -76,13 +102,13 @@ impl Drop for ValueSet {
 impl CudaBackend {
     /// Loads `nodes` (run in this order) as `modules` PTX modules compiled in parallel
     /// (the nodes split evenly between them), written for `target`; `slot_bytes` are the
-    /// storage slots' sizes and `produced` which ones a node writes.
+    /// storage slots' sizes and `caller_slots` those holding a value the caller binds.
     pub(crate) fn load_artifact(
         &self,
         target: PtxTarget,
         nodes: Vec<ArtifactNode>,
         slot_bytes: Vec<usize>,
-        produced: Vec<bool>,
+        caller_slots: Vec<bool>,
         modules: usize,
     ) -> Result<LoadedArtifact, CudaError> {
         let core = self.core();
@@ -107,20 +133,29 @@ impl CudaBackend {
             })
             .collect();
         let mut returned_ranges = vec![None; slot_bytes.len()];
+        let mut read = vec![false; slot_bytes.len()];
         for node in &nodes {
             let abi = &node.kernel.abi;
             for (&binding, &slot) in binding_order(&node.program, abi).iter().zip(&node.slots) {
-                if let Some(range) = &abi.bindings[binding].output_byte_range {
+                let binding = &abi.bindings[binding];
+                if let Some(range) = &binding.output_byte_range {
                     returned_ranges[slot] = Some(range.clone());
                 }
+                read[slot] |= binding.role.takes_input();
             }
         }
+        let zeroed = caller_slots
+            .iter()
+            .zip(&read)
+            .map(|(&caller, &read)| !(caller && read))
+            .collect();
         Ok(LoadedArtifact {
             backend: self.clone(),
             nodes,
             slot_bytes,
-            produced,
+            zeroed,
             returned_ranges,
+            read,
             idle_sets: Mutex::new(Vec::new()),
         })
     }
@@ -167,6 +202,16 @@ impl LoadedArtifact {
         self.slot_bytes[slot]
     }
 
+    /// Whether `slot` starts each submission zeroed (see `zeroed`).
+    pub(crate) fn starts_zeroed(&self, slot: usize) -> bool {
+        self.zeroed[slot]
+    }
+
+    /// Whether some node takes `slot` as an input (see `read`).
+    pub(crate) fn is_read(&self, slot: usize) -> bool {
+        self.read[slot]
+    }
+
     /// Enqueues one run: `bindings[slot]` binds each storage slot, `reads` are the slots
     /// to read back, `grid` overrides every node's grid. Returns once the work is enqueued
     /// (host bytes have been copied).
@@ -176,31 +221,44 @@ impl LoadedArtifact {
         reads: Vec<usize>,
         grid: Option<[u32; 3]>,
     ) -> Result<ArtifactFlight, CudaError> {
-        let set = self.take_set()?;
-        let handles: Vec<u64> = bindings
-            .iter()
-            .zip(&set.handles)
-            .map(|(binding, &transient)| match binding {
-                SlotBinding::Resident(handle) => *handle,
-                _ => transient,
-            })
-            .collect();
+        let mut set = self.take_set()?;
+        let mut handles = Vec::with_capacity(bindings.len());
+        let mut lens = Vec::with_capacity(bindings.len());
+        for (slot, binding) in bindings.iter().enumerate() {
+            let (handle, len) = match *binding {
+                SlotBinding::Resident(handle, len) => (handle, len),
+                SlotBinding::Host(bytes) if self.slot_bytes[slot] == 0 => {
+                    if let Err(error) = set.resize(slot, bytes.len()) {
+                        self.return_set(set);
+                        return Err(error);
+                    }
+                    (set.handles[slot], bytes.len())
+                }
+                _ => (set.handles[slot], self.slot_bytes[slot]),
+            };
+            handles.push(handle);
+            lens.push(len);
+        }
         let mut uploads = Vec::new();
         let mut fills = Vec::new();
         for (slot, binding) in bindings.iter().enumerate() {
+            let fill = Fill {
+                handle: handles[slot],
+                offset: 0,
+                len: lens[slot],
+                value: 0,
+            };
             match binding {
-                SlotBinding::Host(bytes) if !bytes.is_empty() => uploads.push(Upload {
-                    handle: handles[slot],
-                    offset: 0,
-                    bytes,
-                    whole: true,
-                }),
-                SlotBinding::Transient if self.produced[slot] => fills.push(Fill {
-                    handle: handles[slot],
-                    offset: 0,
-                    len: self.slot_bytes[slot],
-                    value: 0,
-                }),
+                // A resident buffer too: the value is the node's, not the buffer's past.
+                _ if self.zeroed[slot] && fill.len > 0 => fills.push(fill),
+                SlotBinding::Transient if fill.len > 0 => fills.push(fill),
+                SlotBinding::Host(bytes) if !bytes.is_empty() && !self.zeroed[slot] => uploads
+                    .push(Upload {
+                        handle: handles[slot],
+                        offset: 0,
+                        bytes,
+                        whole: true,
+                    }),
                 _ => {}
             }
         }
@@ -224,7 +282,7 @@ impl LoadedArtifact {
             .map(|&slot| Read {
                 handle: handles[slot],
                 offset: 0,
-                len: self.slot_bytes[slot],
+                len: lens[slot],
             })
             .collect();
         let batch = ResidentBatch {
@@ -259,6 +317,7 @@ impl LoadedArtifact {
         let mut set = ValueSet {
             core: Arc::clone(&core),
             handles: Vec::with_capacity(self.slot_bytes.len()),
+            lens: self.slot_bytes.clone(),
         };
         for &bytes in &self.slot_bytes {
             // A value of no bytes still needs an address; nothing reads or writes it.

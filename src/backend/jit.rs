@@ -64,10 +64,20 @@ impl Jit {
         }
     }
 
-    /// Compile (here or in the helper) and load `ptx` on `device`.
-    pub(crate) fn load(&self, device: &Arc<Device>, ptx: &str) -> Result<Arc<Module>, LoadError> {
+    /// Compile (here or in the helper) and load `ptx` on `device`; in process, its
+    /// functions compiled on `split` threads when given (the helper compiles serially).
+    pub(crate) fn load(
+        &self,
+        device: &Arc<Device>,
+        ptx: &str,
+        split: Option<u32>,
+    ) -> Result<Arc<Module>, LoadError> {
         match self {
-            Self::InProcess => Module::load_ptx(device, ptx).map_err(LoadError::Driver),
+            Self::InProcess => match split {
+                Some(threads) => Module::load_ptx_split(device, ptx, threads),
+                None => Module::load_ptx(device, ptx),
+            }
+            .map_err(LoadError::Driver),
             Self::Isolated(isolated) => {
                 let cubin = isolated.compile(ptx).map_err(LoadError::Helper)?;
                 Module::load_cubin(device, &cubin, ptx).map_err(LoadError::Driver)

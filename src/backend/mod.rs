@@ -262,6 +262,28 @@ impl Drop for ResidentBuffer {
 }
 
 /// Everything a backend owns.
+/// Set to `0` to JIT an artifact's module serially (diagnostics: see
+/// `split_compile_threads`).
+pub const SPLIT_COMPILE_ENV: &str = "VYRE_CUDA_SPLIT_COMPILE";
+
+/// Threads for the JIT of one module holding `kernels`: one per kernel up to the host's
+/// parallelism, for modules of several kernels (a single kernel gains nothing, measured).
+/// Never for a module with a cooperative entry: with every multi-entry module
+/// split-compiled, the dispatch route's `vyre-libs::math::fft::fft_radix2` (sm_90 PTX,
+/// grid-barrier segments and a cooperative entry) returned wrong bytes on the H100
+/// (driver 580); not understood, so such modules compile serially, as before.
+fn split_compile_threads(
+    kernels: &[(KernelKey, crate::codegen::KernelAbi, Option<String>)],
+) -> Option<u32> {
+    let off = std::env::var(SPLIT_COMPILE_ENV).is_ok_and(|value| value == "0");
+    if off || kernels.len() < 2 || kernels.iter().any(|(_, abi, _)| abi.cooperative) {
+        return None;
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let threads = kernels.len().min(cpus);
+    (threads > 1).then_some(threads as u32)
+}
+
 pub(crate) struct Core {
     device: Arc<Device>,
     target: PtxTarget,
@@ -745,7 +767,7 @@ impl Core {
     /// Loads `emitted` as a module and looks its entries up.
     fn load(&self, key: KernelKey, emitted: &EmittedKernel) -> Result<LoadedKernel, CudaError> {
         self.check_shared_memory(&emitted.abi)?;
-        let module = self.load_module(&emitted.ptx)?;
+        let module = self.load_module(&emitted.ptx, None)?;
         self.kernel_in(
             &module,
             key,
@@ -765,7 +787,7 @@ impl Core {
         for (_, abi, _) in &kernels {
             self.check_shared_memory(abi)?;
         }
-        let module = self.load_module(ptx)?;
+        let module = self.load_module(ptx, split_compile_threads(&kernels))?;
         kernels
             .into_iter()
             .map(|(key, abi, vector)| {
@@ -794,11 +816,15 @@ impl Core {
         Ok(())
     }
 
-    fn load_module(&self, ptx: &str) -> Result<Arc<crate::driver::Module>, CudaError> {
+    fn load_module(
+        &self,
+        ptx: &str,
+        split: Option<u32>,
+    ) -> Result<Arc<crate::driver::Module>, CudaError> {
         let _span = tracing::debug_span!("vyre_cuda.module_load").entered();
         let module = self
             .jit
-            .load(&self.device, ptx)
+            .load(&self.device, ptx, split)
             .map_err(|e| self.load_error(e))?;
         Metrics::bump(&self.metrics.module_loads);
         Ok(module)

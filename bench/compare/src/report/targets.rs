@@ -91,7 +91,7 @@ impl Report {
             ),
             target(
                 "artifact cold materialize, 1 / 4 / 16 kernels",
-                "<= 1.2x one module's JIT (the floor's, cold)",
+                "<= 1.2x one module's JIT (the floor's first JIT of a fresh process)",
                 materialize
                     .iter()
                     .map(|r| fmt_ratio(*r))

@@ -308,10 +308,10 @@ pub fn cold(ctx: &Ctx, sink: &mut Sink) {
                 row.notes.push(
                     "floor: cuModuleLoadData + cuModuleGetFunction of one hand-written one-kernel module \
                      (the chain's first kernel shape, fresh literals) in a fresh process with \
-                     CUDA_CACHE_DISABLE=1, after a first such JIT (extra.first_jit_of_process_ns: that first \
-                     one, which also pays the driver's one-time JIT start-up; whether an engine's materialize \
-                     pays it depends on whether its acquisition JITs anything); issue 16's target: \
-                     materializing N <= 16 kernels <= 1.2x this (the time / floor column)"
+                     CUDA_CACHE_DISABLE=1, the first JIT of that process (so it pays the driver's one-time \
+                     JIT start-up, as an engine's materialize does when its acquisition JITs nothing, \
+                     vyre-cuda's included; extra.second_jit_of_process_ns: a second such JIT, without it); \
+                     issue 16's target: materializing N <= 16 kernels <= 1.2x this (the time / floor column)"
                         .into(),
                 );
             }
