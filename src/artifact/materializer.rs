@@ -281,6 +281,11 @@ impl ArtifactMaterializer for CudaMaterializer {
             caller_slots,
             self.modules,
         )?;
+        // The caller's values a node takes as an input: the ones a submission must bind.
+        let required = external
+            .into_iter()
+            .filter(|value| !loaded.starts_zeroed(values[value].0))
+            .collect();
         Ok(Box::new(CudaArtifactInstance {
             artifact: artifact.digest(),
             payload: payload.digest(),
@@ -288,7 +293,7 @@ impl ArtifactMaterializer for CudaMaterializer {
             backend: self.backend().clone(),
             loaded: Arc::new(loaded),
             values,
-            external,
+            required,
             returned,
             reads,
         }))
@@ -304,7 +309,8 @@ struct CudaArtifactInstance {
     loaded: Arc<LoadedArtifact>,
     /// Each value's storage slot, lifetime and name.
     values: BTreeMap<ArtifactValueId, (usize, ResourceLifetime, String)>,
-    external: Vec<ArtifactValueId>,
+    /// The values every submission must bind (see `LoadedArtifact::starts_zeroed`).
+    required: Vec<ArtifactValueId>,
     /// The Output and Retained values a completion returns (`true`: retained), in read
     /// order, and the storage slot read for each.
     returned: Arc<[(ArtifactValueId, bool)]>,
@@ -370,11 +376,11 @@ impl CudaArtifactInstance {
                 }
             };
         }
-        // A value no node takes as an input (a buffer the reference allocates, zeroed) may
-        // stay unbound: it starts zeroed.
-        if let Some(missing) = self.external.iter().find(|value| {
-            !bindings.resources().contains_key(value) && self.loaded.is_read(self.values[value].0)
-        }) {
+        if let Some(missing) = self
+            .required
+            .iter()
+            .find(|value| !bindings.resources().contains_key(value))
+        {
             let name = self
                 .values
                 .get(missing)

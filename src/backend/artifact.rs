@@ -38,12 +38,14 @@ struct LoadedNode {
 
 /// How a submission binds one storage slot.
 pub(crate) enum SlotBinding<'a> {
-    /// A transient buffer of the value set, uploaded with these bytes.
+    /// A transient buffer of the value set, uploaded with these bytes (ignored where the
+    /// slot starts zeroed).
     Host(&'a [u8]),
     /// The caller's resident buffer (resident-table handle) of this many bytes, used in
     /// place.
     Resident(u64, usize),
-    /// A zeroed transient buffer of the value set.
+    /// A zeroed transient buffer of the value set: only for a slot that starts zeroed
+    /// (the materializer requires every other slot bound).
     Transient,
 }
 
@@ -54,15 +56,13 @@ pub(crate) struct LoadedArtifact {
     /// Byte length of each storage slot.
     slot_bytes: Vec<usize>,
     /// Whether the slot starts each submission zeroed: unless it holds a caller's value
-    /// that a node reads, vyre-reference allocates it itself, zeroed (outputs, buffers it
-    /// does not take as inputs), whatever a caller binds.
+    /// that a node takes as an input, vyre-reference allocates it itself, zeroed (outputs,
+    /// buffers it does not take as inputs), whatever a caller binds; a caller need not
+    /// bind it.
     zeroed: Vec<bool>,
     /// The part of a slot its producing node returns (`BufferDecl::output_byte_range`):
     /// what the reference returns for that value.
     returned_ranges: Vec<Option<std::ops::Range<usize>>>,
-    /// Whether some node takes the slot as an input (else the reference allocates it
-    /// itself, zeroed, and a caller need not bind it).
-    read: Vec<bool>,
     idle_sets: Mutex<Vec<ValueSet>>,
 }
 
@@ -155,7 +155,6 @@ impl CudaBackend {
             slot_bytes,
             zeroed,
             returned_ranges,
-            read,
             idle_sets: Mutex::new(Vec::new()),
         })
     }
@@ -207,11 +206,6 @@ impl LoadedArtifact {
         self.zeroed[slot]
     }
 
-    /// Whether some node takes `slot` as an input (see `read`).
-    pub(crate) fn is_read(&self, slot: usize) -> bool {
-        self.read[slot]
-    }
-
     /// Enqueues one run: `bindings[slot]` binds each storage slot, `reads` are the slots
     /// to read back, `grid` overrides every node's grid. Returns once the work is enqueued
     /// (host bytes have been copied).
@@ -224,6 +218,8 @@ impl LoadedArtifact {
         let mut set = self.take_set()?;
         let mut handles = Vec::with_capacity(bindings.len());
         let mut lens = Vec::with_capacity(bindings.len());
+        let mut uploads = Vec::new();
+        let mut fills = Vec::new();
         for (slot, binding) in bindings.iter().enumerate() {
             let (handle, len) = match *binding {
                 SlotBinding::Resident(handle, len) => (handle, len),
@@ -236,31 +232,25 @@ impl LoadedArtifact {
                 }
                 _ => (set.handles[slot], self.slot_bytes[slot]),
             };
-            handles.push(handle);
-            lens.push(len);
-        }
-        let mut uploads = Vec::new();
-        let mut fills = Vec::new();
-        for (slot, binding) in bindings.iter().enumerate() {
-            let fill = Fill {
-                handle: handles[slot],
-                offset: 0,
-                len: lens[slot],
-                value: 0,
-            };
             match binding {
                 // A resident buffer too: the value is the node's, not the buffer's past.
-                _ if self.zeroed[slot] && fill.len > 0 => fills.push(fill),
-                SlotBinding::Transient if fill.len > 0 => fills.push(fill),
+                _ if self.zeroed[slot] && len > 0 => fills.push(Fill {
+                    handle,
+                    offset: 0,
+                    len,
+                    value: 0,
+                }),
                 SlotBinding::Host(bytes) if !bytes.is_empty() && !self.zeroed[slot] => uploads
                     .push(Upload {
-                        handle: handles[slot],
+                        handle,
                         offset: 0,
                         bytes,
                         whole: true,
                     }),
                 _ => {}
             }
+            handles.push(handle);
+            lens.push(len);
         }
         let node_handles: Vec<Vec<u64>> = self
             .nodes

@@ -268,10 +268,9 @@ pub const SPLIT_COMPILE_ENV: &str = "VYRE_CUDA_SPLIT_COMPILE";
 
 /// Threads for the JIT of one module holding `kernels`: one per kernel up to the host's
 /// parallelism, for modules of several kernels (a single kernel gains nothing, measured).
-/// Never for a module with a cooperative entry: with every multi-entry module
-/// split-compiled, the dispatch route's `vyre-libs::math::fft::fft_radix2` (sm_90 PTX,
-/// grid-barrier segments and a cooperative entry) returned wrong bytes on the H100
-/// (driver 580); not understood, so such modules compile serially, as before.
+/// Not for a module with a cooperative entry: split compilation of grid-barrier entries
+/// has not been checked on its own on the GPU (the one wrong result seen while it was on,
+/// `fft_radix2`'s, stayed with it off), so those keep compiling serially, as before.
 fn split_compile_threads(
     kernels: &[(KernelKey, crate::codegen::KernelAbi, Option<String>)],
 ) -> Option<u32> {
