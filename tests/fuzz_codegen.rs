@@ -6,14 +6,17 @@
 //! (a ptxas crash is narrowed to its kernel and reported), and every rejection carries
 //! `Fix:`. Failures are shrunk and saved under `tests/fuzz_regressions/`.
 //!
-//! Two shapes run: the default one (28 statements, expression depth 3) and the large one
+//! Three shapes run: the default one (28 statements, expression depth 3), the large one
 //! of `GenConfig::large` (48 statements, depth 6, literal-only conditions and division
 //! operands, cast chains, libm calls), which reaches programs like
-//! `../shared/regressions/ptxas-crash-1`.
+//! `../shared/regressions/ptxas-crash-1`, and the replicated one of
+//! `GenConfig::replicated` (every invocation the same computation, updating the same slots
+//! in place: the kernels one thread runs in the reference's order).
 //!
-//! `VYRE_CUDA_FUZZ_CI_PROGRAMS` (default 3000) and `VYRE_CUDA_FUZZ_CI_LARGE_PROGRAMS`
-//! (default 1500) set the program counts, `VYRE_CUDA_FUZZ_SEED` the base seed (the large
-//! shape uses it xor a constant).
+//! `VYRE_CUDA_FUZZ_CI_PROGRAMS` (default 3000), `VYRE_CUDA_FUZZ_CI_LARGE_PROGRAMS`
+//! (default 1500) and `VYRE_CUDA_FUZZ_CI_REPLICATED_PROGRAMS` (default 1000) set the
+//! program counts, `VYRE_CUDA_FUZZ_SEED` the base seed (the other shapes use it xor a
+//! constant).
 
 mod common;
 #[path = "fuzz/mod.rs"]
@@ -39,6 +42,8 @@ const DEFAULT_SEED: u64 = 0x5EED_C0DE_2024;
 const DEFAULT_LARGE_PROGRAMS: usize = 1500 / SWEEP_DIVISOR;
 /// The large shape's seeds differ from the default shape's.
 const LARGE_SEED_XOR: u64 = 0x1A96_E000;
+const DEFAULT_REPLICATED_PROGRAMS: usize = 1000 / SWEEP_DIVISOR;
+const REPLICATED_SEED_XOR: u64 = 0x5A3E_0000;
 /// Kernels per ptxas process.
 const BATCH: usize = 120;
 
@@ -82,6 +87,16 @@ fn fuzz_codegen_large_programs_emit_assemble_and_never_panic() {
     let programs = env_or("VYRE_CUDA_FUZZ_CI_LARGE_PROGRAMS", DEFAULT_LARGE_PROGRAMS);
     let base = env_or("VYRE_CUDA_FUZZ_SEED", DEFAULT_SEED) ^ LARGE_SEED_XOR;
     sweep("large", &GenConfig::large(), programs, base);
+}
+
+#[test]
+fn fuzz_codegen_replicated_programs_emit_assemble_and_never_panic() {
+    let programs = env_or(
+        "VYRE_CUDA_FUZZ_CI_REPLICATED_PROGRAMS",
+        DEFAULT_REPLICATED_PROGRAMS,
+    );
+    let base = env_or("VYRE_CUDA_FUZZ_SEED", DEFAULT_SEED) ^ REPLICATED_SEED_XOR;
+    sweep("replicated", &GenConfig::replicated(), programs, base);
 }
 
 /// The compilers every kernel is assembled with: the pinned CUDA 13 `ptxas` and, when
@@ -319,7 +334,7 @@ fn shrink_seed() {
             let seed = std::env::var("SEED").expect("SEED=0x... or CASE=file");
             let seed = u64::from_str_radix(seed.trim_start_matches("0x"), 16).expect("hex seed");
             let shape = std::env::var("SHAPE").unwrap_or_else(|_| "default".into());
-            let config = GenConfig::named(&shape).expect("SHAPE=default or large");
+            let config = GenConfig::named(&shape).expect("SHAPE=default, large or replicated");
             (
                 generate(seed, &config).case,
                 format!("seed {seed:#x} ({shape} shape)"),

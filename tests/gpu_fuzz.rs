@@ -5,7 +5,8 @@
 //! Knobs (environment):
 //! * `VYRE_CUDA_FUZZ_PROGRAMS` — programs to run (default 2000; e.g. 100000 for the big run);
 //! * `VYRE_CUDA_FUZZ_SEED` — base seed (program i uses `program_seed(base, i)`);
-//! * `VYRE_CUDA_FUZZ_SHAPE` — `default` (28 statements, depth 3) or `large` (48, depth 6,
+//! * `VYRE_CUDA_FUZZ_SHAPE` — `default` (28 statements, depth 3), `replicated` (the default
+//!   shape with every invocation the same computation, in place) or `large` (48, depth 6,
 //!   literal-only conditions and divisions, cast chains; `GenConfig::large`);
 //! * `VYRE_CUDA_FUZZ_SEEDS` — comma-separated program seeds to run instead (e.g. to
 //!   re-run and shrink failures reported by an earlier run);
@@ -234,7 +235,7 @@ fn gpu_fuzz_matches_the_reference() {
 
     let shape = std::env::var("VYRE_CUDA_FUZZ_SHAPE").unwrap_or_else(|_| "default".into());
     let config = GenConfig::named(&shape)
-        .unwrap_or_else(|| panic!("VYRE_CUDA_FUZZ_SHAPE={shape}: use `default` or `large`"));
+        .unwrap_or_else(|| panic!("VYRE_CUDA_FUZZ_SHAPE={shape}: use `default`, `large` or `replicated`"));
     println!("fuzz: generator shape {shape}");
     let start = Instant::now();
     let deadline = seconds.map(|s| start + Duration::from_secs(s));

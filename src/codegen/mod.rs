@@ -60,7 +60,7 @@ use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
 /// Version of the emitter's output format; part of every cache key.
-pub const EMITTER_VERSION: u32 = 7;
+pub const EMITTER_VERSION: u32 = 8;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;
@@ -162,7 +162,18 @@ pub fn emit_named(
     analysis::uniform::check(program, &facts.uniformity)?;
     let (mut abi, shared) = abi::layout(program, workgroup_size)?;
     abi.entry = entry.to_string();
-    let segments = facts.segments();
+    let segments: Vec<lower::Segment<'_>> = facts
+        .segments()
+        .into_iter()
+        .map(|nodes| lower::Segment {
+            nodes,
+            replication: analysis::replicated::classify(
+                program,
+                nodes,
+                workgroup_size.iter().product(),
+            ),
+        })
+        .collect();
     let lowerer = || lower::Lowerer::new(program, &facts, &abi, &shared, target.sm());
     let bodies = segments
         .iter()
@@ -205,10 +216,11 @@ pub fn emit_named(
 /// The segments of the cooperative entry, where it runs them exactly as the split
 /// entries do (see `analysis::grid_sync`); none otherwise.
 fn lower_cooperative<'p>(
-    segments: &[&'p [Node]],
+    segments: &[lower::Segment<'p>],
     lowerer: impl Fn() -> lower::Lowerer<'p>,
 ) -> Result<Vec<lower::LoweredBody>, CodegenError> {
-    if !analysis::grid_sync::cooperative_is_exact(segments) {
+    let nodes: Vec<&[Node]> = segments.iter().map(|segment| segment.nodes).collect();
+    if !analysis::grid_sync::cooperative_is_exact(&nodes) {
         return Ok(Vec::new());
     }
     segments

@@ -1441,6 +1441,123 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(bytes_cases());
     // Last: the cases before keep their indices (and PTX snapshot names).
     cases.extend(super::half_programs::half_cases());
+    cases.extend(replicated_cases());
+    cases
+}
+
+/// Programs every invocation of which runs the same computation (no ids), reading what
+/// earlier invocations wrote: the reference runs them one after another, so in parallel
+/// they would race (vyre-libs' in-place FFT came out 1 ulp off on some runs).
+pub fn replicated_cases() -> Vec<Case> {
+    let mut rng = Rng::new(23);
+    let mut cases = Vec::new();
+    for n in [4u32, 64] {
+        let program = vyre_libs::math::fft::fft_radix2_complex("input", "output", n)
+            .expect("a power-of-two FFT size");
+        let signal = f32_bytes(&edge_f32(&mut rng, 2 * n));
+        let impulse =
+            f32_bytes(&[[1.0f32, 0.0].as_slice(), &vec![0.0; 2 * n as usize - 2]].concat());
+        cases.push(Case::new(
+            format!("in-place fft_radix2 n={n} (edge values)"),
+            program.clone(),
+            vec![signal],
+        ));
+        cases.push(Case::new(
+            format!("in-place fft_radix2 n={n} (impulse)"),
+            program,
+            vec![impulse],
+        ));
+    }
+    let counter = |workgroup: u32, count: u32, body: Vec<Node>| {
+        Program::wrapped(
+            vec![
+                BufferDecl::output("out", 0, DataType::U32).with_count(count),
+                BufferDecl::workgroup("tile", 4, DataType::U32),
+            ],
+            [workgroup, 1, 1],
+            body,
+        )
+    };
+    let bump = |slot: u32| {
+        Node::store(
+            "out",
+            Expr::u32(slot),
+            bin(BinOp::Add, Expr::load("out", Expr::u32(slot)), Expr::u32(1)),
+        )
+    };
+    // Every invocation of every workgroup bumps the counter once: 64 workgroups of 4.
+    cases.push(Case::new(
+        "replicated counter (4 lanes x 64 workgroups)",
+        counter(4, 256, vec![bump(0)]),
+        vec![],
+    ));
+    // `Return` ends one invocation's run only; the later ones still count.
+    cases.push(Case::new(
+        "replicated counter with an early return",
+        counter(
+            1,
+            16,
+            vec![
+                bump(0),
+                Node::if_then(
+                    bin(BinOp::Ge, Expr::load("out", Expr::u32(0)), Expr::u32(5)),
+                    vec![Node::Return],
+                ),
+                bump(1),
+            ],
+        ),
+        vec![],
+    ));
+    // One invocation per workgroup: each sees the counter the previous ones left.
+    cases.push(Case::new(
+        "replicated atomic counter whose old values are summed",
+        Program::wrapped(
+            vec![
+                BufferDecl::output("out", 0, DataType::U32).with_count(16),
+                BufferDecl::read_write("hits", 1, DataType::U32).with_count(1),
+            ],
+            [1, 1, 1],
+            vec![
+                Node::let_bind("old", Expr::atomic_add("hits", Expr::u32(0), Expr::u32(1))),
+                Node::store(
+                    "out",
+                    Expr::u32(1),
+                    bin(
+                        BinOp::Add,
+                        Expr::load("out", Expr::u32(1)),
+                        Expr::var("old"),
+                    ),
+                ),
+            ],
+        ),
+        vec![u32_bytes(&[0])],
+    ));
+    // Workgroup memory is shared by a workgroup's lanes and zeroed for every workgroup.
+    cases.push(Case::new(
+        "replicated counter through workgroup memory and a barrier",
+        counter(
+            2,
+            8,
+            vec![
+                Node::store(
+                    "tile",
+                    Expr::u32(1),
+                    bin(BinOp::Add, Expr::load("tile", Expr::u32(1)), Expr::u32(3)),
+                ),
+                Node::barrier_with_ordering(MemoryOrdering::SeqCst),
+                Node::store(
+                    "out",
+                    Expr::u32(2),
+                    bin(
+                        BinOp::Mul,
+                        bin(BinOp::Add, Expr::load("out", Expr::u32(2)), Expr::u32(1)),
+                        Expr::load("tile", Expr::u32(1)),
+                    ),
+                ),
+            ],
+        ),
+        vec![],
+    ));
     cases
 }
 

@@ -322,6 +322,10 @@ pub struct GenConfig {
     pub max_trip_product: u32,
     /// Largest declared element count of a buffer.
     pub max_count: u32,
+    /// Every invocation runs the same computation: `lin` is a literal, no id, atomic or
+    /// workgroup-memory phase appears, so all invocations read and write the same slots
+    /// in place (what the reference runs one invocation after another).
+    pub replicated: bool,
     /// Deepest statement nesting (`If`, `Loop`, blocks) that may open another level.
     pub max_nesting: u32,
 }
@@ -335,6 +339,7 @@ impl Default for GenConfig {
             max_trip_product: 24,
             max_count: 200,
             max_nesting: 4,
+            replicated: false,
         }
     }
 }
@@ -354,14 +359,25 @@ impl GenConfig {
             max_trip_product: 48,
             max_count: 200,
             max_nesting: 6,
+            replicated: false,
         }
     }
 
-    /// `large` when `name` is "large", `default` when it is "default".
+    /// The default shape with every invocation the same computation
+    /// ([`GenConfig::replicated`]): in-place updates of shared slots by the whole grid.
+    pub fn replicated() -> Self {
+        Self {
+            replicated: true,
+            ..Self::default()
+        }
+    }
+
+    /// The shape called `name`: "default", "large" or "replicated".
     pub fn named(name: &str) -> Option<Self> {
         match name {
             "default" => Some(Self::default()),
             "large" => Some(Self::large()),
+            "replicated" => Some(Self::replicated()),
             _ => None,
         }
     }
@@ -910,6 +926,10 @@ impl Gen<'_> {
                     1 => Expr::InvocationId { axis: 0 },
                     _ => self.buf_len(),
                 }),
+                82..=95 if ty == Ty::U32 && self.cfg.replicated => Some(match self.rng.below(2) {
+                    0 => var("lin"),
+                    _ => self.buf_len(),
+                }),
                 82..=95 if ty == Ty::U32 => Some(match self.rng.below(7) {
                     0 | 1 => var("lin"),
                     2 => Expr::InvocationId {
@@ -1304,7 +1324,7 @@ impl Gen<'_> {
     fn uniform_cond(&mut self) -> Expr {
         let op = *self.rng.pick(&[BinOp::Lt, BinOp::Eq, BinOp::Ne, BinOp::Ge]);
         let left = match self.rng.below(3) {
-            0 | 2 if self.elementwise => self.buf_len(),
+            0 | 2 if self.elementwise || self.cfg.replicated => self.buf_len(),
             0 => Expr::WorkgroupId {
                 axis: self.rng.below(3) as u8,
             },
@@ -1725,7 +1745,8 @@ fn can_load_as(ty: Ty, element: &DataType) -> bool {
 
 fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
     let f = &cfg.features;
-    let elementwise = rng.chance(25);
+    let elementwise = !cfg.replicated && rng.chance(25);
+    let replicated = cfg.replicated;
     let workgroup = *rng.pick(&f.workgroups);
     let workgroup = if elementwise {
         [workgroup[0] * workgroup[1] * workgroup[2], 1, 1]
@@ -1799,7 +1820,10 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
             atomic: false,
         });
     }
-    if !elementwise && !f.counter_atomics.is_empty() && rng.chance(25) {
+    // A replicated program's lanes stay in step only without atomics, unless each
+    // workgroup is one invocation.
+    let atomics = !elementwise && (!replicated || threads == 1);
+    if atomics && !f.counter_atomics.is_empty() && rng.chance(25) {
         for i in 0..rng.range(1, 2) {
             let count = rng.range(1, 4);
             bufs.push(GBuf {
@@ -1813,7 +1837,7 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
             });
         }
     }
-    if !elementwise && !f.shared_elements.is_empty() && rng.chance(30) {
+    if !elementwise && !replicated && !f.shared_elements.is_empty() && rng.chance(30) {
         for i in 0..rng.range(1, 2) {
             let count = match rng.below(5) {
                 0 => 1,
@@ -1862,10 +1886,7 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
         }
     }
     for b in &mut bufs {
-        if !elementwise
-            && b.own_k().is_some()
-            && b.element == DataType::U32
-            && !f.own_atomics.is_empty()
+        if atomics && b.own_k().is_some() && b.element == DataType::U32 && !f.own_atomics.is_empty()
         {
             b.atomic = rng.chance(40);
         }
@@ -1951,10 +1972,12 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
     ];
     let gid = |axis| Expr::InvocationId { axis };
     let mut lin = gid(0);
-    if !elementwise && (extent[1] > 1 || rng.chance(20)) {
+    if replicated {
+        lin = lit_u32(rng.below(4));
+    } else if !elementwise && (extent[1] > 1 || rng.chance(20)) {
         lin = bin(BinOp::Add, lin, bin(BinOp::Mul, gid(1), lit_u32(extent[0])));
     }
-    if !elementwise && (extent[2] > 1 || rng.chance(10)) {
+    if !elementwise && !replicated && (extent[2] > 1 || rng.chance(10)) {
         lin = bin(
             BinOp::Add,
             lin,

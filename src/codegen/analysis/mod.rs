@@ -7,6 +7,7 @@ pub(crate) mod atomics;
 pub(crate) mod elementwise;
 pub(crate) mod grid_sync;
 pub(crate) mod nesting;
+pub(crate) mod replicated;
 pub(crate) mod uniform;
 
 use super::libm::Libm;

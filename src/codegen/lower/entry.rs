@@ -3,11 +3,11 @@
 //! per-workgroup partials, and the out-of-line fault blocks.
 
 use super::reduction::{Partial, PARTIALS};
-use super::{LoweredBody, Lowerer};
+use super::{LoweredBody, Lowerer, Segment};
 use crate::codegen::abi::KernelParam;
+use crate::codegen::analysis::replicated::Replication;
 use crate::codegen::writer::{emit, PtxWriter, RegClass};
 use crate::codegen::CodegenError;
-use vyre_foundation::ir::Node;
 
 impl<'p> Lowerer<'p> {
     /// End every invocation by branching to `label` instead of exiting (the cooperative
@@ -29,15 +29,22 @@ impl<'p> Lowerer<'p> {
 
     /// Leave the kernel (or, in a cooperative entry, the segment: a thread that exits would
     /// never reach the next grid barrier).
-    fn exit_kernel(&mut self) {
+    pub(super) fn exit_kernel(&mut self) {
         match &self.segment_end {
             None => emit!(self.w, "exit"),
             Some(label) => emit!(self.w, "bra {label}"),
         }
     }
 
-    pub(crate) fn lower_entry(mut self, entry: &'p [Node]) -> Result<LoweredBody, CodegenError> {
-        self.put_block(entry)?;
+    pub(crate) fn lower_entry(
+        mut self,
+        segment: &Segment<'p>,
+    ) -> Result<LoweredBody, CodegenError> {
+        match segment.replication {
+            Replication::Parallel => self.put_block(segment.nodes)?,
+            Replication::Once => self.put_once(segment.nodes)?,
+            Replication::Serial => self.put_reference_schedule(segment.nodes)?,
+        }
         self.finish_entry()
     }
 

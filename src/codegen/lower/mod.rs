@@ -16,12 +16,14 @@ mod half;
 mod memory;
 mod ops;
 mod reduction;
+mod replica;
 mod stmt;
 mod subgroup;
 mod values;
 mod vector;
 
 use super::abi::{BindingRole, KernelAbi, SharedBuffer};
+use super::analysis::replicated::Replication;
 use super::analysis::ProgramFacts;
 use super::fault::DeviceFault;
 use super::kind::{element_stride, ValKind};
@@ -33,7 +35,7 @@ use memory::{BufferSlot, Space};
 use reduction::Partial;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeSet;
-use vyre_foundation::ir::{Expr, Program};
+use vyre_foundation::ir::{Expr, Node, Program};
 
 /// A lowered value: which reference variant it is and the register holding it.
 #[derive(Debug, Clone, Copy)]
@@ -71,6 +73,13 @@ impl Ids {
             linear_local: w.reg(RegClass::B32),
         }
     }
+}
+
+/// One body launched over the whole grid (the entry, or a grid-barrier segment of it), and
+/// how its invocations run.
+pub(crate) struct Segment<'p> {
+    pub(crate) nodes: &'p [Node],
+    pub(crate) replication: Replication,
 }
 
 /// Lowers one entry body. One per segment, cooperative segment and vector entry: each has
@@ -126,6 +135,8 @@ pub(crate) struct Lowerer<'p> {
     epilogue: Option<Label>,
     /// Set while lowering the lanes of an elementwise program's vector entry.
     lanes: Option<vector::Lanes<'p>>,
+    /// Set while one thread runs a replicated segment once per workgroup (see `replica`).
+    schedule: Option<replica::Schedule>,
 }
 
 impl<'p> Lowerer<'p> {
@@ -178,6 +189,7 @@ impl<'p> Lowerer<'p> {
             partials: Vec::new(),
             epilogue,
             lanes: None,
+            schedule: None,
         }
     }
 

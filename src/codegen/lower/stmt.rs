@@ -35,7 +35,7 @@ impl<'p> Lowerer<'p> {
                 buffer,
                 index,
                 value,
-            } => self.put_store_node(buffer.as_str(), index, value),
+            } => self.per_lane(|this| this.put_store_node(buffer.as_str(), index, value)),
             Node::If {
                 cond,
                 then,
@@ -48,11 +48,12 @@ impl<'p> Lowerer<'p> {
                 body,
             } => self.put_loop(var.as_str(), from, to, body),
             Node::Return => {
-                if !self.lane_return() {
+                if !self.lane_return() && !self.schedule_return() {
                     self.end_invocation();
                 }
                 Ok(())
             }
+            Node::Barrier { .. } if self.runs_alone() => Ok(()),
             Node::Barrier { .. } => {
                 // Top-level GridSyncs split the kernel into segments (analysis::grid_sync);
                 // one left inside If/Loop is a workgroup barrier, as in the reference.
