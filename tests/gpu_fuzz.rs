@@ -234,8 +234,9 @@ fn gpu_fuzz_matches_the_reference() {
     );
 
     let shape = std::env::var("VYRE_CUDA_FUZZ_SHAPE").unwrap_or_else(|_| "default".into());
-    let config = GenConfig::named(&shape)
-        .unwrap_or_else(|| panic!("VYRE_CUDA_FUZZ_SHAPE={shape}: use `default`, `large` or `replicated`"));
+    let config = GenConfig::named(&shape).unwrap_or_else(|| {
+        panic!("VYRE_CUDA_FUZZ_SHAPE={shape}: use `default`, `large` or `replicated`")
+    });
     println!("fuzz: generator shape {shape}");
     let start = Instant::now();
     let deadline = seconds.map(|s| start + Duration::from_secs(s));

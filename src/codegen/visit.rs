@@ -147,3 +147,23 @@ pub(crate) fn owns_expr(node: &Node, test: &impl Fn(&Expr) -> bool) -> bool {
 pub(crate) fn any_expr_in(nodes: &[Node], test: &impl Fn(&Expr) -> bool) -> bool {
     any_node(nodes, &|node| owns_expr(node, test))
 }
+
+/// Whether `expr` is a literal, a variable, a buffer length or an arithmetic, select, cast
+/// or fused multiply-add node: the same in every invocation given the same operands, with
+/// no memory access or side effect of its own.
+pub(crate) fn is_pure_operation(expr: &Expr) -> bool {
+    matches!(
+        expr,
+        Expr::LitU32(_)
+            | Expr::LitI32(_)
+            | Expr::LitF32(_)
+            | Expr::LitBool(_)
+            | Expr::Var(_)
+            | Expr::BufLen { .. }
+            | Expr::BinOp { .. }
+            | Expr::UnOp { .. }
+            | Expr::Select { .. }
+            | Expr::Cast { .. }
+            | Expr::Fma { .. }
+    )
+}

@@ -10,7 +10,7 @@
 //! do not depend on invocation order; a chunked dispatch gives every chunk the whole buffer.
 
 use super::atomics::{commutative_opcode, discarded_let};
-use crate::codegen::visit::{all_children, for_each_expr, for_each_node};
+use crate::codegen::visit::{all_children, for_each_expr, for_each_node, is_pure_operation};
 use rustc_hash::{FxHashMap, FxHashSet};
 use vyre_foundation::ir::{BufferAccess, DataType, Expr, Node, Program};
 
@@ -165,18 +165,7 @@ impl<'p> Walk<'p, '_> {
                 true
             }
             Expr::InvocationId { axis } => *axis == 0,
-            Expr::LitU32(_)
-            | Expr::LitI32(_)
-            | Expr::LitBool(_)
-            | Expr::LitF32(_)
-            | Expr::Var(_)
-            | Expr::BufLen { .. }
-            | Expr::BinOp { .. }
-            | Expr::UnOp { .. }
-            | Expr::Select { .. }
-            | Expr::Cast { .. }
-            | Expr::Fma { .. } => true,
-            _ => false,
+            other => is_pure_operation(other),
         };
         if !own {
             return false;

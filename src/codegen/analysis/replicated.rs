@@ -8,7 +8,9 @@
 //! another block had already advanced a stage and came out 1 ulp off on some runs. Such a
 //! segment runs on one thread instead ([`Replication`]).
 
-use crate::codegen::visit::{any_node, children, for_each_child, for_each_expr};
+use crate::codegen::visit::{
+    any_node, children, for_each_child, for_each_expr, for_each_node, is_pure_operation,
+};
 use rustc_hash::FxHashSet;
 use vyre_foundation::ir::{BufferAccess, Expr, Node, Program};
 
@@ -82,19 +84,8 @@ fn same_in_every_invocation(nodes: &[Node], atomics: bool) -> bool {
 fn expr_same(expr: &Expr, atomics: bool) -> bool {
     let leaf_ok = match expr {
         Expr::Atomic { .. } => atomics,
-        Expr::Load { .. }
-        | Expr::BufLen { .. }
-        | Expr::LitU32(_)
-        | Expr::LitI32(_)
-        | Expr::LitF32(_)
-        | Expr::LitBool(_)
-        | Expr::Var(_)
-        | Expr::BinOp { .. }
-        | Expr::UnOp { .. }
-        | Expr::Select { .. }
-        | Expr::Cast { .. }
-        | Expr::Fma { .. } => true,
-        _ => false,
+        Expr::Load { .. } => true,
+        other => is_pure_operation(other),
     };
     let mut children_ok = true;
     for_each_child(expr, &mut |child| {
@@ -105,7 +96,7 @@ fn expr_same(expr: &Expr, atomics: bool) -> bool {
 
 fn written_buffers(nodes: &[Node]) -> FxHashSet<&str> {
     let mut written = FxHashSet::default();
-    crate::codegen::visit::for_each_node(nodes, &mut |node| {
+    for_each_node(nodes, &mut |node| {
         if let Node::Store { buffer, .. } = node {
             written.insert(buffer.as_str());
         }
