@@ -8,9 +8,8 @@
 //! another block had already advanced a stage and came out 1 ulp off on some runs. Such a
 //! segment runs on one thread instead ([`Replication`]).
 
-use crate::codegen::visit::{
-    any_node, children, for_each_child, for_each_expr, for_each_node, is_pure_operation,
-};
+use super::uniform::written_buffers;
+use crate::codegen::visit::{any_node, children, for_each_child, for_each_expr, is_pure_operation};
 use rustc_hash::FxHashSet;
 use vyre_foundation::ir::{BufferAccess, Expr, Node, Program};
 
@@ -92,16 +91,6 @@ fn expr_same(expr: &Expr, atomics: bool) -> bool {
         children_ok = children_ok && expr_same(child, atomics)
     });
     leaf_ok && children_ok
-}
-
-fn written_buffers(nodes: &[Node]) -> FxHashSet<&str> {
-    let mut written = FxHashSet::default();
-    for_each_node(nodes, &mut |node| {
-        if let Node::Store { buffer, .. } = node {
-            written.insert(buffer.as_str());
-        }
-    });
-    written
 }
 
 /// Proof that one run of a straight-line segment writes the same whatever memory it

@@ -166,7 +166,7 @@ fn mutable_vars(nodes: &[Node]) -> FxHashSet<&str> {
 }
 
 /// Buffers a store, async copy or atomic writes.
-fn written_buffers(nodes: &[Node]) -> FxHashSet<&str> {
+pub(crate) fn written_buffers(nodes: &[Node]) -> FxHashSet<&str> {
     let mut written = FxHashSet::default();
     for_each_node(nodes, &mut |node| match node {
         Node::Store { buffer, .. } => {
