@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Build every test, bench and example binary in release mode and copy them, stripped, into
 # .devrun/ (git-ignored) so a GPU machine without a Rust toolchain can run them:
-#   bash scripts/device-bundle.sh            # here
+#   bash scripts/device-bundle.sh [--ptxas]  # here (--ptxas: also the pinned ptxas binaries)
 #   bash scripts/device-run.sh               # on the GPU machine (with .devrun/ carried)
-#   bash scripts/device-ptxas-sweep.sh       # the long ptxas sweep there
+#   bash scripts/device-ptxas-sweep.sh       # the long ptxas sweep there (needs --ptxas)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rm -rf .devrun && mkdir -p .devrun
@@ -38,12 +38,15 @@ for example in target/release/examples/*; do
 done
 mkdir -p .devrun/bin
 while read -r name path; do cp "$path" ".devrun/bin/$name" && strip ".devrun/bin/$name"; done < .devrun/manifest
-# The pinned ptxas binaries (installed by scripts/test.sh) for the ptxas sweep
+# With --ptxas, the pinned ptxas binaries (installed by scripts/test.sh) for the ptxas sweep
 # (scripts/device-ptxas-sweep.sh): the device's CPUs assemble far more kernels per minute.
-for tools in cuda-nvcc cuda-nvcc-cu12; do
-  ptxas="$(find ".tools/$tools" -type f -name ptxas -path '*/bin/ptxas' 2>/dev/null | head -n 1)"
-  [ -n "$ptxas" ] && cp "$ptxas" ".devrun/bin/ptxas-$tools"
-done
+# Opt-in: with them the bundle and the tracked tree exceed the device's 64 MiB transfer.
+if [ "${1:-}" = "--ptxas" ]; then
+  for tools in cuda-nvcc cuda-nvcc-cu12; do
+    ptxas="$(find ".tools/$tools" -type f -name ptxas -path '*/bin/ptxas' 2>/dev/null | head -n 1)"
+    [ -n "$ptxas" ] && cp "$ptxas" ".devrun/bin/ptxas-$tools"
+  done
+fi
 # The device transfer is limited to 64 MiB: ship the binaries xz-compressed (unpacked there
 # with python3's tarfile, which needs no xz binary).
 tar -C .devrun -cf - bin | xz -T0 -6 > .devrun/bin.tar.xz && rm -rf .devrun/bin

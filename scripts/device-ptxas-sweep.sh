@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The long ptxas sweep of the fuzz gate on the GPU machine's CPUs (no GPU is used): runs the
-# bundled `fuzz_codegen` test binary (scripts/device-bundle.sh) on PROGRAMS random programs
+# bundled `fuzz_codegen` test binary (scripts/device-bundle.sh --ptxas) on PROGRAMS random programs
 # of the large shape (or the default one), assembling every module for sm_80 and sm_90 with
 # the bundled CUDA 13.0.88 ptxas and (unless the 4th argument is `cuda13`) the 12.9.86 one,
 # one worker thread per CPU. Failures are shrunk into $OUT/found/. Summary lines go to

@@ -16,14 +16,15 @@ mod common;
 
 use common::artifact::{
     assert_matches, byte_len, compile, compiler, completion_mismatches, fix_text, host_bindings,
-    instantiate, materializer, reference_graph, registration, request, request_with_symbols, run,
-    value_id, GraphBuilder,
+    instantiate, instantiate_on, materializer, reference_graph, registration, request,
+    request_with_symbols, run, value_id, GraphBuilder,
 };
 use common::gpu::{backend, fresh, Rng};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use vyre_driver::{
-    ArtifactInstance, BindingSet, BoundResource, Completion, DispatchConfig, Resource,
+    ArtifactInstance, ArtifactMaterializer, BindingSet, BoundResource, Completion, DispatchConfig,
+    Resource,
 };
 use vyre_foundation::ir::{
     BinOp, BufferAccess, BufferDecl, DataType, Expr, GraphInput, GraphOutput, Node, Program,
@@ -604,6 +605,7 @@ type Prepared = (Artifact, Result<Box<dyn ArtifactInstance>, String>);
 /// compilation are prefixed `vyre:`; vyre-cuda's (target compiler, materializer, submit,
 /// wait) must carry a `Fix:` hint.
 fn artifact_case(
+    materializer: &dyn ArtifactMaterializer,
     id: &str,
     program: &Program,
     case: &[Vec<u8>],
@@ -616,7 +618,7 @@ fn artifact_case(
     if !symbols.is_empty() || prepared.is_none() {
         let request = request_with_symbols(graph, symbols).map_err(|e| format!("vyre: {e}"))?;
         let artifact = vyre_megakernel::compile(&request).map_err(|e| format!("vyre: {e}"))?;
-        let instance = instantiate(&artifact);
+        let instance = instantiate_on(materializer, &artifact);
         *prepared = Some((artifact, instance));
     }
     let (artifact, instance) = prepared.as_ref().expect("prepared above");
@@ -676,16 +678,102 @@ fn in_order_oracle_agrees_with_the_reference_on_fixture_graphs() {
     assert!(compared > 100, "only {compared} fixture cases compared");
 }
 
+/// A backend of its own whose artifacts take the packed lane when they fit
+/// `small_dispatch_bytes` (0: never, the resident-batch lane).
+fn lane_backend(small_dispatch_bytes: usize) -> vyre_cuda::CudaBackend {
+    fresh(vyre_cuda::CudaOptions {
+        small_dispatch_bytes,
+        ..Default::default()
+    })
+    .expect("a device")
+}
+
+/// One way of running artifacts and what it achieved on the fixture corpus.
+struct Lane {
+    name: &'static str,
+    backend: vyre_cuda::CudaBackend,
+    materializer: Box<dyn ArtifactMaterializer>,
+    identical: usize,
+    both_fail: usize,
+    rejected: Vec<String>,
+    wrong: Vec<String>,
+}
+
+impl Lane {
+    fn new(name: &'static str, small_dispatch_bytes: usize) -> Self {
+        let backend = lane_backend(small_dispatch_bytes);
+        Self {
+            name,
+            materializer: backend.artifact_materializer(),
+            backend,
+            identical: 0,
+            both_fail: 0,
+            rejected: Vec::new(),
+            wrong: Vec::new(),
+        }
+    }
+
+    fn packed_submits(&self) -> u64 {
+        self.backend
+            .metric("vyre_cuda_artifact_packed_submits_total")
+    }
+
+    /// Records how `got` compares with the reference's `want`.
+    fn record(
+        &mut self,
+        label: String,
+        program: &Program,
+        want: &Result<Vec<Vec<u8>>, String>,
+        got: Result<(Artifact, Completion), String>,
+    ) {
+        let outcome = match (want, got) {
+            (Ok(want), Ok((artifact, completion))) => {
+                let oracle = named_outputs(program, want.clone());
+                let problems = completion_mismatches(&artifact, &completion, &oracle);
+                if problems.is_empty() {
+                    Outcome::Identical
+                } else {
+                    Outcome::Wrong(problems.join("; "))
+                }
+            }
+            (_, Err(error)) if !error.starts_with("vyre:") && !error.contains("Fix:") => {
+                Outcome::Wrong(format!("error without a Fix: hint: {error}"))
+            }
+            (Err(_), Err(_)) => Outcome::BothFail,
+            (Ok(_), Err(error)) => Outcome::Rejected(error),
+            (Err(error), Ok(_)) => {
+                Outcome::Wrong(format!("the reference fails ({error}) but the route ran"))
+            }
+        };
+        match outcome {
+            Outcome::Identical => self.identical += 1,
+            Outcome::BothFail => self.both_fail += 1,
+            Outcome::Rejected(error) => {
+                println!("case {label} ({}): rejected: {error}", self.name);
+                self.rejected.push(label);
+            }
+            Outcome::Wrong(problem) => {
+                println!("case {label} ({}): WRONG: {problem}", self.name);
+                self.wrong.push(format!("{label}: {problem}"));
+            }
+        }
+    }
+}
+
+/// The fixture corpus through the artifact route on both lanes a submission can take: the
+/// packed lane (one upload, the launches, one download; the default for artifacts that fit
+/// it) and the resident-batch lane (forced with `small_dispatch_bytes = 0`).
 #[test]
 fn fixture_corpus_matches_the_reference_as_often_as_dispatch() {
     let Some(backend) = backend() else {
         return;
     };
     let config = DispatchConfig::default();
-    let (mut cases, mut dispatch_identical, mut artifact_identical) = (0usize, 0usize, 0usize);
-    let (mut dispatch_both_fail, mut artifact_both_fail) = (0usize, 0usize);
-    let mut artifact_rejected = Vec::new();
-    let mut failures = Vec::new();
+    let (mut cases, mut dispatch_identical, mut dispatch_both_fail) = (0usize, 0usize, 0usize);
+    let mut lanes = [
+        Lane::new("packed lane", 64 << 10),
+        Lane::new("batch lane", 0),
+    ];
     for fixture in common::corpus::fixtures() {
         let Some(fixture_inputs) = fixture.inputs else {
             continue;
@@ -693,7 +781,7 @@ fn fixture_corpus_matches_the_reference_as_often_as_dispatch() {
         let program = (fixture.build)();
         // The dispatch route rejects unsupported programs up front (gpu_primitives.rs).
         let dispatch_runs = backend.emit(&program, &config).is_ok();
-        let mut prepared = None;
+        let mut prepared: [Option<Prepared>; 2] = [None, None];
         for (index, case) in fixture_inputs().iter().enumerate() {
             cases += 1;
             let want = common::gpu::reference(&program, case);
@@ -704,54 +792,54 @@ fn fixture_corpus_matches_the_reference_as_often_as_dispatch() {
                     _ => {}
                 }
             }
-            let got = artifact_case(fixture.id, &program, case, &mut prepared);
-            let outcome = match (want, got) {
-                (Ok(want), Ok((artifact, completion))) => {
-                    let oracle = named_outputs(&program, want);
-                    let problems = completion_mismatches(&artifact, &completion, &oracle);
-                    if problems.is_empty() {
-                        Outcome::Identical
-                    } else {
-                        Outcome::Wrong(problems.join("; "))
-                    }
-                }
-                (_, Err(error)) if !error.starts_with("vyre:") && !error.contains("Fix:") => {
-                    Outcome::Wrong(format!("error without a Fix: hint: {error}"))
-                }
-                (Err(_), Err(_)) => Outcome::BothFail,
-                (Ok(_), Err(error)) => Outcome::Rejected(error),
-                (Err(error), Ok(_)) => {
-                    Outcome::Wrong(format!("the reference fails ({error}) but the route ran"))
-                }
-            };
-            let label = format!("{} #{index}", fixture.id);
-            match outcome {
-                Outcome::Identical => artifact_identical += 1,
-                Outcome::BothFail => artifact_both_fail += 1,
-                Outcome::Rejected(error) => {
-                    println!("case {label}: rejected by the artifact route: {error}");
-                    artifact_rejected.push(label);
-                }
-                Outcome::Wrong(problem) => {
-                    println!("case {label}: WRONG: {problem}");
-                    failures.push(format!("{label}: {problem}"));
-                }
+            for (lane, prepared) in lanes.iter_mut().zip(&mut prepared) {
+                let got = artifact_case(
+                    lane.materializer.as_ref(),
+                    fixture.id,
+                    &program,
+                    case,
+                    prepared,
+                );
+                lane.record(format!("{} #{index}", fixture.id), &program, &want, got);
             }
         }
     }
-    println!(
-        "fixture cases: {cases}; dispatch route: {dispatch_identical} byte-identical, \
-         {dispatch_both_fail} failing on both sides; artifact route: {artifact_identical} \
-         byte-identical, {artifact_both_fail} failing on both sides, {} rejected, {} wrong",
-        artifact_rejected.len(),
-        failures.len()
-    );
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    println!("fixture cases: {cases}; dispatch route: {dispatch_identical} byte-identical, {dispatch_both_fail} failing on both sides");
+    for lane in &lanes {
+        println!(
+            "artifact route, {}: {} byte-identical, {} failing on both sides, {} rejected, {} wrong; {} packed submissions",
+            lane.name,
+            lane.identical,
+            lane.both_fail,
+            lane.rejected.len(),
+            lane.wrong.len(),
+            lane.packed_submits()
+        );
+    }
     assert!(cases > 100, "only {cases} fixture cases ran");
+    for lane in &lanes {
+        assert!(
+            lane.wrong.is_empty(),
+            "{}: {}",
+            lane.name,
+            lane.wrong.join("\n")
+        );
+        assert_eq!(
+            lane.identical, dispatch_identical,
+            "the artifact route ({}) is byte-identical on {} cases, the dispatch route on {dispatch_identical}",
+            lane.name, lane.identical
+        );
+    }
+    let [packed, batch] = &lanes;
+    assert!(
+        packed.packed_submits() as usize > cases / 2,
+        "only {} of {cases} cases took the packed lane",
+        packed.packed_submits()
+    );
     assert_eq!(
-        artifact_identical, dispatch_identical,
-        "the artifact route is byte-identical on {artifact_identical} cases, the dispatch \
-         route on {dispatch_identical}"
+        batch.packed_submits(),
+        0,
+        "the batch lane packed submissions"
     );
 }
 
@@ -1223,24 +1311,31 @@ fn submission_is_asynchronous_and_dropping_one_is_harmless() {
     if backend().is_none() {
         return;
     }
+    for (lane, bytes) in [("packed lane", 64 << 10), ("batch lane", 0)] {
+        let owner = lane_backend(bytes);
+        asynchronous_on(lane, owner.artifact_materializer().as_ref());
+    }
+}
+
+fn asynchronous_on(lane: &str, materializer: &dyn ArtifactMaterializer) {
     // Two invocations keep the reference interpreter's share of 2^22 iterations small;
     // on the device each is a dependent chain of milliseconds.
     let n = 2;
     let request = request(spin(n));
     let artifact = compile(&request);
-    let instance = instantiate(&artifact).unwrap();
+    let instance = instantiate_on(materializer, &artifact).unwrap();
     let values = inputs([("seed", u32_input(n, 14))]);
     let oracle = reference_graph(request.graph(), &values).unwrap();
 
     let submission = instance.submit(host_bindings(&artifact, &values)).unwrap();
     assert!(
         !submission.is_ready(),
-        "submit returned after the {SPIN_ITERATIONS}-iteration kernel finished: it blocked"
+        "{lane}: submit returned after the {SPIN_ITERATIONS}-iteration kernel finished: it blocked"
     );
     let completion = submission.wait().unwrap();
-    assert_matches("long kernel", &artifact, &completion, &oracle);
+    assert_matches(lane, &artifact, &completion, &oracle);
     println!(
-        "{SPIN_ITERATIONS} iterations per invocation: {:?} of device time",
+        "{lane}: {SPIN_ITERATIONS} iterations per invocation: {:?} of device time",
         Duration::from_nanos(completion.device_ns.unwrap_or(0))
     );
 
@@ -1250,18 +1345,18 @@ fn submission_is_asynchronous_and_dropping_one_is_harmless() {
     while !submission.is_ready() {
         assert!(
             std::time::Instant::now() < deadline,
-            "is_ready() never became true"
+            "{lane}: is_ready() never became true"
         );
         std::thread::sleep(Duration::from_millis(1));
     }
-    assert_matches("polled", &artifact, &submission.wait().unwrap(), &oracle);
+    assert_matches(lane, &artifact, &submission.wait().unwrap(), &oracle);
 
     // Dropped unwaited, twice in a row; the instance goes on working.
     for _ in 0..2 {
         drop(instance.submit(host_bindings(&artifact, &values)).unwrap());
     }
     let completion = run(instance.as_ref(), host_bindings(&artifact, &values)).unwrap();
-    assert_matches("after dropped submissions", &artifact, &completion, &oracle);
+    assert_matches(lane, &artifact, &completion, &oracle);
 }
 
 #[test]
@@ -1269,26 +1364,93 @@ fn several_submissions_in_flight_complete_independently() {
     if backend().is_none() {
         return;
     }
-    let n = 4096;
-    let request = request(chain4(n));
+    // 256 elements fit the packed lane, 4096 do not (its four values need 80 KiB).
+    for n in [256, 4096] {
+        let request = request(chain4(n));
+        let artifact = compile(&request);
+        let instance = instantiate(&artifact).unwrap();
+        let rounds: Vec<BTreeMap<String, Vec<u8>>> = (0..4)
+            .map(|seed| inputs([("x", u32_input(n, 30 + seed))]))
+            .collect();
+        let submissions: Vec<_> = rounds
+            .iter()
+            .map(|values| instance.submit(host_bindings(&artifact, values)).unwrap())
+            .collect();
+        // Waited in reverse order of submission.
+        for (values, submission) in rounds.iter().zip(submissions).rev() {
+            let oracle = reference_graph(request.graph(), values).unwrap();
+            assert_matches(
+                &format!("in flight together, n = {n}"),
+                &artifact,
+                &submission.wait().unwrap(),
+                &oracle,
+            );
+        }
+    }
+}
+
+/// `quotient = a / b` in i32: vyre-reference fails on a zero divisor.
+fn divider(n: u32) -> ProgramGraph {
+    let mut g = GraphBuilder::new();
+    g.input("a", DataType::I32, n, ValueLifetime::Invocation);
+    g.input("b", DataType::I32, n, ValueLifetime::Invocation);
+    g.node(
+        "divide",
+        zip(["a", "b", "quotient"], DataType::I32, n, 64, |a, b| {
+            bin(BinOp::Div, a, b)
+        }),
+        &["a", "b"],
+        &[("quotient", ValueLifetime::Output)],
+    );
+    g.build()
+}
+
+/// A kernel fault (signed division by zero, which the reference rejects) fails its own
+/// submission with a `Fix:` hint, on either lane, in flight beside good submissions,
+/// and poisons none of them nor any later one.
+#[test]
+fn a_kernel_fault_fails_only_its_own_submission_on_both_lanes() {
+    if backend().is_none() {
+        return;
+    }
+    let n = 256;
+    let request = request(divider(n));
     let artifact = compile(&request);
-    let instance = instantiate(&artifact).unwrap();
-    let rounds: Vec<BTreeMap<String, Vec<u8>>> = (0..4)
-        .map(|seed| inputs([("x", u32_input(n, 30 + seed))]))
-        .collect();
-    let submissions: Vec<_> = rounds
-        .iter()
-        .map(|values| instance.submit(host_bindings(&artifact, values)).unwrap())
-        .collect();
-    // Waited in reverse order of submission.
-    for (values, submission) in rounds.iter().zip(submissions).rev() {
-        let oracle = reference_graph(request.graph(), values).unwrap();
-        assert_matches(
-            "in flight together",
-            &artifact,
-            &submission.wait().unwrap(),
-            &oracle,
-        );
+    let mut rng = Rng::new(77);
+    let values = |zero_at: Option<usize>, rng: &mut Rng| {
+        let a: Vec<i32> = (0..n).map(|_| rng.next_u32() as i32).collect();
+        let mut b: Vec<i32> = (0..n).map(|_| (rng.next_u32() % 1000) as i32 + 1).collect();
+        if let Some(at) = zero_at {
+            b[at] = 0;
+        }
+        let bytes = |v: &[i32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        inputs([("a", bytes(&a)), ("b", bytes(&b))])
+    };
+    for (lane, bytes) in [("packed lane", 64 << 10), ("batch lane", 0)] {
+        let owner = lane_backend(bytes);
+        let instance = instantiate_on(owner.artifact_materializer().as_ref(), &artifact).unwrap();
+        let good = values(None, &mut rng);
+        let bad = values(Some(n as usize / 2), &mut rng);
+        assert!(reference_graph(request.graph(), &bad).is_err());
+        let oracle = reference_graph(request.graph(), &good).unwrap();
+        let before = instance.submit(host_bindings(&artifact, &good)).unwrap();
+        let faulting = instance.submit(host_bindings(&artifact, &bad)).unwrap();
+        let after = instance.submit(host_bindings(&artifact, &good)).unwrap();
+        let error = faulting.wait().expect_err("a division by zero fails");
+        println!("{lane}: {}", fix_text(error));
+        for (what, submission) in [("before", before), ("after", after)] {
+            let completion = submission.wait().unwrap();
+            assert_matches(
+                &format!("{lane}, {what} the fault"),
+                &artifact,
+                &completion,
+                &oracle,
+            );
+        }
+        let completion = run(instance.as_ref(), host_bindings(&artifact, &good)).unwrap();
+        assert_matches(&format!("{lane}, later"), &artifact, &completion, &oracle);
+        let packed = owner.metric("vyre_cuda_artifact_packed_submits_total");
+        assert_eq!(packed > 0, bytes > 0, "{lane}: {packed} packed submissions");
     }
 }
 

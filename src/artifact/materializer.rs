@@ -5,7 +5,9 @@
 use super::compiler::{payload_format, payload_profile};
 use super::node_program;
 use super::payload::Payload;
-use crate::backend::artifact::{ArtifactFlight, ArtifactNode, LoadedArtifact, SlotBinding};
+use crate::backend::artifact::{
+    ArtifactFlight, ArtifactNode, ArtifactSlots, LoadedArtifact, SlotBinding,
+};
 use crate::codegen::{reference_program, PtxTarget};
 use crate::compat::BACKEND_ID;
 use crate::error::CudaError;
@@ -61,9 +63,23 @@ pub(crate) struct CudaMaterializer {
     modules: usize,
 }
 
+impl CudaBackend {
+    /// An `ArtifactMaterializer` on this backend (what vyre's registration hands out is
+    /// one on a backend of its own). Its artifacts use this backend's device, caches, pools
+    /// and options (`CudaOptions::small_dispatch_bytes` sizes their packed lane), and its
+    /// resident buffers are this backend's: a buffer from
+    /// [`CudaBackend::allocate_resident`] binds to their submissions.
+    pub fn artifact_materializer(&self) -> Box<dyn ArtifactMaterializer> {
+        Box::new(CudaMaterializer::on(self.clone()))
+    }
+}
+
 impl CudaMaterializer {
     pub(crate) fn new() -> Result<Self, CudaError> {
-        let backend = CudaBackend::new()?;
+        Ok(Self::on(CudaBackend::new()?))
+    }
+
+    fn on(backend: CudaBackend) -> Self {
         let modules = std::env::var(ARTIFACT_MODULES_ENV)
             .ok()
             .and_then(|v| v.trim().parse::<usize>().ok())
@@ -75,7 +91,7 @@ impl CudaMaterializer {
             device: format!("{} (ordinal {})", info.name, info.ordinal),
             generation: backend.core().handles.generation(),
         };
-        Ok(Self {
+        Self {
             device: CudaArtifactDevice {
                 backend,
                 identity,
@@ -83,7 +99,7 @@ impl CudaMaterializer {
                 profile: payload_profile(),
             },
             modules,
-        })
+        }
     }
 
     fn backend(&self) -> &CudaBackend {
@@ -274,13 +290,14 @@ impl ArtifactMaterializer for CudaMaterializer {
                 })
             })
             .collect::<Result<Vec<_>, BackendError>>()?;
-        let loaded = self.backend().load_artifact(
-            decoded.target,
-            nodes,
-            slot_bytes,
-            caller_slots,
-            self.modules,
-        )?;
+        let slots = ArtifactSlots {
+            bytes: slot_bytes,
+            caller: caller_slots,
+            reads,
+        };
+        let loaded = self
+            .backend()
+            .load_artifact(decoded.target, nodes, slots, self.modules)?;
         // The caller's values a node takes as an input: the ones a submission must bind.
         let required = external
             .into_iter()
@@ -295,7 +312,6 @@ impl ArtifactMaterializer for CudaMaterializer {
             values,
             required,
             returned,
-            reads,
         }))
     }
 }
@@ -311,10 +327,9 @@ struct CudaArtifactInstance {
     values: BTreeMap<ArtifactValueId, (usize, ResourceLifetime, String)>,
     /// The values every submission must bind (see `LoadedArtifact::starts_zeroed`).
     required: Vec<ArtifactValueId>,
-    /// The Output and Retained values a completion returns (`true`: retained), in read
-    /// order, and the storage slot read for each.
+    /// The Output and Retained values a completion returns (`true`: retained), in the
+    /// order their slots are read.
     returned: Arc<[(ArtifactValueId, bool)]>,
-    reads: Vec<usize>,
 }
 
 impl CudaArtifactInstance {
@@ -415,9 +430,7 @@ impl ArtifactInstance for CudaArtifactInstance {
             ));
         }
         let slots = self.slot_bindings(&bindings)?;
-        let flight = self
-            .loaded
-            .submit(&slots, self.reads.clone(), bindings.invocation_grid())?;
+        let flight = self.loaded.submit(&slots, bindings.invocation_grid())?;
         Ok(Box::new(CudaSubmission {
             artifact: self.artifact,
             flight: Mutex::new(Some(flight)),

@@ -19,7 +19,7 @@ use vyre_foundation::ir::Program;
 pub(crate) const BINDING_ALIGN: usize = 256;
 
 /// Alignment of the fault word after the data.
-const FAULT_ALIGN: usize = 16;
+pub(crate) const FAULT_ALIGN: usize = 16;
 
 /// Host and device time of one dispatch.
 #[derive(Debug, Clone, Copy, Default)]

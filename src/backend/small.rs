@@ -44,11 +44,11 @@ const MAX_IDLE_LANES: usize = 16;
 /// A stream with its own device arena and pinned exchange buffer, used by one small
 /// dispatch at a time.
 pub(crate) struct SmallLane {
-    slot: StreamSlot,
-    arena: DeviceAlloc,
-    exchange: RoundTripBuffer,
+    pub(super) slot: StreamSlot,
+    pub(super) arena: DeviceAlloc,
+    pub(super) exchange: RoundTripBuffer,
     /// Set with `CudaOptions::blocking_wait`: waits sleep on this event.
-    blocking: Option<Event>,
+    pub(super) blocking: Option<Event>,
 }
 
 impl Recycle for SmallLane {}
@@ -88,7 +88,13 @@ impl SmallLanes {
         self.capacity > 0
     }
 
-    fn take(&self, core: &Core) -> Result<Pooled<SmallLane>, DriverError> {
+    /// Arena bytes per lane (0: the packed path is off).
+    pub(super) fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// An idle lane, or a new one.
+    pub(super) fn take(&self, core: &Core) -> Result<Pooled<SmallLane>, DriverError> {
         self.lanes.take(|| {
             let slot = StreamSlot::new(&core.device, &core.metrics)?;
             core.metrics.device_allocation(self.capacity);
@@ -155,8 +161,9 @@ impl Core {
             Ok(lane) => lane,
             Err(error) => return Some(Err(self.driver_error(error))),
         };
-        pack(&mut lane, prepared, &layout, inputs);
-        let result = self.round_trip(&mut lane, prepared, &layout, timed, started, outputs);
+        let result = pack(&mut lane, prepared, &layout, inputs)
+            .map_err(|e| self.driver_error(e))
+            .and_then(|()| self.round_trip(&mut lane, prepared, &layout, timed, started, outputs));
         // A lane whose stream saw a driver error is not pooled.
         lane.discard_if(super::failed_on_device(&result));
         Some(result)
@@ -228,9 +235,14 @@ impl Core {
 /// Packs the inputs, zeroed outputs and a zeroed fault word into the lane's pinned buffer.
 /// Padding between bindings is never addressed (every access is bounds-checked against
 /// the element counts).
-fn pack(lane: &mut SmallLane, prepared: &Prepared, layout: &Layout, inputs: &[&[u8]]) {
+fn pack(
+    lane: &mut SmallLane,
+    prepared: &Prepared,
+    layout: &Layout,
+    inputs: &[&[u8]],
+) -> Result<(), DriverError> {
     let Prepared { kernel, plan, .. } = prepared;
-    let packed = lane.exchange.as_mut_slice();
+    let packed = lane.exchange.bytes()?;
     for ((binding, bytes), offset) in kernel
         .abi
         .bindings
@@ -248,19 +260,20 @@ fn pack(lane: &mut SmallLane, prepared: &Prepared, layout: &Layout, inputs: &[&[
     if let Some(fault) = layout.fault {
         packed[fault..fault + FAULT_AREA_BYTES].fill(0);
     }
+    Ok(())
 }
 
 /// Checks the fault word, then copies the returned buffers (shaped like the reference's
 /// `output_byte_range`) out of the lane's pinned buffer into `outputs`.
 fn unpack(
     core: &Core,
-    lane: &SmallLane,
+    lane: &mut SmallLane,
     prepared: &Prepared,
     layout: &Layout,
     outputs: &mut Vec<Vec<u8>>,
 ) -> Result<(), CudaError> {
     let abi = &prepared.kernel.abi;
-    let packed = lane.exchange.as_slice();
+    let packed = lane.exchange.bytes().map_err(|e| core.driver_error(e))?;
     let word = layout.fault.map_or(0, |at| {
         u32::from_le_bytes([packed[at], packed[at + 1], packed[at + 2], packed[at + 3]])
     });

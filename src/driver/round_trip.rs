@@ -1,10 +1,12 @@
-//! [`RoundTripBuffer`]: page-locked host memory for one small synchronous dispatch in the
-//! fewest driver calls: one host-to-device copy of a prefix of the buffer, the caller's
-//! launches, one device-to-host copy into a range of the buffer, one wait.
+//! [`RoundTripBuffer`]: page-locked host memory for one small dispatch in the fewest driver
+//! calls: one host-to-device copy of a prefix of the buffer, the caller's launches, one
+//! device-to-host copy into a range of the buffer, one wait.
 //!
 //! Both copies are truly asynchronous (pinned memory), so the buffer must not be touched
-//! while they are in flight. [`RoundTripBuffer::round_trip`] enqueues and waits within one
-//! call that borrows the buffer mutably, so safe code can never observe a copy in flight.
+//! while they are in flight. The buffer knows when it has copies in flight (from
+//! [`RoundTripBuffer::start`] until [`RoundTripBuffer::wait`]): its bytes are only reachable
+//! through `&mut self` accessors that wait for them first, and dropping it waits too, so
+//! safe code can never observe a copy in flight.
 
 use super::{DriverError, Event, PinnedHostBuffer, Stream};
 use cudarc::driver::sys;
@@ -35,10 +37,12 @@ pub struct Exchange {
     pub download_len: usize,
 }
 
-/// Pinned host memory used for synchronous round trips. `Send + Sync`.
+/// Pinned host memory used for round trips. `Send + Sync`.
 #[derive(Debug)]
 pub struct RoundTripBuffer {
     buffer: PinnedHostBuffer,
+    /// The stream of the round trip whose copies may still be in flight.
+    in_flight: Option<Arc<Stream>>,
 }
 
 impl RoundTripBuffer {
@@ -46,6 +50,7 @@ impl RoundTripBuffer {
     pub fn new(device: &Arc<super::Device>, bytes: usize) -> Result<Self, DriverError> {
         Ok(Self {
             buffer: PinnedHostBuffer::new(device, bytes)?,
+            in_flight: None,
         })
     }
 
@@ -54,14 +59,10 @@ impl RoundTripBuffer {
         self.buffer.len()
     }
 
-    /// The bytes (no copy is ever in flight outside [`Self::round_trip`]).
-    pub fn as_slice(&self) -> &[u8] {
-        self.buffer.as_slice()
-    }
-
-    /// The bytes, mutably (no copy is ever in flight outside [`Self::round_trip`]).
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        self.buffer.as_mut_slice()
+    /// The bytes, once no copy is in flight (waits for an unfinished round trip first).
+    pub fn bytes(&mut self) -> Result<&mut [u8], DriverError> {
+        self.wait(Wait::Stream)?;
+        Ok(self.buffer.as_mut_slice())
     }
 
     /// Uploads `self[..upload_len]` to `upload_dst`, runs `enqueue` on `stream`, downloads
@@ -69,32 +70,32 @@ impl RoundTripBuffer {
     /// this returns — `Ok` or `Err` — no copy into or out of the buffer is in flight.
     pub fn round_trip<E: From<DriverError>>(
         &mut self,
-        stream: &Stream,
+        stream: &Arc<Stream>,
         exchange: Exchange,
         enqueue: impl FnOnce(&Stream) -> Result<(), E>,
         wait: Wait<'_>,
     ) -> Result<(), E> {
-        let capacity = self.capacity();
-        let fits = exchange.upload_len <= capacity
-            && exchange
-                .download_at
-                .checked_add(exchange.download_len)
-                .is_some_and(|end| end <= capacity);
-        if !fits {
-            return Err(E::from(DriverError::described(
-                "RoundTripBuffer",
-                sys::CUresult::CUDA_ERROR_INVALID_VALUE,
-                format!(
-                    "a round trip of {} bytes up and {} bytes at {} down does not fit {capacity} pinned bytes",
-                    exchange.upload_len, exchange.download_len, exchange.download_at
-                ),
-            )));
-        }
-        let result = (|| -> Result<(), E> {
+        self.start(stream, exchange, enqueue)?;
+        self.wait(wait).map_err(E::from)
+    }
+
+    /// Enqueues what [`Self::round_trip`] does, without waiting: the copies stay in flight
+    /// until [`Self::wait`] (or an accessor, or drop) waits for them. On `Err` nothing is in
+    /// flight.
+    pub fn start<E: From<DriverError>>(
+        &mut self,
+        stream: &Arc<Stream>,
+        exchange: Exchange,
+        enqueue: impl FnOnce(&Stream) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.wait(Wait::Stream)?;
+        self.check_fits(exchange)?;
+        // From the first copy on, the buffer may be in use by the device.
+        self.in_flight = Some(Arc::clone(stream));
+        let enqueued = (|| -> Result<(), E> {
             // SAFETY: the range is inside the pinned buffer (checked above) and stays
-            // allocated and unmodified until the copy completes: `self` is borrowed mutably
-            // until this function returns, and it returns only after the stream is idle
-            // (the wait below, or the synchronisation after a failure).
+            // allocated and unmodified until the copy completes: `in_flight` is set, so
+            // every access and the drop wait for the stream first.
             unsafe {
                 stream.copy_to_device_async_raw(
                     exchange.upload_dst,
@@ -111,22 +112,72 @@ impl RoundTripBuffer {
                     exchange.download_src,
                 )?;
             }
-            match wait {
-                Wait::Stream => stream.synchronize()?,
-                Wait::Event(event) => {
-                    event.record(stream)?;
-                    event.synchronize()?;
-                }
-            }
             Ok(())
         })();
-        if result.is_err() {
-            // Never hand the buffer back with a copy in flight. If this fails too, the
-            // context is faulted and the driver abandons the queued copies.
+        if enqueued.is_err() {
+            self.settle();
+        }
+        enqueued
+    }
+
+    /// Whether the round trip in flight (if any) has completed (non-blocking).
+    pub fn is_idle(&self) -> Result<bool, DriverError> {
+        self.in_flight
+            .as_ref()
+            .map_or(Ok(true), |stream| stream.query_idle())
+    }
+
+    /// Waits for the round trip in flight (nothing when there is none). When this returns —
+    /// `Ok` or `Err` — no copy into or out of the buffer is in flight.
+    pub fn wait(&mut self, wait: Wait<'_>) -> Result<(), DriverError> {
+        let Some(stream) = &self.in_flight else {
+            return Ok(());
+        };
+        let waited = match wait {
+            Wait::Stream => stream.synchronize(),
+            Wait::Event(event) => event.record(stream).and_then(|()| event.synchronize()),
+        };
+        match waited {
+            Ok(()) => self.in_flight = None,
+            Err(_) => self.settle(),
+        }
+        waited
+    }
+
+    fn check_fits(&self, exchange: Exchange) -> Result<(), DriverError> {
+        let capacity = self.capacity();
+        let fits = exchange.upload_len <= capacity
+            && exchange
+                .download_at
+                .checked_add(exchange.download_len)
+                .is_some_and(|end| end <= capacity);
+        if fits {
+            return Ok(());
+        }
+        Err(DriverError::described(
+            "RoundTripBuffer",
+            sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+            format!(
+                "a round trip of {} bytes up and {} bytes at {} down does not fit {capacity} pinned bytes",
+                exchange.upload_len, exchange.download_len, exchange.download_at
+            ),
+        ))
+    }
+
+    /// Never leaves a copy in flight: synchronises the stream. If this fails too, the
+    /// context is faulted and the driver abandons the queued copies.
+    fn settle(&mut self) {
+        if let Some(stream) = self.in_flight.take() {
             if let Err(error) = stream.synchronize() {
-                tracing::debug!(%error, "synchronising after a failed round trip failed");
+                tracing::debug!(%error, "synchronising a round trip's stream failed");
             }
         }
-        result
+    }
+}
+
+impl Drop for RoundTripBuffer {
+    fn drop(&mut self) {
+        // The pinned memory is freed after this (field drop): no copy may target it then.
+        self.settle();
     }
 }

@@ -80,12 +80,21 @@ pub fn compile(request: &ValidatedCompileRequest) -> Artifact {
     vyre_megakernel::compile(request).expect("vyre-megakernel compiles the graph")
 }
 
-/// Target-compile and materialize `artifact`; the error text of whichever step failed.
+/// Target-compile and materialize `artifact` with the registered materializer; the error
+/// text of whichever step failed.
 pub fn instantiate(artifact: &Artifact) -> Result<Box<dyn ArtifactInstance>, String> {
+    instantiate_on(materializer().as_ref(), artifact)
+}
+
+/// [`instantiate`] with `materializer`.
+pub fn instantiate_on(
+    materializer: &dyn ArtifactMaterializer,
+    artifact: &Artifact,
+) -> Result<Box<dyn ArtifactInstance>, String> {
     let payload = compiler()
         .compile(artifact)
         .map_err(|e| format!("target compiler: {e}"))?;
-    materializer()
+    materializer
         .materialize(artifact, &payload)
         .map_err(|e| format!("materialize: {e}"))
 }

@@ -1,5 +1,7 @@
 //! Running a loaded artifact: its kernels (loaded together, see `Core::load_shared`) over
-//! a set of value buffers, node after node on one stream, as one resident batch.
+//! a set of value buffers, node after node on one stream: on the packed lane
+//! ([`packed`]) when everything fits one small-dispatch arena and the caller binds no
+//! resident buffer, otherwise as one resident batch.
 //!
 //! Every value of the artifact has a storage slot. A submission binds each slot to the
 //! caller's resident buffer or to a transient buffer of a value set the artifact keeps
@@ -10,6 +12,8 @@
 //! length bound to it. The work is enqueued
 //! by [`LoadedArtifact::submit`]; [`ArtifactFlight::finish`] waits.
 
+mod packed;
+
 use super::cache::LoadedKernel;
 use super::dispatch::Timing;
 use super::plan::{binding_order, shape_output};
@@ -17,8 +21,19 @@ use super::sequence::{Fill, Read, ResidentBatch, ResidentFlight, Step, Upload};
 use super::{Core, CudaBackend};
 use crate::codegen::{compose_module, KernelEntries, PtxTarget};
 use crate::error::CudaError;
+use packed::{PackedFlight, PackedPlan};
 use std::sync::{Arc, Mutex};
 use vyre_foundation::ir::Program;
+
+/// An artifact's storage slots.
+pub(crate) struct ArtifactSlots {
+    /// Each slot's byte length (0: runtime-sized, the length bound to it).
+    pub(crate) bytes: Vec<usize>,
+    /// Whether the slot holds a value the caller binds.
+    pub(crate) caller: Vec<bool>,
+    /// The slots every submission reads back, in order.
+    pub(crate) reads: Vec<usize>,
+}
 
 /// One node of an artifact, ready to load.
 pub(crate) struct ArtifactNode {
@@ -63,6 +78,10 @@ pub(crate) struct LoadedArtifact {
     /// The part of a slot its producing node returns (`BufferDecl::output_byte_range`):
     /// what the reference returns for that value.
     returned_ranges: Vec<Option<std::ops::Range<usize>>>,
+    /// The slots every submission reads back, in order.
+    reads: Vec<usize>,
+    /// Where submissions sit in a packed lane, when the artifact fits one.
+    packed: Option<PackedPlan>,
     idle_sets: Mutex<Vec<ValueSet>>,
 }
 
@@ -101,16 +120,20 @@ impl Drop for ValueSet {
 
 impl CudaBackend {
     /// Loads `nodes` (run in this order) as `modules` PTX modules compiled in parallel
-    /// (the nodes split evenly between them), written for `target`; `slot_bytes` are the
-    /// storage slots' sizes and `caller_slots` those holding a value the caller binds.
+    /// (the nodes split evenly between them), written for `target`; `slots` describes the
+    /// storage slots.
     pub(crate) fn load_artifact(
         &self,
         target: PtxTarget,
         nodes: Vec<ArtifactNode>,
-        slot_bytes: Vec<usize>,
-        caller_slots: Vec<bool>,
+        slots: ArtifactSlots,
         modules: usize,
     ) -> Result<LoadedArtifact, CudaError> {
+        let ArtifactSlots {
+            bytes: slot_bytes,
+            caller: caller_slots,
+            reads,
+        } = slots;
         let core = self.core();
         core.usable()?;
         let per_module = nodes.len().div_ceil(modules.max(1)).max(1);
@@ -144,17 +167,21 @@ impl CudaBackend {
                 read[slot] |= binding.role.takes_input();
             }
         }
-        let zeroed = caller_slots
+        let zeroed: Vec<bool> = caller_slots
             .iter()
             .zip(&read)
             .map(|(&caller, &read)| !(caller && read))
             .collect();
+        let capacity = core.small.capacity();
+        let packed = PackedPlan::new(core.limits, &nodes, &slot_bytes, &zeroed, &reads, capacity)?;
         Ok(LoadedArtifact {
             backend: self.clone(),
             nodes,
             slot_bytes,
             zeroed,
             returned_ranges,
+            reads,
+            packed,
             idle_sets: Mutex::new(Vec::new()),
         })
     }
@@ -206,15 +233,31 @@ impl LoadedArtifact {
         self.zeroed[slot]
     }
 
-    /// Enqueues one run: `bindings[slot]` binds each storage slot, `reads` are the slots
-    /// to read back, `grid` overrides every node's grid. Returns once the work is enqueued
-    /// (host bytes have been copied).
+    /// Enqueues one run: `bindings[slot]` binds each storage slot, `grid` overrides every
+    /// node's grid. Returns once the work is enqueued (host bytes have been copied).
     pub(crate) fn submit(
         self: &Arc<Self>,
         bindings: &[SlotBinding<'_>],
-        reads: Vec<usize>,
         grid: Option<[u32; 3]>,
     ) -> Result<ArtifactFlight, CudaError> {
+        let work = match &self.packed {
+            Some(plan) if packed::fits(bindings) => {
+                Work::Packed(self.submit_packed(plan, bindings, grid)?)
+            }
+            _ => self.submit_batch(bindings, grid)?,
+        };
+        Ok(ArtifactFlight {
+            artifact: Arc::clone(self),
+            work: Some(work),
+        })
+    }
+
+    /// [`Self::submit`] as one resident batch over a value set.
+    fn submit_batch(
+        &self,
+        bindings: &[SlotBinding<'_>],
+        grid: Option<[u32; 3]>,
+    ) -> Result<Work, CudaError> {
         let mut set = self.take_set()?;
         let mut handles = Vec::with_capacity(bindings.len());
         let mut lens = Vec::with_capacity(bindings.len());
@@ -267,7 +310,8 @@ impl LoadedArtifact {
                 ..Step::new(&node.program, handles)
             })
             .collect();
-        let read_ranges: Vec<Read> = reads
+        let read_ranges: Vec<Read> = self
+            .reads
             .iter()
             .map(|&slot| Read {
                 handle: handles[slot],
@@ -290,12 +334,7 @@ impl LoadedArtifact {
                 return Err(error);
             }
         };
-        Ok(ArtifactFlight {
-            artifact: Arc::clone(self),
-            flight: Some(flight),
-            set: Some(set),
-            reads,
-        })
+        Ok(Work::Batch(flight, set))
     }
 
     /// An idle value set, or a new one (zero-filled, so the first use needs no fill).
@@ -326,36 +365,57 @@ impl LoadedArtifact {
 /// One enqueued artifact run; dropping it unfinished waits for the work.
 pub(crate) struct ArtifactFlight {
     artifact: Arc<LoadedArtifact>,
-    flight: Option<ResidentFlight>,
-    set: Option<ValueSet>,
-    /// The slots read back, in order.
-    reads: Vec<usize>,
+    /// `None` once waited for.
+    work: Option<Work>,
+}
+
+enum Work {
+    Packed(PackedFlight),
+    /// A resident batch over a value set (back to the artifact when done).
+    Batch(ResidentFlight, ValueSet),
+}
+
+fn waited_twice() -> CudaError {
+    CudaError::invalid_input(
+        "the artifact submission was already waited for",
+        "wait for each submission once",
+    )
 }
 
 impl ArtifactFlight {
     /// Whether the work has completed (non-blocking).
     pub(crate) fn is_complete(&self) -> bool {
-        self.flight.as_ref().is_none_or(ResidentFlight::is_complete)
+        match &self.work {
+            None => true,
+            Some(Work::Packed(flight)) => flight.is_complete(),
+            Some(Work::Batch(flight, _)) => flight.is_complete(),
+        }
     }
 
-    /// Waits, reads the slots back (in `submit`'s `reads` order) and checks the kernels'
-    /// fault words; the timing's device time covers the kernels.
+    /// Waits, reads the slots back (in the artifact's `reads` order) and checks the
+    /// kernels' fault words; the timing's device time covers the kernels.
     pub(crate) fn finish(mut self) -> Result<(Vec<Vec<u8>>, Timing), CudaError> {
-        let flight = self.flight.take().ok_or_else(|| {
-            CudaError::invalid_input(
-                "the artifact submission was already waited for",
-                "wait for each submission once",
-            )
-        })?;
+        let artifact = &self.artifact;
+        match self.work.take().ok_or_else(waited_twice)? {
+            Work::Packed(flight) => flight.finish(artifact),
+            Work::Batch(flight, set) => artifact.finish_batch(flight, set),
+        }
+    }
+}
+
+impl LoadedArtifact {
+    fn finish_batch(
+        &self,
+        flight: ResidentFlight,
+        set: ValueSet,
+    ) -> Result<(Vec<Vec<u8>>, Timing), CudaError> {
         let mut outputs = vec![Vec::new(); self.reads.len()];
         let mut slots: Vec<&mut Vec<u8>> = outputs.iter_mut().collect();
-        let timing = flight.finish(self.artifact.backend.core(), &mut slots);
-        if let Some(set) = self.set.take() {
-            self.artifact.return_set(set);
-        }
+        let timing = flight.finish(self.backend.core(), &mut slots);
+        self.return_set(set);
         let timing = timing?;
         for (bytes, &slot) in outputs.iter_mut().zip(&self.reads) {
-            shape_output(bytes, self.artifact.returned_ranges[slot].as_ref());
+            shape_output(bytes, self.returned_ranges[slot].as_ref());
         }
         Ok((outputs, timing))
     }
@@ -363,10 +423,9 @@ impl ArtifactFlight {
 
 impl Drop for ArtifactFlight {
     fn drop(&mut self) {
-        if let Some(flight) = self.flight.take() {
+        // A packed flight waits in its own drop.
+        if let Some(Work::Batch(flight, set)) = self.work.take() {
             flight.cancel();
-        }
-        if let Some(set) = self.set.take() {
             self.artifact.return_set(set);
         }
     }
