@@ -1327,16 +1327,21 @@ fn asynchronous_on(lane: &str, materializer: &dyn ArtifactMaterializer) {
     let values = inputs([("seed", u32_input(n, 14))]);
     let oracle = reference_graph(request.graph(), &values).unwrap();
 
+    let started = std::time::Instant::now();
     let submission = instance.submit(host_bindings(&artifact, &values)).unwrap();
     assert!(
         !submission.is_ready(),
         "{lane}: submit returned after the {SPIN_ITERATIONS}-iteration kernel finished: it blocked"
     );
     let completion = submission.wait().unwrap();
+    let wall = started.elapsed();
     assert_matches(lane, &artifact, &completion, &oracle);
-    println!(
-        "{lane}: {SPIN_ITERATIONS} iterations per invocation: {:?} of device time",
-        Duration::from_nanos(completion.device_ns.unwrap_or(0))
+    let device = Duration::from_nanos(completion.device_ns.expect("device time"));
+    println!("{lane}: {SPIN_ITERATIONS} iterations per invocation: {device:?} of device time, {wall:?} of wall time");
+    // The kernel's dependent chain runs for milliseconds; the device time is the kernels'.
+    assert!(
+        device >= Duration::from_millis(1) && device <= wall,
+        "{lane}: device time {device:?}, wall time {wall:?}"
     );
 
     // Polled to completion without wait().
@@ -1385,6 +1390,47 @@ fn several_submissions_in_flight_complete_independently() {
                 &submission.wait().unwrap(),
                 &oracle,
             );
+        }
+    }
+}
+
+/// `BindingSet::set_invocation_grid` replaces every node's grid (in workgroups, as
+/// `DispatchConfig::grid_override`), on either lane: a smaller grid leaves the rest of the
+/// output at zero.
+#[test]
+fn an_invocation_grid_overrides_every_node_on_both_lanes() {
+    if backend().is_none() {
+        return;
+    }
+    let n = 1024;
+    let request = request(adder(n, "alpha", "beta"));
+    let artifact = compile(&request);
+    let values = inputs([("alpha", u32_input(n, 50)), ("beta", u32_input(n, 51))]);
+    let word =
+        |bytes: &[u8], i: usize| u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().unwrap());
+    // 4 workgroups of 64: the first 256 invocations.
+    let want: Vec<u8> = (0..n as usize)
+        .flat_map(|i| {
+            let sum = match i < 256 {
+                true => word(&values["alpha"], i).wrapping_add(word(&values["beta"], i)),
+                false => 0,
+            };
+            sum.to_le_bytes()
+        })
+        .collect();
+    for (lane, bytes) in [("packed lane", 64 << 10), ("batch lane", 0)] {
+        let owner = lane_backend(bytes);
+        let instance = instantiate_on(owner.artifact_materializer().as_ref(), &artifact).unwrap();
+        for _ in 0..2 {
+            let mut bindings = host_bindings(&artifact, &values);
+            bindings.set_invocation_grid([4, 1, 1]).unwrap();
+            let completion = run(instance.as_ref(), bindings).unwrap();
+            let out = &completion.outputs[&value_id(&artifact, "out")];
+            assert!(*out == want, "{lane}: the overridden grid's output differs");
+            // Without the override, the whole output again.
+            let completion = run(instance.as_ref(), host_bindings(&artifact, &values)).unwrap();
+            let oracle = reference_graph(request.graph(), &values).unwrap();
+            assert_matches(lane, &artifact, &completion, &oracle);
         }
     }
 }

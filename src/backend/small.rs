@@ -44,11 +44,39 @@ const MAX_IDLE_LANES: usize = 16;
 /// A stream with its own device arena and pinned exchange buffer, used by one small
 /// dispatch at a time.
 pub(crate) struct SmallLane {
+    /// Declared first: dropping it waits for its copies (and drops a round trip captured
+    /// over the arena and the events) before the rest goes.
+    pub(super) exchange: RoundTripBuffer,
     pub(super) slot: StreamSlot,
     pub(super) arena: DeviceAlloc,
-    pub(super) exchange: RoundTripBuffer,
     /// Set with `CudaOptions::blocking_wait`: waits sleep on this event.
     pub(super) blocking: Option<Event>,
+}
+
+impl SmallLane {
+    /// A lane of `capacity` arena and pinned bytes.
+    pub(super) fn new(
+        core: &Core,
+        capacity: usize,
+        blocking_wait: bool,
+    ) -> Result<Self, DriverError> {
+        let slot = StreamSlot::new(&core.device, &core.metrics)?;
+        core.metrics.device_allocation(capacity);
+        let arena = DeviceAlloc::new(&core.device, capacity)?;
+        core.metrics.pinned_allocation(capacity);
+        let exchange = RoundTripBuffer::new(&core.device, capacity)?;
+        let blocking = if blocking_wait {
+            Some(Event::new_blocking(&core.device)?)
+        } else {
+            None
+        };
+        Ok(Self {
+            exchange,
+            slot,
+            arena,
+            blocking,
+        })
+    }
 }
 
 impl Recycle for SmallLane {}
@@ -93,26 +121,14 @@ impl SmallLanes {
         self.capacity
     }
 
-    /// An idle lane, or a new one.
-    pub(super) fn take(&self, core: &Core) -> Result<Pooled<SmallLane>, DriverError> {
-        self.lanes.take(|| {
-            let slot = StreamSlot::new(&core.device, &core.metrics)?;
-            core.metrics.device_allocation(self.capacity);
-            let arena = DeviceAlloc::new(&core.device, self.capacity)?;
-            core.metrics.pinned_allocation(self.capacity);
-            let exchange = RoundTripBuffer::new(&core.device, self.capacity)?;
-            let blocking = if self.blocking_wait {
-                Some(Event::new_blocking(&core.device)?)
-            } else {
-                None
-            };
-            Ok(SmallLane {
-                slot,
-                arena,
-                exchange,
-                blocking,
-            })
-        })
+    /// Whether waits sleep on a blocking event (`CudaOptions::blocking_wait`).
+    pub(super) fn blocking_wait(&self) -> bool {
+        self.blocking_wait
+    }
+
+    fn take(&self, core: &Core) -> Result<Pooled<SmallLane>, DriverError> {
+        self.lanes
+            .take(|| SmallLane::new(core, self.capacity, self.blocking_wait))
     }
 
     /// Creates one lane ahead of the first dispatch.

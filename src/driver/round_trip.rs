@@ -7,8 +7,13 @@
 //! [`RoundTripBuffer::start`] until [`RoundTripBuffer::wait`]): its bytes are only reachable
 //! through `&mut self` accessors that wait for them first, and dropping it waits too, so
 //! safe code can never observe a copy in flight.
+//!
+//! A round trip can also be captured once into a CUDA graph kept with the buffer
+//! ([`RoundTripBuffer::capture`]) and replayed with one driver call
+//! ([`RoundTripBuffer::replay`]); the graph's copies address only this buffer and are
+//! destroyed before it.
 
-use super::{DriverError, Event, PinnedHostBuffer, Stream};
+use super::{DriverError, Event, GraphExec, PinnedHostBuffer, Stream};
 use cudarc::driver::sys;
 use std::sync::Arc;
 
@@ -40,6 +45,9 @@ pub struct Exchange {
 /// Pinned host memory used for round trips. `Send + Sync`.
 #[derive(Debug)]
 pub struct RoundTripBuffer {
+    /// A captured round trip over this buffer (declared first: destroyed before the
+    /// memory its copies address).
+    captured: Option<GraphExec>,
     buffer: PinnedHostBuffer,
     /// The stream of the round trip whose copies may still be in flight.
     in_flight: Option<Arc<Stream>>,
@@ -49,6 +57,7 @@ impl RoundTripBuffer {
     /// Allocates and pins `bytes` of zeroed host memory.
     pub fn new(device: &Arc<super::Device>, bytes: usize) -> Result<Self, DriverError> {
         Ok(Self {
+            captured: None,
             buffer: PinnedHostBuffer::new(device, bytes)?,
             in_flight: None,
         })
@@ -92,32 +101,84 @@ impl RoundTripBuffer {
         self.check_fits(exchange)?;
         // From the first copy on, the buffer may be in use by the device.
         self.in_flight = Some(Arc::clone(stream));
-        let enqueued = (|| -> Result<(), E> {
-            // SAFETY: the range is inside the pinned buffer (checked above) and stays
-            // allocated and unmodified until the copy completes: `in_flight` is set, so
-            // every access and the drop wait for the stream first.
-            unsafe {
-                stream.copy_to_device_async_raw(
-                    exchange.upload_dst,
-                    self.buffer.as_ptr(),
-                    exchange.upload_len,
-                )?;
-            }
-            enqueue(stream)?;
-            // SAFETY: as above, for the destination range of the download.
-            unsafe {
-                stream.copy_to_host_async(
-                    self.buffer.as_mut_ptr().add(exchange.download_at),
-                    exchange.download_len,
-                    exchange.download_src,
-                )?;
-            }
-            Ok(())
-        })();
+        let enqueued = self.enqueue_copies(stream, exchange, enqueue);
         if enqueued.is_err() {
             self.settle();
         }
         enqueued
+    }
+
+    /// Captures what [`Self::start`] enqueues (`enqueue` runs on the capturing stream)
+    /// into a graph kept with the buffer, replacing an earlier one; nothing runs.
+    pub fn capture<E: From<DriverError>>(
+        &mut self,
+        stream: &Arc<Stream>,
+        exchange: Exchange,
+        enqueue: impl FnOnce(&Stream) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.wait(Wait::Stream)?;
+        self.check_fits(exchange)?;
+        self.captured = None;
+        let graph =
+            stream.capture(|capturing| self.enqueue_copies(capturing, exchange, enqueue))?;
+        self.captured = Some(graph.instantiate()?);
+        Ok(())
+    }
+
+    /// Whether a captured round trip is kept (see [`Self::capture`]).
+    pub fn is_captured(&self) -> bool {
+        self.captured.is_some()
+    }
+
+    /// Enqueues the captured round trip on `stream` (one `cuGraphLaunch`), without
+    /// waiting, as [`Self::start`] does. On `Err` nothing is in flight.
+    pub fn replay(&mut self, stream: &Arc<Stream>) -> Result<(), DriverError> {
+        self.wait(Wait::Stream)?;
+        let Some(graph) = &self.captured else {
+            return Err(DriverError::described(
+                "RoundTripBuffer",
+                sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+                "no round trip was captured over this buffer".to_string(),
+            ));
+        };
+        // From the launch on, the graph's copies may use the buffer.
+        self.in_flight = Some(Arc::clone(stream));
+        let launched = graph.launch(stream);
+        if launched.is_err() {
+            self.settle();
+        }
+        launched
+    }
+
+    /// The upload, `enqueue` and the download on `stream` (running or capturing).
+    fn enqueue_copies<E: From<DriverError>>(
+        &mut self,
+        stream: &Stream,
+        exchange: Exchange,
+        enqueue: impl FnOnce(&Stream) -> Result<(), E>,
+    ) -> Result<(), E> {
+        // SAFETY: the range is inside the pinned buffer (the callers check it fits) and
+        // stays allocated and unmodified until the copy completes: running, `in_flight` is
+        // set, so every access and the drop wait for the stream first; captured, the copy
+        // runs only in replays, which set `in_flight` too, and the graph is destroyed
+        // before the buffer.
+        unsafe {
+            stream.copy_to_device_async_raw(
+                exchange.upload_dst,
+                self.buffer.as_ptr(),
+                exchange.upload_len,
+            )?;
+        }
+        enqueue(stream)?;
+        // SAFETY: as above, for the destination range of the download.
+        unsafe {
+            stream.copy_to_host_async(
+                self.buffer.as_mut_ptr().add(exchange.download_at),
+                exchange.download_len,
+                exchange.download_src,
+            )?;
+        }
+        Ok(())
     }
 
     /// Whether the round trip in flight (if any) has completed (non-blocking).

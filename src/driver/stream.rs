@@ -337,6 +337,16 @@ impl Event {
         })
     }
 
+    /// Records the event as a node of the graph `stream` is capturing
+    /// (`CU_EVENT_RECORD_EXTERNAL`): each replay records it. Fails outside a capture.
+    pub fn record_captured(&self, stream: &Stream) -> Result<(), DriverError> {
+        let flags = sys::CUevent_record_flags::CU_EVENT_RECORD_EXTERNAL as u32;
+        // SAFETY: both handles are live in the current context.
+        self.device.run("cuEventRecordWithFlags", || unsafe {
+            sys::cuEventRecordWithFlags(self.raw, stream.raw, flags)
+        })
+    }
+
     /// True once the recorded work is done (`NOT_READY` gives `Ok(false)`).
     pub fn is_complete(&self) -> Result<bool, DriverError> {
         self.device.enter("cuEventQuery")?;

@@ -66,6 +66,9 @@ pub(crate) enum SlotBinding<'a> {
 
 /// An artifact's kernels on one device, and the transient buffers its submissions use.
 pub(crate) struct LoadedArtifact {
+    /// Where submissions sit in a packed lane, when the artifact fits one. Declared first:
+    /// its lanes' captured graphs launch `nodes`' kernels, so they go first.
+    packed: Option<PackedPlan>,
     backend: CudaBackend,
     nodes: Vec<LoadedNode>,
     /// Byte length of each storage slot.
@@ -80,8 +83,6 @@ pub(crate) struct LoadedArtifact {
     returned_ranges: Vec<Option<std::ops::Range<usize>>>,
     /// The slots every submission reads back, in order.
     reads: Vec<usize>,
-    /// Where submissions sit in a packed lane, when the artifact fits one.
-    packed: Option<PackedPlan>,
     idle_sets: Mutex<Vec<ValueSet>>,
 }
 

@@ -1,27 +1,32 @@
-//! The packed lane of artifact submissions: the packed dispatch path's four driver calls
-//! (`small.rs`), asynchronous.
+//! The packed lane of artifact submissions: the packed dispatch path's round trip
+//! (`small.rs`), asynchronous, and replayed as one CUDA graph.
 //!
 //! An artifact whose storage slots all have declared sizes and fit one small-dispatch lane's
 //! arena gets a [`PackedPlan`] at load: every slot at a fixed 256-byte-aligned offset of the
 //! arena (the caller's inputs first, the slots read back and the fault area last, so one
 //! copy uploads everything and one copy downloads what is returned), and each node's grid,
-//! argument offsets and element counts. A submission whose bindings are all host bytes (or
-//! unbound) packs them into the lane's pinned buffer and enqueues one upload, the launches
-//! and one download; [`PackedFlight::finish`] waits and unpacks. Nothing is planned,
-//! resolved or allocated per submission.
+//! argument offsets and element counts. The artifact keeps its own lanes (stream, arena and
+//! pinned buffer of exactly that size); the first submission on a lane captures its round
+//! trip — one upload, the timing events around the nodes' launches, one download — into a
+//! graph kept with the lane's pinned buffer. A submission whose bindings are all host bytes
+//! (or unbound) packs them into the pinned buffer and replays the graph: one driver call;
+//! [`PackedFlight::finish`] waits and unpacks. Nothing is planned, resolved or allocated
+//! per submission. (A grid override launches the nodes directly instead.)
 
 use super::{LoadedArtifact, LoadedNode, SlotBinding};
 use crate::backend::dispatch::{check_fault, nanos, Timing, BINDING_ALIGN, FAULT_ALIGN};
+use crate::backend::launch::GridSyncLaunch;
 use crate::backend::launch::{self, LaunchArgs};
 use crate::backend::metrics::Metrics;
 use crate::backend::plan::{binding_order, shape_output, DispatchPlan, GridLimits};
-use crate::backend::pool::Pooled;
+use crate::backend::pool::{Pool, Pooled};
 use crate::backend::small::SmallLane;
 use crate::codegen::FAULT_AREA_BYTES;
 use crate::driver::{DriverError, Exchange, Stream, Wait};
 use crate::error::CudaError;
-use std::borrow::Cow;
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 use vyre_driver::DispatchConfig;
 
@@ -36,7 +41,15 @@ pub(super) struct PackedPlan {
     /// Bytes downloaded: the slots read back and the fault word.
     download: Range<usize>,
     launches: Vec<NodeLaunch>,
+    /// This artifact's idle lanes, `total` bytes each, most with the round trip captured.
+    lanes: Pool<SmallLane>,
+    /// Kernel launches one replay makes (counted when a lane captures).
+    replay_launches: AtomicU64,
 }
+
+/// Idle lanes an artifact keeps (concurrent submissions beyond that create lanes that are
+/// freed when they finish).
+const MAX_IDLE_LANES: usize = 4;
 
 /// One node's launch, relative to the arena.
 #[derive(Clone)]
@@ -94,6 +107,8 @@ impl PackedPlan {
             total,
             download: download_at..download_end,
             launches: Vec::with_capacity(nodes.len()),
+            lanes: Pool::new(MAX_IDLE_LANES),
+            replay_launches: AtomicU64::new(0),
         };
         for node in nodes {
             let launch = plan.node_launch(limits, node, slot_bytes, None)?;
@@ -126,6 +141,18 @@ impl PackedPlan {
             counts: plan.bindings.iter().map(|b| b.elements).collect(),
         })
     }
+
+    /// The upload of everything and the download of the reads and fault word, for an
+    /// arena at `base`.
+    fn transfer(&self, base: u64) -> Exchange {
+        Exchange {
+            upload_dst: base,
+            upload_len: self.total,
+            download_src: base + self.download.start as u64,
+            download_at: self.download.start,
+            download_len: self.download.len(),
+        }
+    }
 }
 
 /// Whether `bindings` can take the packed lane: no caller's resident buffer (those are
@@ -145,8 +172,8 @@ pub(super) struct PackedFlight {
 }
 
 impl LoadedArtifact {
-    /// Packs `bindings` into a lane and enqueues the upload, the nodes' launches (timed)
-    /// and the download.
+    /// Packs `bindings` into one of the artifact's lanes and enqueues the round trip: the
+    /// captured graph, or with a `grid` override the upload, launches and download.
     pub(super) fn submit_packed(
         &self,
         plan: &PackedPlan,
@@ -156,19 +183,26 @@ impl LoadedArtifact {
         let started = Instant::now();
         let core = self.backend.core();
         core.usable()?;
-        let launches = match grid {
-            None => Cow::Borrowed(&plan.launches),
-            Some(grid) => Cow::Owned(
+        let overridden = match grid {
+            None => None,
+            Some(grid) => Some(
                 self.nodes
                     .iter()
                     .map(|node| plan.node_launch(core.limits, node, &self.slot_bytes, Some(grid)))
                     .collect::<Result<Vec<_>, _>>()?,
             ),
         };
-        let mut lane = core.small.take(core).map_err(|e| core.driver_error(e))?;
+        let blocking = core.small.blocking_wait();
+        let mut lane = plan
+            .lanes
+            .take(|| SmallLane::new(core, plan.total, blocking))
+            .map_err(|e| core.driver_error(e))?;
         let enqueued = self
             .pack(plan, &mut lane, bindings)
-            .and_then(|()| self.enqueue_packed(plan, &launches, &mut lane));
+            .and_then(|()| match &overridden {
+                None => self.replay_packed(plan, &mut lane),
+                Some(launches) => self.enqueue_packed(plan, launches, &mut lane),
+            });
         if let Err(error) = enqueued {
             lane.discard();
             return Err(core.driver_error(error));
@@ -206,6 +240,62 @@ impl LoadedArtifact {
         Ok(())
     }
 
+    /// Replays the lane's captured round trip, capturing it first on a new lane.
+    fn replay_packed(&self, plan: &PackedPlan, lane: &mut SmallLane) -> Result<(), DriverError> {
+        if !lane.exchange.is_captured() {
+            self.capture_packed(plan, lane)?;
+        }
+        let stream = Arc::clone(&lane.slot.stream);
+        lane.exchange.replay(&stream)?;
+        let metrics = &self.backend.core().metrics;
+        Metrics::bump(&metrics.graph_launches);
+        Metrics::add(
+            &metrics.launches,
+            plan.replay_launches.load(Ordering::Relaxed),
+        );
+        Ok(())
+    }
+
+    /// Captures the round trip over `lane`: the upload, the start event, the nodes'
+    /// launches, the end event, the download. Cooperative launches that cannot be captured
+    /// here are split at their grid barriers instead (as for resident sequences).
+    fn capture_packed(&self, plan: &PackedPlan, lane: &mut SmallLane) -> Result<(), DriverError> {
+        let core = self.backend.core();
+        let SmallLane {
+            exchange,
+            slot,
+            arena,
+            ..
+        } = lane;
+        let base = arena.ptr();
+        let stream = Arc::clone(&slot.stream);
+        // Launches made during capture are counted per replay.
+        let mut capture = |mode: GridSyncLaunch, counted: &Metrics| {
+            exchange.capture(&stream, plan.transfer(base), |capturing: &Stream| {
+                slot.start.record_captured(capturing)?;
+                self.launch_nodes(capturing, plan, &plan.launches, base, mode, counted)?;
+                slot.end.record_captured(capturing)
+            })
+        };
+        let mut counted = Metrics::default();
+        match capture(core.capture_grid_sync(), &counted) {
+            Ok(()) => core.note_cooperative_capture(&counted, true),
+            Err(error) if counted.grid_sync_cooperative.load(Ordering::Relaxed) > 0 => {
+                tracing::info!(%error, "cooperative launches do not work under CUDA graph capture here; grid-wide barriers in captured artifacts are split into launches");
+                core.note_cooperative_capture(&counted, false);
+                counted = Metrics::default();
+                capture(GridSyncLaunch::Split, &counted)?;
+            }
+            Err(error) => return Err(error),
+        }
+        Metrics::bump(&core.metrics.graph_captures);
+        plan.replay_launches
+            .store(counted.launches.load(Ordering::Relaxed), Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The upload, the nodes' `launches` between the timing events, and the download,
+    /// enqueued directly.
     fn enqueue_packed(
         &self,
         plan: &PackedPlan,
@@ -214,42 +304,40 @@ impl LoadedArtifact {
     ) -> Result<(), DriverError> {
         let core = self.backend.core();
         let SmallLane {
+            exchange,
             slot,
             arena,
-            exchange,
             ..
         } = lane;
         let base = arena.ptr();
-        let transfer = Exchange {
-            upload_dst: base,
-            upload_len: plan.total,
-            download_src: base + plan.download.start as u64,
-            download_at: plan.download.start,
-            download_len: plan.download.len(),
-        };
-        let stream = std::sync::Arc::clone(&slot.stream);
-        exchange.start(&stream, transfer, |stream: &Stream| {
+        let stream = Arc::clone(&slot.stream);
+        exchange.start(&stream, plan.transfer(base), |stream: &Stream| {
             slot.timed(stream, true, || {
-                for (node, launch) in self.nodes.iter().zip(launches) {
-                    let fault = plan.fault.filter(|_| node.kernel.abi.fault_word);
-                    let args = LaunchArgs {
-                        pointers: launch.offsets.iter().map(|&o| base + o as u64).collect(),
-                        counts: launch.counts.clone(),
-                        fault: fault.map(|at| base + at as u64),
-                    };
-                    launch::enqueue(
-                        stream,
-                        &node.kernel,
-                        launch.grid,
-                        &args,
-                        1,
-                        core.grid_sync,
-                        &core.metrics,
-                    )?;
-                }
-                Ok(())
+                self.launch_nodes(stream, plan, launches, base, core.grid_sync, &core.metrics)
             })
         })
+    }
+
+    /// Launches every node in order over the arena at `base`.
+    fn launch_nodes(
+        &self,
+        stream: &Stream,
+        plan: &PackedPlan,
+        launches: &[NodeLaunch],
+        base: u64,
+        mode: GridSyncLaunch,
+        metrics: &Metrics,
+    ) -> Result<(), DriverError> {
+        for (node, launch) in self.nodes.iter().zip(launches) {
+            let fault = plan.fault.filter(|_| node.kernel.abi.fault_word);
+            let args = LaunchArgs {
+                pointers: launch.offsets.iter().map(|&o| base + o as u64).collect(),
+                counts: launch.counts.clone(),
+                fault: fault.map(|at| base + at as u64),
+            };
+            launch::enqueue(stream, &node.kernel, launch.grid, &args, 1, mode, metrics)?;
+        }
+        Ok(())
     }
 }
 
