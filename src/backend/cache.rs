@@ -61,6 +61,23 @@ pub(crate) struct LoadedKernel {
 }
 
 impl LoadedKernel {
+    /// A kernel with `abi` and no loaded entries, for tests of what is planned from an ABI
+    /// (layouts, launch arguments) without a device.
+    #[cfg(test)]
+    pub(crate) fn unloaded(abi: KernelAbi) -> Self {
+        Self {
+            key: KernelKey::new(
+                &[0; 32],
+                abi.workgroup_size,
+                crate::codegen::PtxTarget::sm90(),
+            ),
+            abi,
+            functions: Vec::new(),
+            cooperative: None,
+            vector: None,
+        }
+    }
+
     /// The vector entry, loading its module on first use; `None` when the kernel has none
     /// or its module failed to load (logged; launches then use the scalar entry).
     pub(crate) fn vector_function(&self) -> Option<&Function> {

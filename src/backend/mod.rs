@@ -601,21 +601,35 @@ impl Core {
         &self.metrics
     }
 
-    /// How grid-wide barriers launch inside a CUDA graph capture: as outside, unless a
-    /// capture already showed that cooperative launches cannot be captured here.
-    pub(crate) fn capture_grid_sync(&self) -> GridSyncLaunch {
-        if self.cooperative_capture_fails.load(Ordering::Relaxed) {
-            GridSyncLaunch::Split
-        } else {
-            self.grid_sync
-        }
-    }
-
-    /// Records the outcome of a capture that held cooperative launches (per `counted`).
-    pub(crate) fn note_cooperative_capture(&self, counted: &Metrics, worked: bool) {
-        if counted.grid_sync_cooperative.load(Ordering::Relaxed) > 0 {
+    /// Runs `capture` (which records work into a CUDA graph, counting its launches in the
+    /// `Metrics` it is given) with grid-wide barriers launched as outside a capture, unless
+    /// a capture already showed that cooperative launches cannot be captured here. When a
+    /// capture holding cooperative launches fails, that is remembered and the work is
+    /// captured again with the barriers split into launches. Returns the capture's value
+    /// and what the successful capture counted.
+    pub(crate) fn capture_splitting_if_needed<T, E: std::fmt::Display>(
+        &self,
+        mut capture: impl FnMut(GridSyncLaunch, &Metrics) -> Result<T, E>,
+    ) -> Result<(T, Metrics), E> {
+        let mode = match self.cooperative_capture_fails.load(Ordering::Relaxed) {
+            true => GridSyncLaunch::Split,
+            false => self.grid_sync,
+        };
+        let counted = Metrics::default();
+        let captured = capture(mode, &counted);
+        let cooperative = counted.grid_sync_cooperative.load(Ordering::Relaxed) > 0;
+        if cooperative {
             self.cooperative_capture_fails
-                .store(!worked, Ordering::Relaxed);
+                .store(captured.is_err(), Ordering::Relaxed);
+        }
+        match captured {
+            Ok(value) => Ok((value, counted)),
+            Err(error) if cooperative => {
+                tracing::info!(%error, "cooperative launches do not work under CUDA graph capture here; grid-wide barriers in captured work are split into launches");
+                let counted = Metrics::default();
+                capture(GridSyncLaunch::Split, &counted).map(|value| (value, counted))
+            }
+            Err(error) => Err(error),
         }
     }
 

@@ -730,22 +730,9 @@ impl Core {
             })?;
             Ok(graph.instantiate()?)
         };
-        let mut counted = Metrics::default();
-        let exec = match capture(self.capture_grid_sync(), &counted) {
-            Ok(exec) => {
-                self.note_cooperative_capture(&counted, true);
-                exec
-            }
-            Err(error) if counted.grid_sync_cooperative.load(Ordering::Relaxed) > 0 => {
-                // Cooperative kernels could not be captured (or the graph not
-                // instantiated) on this device: split them in graphs from now on.
-                tracing::info!(%error, "cooperative launches do not work under CUDA graph capture here; grid-wide barriers in captured sequences are split into launches");
-                self.note_cooperative_capture(&counted, false);
-                counted = Metrics::default();
-                capture(GridSyncLaunch::Split, &counted)?
-            }
-            Err(error) => return Err(error),
-        };
+        // Cooperative kernels that cannot be captured (or the graph not instantiated) on
+        // this device are split in graphs from then on.
+        let (exec, counted) = self.capture_splitting_if_needed(capture)?;
         Metrics::bump(&self.metrics.graph_captures);
         let launches = steps().map(|s| u64::from(s.launches)).sum::<u64>();
         let mut kernels: Vec<_> = prefix.iter().chain(repeated).map(|s| &s.kernel).collect();

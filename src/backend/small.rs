@@ -351,13 +351,7 @@ mod tests {
             limits,
         )
         .unwrap();
-        let kernel = LoadedKernel {
-            key: super::super::cache::KernelKey::new(&[0; 32], [64, 1, 1], PtxTarget::sm90()),
-            abi: emitted.abi.clone(),
-            functions: Vec::new(),
-            cooperative: None,
-            vector: None,
-        };
+        let kernel = LoadedKernel::unloaded(emitted.abi.clone());
         let layout = Layout::new(&kernel, &plan);
         // a, b (inputs) at 0 and 256; out, rw (returned) at 512 and 768; rw is 300 bytes,
         // so the data ends at 1068 and the fault word (if any) sits at 1072.

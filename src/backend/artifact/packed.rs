@@ -270,24 +270,14 @@ impl LoadedArtifact {
         let base = arena.ptr();
         let stream = Arc::clone(&slot.stream);
         // Launches made during capture are counted per replay.
-        let mut capture = |mode: GridSyncLaunch, counted: &Metrics| {
+        let capture = |mode: GridSyncLaunch, counted: &Metrics| {
             exchange.capture(&stream, plan.transfer(base), |capturing: &Stream| {
                 slot.start.record_captured(capturing)?;
                 self.launch_nodes(capturing, plan, &plan.launches, base, mode, counted)?;
                 slot.end.record_captured(capturing)
             })
         };
-        let mut counted = Metrics::default();
-        match capture(core.capture_grid_sync(), &counted) {
-            Ok(()) => core.note_cooperative_capture(&counted, true),
-            Err(error) if counted.grid_sync_cooperative.load(Ordering::Relaxed) > 0 => {
-                tracing::info!(%error, "cooperative launches do not work under CUDA graph capture here; grid-wide barriers in captured artifacts are split into launches");
-                core.note_cooperative_capture(&counted, false);
-                counted = Metrics::default();
-                capture(GridSyncLaunch::Split, &counted)?;
-            }
-            Err(error) => return Err(error),
-        }
+        let ((), counted) = core.capture_splitting_if_needed(capture)?;
         Metrics::bump(&core.metrics.graph_captures);
         plan.replay_launches
             .store(counted.launches.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -360,20 +350,17 @@ impl PackedFlight {
             return Err(super::waited_twice());
         };
         let wait_started = Instant::now();
-        let waited = wait(&mut lane).and_then(|()| {
-            let device_ns = lane.slot.device_ns(true)?;
-            let packed = lane.exchange.bytes()?;
-            Ok((fault_word(packed, plan.fault), device_ns))
-        });
-        let (word, device_ns) = match waited {
-            Ok(waited) => waited,
+        let waited = wait(&mut lane).and_then(|()| lane.slot.device_ns(true));
+        let device_ns = match waited {
+            Ok(device_ns) => device_ns,
             Err(error) => {
                 lane.discard();
                 return Err(core.driver_error(error));
             }
         };
-        check_fault(core, word, &mut Vec::new())?;
+        // Nothing is in flight any more: this does not wait.
         let packed = lane.exchange.bytes().map_err(|e| core.driver_error(e))?;
+        check_fault(core, fault_word(packed, plan.fault), &mut Vec::new())?;
         let outputs = artifact
             .reads
             .iter()
@@ -416,7 +403,7 @@ impl Drop for PackedFlight {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::cache::{KernelKey, LoadedKernel};
+    use crate::backend::cache::LoadedKernel;
     use crate::codegen::{emit_ptx, PtxTarget};
     use std::sync::Arc;
     use vyre_foundation::ir::{BufferDecl, DataType, Expr, Node, Program};
@@ -446,13 +433,7 @@ mod tests {
         );
         let emitted = emit_ptx(&program, None, PtxTarget::sm90()).unwrap();
         assert!(emitted.abi.fault_word);
-        let kernel = LoadedKernel {
-            key: KernelKey::new(&[0; 32], [64, 1, 1], PtxTarget::sm90()),
-            abi: emitted.abi.clone(),
-            functions: Vec::new(),
-            cooperative: None,
-            vector: None,
-        };
+        let kernel = LoadedKernel::unloaded(emitted.abi.clone());
         LoadedNode {
             program,
             kernel: Arc::new(kernel),
