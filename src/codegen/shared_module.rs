@@ -5,7 +5,7 @@
 
 use super::abi::{layout, KernelAbi};
 use super::libm::Libm;
-use super::module::header;
+use super::module::{header, reads_zero_page};
 use super::{CodegenError, PtxTarget};
 use std::collections::BTreeSet;
 use vyre_foundation::ir::Program;
@@ -133,7 +133,8 @@ pub fn compose_module(target: PtxTarget, kernels: &[&KernelEntries], provenance:
         .iter()
         .flat_map(|k| k.libm.iter().copied())
         .collect();
-    let mut ptx = header(target, &libm, provenance);
+    let zero_page = kernels.iter().any(|k| reads_zero_page(&k.text));
+    let mut ptx = header(target, &libm, provenance, zero_page);
     for kernel in kernels {
         ptx.push_str(&kernel.text);
     }

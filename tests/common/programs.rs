@@ -1442,6 +1442,42 @@ pub fn all_cases() -> Vec<Case> {
     // Last: the cases before keep their indices (and PTX snapshot names).
     cases.extend(super::half_programs::half_cases());
     cases.extend(replicated_cases());
+    cases.extend(literal_divisor_cases());
+    cases
+}
+
+/// Division and remainder by literal divisors (lowered without the general form's
+/// zero test: shifts and masks for u32 powers of two, literal `div`/`rem` otherwise),
+/// over edge dividends; i32 by 0 and by -1 keep the reference's run-time errors.
+pub fn literal_divisor_cases() -> Vec<Case> {
+    let mut rng = Rng::new(9);
+    let unsigned = u32_bytes(&edge_u32(&mut rng, N));
+    let signed = u32_bytes(&edge_i32(&mut rng, N));
+    let u32_divisors = [1u32, 2, 3, 4, 7, 8, 10, 16, 31, 32, 1 << 31, u32::MAX];
+    let i32_divisors = [1i32, 2, -2, 3, -3, 4, -4, 7, -8, i32::MIN, i32::MAX];
+    let mut cases = Vec::new();
+    for op in [BinOp::Div, BinOp::Mod] {
+        for d in u32_divisors {
+            let value = bin(op, ld("a"), Expr::u32(d));
+            let program = elementwise(&[("a", DataType::U32)], DataType::U32, N, value);
+            cases.push(Case::new(
+                format!("u32 {op:?} {d}"),
+                program,
+                vec![unsigned.clone()],
+            ));
+        }
+        for d in i32_divisors.into_iter().chain([0, -1]) {
+            let value = bin(op, ld("a"), Expr::i32(d));
+            let program = elementwise(&[("a", DataType::I32)], DataType::I32, N, value);
+            let case = Case::new(format!("i32 {op:?} {d}"), program, vec![signed.clone()]);
+            // By zero always, by -1 at i32::MIN (an edge dividend): the reference's errors.
+            cases.push(if d == 0 || d == -1 {
+                case.failing()
+            } else {
+                case
+            });
+        }
+    }
     cases
 }
 

@@ -6,6 +6,7 @@ use super::reduction::{Partial, PARTIALS};
 use super::{LoweredBody, Lowerer, Segment};
 use crate::codegen::abi::KernelParam;
 use crate::codegen::analysis::replicated::Replication;
+use crate::codegen::module::ZERO_PAGE;
 use crate::codegen::writer::{emit, PtxWriter, RegClass};
 use crate::codegen::CodegenError;
 
@@ -84,6 +85,10 @@ impl<'p> Lowerer<'p> {
         self.load_params(&mut p, fault_word);
         emit!(p, "setp.ne.u32 {}, 0, 0", self.faulted);
         emit!(p, "mov.u32 {}, %dynamic_smem_size", self.opaque_zero);
+        if let Some(zero) = self.zero_page {
+            emit!(p, "mov.u64 {zero}, {ZERO_PAGE}");
+            emit!(p, "cvta.to.global.u64 {zero}, {zero}");
+        }
         self.compute_ids(&mut p);
         self.compute_subgroup(&mut p);
         if !self.shared.is_empty() {

@@ -34,6 +34,9 @@ impl<'p> Lowerer<'p> {
             Expr::LocalId { axis } => self.id_axis(*axis, |ids| &ids.local),
             Expr::BinOp { op, left, right } => {
                 let left = self.put_expr(left)?;
+                if let Some(quotient) = self.put_div_by_literal(*op, left, right) {
+                    return Ok(quotient);
+                }
                 let right = self.put_expr(right)?;
                 self.put_binop(*op, left, right)
             }

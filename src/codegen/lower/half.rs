@@ -6,6 +6,7 @@
 //! register (see [`ValKind::Half`]); float operators fail on it and everything else reads
 //! it as +0.0, exactly where the reference's bytes and its `Float(0.0)` agree.
 
+use super::memory::Space;
 use super::{Lowerer, Val};
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::{ValKind, OOB_HALF_BITS};
@@ -48,13 +49,12 @@ impl Lowerer<'_> {
     pub(super) fn half_load(
         &mut self,
         format: HalfFormat,
-        space: &str,
+        space: Space,
         in_bounds: Reg,
         addr: Reg,
     ) -> Val {
         let raw = self.b32();
-        emit!(self.w, "mov.b32 {raw}, 0");
-        emit!(self.w, "@{in_bounds} ld.{space}.u16 {raw}, [{addr}]");
+        self.load_or_zero(space, in_bounds, addr, "u16", &[raw]);
         let mut wide = self.widen_half(format, raw);
         if format == HalfFormat::Bf16 {
             // A bf16 subnormal widens to an f32 subnormal, which the reference flushes.

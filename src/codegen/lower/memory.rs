@@ -132,19 +132,13 @@ impl Lowerer<'_> {
             return Ok(self.word_value(kind, word));
         }
         let (in_bounds, addr) = self.element_address(&slot, index);
-        let space = slot.space.state_space();
         if let Some(format) = HalfFormat::of(&slot.element) {
-            return Ok(self.half_load(format, space, in_bounds, addr));
+            return Ok(self.half_load(format, slot.space, in_bounds, addr));
         }
         let reg = self.w.reg(kind.reg_class());
         if slot.stride == 16 {
             let hi = self.w.reg(RegClass::B64);
-            emit!(self.w, "mov.u64 {reg}, 0");
-            emit!(self.w, "mov.u64 {hi}, 0");
-            emit!(
-                self.w,
-                "@{in_bounds} ld.{space}.v2.u64 {{{reg}, {hi}}}, [{addr}]"
-            );
+            self.load_or_zero(slot.space, in_bounds, addr, "v2.u64", &[reg, hi]);
             self.wide_hi.insert(reg, hi);
             return Ok(Val { kind, reg });
         }
@@ -154,15 +148,68 @@ impl Lowerer<'_> {
         } else {
             int_width(slot.stride)
         };
-        // Out-of-bounds loads read the typed zero, never another element.
-        emit!(self.w, "mov.{} {reg}, {}", class.ty(), class.zero());
-        emit!(self.w, "@{in_bounds} ld.{space}.{width} {reg}, [{addr}]");
+        self.load_or_zero(slot.space, in_bounds, addr, width, &[reg]);
         let reg = if kind == ValKind::F32 {
             self.flush_subnormal(reg)
         } else {
             reg
         };
         Ok(Val { kind, reg })
+    }
+
+    /// `ld.{space}.{ty}` of `dsts` (one register, or the two of a `v2`) from `addr`, reading
+    /// zeros when `in_bounds` is false (the reference's out-of-bounds load), never another
+    /// element. A global load reads the module's zero page instead (`selp` of the address,
+    /// then an unpredicated load): a predicated load into a zeroed register is a partial
+    /// definition, and ptxas's time grows steeply with many of them in one block (the
+    /// corpus's straight-line attention passes: 192 -> 88 ms). Shared loads keep the
+    /// predicate.
+    pub(super) fn load_or_zero(
+        &mut self,
+        space: Space,
+        in_bounds: Reg,
+        addr: Reg,
+        ty: &str,
+        dsts: &[Reg],
+    ) {
+        let list = match dsts {
+            [one] => one.to_string(),
+            many => format!(
+                "{{{}}}",
+                many.iter()
+                    .map(Reg::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+        match space {
+            Space::Global { .. } => {
+                let zero = self.zero_page();
+                let safe = self.w.reg(RegClass::B64);
+                emit!(self.w, "selp.b64 {safe}, {addr}, {zero}, {in_bounds}");
+                emit!(self.w, "ld.global.{ty} {list}, [{safe}]");
+            }
+            Space::Shared { .. } => {
+                for dst in dsts {
+                    let class = dst.class();
+                    emit!(self.w, "mov.{} {dst}, {}", class.ty(), class.zero());
+                }
+                emit!(self.w, "@{in_bounds} ld.shared.{ty} {list}, [{addr}]");
+            }
+        }
+    }
+
+    /// The global address of the module's zeroed [`ZERO_PAGE`], set up in the prologue
+    /// of the entries that read it.
+    fn zero_page(&mut self) -> Reg {
+        match self.zero_page {
+            Some(reg) => reg,
+            None => {
+                let reg = self.w.reg(RegClass::B64);
+                self.zero_page = Some(reg);
+                reg
+            }
+        }
     }
 
     /// A buffer's space and byte length (`.b64`).

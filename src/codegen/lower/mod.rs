@@ -118,6 +118,9 @@ pub(crate) struct Lowerer<'p> {
     /// f32 arithmetic with the wrong rounding, folding `-0.0` away, and fusing sign
     /// extensions or byte extractions into wrong `I2F` forms (all found by the fuzzer).
     opaque_zero: Reg,
+    /// The global address of the module's zero page, once a load reads it (see
+    /// `memory::load_or_zero`).
+    zero_page: Option<Reg>,
     libm_used: BTreeSet<Libm>,
     /// Lanes present in this invocation's 32-lane subgroup, and their member mask.
     subgroup_lanes: Reg,
@@ -179,6 +182,7 @@ impl<'p> Lowerer<'p> {
             uses_fault_word: false,
             faulted,
             opaque_zero,
+            zero_page: None,
             libm_used: BTreeSet::new(),
             subgroup_lanes,
             subgroup_mask,

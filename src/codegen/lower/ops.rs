@@ -11,7 +11,7 @@ use crate::codegen::libm::Libm;
 use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
 use std::fmt::Display;
-use vyre_foundation::ir::{BinOp, DataType, UnOp};
+use vyre_foundation::ir::{BinOp, DataType, Expr, UnOp};
 
 /// An integer operand type and its PTX spellings: [`U32`], [`I32`] or [`U64`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -328,6 +328,42 @@ impl Lowerer<'_> {
             }
         }
         Ok(Val { kind, reg: d })
+    }
+
+    /// `a / d` or `a % d` for a literal divisor `d` on which the reference cannot fail or
+    /// special-case (u32: `d != 0`; i32: `d` neither 0 nor -1), or `None`. A u32 power of
+    /// two is a shift or mask; any other divisor stays a literal, so ptxas divides by
+    /// multiplying (the general form hides the divisor behind the opaque zero and then
+    /// tests it for zero, which costs a full software division in compile time and run
+    /// time: 72 of them in vyre-libs' `partial_rope_backward`). The dividend still passes
+    /// through the opaque zero (see `div_rem`).
+    pub(crate) fn put_div_by_literal(&mut self, op: BinOp, l: Val, right: &Expr) -> Option<Val> {
+        let opcode = match op {
+            BinOp::Div => "div",
+            BinOp::Mod => "rem",
+            _ => return None,
+        };
+        let (t, divisor) = match (l.kind, right) {
+            (ValKind::U32, Expr::LitU32(d)) if *d != 0 => (U32, i64::from(*d)),
+            (ValKind::I32, Expr::LitI32(d)) if *d != 0 && *d != -1 => (I32, i64::from(*d)),
+            _ => return None,
+        };
+        let d = self.w.reg(t.class);
+        if t == U32 && divisor.count_ones() == 1 {
+            match opcode {
+                "div" => emit!(
+                    self.w,
+                    "shr.u32 {d}, {}, {}",
+                    l.reg,
+                    divisor.trailing_zeros()
+                ),
+                _ => emit!(self.w, "and.b32 {d}, {}, {}", l.reg, divisor - 1),
+            }
+        } else {
+            let a = self.opaque(l.reg);
+            emit!(self.w, "{opcode}.{} {d}, {a}, {divisor}", t.ty);
+        }
+        Some(Val::new(t.kind, d))
     }
 
     /// `d = a / b` or `a % b` (`opcode` `div` or `rem`): i32 division by zero and

@@ -64,12 +64,16 @@ pub(crate) fn compose(
         "program {:02x}{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
         digest[0], digest[1], digest[2], digest[3], digest[4], digest[5], digest[6], digest[7]
     );
-    let header = header(target, &libm, &provenance);
+    let main_zero_page = (bodies.segments.iter())
+        .chain(bodies.cooperative)
+        .any(|b| reads_zero_page(&b.prologue));
+    let header_for = |zero_page| header(target, &libm, &provenance, zero_page);
     let shared = match abi.shared_bytes {
         0 => String::new(),
         bytes => format!("\t.shared .align 16 .b8 vyre_shared[{bytes}];\n"),
     };
     let size: usize = bodies.all().map(|b| b.body.len() + b.prologue.len()).sum();
+    let header = header_for(main_zero_page);
     let mut ptx = String::with_capacity(header.len() + size + 1024);
     ptx.push_str(&header);
     let entries_at = ptx.len();
@@ -82,7 +86,7 @@ pub(crate) fn compose(
         put_cooperative_entry(&mut ptx, &params, abi, &shared, bodies.cooperative);
     }
     let vector_ptx = bodies.vector.map(|vector| {
-        let mut text = header;
+        let mut text = header_for(reads_zero_page(&vector.prologue));
         let params = param_list(abi.vector_params());
         put_entry(&mut text, VECTOR_ENTRY, &params, abi, &shared, vector);
         text
@@ -95,8 +99,24 @@ pub(crate) fn compose(
     }
 }
 
-/// Provenance comment, `.version`/`.target`, and the `.func`s of the libm routines `libm`.
-pub(crate) fn header(target: PtxTarget, libm: &BTreeSet<Libm>, provenance: &str) -> String {
+/// The module's 16 zeroed bytes, which out-of-bounds global loads read (up to a `v2.u64`)
+/// instead of being predicated (`lower::memory`). Nothing writes it.
+pub(crate) const ZERO_PAGE: &str = "vyre_zero_page";
+
+/// Whether an entry reads the zero page: its prologue (or whole text) takes its address.
+pub(crate) fn reads_zero_page(body: &str) -> bool {
+    body.contains(ZERO_PAGE)
+}
+
+/// Provenance comment, `.version`/`.target`, the zero page when an entry reads it (an
+/// unused module variable still costs the JIT time), and the `.func`s of the libm
+/// routines `libm`.
+pub(crate) fn header(
+    target: PtxTarget,
+    libm: &BTreeSet<Libm>,
+    provenance: &str,
+    zero_page: bool,
+) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -106,6 +126,9 @@ pub(crate) fn header(target: PtxTarget, libm: &BTreeSet<Libm>, provenance: &str)
     let _ = writeln!(out, ".version {}", target.isa());
     let _ = writeln!(out, ".target sm_{}", target.sm());
     let _ = writeln!(out, ".address_size 64\n");
+    if zero_page {
+        let _ = writeln!(out, ".global .align 16 .b8 {ZERO_PAGE}[16];\n");
+    }
     out.push_str(&libm::module_text(libm));
     out
 }
