@@ -9,7 +9,7 @@
 //! they do, our hint goes into the message as "what to do").
 
 use crate::codegen::CodegenError;
-use crate::driver::{DriverError, DriverErrorKind};
+use crate::driver::{DriverError, DriverErrorKind, NcclError};
 use std::borrow::Cow;
 use std::fmt;
 use vyre_driver::BackendError;
@@ -26,6 +26,8 @@ pub enum CudaError {
     Codegen(#[from] CodegenError),
     /// A CUDA driver call failed.
     Driver(#[from] DriverError),
+    /// NCCL could not be loaded, or one of its calls failed.
+    Nccl(NcclError),
     /// The caller's inputs or configuration do not fit the program's dispatch ABI.
     InvalidInput {
         /// What is wrong.
@@ -109,6 +111,7 @@ impl CudaError {
         match self {
             Self::Codegen(inner) => (inner.to_string().into(), inner.fix().into()),
             Self::Driver(inner) => (inner.to_string().into(), driver_fix(inner).into()),
+            Self::Nccl(inner) => (inner.to_string().into(), nccl_fix(inner)),
             Self::InvalidInput { message, fix } | Self::JitHelper { message, fix } => {
                 (message.as_str().into(), fix.as_str().into())
             }
@@ -211,6 +214,59 @@ fn driver_fix(error: &DriverError) -> &'static str {
     }
 }
 
+/// NCCL errors; a driver error around an NCCL call is a driver error, with its hint.
+impl From<NcclError> for CudaError {
+    fn from(error: NcclError) -> Self {
+        match error {
+            NcclError::Driver(inner) => Self::Driver(inner),
+            other => Self::Nccl(other),
+        }
+    }
+}
+
+/// Where to get an NCCL this crate can load.
+const NCCL_INSTALL: &str = "install NVIDIA's NCCL 2.18 or newer (the libnccl2 package, \
+     which puts libnccl.so.2 on the loader path), or `pip install nvidia-nccl-cu13` and set \
+     VYRE_NCCL_LIBRARY to <site-packages>/nvidia/nccl/lib/libnccl.so.2";
+
+/// What to do about an NCCL error, by kind (and by `ncclResult_t` for failed calls).
+fn nccl_fix(error: &NcclError) -> Cow<'static, str> {
+    match error {
+        NcclError::Unavailable { .. } => NCCL_INSTALL.into(),
+        NcclError::MissingSymbol { .. } | NcclError::TooOld { .. } => format!(
+            "point VYRE_NCCL_LIBRARY at a real NCCL 2.18 or newer, or unset it and {NCCL_INSTALL}"
+        )
+        .into(),
+        NcclError::InvalidUniqueId { .. } => "pass exactly the 256 hex characters that \
+             NcclUniqueId::to_hex gave on the rank that created the id"
+            .into(),
+        NcclError::InvalidArgument { fix, .. } => (*fix).into(),
+        NcclError::Driver(inner) => driver_fix(inner).into(),
+        NcclError::Call { code, .. } => match code {
+            1 => "a CUDA call inside NCCL failed: check GPU health with `nvidia-smi`, and rerun \
+                  with NCCL_DEBUG=WARN to see the CUDA error"
+                .into(),
+            2 => "a system call inside NCCL failed (shared memory, sockets or threads): rerun \
+                  with NCCL_DEBUG=WARN to see which, and check the space in /dev/shm and \
+                  NCCL_SOCKET_IFNAME"
+                .into(),
+            3 => "NCCL hit an internal error: rerun with NCCL_DEBUG=INFO and report it to NVIDIA \
+                  with that log"
+                .into(),
+            4 | 5 => "check the devices, ranks, counts, data type and stream given to NCCL (every \
+                      rank must make the same calls in the same order); rerun with \
+                      NCCL_DEBUG=WARN for NCCL's reason"
+                .into(),
+            6 => "a peer rank failed or exited: check the other ranks' logs, then drop (abort) \
+                  and re-create the communicator on every rank"
+                .into(),
+            _ => "rerun with NCCL_DEBUG=WARN for NCCL's reason; if it persists, report a \
+                  vyre-cuda bug with this message"
+                .into(),
+        },
+    }
+}
+
 /// The one conversion to vyre's error type, keeping vyre's machine-readable error codes
 /// (`BackendError::code`). Variants whose vyre-driver rendering adds a hint of its own get
 /// text without a `Fix:`; `InvalidProgram` prints our message verbatim.
@@ -245,6 +301,12 @@ impl From<CudaError> for BackendError {
             {
                 BackendError::Other(error.to_string())
             }
+            // No usable NCCL: likewise nothing was dispatched.
+            CudaError::Nccl(
+                NcclError::Unavailable { .. }
+                | NcclError::MissingSymbol { .. }
+                | NcclError::TooOld { .. },
+            ) => BackendError::Other(error.to_string()),
             CudaError::Driver(inner) if inner.is_sticky() => {
                 lost("unknown".into(), &inner.to_string())
             }
@@ -337,6 +399,37 @@ mod tests {
                 requested: 10,
                 available: 5,
             },
+            NcclError::Unavailable {
+                tried: vec!["libnccl.so.2 (not found)".into()],
+            }
+            .into(),
+            NcclError::MissingSymbol {
+                library: "libm.so.6".into(),
+                symbol: "ncclGetVersion",
+            }
+            .into(),
+            NcclError::TooOld {
+                library: "libnccl.so.2".into(),
+                found: crate::driver::NcclVersion::from_code(21703),
+                minimum: crate::driver::nccl::MINIMUM_VERSION,
+            }
+            .into(),
+            NcclError::Call {
+                call: "ncclAllReduce",
+                code: 5,
+                description: "invalid usage".into(),
+                detail: "Fix: something NCCL suggests".into(),
+            }
+            .into(),
+            NcclError::InvalidUniqueId {
+                reason: "3 hex characters".into(),
+            }
+            .into(),
+            NcclError::InvalidArgument {
+                message: "rank 3 of 2".into(),
+                fix: "name a rank below the world size",
+            }
+            .into(),
         ]
     }
 
@@ -392,6 +485,26 @@ mod tests {
             }
             other => panic!("unexpected {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_missing_nccl_keeps_our_hint_alone() {
+        let error = CudaError::from(NcclError::Unavailable {
+            tried: vec!["libnccl.so.2 (cannot open shared object file)".into()],
+        });
+        match BackendError::from(error) {
+            BackendError::Other(text) => {
+                assert!(text.contains("libnccl.so.2"), "{text}");
+                assert!(text.contains("nvidia-nccl-cu13"), "{text}");
+                assert_eq!(text.matches("Fix:").count(), 1, "{text}");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let lost = DriverError::from_code("cuCtxSetCurrent", 700);
+        assert!(matches!(
+            CudaError::from(NcclError::Driver(lost)),
+            CudaError::Driver(_)
+        ));
     }
 
     #[test]

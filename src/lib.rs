@@ -39,3 +39,12 @@ pub use backend::{
 pub use compat::{BACKEND_ID, PAYLOAD_FORMAT, TARGET_ID};
 pub use error::{CudaError, CUDA_BACKEND_ID};
 pub use optimizer::CudaOptimizerDispatcher;
+
+/// The version of the NCCL library this process uses for collectives across GPUs, for logs.
+///
+/// NCCL is loaded at run time on first use (`$VYRE_NCCL_LIBRARY`, then `libnccl.so.2`,
+/// then `libnccl.so`) and must be 2.18 or newer; without it this is an error naming every
+/// library tried and how to install one. Single-GPU dispatch never needs NCCL.
+pub fn nccl_version() -> Result<driver::NcclVersion, CudaError> {
+    Ok(driver::nccl::version()?)
+}

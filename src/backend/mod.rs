@@ -1062,6 +1062,11 @@ fn handle_error(error: HandleError) -> CudaError {
 /// The program the reference interprets (calls inlined, [`reference_program`]), checked by
 /// vyre's validator with the options the reference interpreter uses (subgroup operations
 /// allowed), so the backend rejects exactly what the reference rejects.
+///
+/// The order is the reference's: normalise, lower `CommGroup::WORLD` collectives for one
+/// rank, inline, *then* validate. Validating the program as given instead would raise V046
+/// (no collective support) on every collective, even the WORLD ones the reference runs;
+/// a group other than WORLD or a nonzero Broadcast root fails in the lowering, as there.
 pub(crate) fn validated(program: &Program) -> Result<std::borrow::Cow<'_, Program>, CudaError> {
     let program = reference_program(program)?;
     let options = ValidationOptions::default().with_backend_capabilities(BackendCapabilities {
@@ -1100,6 +1105,84 @@ mod tests {
         let defaults = CudaOptions::default();
         assert_eq!(defaults.pool, PoolKind::SizeClasses);
         assert!(defaults.copy_threads >= 1 && defaults.staging_chunk_bytes >= 64 << 10);
+    }
+
+    fn collective_program(node: vyre_foundation::ir::Node) -> Program {
+        use vyre_foundation::ir::{BufferDecl, DataType};
+        Program::wrapped(
+            vec![
+                BufferDecl::read_write("a", 0, DataType::U32).with_count(64),
+                BufferDecl::output("out", 1, DataType::U32).with_count(64),
+            ],
+            [64, 1, 1],
+            vec![node],
+        )
+    }
+
+    fn collectives(group: vyre_foundation::ir::CommGroup, root: u32) -> Vec<Program> {
+        use vyre_foundation::ir::{CollectiveOp, Node};
+        vec![
+            collective_program(Node::AllReduce {
+                buffer: "a".into(),
+                op: CollectiveOp::Sum,
+                group,
+            }),
+            collective_program(Node::AllGather {
+                input: "a".into(),
+                output: "out".into(),
+                group,
+            }),
+            collective_program(Node::ReduceScatter {
+                input: "a".into(),
+                output: "out".into(),
+                op: CollectiveOp::Min,
+                group,
+            }),
+            collective_program(Node::Broadcast {
+                buffer: "a".into(),
+                root,
+                group,
+            }),
+        ]
+    }
+
+    #[test]
+    fn world_collectives_are_valid_as_in_the_reference() {
+        use vyre_foundation::ir::CommGroup;
+        for program in collectives(CommGroup::WORLD, 0) {
+            // Validated as given, vyre's V046 rejects every collective node: this is the
+            // order `validated` must not use.
+            let options =
+                ValidationOptions::default().with_backend_capabilities(BackendCapabilities {
+                    supports_subgroup_ops: true,
+                    ..Default::default()
+                });
+            let report = validate_with_options(&program, options);
+            assert!(
+                report.errors.iter().any(|e| e.to_string().contains("V046")),
+                "{:?}",
+                report.errors
+            );
+            let prepared = validated(&program).expect("the reference runs WORLD collectives");
+            emit_prepared(&prepared, None, PtxTarget::sm90()).expect("and so do we");
+        }
+    }
+
+    #[test]
+    fn transport_collectives_are_rejected_with_one_fix() {
+        use vyre_foundation::ir::CommGroup;
+        let programs = collectives(CommGroup(2), 0)
+            .into_iter()
+            .chain(collectives(CommGroup::WORLD, 1).into_iter().skip(3));
+        let mut count = 0;
+        for program in programs {
+            let error = validated(&program).expect_err("the reference rejects it");
+            let text = error.to_string();
+            assert_eq!(text.matches("Fix:").count(), 1, "{text}");
+            assert!(text.contains("CommGroup::WORLD"), "{text}");
+            count += 1;
+        }
+        assert_eq!(count, 5);
     }
 
     #[test]

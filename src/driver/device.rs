@@ -173,6 +173,13 @@ impl Device {
         Ok(())
     }
 
+    /// Forgets which context this thread last made current, so that the next
+    /// [`Device::bind`] on it makes its context current again. For code that may switch
+    /// the thread's current context behind this module's back (NCCL does).
+    pub(crate) fn forget_bound_context() {
+        let _ = BOUND.try_with(|bound| bound.set((0, u64::MAX)));
+    }
+
     /// Waits for all work in the context (`cuCtxSynchronize`).
     pub fn synchronize(&self) -> Result<(), DriverError> {
         self.run("cuCtxSynchronize", result::ctx::synchronize)

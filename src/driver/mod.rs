@@ -2,7 +2,7 @@
 //!
 //! Thin RAII types over `cudarc::driver::{result, sys}` (cudarc's `safe` layer is not used):
 //! [`Device`] (retained primary context), [`DeviceAlloc`], [`PinnedHostBuffer`], [`Stream`],
-//! [`Event`], [`Module`] and [`Function`].
+//! [`Event`], [`Module`] and [`Function`]; and NCCL, also loaded at run time (`nccl`).
 //!
 //! `libcuda` is loaded at run time. cudarc panics when the library or one of its symbols is
 //! missing, so every entry point first checks [`driver_library_present`] (computed once:
@@ -17,6 +17,8 @@ mod error;
 mod graph;
 mod memory;
 mod module;
+#[doc(hidden)]
+pub mod nccl;
 mod round_trip;
 mod stream;
 
@@ -29,6 +31,7 @@ pub use memory::{DeviceAlloc, PinnedHostBuffer};
 pub(crate) use memory::{StagingBuffer, StreamOrderedAlloc};
 pub(crate) use module::compile_to_cubin;
 pub use module::{Function, KernelArg, Module};
+pub use nccl::{NcclError, NcclVersion};
 pub(crate) use round_trip::{Exchange, RoundTripBuffer, Wait};
 pub use stream::{Event, Stream};
 

@@ -104,6 +104,7 @@ fn error_class(error: &CudaError) -> &'static str {
         CudaError::JitHelper { .. } => "jit-helper",
         CudaError::ShutDown => "shut-down",
         CudaError::DeviceLost { .. } => "device-lost",
+        CudaError::Nccl(_) => "nccl",
     }
 }
 
