@@ -91,6 +91,59 @@ fn affine() -> Program {
     )
 }
 
+/// saxpy as users write it: `y[i] = alpha[0] * x[i] + y[i]` (f32) for `i < len(y)`, the
+/// scale in a one-element buffer and `y` updated in place: 12 bytes moved per element,
+/// as vadd.
+fn saxpy_user() -> Program {
+    let i = Expr::InvocationId { axis: 0 };
+    let bin = |op, l, r| Expr::BinOp {
+        op,
+        left: Box::new(l),
+        right: Box::new(r),
+    };
+    let scaled = bin(
+        BinOp::Mul,
+        Expr::load("alpha", Expr::u32(0)),
+        Expr::load("x", i.clone()),
+    );
+    Program::wrapped(
+        vec![
+            BufferDecl::read("alpha", 0, DataType::F32).with_count(1),
+            BufferDecl::read("x", 1, DataType::F32),
+            BufferDecl::read_write("y", 2, DataType::F32),
+        ],
+        [256, 1, 1],
+        vec![Node::if_then(
+            bin(BinOp::Lt, i.clone(), Expr::buf_len("y")),
+            vec![Node::store(
+                "y",
+                i.clone(),
+                bin(BinOp::Add, scaled, Expr::load("y", i)),
+            )],
+        )],
+    )
+}
+
+/// Wall time of `samples` warm borrowed dispatches, end to end.
+fn e2e_samples(
+    backend: &CudaBackend,
+    program: &Program,
+    inputs: &[Vec<u8>],
+    samples: usize,
+) -> Vec<Duration> {
+    let borrowed: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+    let (config, mut out) = (DispatchConfig::default(), Vec::new());
+    (0..samples)
+        .map(|_| {
+            let started = Instant::now();
+            backend
+                .dispatch_borrowed_into(program, &borrowed, &config, &mut out)
+                .unwrap();
+            started.elapsed()
+        })
+        .collect()
+}
+
 fn ns_row(name: &str, mut samples: Vec<u64>, bytes: Option<usize>) {
     samples.sort_unstable();
     row(
@@ -179,27 +232,37 @@ fn main() {
 
     // Reference-checked outputs of the end-to-end rows, reused by the resident rows.
     let mut checked = std::collections::HashMap::new();
+    let mut vadd_p50 = std::collections::HashMap::new();
     for log2 in [16u32, 20, 24, 26] {
         let n = 1u32 << log2;
         let program = vadd(n, 3);
         let inputs = vec![random(n, 11), random(n, 12)];
         let mut want = check(&backend, &program, &inputs);
-        let borrowed: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
-        let samples = (0..30)
-            .map(|_| {
-                let started = Instant::now();
-                backend
-                    .dispatch_borrowed_into(&program, &borrowed, &config, &mut out)
-                    .unwrap();
-                started.elapsed()
-            })
-            .collect();
+        let samples = e2e_samples(&backend, &program, &inputs, 30);
+        vadd_p50.insert(log2, stats(samples.clone()).0);
         row(
             &format!("vadd_u32 2^{log2} end to end"),
             samples,
             Some(3 * n as usize * 4),
         );
         checked.insert(log2, (inputs, want.remove(0)));
+    }
+
+    // User-style saxpy beside vadd of the same bytes (issue 18's target: <= 1.1x).
+    for log2 in [24u32, 26] {
+        let n = 1u32 << log2;
+        let program = saxpy_user();
+        let alpha = 2.5f32.to_le_bytes().to_vec();
+        let inputs = vec![alpha, random(n, 13), random(n, 14)];
+        let _ = check(&backend, &program, &inputs);
+        let samples = e2e_samples(&backend, &program, &inputs, 30);
+        let ratio = stats(samples.clone()).0.as_secs_f64() / vadd_p50[&log2].as_secs_f64();
+        row(
+            &format!("saxpy_user_f32 2^{log2} end to end"),
+            samples,
+            Some(3 * n as usize * 4),
+        );
+        println!("  saxpy_user_f32 2^{log2} / vadd_u32 2^{log2} p50: {ratio:.3}x");
     }
 
     // Cold compile: first dispatch of a never-seen program (new constant each time).

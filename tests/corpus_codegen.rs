@@ -1,5 +1,6 @@
 //! Offline gate over the vyre-primitives and vyre-intrinsics fixture corpora: every program either lowers to
-//! PTX that `ptxas` accepts for sm_80 and sm_90, or is rejected with a named construct.
+//! PTX that `ptxas` accepts for sm_80 and sm_90 (its vector entry's module too), or is
+//! rejected with a named construct.
 //! Runs in CI with no GPU.
 
 mod common;
@@ -28,8 +29,11 @@ fn primitive_corpus_lowers_and_assembles() {
                 Ok(kernel) => {
                     emitted += 1;
                     if let Some(ptxas) = &ptxas {
-                        if let Err(error) = common::ptxas::assemble_for(ptxas, &kernel.ptx) {
-                            failures.push(format!("{} for {target}: {error}", entry.id));
+                        // The vector entry's module too: the runtime loads it separately.
+                        for ptx in std::iter::once(&kernel.ptx).chain(&kernel.vector_ptx) {
+                            if let Err(error) = common::ptxas::assemble_for(ptxas, ptx) {
+                                failures.push(format!("{} for {target}: {error}", entry.id));
+                            }
                         }
                     }
                 }

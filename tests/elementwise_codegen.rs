@@ -207,3 +207,27 @@ fn reductions_get_a_vector_entry_with_accumulated_bindings() {
     assert_eq!(kernel.abi.vector_lanes, 0);
     assert!(kernel.abi.bindings.iter().all(|b| !b.accumulated));
 }
+
+/// Inputs read at an index every invocation shares (saxpy's scale, a parameter block) keep
+/// a program on the vector entry as broadcast bindings, read with scalar bounds-checked
+/// loads (never the 16-byte lane preload); `y` updated in place stays an ordinary binding.
+#[test]
+fn shared_index_reads_get_a_vector_entry_with_broadcast_bindings() {
+    use common::kernels::{saxpy_user, scale_bias_clamp};
+    for (program, broadcast) in [
+        (saxpy_user(0), [true, false, false]),
+        (saxpy_user(1), [true, false, false]),
+        (scale_bias_clamp(1000), [true, false, false]),
+    ] {
+        let kernel = emit_ptx(&program, None, PtxTarget::sm90()).unwrap();
+        let flags: Vec<bool> = kernel.abi.bindings.iter().map(|b| b.broadcast).collect();
+        assert_eq!(flags, broadcast);
+        assert!(kernel.abi.bindings.iter().all(|b| !b.accumulated));
+        let vector = kernel.vector_ptx.as_ref().expect("a vector entry");
+        // One 16-byte preload (`x`) and one 16-byte store (`y` or `out`): the broadcast
+        // buffer is not preloaded as if indexed by `gid`.
+        assert_eq!(vector.matches("ld.global.nc.v4.").count(), 1);
+        assert_eq!(vector.matches("st.global.v4.").count(), 1);
+        assembles(&program);
+    }
+}

@@ -4,12 +4,15 @@
 //! different sizes, read-write buffers, early returns, faults in the vector body,
 //! resident buffers (aliased ones take the scalar entry), chunked dispatches above
 //! and below the threshold, and reductions and histograms (discarded order-independent
-//! atomics on accumulated buffers) on both the vector entry and the chunked pipeline.
+//! atomics on accumulated buffers) on both the vector entry and the chunked pipeline, and
+//! programs reading inputs at an index every invocation shares (user-style saxpy with its
+//! scale in a one-element buffer and `y` in place, a parameter block) on every path.
 //! Skips without a CUDA device.
 
 mod common;
 
 use common::gpu::{reference, Rng};
+use common::kernels::{saxpy_user, scale_bias_clamp};
 use std::sync::OnceLock;
 use vyre_cuda::{CudaBackend, CudaOptions};
 use vyre_driver::DispatchConfig;
@@ -271,6 +274,15 @@ fn the_test_programs_run_on_the_reference() {
     reference(&division_by_zero_at(5), &[a.clone()]).unwrap();
     a[5 * 4] = 1;
     reference(&division_by_zero_at(5), &[a]).unwrap_err();
+    // A shared-index load past the end (index 1 of one element, or of none) reads zero.
+    let zero = reference(&saxpy_user(0), &saxpy_inputs(&[0.0], 1000)).unwrap();
+    for (index, alpha) in [(1, &[1.5f32][..]), (0, &[])] {
+        let got = reference(&saxpy_user(index), &saxpy_inputs(alpha, 1000)).unwrap();
+        assert!(got == zero, "alpha[{index}] of {alpha:?}");
+    }
+    for params in PARAMS {
+        reference(&scale_bias_clamp(1000), &clamp_inputs(params, 1000)).unwrap();
+    }
 }
 
 #[test]
@@ -738,6 +750,150 @@ fn resident_elementwise_dispatch_matches_the_reference_and_aliases_safely() {
     let got = backend.download_resident(&handles[0]).unwrap();
     // Invocation by invocation, the load sees its own earlier store of 9.
     assert!(got.chunks(4).all(|w| w == 10u32.to_le_bytes()));
+    for handle in handles {
+        backend.free_resident(handle).unwrap();
+    }
+}
+
+/// Little-endian bytes of `values`.
+fn f32_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// Inputs of [`saxpy_user`]: `alpha`, then `x` and `y` of `n` random words (any f32 bits:
+/// NaNs, infinities and subnormals included).
+fn saxpy_inputs(alpha: &[f32], n: usize) -> Vec<Vec<u8>> {
+    let mut rng = Rng::new(n as u64 ^ 0x5a);
+    vec![f32_bytes(alpha), rng.bytes_u32(n), rng.bytes_u32(n)]
+}
+
+/// Parameter blocks of [`scale_bias_clamp`]: all four; two (`lo` past the end reads zero,
+/// `hi` is `p[1]`); none (every parameter reads zero).
+const PARAMS: [&[f32]; 3] = [&[0.37, -2.5, -100.0, 250.0], &[-1.25, 3.0], &[]];
+
+/// Inputs of [`scale_bias_clamp`]: the parameters and `n` random words of `x`.
+fn clamp_inputs(params: &[f32], n: usize) -> Vec<Vec<u8>> {
+    vec![f32_bytes(params), Rng::new(n as u64 ^ 0xc1).bytes_u32(n)]
+}
+
+/// Where a dispatch ran, from the backend's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Path {
+    Scalar,
+    Vector,
+    Chunked,
+}
+
+/// Invocation counts that take each path on the default backend: below
+/// `vector_min_invocations` (2^16), above it, and with at least 32 MiB of inputs
+/// (`bytes_per_invocation` of input each).
+fn sizes(bytes_per_invocation: usize) -> [(usize, Path); 3] {
+    let chunked = (32 << 20) / bytes_per_invocation + 4099;
+    [
+        (1000, Path::Scalar),
+        (70_001, Path::Vector),
+        (chunked, Path::Chunked),
+    ]
+}
+
+/// Dispatches on the default backend, checks the outputs against the reference byte for
+/// byte (and, when chunked, against the single launch), and returns the path taken.
+fn run_checked(name: &str, program: &Program, inputs: &[Vec<u8>]) -> Option<Path> {
+    let backend = common::gpu::backend()?;
+    let want = reference(program, inputs).unwrap_or_else(|e| panic!("{name}: reference: {e}"));
+    let (vector, chunked) = (backend.metric(VECTOR), backend.metric(CHUNKED));
+    let got = backend
+        .dispatch(program, inputs, &DispatchConfig::default())
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert!(want == got, "{name}: bytes differ from the reference");
+    let path = if backend.metric(CHUNKED) > chunked {
+        let borrowed: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+        let single = backend
+            .dispatch_borrowed_timed(program, &borrowed, &DispatchConfig::default())
+            .unwrap_or_else(|e| panic!("{name}: single launch: {e}"));
+        assert!(single.outputs == got, "{name}: single launch differs");
+        Path::Chunked
+    } else if backend.metric(VECTOR) > vector {
+        Path::Vector
+    } else {
+        Path::Scalar
+    };
+    Some(path)
+}
+
+#[test]
+fn user_saxpy_matches_the_reference_on_every_path() {
+    for (n, path) in sizes(8) {
+        let name = format!("saxpy {n}");
+        let inputs = saxpy_inputs(&[-1.75], n);
+        let Some(took) = run_checked(&name, &saxpy_user(0), &inputs) else {
+            return;
+        };
+        assert_eq!(took, path, "{name}");
+    }
+}
+
+/// `alpha[1]` of a one-element `alpha`, and `alpha[0]` of an empty one: zero, as in the
+/// reference, on every path (the whole-buffer copy of an empty buffer included).
+#[test]
+fn user_saxpy_past_the_end_of_alpha_reads_zero_on_every_path() {
+    for (n, path) in sizes(8) {
+        for (index, alpha) in [(1, &[1.5f32][..]), (0, &[])] {
+            let name = format!("saxpy alpha[{index}] of {alpha:?}, {n}");
+            let inputs = saxpy_inputs(alpha, n);
+            let Some(took) = run_checked(&name, &saxpy_user(index), &inputs) else {
+                return;
+            };
+            assert_eq!(took, path, "{name}");
+        }
+    }
+}
+
+/// The short parameter blocks run below the chunked size only: the reference needs about
+/// 10 s per chunked run of this program.
+#[test]
+fn parameters_in_a_buffer_match_the_reference_on_every_path() {
+    for (n, path) in sizes(4) {
+        let blocks = if path == Path::Chunked {
+            &PARAMS[..1]
+        } else {
+            &PARAMS
+        };
+        for &params in blocks {
+            let name = format!("scale/bias/clamp {params:?}, {n}");
+            let inputs = clamp_inputs(params, n);
+            let program = scale_bias_clamp(n as u32);
+            let Some(took) = run_checked(&name, &program, &inputs) else {
+                return;
+            };
+            assert_eq!(took, path, "{name}");
+        }
+    }
+}
+
+/// Resident buffers: the scale bound in place (a one-element buffer, not 16-byte
+/// vectorised) keeps the vector entry.
+#[test]
+fn resident_user_saxpy_takes_the_vector_entry() {
+    let Some(backend) = common::gpu::backend() else {
+        return;
+    };
+    let n = 70_001;
+    let inputs = saxpy_inputs(&[0.625], n);
+    let want = reference(&saxpy_user(0), &inputs).unwrap();
+    let handles: Vec<_> = (inputs.iter())
+        .map(|input| {
+            let handle = backend.allocate_resident(input.len()).unwrap();
+            backend.upload_resident(&handle, input).unwrap();
+            handle
+        })
+        .collect();
+    let before = backend.metric(VECTOR);
+    backend
+        .dispatch_resident_timed(&saxpy_user(0), &handles, &DispatchConfig::default())
+        .unwrap();
+    assert!(backend.metric(VECTOR) > before, "took the scalar entry");
+    assert!(backend.download_resident(&handles[2]).unwrap() == want[0]);
     for handle in handles {
         backend.free_resident(handle).unwrap();
     }

@@ -9,6 +9,13 @@ use crate::codegen::{AbiFlags, KernelEntries, PtxIsa, PtxTarget};
 pub(crate) const FORMAT_VERSION: u16 = 1;
 const MAGIC: &[u8; 8] = b"VYRECUDA";
 
+/// A binding's chunking as one word: 0 cut into the chunks, 1 accumulated, 2 broadcast
+/// (`KernelBinding::whole`). Payloads written before broadcast bindings existed read the
+/// same.
+fn whole_code(accumulated: bool, broadcast: bool) -> u32 {
+    u32::from(accumulated) | u32::from(broadcast) << 1
+}
+
 /// One node's kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct NodeKernel {
@@ -48,13 +55,13 @@ impl Payload {
             out.u32(u32::from(entries.flags.fault_word));
             out.u32(u32::from(entries.flags.cooperative));
             out.u32(entries.flags.vector_lanes);
-            let accumulated: Vec<u32> = entries
+            let flags = entries
                 .flags
                 .accumulated
                 .iter()
-                .map(|&a| u32::from(a))
-                .collect();
-            out.u32s(&accumulated);
+                .zip(&entries.flags.broadcast);
+            let whole: Vec<u32> = flags.map(|(&a, &b)| whole_code(a, b)).collect();
+            out.u32s(&whole);
             out.str(&entries.text);
             let libm = entries.libm_symbols();
             out.u32(libm.len() as u32);
@@ -169,12 +176,21 @@ impl<'a> Reader<'a> {
         let node = self.u32()?;
         let slots = self.u32s()?;
         let entry = self.string()?;
+        let (segments, fault_word, cooperative, vector_lanes) =
+            (self.u32()?, self.flag()?, self.flag()?, self.u32()?);
+        let whole = (self.u32s()?.into_iter())
+            .map(|code| match code {
+                0..=2 => Ok((code == 1, code == 2)),
+                other => Err(format!("a binding's chunking reads {other}")),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let flags = AbiFlags {
-            segments: self.u32()?,
-            fault_word: self.flag()?,
-            cooperative: self.flag()?,
-            vector_lanes: self.u32()?,
-            accumulated: self.u32s()?.into_iter().map(|a| a != 0).collect(),
+            segments,
+            fault_word,
+            cooperative,
+            vector_lanes,
+            accumulated: whole.iter().map(|&(a, _)| a).collect(),
+            broadcast: whole.iter().map(|&(_, b)| b).collect(),
         };
         let text = self.string()?;
         let libm = (0..self.u32()?)
@@ -192,5 +208,58 @@ impl<'a> Reader<'a> {
             slots,
             entries,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn payload(accumulated: Vec<bool>, broadcast: Vec<bool>) -> Payload {
+        let flags = AbiFlags {
+            segments: 1,
+            fault_word: false,
+            cooperative: false,
+            vector_lanes: 4,
+            accumulated,
+            broadcast,
+        };
+        let entries = KernelEntries::from_parts(
+            "vyre_node0".into(),
+            flags,
+            ".visible .entry vyre_node0() { ret; }".into(),
+            &[],
+            Some("// vector".into()),
+        )
+        .unwrap();
+        Payload {
+            target: PtxTarget::sm90(),
+            value_slots: vec![0, 1, 2],
+            nodes: vec![NodeKernel {
+                node: 0,
+                slots: vec![0, 1, 2],
+                entries,
+            }],
+        }
+    }
+
+    #[test]
+    fn whole_bindings_round_trip_as_one_code_per_binding() {
+        let original = payload(vec![false, true, false], vec![true, false, false]);
+        let bytes = original.encode();
+        assert_eq!(Payload::decode(&bytes), Ok(original.clone()));
+        // The list as written (its length, then broadcast, accumulated, cut); an unknown
+        // code is refused.
+        let codes: Vec<u8> = [3u32, 2, 1, 0]
+            .iter()
+            .flat_map(|c| c.to_le_bytes())
+            .collect();
+        let at = (bytes.windows(codes.len()))
+            .position(|w| w == codes.as_slice())
+            .expect("the binding codes");
+        let mut bad = bytes.clone();
+        bad[at + 4] = 3;
+        let error = Payload::decode(&bad).unwrap_err();
+        assert!(error.contains("chunking reads 3"), "{error}");
     }
 }

@@ -22,11 +22,12 @@
 //! read-write buffers. Each stream has a fault word; all are checked once at the end, and
 //! a fault returns no outputs.
 //!
-//! Accumulated bindings (reduction targets and histograms, `KernelBinding::accumulated`)
-//! are not cut: one device copy of each, filled before the chunks start (input bytes or
-//! zeros), is passed with its real base to every chunk's launch on every stream, and read
-//! back once after all streams finished. Their one order-independent operator makes the
-//! result the same for any interleaving of the chunks' atomics.
+//! Whole bindings (`KernelBinding::whole`) are not cut: one device copy of each, filled
+//! before the chunks start (input bytes or zeros), is passed with its real base to every
+//! chunk's launch on every stream. Accumulated ones (reduction targets and histograms) are
+//! read back once after all streams finished; their one order-independent operator makes
+//! the result the same for any interleaving of the chunks' atomics. Broadcast ones (inputs
+//! read at indices every invocation shares, such as a scale) are only read.
 
 use super::cache::LoadedKernel;
 use super::dispatch::BINDING_ALIGN;
@@ -105,10 +106,10 @@ struct Geometry {
     offsets: Vec<usize>,
     /// Bytes of a stream's block: the chunk buffers, then the fault word.
     block_bytes: usize,
-    /// Byte offset of each accumulated binding's whole buffer in the accumulator block.
-    accumulator_offsets: Vec<usize>,
-    /// Bytes of the accumulator block (0: no accumulated binding).
-    accumulator_bytes: usize,
+    /// Byte offset of each whole binding's buffer in the whole-buffer block.
+    whole_offsets: Vec<usize>,
+    /// Bytes of the whole-buffer block (0: no whole binding).
+    whole_bytes: usize,
 }
 
 impl Geometry {
@@ -133,7 +134,7 @@ impl Geometry {
         let widest = abi
             .bindings
             .iter()
-            .filter(|b| !b.accumulated)
+            .filter(|b| !b.whole())
             .map(|b| b.element_size)
             .max()
             .unwrap_or(4) as usize;
@@ -153,16 +154,14 @@ impl Geometry {
                 .collect(),
             offsets: Vec::with_capacity(abi.bindings.len()),
             block_bytes: 0,
-            accumulator_offsets: Vec::with_capacity(abi.bindings.len()),
-            accumulator_bytes: 0,
+            whole_offsets: Vec::with_capacity(abi.bindings.len()),
+            whole_bytes: 0,
         };
         for (binding, bytes) in abi.bindings.iter().zip(&plan.bindings) {
             geometry.offsets.push(geometry.block_bytes);
-            geometry
-                .accumulator_offsets
-                .push(geometry.accumulator_bytes);
-            if binding.accumulated {
-                geometry.accumulator_bytes += bytes.len.max(1).next_multiple_of(BINDING_ALIGN);
+            geometry.whole_offsets.push(geometry.whole_bytes);
+            if binding.whole() {
+                geometry.whole_bytes += bytes.len.max(1).next_multiple_of(BINDING_ALIGN);
             } else {
                 geometry.block_bytes += (chunk as usize * binding.element_size as usize)
                     .next_multiple_of(BINDING_ALIGN);
@@ -179,10 +178,10 @@ impl Geometry {
 }
 
 /// The device resources of one chunked dispatch: per pipeline thread a stream and its
-/// block, and the accumulator block. Dropped, they go back to their pools.
+/// block, and the whole-buffer block. Dropped, they go back to their pools.
 struct Lease {
     streams: Vec<(Pooled<StreamSlot>, Block)>,
-    accumulators: Option<Block>,
+    whole: Option<Block>,
 }
 
 impl Lease {
@@ -193,7 +192,7 @@ impl Lease {
             block.discard_if(failed);
             slot.discard_if(failed);
         }
-        if let Some(block) = self.accumulators {
+        if let Some(block) = self.whole {
             block.discard_if(failed);
         }
     }
@@ -202,13 +201,13 @@ impl Lease {
         &self.streams[0].0.stream
     }
 
-    /// Device address of each accumulated binding's whole buffer (0 for the others).
-    fn accumulator_pointers(&self, abi: &KernelAbi, geometry: &Geometry) -> Vec<u64> {
+    /// Device address of each whole binding's buffer (0 for the others).
+    fn whole_pointers(&self, abi: &KernelAbi, geometry: &Geometry) -> Vec<u64> {
         abi.bindings
             .iter()
-            .zip(&geometry.accumulator_offsets)
-            .map(|(binding, &offset)| match &self.accumulators {
-                Some(block) if binding.accumulated => block.ptr() + offset as u64,
+            .zip(&geometry.whole_offsets)
+            .map(|(binding, &offset)| match &self.whole {
+                Some(block) if binding.whole() => block.ptr() + offset as u64,
                 _ => 0,
             })
             .collect()
@@ -222,8 +221,8 @@ struct Shared<'a> {
     plan: &'a DispatchPlan,
     inputs: &'a [&'a [u8]],
     geometry: &'a Geometry,
-    /// Device address of each accumulated binding's whole buffer (0 for the others).
-    accumulators: Vec<u64>,
+    /// Device address of each whole binding's buffer (0 for the others).
+    whole: Vec<u64>,
 }
 
 impl Core {
@@ -244,7 +243,7 @@ impl Core {
             .streams
             .iter()
             .map(|(_, block)| block)
-            .chain(&lease.accumulators)
+            .chain(&lease.whole)
             .any(|block| block.ptr() % BINDING_ALIGN as u64 != 0)
         {
             // Never expected (device allocations are 256-byte aligned); the ordinary path
@@ -264,7 +263,7 @@ impl Core {
         Ok(Some(Timing::since(started, enqueue_ns, wait_started, None)))
     }
 
-    /// A stream and block per pipeline thread, and the accumulator block.
+    /// A stream and block per pipeline thread, and the whole-buffer block.
     fn lease(&self, geometry: &Geometry) -> Result<Lease, DriverError> {
         let mut streams = Vec::with_capacity(geometry.streams);
         for _ in 0..geometry.streams {
@@ -272,20 +271,17 @@ impl Core {
             let block = self.pool.take(&slot.stream, geometry.block_bytes)?;
             streams.push((slot, block));
         }
-        let accumulators = if geometry.accumulator_bytes > 0 {
+        let whole = if geometry.whole_bytes > 0 {
             let stream = &streams[0].0.stream;
-            Some(self.pool.take(stream, geometry.accumulator_bytes)?)
+            Some(self.pool.take(stream, geometry.whole_bytes)?)
         } else {
             None
         };
-        Ok(Lease {
-            streams,
-            accumulators,
-        })
+        Ok(Lease { streams, whole })
     }
 
-    /// Fills the accumulators, runs the pipeline threads and reads the accumulators back;
-    /// returns the first non-zero fault word (0: none).
+    /// Fills the whole buffers, runs the pipeline threads and reads the accumulated ones
+    /// back; returns the first non-zero fault word (0: none).
     fn pipeline(
         &self,
         prepared: &Prepared,
@@ -300,9 +296,9 @@ impl Core {
             plan: &prepared.plan,
             inputs,
             geometry,
-            accumulators: lease.accumulator_pointers(&prepared.kernel.abi, geometry),
+            whole: lease.whole_pointers(&prepared.kernel.abi, geometry),
         };
-        shared.fill_accumulators(lease.first_stream())?;
+        shared.fill_whole(lease.first_stream())?;
         Metrics::bump(&self.metrics.chunked_dispatches);
         shared.prepare_outputs(outputs);
         let queue = Mutex::new(shared.split_outputs(outputs).into_iter());
@@ -357,22 +353,21 @@ fn chunk_ranges(total: u32, chunk: u32, streams: usize) -> Vec<Range<u32>> {
 }
 
 impl Shared<'_> {
-    /// Gives each accumulated binding its starting contents (the input's bytes, or zeros
-    /// for a fresh output) and waits, so every pipeline stream sees them.
-    fn fill_accumulators(&self, stream: &Stream) -> Result<(), DriverError> {
+    /// Gives each whole binding its contents (the input's bytes, or zeros for a fresh
+    /// output) and waits, so every pipeline stream sees them.
+    fn fill_whole(&self, stream: &Stream) -> Result<(), DriverError> {
         let mut uploads: smallvec::SmallVec<[HostToDevice<'_>; 4]> = smallvec::SmallVec::new();
         for (b, binding) in self.kernel.abi.bindings.iter().enumerate() {
-            if !binding.accumulated {
+            let bytes = &self.plan.bindings[b];
+            if !binding.whole() || bytes.len == 0 {
                 continue;
             }
-            let bytes = &self.plan.bindings[b];
             match bytes.input {
                 Some(input) => uploads.push(HostToDevice {
-                    dst: self.accumulators[b],
+                    dst: self.whole[b],
                     src: &self.inputs[input][..bytes.len],
                 }),
-                None if bytes.len > 0 => stream.memset_zero(self.accumulators[b], bytes.len)?,
-                None => {}
+                None => stream.memset_zero(self.whole[b], bytes.len)?,
             }
         }
         if !uploads.is_empty() {
@@ -392,7 +387,7 @@ impl Shared<'_> {
             if self.kernel.abi.bindings[b].accumulated {
                 let len = self.plan.bindings[b].len;
                 downloads.push(DeviceToHost {
-                    src: self.accumulators[b],
+                    src: self.whole[b],
                     dst: &mut out[..len],
                 });
             }
@@ -530,8 +525,8 @@ impl Shared<'_> {
         for (b, binding) in abi.bindings.iter().enumerate() {
             let bytes = &self.plan.bindings[b];
             args.counts.push(bytes.elements);
-            if binding.accumulated {
-                args.pointers.push(self.accumulators[b]);
+            if binding.whole() {
+                args.pointers.push(self.whole[b]);
                 continue;
             }
             let stride = binding.element_size as usize;

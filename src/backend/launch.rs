@@ -146,10 +146,11 @@ fn vector_invocations(
 
 /// Whether the vector entry may run `invocations` over `args`: the range ends early
 /// enough that `end + lanes` does not wrap, starts on a lane boundary, every binding base
-/// (as passed: a chunk's base may be virtual, `chunk - start * stride`) is 16-byte
-/// aligned, and no two bindings' addressed bytes (elements `start .. min(end, count)`;
-/// every element of an accumulated binding) overlap: the vector entry reads never-stored
-/// buffers ahead of the stores, which an alias would make visible.
+/// (as passed: a chunk's base may be virtual, `chunk - start * stride`) but a broadcast
+/// one (read with scalar loads only) is 16-byte aligned, and no two bindings' addressed
+/// bytes (elements `start .. min(end, count)`; every element of an accumulated or
+/// broadcast binding) overlap: the vector entry reads never-stored buffers ahead of the
+/// stores, which an alias would make visible.
 pub(crate) fn vector_fits(
     kernel: &LoadedKernel,
     args: &LaunchArgs,
@@ -159,7 +160,7 @@ pub(crate) fn vector_fits(
     if kernel.vector.is_none()
         || invocations.end.checked_add(VECTOR_LANES).is_none()
         || invocations.start % VECTOR_LANES != 0
-        || args.pointers.iter().any(|p| p % 16 != 0)
+        || (args.pointers.iter().zip(&abi.bindings)).any(|(p, b)| !b.broadcast && p % 16 != 0)
     {
         return false;
     }
@@ -170,8 +171,8 @@ pub(crate) fn vector_fits(
         .zip(&abi.bindings)
         .map(|((&p, &count), binding)| {
             let stride = u64::from(binding.element_size);
-            // An accumulated binding's atomics may address any element.
-            let (first, end) = if binding.accumulated {
+            // An accumulated or broadcast binding may be addressed at any element.
+            let (first, end) = if binding.whole() {
                 (0, u64::from(count))
             } else {
                 (

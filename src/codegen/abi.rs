@@ -117,6 +117,21 @@ pub struct KernelBinding {
     /// splits the invocation range into chunks, every chunk updates the whole buffer
     /// (real base, not a chunk's virtual one).
     pub accumulated: bool,
+    /// In a program with a vector entry: a read-only buffer read only at indices that are
+    /// the same for every invocation of the dispatch (a scale in a one-element buffer,
+    /// parameters). The vector entry reads it with ordinary bounds-checked loads, and a
+    /// chunked dispatch binds the whole buffer, uploaded once, to every chunk.
+    pub broadcast: bool,
+}
+
+impl KernelBinding {
+    /// Whether a chunked dispatch binds this buffer whole (an [`Self::accumulated`] or
+    /// [`Self::broadcast`] buffer, which any invocation may address) rather than cut into
+    /// the chunks' element ranges.
+    #[must_use]
+    pub fn whole(&self) -> bool {
+        self.accumulated || self.broadcast
+    }
 }
 
 /// Everything the host needs to launch an emitted kernel.
@@ -142,8 +157,9 @@ pub struct KernelAbi {
     /// cooperative launch (always with a fault word: its grid barrier lives in that area).
     pub cooperative: bool,
     /// Invocations per thread of the module's [`VECTOR_ENTRY`], or 0 when it has none.
-    /// Only elementwise programs (every global access is `buf[gid]`, or a discarded
-    /// order-independent atomic on an [`KernelBinding::accumulated`] buffer) get one; the
+    /// Only elementwise programs (every global access is `buf[gid]`, a discarded
+    /// order-independent atomic on an [`KernelBinding::accumulated`] buffer, or a load of a
+    /// [`KernelBinding::broadcast`] buffer at an index every invocation shares) get one; the
     /// host may launch it instead of the scalar entry when every binding base is 16-byte
     /// aligned, no two bindings overlap and the grid is 1-D, and may split the
     /// invocation range into independent chunks.
@@ -299,14 +315,19 @@ fn shared_buffer(
     })
 }
 
-fn binding(decl_index: usize, decl: &BufferDecl, element_size: u32) -> KernelBinding {
-    let role = if decl.is_backend_allocated_output() {
+/// The reference's role of a (non-workgroup) buffer.
+pub(crate) fn role(decl: &BufferDecl) -> BindingRole {
+    if decl.is_backend_allocated_output() {
         BindingRole::Output
     } else if decl.access() == BufferAccess::ReadWrite {
         BindingRole::InputOutput
     } else {
         BindingRole::Input
-    };
+    }
+}
+
+fn binding(decl_index: usize, decl: &BufferDecl, element_size: u32) -> KernelBinding {
+    let role = role(decl);
     let output_bytes = if role == BindingRole::Output {
         decl.count() as usize * element_size as usize
     } else {
@@ -321,6 +342,7 @@ fn binding(decl_index: usize, decl: &BufferDecl, element_size: u32) -> KernelBin
         output_bytes,
         output_byte_range: decl.output_byte_range(),
         accumulated: false,
+        broadcast: false,
     }
 }
 

@@ -190,6 +190,7 @@ pub fn emit_named(
         abi.vector_lanes = VECTOR_LANES;
         for binding in &mut abi.bindings {
             binding.accumulated = shape.accumulated.contains(&*binding.name);
+            binding.broadcast = shape.broadcast.contains(&*binding.name);
         }
     }
     abi.fault_word = abi.cooperative

@@ -24,6 +24,8 @@ pub struct AbiFlags {
     pub vector_lanes: u32,
     /// [`super::KernelBinding::accumulated`] of each binding, in order.
     pub accumulated: Vec<bool>,
+    /// [`super::KernelBinding::broadcast`] of each binding, in order.
+    pub broadcast: Vec<bool>,
 }
 
 /// One kernel's `.entry` texts without a module header, and what they need from it.
@@ -55,6 +57,7 @@ impl KernelEntries {
                 cooperative: abi.cooperative,
                 vector_lanes: abi.vector_lanes,
                 accumulated: abi.bindings.iter().map(|b| b.accumulated).collect(),
+                broadcast: abi.bindings.iter().map(|b| b.broadcast).collect(),
             },
             text,
             vector_ptx,
@@ -101,7 +104,11 @@ impl KernelEntries {
     /// [`super::reference_program`]) with these entries' name and flags.
     pub fn abi(&self, program: &Program, workgroup: [u32; 3]) -> Result<KernelAbi, CodegenError> {
         let (mut abi, _) = layout(program, workgroup)?;
-        if abi.bindings.len() != self.flags.accumulated.len() || self.flags.segments == 0 {
+        let bindings = abi.bindings.len();
+        if bindings != self.flags.accumulated.len()
+            || bindings != self.flags.broadcast.len()
+            || self.flags.segments == 0
+        {
             return Err(CodegenError::invalid(
                 format!(
                     "kernel `{}` records {} binding(s) and {} segment(s); its program has {} binding(s)",
@@ -118,8 +125,10 @@ impl KernelEntries {
         abi.fault_word = self.flags.fault_word;
         abi.cooperative = self.flags.cooperative;
         abi.vector_lanes = self.flags.vector_lanes;
-        for (binding, &accumulated) in abi.bindings.iter_mut().zip(&self.flags.accumulated) {
+        let flags = self.flags.accumulated.iter().zip(&self.flags.broadcast);
+        for (binding, (&accumulated, &broadcast)) in abi.bindings.iter_mut().zip(flags) {
             binding.accumulated = accumulated;
+            binding.broadcast = broadcast;
         }
         Ok(abi)
     }

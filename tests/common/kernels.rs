@@ -144,3 +144,68 @@ pub fn vadd_in_order(n: u32) -> Program {
         ),
     )
 }
+
+/// saxpy as users write it: `y[i] = alpha[k] * x[i] + y[i]` (f32, a `Mul` then an `Add`)
+/// for `i < len(y)`, the scale read from a runtime-sized buffer at the literal index
+/// `alpha_index` (0 normally; 1 reads past a one-element `alpha`: zero, as in the
+/// reference) and `y` updated in place. Bindings `alpha (0), x (1), y (2)`.
+pub fn saxpy_user(alpha_index: u32) -> Program {
+    let i = Expr::gid_x();
+    let scaled = bin(
+        BinOp::Mul,
+        Expr::load("alpha", Expr::u32(alpha_index)),
+        Expr::load("x", i.clone()),
+    );
+    Program::wrapped(
+        vec![
+            BufferDecl::read("alpha", 0, DataType::F32),
+            BufferDecl::read("x", 1, DataType::F32),
+            BufferDecl::read_write("y", 2, DataType::F32),
+        ],
+        [256, 1, 1],
+        guarded(
+            Expr::buf_len("y"),
+            vec![Node::store(
+                "y",
+                i.clone(),
+                bin(BinOp::Add, scaled, Expr::load("y", i)),
+            )],
+        ),
+    )
+}
+
+/// `out[i] = min(max(x[i] * scale + bias, lo), hi)` (f32) with the parameters in a small
+/// read-only buffer `p`: `scale = p[0]` and `bias = p[1]` through `Let`s, `lo = p[2]`,
+/// and `hi = p[len(p) - 1]` (an index computed from `BufLen`). Bindings `p (0), x (1),
+/// out (2)`; `out` has `n` elements.
+pub fn scale_bias_clamp(n: u32) -> Program {
+    let i = Expr::gid_x();
+    let p = |index: Expr| Expr::load("p", index);
+    let affine = bin(
+        BinOp::Add,
+        bin(BinOp::Mul, Expr::load("x", i.clone()), Expr::var("scale")),
+        Expr::var("bias"),
+    );
+    let last = bin(BinOp::Sub, Expr::buf_len("p"), Expr::u32(1));
+    let clamped = bin(
+        BinOp::Min,
+        bin(BinOp::Max, affine, p(Expr::u32(2))),
+        p(last),
+    );
+    Program::wrapped(
+        vec![
+            BufferDecl::read("p", 0, DataType::F32),
+            BufferDecl::read("x", 1, DataType::F32).with_count(n),
+            BufferDecl::output("out", 2, DataType::F32).with_count(n),
+        ],
+        [256, 1, 1],
+        vec![
+            Node::let_bind("scale", p(Expr::u32(0))),
+            Node::let_bind("bias", p(Expr::u32(1))),
+            Node::if_then(
+                bin(BinOp::Lt, i.clone(), Expr::u32(n)),
+                vec![Node::store("out", i, clamped)],
+            ),
+        ],
+    )
+}

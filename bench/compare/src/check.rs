@@ -114,7 +114,13 @@ pub fn expect_elementwise(make: &dyn Fn(u32) -> Program, n: usize, inputs: &[&[u
         return Ok(Expect::Full(programs::reference(&make(n as u32), inputs)?));
     }
     let idx = programs::sample_indices(n, 1 << 15, 1 << 15, n as u64);
-    let gathered: Vec<Vec<u8>> = inputs.iter().map(|b| programs::gather(b, &idx)).collect();
+    // Inputs of `n` words are gathered; others (a scale in a one-element buffer) go whole.
+    let gathered: Vec<Vec<u8>> = (inputs.iter())
+        .map(|b| match b.len() == n * 4 {
+            true => programs::gather(b, &idx),
+            false => b.to_vec(),
+        })
+        .collect();
     let borrowed: Vec<&[u8]> = gathered.iter().map(Vec::as_slice).collect();
     let mut want = programs::reference(&make(idx.len() as u32), &borrowed)?;
     if want.len() != 1 {

@@ -62,6 +62,30 @@ pub fn saxpy(n: u32) -> Program {
     )
 }
 
+/// saxpy as users write it: `y[i] = alpha[0] * x[i] + y[i]` in f32 (a `Mul` then an
+/// `Add`), the scale in a one-element buffer and `y` updated in place (its one output).
+pub fn saxpy_user(n: u32) -> Program {
+    let i = gid();
+    let value = bin(
+        BinOp::Add,
+        bin(
+            BinOp::Mul,
+            Expr::load("alpha", Expr::u32(0)),
+            Expr::load("x", i.clone()),
+        ),
+        Expr::load("y", i.clone()),
+    );
+    Program::wrapped(
+        vec![
+            BufferDecl::read("alpha", 0, DataType::F32).with_count(1),
+            BufferDecl::read("x", 1, DataType::F32).with_count(n),
+            BufferDecl::read_write("y", 2, DataType::F32).with_count(n),
+        ],
+        [256, 1, 1],
+        guarded(n, vec![Node::store("y", i, value)]),
+    )
+}
+
 /// `out[0] = sum(a)` through `Expr::Atomic` Add, one atomic per element.
 pub fn reduce_atomic(n: u32) -> Program {
     let i = gid();

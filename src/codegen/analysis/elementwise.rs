@@ -8,8 +8,14 @@
 //! *accumulated* buffer: touched only through discarded atomics with one order-independent
 //! operator (`analysis::atomics::commutative_opcode`) and no `expected`, so its final contents
 //! do not depend on invocation order; a chunked dispatch gives every chunk the whole buffer.
+//! The one other load allowed is of a *broadcast* buffer: an input (read-only, never
+//! written) read only at indices every invocation of the dispatch computes alike (literals
+//! and `BufLen`s combined by pure operators, directly or through never-reassigned `Let`s;
+//! never an id: workgroup and local ids differ across the grid). Nothing writes it, so any
+//! order of invocations reads the same values; a chunked dispatch binds it whole.
 
 use super::atomics::{commutative_opcode, discarded_let};
+use crate::codegen::abi::{role, BindingRole};
 use crate::codegen::visit::{all_children, for_each_expr, for_each_node, is_pure_operation};
 use rustc_hash::{FxHashMap, FxHashSet};
 use vyre_foundation::ir::{BufferAccess, DataType, Expr, Node, Program};
@@ -23,6 +29,8 @@ pub(crate) struct Elementwise<'p> {
     pub(crate) loaded: FxHashSet<&'p str>,
     /// Buffers touched only through discarded order-independent atomics (module docs).
     pub(crate) accumulated: FxHashSet<&'p str>,
+    /// Input buffers read only at indices every invocation shares (module docs).
+    pub(crate) broadcast: FxHashSet<&'p str>,
 }
 
 /// `Some` when `program` (already prepared as the reference runs it) is elementwise for
@@ -51,6 +59,10 @@ pub(crate) fn classify<'p>(
         mutable: FxHashSet::default(),
         read: read_vars,
         globals: program.buffers().iter().map(|decl| decl.name()).collect(),
+        inputs: (program.buffers().iter())
+            .filter(|decl| role(decl) == BindingRole::Input)
+            .map(|decl| decl.name())
+            .collect(),
         found: Elementwise::default(),
         operators: FxHashMap::default(),
     };
@@ -62,14 +74,22 @@ pub(crate) fn classify<'p>(
     if !ok {
         return None;
     }
-    // An accumulated buffer is touched by nothing but its one operator's atomics.
+    // An accumulated buffer is touched by nothing but its one operator's atomics, and a
+    // broadcast buffer by nothing but its shared-index loads (a chunk holds only its own
+    // elements of the others).
     let accumulated: FxHashSet<&str> = walk.operators.into_keys().collect();
     let found = walk.found;
-    (accumulated.is_disjoint(&found.loaded) && accumulated.is_disjoint(&found.stored)).then(|| {
-        Elementwise {
-            accumulated,
-            ..found
-        }
+    let apart = |set: &FxHashSet<&str>, others: &[&FxHashSet<&str>]| {
+        others.iter().all(|other| set.is_disjoint(other))
+    };
+    (apart(&accumulated, &[&found.loaded, &found.stored])
+        && apart(
+            &found.broadcast,
+            &[&found.loaded, &found.stored, &accumulated],
+        ))
+    .then(|| Elementwise {
+        accumulated,
+        ..found
     })
 }
 
@@ -84,6 +104,8 @@ struct Walk<'p, 'r> {
     read: &'r FxHashSet<&'p str>,
     /// The program's global buffers.
     globals: FxHashSet<&'p str>,
+    /// The global buffers that are only inputs (read-only, not returned).
+    inputs: FxHashSet<&'p str>,
     found: Elementwise<'p>,
     /// The one operator of each accumulated buffer's atomics.
     operators: FxHashMap<&'p str, &'static str>,
@@ -110,6 +132,27 @@ impl<'p> Walk<'p, '_> {
                 .lets
                 .get(name.as_str())
                 .is_some_and(|values| values.iter().all(|v| self.is_gid(v, depth + 1))),
+            _ => false,
+        }
+    }
+
+    /// Whether `expr` has the same value in every invocation of the dispatch: literals and
+    /// `BufLen`s (the host passes every chunk the whole buffers' counts) combined by pure
+    /// operators, directly or through never-reassigned `Let`s.
+    fn is_shared(&self, expr: &Expr, depth: u32) -> bool {
+        match expr {
+            Expr::Var(name) => {
+                depth < 64
+                    && !self.mutable.contains(name.as_str())
+                    && self
+                        .lets
+                        .get(name.as_str())
+                        .is_some_and(|values| values.iter().all(|v| self.is_shared(v, depth + 1)))
+            }
+            Expr::BufLen { .. } => true,
+            other if is_pure_operation(other) && depth < 64 => {
+                all_children(other, |child| self.is_shared(child, depth + 1))
+            }
             _ => false,
         }
     }
@@ -158,10 +201,14 @@ impl<'p> Walk<'p, '_> {
     fn check_expr(&mut self, expr: &'p Expr) -> bool {
         let own = match expr {
             Expr::Load { buffer, index } => {
-                if !self.globals.contains(buffer.as_str()) || !self.is_gid(index, 0) {
+                let buffer = buffer.as_str();
+                if self.globals.contains(buffer) && self.is_gid(index, 0) {
+                    self.found.loaded.insert(buffer);
+                } else if self.inputs.contains(buffer) && self.is_shared(index, 0) {
+                    self.found.broadcast.insert(buffer);
+                } else {
                     return false;
                 }
-                self.found.loaded.insert(buffer.as_str());
                 true
             }
             Expr::InvocationId { axis } => *axis == 0,
@@ -271,6 +318,121 @@ mod tests {
             Expr::atomic_add("a", Expr::u32(0), Expr::u32(1)),
         )]);
         assert!(classify(&nested, [64, 1, 1]).is_none());
+    }
+
+    /// Buffers `p` (a read-only parameter block), `x` (read-only), `y` (read-write) and
+    /// `out` (an output), for the shared-index tests.
+    fn with_params(body: Vec<Node>) -> Program {
+        Program::wrapped(
+            vec![
+                BufferDecl::read("p", 0, DataType::F32).with_count(4),
+                BufferDecl::read("x", 1, DataType::F32).with_count(64),
+                BufferDecl::read_write("y", 2, DataType::F32).with_count(64),
+                BufferDecl::output("out", 3, DataType::F32).with_count(64),
+            ],
+            [64, 1, 1],
+            body,
+        )
+    }
+
+    #[test]
+    fn inputs_read_at_shared_indices_are_broadcast() {
+        // User-style saxpy: `y[i] = p[0] * x[i] + y[i]`, `y` in place.
+        let saxpy = with_params(vec![Node::store(
+            "y",
+            gid(),
+            Expr::add(
+                Expr::mul(Expr::load("p", Expr::u32(0)), Expr::load("x", gid())),
+                Expr::load("y", gid()),
+            ),
+        )]);
+        let found = classify(&saxpy, [64, 1, 1]).expect("saxpy is elementwise");
+        assert_eq!(found.broadcast, FxHashSet::from_iter(["p"]));
+        assert!(found.loaded.contains("y") && found.stored.contains("y"));
+        assert!(!found.loaded.contains("p"));
+        // Indices from `BufLen`, pure operators and never-reassigned `Let`s; out of
+        // bounds too (the load yields zero, the same for every invocation).
+        let last = Expr::sub(Expr::buf_len("p"), Expr::u32(1));
+        let computed = Expr::select(
+            Expr::lt(Expr::buf_len("x"), Expr::u32(8)),
+            Expr::u32(1),
+            Expr::add(Expr::var("k"), Expr::u32(2)),
+        );
+        let shapes = with_params(vec![
+            Node::let_bind("k", Expr::u32(1)),
+            Node::let_bind("hi", Expr::load("p", last)),
+            Node::store(
+                "out",
+                gid(),
+                Expr::add(
+                    Expr::mul(Expr::load("p", computed), Expr::var("hi")),
+                    Expr::load("p", Expr::u32(1 << 20)),
+                ),
+            ),
+        ]);
+        let found = classify(&shapes, [64, 1, 1]).expect("elementwise");
+        assert_eq!(found.broadcast, FxHashSet::from_iter(["p"]));
+        assert!(found.stored.contains("out") && found.loaded.is_empty());
+    }
+
+    #[test]
+    fn other_shared_reads_are_not_elementwise() {
+        let store_of = |value: Expr| with_params(vec![Node::store("out", gid(), value)]);
+        // Writable buffers read at a shared index: invocation 0 may write what the others
+        // read (`y`), or the buffer is returned (`out`).
+        let shared_y = with_params(vec![Node::store(
+            "y",
+            gid(),
+            Expr::add(Expr::load("y", Expr::u32(0)), Expr::load("x", gid())),
+        )]);
+        assert!(classify(&shared_y, [64, 1, 1]).is_none());
+        assert!(classify(&store_of(Expr::load("out", Expr::u32(0))), [64, 1, 1]).is_none());
+        // One input read both at `gid` and at a shared index: a chunk holds only its own
+        // elements.
+        let both = store_of(Expr::add(
+            Expr::load("x", gid()),
+            Expr::load("x", Expr::u32(0)),
+        ));
+        assert!(classify(&both, [64, 1, 1]).is_none());
+        // Indices that differ across the grid, or that are not proven shared.
+        for index in [
+            Expr::WorkgroupId { axis: 0 },
+            Expr::LocalId { axis: 0 },
+            Expr::add(gid(), Expr::u32(0)),
+            Expr::load("p", Expr::u32(0)),
+            Expr::var("undefined"),
+        ] {
+            let program = store_of(Expr::load("p", Expr::cast(DataType::U32, index)));
+            assert!(classify(&program, [64, 1, 1]).is_none());
+        }
+        let reassigned = with_params(vec![
+            Node::let_bind("k", Expr::u32(0)),
+            Node::if_then(
+                Expr::lt(gid(), Expr::u32(3)),
+                vec![Node::assign("k", Expr::u32(1))],
+            ),
+            Node::store("out", gid(), Expr::load("p", Expr::var("k"))),
+        ]);
+        assert!(classify(&reassigned, [64, 1, 1]).is_none());
+        let rebound = with_params(vec![
+            Node::if_then(
+                Expr::lt(gid(), Expr::u32(3)),
+                vec![
+                    Node::let_bind("k", gid()),
+                    Node::store("out", gid(), Expr::load("p", Expr::var("k"))),
+                ],
+            ),
+            Node::let_bind("k", Expr::u32(0)),
+            Node::store("out", gid(), Expr::load("p", Expr::var("k"))),
+        ]);
+        assert!(classify(&rebound, [64, 1, 1]).is_none());
+        let looped = with_params(vec![Node::loop_for(
+            "j",
+            Expr::u32(0),
+            Expr::u32(4),
+            vec![Node::store("out", gid(), Expr::load("p", Expr::var("j")))],
+        )]);
+        assert!(classify(&looped, [64, 1, 1]).is_none());
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Issue 5's targets (and issue 16's, where a run has artifact rows), each with vyre-cuda's
-//! measured ratio and met / not met.
+//! Issue 5's targets (and issue 16's, where a run has artifact rows, and issue 18's, where
+//! it has user-style saxpy rows), each with vyre-cuda's measured ratio and met / not met.
 
 use super::{fmt_ratio, fmt_time, Report};
 use std::fmt::Write as _;
@@ -66,7 +66,41 @@ impl Report {
         if self.rows.iter().any(|row| row.id.starts_with("artifact_")) {
             t.extend(self.artifact_targets());
         }
+        if self
+            .rows
+            .iter()
+            .any(|row| row.id.starts_with("saxpy_user_"))
+        {
+            t.push(self.saxpy_user_target());
+        }
         t
+    }
+
+    /// Issue 18's target: saxpy with its scale in a buffer and `y` in place costs no more
+    /// than vadd of the same bytes (both vyre-cuda, end to end).
+    fn saxpy_user_target(&self) -> Target {
+        let ratios: Vec<Option<f64>> = [24, 26]
+            .iter()
+            .map(|k| {
+                let saxpy = self.ours_median(&format!("saxpy_user_f32_2^{k}"))?;
+                Some(saxpy / self.ours_median(&format!("vadd_u32_2^{k}"))?)
+            })
+            .collect();
+        let within = (ratios.iter())
+            .map(|r| r.map(|r| r <= 1.1))
+            .reduce(both)
+            .flatten();
+        target(
+            "user-style saxpy (scale in a 1-element buffer, y in place), 2^24 / 2^26 end to end",
+            "<= 1.1x vyre-cuda's vadd_u32 of the same bytes",
+            ratios
+                .iter()
+                .map(|r| fmt_ratio(*r))
+                .collect::<Vec<_>>()
+                .join(" / ")
+                + " vadd",
+            within,
+        )
     }
 
     /// Issue 16's targets for the artifact route (only where a run has artifact rows).

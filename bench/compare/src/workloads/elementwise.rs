@@ -1,5 +1,5 @@
-//! `vadd_u32_2^k` and `saxpy_f32_2^24`: borrowed pageable inputs, end to end. The floor
-//! runs its pinned-memory pipeline (4 MiB chunks over 4 streams).
+//! `vadd_u32_2^k`, `saxpy_f32_2^24` and `saxpy_user_f32_2^k`: borrowed pageable inputs,
+//! end to end. The floor runs its pinned-memory pipeline (4 MiB chunks over 4 streams).
 
 use super::staging_sweep;
 use crate::check::{expect_elementwise, Expect};
@@ -9,20 +9,53 @@ use crate::measure::{measure, timed, E2e, Sampling, R};
 use crate::programs::{self, Rng, SALT};
 use crate::report::{Outcome, Row};
 use std::collections::BTreeMap;
+use vyre_foundation::ir::Program;
 
-pub fn run(ctx: &Ctx, sink: &mut Sink, id: &str, kernel: Kernel, n: usize) {
+/// The elementwise workloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    Vadd,
+    /// `out = ALPHA * x + y`, the scale a literal.
+    Saxpy,
+    /// saxpy as users write it: `y = alpha[0] * x + y`, the scale in a one-element buffer
+    /// (`ALPHA`), `y` in place. The floor runs its saxpy kernel (scale a literal) into a
+    /// separate output: the same bytes each way.
+    SaxpyUser,
+}
+
+impl Shape {
+    fn floor_kernel(self) -> Kernel {
+        match self {
+            Self::Vadd => Kernel::Vadd,
+            Self::Saxpy | Self::SaxpyUser => Kernel::Saxpy,
+        }
+    }
+
+    fn program(self, n: u32) -> Program {
+        match self {
+            Self::Vadd => programs::vadd(n, SALT),
+            Self::Saxpy => programs::saxpy(n),
+            Self::SaxpyUser => programs::saxpy_user(n),
+        }
+    }
+}
+
+pub fn run(ctx: &Ctx, sink: &mut Sink, id: &str, shape: Shape, n: usize) {
     let mut rng = Rng::new(n as u64 ^ 0x5eed);
-    let (a, b) = match kernel {
-        Kernel::Vadd => (rng.u32_bytes(n), rng.u32_bytes(n)),
-        Kernel::Saxpy => (rng.f32_bytes(n), rng.f32_bytes(n)),
+    let (a, b) = match shape {
+        Shape::Vadd => (rng.u32_bytes(n), rng.u32_bytes(n)),
+        Shape::Saxpy | Shape::SaxpyUser => (rng.f32_bytes(n), rng.f32_bytes(n)),
     };
-    let make = |m: u32| match kernel {
-        Kernel::Vadd => programs::vadd(m, SALT),
-        Kernel::Saxpy => programs::saxpy(m),
-    };
+    let kernel = shape.floor_kernel();
+    let make = |m: u32| shape.program(m);
     let program = make(n as u32);
-    let inputs = [a.as_slice(), b.as_slice()];
-    let expect = match expect_elementwise(&make, n, &inputs) {
+    let alpha = programs::ALPHA.to_le_bytes();
+    let inputs: Vec<&[u8]> = match shape {
+        Shape::SaxpyUser => vec![&alpha, &a, &b],
+        Shape::Vadd | Shape::Saxpy => vec![&a, &b],
+    };
+    let inputs = inputs.as_slice();
+    let expect = match expect_elementwise(&make, n, inputs) {
         Ok(x) => x,
         Err(e) => return sink.log(format!("{id}: reference failed: {e}")),
     };
@@ -41,7 +74,7 @@ pub fn run(ctx: &Ctx, sink: &mut Sink, id: &str, kernel: Kernel, n: usize) {
     row.insert_floor(floor);
     let job = E2e {
         program: &program,
-        inputs: &inputs,
+        inputs,
         expect: &expect,
     };
     ctx.e2e_each(&mut row, &job, warm, samples);
@@ -49,6 +82,10 @@ pub fn run(ctx: &Ctx, sink: &mut Sink, id: &str, kernel: Kernel, n: usize) {
     if n * 8 < 32 << 20 && n >= 1 << 16 {
         let sweep = staging_sweep::sweep(ctx, &job, samples.min(30));
         staging_sweep::attach(sink, &mut row, sweep);
+    }
+    if shape == Shape::SaxpyUser {
+        row.notes
+            .push("floor: its saxpy kernel (scale a literal, a separate output)".into());
     }
     row.notes.push(expect.describe());
     sink.push(row);

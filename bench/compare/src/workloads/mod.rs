@@ -15,8 +15,8 @@ mod resident_sequence;
 mod small_dispatch;
 mod staging_sweep;
 
-use crate::engines::floor::driver::Kernel;
 use crate::harness::{Ctx, Sink};
+use elementwise::Shape;
 use std::panic::AssertUnwindSafe;
 use std::time::Instant;
 
@@ -55,15 +55,23 @@ pub fn list(ctx: &Ctx) -> Vec<Workload> {
         let id = format!("vadd_u32_2^{k}");
         let name = id.clone();
         list.push(workload(id, move |c, s| {
-            elementwise::run(c, s, &name, Kernel::Vadd, 1 << k)
+            elementwise::run(c, s, &name, Shape::Vadd, 1 << k)
         }));
     }
     let k = if quick { 20 } else { 24 };
     let id = format!("saxpy_f32_2^{k}");
     let name = id.clone();
     list.push(workload(id, move |c, s| {
-        elementwise::run(c, s, &name, Kernel::Saxpy, 1 << k)
+        elementwise::run(c, s, &name, Shape::Saxpy, 1 << k)
     }));
+    let user: &[u32] = if quick { &[20] } else { &[24, 26] };
+    for &k in user {
+        let id = format!("saxpy_user_f32_2^{k}");
+        let name = id.clone();
+        list.push(workload(id, move |c, s| {
+            elementwise::run(c, s, &name, Shape::SaxpyUser, 1 << k)
+        }));
+    }
     let res: &[u32] = if quick { &[20] } else { &[24, 26] };
     for &k in res {
         let id = format!("resident_vadd_2^{k}");
