@@ -6,7 +6,6 @@
 //! register (see [`ValKind::Half`]); float operators fail on it and everything else reads
 //! it as +0.0, exactly where the reference's bytes and its `Float(0.0)` agree.
 
-use super::memory::Space;
 use super::{Lowerer, Val};
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::{ValKind, OOB_HALF_BITS};
@@ -42,19 +41,12 @@ impl HalfFormat {
 }
 
 impl Lowerer<'_> {
-    /// `Load` of an F16/BF16 element at `addr` (`in_bounds` guards it): `f16_to_f32` is
-    /// `cvt.f32.f16`, exact for every input; `bf16_to_f32` is the bits shifted up,
-    /// subnormals flushed (NaN payloads are canonicalised where bits become observable, as
-    /// for every f32 value). Out of bounds: [`OOB_HALF_BITS`].
-    pub(super) fn half_load(
-        &mut self,
-        format: HalfFormat,
-        space: Space,
-        in_bounds: Reg,
-        addr: Reg,
-    ) -> Val {
-        let raw = self.b32();
-        self.load_or_zero(space, in_bounds, addr, "u16", &[raw]);
+    /// The value of an F16/BF16 element loaded as the 16 bits in `raw` (zero-extended;
+    /// `in_bounds` tells whether the load was): `f16_to_f32` is `cvt.f32.f16`, exact for
+    /// every input; `bf16_to_f32` is the bits shifted up, subnormals flushed (NaN payloads
+    /// are canonicalised where bits become observable, as for every f32 value). Out of
+    /// bounds: [`OOB_HALF_BITS`].
+    pub(super) fn half_value(&mut self, format: HalfFormat, raw: Reg, in_bounds: Reg) -> Val {
         let mut wide = self.widen_half(format, raw);
         if format == HalfFormat::Bf16 {
             // A bf16 subnormal widens to an f32 subnormal, which the reference flushes.

@@ -133,7 +133,9 @@ impl Lowerer<'_> {
         }
         let (in_bounds, addr) = self.element_address(&slot, index);
         if let Some(format) = HalfFormat::of(&slot.element) {
-            return Ok(self.half_load(format, slot.space, in_bounds, addr));
+            let raw = self.w.reg(RegClass::B32);
+            self.load_or_zero(slot.space, in_bounds, addr, "u16", &[raw]);
+            return Ok(self.half_value(format, raw, in_bounds));
         }
         let reg = self.w.reg(kind.reg_class());
         if slot.stride == 16 {
