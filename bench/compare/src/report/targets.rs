@@ -1,7 +1,8 @@
 //! Issue 5's targets (and issue 16's, where a run has artifact rows, and issue 18's, where
 //! it has user-style saxpy rows), each with vyre-cuda's measured ratio and met / not met.
 
-use super::{fmt_ratio, fmt_time, Report};
+use super::{fmt_ratio, fmt_time, Outcome, Report, Row};
+use crate::workloads::libs::{build::PREFIX as LIBS, HBM_TARGET};
 use std::fmt::Write as _;
 
 /// (workload, target, measured, verdict).
@@ -73,6 +74,40 @@ impl Report {
         {
             t.push(self.saxpy_user_target());
         }
+        t.extend(self.libs_targets());
+        t
+    }
+
+    /// The kernel rows of the vyre-libs workloads (`libs_<name>_kernel`).
+    fn libs_kernel_rows(&self) -> impl Iterator<Item = &Row> {
+        (self.rows.iter()).filter(|row| row.id.starts_with(LIBS) && row.id.ends_with("_kernel"))
+    }
+
+    /// Issue 18's targets for the vyre-libs workloads (only where a run has their rows):
+    /// per workload, kernel time <= the incumbent's and, where memory-bound (the rows
+    /// that carry an HBM share), >= 0.7x the HBM roofline; over all of them, a geometric
+    /// mean <= 0.7x the incumbent.
+    fn libs_targets(&self) -> Vec<Target> {
+        let mut t: Vec<Target> = self.libs_kernel_rows().map(libs_target).collect();
+        if t.is_empty() {
+            return t;
+        }
+        let ratios: Vec<f64> = (self.libs_kernel_rows())
+            .filter_map(|row| row.ratio(US, "incumbent"))
+            .collect();
+        let geomean = (!ratios.is_empty())
+            .then(|| (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp());
+        t.push(target(
+            "vyre-libs workloads, kernel time (geometric mean)",
+            "<= 0.7x the incumbent",
+            format!(
+                "{} incumbent over the {} of {} workloads both ran correctly",
+                fmt_ratio(geomean),
+                ratios.len(),
+                t.len()
+            ),
+            geomean.map(|g| g <= 0.7),
+        ));
         t
     }
 
@@ -255,4 +290,27 @@ impl Report {
         }
         s
     }
+}
+
+/// One vyre-libs workload's target (see [`Report::libs_targets`]).
+fn libs_target(row: &Row) -> Target {
+    let stem = row.id.trim_end_matches("_kernel");
+    let ratio = row.ratio(US, "incumbent");
+    let share = |outcome: Option<&Outcome>| match outcome {
+        Some(Outcome::Ok { extra, .. }) => extra.get("hbm_roofline_share").copied(),
+        _ => None,
+    };
+    // Memory-bound rows are those whose engines carry an HBM share.
+    let memory_bound = row.engines.values().any(|o| share(Some(o)).is_some());
+    let ours = share(row.engines.get(US));
+    let mut goal = "kernel time <= the incumbent's".to_string();
+    let mut measured = format!("{} incumbent", fmt_ratio(ratio));
+    let mut hbm = None;
+    if memory_bound {
+        goal.push_str(&format!(", and >= {HBM_TARGET}x the HBM roofline"));
+        measured.push_str(&format!(", {} HBM roofline", fmt_ratio(ours)));
+        hbm = ours.map(|s| s >= HBM_TARGET);
+    }
+    let ok = both(ratio.map(|r| r <= 1.0), hbm);
+    target(&format!("{stem} (resident kernel)"), &goal, measured, ok)
 }

@@ -9,6 +9,7 @@ mod elementwise;
 mod emit_corpus;
 mod jit_probe;
 mod latency;
+pub(crate) mod libs;
 mod reduce;
 mod resident;
 mod resident_sequence;
@@ -82,6 +83,7 @@ pub fn list(ctx: &Ctx) -> Vec<Workload> {
     list.push(workload("small_dispatch_threshold", small_dispatch::run));
     list.push(workload("reduce_atomic_2^24", reduce::run));
     list.push(workload("cold_compile", cold_compile::run));
+    list.extend(libs_workloads());
     // Diagnostics before the corpus: a corpus program that poisons the context (a sticky
     // error) must not take the floor's measurements with it.
     list.push(workload("diagnostics", diagnostics::run));
@@ -90,6 +92,16 @@ pub fn list(ctx: &Ctx) -> Vec<Workload> {
     // Probes that run only when `--only` names them.
     if ctx.named("jit_probe") {
         list.push(workload("jit_probe", jit_probe::run));
+    }
+    list
+}
+
+/// The vyre-libs workloads (`libs_*`): the roofline copy, then each workload's two rows.
+fn libs_workloads() -> Vec<Workload> {
+    let mut list = vec![workload("libs_hbm_copy", libs::hbm_copy)];
+    for spec in libs::build::specs() {
+        let id = spec.id;
+        list.push(workload(id, move |c, s| libs::run(c, s, &spec)));
     }
     list
 }

@@ -587,13 +587,34 @@ impl Floor {
         dev: &[DevBuf; 3],
         n: u32,
     ) -> R<Duration> {
-        self.bind()?;
         let f = self.function(kernel);
+        self.event_time(|| self.launch_elementwise(f, dev[0].ptr, dev[1].ptr, dev[2].ptr, n, 0))
+    }
+
+    /// Time of one device-to-device copy of `src` into `dst` (events around
+    /// `cuMemcpyDtoDAsync`): what the device's memory moves at its best, the HBM
+    /// roofline of the vyre-libs rows (each byte is read once and written once).
+    pub fn copy_time(&self, dst: &DevBuf, src: &DevBuf) -> R<Duration> {
+        if src.len > dst.len {
+            return Err(format!("copy of {} bytes into {}", src.len, dst.len));
+        }
+        self.event_time(|| {
+            // SAFETY: both ranges lie inside live allocations of ours; the copy completes
+            // before `event_time` returns.
+            ck("cuMemcpyDtoDAsync", unsafe {
+                result::memcpy_dtod_async(dst.ptr, src.ptr, src.len, self.streams[0])
+            })
+        })
+    }
+
+    /// Device time (events on stream 0) of the work `enqueue` puts on stream 0.
+    fn event_time(&self, enqueue: impl FnOnce() -> R<()>) -> R<Duration> {
+        self.bind()?;
         // SAFETY: our events and stream.
         ck("cuEventRecord", unsafe {
             result::event::record(self.events[0], self.streams[0])
         })?;
-        self.launch_elementwise(f, dev[0].ptr, dev[1].ptr, dev[2].ptr, n, 0)?;
+        enqueue()?;
         // SAFETY: as above.
         ck("cuEventRecord", unsafe {
             result::event::record(self.events[1], self.streams[0])
