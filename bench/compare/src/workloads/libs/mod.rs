@@ -380,8 +380,9 @@ impl Drop for Resident<'_> {
     }
 }
 
-/// GB/s and GOP/s of an engine's median, and their shares of the rooflines: the HBM share
-/// on memory-bound workloads, the FP32 peak's on compute-bound ones.
+/// GB/s and GOP/s of an engine's median, and their shares of the rooflines in percent
+/// (the table prints extras to one decimal): the HBM share on memory-bound workloads, the
+/// FP32 peak's on compute-bound ones.
 fn with_rates(outcome: Outcome, job: &Job, roof: Roofline, bound: Bound) -> Outcome {
     let Outcome::Ok {
         stats,
@@ -394,13 +395,13 @@ fn with_rates(outcome: Outcome, job: &Job, roof: Roofline, bound: Bound) -> Outc
     let gbps = job.bytes / stats.median_ns;
     extra.insert("gb_per_s".into(), gbps);
     if let (Bound::Memory, Some(hbm)) = (bound, roof.hbm_gbps) {
-        extra.insert("hbm_roofline_share".into(), gbps / hbm);
+        extra.insert("hbm_roofline_pct".into(), 100.0 * gbps / hbm);
     }
     if let Some(ops) = job.ops {
         let gops = ops / stats.median_ns;
         extra.insert("gop_per_s".into(), gops);
         if let (Bound::Compute, Some(peak)) = (bound, roof.fp32_gflops) {
-            extra.insert("fp32_roofline_share".into(), gops / peak);
+            extra.insert("fp32_roofline_pct".into(), 100.0 * gops / peak);
         }
     }
     Outcome::Ok { stats, extra, note }
