@@ -57,11 +57,12 @@ fn ids_are_unique_and_selected_by_the_libs_prefix() {
     let specs = build::specs();
     let ids: BTreeSet<&str> = specs.iter().map(|s| s.id).collect();
     assert_eq!(ids.len(), specs.len(), "duplicate ids");
-    assert!(specs.len() >= 10, "{} workloads", specs.len());
+    assert_eq!(specs.len(), 13, "{} workloads", specs.len());
     for s in &specs {
         assert!(s.id.starts_with(build::PREFIX), "{}", s.id);
         assert!(s.small < s.large, "{}: small size not smaller", s.id);
-        assert_eq!(s.bound == Bound::Compute, s.id.starts_with("libs_matmul"));
+        let compute = s.id.starts_with("libs_matmul") || s.id == "libs_flash_attention";
+        assert_eq!(s.bound == Bound::Compute, compute, "{}", s.id);
     }
 }
 
@@ -264,4 +265,79 @@ fn conv2d_matches_a_host_convolution() {
         }
     }
     assert_eq!(checked * 4, out[0].len());
+}
+
+#[test]
+fn softmax_matches_the_host_formula() {
+    let s = spec("libs_softmax");
+    let (inputs, out) = run_small(&s);
+    let x: Vec<f64> = f32s(&inputs[0]).into_iter().map(f64::from).collect();
+    let max = x.iter().copied().fold(f64::MIN, f64::max);
+    let sum: f64 = x.iter().map(|v| (v - max).exp()).sum();
+    let want: Vec<f64> = x.iter().map(|v| (v - max).exp() / sum).collect();
+    // Outputs are ~1/n: compare relative to the largest.
+    let top = want.iter().copied().fold(0.0, f64::max);
+    for (k, (g, w)) in f32s(&out[0]).iter().zip(&want).enumerate() {
+        assert!(
+            (f64::from(*g) - w).abs() < 1e-4 * top,
+            "element {k}: got {g}, host {w}"
+        );
+    }
+}
+
+#[test]
+fn flash_attention_matches_host_attention() {
+    let s = spec("libs_flash_attention");
+    let (n, d) = (s.small as usize, build::HEAD_DIM as usize);
+    let (inputs, out) = run_small(&s);
+    let [q, k, v] =
+        [0, 1, 2].map(|i| -> Vec<f64> { f32s(&inputs[i]).into_iter().map(f64::from).collect() });
+    let scale = 1.0 / (d as f64).sqrt();
+    let mut want = Vec::with_capacity(n * d);
+    for row in 0..n {
+        let scores: Vec<f64> = (0..n)
+            .map(|j| scale * (0..d).map(|t| q[row * d + t] * k[j * d + t]).sum::<f64>())
+            .collect();
+        let max = scores.iter().copied().fold(f64::MIN, f64::max);
+        let weights: Vec<f64> = scores.iter().map(|x| (x - max).exp()).collect();
+        let total: f64 = weights.iter().sum();
+        for t in 0..d {
+            want.push((0..n).map(|j| weights[j] * v[j * d + t]).sum::<f64>() / total);
+        }
+    }
+    assert_eq!(out.len(), 1);
+    assert_close("libs_flash_attention", &f32s(&out[0]), &want);
+}
+
+#[test]
+fn quest_paging_selects_the_host_top_k() {
+    let s = spec("libs_quest_paging");
+    let (pages, k, d) = (
+        s.small as usize,
+        build::QUEST_K as usize,
+        build::QUEST_D as usize,
+    );
+    let (inputs, out) = run_small(&s);
+    let (query, meta) = (f32s(&inputs[0]), f32s(&inputs[1]));
+    let scores: Vec<f64> = (0..pages)
+        .map(|p| {
+            (0..d)
+                .map(|t| f64::from(query[t]) * f64::from(meta[p * d + t]))
+                .sum()
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..pages).collect();
+    order.sort_by(|a, b| scores[*b].total_cmp(&scores[*a]));
+    let mut want: Vec<u32> = order[..k].iter().map(|&p| p as u32).collect();
+    want.resize(pages, 0);
+    assert_eq!(out.len(), 2, "scores and the io queue");
+    assert_eq!(u32s(&out[1]), want);
+    // The selection overwrites each chosen page's score with its sentinel, f32::MIN.
+    let left: Vec<f64> = (0..pages)
+        .map(|p| match order[..k].contains(&p) {
+            true => f64::from(f32::MIN),
+            false => scores[p],
+        })
+        .collect();
+    assert_close("libs_quest_paging scores", &f32s(&out[0]), &left);
 }

@@ -12,6 +12,7 @@ use vyre_libs::math::conv::conv2d_3x3_direct;
 use vyre_libs::math::linalg::{matmul, matmul_tiled};
 use vyre_libs::math::scan::scan_prefix_sum;
 use vyre_libs::nn::activation::{gelu, swiglu};
+use vyre_libs::nn::attention::{flash_attention, quest_paging, softmax};
 use vyre_libs::nn::norm::{layer_norm, rms_norm};
 use vyre_primitives::decode::base64::standard_decode_table_ref;
 
@@ -25,12 +26,22 @@ pub const EPS: f32 = 1e-5;
 /// workgroup.
 pub const TILE: u32 = 16;
 
+/// The flash-attention head dimension.
+pub const HEAD_DIM: u32 = 64;
+
+/// Quest paging: pages selected, and the head dimension of a page's metadata.
+pub const QUEST_K: u32 = 16;
+pub const QUEST_D: u32 = 128;
+
 /// What bounds a workload's kernel: its share of the HBM roofline or of the FP32 peak is
 /// the one that says how close to the device it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Bound {
     Memory,
     Compute,
+    /// Too little data to fill the device at the size people run (a 64 KiB stored block,
+    /// a 256 KiB page table): rates are reported, no roofline share.
+    Latency,
 }
 
 /// One vyre-libs workload. `size` is its one size parameter (a matrix side, an element
@@ -174,10 +185,55 @@ pub fn specs() -> Vec<Spec> {
             unit: "block bytes (5-byte header + payload)",
             large: 5 + 65_535,
             small: 5 + 1000,
-            bound: Bound::Memory,
+            bound: Bound::Latency,
             build: |n| Ok(inflate_stored_block("input", "output", n)),
             data: |n| vec![words(&stored_block(n as usize - 5))],
             ops: None,
+        },
+        Spec {
+            id: "libs_softmax",
+            call: "vyre_libs::nn::attention::softmax (f32), one vector (the API is 1-D)",
+            unit: "elements",
+            large: 1 << 22,
+            small: 1 << 12,
+            bound: Bound::Memory,
+            build: |n| Ok(softmax("input", "output", n)),
+            data: |n| vec![activations(n as usize, u64::from(n) ^ 0x50)],
+            ops: None,
+        },
+        Spec {
+            id: "libs_flash_attention",
+            call: "vyre_libs::nn::attention::flash_attention (f32 [s, 64] q, k, v, out)",
+            unit: "sequence length (head dim 64)",
+            large: 1024,
+            small: 64,
+            bound: Bound::Compute,
+            build: |s| flash_attention("q", "k", "v", "out", s, HEAD_DIM),
+            data: |s| {
+                let count = (s * HEAD_DIM) as usize;
+                let seed = u64::from(s) ^ 0xfa;
+                (0..3).map(|k| unit_f32(count, seed + k)).collect()
+            },
+            // QK^T and PV: s^2 d multiply-adds each.
+            ops: Some(|s| 4.0 * f64::from(s) * f64::from(s) * f64::from(HEAD_DIM)),
+        },
+        Spec {
+            id: "libs_quest_paging",
+            call: "vyre_libs::nn::attention::quest_paging (f32 scores, top 16 of the pages, d_head 128)",
+            unit: "pages (k 16, d_head 128)",
+            large: 512,
+            small: 64,
+            bound: Bound::Latency,
+            build: |p| Ok(quest_paging("query", "page_metadata", "scores", "io_queue", p, QUEST_K, QUEST_D)),
+            data: |p| {
+                let seed = u64::from(p) ^ 0x9e;
+                vec![
+                    unit_f32(QUEST_D as usize, seed),
+                    unit_f32((p * QUEST_D) as usize, seed + 1),
+                ]
+            },
+            // One multiply-add per metadata element (the scores).
+            ops: Some(|p| 2.0 * f64::from(p) * f64::from(QUEST_D)),
         },
     ]
 }
@@ -258,6 +314,20 @@ pub fn activations(count: usize, seed: u64) -> Vec<u8> {
     for _ in 0..count {
         let r = rng.next_u32();
         let exponent = 124 + (r >> 23) % 6; // 2^-3 .. 2^2
+        let bits = (r & 0x8000_0000) | (exponent << 23) | (r & 0x007F_FFFF);
+        out.extend_from_slice(&bits.to_le_bytes());
+    }
+    out
+}
+
+/// `count` f32 values in +-[1/8, 1): attention inputs whose dot products over 64 or 128
+/// lanes stay in exp's comfortable range.
+pub fn unit_f32(count: usize, seed: u64) -> Vec<u8> {
+    let mut rng = Rng::new(seed);
+    let mut out = Vec::with_capacity(count * 4);
+    for _ in 0..count {
+        let r = rng.next_u32();
+        let exponent = 124 + (r >> 23) % 3; // 2^-3 .. 2^-1
         let bits = (r & 0x8000_0000) | (exponent << 23) | (r & 0x007F_FFFF);
         out.extend_from_slice(&bits.to_le_bytes());
     }
