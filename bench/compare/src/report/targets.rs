@@ -327,3 +327,73 @@ fn libs_target(row: &Row) -> Target {
     };
     target(&format!("{stem} (resident kernel)"), &goal, measured, ok)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Stats;
+    use std::collections::BTreeMap;
+
+    fn ok(ns: f64, hbm_pct: Option<f64>) -> Outcome {
+        let mut extra = BTreeMap::new();
+        if let Some(p) = hbm_pct {
+            extra.insert("hbm_roofline_pct".to_string(), p);
+        }
+        Outcome::Ok {
+            stats: Stats::from_ns(&mut [ns]),
+            extra,
+            note: None,
+        }
+    }
+
+    fn row(id: &str, ours: Outcome, incumbent: Outcome) -> Row {
+        let mut row = Row::new(id, "kernel", None);
+        row.engines.insert(US.into(), ours);
+        row.engines.insert("incumbent".into(), incumbent);
+        row
+    }
+
+    fn verdicts(rows: Vec<Row>) -> Vec<(String, String)> {
+        let report = Report {
+            rows,
+            ..Report::default()
+        };
+        (report.libs_targets().into_iter())
+            .map(|(w, _, _, v)| (w, v))
+            .collect()
+    }
+
+    /// Per workload: faster than the incumbent and (memory-bound) >= 0.7 of HBM; a wrong
+    /// output is NOT met; the geometric mean is over the workloads both ran correctly and
+    /// NOT met while vyre-cuda is wrong anywhere. End-to-end rows are not targets.
+    #[test]
+    fn libs_targets_follow_the_measured_rows() {
+        let fail = || Outcome::Fail { reason: "x".into() };
+        let v = verdicts(vec![
+            row("libs_a_kernel", ok(50.0, Some(80.0)), ok(100.0, Some(40.0))),
+            row("libs_b_kernel", ok(50.0, Some(60.0)), ok(100.0, Some(30.0))),
+            row("libs_c_kernel", ok(120.0, None), ok(100.0, None)),
+            row("libs_c_e2e", ok(1.0, None), ok(100.0, None)),
+        ]);
+        let want = [
+            ("libs_a (resident kernel)", "met"),
+            ("libs_b (resident kernel)", "NOT met"),
+            ("libs_c (resident kernel)", "NOT met"),
+        ];
+        for (k, (w, verdict)) in want.iter().enumerate() {
+            assert_eq!((v[k].0.as_str(), v[k].1.as_str()), (*w, *verdict));
+        }
+        // (0.5 * 0.5 * 1.2)^(1/3) = 0.67
+        assert_eq!(v[3].1, "met");
+        assert_eq!(v.len(), 4);
+
+        let v = verdicts(vec![
+            row("libs_a_kernel", ok(10.0, Some(90.0)), ok(100.0, Some(40.0))),
+            row("libs_d_kernel", fail(), ok(100.0, Some(40.0))),
+        ]);
+        assert_eq!(v[0].1, "met");
+        assert_eq!(v[1].1, "NOT met", "a wrong output");
+        assert_eq!(v[2].1, "NOT met", "the mean, with a wrong workload");
+        assert!(verdicts(Vec::new()).is_empty());
+    }
+}

@@ -166,9 +166,14 @@ pub fn run(ctx: &Ctx, sink: &mut Sink, spec: &Spec) {
             engine.name().into(),
             with_rates(k, &large, roof, spec.bound),
         );
+        // End to end includes the host copies: its rates, but no roofline share.
+        let host = Roofline {
+            hbm_gbps: None,
+            fp32_gflops: None,
+        };
         e2e.engines.insert(
             engine.name().into(),
-            with_rates(e, &large, roof, spec.bound),
+            with_rates(e, &large, host, spec.bound),
         );
     }
     for row in [&mut kernel, &mut e2e] {
