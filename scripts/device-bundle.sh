@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build every test, bench and example binary in release mode and copy them, stripped, into
 # .devrun/ (git-ignored) so a GPU machine without a Rust toolchain can run them:
-#   bash scripts/device-bundle.sh [--ptxas]  # here (--ptxas: also the pinned ptxas binaries)
+#   bash scripts/device-bundle.sh [--ptxas] [--compare]
+#       here; --ptxas: also the pinned ptxas binaries; --compare: also bench/compare's
+#       vyre-compare (built, stripped and xz-compressed: scripts/device-bench.sh runs it)
 #   bash scripts/device-run.sh               # on the GPU machine (with .devrun/ carried)
 #   bash scripts/device-ptxas-sweep.sh       # the long ptxas sweep there (needs --ptxas)
 set -euo pipefail
@@ -38,10 +40,17 @@ for example in target/release/examples/*; do
 done
 mkdir -p .devrun/bin
 while read -r name path; do cp "$path" ".devrun/bin/$name" && strip ".devrun/bin/$name"; done < .devrun/manifest
+# With --compare, the comparison harness (its own crate graph), compressed apart from the
+# test binaries: scripts/device-bench.sh unpacks and runs it.
+if [[ " $* " == *" --compare "* ]]; then
+  cargo build --release --quiet --manifest-path bench/compare/Cargo.toml
+  strip -o .devrun/vyre-compare bench/compare/target/release/vyre-compare
+  xz -T0 -6 -f .devrun/vyre-compare
+fi
 # With --ptxas, the pinned ptxas binaries (installed by scripts/test.sh) for the ptxas sweep
 # (scripts/device-ptxas-sweep.sh): the device's CPUs assemble far more kernels per minute.
 # Opt-in: with them the bundle and the tracked tree exceed the device's 64 MiB transfer.
-if [ "${1:-}" = "--ptxas" ]; then
+if [[ " $* " == *" --ptxas "* ]]; then
   for tools in cuda-nvcc cuda-nvcc-cu12; do
     ptxas="$(find ".tools/$tools" -type f -name ptxas -path '*/bin/ptxas' 2>/dev/null | head -n 1)"
     [ -n "$ptxas" ] && cp "$ptxas" ".devrun/bin/ptxas-$tools"
