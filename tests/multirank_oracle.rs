@@ -145,20 +145,22 @@ fn oracle_error(program: &Program, per_rank: Vec<Vec<u8>>) -> String {
     }
 }
 
-/// Programs that compute, run one collective and compute again, each per element, with
-/// the inputs of one rank; the collectives are WORLD with root 0 and shapes that hold at
-/// W = 1, so vyre-reference's single-rank lowering is the oracle's semantics there.
+/// Programs for one rank, with inputs: mostly compute -> collective -> compute, per
+/// element, plus a lone collective, none, and a grid-width case. Collectives are WORLD,
+/// root 0, with shapes that hold at W = 1, where the reference's single-rank lowering
+/// and the oracle's semantics coincide.
 fn single_rank_cases() -> Vec<(&'static str, Program, Vec<Vec<u8>>)> {
     let words: Vec<u32> = (0..N).map(|i| i.wrapping_mul(0x9e37_79b9)).collect();
     let mut floats: Vec<f32> = (0..N).map(|i| i as f32 * 0.75 - 20.0).collect();
     floats[3] = f32::from_bits(0x7fa0_0001); // a NaN payload AllReduce must keep at W = 1
-    let scaled = |node| {
-        let mut program = copy_program(node, N, N);
-        program = program.with_rewritten_wrapped_entry(vec![
+                                             // The copy collectives sit two scopes deep (a Block, then copy_program's Region),
+                                             // so the oracle has to dissolve both to find them.
+    let nested = |node| {
+        let program = copy_program(node, N, N);
+        program.with_rewritten_wrapped_entry(vec![
             update("src", Expr::mul(Expr::load("src", gid()), Expr::u32(3))),
             Node::block(program.entry().to_vec()),
-        ]);
-        program
+        ])
     };
     let f32_buf = BufferDecl::read_write("buf", 0, DataType::F32).with_count(N);
     vec![
@@ -193,12 +195,12 @@ fn single_rank_cases() -> Vec<(&'static str, Program, Vec<Vec<u8>>)> {
         ),
         (
             "all_gather_u32",
-            scaled(all_gather()),
+            nested(all_gather()),
             vec![u32_bytes(&words)],
         ),
         (
             "reduce_scatter_max_u32",
-            scaled(reduce_scatter(CollectiveOp::Max)),
+            nested(reduce_scatter(CollectiveOp::Max)),
             vec![u32_bytes(&words)],
         ),
         (
