@@ -8,5 +8,6 @@ pub mod gpu;
 pub mod grid_programs;
 pub mod half_programs;
 pub mod kernels;
+pub mod multirank;
 pub mod programs;
 pub mod ptxas;
