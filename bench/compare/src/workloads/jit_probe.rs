@@ -33,12 +33,13 @@ pub fn run(ctx: &Ctx, sink: &mut Sink) {
     let Some(floor) = ctx.engines.floor.get() else {
         return sink.log("jit_probe: the floor could not open the device".into());
     };
-    let sets = sets(ctx, floor);
+    let (sets, corpus_ids) = sets(ctx, floor);
     let mut probe = Probe {
         floor,
         salt: std::process::id() as u64 * 1_000_000,
         serial: 0,
         found: BTreeMap::new(),
+        per_text: BTreeMap::new(),
     };
     for (engine, set, texts) in &sets {
         let (methods, reps): (&[(&str, Jit)], usize) = if *set == "vadd" {
@@ -48,6 +49,7 @@ pub fn run(ctx: &Ctx, sink: &mut Sink) {
         };
         probe.set(&format!("{engine}.{set}"), texts, methods, reps);
     }
+    per_module(sink, &mut probe, &corpus_ids);
     for (k, v) in &probe.found {
         sink.log(format!("jit_probe {k} = {v:.0}"));
     }
@@ -61,8 +63,8 @@ fn jit_text(engine: &dyn Engine, program: &Program, ctx: &Ctx) -> Option<String>
 }
 
 /// The texts: a vadd of each engine, then the corpus programs every vyre engine emits (so
-/// the sums compare like with like).
-fn sets(ctx: &Ctx, floor: &Floor) -> Vec<Set> {
+/// the sums compare like with like), with those programs' ids in the same order.
+fn sets(ctx: &Ctx, floor: &Floor) -> (Vec<Set>, Vec<&'static str>) {
     let (major, minor) = floor.facts.compute_capability;
     let mut sets: Vec<Set> = Vec::new();
     let vadd = |k: u32| programs::vadd(1024, 0x5100_0000 + k);
@@ -76,14 +78,17 @@ fn sets(ctx: &Ctx, floor: &Floor) -> Vec<Set> {
         let text = jit_text(engine, &vadd(k), ctx);
         sets.push((engine.name(), "vadd", text.into_iter().collect()));
     }
-    let programs: Vec<Program> = corpus().iter().map(|f| (f.build)()).collect();
+    let fixtures = corpus();
+    let mut ids = Vec::new();
     let mut corpus_texts: Vec<Vec<String>> = engines.iter().map(|_| Vec::new()).collect();
-    for program in &programs {
+    for fixture in &fixtures {
+        let program: Program = (fixture.build)();
         let texts: Vec<Option<String>> = engines
             .iter()
-            .map(|&engine| jit_text(engine, program, ctx))
+            .map(|&engine| jit_text(engine, &program, ctx))
             .collect();
         if texts.iter().all(Option::is_some) {
+            ids.push(fixture.id);
             for (list, text) in corpus_texts.iter_mut().zip(texts) {
                 list.extend(text);
             }
@@ -92,7 +97,7 @@ fn sets(ctx: &Ctx, floor: &Floor) -> Vec<Set> {
     for (engine, texts) in engines.iter().zip(corpus_texts) {
         sets.push((engine.name(), "corpus", texts));
     }
-    sets
+    (sets, ids)
 }
 
 /// The floor's JIT timings, keyed `engine.set.*`.
@@ -102,6 +107,9 @@ struct Probe<'f> {
     salt: u64,
     serial: u64,
     found: BTreeMap<String, f64>,
+    /// Each text's time of one method and repetition, keyed `engine.set.method` (kept for
+    /// the sets run once per text: the corpus).
+    per_text: BTreeMap<String, Vec<f64>>,
 }
 
 impl Probe<'_> {
@@ -134,6 +142,10 @@ impl Probe<'_> {
             if times.is_empty() {
                 continue;
             }
+            if reps == 1 && times.len() == texts.len() {
+                self.per_text
+                    .insert(format!("{key}.{method}"), times.clone());
+            }
             let sum: f64 = times.iter().sum();
             self.found.insert(format!("{key}.{method}.sum_ns"), sum);
             self.found.insert(
@@ -141,6 +153,44 @@ impl Probe<'_> {
                 Stats::from_ns(&mut times).median_ns,
             );
         }
+    }
+}
+
+/// The corpus module by module (default JIT): how many vyre-cuda modules take more than
+/// twice the incumbent's time (issue 18: none may), and the ten with the largest ratio.
+fn per_module(sink: &mut Sink, probe: &mut Probe<'_>, ids: &[&'static str]) {
+    let (Some(ours), Some(theirs)) = (
+        probe.per_text.get("vyre-cuda.corpus.load"),
+        probe.per_text.get("incumbent.corpus.load"),
+    ) else {
+        return;
+    };
+    if ours.len() != ids.len() || theirs.len() != ids.len() {
+        return;
+    }
+    let mut ratios: Vec<(f64, &str, f64, f64)> = ids
+        .iter()
+        .zip(ours.iter().zip(theirs))
+        .map(|(id, (&a, &b))| (a / b.max(1.0), *id, a, b))
+        .collect();
+    ratios.sort_by(|x, y| y.0.total_cmp(&x.0));
+    let over = ratios.iter().filter(|r| r.0 > 2.0).count();
+    sink.log(format!(
+        "jit_probe corpus.load: {over} of {} vyre-cuda modules over 2x the incumbent's JIT time",
+        ratios.len()
+    ));
+    for (ratio, id, a, b) in ratios.iter().take(10) {
+        sink.log(format!(
+            "jit_probe corpus.load {id}: vyre-cuda {:.1} ms, incumbent {:.1} ms ({ratio:.2}x)",
+            a / 1e6,
+            b / 1e6
+        ));
+    }
+    probe
+        .found
+        .insert("corpus.load.modules_over_2x".into(), over as f64);
+    if let Some(worst) = ratios.first() {
+        probe.found.insert("corpus.load.max_ratio".into(), worst.0);
     }
 }
 
