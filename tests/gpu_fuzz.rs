@@ -33,10 +33,10 @@
 //! `Return` and over changing values; bytes loads as indices, select conditions,
 //! operands, assigned values and `Let`s of writable bytes loads; workgroup bytes buffers;
 //! async copies whose start and wait are in different blocks). Until issue 17 is done it
-//! is expected to report rejections: a program the emitter rejects is counted under
-//! `rejected` (and, where the reference fails too, as failing on both sides), listed by
-//! construct name, and does not fail the run; mismatches, backend errors where the
-//! reference succeeds, missed run-time errors and panics do. The gate is met when a
+//! is expected to report rejections: a program the emitter rejects while the reference
+//! runs it is counted under `rejected` and listed by construct name, one the reference
+//! fails too counts as failing on both sides; neither fails the run. Mismatches, backend
+//! errors where the reference succeeds, missed run-time errors and panics do. The gate is met when a
 //! 10^5-program run reports 0 rejected and 0 mismatches (`tests/fuzz_codegen.rs` prints
 //! the same per-construct rejection table without a GPU).
 
