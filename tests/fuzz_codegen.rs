@@ -6,15 +6,21 @@
 //! (a ptxas crash is narrowed to its kernel and reported), and every rejection carries
 //! `Fix:`. Failures are shrunk and saved under `tests/fuzz_regressions/`.
 //!
-//! Three shapes run: the default one (28 statements, expression depth 3), the large one
+//! Four shapes run: the default one (28 statements, expression depth 3), the large one
 //! of `GenConfig::large` (48 statements, depth 6, literal-only conditions and division
 //! operands, cast chains, libm calls), which reaches programs like
 //! `../shared/regressions/ptxas-crash-1`, and the replicated one of
 //! `GenConfig::replicated` (every invocation the same computation, updating the same slots
-//! in place: the kernels one thread runs in the reference's order).
+//! in place: the kernels one thread runs in the reference's order), and issue 17's
+//! complete one of `GenConfig::complete` (the large shape plus every construct the
+//! reference runs and the emitter does not lower yet). For the complete shape,
+//! rejections are not failures (they are issue 17's to-do list): the sweep prints, per
+//! construct, how many programs held it and which construct names the emitter rejected
+//! them with; panics, `Fix:`-less errors and kernels ptxas cannot assemble still fail it.
 //!
 //! `VYRE_CUDA_FUZZ_CI_PROGRAMS` (default 3000), `VYRE_CUDA_FUZZ_CI_LARGE_PROGRAMS`
-//! (default 1500) and `VYRE_CUDA_FUZZ_CI_REPLICATED_PROGRAMS` (default 1000) set the
+//! (default 1500), `VYRE_CUDA_FUZZ_CI_REPLICATED_PROGRAMS` (default 1000) and
+//! `VYRE_CUDA_FUZZ_COMPLETE_PROGRAMS` (default 1500) set the
 //! program counts, `VYRE_CUDA_FUZZ_SEED` the base seed (the other shapes use it xor a
 //! constant).
 
@@ -23,12 +29,12 @@ mod common;
 mod fuzz;
 
 use fuzz::check::{cpu_check, cpu_still_fails, Failure};
-use fuzz::coverage::Coverage;
+use fuzz::coverage::{unlowered_constructs, Coverage, UNLOWERED};
 use fuzz::gen::{generate, GenConfig};
 use fuzz::oracle::{judge, Outcome};
 use fuzz::ptxas_batch::{assemble_all, Kernel};
 use fuzz::rng::program_seed;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
@@ -44,6 +50,11 @@ const DEFAULT_LARGE_PROGRAMS: usize = 1500 / SWEEP_DIVISOR;
 const LARGE_SEED_XOR: u64 = 0x1A96_E000;
 const DEFAULT_REPLICATED_PROGRAMS: usize = 1000 / SWEEP_DIVISOR;
 const REPLICATED_SEED_XOR: u64 = 0x5A3E_0000;
+/// About 26 s on two cores in release today, almost all of it ptxas: four in five of
+/// these programs are rejected before ptxas. As issue 17 lands and more of them
+/// assemble, the sweep grows towards the large shape's cost per program.
+const DEFAULT_COMPLETE_PROGRAMS: usize = 1500 / SWEEP_DIVISOR;
+const COMPLETE_SEED_XOR: u64 = 0xC0A1_7E00;
 /// Kernels per ptxas process.
 const BATCH: usize = 120;
 
@@ -56,6 +67,8 @@ struct Program {
     kernels: Vec<Option<Vec<String>>>,
     rejected: Vec<String>,
     coverage: Coverage,
+    /// Issue 17's constructs in the program (`coverage::unlowered_constructs`).
+    constructs: BTreeSet<&'static str>,
 }
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -99,6 +112,34 @@ fn fuzz_codegen_replicated_programs_emit_assemble_and_never_panic() {
     sweep("replicated", &GenConfig::replicated(), programs, base);
 }
 
+/// Issue 17's gate on the CPU: every construct the reference runs and the emitter does
+/// not lower yet is generated (each must appear in the sweep), nothing panics, and every
+/// kernel the emitter accepts assembles. Rejections are reported per construct, not
+/// failed.
+#[test]
+fn fuzz_codegen_complete_programs_emit_assemble_and_never_panic() {
+    let programs = env_or(
+        "VYRE_CUDA_FUZZ_COMPLETE_PROGRAMS",
+        DEFAULT_COMPLETE_PROGRAMS,
+    );
+    let base = env_or("VYRE_CUDA_FUZZ_SEED", DEFAULT_SEED) ^ COMPLETE_SEED_XOR;
+    let held = sweep("complete", &GenConfig::complete(), programs, base);
+    // The rarest construct is in about 7% of the programs: from 150 programs on (the
+    // debug default) every one is expected, whatever the seed (a miss has odds of about
+    // 1 in 50000 per construct); a smaller sweep checks nothing here.
+    if programs >= 150 {
+        let missing: Vec<&str> = UNLOWERED
+            .iter()
+            .copied()
+            .filter(|c| !held.contains_key(c))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "the complete shape generated no program with {missing:?} in {programs} programs"
+        );
+    }
+}
+
 /// The compilers every kernel is assembled with: the pinned CUDA 13 `ptxas` and, when
 /// installed, the CUDA 12 one (for the modules whose ISA it reads).
 fn compilers(primary: &std::path::Path) -> Vec<(&'static str, std::path::PathBuf)> {
@@ -109,7 +150,13 @@ fn compilers(primary: &std::path::Path) -> Vec<(&'static str, std::path::PathBuf
     list
 }
 
-fn sweep(shape: &str, config: &GenConfig, programs: usize, base: u64) {
+/// Runs the sweep; returns, per issue 17 construct, how many programs held it.
+fn sweep(
+    shape: &str,
+    config: &GenConfig,
+    programs: usize,
+    base: u64,
+) -> BTreeMap<&'static str, usize> {
     let ptxas = common::ptxas::require_ptxas();
     let start = Instant::now();
 
@@ -136,6 +183,7 @@ fn sweep(shape: &str, config: &GenConfig, programs: usize, base: u64) {
                 }
                 let mut coverage = Coverage::default();
                 coverage.add_program(&case.program);
+                let constructs = unlowered_constructs(&case.program);
                 let program = Program {
                     seed,
                     drafts: generated.rejected_drafts + 1,
@@ -145,6 +193,7 @@ fn sweep(shape: &str, config: &GenConfig, programs: usize, base: u64) {
                     kernels,
                     rejected,
                     coverage,
+                    constructs,
                 };
                 results.lock().unwrap().push((i, program));
             });
@@ -307,12 +356,75 @@ fn sweep(shape: &str, config: &GenConfig, programs: usize, base: u64) {
     for path in &saved {
         println!("  saved {path}");
     }
+    let held = construct_table(&results);
     assert!(
         failures.is_empty(),
         "{} fuzz failures (first: {:?})",
         failures.len(),
         failures.first()
     );
+    held
+}
+
+/// Prints, per issue 17 construct, how many programs held it, how the reference ran
+/// them, and how many the emitter rejected with which construct name (a program counts
+/// once per name, whichever target rejected it); returns the programs per construct.
+fn construct_table(results: &[(usize, Program)]) -> BTreeMap<&'static str, usize> {
+    #[derive(Default)]
+    struct Row {
+        programs: usize,
+        reference_errors: usize,
+        rejected: usize,
+        by: BTreeMap<String, usize>,
+    }
+    let mut rows: BTreeMap<&'static str, Row> = BTreeMap::new();
+    for (_, p) in results {
+        let names: BTreeSet<&String> = p.rejected.iter().collect();
+        let keys: Vec<&'static str> = if p.constructs.is_empty() {
+            vec!["(none of these)"]
+        } else {
+            p.constructs.iter().copied().collect()
+        };
+        for key in keys {
+            let row = rows.entry(key).or_default();
+            row.programs += 1;
+            row.reference_errors += usize::from(p.outcome == "error");
+            if !names.is_empty() {
+                row.rejected += 1;
+            }
+            for name in &names {
+                *row.by.entry((*name).clone()).or_default() += 1;
+            }
+        }
+    }
+    let held = rows
+        .iter()
+        .filter(|(k, _)| UNLOWERED.contains(k))
+        .map(|(k, r)| (*k, r.programs))
+        .collect();
+    if rows.keys().all(|k| *k == "(none of these)") {
+        return held;
+    }
+    let total = results.len().max(1);
+    println!("  issue 17 constructs (programs holding it, share, reference run-time errors, rejected by the emitter: by construct name):");
+    let order = UNLOWERED.iter().copied().chain(["(none of these)"]);
+    for key in order {
+        let Some(r) = rows.get(key) else {
+            println!("    {key:<36} 0");
+            continue;
+        };
+        let by: Vec<String> = r.by.iter().map(|(n, c)| format!("{c} {n:?}")).collect();
+        println!(
+            "    {key:<36} {:>5} {:>5.1}%  ref-errors {:>4}  rejected {:>5} ({:>5.1}%): {}",
+            r.programs,
+            100.0 * r.programs as f64 / total as f64,
+            r.reference_errors,
+            r.rejected,
+            100.0 * r.rejected as f64 / r.programs.max(1) as f64,
+            by.join(", ")
+        );
+    }
+    held
 }
 
 /// Tooling: `SEED=0x.. cargo test --release --test fuzz_codegen -- --ignored shrink_seed`
@@ -334,7 +446,8 @@ fn shrink_seed() {
             let seed = std::env::var("SEED").expect("SEED=0x... or CASE=file");
             let seed = u64::from_str_radix(seed.trim_start_matches("0x"), 16).expect("hex seed");
             let shape = std::env::var("SHAPE").unwrap_or_else(|_| "default".into());
-            let config = GenConfig::named(&shape).expect("SHAPE=default, large or replicated");
+            let config =
+                GenConfig::named(&shape).expect("SHAPE=default, large, replicated or complete");
             (
                 generate(seed, &config).case,
                 format!("seed {seed:#x} ({shape} shape)"),

@@ -6,8 +6,9 @@
 //! * `VYRE_CUDA_FUZZ_PROGRAMS` — programs to run (default 2000; e.g. 100000 for the big run);
 //! * `VYRE_CUDA_FUZZ_SEED` — base seed (program i uses `program_seed(base, i)`);
 //! * `VYRE_CUDA_FUZZ_SHAPE` — `default` (28 statements, depth 3), `replicated` (the default
-//!   shape with every invocation the same computation, in place) or `large` (48, depth 6,
-//!   literal-only conditions and divisions, cast chains; `GenConfig::large`);
+//!   shape with every invocation the same computation, in place), `large` (48, depth 6,
+//!   literal-only conditions and divisions, cast chains; `GenConfig::large`) or
+//!   `complete` (see below);
 //! * `VYRE_CUDA_FUZZ_SEEDS` — comma-separated program seeds to run instead (e.g. to
 //!   re-run and shrink failures reported by an earlier run);
 //! * `VYRE_CUDA_FUZZ_SECONDS` — stop taking new programs after this many seconds;
@@ -25,6 +26,19 @@
 //!
 //! Without a device it prints `skipped: no CUDA device` (or fails under
 //! `VYRE_CUDA_REQUIRE_GPU=1`).
+//!
+//! `VYRE_CUDA_FUZZ_SHAPE=complete` (`GenConfig::complete`) is issue 17's gate: the large
+//! shape plus every construct vyre-reference runs that the emitter does not lower yet
+//! (subgroup operations in divergent branches, in loops inside them, after an early
+//! `Return` and over changing values; bytes loads as indices, select conditions,
+//! operands, assigned values and `Let`s of writable bytes loads; workgroup bytes buffers;
+//! async copies whose start and wait are in different blocks). Until issue 17 is done it
+//! is expected to report rejections: a program the emitter rejects while the reference
+//! runs it is counted under `rejected` and listed by construct name, one the reference
+//! fails too counts as failing on both sides; neither fails the run. Mismatches, backend
+//! errors where the reference succeeds, missed run-time errors and panics do. The gate is met when a
+//! 10^5-program run reports 0 rejected and 0 mismatches (`tests/fuzz_codegen.rs` prints
+//! the same per-construct rejection table without a GPU).
 
 mod common;
 #[path = "fuzz/mod.rs"]
@@ -235,7 +249,7 @@ fn gpu_fuzz_matches_the_reference() {
 
     let shape = std::env::var("VYRE_CUDA_FUZZ_SHAPE").unwrap_or_else(|_| "default".into());
     let config = GenConfig::named(&shape).unwrap_or_else(|| {
-        panic!("VYRE_CUDA_FUZZ_SHAPE={shape}: use `default`, `large` or `replicated`")
+        panic!("VYRE_CUDA_FUZZ_SHAPE={shape}: use `default`, `large`, `replicated` or `complete`")
     });
     println!("fuzz: generator shape {shape}");
     let start = Instant::now();

@@ -1,7 +1,7 @@
 //! Which constructs a set of programs exercised (for the generator's coverage report).
 
-use std::collections::BTreeMap;
-use vyre_foundation::ir::{BufferAccess, Expr, Node, Program};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use vyre_foundation::ir::{BinOp, BufferAccess, DataType, Expr, Node, Program};
 
 /// Construct name -> number of occurrences.
 #[derive(Debug, Default, Clone)]
@@ -35,6 +35,10 @@ impl Coverage {
             self.hit(format!("buffer:{role}:{}", decl.element()));
         }
         self.nodes(program.entry());
+        // Once per program, so `issue17:*` counts are numbers of programs.
+        for construct in unlowered_constructs(program) {
+            self.hit(format!("issue17:{construct}"));
+        }
     }
 
     fn nodes(&mut self, nodes: &[Node]) {
@@ -74,6 +78,15 @@ impl Coverage {
                     self.nodes(body);
                 }
                 Node::Return => self.hit("node:Return".into()),
+                Node::AsyncLoad { offset, size, .. } | Node::AsyncStore { offset, size, .. } => {
+                    self.hit(match node {
+                        Node::AsyncLoad { .. } => "node:AsyncLoad".into(),
+                        _ => "node:AsyncStore".into(),
+                    });
+                    self.expr(offset);
+                    self.expr(size);
+                }
+                Node::AsyncWait { .. } => self.hit("node:AsyncWait".into()),
                 Node::Barrier { .. } => self.hit("node:Barrier".into()),
                 Node::Block(body) => {
                     self.hit("node:Block".into());
@@ -146,6 +159,19 @@ impl Coverage {
                 }
                 self.expr(value);
             }
+            Expr::SubgroupBallot { cond } => {
+                self.hit("subgroup:Ballot".into());
+                self.expr(cond);
+            }
+            Expr::SubgroupShuffle { value, lane } => {
+                self.hit("subgroup:Shuffle".into());
+                self.expr(value);
+                self.expr(lane);
+            }
+            Expr::SubgroupReduce { op, value } => {
+                self.hit(format!("subgroup:Reduce{op:?}"));
+                self.expr(value);
+            }
             other => self.hit(format!("expr:{other:?}").chars().take(30).collect()),
         }
     }
@@ -165,5 +191,343 @@ impl Coverage {
             .map(|(f, items)| format!("  {f} ({}): {}", items.len(), items.join(" ")))
             .collect::<Vec<_>>()
             .join("\n")
+    }
+}
+
+/// Every name [`unlowered_constructs`] reports, in report order.
+pub const UNLOWERED: &[&str] = &[
+    "subgroup:any",
+    "subgroup:divergent-branch",
+    "subgroup:loop-in-divergent-branch",
+    "subgroup:after-return",
+    "subgroup:changing-value",
+    "bytes:index",
+    "bytes:condition",
+    "bytes:arithmetic",
+    "bytes:comparison",
+    "bytes:assign",
+    "bytes:let-writable",
+    "bytes:workgroup-buffer",
+    "async:split",
+];
+
+/// The constructs of issue 17 (README "Not yet lowered": what vyre-reference runs and the
+/// emitter does not lower yet) that `program` contains, read off the IR itself (not the
+/// generator's intent), so a sweep can report, per construct, how many programs held
+/// it and how many of those the emitter rejected.
+///
+/// * `subgroup:any`: some subgroup operation;
+/// * `subgroup:divergent-branch`: one inside an `If` whose condition is not built from
+///   literals, workgroup ids and buffer lengths alone;
+/// * `subgroup:loop-in-divergent-branch`: one in a `Loop` inside such an `If`;
+/// * `subgroup:after-return`: one after (in program order) a `Return`;
+/// * `subgroup:changing-value`: one whose operands read a variable the program assigns
+///   or a buffer it writes;
+/// * `bytes:index`, `bytes:condition`, `bytes:arithmetic` (operators and casts),
+///   `bytes:comparison`, `bytes:assign`, `bytes:let-writable` (a `Let` of a load from a
+///   writable bytes buffer), `bytes:workgroup-buffer`: the uses of a bytes load
+///   ("view") the emitter rejects. (A select of a view and a fixed-size value, which
+///   the README also lists, never passes vyre's validator: V029 or V023.)
+/// * `async:split`: an async copy whose start and wait are not in one node list.
+pub fn unlowered_constructs(program: &Program) -> BTreeSet<&'static str> {
+    let mut walk = Walk::default();
+    for decl in program.buffers().iter() {
+        let bytes = decl.element() == DataType::Bytes;
+        if bytes && decl.access() == BufferAccess::Workgroup {
+            walk.found.insert("bytes:workgroup-buffer");
+        }
+        if bytes {
+            let writable = !matches!(
+                decl.access(),
+                BufferAccess::ReadOnly | BufferAccess::Uniform
+            );
+            walk.bytes.insert(decl.name().to_string(), writable);
+        }
+    }
+    walk.writes(program.entry());
+    walk.nodes(program.entry(), false, false);
+    for (starts, waits) in walk.tags.values() {
+        if starts != waits || starts.is_empty() {
+            walk.found.insert("async:split");
+        }
+    }
+    walk.found
+}
+
+#[derive(Default)]
+struct Walk {
+    /// Bytes buffers -> writable.
+    bytes: HashMap<String, bool>,
+    /// Variables bound to a bytes view.
+    views: HashSet<String>,
+    assigned: HashSet<String>,
+    written: HashSet<String>,
+    seen_return: bool,
+    next_list: u32,
+    /// Async tag -> (node lists of its starts, node lists of its waits).
+    tags: BTreeMap<String, (BTreeSet<u32>, BTreeSet<u32>)>,
+    found: BTreeSet<&'static str>,
+}
+
+fn is_compare(op: &BinOp) -> bool {
+    matches!(
+        op,
+        BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Gt | BinOp::Le | BinOp::Ge
+    )
+}
+
+/// Built from literals, workgroup ids and buffer lengths only: the same for every
+/// invocation of a workgroup.
+fn uniform(e: &Expr) -> bool {
+    match e {
+        Expr::LitU32(_)
+        | Expr::LitI32(_)
+        | Expr::LitF32(_)
+        | Expr::LitBool(_)
+        | Expr::WorkgroupId { .. }
+        | Expr::BufLen { .. } => true,
+        Expr::BinOp { left, right, .. } => uniform(left) && uniform(right),
+        Expr::UnOp { operand, .. } => uniform(operand),
+        Expr::Cast { value, .. } => uniform(value),
+        Expr::Select {
+            cond,
+            true_val,
+            false_val,
+        } => uniform(cond) && uniform(true_val) && uniform(false_val),
+        _ => false,
+    }
+}
+
+impl Walk {
+    /// Variables assigned and buffers written anywhere in `nodes`.
+    fn writes(&mut self, nodes: &[Node]) {
+        for node in nodes {
+            match node {
+                Node::Assign { name, .. } => {
+                    self.assigned.insert(name.to_string());
+                }
+                Node::Store { buffer, .. } => {
+                    self.written.insert(buffer.to_string());
+                }
+                Node::AsyncLoad { destination, .. } | Node::AsyncStore { destination, .. } => {
+                    self.written.insert(destination.to_string());
+                }
+                Node::If {
+                    then, otherwise, ..
+                } => {
+                    self.writes(then);
+                    self.writes(otherwise);
+                }
+                Node::Loop { body, .. } | Node::Block(body) => self.writes(body),
+                Node::Region { body, .. } => self.writes(body),
+                _ => {}
+            }
+        }
+    }
+
+    /// A run-time-sized bytes value: a load from a bytes buffer or what carries one.
+    fn is_view(&self, e: &Expr) -> bool {
+        match e {
+            Expr::Load { buffer, .. } => self.bytes.contains_key(buffer.as_str()),
+            Expr::Var(name) => self.views.contains(name.as_str()),
+            Expr::Cast {
+                target: DataType::Bytes,
+                value,
+            } => self.is_view(value),
+            Expr::Select {
+                true_val,
+                false_val,
+                ..
+            } => self.is_view(true_val) && self.is_view(false_val),
+            _ => false,
+        }
+    }
+
+    /// Whether `e` reads a changing variable or a written buffer.
+    fn changes(&self, e: &Expr) -> bool {
+        match e {
+            Expr::Var(name) => self.assigned.contains(name.as_str()),
+            Expr::Load { buffer, index } => {
+                self.written.contains(buffer.as_str()) || self.changes(index)
+            }
+            Expr::Atomic { .. } => true,
+            Expr::BinOp { left, right, .. } => self.changes(left) || self.changes(right),
+            Expr::UnOp { operand, .. } => self.changes(operand),
+            Expr::Cast { value, .. } => self.changes(value),
+            Expr::Select {
+                cond,
+                true_val,
+                false_val,
+            } => self.changes(cond) || self.changes(true_val) || self.changes(false_val),
+            Expr::Fma { a, b, c } => self.changes(a) || self.changes(b) || self.changes(c),
+            Expr::SubgroupBallot { cond } => self.changes(cond),
+            Expr::SubgroupShuffle { value, lane } => self.changes(value) || self.changes(lane),
+            Expr::SubgroupReduce { value, .. } => self.changes(value),
+            _ => false,
+        }
+    }
+
+    fn nodes(&mut self, nodes: &[Node], divergent: bool, loop_in_divergent: bool) {
+        self.next_list += 1;
+        let list = self.next_list;
+        for node in nodes {
+            let ex = |w: &mut Self, e: &Expr| w.expr(e, divergent, loop_in_divergent);
+            match node {
+                Node::Let { name, value } => {
+                    ex(self, value);
+                    if let Expr::Load { buffer, .. } = value {
+                        if self.bytes.get(buffer.as_str()) == Some(&true) {
+                            self.found.insert("bytes:let-writable");
+                        }
+                    }
+                    if self.is_view(value) {
+                        self.views.insert(name.to_string());
+                    }
+                }
+                Node::Assign { name, value } => {
+                    ex(self, value);
+                    if self.is_view(value) {
+                        self.found.insert("bytes:assign");
+                        self.views.insert(name.to_string());
+                    }
+                }
+                Node::Store { index, value, .. } => {
+                    if self.is_view(index) {
+                        self.found.insert("bytes:index");
+                    }
+                    ex(self, index);
+                    ex(self, value);
+                }
+                Node::If {
+                    cond,
+                    then,
+                    otherwise,
+                } => {
+                    if self.is_view(cond) {
+                        self.found.insert("bytes:condition");
+                    }
+                    ex(self, cond);
+                    let inner = divergent || !uniform(cond);
+                    self.nodes(then, inner, loop_in_divergent);
+                    self.nodes(otherwise, inner, loop_in_divergent);
+                }
+                Node::Loop { from, to, body, .. } => {
+                    ex(self, from);
+                    ex(self, to);
+                    self.nodes(body, divergent, loop_in_divergent || divergent);
+                }
+                Node::Block(body) => self.nodes(body, divergent, loop_in_divergent),
+                Node::Region { body, .. } => self.nodes(body, divergent, loop_in_divergent),
+                Node::Return => self.seen_return = true,
+                Node::AsyncLoad {
+                    offset, size, tag, ..
+                }
+                | Node::AsyncStore {
+                    offset, size, tag, ..
+                } => {
+                    ex(self, offset);
+                    ex(self, size);
+                    self.tags.entry(tag.to_string()).or_default().0.insert(list);
+                }
+                Node::AsyncWait { tag } => {
+                    self.tags.entry(tag.to_string()).or_default().1.insert(list);
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn expr(&mut self, e: &Expr, divergent: bool, loop_in_divergent: bool) {
+        let sub = |w: &mut Self, e: &Expr| w.expr(e, divergent, loop_in_divergent);
+        match e {
+            Expr::SubgroupBallot { .. }
+            | Expr::SubgroupShuffle { .. }
+            | Expr::SubgroupReduce { .. } => {
+                self.found.insert("subgroup:any");
+                if divergent {
+                    self.found.insert("subgroup:divergent-branch");
+                }
+                if loop_in_divergent {
+                    self.found.insert("subgroup:loop-in-divergent-branch");
+                }
+                if self.seen_return {
+                    self.found.insert("subgroup:after-return");
+                }
+                if self.changes(e) {
+                    self.found.insert("subgroup:changing-value");
+                }
+                match e {
+                    Expr::SubgroupBallot { cond } => sub(self, cond),
+                    Expr::SubgroupShuffle { value, lane } => {
+                        sub(self, value);
+                        sub(self, lane);
+                    }
+                    Expr::SubgroupReduce { value, .. } => sub(self, value),
+                    _ => {}
+                }
+            }
+            Expr::Load { index, .. } => {
+                if self.is_view(index) {
+                    self.found.insert("bytes:index");
+                }
+                sub(self, index);
+            }
+            Expr::Atomic {
+                index,
+                expected,
+                value,
+                ..
+            } => {
+                if self.is_view(index) {
+                    self.found.insert("bytes:index");
+                }
+                sub(self, index);
+                if let Some(x) = expected {
+                    sub(self, x);
+                }
+                sub(self, value);
+            }
+            Expr::BinOp { op, left, right } => {
+                if self.is_view(left) || self.is_view(right) {
+                    self.found.insert(if is_compare(op) {
+                        "bytes:comparison"
+                    } else {
+                        "bytes:arithmetic"
+                    });
+                }
+                sub(self, left);
+                sub(self, right);
+            }
+            Expr::UnOp { operand, .. } => {
+                if self.is_view(operand) {
+                    self.found.insert("bytes:arithmetic");
+                }
+                sub(self, operand);
+            }
+            Expr::Cast { target, value } => {
+                if *target != DataType::Bytes && self.is_view(value) {
+                    self.found.insert("bytes:arithmetic");
+                }
+                sub(self, value);
+            }
+            Expr::Select {
+                cond,
+                true_val,
+                false_val,
+            } => {
+                if self.is_view(cond) {
+                    self.found.insert("bytes:condition");
+                }
+                sub(self, cond);
+                sub(self, true_val);
+                sub(self, false_val);
+            }
+            Expr::Fma { a, b, c } => {
+                sub(self, a);
+                sub(self, b);
+                sub(self, c);
+            }
+            _ => {}
+        }
     }
 }

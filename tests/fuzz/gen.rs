@@ -28,7 +28,8 @@ use super::rng::Rng;
 use super::values;
 use vyre_driver::DispatchConfig;
 use vyre_foundation::ir::{
-    AtomicOp, BinOp, BufferAccess, BufferDecl, DataType, Expr, MemoryOrdering, Node, Program, UnOp,
+    AtomicOp, BinOp, BufferAccess, BufferDecl, DataType, Expr, MemoryOrdering, Node, Program,
+    SubgroupReduceOp, UnOp,
 };
 
 /// The value types expressions are generated at. (The reference's run-time value and
@@ -58,6 +59,28 @@ pub enum Stmt {
     Barrier,
     /// A store whose value is a run-time-sized bytes load (see `Role::BytesSource`).
     BytesStore,
+    // The constructs below are what vyre-reference runs and the emitter does not lower
+    // yet (README "Not yet lowered", issue 17). Only `GenConfig::complete` enables them.
+    /// `let s = <subgroup op>` wherever the statement lands (any branch, loop, after a
+    /// `Return`).
+    SubgroupLet,
+    /// `if <data-dependent> { ...; let s = <subgroup op> }`.
+    SubgroupBranch,
+    /// `if <data-dependent> { loop { ...; let s = <subgroup op> } }`.
+    SubgroupDivergentLoop,
+    /// `if <data-dependent> { return }; ...; let s = <subgroup op>`.
+    SubgroupAfterReturn,
+    /// `let x = ..; if <data-dependent> { x = .. }; let s = <subgroup op over x>`.
+    SubgroupChanged,
+    /// A bytes load used as an index, a select condition, an operand (a run-time error
+    /// in the reference), an assigned value, or a `Let` of a load from a writable bytes
+    /// buffer (see [`Gen::bytes_use`] for the uses vyre's validator rejects).
+    BytesUse,
+    /// `shb[lid * 4] = u32; barrier; own[..] = shb[any]; barrier` on a workgroup bytes
+    /// buffer (uniform control flow only).
+    SharedBytesPhase,
+    /// An async copy whose start and wait are in different blocks.
+    AsyncSplit,
 }
 
 /// The table of enabled constructs.
@@ -109,6 +132,11 @@ pub struct Features {
     pub constant_operands: u32,
     /// Casts through 2..=5 intermediate integer types (`u8(u32(u8(u64(x))))`).
     pub cast_chains: bool,
+    /// Percentage of programs with a read-only bytes source (and maybe a bytes mirror).
+    pub bytes_chance: u32,
+    /// Declare the buffers only the not-yet-lowered statements use: a writable bytes
+    /// buffer, a workgroup bytes buffer, and the source and destination of async copies.
+    pub unlowered_buffers: bool,
 }
 
 impl Features {
@@ -287,6 +315,8 @@ impl Features {
             bytes_buffers: true,
             constant_operands: 5,
             cast_chains: true,
+            bytes_chance: 20,
+            unlowered_buffers: false,
         }
     }
 
@@ -363,6 +393,35 @@ impl GenConfig {
         }
     }
 
+    /// Issue 17's gate: the large shape plus every construct vyre-reference runs that the
+    /// emitter does not lower yet (README "Not yet lowered"): subgroup operations in
+    /// data-dependent branches, in loops inside them, after an early `Return` and over
+    /// values assigned in a branch; bytes loads as indices, select conditions, operands,
+    /// assigned values and `Let`s of writable bytes loads; workgroup
+    /// bytes buffers; async copies whose start and wait are in different blocks. The
+    /// emitter rejects many of these programs today; that share is issue 17's to-do list.
+    pub fn complete() -> Self {
+        let mut features = Features {
+            bytes_chance: 50,
+            unlowered_buffers: true,
+            ..Self::large().features
+        };
+        features.statements.extend([
+            (Stmt::SubgroupLet, 4),
+            (Stmt::SubgroupBranch, 3),
+            (Stmt::SubgroupDivergentLoop, 3),
+            (Stmt::SubgroupAfterReturn, 2),
+            (Stmt::SubgroupChanged, 3),
+            (Stmt::BytesUse, 8),
+            (Stmt::SharedBytesPhase, 3),
+            (Stmt::AsyncSplit, 5),
+        ]);
+        Self {
+            features,
+            ..Self::large()
+        }
+    }
+
     /// The default shape with every invocation the same computation
     /// ([`GenConfig::replicated`]): in-place updates of shared slots by the whole grid.
     pub fn replicated() -> Self {
@@ -372,11 +431,12 @@ impl GenConfig {
         }
     }
 
-    /// The shape called `name`: "default", "large" or "replicated".
+    /// The shape called `name`: "default", "large", "replicated" or "complete".
     pub fn named(name: &str) -> Option<Self> {
         match name {
             "default" => Some(Self::default()),
             "large" => Some(Self::large()),
+            "complete" => Some(Self::complete()),
             "replicated" => Some(Self::replicated()),
             _ => None,
         }
@@ -443,6 +503,17 @@ enum Role {
     /// Bytes output written only by `mirror[t] = source[t]`: every invocation that
     /// writes byte `m` writes `source[m]`, so the overlapping copies never race.
     BytesMirror,
+    /// Read-write bytes input that is only read (`Stmt::BytesUse`): a `Let` of its load
+    /// is what the emitter rejects, and never writing it keeps the program race-free.
+    BytesWritable,
+    /// Workgroup bytes buffer: `Stmt::SharedBytesPhase` writes 4 bytes at `lid * 4`.
+    SharedBytes,
+    /// Read-only u32 input copied by async loads and stores.
+    AsyncSource,
+    /// u32 read-write buffer written only by async copies from `AsyncSource` (every
+    /// invocation copies the same bytes to the same place, so the copies never race).
+    /// Read-write rather than an output: vyre's validator allows one output buffer.
+    AsyncDest,
 }
 
 #[derive(Debug, Clone)]
@@ -472,15 +543,30 @@ impl GBuf {
     fn takes_input(&self) -> bool {
         matches!(
             self.role,
-            Role::Input | Role::InOut { .. } | Role::Counter(_) | Role::BytesSource
+            Role::Input
+                | Role::InOut { .. }
+                | Role::Counter(_)
+                | Role::BytesSource
+                | Role::BytesWritable
+                | Role::AsyncSource
+                | Role::AsyncDest
         )
     }
 
     fn returned(&self) -> bool {
         matches!(
             self.role,
-            Role::InOut { .. } | Role::Output { .. } | Role::Counter(_) | Role::BytesMirror
+            Role::InOut { .. }
+                | Role::Output { .. }
+                | Role::Counter(_)
+                | Role::BytesMirror
+                | Role::BytesWritable
+                | Role::AsyncDest
         )
+    }
+
+    fn is_shared(&self) -> bool {
+        matches!(self.role, Role::Shared | Role::SharedBytes)
     }
 }
 
@@ -513,6 +599,9 @@ struct Ctx {
     depth: u32,
     trip: u32,
     top_level: bool,
+    /// No `Return` may be generated here: between an async copy's start and its wait
+    /// (an invocation that returns with a copy pending is a run-time error).
+    no_return: bool,
 }
 
 struct Gen<'a> {
@@ -529,7 +618,14 @@ struct Gen<'a> {
     elementwise: bool,
     /// Leaves are literals only (see [`Gen::constant_expr`]).
     literal_leaves: bool,
+    /// Which families of not-yet-lowered statements this program may hold
+    /// ([`UNLOWERED_SUBGROUPS`] | [`UNLOWERED_BYTES`] | [`UNLOWERED_ASYNC`]).
+    unlowered: u8,
 }
+
+const UNLOWERED_SUBGROUPS: u8 = 1;
+const UNLOWERED_BYTES: u8 = 2;
+const UNLOWERED_ASYNC: u8 = 4;
 
 fn lit_u32(v: u32) -> Expr {
     Expr::LitU32(v)
@@ -1382,7 +1478,7 @@ impl Gen<'_> {
             nodes.extend(node);
         }
         // Early return as the last statement of a nested block.
-        if !ctx.top_level && self.rng.chance(4) {
+        if !ctx.top_level && !ctx.no_return && self.rng.chance(4) {
             nodes.push(Node::Return);
         }
         self.scopes.pop();
@@ -1395,6 +1491,7 @@ impl Gen<'_> {
             depth: ctx.depth + 1,
             trip: ctx.trip,
             top_level: false,
+            no_return: ctx.no_return,
         }
     }
 
@@ -1411,6 +1508,14 @@ impl Gen<'_> {
         let has_shared = !self.bufs_where(|b| b.role == Role::Shared).is_empty();
         let has_assignable = self.scopes.iter().flatten().any(|v| v.assignable);
         let has_bytes = !self.bufs_where(|b| b.role == Role::BytesSource).is_empty();
+        let subgroups = self.unlowered & UNLOWERED_SUBGROUPS != 0;
+        let has_bytes_use = self.unlowered & UNLOWERED_BYTES != 0
+            && !self
+                .bufs_where(|b| matches!(b.role, Role::BytesSource | Role::BytesWritable))
+                .is_empty();
+        let has_shared_bytes = !self.bufs_where(|b| b.role == Role::SharedBytes).is_empty();
+        let has_async = !self.bufs_where(|b| b.role == Role::AsyncSource).is_empty()
+            && !self.bufs_where(|b| b.role == Role::AsyncDest).is_empty();
         let deep = ctx.depth >= self.cfg.max_nesting;
         let weights: Vec<u32> = features
             .statements
@@ -1420,13 +1525,25 @@ impl Gen<'_> {
                     Stmt::Let => true,
                     Stmt::Assign => has_assignable,
                     Stmt::Store => has_own,
-                    Stmt::If | Stmt::Block | Stmt::Region | Stmt::EarlyReturn => !deep,
+                    Stmt::If | Stmt::Block | Stmt::Region => !deep,
+                    Stmt::EarlyReturn => !deep && !ctx.no_return,
                     Stmt::UniformIf => !deep && ctx.uniform,
                     Stmt::Loop => !deep && ctx.trip * 2 <= self.cfg.max_trip_product,
                     Stmt::CounterAtomic => has_counter,
                     Stmt::SharedPhase => has_shared && ctx.uniform,
                     Stmt::Barrier => ctx.uniform && !self.elementwise,
                     Stmt::BytesStore => has_bytes,
+                    Stmt::SubgroupLet | Stmt::SubgroupChanged => subgroups,
+                    Stmt::SubgroupBranch => subgroups && !deep,
+                    Stmt::SubgroupDivergentLoop => {
+                        subgroups
+                            && ctx.depth + 1 < self.cfg.max_nesting
+                            && ctx.trip * 2 <= self.cfg.max_trip_product
+                    }
+                    Stmt::SubgroupAfterReturn => subgroups && !ctx.no_return,
+                    Stmt::BytesUse => has_bytes_use && !deep,
+                    Stmt::SharedBytesPhase => has_shared_bytes && ctx.uniform,
+                    Stmt::AsyncSplit => has_async && !deep,
                 };
                 if ok {
                     *w
@@ -1563,6 +1680,14 @@ impl Gen<'_> {
                 }]
             }
             Stmt::SharedPhase => self.shared_phase(),
+            Stmt::SubgroupLet
+            | Stmt::SubgroupBranch
+            | Stmt::SubgroupDivergentLoop
+            | Stmt::SubgroupAfterReturn
+            | Stmt::SubgroupChanged => self.subgroup_stmt(kind, ctx),
+            Stmt::BytesUse => self.bytes_use(),
+            Stmt::SharedBytesPhase => self.shared_bytes_phase(),
+            Stmt::AsyncSplit => self.async_split(ctx),
             Stmt::Barrier => vec![Node::Barrier {
                 ordering: *self.rng.pick(BARRIER_ORDERINGS),
             }],
@@ -1599,6 +1724,7 @@ impl Gen<'_> {
             depth: ctx.depth + 1,
             trip: ctx.trip * trips.max(1),
             top_level: false,
+            no_return: ctx.no_return,
         };
         self.scopes.push(vec![Var {
             name: name.clone(),
@@ -1662,6 +1788,604 @@ impl Gen<'_> {
             index,
             value: load(&source_name, from),
         }]
+    }
+
+    // ------------------------------------------------------------ not yet lowered
+
+    /// A scope of up to `max_len` random statements followed by `tail`'s nodes, which
+    /// see the scope's variables.
+    fn block_with(
+        &mut self,
+        ctx: Ctx,
+        max_len: u32,
+        tail: impl FnOnce(&mut Self) -> Vec<Node>,
+    ) -> Vec<Node> {
+        self.scopes.push(Vec::new());
+        let mut nodes = Vec::new();
+        for _ in 0..self.rng.range(0, max_len) {
+            if self.budget <= 0 {
+                break;
+            }
+            nodes.extend(self.statement(ctx));
+        }
+        nodes.extend(tail(self));
+        self.scopes.pop();
+        nodes
+    }
+
+    /// A condition that differs between invocations (never literal-only, so the branch
+    /// really diverges).
+    fn divergent_cond(&mut self, d: u32) -> Expr {
+        let c = if self.rng.chance(50) {
+            self.cond(d)
+        } else {
+            Expr::LitBool(true)
+        };
+        if !literal_only(&c) {
+            return c;
+        }
+        let id = if self.rng.chance(70) {
+            var("lin")
+        } else {
+            Expr::LocalId { axis: 0 }
+        };
+        match self.rng.below(3) {
+            0 => bin(BinOp::BitAnd, id, lit_u32(1 << self.rng.below(3))),
+            _ => {
+                let op = *self.rng.pick(&[BinOp::Lt, BinOp::Ge, BinOp::Eq, BinOp::Ne]);
+                bin(op, id, lit_u32(self.rng.below(40)))
+            }
+        }
+    }
+
+    /// A subgroup ballot, shuffle or reduction over a random operand, and its type.
+    fn subgroup_value(&mut self) -> (Expr, Ty) {
+        let d = self.cfg.max_expr_depth.min(2);
+        match self.rng.below(3) {
+            0 => (
+                Expr::SubgroupBallot {
+                    cond: Box::new(self.cond(d)),
+                },
+                Ty::U32,
+            ),
+            1 => {
+                let ty = *self.rng.pick(&[Ty::U32, Ty::U32, Ty::F32]);
+                let value = self.subgroup_operand(ty, d);
+                (self.shuffle(value), ty)
+            }
+            _ => {
+                let ty = *self.rng.pick(&[Ty::U32, Ty::U32, Ty::F32]);
+                let value = self.subgroup_operand(ty, d);
+                (self.reduce(ty, value), ty)
+            }
+        }
+    }
+
+    /// A subgroup operand: half the time any expression (its variables may be
+    /// undeclared in lanes that took another branch or returned, a run-time error in the
+    /// reference), half the time one every lane can evaluate (ids, input loads,
+    /// literals), so that many of these programs run on the reference.
+    fn subgroup_operand(&mut self, ty: Ty, d: u32) -> Expr {
+        if self.rng.chance(50) {
+            return self.expr(ty, d);
+        }
+        let id = match self.rng.below(3) {
+            0 => Expr::LocalId { axis: 0 },
+            _ => var("lin"),
+        };
+        let loaded = self.load_input(ty, 0);
+        match (ty, loaded) {
+            (_, Some(l)) if self.rng.chance(50) => l,
+            (Ty::F32, _) => cast(DataType::F32, id),
+            _ => {
+                let op = *self
+                    .rng
+                    .pick(&[BinOp::Add, BinOp::Mul, BinOp::BitXor, BinOp::Shr]);
+                bin(op, id, lit_u32(self.rng.below(9)))
+            }
+        }
+    }
+
+    fn shuffle(&mut self, value: Expr) -> Expr {
+        let lane = match self.rng.below(4) {
+            // Past the subgroup too (the reference reads 0 there).
+            0 => lit_u32(self.rng.below(40)),
+            1 => bin(
+                BinOp::BitAnd,
+                bin(BinOp::Add, var("lin"), lit_u32(self.rng.range(1, 31))),
+                lit_u32(31),
+            ),
+            2 => self.expr(Ty::U32, 1),
+            _ => bin(BinOp::BitXor, Expr::LocalId { axis: 0 }, lit_u32(1)),
+        };
+        Expr::SubgroupShuffle {
+            value: Box::new(value),
+            lane: Box::new(lane),
+        }
+    }
+
+    fn reduce(&mut self, ty: Ty, value: Expr) -> Expr {
+        use SubgroupReduceOp as R;
+        // The reference folds bitwise operators over integer lanes only.
+        let op = if ty == Ty::F32 {
+            *self.rng.pick(&[R::Add, R::Mul, R::Min, R::Max])
+        } else {
+            *self
+                .rng
+                .pick(&[R::Add, R::Mul, R::Min, R::Max, R::And, R::Or, R::Xor])
+        };
+        Expr::SubgroupReduce {
+            op,
+            value: Box::new(value),
+        }
+    }
+
+    /// `let g = <subgroup op>`.
+    fn subgroup_let(&mut self) -> Vec<Node> {
+        let (value, ty) = self.subgroup_value();
+        let name = self.fresh("g");
+        self.declare(name.clone(), ty, true);
+        vec![Node::Let {
+            name: name.as_str().into(),
+            value,
+        }]
+    }
+
+    /// A subgroup operation over `x` (of type `ty`), bound by a `Let`.
+    fn subgroup_over(&mut self, x: &str, ty: Ty) -> Vec<Node> {
+        let (value, result) = match self.rng.below(3) {
+            0 if ty == Ty::U32 => (
+                Expr::SubgroupBallot {
+                    cond: Box::new(bin(BinOp::Gt, var(x), lit_u32(self.rng.below(64)))),
+                },
+                Ty::U32,
+            ),
+            1 => (self.shuffle(var(x)), ty),
+            _ => (self.reduce(ty, var(x)), ty),
+        };
+        let name = self.fresh("g");
+        self.declare(name.clone(), result, true);
+        vec![Node::Let {
+            name: name.as_str().into(),
+            value,
+        }]
+    }
+
+    fn subgroup_stmt(&mut self, kind: Stmt, ctx: Ctx) -> Vec<Node> {
+        let d = self.cfg.max_expr_depth;
+        match kind {
+            Stmt::SubgroupBranch => {
+                let cond = self.divergent_cond(d);
+                let inner = self.nested(ctx, false);
+                let then = self.block_with(inner, 2, Self::subgroup_let);
+                let otherwise = if self.rng.chance(30) {
+                    self.block_with(inner, 2, Self::subgroup_let)
+                } else {
+                    Vec::new()
+                };
+                vec![Node::If {
+                    cond,
+                    then,
+                    otherwise,
+                }]
+            }
+            Stmt::SubgroupDivergentLoop => {
+                let cond = self.divergent_cond(d);
+                let inner = self.nested(ctx, false);
+                let then = self.block_with(inner, 1, |g| g.subgroup_loop(inner));
+                vec![Node::If {
+                    cond,
+                    then,
+                    otherwise: Vec::new(),
+                }]
+            }
+            Stmt::SubgroupAfterReturn => {
+                let cond = self.divergent_cond(d);
+                let inner = self.nested(ctx, false);
+                let then = self.block_with(inner, 1, |_| vec![Node::Return]);
+                let mut nodes = vec![Node::If {
+                    cond,
+                    then,
+                    otherwise: Vec::new(),
+                }];
+                nodes.extend(self.subgroup_let());
+                nodes
+            }
+            Stmt::SubgroupChanged => {
+                let ty = *self.rng.pick(&[Ty::U32, Ty::U32, Ty::F32]);
+                let x = self.fresh("x");
+                let mut nodes = vec![Node::Let {
+                    name: x.as_str().into(),
+                    value: self.expr(ty, d),
+                }];
+                self.declare(x.clone(), ty, true);
+                let cond = self.divergent_cond(d);
+                let inner = self.nested(ctx, false);
+                let inside = self.rng.chance(40);
+                let then = self.block_with(inner, 1, |g| {
+                    let mut tail = vec![Node::Assign {
+                        name: x.as_str().into(),
+                        value: g.expr(ty, d),
+                    }];
+                    if inside {
+                        tail.extend(g.subgroup_over(&x, ty));
+                    }
+                    tail
+                });
+                nodes.push(Node::If {
+                    cond,
+                    then,
+                    otherwise: Vec::new(),
+                });
+                if !inside {
+                    nodes.extend(self.subgroup_over(&x, ty));
+                }
+                nodes
+            }
+            _ => self.subgroup_let(),
+        }
+    }
+
+    /// A short loop whose body ends with a subgroup operation (for a divergent branch).
+    fn subgroup_loop(&mut self, ctx: Ctx) -> Vec<Node> {
+        let room = (self.cfg.max_trip_product / ctx.trip.max(1)).clamp(1, 4);
+        let from = self.rng.below(2);
+        let to = if self.rng.chance(60) {
+            lit_u32(from + self.rng.range(1, room))
+        } else {
+            let e = self.expr(Ty::U32, 1);
+            bin(BinOp::Min, e, lit_u32(from + room))
+        };
+        let name = self.fresh("i");
+        let inner = Ctx {
+            uniform: false,
+            depth: ctx.depth + 1,
+            trip: ctx.trip * room,
+            top_level: false,
+            no_return: ctx.no_return,
+        };
+        self.scopes.push(vec![Var {
+            name: name.clone(),
+            ty: Ty::U32,
+            assignable: false,
+        }]);
+        let body = self.block_with(inner, 2, Self::subgroup_let);
+        self.scopes.pop();
+        vec![Node::Loop {
+            var: name.as_str().into(),
+            from: lit_u32(from),
+            to,
+            body,
+        }]
+    }
+
+    /// One use of a bytes load (the rest of a bytes buffer) that vyre's validator accepts
+    /// and the emitter does not lower yet; the arithmetic and comparison forms are
+    /// run-time errors in the reference. The validator rejects casts (V012, V023) and
+    /// unary operators (V101) of bytes, bitwise operators and shifts (V091, V094), bytes
+    /// `If` conditions (V123), comparisons of bytes with other types (V096) and selects
+    /// of a view and a fixed-size value (V029; the fixed-size arm cannot be cast to bytes,
+    /// V023), so the reference never runs those and none is generated.
+    fn bytes_use(&mut self) -> Vec<Node> {
+        let d = self.cfg.max_expr_depth.min(3);
+        let readable = self.bufs_where(|b| b.role == Role::BytesSource);
+        let writable = self.bufs_where(|b| b.role == Role::BytesWritable);
+        let any: Vec<usize> = readable.iter().chain(&writable).copied().collect();
+        let words =
+            self.bufs_where(|b| b.own_k().is_some() && !b.atomic && b.element == DataType::U32);
+        let view = |g: &mut Self, from: &[usize]| {
+            let b = *g.rng.pick(from);
+            let index = g.any_index(b, 1);
+            load(&g.bufs[b].name.clone(), index)
+        };
+        // Binds `value` (its type unknown to the generator, so never read again).
+        let bind = |g: &mut Self, value: Expr| {
+            let name = g.fresh("y");
+            vec![Node::Let {
+                name: name.as_str().into(),
+                value,
+            }]
+        };
+        // Stores `value` into an own u32 slot (its first four bytes), or binds it.
+        let keep = |g: &mut Self, value: Expr| match words.is_empty() {
+            true => bind(g, value),
+            false => {
+                let b = *g.rng.pick(&words);
+                let index = g.own_index(b);
+                vec![Node::Store {
+                    buffer: g.bufs[b].name.as_str().into(),
+                    index,
+                    value,
+                }]
+            }
+        };
+        let inputs = self.bufs_where(|b| b.role == Role::Input);
+        match self.rng.below(6) {
+            0 if !inputs.is_empty() => {
+                // As an index.
+                let b = *self.rng.pick(&inputs);
+                let index = view(self, &any);
+                bind(self, load(&self.bufs[b].name.clone(), index))
+            }
+            0 | 1 => {
+                // As a select condition.
+                let cond = view(self, &any);
+                let value = select(cond, self.expr(Ty::U32, d), self.expr(Ty::U32, d));
+                keep(self, value)
+            }
+            2 => {
+                // Arithmetic: a run-time error in the reference.
+                let op = *self.rng.pick(&[BinOp::Add, BinOp::Sub, BinOp::Mul]);
+                let (a, b) = (view(self, &any), self.expr(Ty::U32, d));
+                let value = if self.rng.chance(50) {
+                    bin(op, a, b)
+                } else {
+                    bin(op, b, a)
+                };
+                bind(self, value)
+            }
+            3 => {
+                // A comparison of two views: a run-time error in the reference.
+                let op = *self.rng.pick(&self.cfg.features.compare_ops.clone());
+                let value = bin(op, view(self, &any), view(self, &any));
+                bind(self, value)
+            }
+            4 => {
+                // Assign of a view.
+                let from = if readable.is_empty() { &any } else { &readable };
+                let name = self.fresh("y");
+                let first = view(self, from);
+                let second = view(self, from);
+                let mut nodes = vec![
+                    Node::Let {
+                        name: name.as_str().into(),
+                        value: first,
+                    },
+                    Node::Assign {
+                        name: name.as_str().into(),
+                        value: second,
+                    },
+                ];
+                nodes.extend(keep(self, var(&name)));
+                nodes
+            }
+            _ => {
+                // A `Let` of a load from a writable bytes buffer.
+                let from = if writable.is_empty() { &any } else { &writable };
+                let name = self.fresh("y");
+                let mut nodes = vec![Node::Let {
+                    name: name.as_str().into(),
+                    value: view(self, from),
+                }];
+                if self.rng.chance(70) {
+                    nodes.extend(keep(self, var(&name)));
+                }
+                nodes
+            }
+        }
+    }
+
+    /// `shb[lid * 4] = u32; barrier; own[..] = shb[any]..; barrier`: each invocation
+    /// writes its own four bytes, and reads happen between barriers.
+    fn shared_bytes_phase(&mut self) -> Vec<Node> {
+        let shared = self.bufs_where(|b| b.role == Role::SharedBytes);
+        let b = *self.rng.pick(&shared);
+        let name = self.bufs[b].name.clone();
+        let count = self.bufs[b].count;
+        let words =
+            self.bufs_where(|b| b.own_k().is_some() && !b.atomic && b.element == DataType::U32);
+        let value = self.expr(Ty::U32, self.cfg.max_expr_depth.min(3));
+        let mut nodes = vec![
+            Node::Store {
+                buffer: name.as_str().into(),
+                index: bin(BinOp::Mul, var("lid"), lit_u32(4)),
+                value,
+            },
+            Node::Barrier {
+                ordering: *self.rng.pick(BARRIER_ORDERINGS),
+            },
+        ];
+        for _ in 0..self.rng.range(1, 2) {
+            let index = match self.rng.below(3) {
+                0 => lit_u32(self.rng.below(count + 2)),
+                1 => bin(
+                    BinOp::Mod,
+                    bin(
+                        BinOp::Add,
+                        bin(BinOp::Mul, var("lid"), lit_u32(4)),
+                        lit_u32(self.rng.range(1, 8)),
+                    ),
+                    lit_u32(count.max(1)),
+                ),
+                _ => self.expr(Ty::U32, 1),
+            };
+            let value = load(&name, index);
+            if words.is_empty() {
+                let y = self.fresh("y");
+                nodes.push(Node::Let {
+                    name: y.as_str().into(),
+                    value,
+                });
+            } else {
+                let w = *self.rng.pick(&words);
+                let index = self.own_index(w);
+                nodes.push(Node::Store {
+                    buffer: self.bufs[w].name.as_str().into(),
+                    index,
+                    value,
+                });
+            }
+        }
+        nodes.push(Node::Barrier {
+            ordering: *self.rng.pick(BARRIER_ORDERINGS),
+        });
+        nodes
+    }
+
+    /// An async copy (`asrc` -> `adst`) whose start and wait are in different blocks.
+    /// Every invocation copies the same bytes to the same place (literal offsets and
+    /// sizes), so the copies never race. No `Return` is generated between start and
+    /// wait, except in the one shape that leaves some invocations' copies pending (a
+    /// run-time error in the reference, which the backend must raise too).
+    fn async_split(&mut self, ctx: Ctx) -> Vec<Node> {
+        let d = self.cfg.max_expr_depth;
+        let src = self.bufs[*self
+            .rng
+            .pick(&self.bufs_where(|b| b.role == Role::AsyncSource))]
+        .clone();
+        let dst = self.bufs[*self
+            .rng
+            .pick(&self.bufs_where(|b| b.role == Role::AsyncDest))]
+        .clone();
+        let tag = self.fresh("tag");
+        let aligned = self.rng.chance(70);
+        let unit = if aligned { 4 } else { 1 };
+        let span = src.len.min(dst.len) * 4 / unit;
+        let size = self.rng.range(1, span) * unit;
+        let start = if self.rng.chance(60) {
+            let offset = self.rng.below((src.len * 4 - size) / unit + 1) * unit;
+            Node::AsyncLoad {
+                source: src.name.as_str().into(),
+                destination: dst.name.as_str().into(),
+                offset: Box::new(lit_u32(offset)),
+                size: Box::new(lit_u32(size)),
+                tag: tag.as_str().into(),
+            }
+        } else {
+            let offset = self.rng.below((dst.len * 4 - size) / unit + 1) * unit;
+            Node::AsyncStore {
+                source: src.name.as_str().into(),
+                destination: dst.name.as_str().into(),
+                offset: Box::new(lit_u32(offset)),
+                size: Box::new(lit_u32(size)),
+                tag: tag.as_str().into(),
+            }
+        };
+        let wait = || Node::AsyncWait {
+            tag: tag.as_str().into(),
+        };
+        let quiet = Ctx {
+            no_return: true,
+            ..ctx
+        };
+        let inner = self.nested(quiet, false);
+        let between = |g: &mut Self| g.block_with(quiet, 2, |_| Vec::new());
+        match self.rng.below(12) {
+            0 | 1 => {
+                // Start before an if/else, wait in both arms.
+                let cond = self.divergent_cond(d);
+                let then = self.block_with(inner, 2, |_| vec![wait()]);
+                let otherwise = self.block_with(inner, 2, |_| vec![wait()]);
+                vec![
+                    start,
+                    Node::If {
+                        cond,
+                        then,
+                        otherwise,
+                    },
+                ]
+            }
+            2 | 3 => {
+                // Start, then wait in `if c` or in a later `if !c`.
+                let c = self.fresh("c");
+                let cond = self.divergent_cond(d);
+                let mut nodes = vec![
+                    Node::Let {
+                        name: c.as_str().into(),
+                        value: cond,
+                    },
+                    start,
+                    Node::If {
+                        cond: var(&c),
+                        then: vec![wait()],
+                        otherwise: Vec::new(),
+                    },
+                ];
+                nodes.extend(between(self));
+                nodes.push(Node::If {
+                    cond: un(UnOp::LogicalNot, var(&c)),
+                    then: vec![wait()],
+                    otherwise: Vec::new(),
+                });
+                nodes
+            }
+            4 | 5 => {
+                // Start in a one-trip loop body, wait after the loop.
+                let from = self.rng.below(3);
+                let name = self.fresh("i");
+                self.scopes.push(vec![Var {
+                    name: name.clone(),
+                    ty: Ty::U32,
+                    assignable: false,
+                }]);
+                let body = self.block_with(inner, 2, |_| vec![start]);
+                self.scopes.pop();
+                let mut nodes = vec![Node::Loop {
+                    var: name.as_str().into(),
+                    from: lit_u32(from),
+                    to: lit_u32(from + 1),
+                    body,
+                }];
+                nodes.extend(between(self));
+                nodes.push(wait());
+                nodes
+            }
+            6 | 7 => {
+                // Start in a block, wait after it, or start before a block, wait in it.
+                let inner = Ctx {
+                    depth: ctx.depth + 1,
+                    top_level: false,
+                    ..quiet
+                };
+                if self.rng.chance(50) {
+                    let body = self.block_with(inner, 2, |_| vec![start]);
+                    let mut nodes = vec![Node::Block(body)];
+                    nodes.extend(between(self));
+                    nodes.push(wait());
+                    nodes
+                } else {
+                    let body = self.block_with(inner, 2, |_| vec![wait()]);
+                    vec![start, Node::Block(body)]
+                }
+            }
+            8..=10 => {
+                // Start in `if c`, wait in a later `if c`.
+                let c = self.fresh("c");
+                let cond = self.divergent_cond(d);
+                let then = self.block_with(inner, 1, |_| vec![start]);
+                let mut nodes = vec![
+                    Node::Let {
+                        name: c.as_str().into(),
+                        value: cond,
+                    },
+                    Node::If {
+                        cond: var(&c),
+                        then,
+                        otherwise: Vec::new(),
+                    },
+                ];
+                nodes.extend(between(self));
+                nodes.push(Node::If {
+                    cond: var(&c),
+                    then: vec![wait()],
+                    otherwise: Vec::new(),
+                });
+                nodes
+            }
+            _ => {
+                // Wait only where `c` holds: the other invocations end with the copy
+                // pending, a run-time error in the reference.
+                let cond = self.divergent_cond(d);
+                vec![
+                    start,
+                    Node::If {
+                        cond,
+                        then: vec![wait()],
+                        otherwise: Vec::new(),
+                    },
+                ]
+            }
+        }
     }
 
     fn shared_phase(&mut self) -> Vec<Node> {
@@ -1856,7 +2580,7 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
             });
         }
     }
-    if f.bytes_buffers && rng.chance(20) {
+    if f.bytes_buffers && rng.chance(f.bytes_chance) {
         let count = pick_count(rng, max);
         let (count, len) = if rng.chance(20) {
             (0, count)
@@ -1885,6 +2609,72 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
             });
         }
     }
+    // A program holds one family of not-yet-lowered constructs (or, a quarter of the
+    // time, all of them), so that the emitter's rejection of a program can be put down
+    // to the construct it holds.
+    let unlowered = match f.unlowered_buffers {
+        false => 0,
+        true => [
+            UNLOWERED_SUBGROUPS,
+            UNLOWERED_BYTES,
+            UNLOWERED_ASYNC,
+            UNLOWERED_SUBGROUPS | UNLOWERED_BYTES | UNLOWERED_ASYNC,
+        ][rng.below(4) as usize],
+    };
+    let all = unlowered.count_ones() > 1;
+    if unlowered & UNLOWERED_BYTES != 0 {
+        if rng.chance(if all { 35 } else { 50 }) {
+            let count = pick_count(rng, max);
+            bufs.push(GBuf {
+                name: "bio".into(),
+                element: DataType::Bytes,
+                role: Role::BytesWritable,
+                count,
+                len: count,
+                uniform: false,
+                atomic: false,
+            });
+        }
+        // Workgroup memory needs the full grid (like `Role::Shared`), so not in
+        // elementwise or replicated programs.
+        if !elementwise && !replicated && rng.chance(if all { 20 } else { 35 }) {
+            let count = match rng.below(4) {
+                0 => threads * 4 - rng.below(4).min(threads * 4 - 1),
+                _ => threads * 4,
+            };
+            bufs.push(GBuf {
+                name: "shb".into(),
+                element: DataType::Bytes,
+                role: Role::SharedBytes,
+                count,
+                len: count,
+                uniform: false,
+                atomic: false,
+            });
+        }
+    }
+    if unlowered & UNLOWERED_ASYNC != 0 && (!all || rng.chance(50)) {
+        let count = pick_count(rng, max).max(2);
+        bufs.push(GBuf {
+            name: "asrc".into(),
+            element: DataType::U32,
+            role: Role::AsyncSource,
+            count,
+            len: count,
+            uniform: false,
+            atomic: false,
+        });
+        let count = pick_count(rng, max).max(2);
+        bufs.push(GBuf {
+            name: "adst".into(),
+            element: DataType::U32,
+            role: Role::AsyncDest,
+            count,
+            len: count,
+            uniform: false,
+            atomic: false,
+        });
+    }
     for b in &mut bufs {
         if atomics && b.own_k().is_some() && b.element == DataType::U32 && !f.own_atomics.is_empty()
         {
@@ -1907,6 +2697,7 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
         threads,
         elementwise,
         literal_leaves: false,
+        unlowered,
     };
     gen.budget = gen.rng.range(3, cfg.max_statements) as i32;
     let top = Ctx {
@@ -1914,6 +2705,7 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
         depth: 0,
         trip: 1,
         top_level: true,
+        no_return: false,
     };
     let mut body = Vec::new();
     while gen.budget > 0 {
@@ -1922,7 +2714,7 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
     let bufs = gen.bufs;
 
     // Declarations, with shuffled bindings.
-    let storage = bufs.iter().filter(|b| b.role != Role::Shared).count() as u32;
+    let storage = bufs.iter().filter(|b| !b.is_shared()).count() as u32;
     let mut bindings: Vec<u32> = (0..storage).collect();
     rng.shuffle(&mut bindings);
     let mut next_binding = bindings.into_iter();
@@ -1930,13 +2722,17 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
         .iter()
         .map(|b| match b.role {
             Role::Shared => BufferDecl::workgroup(&b.name, b.count, b.element.clone()),
+            // Bytes loads are views of the rest of the buffer (as for the storage bytes
+            // buffers), and saved cases restore the flag on every bytes buffer.
+            Role::SharedBytes => BufferDecl::workgroup(&b.name, b.count, b.element.clone())
+                .with_bytes_extraction(true),
             _ => {
                 let binding = next_binding.next().unwrap_or(0);
                 let decl = match b.role {
                     Role::Input if b.uniform => {
                         BufferDecl::uniform(&b.name, binding, b.element.clone())
                     }
-                    Role::Input | Role::BytesSource => {
+                    Role::Input | Role::BytesSource | Role::AsyncSource => {
                         BufferDecl::read(&b.name, binding, b.element.clone())
                     }
                     Role::Output { .. } | Role::BytesMirror => {
@@ -2001,7 +2797,7 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
         name: "lin".into(),
         value: lin,
     }];
-    if bufs.iter().any(|b| b.role == Role::Shared) {
+    if bufs.iter().any(GBuf::is_shared) {
         entry.push(Node::Let {
             name: "lid".into(),
             value: lid_expr,

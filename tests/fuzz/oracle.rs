@@ -5,12 +5,21 @@ use super::case::FuzzCase;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Once;
 use vyre_foundation::ir::Program;
-use vyre_foundation::validate::{validate::validate_with_options, ValidationOptions};
+use vyre_foundation::validate::{
+    validate::validate_with_options, BackendCapabilities, ValidationOptions,
+};
 use vyre_reference::value::Value;
 
-/// vyre's validator with default options (what the reference and the backend use).
+/// vyre's validator with the options the reference and the backend use: the defaults
+/// plus subgroup operations (vyre-reference's default `subgroup-ops` feature runs them,
+/// and `backend::validated` allows them), so the generator's subgroup programs are
+/// judged as the reference judges them.
 pub fn validate(program: &Program) -> Result<(), String> {
-    let report = validate_with_options(program, ValidationOptions::default());
+    let options = ValidationOptions::default().with_backend_capabilities(BackendCapabilities {
+        supports_subgroup_ops: true,
+        ..Default::default()
+    });
+    let report = validate_with_options(program, options);
     if report.errors.is_empty() {
         Ok(())
     } else {
