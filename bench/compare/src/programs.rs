@@ -86,6 +86,32 @@ pub fn saxpy_user(n: u32) -> Program {
     )
 }
 
+/// The parameters of [`params_user`]: scale, bias, lower and upper clamp bound.
+pub const PARAMS: [f32; 4] = [ALPHA, 0.25, -2.0, 2.0];
+
+/// An elementwise program with its parameters in a buffer, as users write one:
+/// `y[i] = min(max(p[0] * x[i] + p[1] * y[i], p[2]), p[3])` in f32 (`p` holds [`PARAMS`],
+/// `y` is updated in place): the same bytes per element as vadd.
+pub fn params_user(n: u32) -> Program {
+    let i = gid();
+    let p = |k: u32| Expr::load("p", Expr::u32(k));
+    let mixed = bin(
+        BinOp::Add,
+        bin(BinOp::Mul, p(0), Expr::load("x", i.clone())),
+        bin(BinOp::Mul, p(1), Expr::load("y", i.clone())),
+    );
+    let clamped = bin(BinOp::Min, bin(BinOp::Max, mixed, p(2)), p(3));
+    Program::wrapped(
+        vec![
+            BufferDecl::read("p", 0, DataType::F32).with_count(4),
+            BufferDecl::read("x", 1, DataType::F32).with_count(n),
+            BufferDecl::read_write("y", 2, DataType::F32).with_count(n),
+        ],
+        [256, 1, 1],
+        guarded(n, vec![Node::store("y", i, clamped)]),
+    )
+}
+
 /// `out[0] = sum(a)` through `Expr::Atomic` Add, one atomic per element.
 pub fn reduce_atomic(n: u32) -> Program {
     let i = gid();

@@ -72,7 +72,16 @@ impl Report {
             .iter()
             .any(|row| row.id.starts_with("saxpy_user_"))
         {
-            t.push(self.saxpy_user_target());
+            t.push(self.user_style_target(
+                "saxpy_user",
+                "user-style saxpy (scale in a 1-element buffer, y in place)",
+            ));
+        }
+        if (self.rows.iter()).any(|row| row.id.starts_with("params_user_")) {
+            t.push(self.user_style_target(
+                "params_user",
+                "parameters in a buffer (scale, bias, clamp bounds; y in place)",
+            ));
         }
         t.extend(self.libs_targets());
         t
@@ -118,14 +127,15 @@ impl Report {
         t
     }
 
-    /// Issue 18's target: saxpy with its scale in a buffer and `y` in place costs no more
+    /// Issue 18's targets: an elementwise program written as users write it (`prefix`:
+    /// saxpy with its scale in a buffer, or a parameter block; `y` in place) costs no more
     /// than vadd of the same bytes (both vyre-cuda, end to end).
-    fn saxpy_user_target(&self) -> Target {
+    fn user_style_target(&self, prefix: &str, what: &str) -> Target {
         let ratios: Vec<Option<f64>> = [24, 26]
             .iter()
             .map(|k| {
-                let saxpy = self.ours_median(&format!("saxpy_user_f32_2^{k}"))?;
-                Some(saxpy / self.ours_median(&format!("vadd_u32_2^{k}"))?)
+                let user = self.ours_median(&format!("{prefix}_f32_2^{k}"))?;
+                Some(user / self.ours_median(&format!("vadd_u32_2^{k}"))?)
             })
             .collect();
         let within = (ratios.iter())
@@ -133,7 +143,7 @@ impl Report {
             .reduce(both)
             .flatten();
         target(
-            "user-style saxpy (scale in a 1-element buffer, y in place), 2^24 / 2^26 end to end",
+            &format!("{what}, 2^24 / 2^26 end to end"),
             "<= 1.1x vyre-cuda's vadd_u32 of the same bytes",
             ratios
                 .iter()

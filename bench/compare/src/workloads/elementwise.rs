@@ -21,13 +21,16 @@ pub enum Shape {
     /// (`ALPHA`), `y` in place. The floor runs its saxpy kernel (scale a literal) into a
     /// separate output: the same bytes each way.
     SaxpyUser,
+    /// `y = clamp(p[0] * x + p[1] * y, p[2], p[3])`, the four parameters in a buffer
+    /// ([`programs::PARAMS`]), `y` in place; the floor as for `SaxpyUser`.
+    ParamsUser,
 }
 
 impl Shape {
     fn floor_kernel(self) -> Kernel {
         match self {
             Self::Vadd => Kernel::Vadd,
-            Self::Saxpy | Self::SaxpyUser => Kernel::Saxpy,
+            Self::Saxpy | Self::SaxpyUser | Self::ParamsUser => Kernel::Saxpy,
         }
     }
 
@@ -36,6 +39,7 @@ impl Shape {
             Self::Vadd => programs::vadd(n, SALT),
             Self::Saxpy => programs::saxpy(n),
             Self::SaxpyUser => programs::saxpy_user(n),
+            Self::ParamsUser => programs::params_user(n),
         }
     }
 }
@@ -44,14 +48,19 @@ pub fn run(ctx: &Ctx, sink: &mut Sink, id: &str, shape: Shape, n: usize) {
     let mut rng = Rng::new(n as u64 ^ 0x5eed);
     let (a, b) = match shape {
         Shape::Vadd => (rng.u32_bytes(n), rng.u32_bytes(n)),
-        Shape::Saxpy | Shape::SaxpyUser => (rng.f32_bytes(n), rng.f32_bytes(n)),
+        Shape::Saxpy | Shape::SaxpyUser | Shape::ParamsUser => (rng.f32_bytes(n), rng.f32_bytes(n)),
     };
     let kernel = shape.floor_kernel();
     let make = |m: u32| shape.program(m);
     let program = make(n as u32);
     let alpha = programs::ALPHA.to_le_bytes();
+    let params: Vec<u8> = programs::PARAMS
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
     let inputs: Vec<&[u8]> = match shape {
         Shape::SaxpyUser => vec![&alpha, &a, &b],
+        Shape::ParamsUser => vec![&params, &a, &b],
         Shape::Vadd | Shape::Saxpy => vec![&a, &b],
     };
     let inputs = inputs.as_slice();
@@ -83,7 +92,7 @@ pub fn run(ctx: &Ctx, sink: &mut Sink, id: &str, shape: Shape, n: usize) {
         let sweep = staging_sweep::sweep(ctx, &job, samples.min(30));
         staging_sweep::attach(sink, &mut row, sweep);
     }
-    if shape == Shape::SaxpyUser {
+    if matches!(shape, Shape::SaxpyUser | Shape::ParamsUser) {
         row.notes
             .push("floor: its saxpy kernel (scale a literal, a separate output)".into());
     }

@@ -72,6 +72,11 @@ pub fn list(ctx: &Ctx) -> Vec<Workload> {
         list.push(workload(id, move |c, s| {
             elementwise::run(c, s, &name, Shape::SaxpyUser, 1 << k)
         }));
+        let id = format!("params_user_f32_2^{k}");
+        let name = id.clone();
+        list.push(workload(id, move |c, s| {
+            elementwise::run(c, s, &name, Shape::ParamsUser, 1 << k)
+        }));
     }
     let res: &[u32] = if quick { &[20] } else { &[24, 26] };
     for &k in res {
