@@ -1185,6 +1185,57 @@ mod tests {
         assert_eq!(count, 5);
     }
 
+    /// Bytes forms that vyre's validator refuses: the reference refuses them before running
+    /// (its error names the rule), and so does every route here, with the same rule.
+    #[test]
+    fn bytes_forms_the_validator_refuses_are_refused_as_in_the_reference() {
+        use vyre_foundation::ir::{BinOp, BufferDecl, DataType, Expr, Node};
+        let view = || Expr::load("a", Expr::u32(0));
+        let binary = |op, right| Expr::BinOp {
+            op,
+            left: Box::new(view()),
+            right: Box::new(right),
+        };
+        let select = |other| Expr::Select {
+            cond: Box::new(Expr::bool(true)),
+            true_val: Box::new(view()),
+            false_val: Box::new(other),
+        };
+        let cast = |target, value| Expr::Cast {
+            target,
+            value: Box::new(value),
+        };
+        let store = |value| vec![Node::store("out", Expr::gid_x(), value)];
+        let cases = [
+            ("V029", store(select(Expr::u32(1)))),
+            ("V023", store(select(cast(DataType::Bytes, Expr::u32(1))))),
+            ("V123", vec![Node::if_then(view(), store(Expr::u32(1)))]),
+            ("V091", store(binary(BinOp::BitAnd, view()))),
+            ("V096", store(binary(BinOp::Eq, Expr::u32(1)))),
+            ("V012", store(cast(DataType::U32, view()))),
+        ];
+        for (rule, body) in cases {
+            let program = Program::wrapped(
+                vec![
+                    BufferDecl::read("a", 0, DataType::Bytes)
+                        .with_count(8)
+                        .with_bytes_extraction(true),
+                    BufferDecl::output("out", 1, DataType::U32).with_count(4),
+                ],
+                [4, 1, 1],
+                body,
+            );
+            let input = vyre_reference::value::Value::from(vec![1u8; 8]);
+            let theirs = vyre_reference::reference_eval(&program, &[input])
+                .expect_err("the reference refuses it")
+                .to_string();
+            assert!(theirs.contains(rule), "{rule}: {theirs}");
+            let ours = validated(&program).expect_err("refused").to_string();
+            assert!(ours.contains(rule), "{rule}: {ours}");
+            assert_eq!(ours.matches("Fix:").count(), 1, "{ours}");
+        }
+    }
+
     #[test]
     fn emit_sm_picks_an_older_architecture_only() {
         assert_eq!(emitted_architecture((9, 0), None).unwrap(), (9, 0));
