@@ -295,6 +295,17 @@ impl VyreBackend for CudaBackend {
     fn device_lost(&self) -> bool {
         CudaBackend::device_lost(self)
     }
+
+    fn is_distributed(&self) -> bool {
+        // A rank (`CudaBackend::join`, `CudaCluster`) runs programs across GPUs.
+        self.rank_info().is_some()
+    }
+
+    fn supports_distributed_collectives(&self) -> bool {
+        // Only a rank runs collectives across GPUs; a plain backend lowers WORLD
+        // collectives for one rank, as the reference does.
+        self.rank_info().is_some()
+    }
 }
 
 fn factory() -> Result<Box<dyn VyreBackend>, BackendError> {

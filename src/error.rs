@@ -75,6 +75,13 @@ pub enum CudaError {
         /// How to get past it.
         fix: String,
     },
+    /// A dispatch across ranks failed (timed out, or NCCL reported an asynchronous error)
+    /// and every communicator it used was aborted; those ranks cannot run collectives any
+    /// more.
+    CollectiveAborted {
+        /// What happened.
+        message: String,
+    },
     /// A device allocation would exceed the free device memory.
     OutOfMemory {
         /// Bytes requested.
@@ -118,6 +125,11 @@ impl CudaError {
             Self::KernelRuntime { message, fix } => (
                 format!("kernel run-time error: {message}").into(),
                 fix.as_str().into(),
+            ),
+            Self::CollectiveAborted { message } => (
+                format!("collective dispatch aborted: {message}").into(),
+                "check every rank's error (a rank that faulted, exited or dispatched a different                  program leaves its peers waiting), then create the cluster (or join every rank)                  again; VYRE_CUDA_COLLECTIVE_TIMEOUT_MS sets how long a dispatch may wait"
+                    .into(),
             ),
             Self::InvalidProgram { errors } => (
                 format!(

@@ -33,8 +33,9 @@ pub mod optimizer;
 pub use artifact::materializer::ARTIFACT_MODULES_ENV;
 pub use artifact::payload_ptx;
 pub use backend::{
-    serve_jit_helper, CudaBackend, CudaDeviceBuffer, CudaOptions, CudaPendingDispatch,
-    CudaPipeline, PoolKind, JIT_HELPER_ENV, SPLIT_COMPILE_ENV,
+    collective_fold_program, serve_jit_helper, CollectiveReduction, CudaBackend, CudaCluster,
+    CudaDeviceBuffer, CudaOptions, CudaPendingDispatch, CudaPipeline, PoolKind,
+    COLLECTIVE_REDUCTION_ENV, COLLECTIVE_TIMEOUT_ENV, JIT_HELPER_ENV, SPLIT_COMPILE_ENV,
 };
 pub use compat::{BACKEND_ID, PAYLOAD_FORMAT, TARGET_ID};
 pub use error::{CudaError, CUDA_BACKEND_ID};

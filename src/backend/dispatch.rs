@@ -521,7 +521,7 @@ impl CudaBackend {
         outputs: &mut Vec<Vec<u8>>,
     ) -> Result<(), CudaError> {
         self.core()
-            .run(program, inputs, config, None, false, outputs)
+            .dispatch_now(program, inputs, config, false, outputs)
             .map(|_| ())
     }
 
@@ -537,7 +537,7 @@ impl CudaBackend {
         let mut outputs = Vec::new();
         let timing = self
             .core()
-            .run(program, inputs, config, None, true, &mut outputs)?;
+            .dispatch_now(program, inputs, config, true, &mut outputs)?;
         Ok(timing.into_result(outputs))
     }
 }

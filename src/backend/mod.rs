@@ -9,6 +9,7 @@
 pub(crate) mod artifact;
 mod cache;
 mod chunked;
+mod collective;
 mod device_buffer;
 mod dispatch;
 mod graphs;
@@ -28,6 +29,10 @@ mod staging;
 
 #[doc(hidden)]
 pub use crate::driver::FailPoint;
+pub use collective::{
+    collective_fold_program, CollectiveReduction, CudaCluster, COLLECTIVE_REDUCTION_ENV,
+    COLLECTIVE_TIMEOUT_ENV, DEFAULT_COLLECTIVE_TIMEOUT,
+};
 pub use device_buffer::CudaDeviceBuffer;
 pub use pending::CudaPendingDispatch;
 pub use pipeline::CudaPipeline;
@@ -123,6 +128,13 @@ pub struct CudaOptions {
     /// testing the code paths of older GPUs (bf16 rounding below sm_80) on a newer one.
     /// `None`: the device's architecture.
     pub emit_sm: Option<u32>,
+    /// On a rank ([`CudaBackend::join`], [`CudaCluster`]): how long a dispatch holding
+    /// collectives may wait for its peers before every communicator it uses is aborted
+    /// (`VYRE_CUDA_COLLECTIVE_TIMEOUT_MS`; default 60 s).
+    pub collective_timeout: std::time::Duration,
+    /// On a rank: how float reductions combine the ranks (`VYRE_CUDA_COLLECTIVE_REDUCTION`,
+    /// `exact` (default) or `native`).
+    pub collective_reduction: CollectiveReduction,
 }
 
 impl Default for CudaOptions {
@@ -144,6 +156,8 @@ impl Default for CudaOptions {
             blocking_wait: false,
             jit_helper: None,
             emit_sm: None,
+            collective_timeout: DEFAULT_COLLECTIVE_TIMEOUT,
+            collective_reduction: CollectiveReduction::Exact,
         }
     }
 }
@@ -152,7 +166,8 @@ impl CudaOptions {
     /// Defaults overridden by `VYRE_CUDA_DEVICE`, `VYRE_CUDA_POOL`,
     /// `VYRE_CUDA_RESIDENT_BUDGET`, `VYRE_CUDA_COPY_THREADS`, `VYRE_CUDA_SPLIT_GRID_SYNC`,
     /// `VYRE_CUDA_SMALL_DISPATCH_BYTES`, `VYRE_CUDA_BLOCKING_WAIT`,
-    /// `VYRE_CUDA_VECTOR_MIN_INVOCATIONS` and `VYRE_CUDA_JIT_HELPER`.
+    /// `VYRE_CUDA_VECTOR_MIN_INVOCATIONS`, `VYRE_CUDA_JIT_HELPER`, `VYRE_CUDA_COLLECTIVE_TIMEOUT_MS`
+    /// and `VYRE_CUDA_COLLECTIVE_REDUCTION`.
     pub fn from_env() -> Result<Self, CudaError> {
         let mut options = Self::default();
         let number = |name: &str| {
@@ -196,6 +211,14 @@ impl CudaOptions {
         };
         if let Some(on) = env_var(BLOCKING_WAIT_ENV, "a switch", "1 or 0", switch)? {
             options.blocking_wait = on;
+        }
+        if let Some(ms) = number(COLLECTIVE_TIMEOUT_ENV)? {
+            options.collective_timeout = std::time::Duration::from_millis(ms.max(1));
+        }
+        let modes = "`exact` or `native`";
+        let parse = CollectiveReduction::parse;
+        if let Some(mode) = env_var(COLLECTIVE_REDUCTION_ENV, "a reduction mode", modes, parse)? {
+            options.collective_reduction = mode;
         }
         Ok(options)
     }
@@ -313,6 +336,8 @@ pub(crate) struct Core {
     shut_down: AtomicBool,
     /// Set by the first sticky driver error: the context is gone for the whole process.
     lost: Mutex<Option<String>>,
+    /// The communicator of a rank ([`CudaBackend::join`], [`CudaCluster`]).
+    rank: OnceLock<collective::RankComm>,
 }
 
 /// Runs vyre programs on one NVIDIA GPU.
@@ -397,6 +422,7 @@ impl CudaBackend {
             cooperative_capture_fails: AtomicBool::new(false),
             shut_down: AtomicBool::new(false),
             lost: Mutex::new(None),
+            rank: OnceLock::new(),
             device,
         };
         Ok(Self {
@@ -601,6 +627,25 @@ impl Core {
         &self.metrics
     }
 
+    /// A synchronous borrowed dispatch: across the ranks when this backend is a rank and
+    /// `program` holds collectives, else the one-GPU path ([`Core::run`]).
+    pub(crate) fn dispatch_now(
+        &self,
+        program: &Program,
+        inputs: &[&[u8]],
+        config: &DispatchConfig,
+        timed: bool,
+        outputs: &mut Vec<Vec<u8>>,
+    ) -> Result<dispatch::Timing, CudaError> {
+        if self.rank_for(program).is_none() {
+            return self.run(program, inputs, config, None, timed, outputs);
+        }
+        Metrics::bump(&self.metrics.dispatches);
+        let result = collective::run_host(self, program, inputs, config, outputs);
+        dispatch::count(&self.metrics, &result, timed);
+        result.map_err(|e| self.classify(e))
+    }
+
     /// Runs `capture` (which records work into a CUDA graph, counting its launches in the
     /// `Metrics` it is given) with grid-wide barriers launched as outside a capture, unless
     /// a capture already showed that cooperative launches cannot be captured here. When a
@@ -748,6 +793,7 @@ impl Core {
         program: &Program,
         config: &DispatchConfig,
     ) -> Result<Arc<LoadedKernel>, CudaError> {
+        self.refuse_collectives_here(program)?;
         let workgroup = config
             .workgroup_override
             .unwrap_or_else(|| program.workgroup_size());

@@ -987,6 +987,11 @@ impl CudaBackend {
         resources: &[Resource],
         config: &DispatchConfig,
     ) -> Result<TimedDispatchResult, CudaError> {
+        if self.core().rank_for(program).is_some() {
+            let timing = super::collective::run_resident(self.core(), program, resources, config);
+            count(self.core().metrics(), &timing, true);
+            return Ok(timing?.into_result(Vec::new()));
+        }
         let timing = self.resident_step(program, resources, config, |batch| {
             let timing = self.core().run_resident(batch, &mut [], true);
             count(self.core().metrics(), &timing, true);

@@ -34,6 +34,7 @@
 
 mod abi;
 mod analysis;
+mod collective;
 mod error;
 mod fault;
 mod kind;
@@ -51,6 +52,10 @@ pub use abi::{
     KERNEL_ENTRY, VECTOR_ENTRY, VECTOR_LANES,
 };
 pub use analysis::nesting::{check_nesting, MAX_EXPRESSION_DEPTH, MAX_STATEMENT_DEPTH};
+pub use collective::{
+    fold_operator, fold_program, has_collectives, split_collectives, CollectiveKind,
+    CollectiveStep, RankStep, FOLD_WORKGROUP,
+};
 pub use error::CodegenError;
 pub use fault::DeviceFault;
 pub use shared_module::{compose_module, AbiFlags, KernelEntries};
@@ -125,6 +130,13 @@ pub fn reference_program(program: &Program) -> Result<Cow<'_, Program>, CodegenE
         check_nesting(inlined)?;
     }
     Ok(prepared)
+}
+
+/// The launch ABI `program`'s buffers give under `workgroup_size` (bindings in declaration
+/// order, shared memory), without lowering its body: what a host needs to plan buffers
+/// and the grid for a program it runs in pieces (a program split at collectives).
+pub fn buffer_abi(program: &Program, workgroup_size: [u32; 3]) -> Result<KernelAbi, CodegenError> {
+    abi::layout(program, workgroup_size).map(|(abi, _)| abi)
 }
 
 /// Lower a [`reference_program`] to a PTX kernel for `target`; the effective workgroup

@@ -8,6 +8,15 @@ use vyre_foundation::ir::{Expr, Node, Program};
 
 /// Normalise `program` exactly as the reference does, then inline calls.
 pub(crate) fn prepare(program: &Program) -> Result<Cow<'_, Program>, CodegenError> {
+    prepare_with(program, true)
+}
+
+/// [`prepare`], lowering collectives for one rank only when `single_rank` (a backend
+/// with a communicator keeps them: they split the program, see `codegen::collective`).
+pub(crate) fn prepare_with(
+    program: &Program,
+    single_rank: bool,
+) -> Result<Cow<'_, Program>, CodegenError> {
     let mut current: Cow<'_, Program> = match program.top_level_region_violation() {
         None => Cow::Borrowed(program),
         Some(message) => {
@@ -24,7 +33,12 @@ pub(crate) fn prepare(program: &Program) -> Result<Cow<'_, Program>, CodegenErro
     };
     // World-of-one collectives: AllReduce/Broadcast are no-ops, AllGather/ReduceScatter
     // are bounded copies; any other group is an error, as in the reference.
-    match vyre_foundation::transform::collectives::lower_single_rank_collectives(&current) {
+    let lowered = if single_rank {
+        vyre_foundation::transform::collectives::lower_single_rank_collectives(&current)
+    } else {
+        Ok(None)
+    };
+    match lowered {
         Ok(Some(lowered)) => current = Cow::Owned(lowered),
         Ok(None) => {}
         Err(error) => {

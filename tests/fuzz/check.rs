@@ -105,6 +105,7 @@ fn error_class(error: &CudaError) -> &'static str {
         CudaError::ShutDown => "shut-down",
         CudaError::DeviceLost { .. } => "device-lost",
         CudaError::Nccl(_) => "nccl",
+        CudaError::CollectiveAborted { .. } => "collective-aborted",
     }
 }
 

@@ -1,0 +1,132 @@
+//! [`CudaCluster`]: every GPU of a list as the ranks of one communicator, in this process.
+
+use super::exec::{self, Bound};
+use crate::backend::{CudaBackend, CudaOptions};
+use crate::driver::nccl::NcclComm;
+use crate::error::CudaError;
+use std::sync::Arc;
+use vyre_driver::{DispatchConfig, Resource};
+use vyre_foundation::ir::Program;
+
+/// Several GPUs of this process as the ranks `0..W` of one NCCL communicator
+/// (`ncclCommInitAll`): rank `r` is a [`CudaBackend`] on `devices[r]`.
+///
+/// [`CudaCluster::dispatch`] runs one program on every rank (SPMD) from the calling
+/// thread: each rank's kernels on its own stream, the collectives as NCCL group calls over
+/// all ranks, the way `nccl-tests -g N` drives several GPUs. Each rank is also an ordinary
+/// backend ([`CudaCluster::rank`]) for work without collectives, resident buffers
+/// included.
+#[derive(Debug)]
+pub struct CudaCluster {
+    ranks: Vec<CudaBackend>,
+}
+
+impl CudaCluster {
+    /// The GPUs `devices` (ordinals, distinct) with [`CudaOptions::from_env`].
+    pub fn new(devices: &[usize]) -> Result<Self, CudaError> {
+        Self::with_options(CudaOptions::from_env()?, devices)
+    }
+
+    /// Every visible GPU, in ordinal order.
+    pub fn all_visible() -> Result<Self, CudaError> {
+        let count = crate::driver::device_count()?;
+        Self::new(&(0..count).collect::<Vec<_>>())
+    }
+
+    /// The GPUs `devices` with `options` (its `device` is replaced by each ordinal).
+    pub fn with_options(options: CudaOptions, devices: &[usize]) -> Result<Self, CudaError> {
+        if devices.is_empty() {
+            return Err(CudaError::invalid_input(
+                "a cluster of no devices",
+                "list at least one device ordinal",
+            ));
+        }
+        let ranks = devices
+            .iter()
+            .map(|&device| {
+                CudaBackend::with_options(CudaOptions {
+                    device,
+                    ..options.clone()
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let handles: Vec<_> = ranks.iter().map(|r| Arc::clone(&r.core.device)).collect();
+        let comms = NcclComm::init_all(&handles).map_err(CudaError::Nccl)?;
+        for (rank, comm) in ranks.iter().zip(comms) {
+            rank.attach(comm, &options);
+        }
+        Ok(Self { ranks })
+    }
+
+    /// Number of ranks.
+    #[must_use]
+    pub fn world_size(&self) -> usize {
+        self.ranks.len()
+    }
+
+    /// Rank `r`'s backend.
+    ///
+    /// # Panics
+    /// If `r` is not below [`CudaCluster::world_size`].
+    #[must_use]
+    pub fn rank(&self, r: usize) -> &CudaBackend {
+        &self.ranks[r]
+    }
+
+    /// Every rank's backend, in rank order.
+    #[must_use]
+    pub fn ranks(&self) -> &[CudaBackend] {
+        &self.ranks
+    }
+
+    /// Runs `program` on every rank: `inputs[r]` are rank `r`'s inputs (as
+    /// [`CudaBackend::dispatch_borrowed`] takes them), and the result's `[r]` its outputs.
+    /// A device-side fault on any rank fails the call, naming the rank.
+    pub fn dispatch<I: AsRef<[u8]>>(
+        &self,
+        program: &Program,
+        inputs: &[Vec<I>],
+        config: &DispatchConfig,
+    ) -> Result<Vec<Vec<Vec<u8>>>, CudaError> {
+        self.check_ranks(inputs.len(), "input lists")?;
+        let borrowed: Vec<Vec<&[u8]>> = inputs
+            .iter()
+            .map(|rank| rank.iter().map(AsRef::as_ref).collect())
+            .collect();
+        let bound: Vec<Bound<'_>> = borrowed.iter().map(|i| Bound::Host(i)).collect();
+        let mut outputs = vec![Vec::new(); self.ranks.len()];
+        exec::run(&self.cores(), program, &bound, config, &mut outputs)?;
+        Ok(outputs)
+    }
+
+    /// Runs `program` on every rank over resident buffers: `resources[r]` are rank `r`'s
+    /// buffers in binding order, as [`CudaBackend::dispatch_resident_timed`] takes them
+    /// (each allocated on that rank). The results stay in them.
+    pub fn dispatch_resident(
+        &self,
+        program: &Program,
+        resources: &[Vec<Resource>],
+        config: &DispatchConfig,
+    ) -> Result<(), CudaError> {
+        self.check_ranks(resources.len(), "resource lists")?;
+        let bound: Vec<Bound<'_>> = resources.iter().map(|r| Bound::Resident(r)).collect();
+        exec::run(&self.cores(), program, &bound, config, &mut []).map(|_| ())
+    }
+
+    fn cores(&self) -> Vec<&crate::backend::Core> {
+        self.ranks.iter().map(|rank| &**rank.core()).collect()
+    }
+
+    fn check_ranks(&self, given: usize, what: &str) -> Result<(), CudaError> {
+        if given == self.ranks.len() {
+            return Ok(());
+        }
+        Err(CudaError::invalid_input(
+            format!(
+                "{given} {what} for a cluster of {} rank(s)",
+                self.ranks.len()
+            ),
+            format!("pass one of the {what} per rank, in rank order"),
+        ))
+    }
+}

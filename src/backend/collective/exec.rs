@@ -1,0 +1,944 @@
+//! One dispatch of a program holding collectives on a set of local ranks, from one host
+//! thread: the ranks of a [`super::CudaCluster`], or the one rank of a joined backend.
+//!
+//! Everything is enqueued before anything is awaited, one stream per rank: each segment's
+//! kernels, then the collective (NCCL calls in one group over the local ranks, so one
+//! thread can drive them all), so stream order makes a collective a barrier. Shapes,
+//! kernels and memory are all settled first: once one rank has enqueued a collective, no
+//! error of ours may stop another rank from enqueueing its half. The wait has a deadline;
+//! a timeout or an NCCL error aborts every communicator involved.
+
+use super::{CollectiveReduction, RankComm, Schedule};
+use crate::backend::cache::LoadedKernel;
+use crate::backend::dispatch::{check_fault, nanos, shape_outputs, Timing, BINDING_ALIGN};
+use crate::backend::launch::{self, LaunchArgs};
+use crate::backend::plan::{binding_order, starts_zeroed, DispatchPlan};
+use crate::backend::pool::{Block, Pooled, StreamSlot};
+use crate::backend::staging::{DeviceToHost, HostToDevice};
+use crate::backend::{Core, ResidentBuffer};
+use crate::codegen::{
+    buffer_abi, split_collectives, CollectiveKind, CollectiveStep, KernelAbi, RankStep,
+    FAULT_AREA_BYTES, FOLD_WORKGROUP,
+};
+use crate::driver::nccl::{NcclComm, NcclDataType, NcclGroup, NcclRedOp};
+use crate::driver::{DriverError, Stream};
+use crate::error::CudaError;
+use std::sync::{Arc, MutexGuard};
+use std::time::{Duration, Instant};
+use vyre_driver::{DispatchConfig, Resource};
+use vyre_foundation::ir::{CollectiveOp, DataType, Program};
+
+/// Where one rank's buffers come from.
+pub(crate) enum Bound<'a> {
+    /// Host inputs, as `CudaBackend::dispatch_borrowed` takes them; outputs come back.
+    Host(&'a [&'a [u8]]),
+    /// Resident buffers in binding order, as `dispatch_resident_timed` takes them; the
+    /// results stay in them.
+    Resident(&'a [Resource]),
+}
+
+/// How one reduction combines the ranks.
+#[derive(Clone)]
+enum Reduction {
+    /// NCCL's own operator (exact for integers; NCCL's order for floats).
+    Native(NcclDataType, NcclRedOp),
+    /// Rank-order fold by a kernel over elements of `element_bytes`.
+    Fold {
+        program: Arc<Program>,
+        element_bytes: usize,
+    },
+}
+
+/// One collective with everything decided: byte lengths and the reduction.
+struct Planned {
+    step: CollectiveStep,
+    /// Bytes of the input and output buffers (equal on every rank).
+    input_bytes: usize,
+    output_bytes: usize,
+    reduction: Option<Reduction>,
+}
+
+/// One local rank's state for the dispatch.
+struct Job<'a> {
+    core: &'a Core,
+    rank: &'a RankComm,
+    comm: MutexGuard<'a, Option<NcclComm>>,
+    abi: KernelAbi,
+    plan: DispatchPlan,
+    /// Device address of every binding (declaration order).
+    addresses: smallvec::SmallVec<[u64; 8]>,
+    /// The resident buffers bound, kept alive until the dispatch ends.
+    _held: Vec<Arc<ResidentBuffer>>,
+    slot: Pooled<StreamSlot>,
+    /// Taken by [`Job::reserve`], once every rank's plan is known.
+    block: Option<Block>,
+    /// Offsets in `block`: the host bindings, the fault areas (one per segment and one for
+    /// the folds), the fold scratch.
+    host_offsets: smallvec::SmallVec<[usize; 8]>,
+    faults_at: usize,
+    fault_areas: usize,
+    scratch_at: usize,
+    segments: Vec<Arc<LoadedKernel>>,
+    folds: Vec<Option<Arc<LoadedKernel>>>,
+}
+
+impl Job<'_> {
+    fn comm(&self) -> &NcclComm {
+        self.comm.as_ref().expect("locked communicators are live")
+    }
+
+    fn stream(&self) -> &Stream {
+        &self.slot.stream
+    }
+
+    fn base(&self) -> u64 {
+        self.block.as_ref().map_or(0, |block| block.ptr())
+    }
+
+    fn fault(&self, index: usize) -> u64 {
+        self.base() + (self.faults_at + index * FAULT_AREA_BYTES) as u64
+    }
+
+    fn scratch(&self) -> u64 {
+        self.base() + self.scratch_at as u64
+    }
+}
+
+/// Runs `program` on the local `ranks` (rank order), each over its `bound` buffers; for
+/// host-bound ranks `outputs[i]` receives rank i's outputs.
+pub(crate) fn run(
+    ranks: &[&Core],
+    program: &Program,
+    bound: &[Bound<'_>],
+    config: &DispatchConfig,
+    outputs: &mut [Vec<Vec<u8>>],
+) -> Result<Vec<Timing>, CudaError> {
+    let started = Instant::now();
+    let schedule = schedule(ranks[0], program)?;
+    let mut jobs = Vec::with_capacity(ranks.len());
+    for (core, bound) in ranks.iter().zip(bound) {
+        jobs.push(Job::new(core, program, bound, config, &schedule)?);
+    }
+    let planned = plan_collectives(&jobs, &schedule)?;
+    for job in &mut jobs {
+        job.load(&schedule, &planned, config)?;
+        job.reserve(&planned)?;
+    }
+    for (job, bound) in jobs.iter_mut().zip(bound) {
+        job.stage(bound).map_err(|e| job.core.driver_error(e))?;
+    }
+    let enqueue_ns = nanos(started);
+    let enqueued = enqueue(&mut jobs, &schedule, &planned, config);
+    let wait_started = Instant::now();
+    let waited = enqueued.and_then(|()| wait(&mut jobs));
+    if let Err(error) = waited {
+        abort_all(&mut jobs, &error);
+        return Err(error);
+    }
+    let mut timings = Vec::with_capacity(jobs.len());
+    for (index, job) in jobs.into_iter().enumerate() {
+        let out = outputs.get_mut(index);
+        timings.push(job.finish(out, started, enqueue_ns, wait_started)?);
+    }
+    Ok(timings)
+}
+
+/// The program cut at its collectives, cached on the first rank.
+fn schedule(core: &Core, program: &Program) -> Result<Arc<Schedule>, CudaError> {
+    let rank = core.rank.get().expect("only ranks run collectives");
+    let identity = core.identities.of(program)?;
+    if let Some(found) = rank
+        .schedules
+        .lock()
+        .ok()
+        .and_then(|s| s.get(&identity).cloned())
+    {
+        return Ok(found);
+    }
+    // A program without collectives is one segment (it still runs on every rank).
+    let steps =
+        split_collectives(program)?.unwrap_or_else(|| vec![RankStep::Segment(program.clone())]);
+    let schedule = Arc::new(Schedule { steps });
+    if let Ok(mut schedules) = rank.schedules.lock() {
+        schedules.insert(identity, Arc::clone(&schedule));
+    }
+    Ok(schedule)
+}
+
+impl<'a> Job<'a> {
+    /// Locks the rank's communicator and resolves its buffers and the grid of the whole
+    /// program (every segment runs on it, as the oracle's segments do).
+    fn new(
+        core: &'a Core,
+        program: &Program,
+        bound: &Bound<'_>,
+        config: &DispatchConfig,
+        schedule: &Schedule,
+    ) -> Result<Self, CudaError> {
+        core.usable()?;
+        let rank = core.rank.get().expect("only ranks run collectives");
+        let comm = rank.lock()?;
+        crate::backend::dispatch::check_config(config, core.grid_sync)?;
+        let workgroup = config
+            .workgroup_override
+            .unwrap_or_else(|| program.workgroup_size());
+        let abi = buffer_abi(program, workgroup)?;
+        let mut held = Vec::new();
+        let (plan, resident) = match bound {
+            Bound::Host(inputs) => {
+                let lens: smallvec::SmallVec<[usize; 8]> = inputs.iter().map(|i| i.len()).collect();
+                let plan = DispatchPlan::new(program, &abi, &lens, config, core.limits)?;
+                (plan, None)
+            }
+            Bound::Resident(resources) => {
+                let (plan, addresses) = resolve(core, program, &abi, resources, config, &mut held)?;
+                (plan, Some(addresses))
+            }
+        };
+        let mut host_offsets = smallvec::SmallVec::new();
+        let mut next = 0usize;
+        if resident.is_none() {
+            for bytes in &plan.bindings {
+                host_offsets.push(next);
+                next += bytes.len.next_multiple_of(BINDING_ALIGN);
+            }
+        }
+        let faults_at = next;
+        let fault_areas = schedule.segments() + 1;
+        let slot = core.stream().map_err(|e| core.driver_error(e))?;
+        Ok(Self {
+            core,
+            rank,
+            comm,
+            abi,
+            addresses: resident.unwrap_or_default(),
+            plan,
+            _held: held,
+            slot,
+            block: None,
+            host_offsets,
+            faults_at,
+            fault_areas,
+            scratch_at: faults_at + fault_areas * FAULT_AREA_BYTES,
+            segments: Vec::new(),
+            folds: Vec::new(),
+        })
+    }
+
+    /// Loads every kernel the dispatch launches (segments, folds) before anything runs.
+    fn load(
+        &mut self,
+        schedule: &Schedule,
+        planned: &[Planned],
+        config: &DispatchConfig,
+    ) -> Result<(), CudaError> {
+        for step in &schedule.steps {
+            if let RankStep::Segment(segment) = step {
+                let kernel = self.core.kernel(segment, config)?;
+                if kernel.abi.bindings.len() != self.abi.bindings.len() {
+                    return Err(CudaError::invalid_input(
+                        "a segment of the program binds other buffers than the program",
+                        "report this as a vyre-cuda bug with the program",
+                    ));
+                }
+                self.segments.push(kernel);
+            }
+        }
+        for collective in planned {
+            let fold = match &collective.reduction {
+                Some(Reduction::Fold { program, .. }) if self.rank.world > 1 => {
+                    Some(self.core.kernel(program, &DispatchConfig::default())?)
+                }
+                _ => None,
+            };
+            self.folds.push(fold);
+        }
+        Ok(())
+    }
+
+    /// Takes device memory for the host bindings, the fault areas and the fold scratch.
+    fn reserve(&mut self, planned: &[Planned]) -> Result<(), CudaError> {
+        let world = self.rank.world;
+        let scratch = planned
+            .iter()
+            .filter(|p| matches!(p.reduction, Some(Reduction::Fold { .. })) && world > 1)
+            .map(|p| scratch_bytes(p, world))
+            .max()
+            .unwrap_or(0);
+        let total = self.scratch_at + scratch;
+        let block = self
+            .core
+            .pool
+            .take(&self.slot.stream, total.max(1))
+            .map_err(|e| self.core.driver_error(e))?;
+        self.block = Some(block);
+        if self.addresses.is_empty() {
+            let base = self.base();
+            self.addresses = self.host_offsets.iter().map(|o| base + *o as u64).collect();
+        }
+        Ok(())
+    }
+
+    /// Uploads host inputs, zeroes outputs and the fault areas.
+    fn stage(&mut self, bound: &Bound<'_>) -> Result<(), DriverError> {
+        let stream = &self.slot.stream;
+        stream.memset_zero(self.fault(0), self.fault_areas * FAULT_AREA_BYTES)?;
+        let Bound::Host(inputs) = bound else {
+            return Ok(());
+        };
+        let mut copies: smallvec::SmallVec<[HostToDevice<'_>; 8]> = smallvec::SmallVec::new();
+        for ((binding, bytes), address) in self
+            .abi
+            .bindings
+            .iter()
+            .zip(&self.plan.bindings)
+            .zip(&self.addresses)
+        {
+            if let Some(input) = bytes.input {
+                copies.push(HostToDevice {
+                    dst: *address,
+                    src: inputs[input],
+                });
+            } else if starts_zeroed(binding.role) {
+                stream.memset_zero(*address, bytes.len)?;
+            }
+        }
+        self.core.staging.upload_now(stream, &copies)
+    }
+
+    /// Enqueues segment `index` (every entry of it, `launches` times).
+    fn launch_segment(&self, index: usize, launches: u32) -> Result<(), DriverError> {
+        let kernel = &self.segments[index];
+        let args = LaunchArgs {
+            pointers: self.addresses.clone(),
+            counts: self.plan.bindings.iter().map(|b| b.elements).collect(),
+            fault: kernel.abi.fault_word.then(|| self.fault(index)),
+        };
+        launch::enqueue(
+            self.stream(),
+            kernel,
+            self.plan.grid,
+            &args,
+            launches,
+            self.core.grid_sync,
+            &self.core.metrics,
+        )
+    }
+
+    /// Reads back (host-bound ranks), checks the fault words and returns the resources.
+    fn finish(
+        self,
+        outputs: Option<&mut Vec<Vec<u8>>>,
+        started: Instant,
+        enqueue_ns: u64,
+        wait_started: Instant,
+    ) -> Result<Timing, CudaError> {
+        let result = self.read_back(outputs);
+        let timing = Timing::since(started, enqueue_ns, wait_started, None);
+        let failed = crate::backend::failed_on_device(&result);
+        if let Some(block) = self.block {
+            block.discard_if(failed);
+        }
+        self.slot.discard_if(failed);
+        result.map(|()| timing)
+    }
+
+    fn read_back(&self, outputs: Option<&mut Vec<Vec<u8>>>) -> Result<(), CudaError> {
+        let core = self.core;
+        let mut words = vec![0u8; self.fault_areas * FAULT_AREA_BYTES];
+        let mut scratch = Vec::new();
+        let outputs = outputs.unwrap_or(&mut scratch);
+        let host = !self.host_offsets.is_empty();
+        if host {
+            crate::backend::dispatch::size_outputs(&self.abi, outputs);
+        }
+        {
+            let mut copies: smallvec::SmallVec<[DeviceToHost<'_>; 8]> = smallvec::SmallVec::new();
+            if host {
+                let returned = self
+                    .abi
+                    .bindings
+                    .iter()
+                    .zip(&self.plan.bindings)
+                    .zip(&self.addresses)
+                    .filter(|((binding, _), _)| binding.role.is_returned());
+                for (((_, bytes), address), out) in returned.zip(outputs.iter_mut()) {
+                    out.resize(bytes.len, 0);
+                    copies.push(DeviceToHost {
+                        src: *address,
+                        dst: out.as_mut_slice(),
+                    });
+                }
+            }
+            copies.push(DeviceToHost {
+                src: self.fault(0),
+                dst: &mut words,
+            });
+            core.staging
+                .download_now(self.stream(), &mut copies)
+                .and_then(|()| self.stream().synchronize())
+                .map_err(|e| core.driver_error(e))?;
+        }
+        let code = words
+            .chunks_exact(FAULT_AREA_BYTES)
+            .map(|area| u32::from_le_bytes([area[0], area[1], area[2], area[3]]))
+            .find(|&code| code != 0)
+            .unwrap_or(0);
+        check_fault(core, code, outputs).map_err(|error| match error {
+            CudaError::KernelRuntime { message, fix } => CudaError::KernelRuntime {
+                message: format!("rank {}: {message}", self.rank.rank),
+                fix,
+            },
+            other => other,
+        })?;
+        if host {
+            shape_outputs(&self.abi, outputs);
+        }
+        Ok(())
+    }
+}
+
+/// The plan and device addresses of resident `resources` (binding order).
+fn resolve(
+    core: &Core,
+    program: &Program,
+    abi: &KernelAbi,
+    resources: &[Resource],
+    config: &DispatchConfig,
+    held: &mut Vec<Arc<ResidentBuffer>>,
+) -> Result<(DispatchPlan, smallvec::SmallVec<[u64; 8]>), CudaError> {
+    let order = binding_order(program, abi);
+    let mut addresses = smallvec::smallvec![0u64; abi.bindings.len()];
+    let mut lens = smallvec::SmallVec::<[usize; 8]>::from_elem(0, abi.bindings.len());
+    if resources.len() == abi.bindings.len() {
+        for (position, resource) in resources.iter().enumerate() {
+            let buffer = core.resident(core.resident_id(resource)?)?;
+            addresses[order[position]] = buffer.ptr();
+            lens[order[position]] = buffer.len();
+            held.push(buffer);
+        }
+    } else {
+        lens.truncate(resources.len());
+    }
+    let plan = DispatchPlan::resident(program, abi, &lens, config, core.limits)?;
+    Ok((plan, addresses))
+}
+
+/// Bytes of fold scratch one collective needs on one rank: every rank's block of the
+/// part this rank folds.
+fn scratch_bytes(planned: &Planned, world: usize) -> usize {
+    let Some(Reduction::Fold { element_bytes, .. }) = &planned.reduction else {
+        return 0;
+    };
+    match planned.step.kind {
+        CollectiveKind::ReduceScatter => world * planned.output_bytes,
+        _ => {
+            let values = planned.input_bytes / element_bytes;
+            world * values.div_ceil(world) * element_bytes
+        }
+    }
+}
+
+/// Checks every collective's shapes on every local rank and decides its reduction.
+fn plan_collectives(jobs: &[Job<'_>], schedule: &Schedule) -> Result<Vec<Planned>, CudaError> {
+    let first = &jobs[0];
+    let world = first.rank.world;
+    let mut planned = Vec::new();
+    for step in &schedule.steps {
+        let RankStep::Collective(step) = step else {
+            continue;
+        };
+        let binding = |decl: usize| {
+            first
+                .abi
+                .bindings
+                .iter()
+                .position(|b| b.decl_index == decl)
+                .expect("collectives name storage buffers")
+        };
+        let (input, output) = (binding(step.input), binding(step.output));
+        let bytes = |job: &Job<'_>, index: usize| job.plan.bindings[index].len;
+        for job in jobs {
+            for index in [input, output] {
+                if bytes(job, index) != bytes(first, index) {
+                    return Err(CudaError::invalid_input(
+                        format!(
+                            "{:?}: rank {} binds {} bytes for `{}`, rank {} binds {}",
+                            step.kind,
+                            job.rank.rank,
+                            bytes(job, index),
+                            first.abi.bindings[index].name,
+                            first.rank.rank,
+                            bytes(first, index)
+                        ),
+                        "bind the same buffer lengths on every rank (SPMD)",
+                    ));
+                }
+            }
+        }
+        let (input_bytes, output_bytes) = (bytes(first, input), bytes(first, output));
+        check_shape(
+            step,
+            input_bytes,
+            output_bytes,
+            world,
+            &first.abi,
+            input,
+            output,
+        )?;
+        let reduction = match step.op {
+            Some(op) => Some(reduction(first.rank, op, &step.element)?),
+            None => None,
+        };
+        planned.push(Planned {
+            step: step.clone(),
+            input_bytes,
+            output_bytes,
+            reduction,
+        });
+    }
+    Ok(planned)
+}
+
+/// The shape rules of the collectives (W = `world`).
+fn check_shape(
+    step: &CollectiveStep,
+    input_bytes: usize,
+    output_bytes: usize,
+    world: usize,
+    abi: &KernelAbi,
+    input: usize,
+    output: usize,
+) -> Result<(), CudaError> {
+    let name = |index: usize| &*abi.bindings[index].name;
+    let rule = match step.kind {
+        CollectiveKind::AllGather if output_bytes != world * input_bytes => {
+            Some(("output", output_bytes, "W x the input", world * input_bytes))
+        }
+        CollectiveKind::ReduceScatter if input_bytes != world * output_bytes => {
+            Some(("input", input_bytes, "W x the output", world * output_bytes))
+        }
+        _ => None,
+    };
+    if let Some((which, have, rule, want)) = rule {
+        let index = if which == "output" { output } else { input };
+        return Err(CudaError::invalid_input(
+            format!(
+                "{:?} {which} `{}` has {have} bytes but needs {rule} = {want} (W = {world})",
+                step.kind,
+                name(index)
+            ),
+            format!("size `{}` to {want} bytes", name(index)),
+        ));
+    }
+    if step.kind == CollectiveKind::Broadcast && step.root as usize >= world {
+        return Err(CudaError::invalid_input(
+            format!(
+                "Broadcast root {} is not a rank of a world of {world}",
+                step.root
+            ),
+            "use a root below the world size",
+        ));
+    }
+    Ok(())
+}
+
+/// How `op` over `element` combines ranks on this rank's settings.
+fn reduction(
+    rank: &RankComm,
+    op: CollectiveOp,
+    element: &DataType,
+) -> Result<Reduction, CudaError> {
+    let native_op = match op {
+        CollectiveOp::Sum => Some(NcclRedOp::Sum),
+        CollectiveOp::Min => Some(NcclRedOp::Min),
+        CollectiveOp::Max => Some(NcclRedOp::Max),
+        _ => None,
+    };
+    let integer = match element {
+        DataType::U32 => Some(NcclDataType::Uint32),
+        DataType::I32 => Some(NcclDataType::Int32),
+        DataType::U64 => Some(NcclDataType::Uint64),
+        DataType::I64 => Some(NcclDataType::Int64),
+        _ => None,
+    };
+    let float = match element {
+        DataType::F16 => Some(NcclDataType::Float16),
+        DataType::BF16 => Some(NcclDataType::Bfloat16),
+        DataType::F32 => Some(NcclDataType::Float32),
+        DataType::F64 => Some(NcclDataType::Float64),
+        _ => None,
+    };
+    let native = match rank.reduction {
+        CollectiveReduction::Native => integer.or(float),
+        CollectiveReduction::Exact => integer,
+    };
+    if let (Some(dtype), Some(red)) = (native, native_op) {
+        return Ok(Reduction::Native(dtype, red));
+    }
+    // The bitwise operators act on bits, so 64-bit integers fold as twice as many words
+    // (vyre-reference has no 64-bit integer arithmetic to fold them with).
+    let bitwise = matches!(
+        op,
+        CollectiveOp::BitAnd | CollectiveOp::BitOr | CollectiveOp::BitXor
+    );
+    let fold_element = match element {
+        DataType::U64 | DataType::I64 if bitwise => DataType::U32,
+        other => other.clone(),
+    };
+    let element_bytes = fold_element.size_bytes().unwrap_or(0);
+    let unsupported = || {
+        CudaError::invalid_input(
+            format!("collective {op:?} over {element} has no rank-order fold"),
+            "reduce a type and operator vyre defines (Sum/Min/Max over numbers, the bitwise \
+             operators over integers)",
+        )
+    };
+    let program = rank
+        .fold(op, fold_element, rank.world)
+        .ok_or_else(unsupported)?;
+    if element_bytes == 0 {
+        return Err(unsupported());
+    }
+    Ok(Reduction::Fold {
+        program,
+        element_bytes,
+    })
+}
+
+/// Enqueues every step on every job's stream.
+fn enqueue(
+    jobs: &mut [Job<'_>],
+    schedule: &Schedule,
+    planned: &[Planned],
+    config: &DispatchConfig,
+) -> Result<(), CudaError> {
+    let launches = config.fixpoint_iterations.unwrap_or(1).max(1);
+    let (mut segment, mut collective) = (0usize, 0usize);
+    for step in &schedule.steps {
+        match step {
+            RankStep::Segment(_) => {
+                for job in jobs.iter() {
+                    job.launch_segment(segment, launches)
+                        .map_err(|e| job.core.driver_error(e))?;
+                }
+                segment += 1;
+            }
+            RankStep::Collective(_) => {
+                run_collective(jobs, &planned[collective], collective)?;
+                collective += 1;
+            }
+        }
+    }
+    for job in jobs.iter_mut() {
+        job.slot
+            .done
+            .record(&job.slot.stream)
+            .map_err(|e| job.core.driver_error(e))?;
+    }
+    Ok(())
+}
+
+/// Opens an NCCL group over the local ranks, runs `each` for every job, closes it.
+fn grouped(
+    jobs: &[Job<'_>],
+    mut each: impl FnMut(&Job<'_>) -> Result<(), CudaError>,
+) -> Result<(), CudaError> {
+    let group = NcclGroup::start(&[]).map_err(CudaError::Nccl)?;
+    let mut result = Ok(());
+    for job in jobs {
+        result = each(job);
+        if result.is_err() {
+            break;
+        }
+    }
+    let ended = group.end().map_err(CudaError::Nccl);
+    result.and(ended)
+}
+
+fn nccl(error: crate::driver::NcclError) -> CudaError {
+    CudaError::Nccl(error)
+}
+
+/// One collective on every local rank.
+fn run_collective(jobs: &[Job<'_>], planned: &Planned, index: usize) -> Result<(), CudaError> {
+    let world = jobs[0].rank.world;
+    let address = |job: &Job<'_>, decl: usize| {
+        let binding = job
+            .abi
+            .bindings
+            .iter()
+            .position(|b| b.decl_index == decl)
+            .expect("collectives name storage buffers");
+        job.addresses[binding]
+    };
+    let step = &planned.step;
+    match (&planned.reduction, step.kind) {
+        (None, CollectiveKind::Broadcast) => grouped(jobs, |job| {
+            let buffer = address(job, step.input);
+            (job.comm())
+                .broadcast(
+                    buffer,
+                    buffer,
+                    planned.input_bytes,
+                    NcclDataType::Uint8,
+                    step.root as usize,
+                    job.stream(),
+                )
+                .map_err(nccl)
+        }),
+        (None, _) => grouped(jobs, |job| {
+            (job.comm())
+                .all_gather(
+                    address(job, step.input),
+                    address(job, step.output),
+                    planned.input_bytes,
+                    NcclDataType::Uint8,
+                    job.stream(),
+                )
+                .map_err(nccl)
+        }),
+        (Some(Reduction::Native(dtype, op)), CollectiveKind::AllReduce) => grouped(jobs, |job| {
+            let buffer = address(job, step.input);
+            let count = planned.input_bytes / dtype.size();
+            (job.comm())
+                .all_reduce(buffer, buffer, count, *dtype, *op, job.stream())
+                .map_err(nccl)
+        }),
+        (Some(Reduction::Native(dtype, op)), _) => grouped(jobs, |job| {
+            let count = planned.output_bytes / dtype.size();
+            (job.comm())
+                .reduce_scatter(
+                    address(job, step.input),
+                    address(job, step.output),
+                    count,
+                    *dtype,
+                    *op,
+                    job.stream(),
+                )
+                .map_err(nccl)
+        }),
+        (Some(Reduction::Fold { element_bytes, .. }), kind) => {
+            let input = |job: &Job<'_>| address(job, step.input);
+            let output = |job: &Job<'_>| address(job, step.output);
+            if world == 1 {
+                // One rank folds nothing: its bytes stay as they are.
+                return match kind {
+                    CollectiveKind::ReduceScatter => jobs.iter().try_for_each(|job| {
+                        (job.stream())
+                            .copy_device_to_device(output(job), input(job), planned.output_bytes)
+                            .map_err(|e| job.core.driver_error(e))
+                    }),
+                    _ => Ok(()),
+                };
+            }
+            let fold = Fold {
+                world,
+                element_bytes: *element_bytes,
+                index,
+            };
+            match kind {
+                CollectiveKind::ReduceScatter => {
+                    fold.reduce_scatter(jobs, planned.output_bytes, &input, &output)
+                }
+                _ => fold.all_reduce(jobs, planned.input_bytes, &input),
+            }
+        }
+    }
+}
+
+/// The exact reductions: an all-to-all of blocks (grouped send/recv), a rank-order fold
+/// kernel per rank and, for AllReduce, an all-gather of the folded blocks.
+struct Fold {
+    world: usize,
+    element_bytes: usize,
+    /// Which planned collective (its fold kernel in `Job::folds`).
+    index: usize,
+}
+
+impl Fold {
+    /// Rank `k`'s block of `bytes` for an AllReduce: `[start, end)` in bytes, cut on
+    /// element boundaries, the last ones possibly shorter or empty.
+    fn block(&self, bytes: usize, k: usize) -> (usize, usize) {
+        let values = bytes / self.element_bytes;
+        let per = values.div_ceil(self.world);
+        let start = (k * per).min(values) * self.element_bytes;
+        let end = ((k + 1) * per).min(values) * self.element_bytes;
+        (start, end)
+    }
+
+    fn all_reduce(
+        &self,
+        jobs: &[Job<'_>],
+        bytes: usize,
+        buffer: &dyn Fn(&Job<'_>) -> u64,
+    ) -> Result<(), CudaError> {
+        // Each rank gathers every rank's copy of its own block into its scratch.
+        self.exchange(jobs, |job, peer| {
+            let (mine, theirs) = (self.block(bytes, job.rank.rank), self.block(bytes, peer));
+            let len = mine.1 - mine.0;
+            let send = (buffer(job) + theirs.0 as u64, theirs.1 - theirs.0);
+            let recv = (job.scratch() + (peer * len) as u64, len);
+            (send, recv)
+        })?;
+        for job in jobs {
+            let (start, end) = self.block(bytes, job.rank.rank);
+            self.fold(job, buffer(job) + start as u64, end - start)?;
+        }
+        // Then every rank sends its folded block to every other.
+        self.exchange(jobs, |job, peer| {
+            let (mine, theirs) = (self.block(bytes, job.rank.rank), self.block(bytes, peer));
+            let send = (buffer(job) + mine.0 as u64, mine.1 - mine.0);
+            let recv = (buffer(job) + theirs.0 as u64, theirs.1 - theirs.0);
+            (send, recv)
+        })
+    }
+
+    fn reduce_scatter(
+        &self,
+        jobs: &[Job<'_>],
+        block: usize,
+        input: &dyn Fn(&Job<'_>) -> u64,
+        output: &dyn Fn(&Job<'_>) -> u64,
+    ) -> Result<(), CudaError> {
+        self.exchange(jobs, |job, peer| {
+            let send = (input(job) + (peer * block) as u64, block);
+            let recv = (job.scratch() + (peer * block) as u64, block);
+            (send, recv)
+        })?;
+        for job in jobs {
+            self.fold(job, output(job), block)?;
+        }
+        Ok(())
+    }
+
+    /// In one group: every job sends `send` to and receives `recv` from every peer
+    /// (`(address, bytes)` from `ranges(job, peer)`); its own part is a device copy.
+    fn exchange(
+        &self,
+        jobs: &[Job<'_>],
+        ranges: impl Fn(&Job<'_>, usize) -> ((u64, usize), (u64, usize)),
+    ) -> Result<(), CudaError> {
+        for job in jobs {
+            let ((send, len), (recv, _)) = ranges(job, job.rank.rank);
+            if len > 0 && send != recv {
+                (job.stream())
+                    .copy_device_to_device(recv, send, len)
+                    .map_err(|e| job.core.driver_error(e))?;
+            }
+        }
+        grouped(jobs, |job| {
+            for peer in (0..self.world).filter(|&peer| peer != job.rank.rank) {
+                let ((send, send_len), (recv, recv_len)) = ranges(job, peer);
+                let comm = job.comm();
+                if send_len > 0 {
+                    comm.send(send, send_len, NcclDataType::Uint8, peer, job.stream())
+                        .map_err(nccl)?;
+                }
+                if recv_len > 0 {
+                    comm.recv(recv, recv_len, NcclDataType::Uint8, peer, job.stream())
+                        .map_err(nccl)?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Folds the job's scratch (`world` blocks of `bytes`) into `out`.
+    fn fold(&self, job: &Job<'_>, out: u64, bytes: usize) -> Result<(), CudaError> {
+        let values = bytes / self.element_bytes;
+        if values == 0 {
+            return Ok(());
+        }
+        let kernel = job.folds[self.index]
+            .as_ref()
+            .expect("fold kernels are loaded for every folded collective");
+        let elements = |n: usize| {
+            u32::try_from(n).map_err(|_| {
+                CudaError::invalid_input(
+                    format!("a collective over {n} elements"),
+                    "keep collective buffers below 2^32 elements",
+                )
+            })
+        };
+        let args = LaunchArgs {
+            pointers: smallvec::smallvec![job.scratch(), out],
+            counts: smallvec::smallvec![elements(values * self.world)?, elements(values)?],
+            fault: kernel
+                .abi
+                .fault_word
+                .then(|| job.fault(job.fault_areas - 1)),
+        };
+        let grid = [elements(values.div_ceil(FOLD_WORKGROUP as usize))?, 1, 1];
+        launch::enqueue(
+            job.stream(),
+            kernel,
+            grid,
+            &args,
+            1,
+            job.core.grid_sync,
+            &job.core.metrics,
+        )
+        .map_err(|e| job.core.driver_error(e))
+    }
+}
+
+/// Waits for every job's work, polling NCCL for asynchronous errors, until the deadline.
+fn wait(jobs: &mut [Job<'_>]) -> Result<(), CudaError> {
+    let timeout = jobs
+        .iter()
+        .map(|job| job.rank.timeout)
+        .min()
+        .unwrap_or_default();
+    let deadline = Instant::now() + timeout;
+    let mut polls = 0u32;
+    loop {
+        let mut done = true;
+        for job in jobs.iter() {
+            let complete = job
+                .slot
+                .done
+                .is_complete()
+                .map_err(|e| job.core.driver_error(e))?;
+            done &= complete;
+        }
+        if done {
+            return Ok(());
+        }
+        polls = polls.wrapping_add(1);
+        if polls % 64 == 0 {
+            for job in jobs.iter() {
+                job.comm().poll_async_error().map_err(nccl)?;
+            }
+            if Instant::now() >= deadline {
+                return Err(CudaError::CollectiveAborted {
+                    message: format!(
+                        "the dispatch did not complete within {} ms",
+                        timeout.as_millis()
+                    ),
+                });
+            }
+        }
+        if polls > 4096 {
+            std::thread::sleep(Duration::from_micros(50));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// After a failed wait (or enqueue): abort every job's communicator, so no peer stays
+/// blocked in NCCL, and let the streams drain before their memory is released.
+fn abort_all(jobs: &mut [Job<'_>], error: &CudaError) {
+    let cause = error.to_string();
+    for job in jobs.iter_mut() {
+        let rank = job.rank;
+        rank.abort(&mut job.comm, &cause);
+        tracing::error!(rank = rank.rank, %cause, "collective dispatch aborted");
+    }
+    for job in jobs.iter() {
+        // NCCL's kernels end once the communicator is aborted; the memory goes back only
+        // after the stream has drained.
+        let _ = job.slot.stream.synchronize();
+    }
+}

@@ -1,0 +1,392 @@
+//! Collectives across ranks, as far as they are a compiler matter: a backend with a
+//! communicator runs a program holding `AllReduce`/`AllGather`/`ReduceScatter`/`Broadcast`
+//! as segments (ordinary programs over the same buffers) with the collectives between
+//! them, and folds in rank order with a kernel written as a vyre `Program`.
+//!
+//! The rules are the multi-rank oracle's (tests/common/multirank.rs), which extends the
+//! reference's `GridSync` model: a collective is a top-level split point (scopes holding
+//! one are dissolved), it runs once per rank-dispatch, and the next segment starts with
+//! fresh invocations. A collective inside `If` or `Loop` could not run once per dispatch
+//! and is refused, as are groups other than `CommGroup::WORLD` (no sub-communicators yet).
+
+use super::analysis::nesting::check_nesting;
+use super::prepare::prepare_with;
+use super::visit::any_node;
+use super::CodegenError;
+use vyre_foundation::ir::{
+    BinOp, BufferAccess, BufferDecl, CollectiveOp, CommGroup, DataType, Expr, Node, Program,
+};
+
+/// Which collective a [`CollectiveStep`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CollectiveKind {
+    /// Every rank gets the element-wise rank-order fold of the buffer.
+    AllReduce,
+    /// Every rank's output is the inputs of ranks 0..W concatenated.
+    AllGather,
+    /// Rank r's output is block r of the fold of the inputs.
+    ReduceScatter,
+    /// Every rank gets the root's buffer.
+    Broadcast,
+}
+
+/// One collective between two segments. `input` and `output` index `Program::buffers()`
+/// (the same buffer for `AllReduce` and `Broadcast`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CollectiveStep {
+    /// Which collective.
+    pub kind: CollectiveKind,
+    /// The reduction (`AllReduce`, `ReduceScatter`); `None` for data movement.
+    pub op: Option<CollectiveOp>,
+    /// The buffer read.
+    pub input: usize,
+    /// The buffer written.
+    pub output: usize,
+    /// `Broadcast`'s root rank (0 otherwise).
+    pub root: u32,
+    /// Element type of both buffers.
+    pub element: DataType,
+}
+
+/// A program cut at its top-level collectives, in execution order.
+#[derive(Debug, Clone)]
+pub enum RankStep {
+    /// An ordinary program over the original buffer table (never empty).
+    Segment(Program),
+    /// A collective, run once per rank-dispatch.
+    Collective(CollectiveStep),
+}
+
+fn is_collective(node: &Node) -> bool {
+    matches!(
+        node,
+        Node::AllReduce { .. }
+            | Node::AllGather { .. }
+            | Node::ReduceScatter { .. }
+            | Node::Broadcast { .. }
+    )
+}
+
+/// Whether `program` holds a collective anywhere (control flow included).
+#[must_use]
+pub fn has_collectives(program: &Program) -> bool {
+    any_node(program.entry(), &is_collective)
+}
+
+/// Whether a collective is reachable through transparent scopes only.
+fn on_sequential_path(nodes: &[Node]) -> bool {
+    nodes.iter().any(|node| match node {
+        Node::Block(inner) => on_sequential_path(inner),
+        Node::Region { body, .. } => on_sequential_path(body),
+        other => is_collective(other),
+    })
+}
+
+/// Dissolve every `Block`/`Region` holding a top-level collective.
+fn flatten(nodes: &[Node], out: &mut Vec<Node>) {
+    for node in nodes {
+        match node {
+            Node::Block(inner) if on_sequential_path(inner) => flatten(inner, out),
+            Node::Region { body, .. } if on_sequential_path(body) => flatten(body, out),
+            other => out.push(other.clone()),
+        }
+    }
+}
+
+/// `program` cut at its collectives for a backend with a communicator, or `None` when it
+/// holds none (it then runs as on one GPU). The program is normalised and its calls
+/// inlined as the reference does, without the single-rank lowering of collectives.
+pub fn split_collectives(program: &Program) -> Result<Option<Vec<RankStep>>, CodegenError> {
+    if !has_collectives(program) {
+        return Ok(None);
+    }
+    check_nesting(program)?;
+    let prepared = prepare_with(program, false)?;
+    check_nesting(&prepared)?;
+    let mut flat = Vec::new();
+    flatten(prepared.entry(), &mut flat);
+    let mut steps = Vec::new();
+    let mut current = Vec::new();
+    for node in flat {
+        if is_collective(&node) {
+            push_segment(&prepared, &mut current, &mut steps);
+            steps.push(RankStep::Collective(step_of(&prepared, &node)?));
+        } else if any_node(std::slice::from_ref(&node), &is_collective) {
+            return Err(CodegenError::invalid(
+                "a collective inside If or Loop cannot run once per rank-dispatch",
+                "move the collective to the top level of the program",
+            ));
+        } else {
+            current.push(node);
+        }
+    }
+    push_segment(&prepared, &mut current, &mut steps);
+    Ok(Some(steps))
+}
+
+fn push_segment(program: &Program, nodes: &mut Vec<Node>, steps: &mut Vec<RankStep>) {
+    if !nodes.is_empty() {
+        let segment = program.with_rewritten_wrapped_entry(std::mem::take(nodes));
+        steps.push(RankStep::Segment(segment));
+    }
+}
+
+fn step_of(program: &Program, node: &Node) -> Result<CollectiveStep, CodegenError> {
+    let (kind, op, input, output, root, group) = match node {
+        Node::AllReduce { buffer, op, group } => (
+            CollectiveKind::AllReduce,
+            Some(*op),
+            buffer,
+            buffer,
+            0,
+            group,
+        ),
+        Node::Broadcast {
+            buffer,
+            root,
+            group,
+        } => (
+            CollectiveKind::Broadcast,
+            None,
+            buffer,
+            buffer,
+            *root,
+            group,
+        ),
+        Node::AllGather {
+            input,
+            output,
+            group,
+        } => (CollectiveKind::AllGather, None, input, output, 0, group),
+        Node::ReduceScatter {
+            input,
+            output,
+            op,
+            group,
+        } => (
+            CollectiveKind::ReduceScatter,
+            Some(*op),
+            input,
+            output,
+            0,
+            group,
+        ),
+        _ => unreachable!("step_of is called on collectives only"),
+    };
+    if *group != CommGroup::WORLD {
+        return Err(CodegenError::invalid(
+            format!(
+                "{kind:?} uses CommGroup({}), which is not registered",
+                group.as_u32()
+            ),
+            "use CommGroup::WORLD (every rank of the communicator)",
+        ));
+    }
+    let (input, output) = (buffer(program, input)?, buffer(program, output)?);
+    let element = program.buffers()[input].element();
+    let output_element = program.buffers()[output].element();
+    if element != output_element {
+        return Err(CodegenError::invalid(
+            format!("{kind:?} reads {element} but writes {output_element}"),
+            "give the collective's input and output one element type",
+        ));
+    }
+    Ok(CollectiveStep {
+        kind,
+        op,
+        input,
+        output,
+        root,
+        element,
+    })
+}
+
+/// The index of the storage buffer a collective names.
+fn buffer(program: &Program, name: &str) -> Result<usize, CodegenError> {
+    let index = program
+        .buffers()
+        .iter()
+        .position(|decl| decl.name() == name)
+        .ok_or_else(|| {
+            CodegenError::invalid(
+                format!("a collective names buffer `{name}`, which is not declared"),
+                "declare the buffer in the program",
+            )
+        })?;
+    if program.buffers()[index].access() == BufferAccess::Workgroup {
+        return Err(CodegenError::invalid(
+            format!("a collective on workgroup buffer `{name}`"),
+            "run collectives on storage buffers",
+        ));
+    }
+    Ok(index)
+}
+
+/// The vyre operator a collective reduction folds with.
+#[must_use]
+pub fn fold_operator(op: CollectiveOp) -> Option<BinOp> {
+    Some(match op {
+        CollectiveOp::Sum => BinOp::Add,
+        CollectiveOp::Min => BinOp::Min,
+        CollectiveOp::Max => BinOp::Max,
+        CollectiveOp::BitAnd => BinOp::BitAnd,
+        CollectiveOp::BitOr => BinOp::BitOr,
+        CollectiveOp::BitXor => BinOp::BitXor,
+        _ => return None,
+    })
+}
+
+/// Threads per block of the fold kernel.
+pub const FOLD_WORKGROUP: u32 = 256;
+
+/// The rank-order fold as a vyre program: with `m = len(out)`,
+/// `out[i] = gathered[i] op gathered[m + i] op ... op gathered[(world - 1) * m + i]`, a left
+/// fold whose every step is stored (so each step rounds and canonicalises exactly as one
+/// reference fold step does). Buffers: binding 0 `gathered` (read), binding 1 `out`
+/// (read-write), both of `element`. A world of one copies `gathered` into `out`; the
+/// runtime never folds one rank (a lone rank's bytes stay untouched).
+#[must_use]
+pub fn fold_program(op: BinOp, element: DataType, world: usize) -> Program {
+    let i = || Expr::var("i");
+    let m = || Expr::buf_len("out");
+    let block = |k: usize| {
+        let offset = Expr::BinOp {
+            op: BinOp::Mul,
+            left: Box::new(Expr::u32(k as u32)),
+            right: Box::new(m()),
+        };
+        Expr::load(
+            "gathered",
+            Expr::BinOp {
+                op: BinOp::Add,
+                left: Box::new(offset),
+                right: Box::new(i()),
+            },
+        )
+    };
+    let combine = |left: Expr, right: Expr| Expr::BinOp {
+        op,
+        left: Box::new(left),
+        right: Box::new(right),
+    };
+    let mut body = Vec::with_capacity(world.max(1));
+    if world < 2 {
+        body.push(Node::store("out", i(), block(0)));
+    } else {
+        body.push(Node::store("out", i(), combine(block(0), block(1))));
+        for k in 2..world {
+            body.push(Node::store(
+                "out",
+                i(),
+                combine(Expr::load("out", i()), block(k)),
+            ));
+        }
+    }
+    let in_range = Expr::BinOp {
+        op: BinOp::Lt,
+        left: Box::new(i()),
+        right: Box::new(m()),
+    };
+    Program::wrapped(
+        vec![
+            BufferDecl::read("gathered", 0, element.clone()),
+            BufferDecl::read_write("out", 1, element),
+        ],
+        [FOLD_WORKGROUP, 1, 1],
+        vec![
+            Node::let_bind("i", Expr::gid_x()),
+            Node::if_then(in_range, body),
+        ],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn program(entry: Vec<Node>) -> Program {
+        Program::wrapped(
+            vec![
+                BufferDecl::read_write("a", 0, DataType::U32).with_count(4),
+                BufferDecl::read_write("b", 1, DataType::U32).with_count(8),
+                BufferDecl::workgroup("w", 4, DataType::U32),
+            ],
+            [4, 1, 1],
+            entry,
+        )
+    }
+
+    fn all_reduce(buffer: &str) -> Node {
+        Node::AllReduce {
+            buffer: buffer.into(),
+            op: CollectiveOp::Sum,
+            group: CommGroup::WORLD,
+        }
+    }
+
+    fn store() -> Node {
+        Node::store("a", Expr::gid_x(), Expr::u32(1))
+    }
+
+    #[test]
+    fn programs_without_collectives_are_not_split() {
+        assert!(split_collectives(&program(vec![store()]))
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn collectives_in_nested_scopes_split_and_empty_segments_vanish() {
+        let steps = split_collectives(&program(vec![
+            Node::block(vec![store(), all_reduce("a")]),
+            all_reduce("b"),
+            store(),
+        ]))
+        .unwrap()
+        .unwrap();
+        let shape: Vec<&str> = steps
+            .iter()
+            .map(|s| match s {
+                RankStep::Segment(_) => "segment",
+                RankStep::Collective(_) => "collective",
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            ["segment", "collective", "collective", "segment"],
+            "{steps:?}"
+        );
+        let RankStep::Collective(step) = &steps[2] else {
+            unreachable!()
+        };
+        assert_eq!(
+            (step.kind, step.input, step.output),
+            (CollectiveKind::AllReduce, 1, 1)
+        );
+    }
+
+    #[test]
+    fn misplaced_or_unroutable_collectives_are_refused_with_a_fix() {
+        let nested = Node::if_then(Expr::bool(true), vec![all_reduce("a")]);
+        let group = Node::AllReduce {
+            buffer: "a".into(),
+            op: CollectiveOp::Sum,
+            group: CommGroup(3),
+        };
+        let mismatched = Node::AllGather {
+            input: "a".into(),
+            output: "b".into(),
+            group: CommGroup::WORLD,
+        };
+        for (entry, words) in [
+            (vec![nested], "inside If or Loop"),
+            (vec![group], "CommGroup(3)"),
+            (vec![all_reduce("w")], "workgroup buffer"),
+        ] {
+            let error = split_collectives(&program(entry)).unwrap_err();
+            assert!(error.to_string().contains(words), "{error}");
+            assert!(!error.fix().is_empty());
+        }
+        assert!(split_collectives(&program(vec![mismatched])).is_ok());
+    }
+}
