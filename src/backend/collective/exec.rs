@@ -117,7 +117,7 @@ pub(crate) fn run(
     let schedule = schedule(ranks[0], program)?;
     let mut jobs = Vec::with_capacity(ranks.len());
     for (core, bound) in ranks.iter().zip(bound) {
-        jobs.push(Job::new(core, program, bound, config, &schedule)?);
+        jobs.push(Job::new(core, program, bound, config)?);
     }
     let planned = plan_collectives(&jobs, &schedule)?;
     for job in &mut jobs {
@@ -173,7 +173,6 @@ impl<'a> Job<'a> {
         program: &Program,
         bound: &Bound<'_>,
         config: &DispatchConfig,
-        schedule: &Schedule,
     ) -> Result<Self, CudaError> {
         core.usable()?;
         let rank = core.rank.get().expect("only ranks run collectives");
@@ -204,7 +203,6 @@ impl<'a> Job<'a> {
             }
         }
         let faults_at = next;
-        let fault_areas = schedule.segments() + 1;
         let slot = core.stream().map_err(|e| core.driver_error(e))?;
         Ok(Self {
             core,
@@ -218,8 +216,8 @@ impl<'a> Job<'a> {
             block: None,
             host_offsets,
             faults_at,
-            fault_areas,
-            scratch_at: faults_at + fault_areas * FAULT_AREA_BYTES,
+            fault_areas: 0,
+            scratch_at: faults_at,
             segments: Vec::new(),
             folds: Vec::new(),
         })
@@ -253,6 +251,18 @@ impl<'a> Job<'a> {
             };
             self.folds.push(fold);
         }
+        // One zeroed fault area per segment and one for the folds, when any kernel
+        // reports faults; none (no zeroing, no read-back) otherwise.
+        let reports = |kernel: &Arc<LoadedKernel>| kernel.abi.fault_word;
+        if self
+            .segments
+            .iter()
+            .chain(self.folds.iter().flatten())
+            .any(reports)
+        {
+            self.fault_areas = self.segments.len() + 1;
+            self.scratch_at = self.faults_at + self.fault_areas * FAULT_AREA_BYTES;
+        }
         Ok(())
     }
 
@@ -282,7 +292,9 @@ impl<'a> Job<'a> {
     /// Uploads host inputs, zeroes outputs and the fault areas.
     fn stage(&mut self, bound: &Bound<'_>) -> Result<(), DriverError> {
         let stream = &self.slot.stream;
-        stream.memset_zero(self.fault(0), self.fault_areas * FAULT_AREA_BYTES)?;
+        if self.fault_areas > 0 {
+            stream.memset_zero(self.fault(0), self.fault_areas * FAULT_AREA_BYTES)?;
+        }
         let Bound::Host(inputs) = bound else {
             return Ok(());
         };
@@ -345,10 +357,14 @@ impl<'a> Job<'a> {
 
     fn read_back(&self, outputs: Option<&mut Vec<Vec<u8>>>) -> Result<(), CudaError> {
         let core = self.core;
+        let host = !self.host_offsets.is_empty();
+        if !host && self.fault_areas == 0 {
+            // The wait saw the work complete, and nothing comes back.
+            return Ok(());
+        }
         let mut words = vec![0u8; self.fault_areas * FAULT_AREA_BYTES];
         let mut scratch = Vec::new();
         let outputs = outputs.unwrap_or(&mut scratch);
-        let host = !self.host_offsets.is_empty();
         if host {
             crate::backend::dispatch::size_outputs(&self.abi, outputs);
         }
@@ -370,10 +386,12 @@ impl<'a> Job<'a> {
                     });
                 }
             }
-            copies.push(DeviceToHost {
-                src: self.fault(0),
-                dst: &mut words,
-            });
+            if self.fault_areas > 0 {
+                copies.push(DeviceToHost {
+                    src: self.fault(0),
+                    dst: &mut words,
+                });
+            }
             core.staging
                 .download_now(self.stream(), &mut copies)
                 .and_then(|()| self.stream().synchronize())
@@ -890,7 +908,8 @@ fn wait(jobs: &mut [Job<'_>]) -> Result<(), CudaError> {
         .map(|job| job.rank.timeout)
         .min()
         .unwrap_or_default();
-    let deadline = Instant::now() + timeout;
+    let started = Instant::now();
+    let deadline = started + timeout;
     let mut polls = 0u32;
     loop {
         let mut done = true;
@@ -919,10 +938,12 @@ fn wait(jobs: &mut [Job<'_>]) -> Result<(), CudaError> {
                 });
             }
         }
-        if polls > 4096 {
-            std::thread::sleep(Duration::from_micros(50));
+        // Spin (yielding) for the first milliseconds, where collectives of up to a few
+        // MiB end; then sleep briefly, to free the core during long kernels.
+        if started.elapsed() < Duration::from_millis(2) {
+            std::thread::yield_now();
         } else {
-            std::hint::spin_loop();
+            std::thread::sleep(Duration::from_micros(10));
         }
     }
 }

@@ -78,15 +78,6 @@ pub(crate) struct Schedule {
     pub(crate) steps: Vec<RankStep>,
 }
 
-impl Schedule {
-    fn segments(&self) -> usize {
-        self.steps
-            .iter()
-            .filter(|step| matches!(step, RankStep::Segment(_)))
-            .count()
-    }
-}
-
 /// What a [`CudaBackend`] holds when it is a rank.
 pub(crate) struct RankComm {
     /// `None` once aborted.
@@ -255,4 +246,59 @@ pub(crate) fn run_resident(
 ) -> Result<super::dispatch::Timing, CudaError> {
     let bound = [exec::Bound::Resident(resources)];
     exec::run(&[core], program, &bound, config, &mut []).map(|mut timings| timings.remove(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codegen::fold_program;
+    use vyre_foundation::ir::BinOp;
+
+    #[test]
+    fn reduction_modes_parse_and_default_to_exact() {
+        assert_eq!(CollectiveReduction::parse("exact"), Some(CollectiveReduction::Exact));
+        assert_eq!(CollectiveReduction::parse(" native "), Some(CollectiveReduction::Native));
+        assert_eq!(CollectiveReduction::parse("fast"), None);
+        let options = CudaOptions::default();
+        assert_eq!(options.collective_reduction, CollectiveReduction::Exact);
+        assert_eq!(options.collective_timeout, DEFAULT_COLLECTIVE_TIMEOUT);
+    }
+
+    #[test]
+    fn an_aborted_dispatch_says_what_and_how_once() {
+        let error = CudaError::CollectiveAborted {
+            message: "the dispatch did not complete within 5 ms".into(),
+        };
+        let text = error.to_string();
+        assert!(text.contains("aborted") && text.contains("5 ms"), "{text}");
+        assert_eq!(text.matches("Fix:").count(), 1, "{text}");
+        let backend: vyre_driver::BackendError = error.into();
+        assert_eq!(backend.to_string().matches("Fix:").count(), 1, "{backend}");
+    }
+
+    #[test]
+    fn every_reduction_has_a_fold_and_the_fold_program_validates() {
+        for op in [
+            CollectiveOp::Sum,
+            CollectiveOp::Min,
+            CollectiveOp::Max,
+            CollectiveOp::BitAnd,
+            CollectiveOp::BitOr,
+            CollectiveOp::BitXor,
+        ] {
+            let program = collective_fold_program(op, DataType::U32, 4).expect("a fold");
+            let prepared = crate::backend::validated(&program);
+            assert!(prepared.is_ok(), "{op:?}: {:?}", prepared.err());
+        }
+        // World 1 copies; world 3 stores three times (each step rounds like the reference's).
+        let stores = |world| {
+            let program = fold_program(BinOp::Add, DataType::F32, world);
+            let mut count = 0;
+            crate::codegen::visit::for_each_node(program.entry(), &mut |node| {
+                count += usize::from(matches!(node, vyre_foundation::ir::Node::Store { .. }));
+            });
+            count
+        };
+        assert_eq!((stores(1), stores(2), stores(3)), (1, 1, 2));
+    }
 }
