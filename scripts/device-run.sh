@@ -7,7 +7,8 @@
 # line in summary.txt go to a log folder that is packed into $OUT/logs.tgz after every
 # binary, beside $OUT/summary.txt: the device tool returns at most 8 files, and what was
 # done comes back even when the whole command is cut at its limit. Without $OUT the logs
-# stay in ./device-logs.
+# stay in ./device-logs. The collective benchmark alone on a multi-GPU kind, with the
+# topology and its JSON lines: bash scripts/device-collectives.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/devrun-unpack.sh
@@ -43,7 +44,7 @@ for bin in "${names[@]}"; do
   [ $rc -eq 0 ] || status=1
   {
     echo "=== $bin rc=$rc $((SECONDS - started)) s"
-    grep -E "test result|cases run|fixtures:|rejected for|panicked|skipped|match|p50|fuzz:|libm sweep|jit_isolation|first dispatches|device memory|JIT helper|crash-1|NCCL" "$log" | grep -v "last backend metrics" | head -40
+    grep -E "test result|cases run|fixtures:|rejected for|panicked|skipped|match|p50|fuzz:|libm sweep|jit_isolation|first dispatches|device memory|JIT helper|crash-1|NCCL|: (MET|MISSED)" "$log" | grep -v "last backend metrics" | head -40
   } | tee -a "$summary"
   pack
 done
