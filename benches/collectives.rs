@@ -255,16 +255,31 @@ impl Direct {
     }
 }
 
-/// Microseconds per synchronous `dispatch_resident` of `program`.
+/// Whether the vyre series run every iteration as its own synchronous dispatch
+/// (`VYRE_BENCH_VYRE_SYNCED=1`) instead of one dispatch with
+/// `DispatchConfig::fixpoint_iterations = iterations` (the program run that many times back
+/// to back, one wait at the end: nccl-tests' method, the default).
+fn vyre_synced() -> bool {
+    std::env::var("VYRE_BENCH_VYRE_SYNCED").is_ok_and(|v| v == "1")
+}
+
+/// Microseconds per run of `program` through `dispatch_resident`: `iterations` runs back
+/// to back in one dispatch, or (see [`vyre_synced`]) one synchronous dispatch each.
 fn time_vyre(
     cluster: &CudaCluster,
     program: &Program,
     resources: &[Vec<Resource>],
     iterations: usize,
 ) -> Result<f64, String> {
-    let config = DispatchConfig::default();
+    let (calls, config) = if vyre_synced() {
+        (iterations, DispatchConfig::default())
+    } else {
+        let mut config = DispatchConfig::default();
+        config.fixpoint_iterations = Some(iterations as u32);
+        (1, config)
+    };
     let started = Instant::now();
-    for _ in 0..iterations {
+    for _ in 0..calls {
         cluster
             .dispatch_resident(program, resources, &config)
             .map_err(|e| e.to_string())?;
@@ -503,6 +518,14 @@ fn header(devices: &[Arc<Device>], nccl: &str, iters_env: Option<usize>, max: us
          every stream after each iteration (like-for-like with a synchronous vyre dispatch); \
          exact / native = CudaCluster::dispatch_resident of the collective as a vyre program, \
          CollectiveReduction::Exact / ::Native"
+    );
+    println!(
+        "vyre series: {}",
+        if vyre_synced() {
+            "one synchronous dispatch_resident per iteration (VYRE_BENCH_VYRE_SYNCED=1): compare with `synced`"
+        } else {
+            "one dispatch_resident with fixpoint_iterations = iterations (the program back to back, one wait): compare with `direct`"
+        }
     );
     println!(
         "size = nccl-tests' size (per-rank buffer for all_reduce/broadcast, total output for \

@@ -318,8 +318,8 @@ impl<'a> Job<'a> {
         self.core.staging.upload_now(stream, &copies)
     }
 
-    /// Enqueues segment `index` (every entry of it, `launches` times).
-    fn launch_segment(&self, index: usize, launches: u32) -> Result<(), DriverError> {
+    /// Enqueues segment `index` (every entry of it).
+    fn launch_segment(&self, index: usize) -> Result<(), DriverError> {
         let kernel = &self.segments[index];
         let args = LaunchArgs {
             pointers: self.addresses.clone(),
@@ -331,7 +331,7 @@ impl<'a> Job<'a> {
             kernel,
             self.plan.grid,
             &args,
-            launches,
+            1,
             self.core.grid_sync,
             &self.core.metrics,
         )
@@ -449,12 +449,36 @@ fn scratch_bytes(planned: &Planned, world: usize) -> usize {
         return 0;
     };
     match planned.step.kind {
+        // The gathered inputs, then (ReduceScatter) the folded whole input.
+        _ if gathers_whole(planned.input_bytes, world) => {
+            world * planned.input_bytes + planned.input_bytes
+        }
         CollectiveKind::ReduceScatter => world * planned.output_bytes,
         _ => {
             let values = planned.input_bytes / element_bytes;
             world * values.div_ceil(world) * element_bytes
         }
     }
+}
+
+/// An exact AllReduce or ReduceScatter whose per-rank input, times W, is at most this
+/// many bytes gathers every rank's whole input and folds it on every rank (one NCCL
+/// all-gather and one kernel), instead of the all-to-all of blocks and block fold (and,
+/// for AllReduce, an all-gather of the folded blocks), which moves 2 (W - 1) / W of the
+/// bytes instead of W - 1 times them. Measured on 2x H200 (NV18) for AllReduce: the gather
+/// wins up to 8 MiB per rank, ties at 32 MiB, loses from 128 MiB.
+/// `VYRE_CUDA_ALLREDUCE_GATHER_BYTES` overrides the product (for measuring the crossover).
+const GATHER_FOLD_MAX_BYTES: usize = 16 << 20;
+
+fn gathers_whole(bytes: usize, world: usize) -> bool {
+    static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let limit = *LIMIT.get_or_init(|| {
+        std::env::var("VYRE_CUDA_ALLREDUCE_GATHER_BYTES")
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .unwrap_or(GATHER_FOLD_MAX_BYTES)
+    });
+    bytes.saturating_mul(world) <= limit
 }
 
 /// Checks every collective's shapes on every local rank and decides its reduction.
@@ -631,20 +655,23 @@ fn enqueue(
     planned: &[Planned],
     config: &DispatchConfig,
 ) -> Result<(), CudaError> {
-    let launches = config.fixpoint_iterations.unwrap_or(1).max(1);
-    let (mut segment, mut collective) = (0usize, 0usize);
-    for step in &schedule.steps {
-        match step {
-            RankStep::Segment(_) => {
-                for job in jobs.iter() {
-                    job.launch_segment(segment, launches)
-                        .map_err(|e| job.core.driver_error(e))?;
+    // `fixpoint_iterations` runs the whole program that many times back to back, as it
+    // launches every segment of a program split at grid-wide barriers.
+    for _ in 0..config.fixpoint_iterations.unwrap_or(1).max(1) {
+        let (mut segment, mut collective) = (0usize, 0usize);
+        for step in &schedule.steps {
+            match step {
+                RankStep::Segment(_) => {
+                    for job in jobs.iter() {
+                        job.launch_segment(segment)
+                            .map_err(|e| job.core.driver_error(e))?;
+                    }
+                    segment += 1;
                 }
-                segment += 1;
-            }
-            RankStep::Collective(_) => {
-                run_collective(jobs, &planned[collective], collective)?;
-                collective += 1;
+                RankStep::Collective(_) => {
+                    run_collective(jobs, &planned[collective], collective)?;
+                    collective += 1;
+                }
             }
         }
     }
@@ -755,6 +782,9 @@ fn run_collective(jobs: &[Job<'_>], planned: &Planned, index: usize) -> Result<(
                 element_bytes: *element_bytes,
                 index,
             };
+            if gathers_whole(planned.input_bytes, world) {
+                return fold.gather_fold(jobs, planned, &input, &output);
+            }
             match kind {
                 CollectiveKind::ReduceScatter => {
                     fold.reduce_scatter(jobs, planned.output_bytes, &input, &output)
@@ -810,6 +840,44 @@ impl Fold {
             let recv = (buffer(job) + theirs.0 as u64, theirs.1 - theirs.0);
             (send, recv)
         })
+    }
+
+    /// A small reduction: every rank gathers every rank's whole input (one NCCL
+    /// all-gather into its scratch) and folds all of it; an AllReduce folds straight into
+    /// its buffer, a ReduceScatter into scratch and keeps its own block.
+    fn gather_fold(
+        &self,
+        jobs: &[Job<'_>],
+        planned: &Planned,
+        input: &dyn Fn(&Job<'_>) -> u64,
+        output: &dyn Fn(&Job<'_>) -> u64,
+    ) -> Result<(), CudaError> {
+        let bytes = planned.input_bytes;
+        grouped(jobs, |job| {
+            (job.comm())
+                .all_gather(
+                    input(job),
+                    job.scratch(),
+                    bytes,
+                    NcclDataType::Uint8,
+                    job.stream(),
+                )
+                .map_err(nccl)
+        })?;
+        for job in jobs {
+            if planned.step.kind == CollectiveKind::AllReduce {
+                self.fold(job, input(job), bytes)?;
+                continue;
+            }
+            let folded = job.scratch() + (self.world * bytes) as u64;
+            self.fold(job, folded, bytes)?;
+            let block = planned.output_bytes;
+            let mine = folded + (job.rank.rank * block) as u64;
+            (job.stream())
+                .copy_device_to_device(output(job), mine, block)
+                .map_err(|e| job.core.driver_error(e))?;
+        }
+        Ok(())
     }
 
     fn reduce_scatter(

@@ -256,8 +256,14 @@ mod tests {
 
     #[test]
     fn reduction_modes_parse_and_default_to_exact() {
-        assert_eq!(CollectiveReduction::parse("exact"), Some(CollectiveReduction::Exact));
-        assert_eq!(CollectiveReduction::parse(" native "), Some(CollectiveReduction::Native));
+        assert_eq!(
+            CollectiveReduction::parse("exact"),
+            Some(CollectiveReduction::Exact)
+        );
+        assert_eq!(
+            CollectiveReduction::parse(" native "),
+            Some(CollectiveReduction::Native)
+        );
         assert_eq!(CollectiveReduction::parse("fast"), None);
         let options = CudaOptions::default();
         assert_eq!(options.collective_reduction, CollectiveReduction::Exact);
