@@ -10,7 +10,8 @@
 //! * 1000 back-to-back resident dispatches with every rank's free memory back to baseline.
 //! * The fold kernels (`collective_fold_program`) on one plain device for W = 2 ..= 8.
 //! * A rank slower than the collective timeout: `CollectiveAborted`, no hang, and every later
-//!   collective dispatch fails at once.
+//!   collective dispatch fails at once. A rank that faults (a zero divisor): the dispatch
+//!   fails with `KernelRuntime` naming it, its peers do not hang, the cluster goes on.
 //! * W processes that `join` through the hex id (`VYRE_NCCL_ID`, `RANK`, `WORLD_SIZE`,
 //!   `LOCAL_RANK`), with NCCL's default transport and with its network transport forced
 //!   over loopback.
@@ -939,6 +940,103 @@ fn a_rank_past_the_collective_timeout_aborts_without_hanging() {
     });
 }
 
+/// `q = a / d` (i32; a zero divisor is a device-side fault, as in the reference);
+/// `AllReduce(q, Sum)`; `r = q + 1`.
+fn divide_then_all_reduce(n: u32) -> Program {
+    Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::I32).with_count(n),
+            BufferDecl::read("d", 1, DataType::I32).with_count(n),
+            BufferDecl::output("q", 2, DataType::I32).with_count(n),
+            BufferDecl::output("r", 3, DataType::I32).with_count(n),
+        ],
+        [64, 1, 1],
+        vec![
+            update(
+                "q",
+                bin(BinOp::Div, Expr::load("a", gid()), Expr::load("d", gid())),
+            ),
+            Node::AllReduce {
+                buffer: "q".into(),
+                op: CollectiveOp::Sum,
+                group: CommGroup::WORLD,
+            },
+            update("r", Expr::add(Expr::load("q", gid()), Expr::i32(1))),
+        ],
+    )
+}
+
+/// Rank inputs of [`divide_then_all_reduce`]; with `fault`, the last rank divides by zero
+/// at element 37.
+fn divide_inputs(world: usize, n: usize, fault: bool) -> RankInputs {
+    (0..world)
+        .map(|r| {
+            let a: Vec<i32> = (0..n)
+                .map(|i| (i as i32 * 7919 + r as i32 * 104_729) % 1_000_003 - 500_000)
+                .collect();
+            let mut d: Vec<i32> = (0..n)
+                .map(|i| (i % 13) as i32 - 6)
+                .map(|v| if v == 0 { 7 } else { v })
+                .collect();
+            if fault && r + 1 == world {
+                d[37] = 0;
+            }
+            let bytes = |v: &[i32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+            vec![bytes(&a), bytes(&d)]
+        })
+        .collect()
+}
+
+#[test]
+fn a_faulting_rank_fails_the_dispatch_and_its_peers_do_not_hang() {
+    let _gpu = gpu_lock();
+    let Some(world) = world() else { return };
+    within(
+        "a dispatch with a faulting rank",
+        Duration::from_secs(180),
+        move || {
+            let w = world.size();
+            let n = 1000;
+            let program = divide_then_all_reduce(n as u32);
+            let config = DispatchConfig::default();
+            let cluster = cluster(&world, CollectiveReduction::Exact);
+            let faulty = divide_inputs(w, n, true);
+            let oracle = reference_ranks(&program, &faulty);
+            assert!(
+                oracle.is_err(),
+                "the reference fails on the zero divisor: {oracle:?}"
+            );
+            let started = Instant::now();
+            let got = cluster.dispatch(&program, &faulty, &config);
+            let elapsed = started.elapsed();
+            match &got {
+                Err(error @ CudaError::KernelRuntime { message, .. }) => {
+                    println!("faulting rank {}: {error} ({elapsed:?})", w - 1);
+                    assert!(
+                        message.starts_with(&format!("rank {}:", w - 1)),
+                        "{message}"
+                    );
+                    one_fix(error).unwrap_or_else(|why| panic!("{why}"));
+                }
+                other => panic!("want KernelRuntime naming rank {}, got {other:?}", w - 1),
+            }
+            assert!(
+                elapsed < Duration::from_secs(30),
+                "the faulting dispatch took {elapsed:?}"
+            );
+            // A device-side fault aborts nothing: the same cluster runs the next dispatch.
+            let clean = divide_inputs(w, n, false);
+            let want = reference_ranks(&program, &clean).expect("the oracle runs it");
+            let got = cluster
+                .dispatch(&program, &clean, &config)
+                .expect("the dispatch after the fault");
+            if let Some(why) = rank_difference(&got, &want, 4) {
+                panic!("after the fault: {why}");
+            }
+        },
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // 6. Several processes that join through the hex id.
 
@@ -1177,4 +1275,124 @@ fn joined_processes_match_the_oracle() {
         }
     }
     finish("joined processes", &failures);
+}
+
+// ---------------------------------------------------------------------------------------
+// On the CPU: the premises the GPU tests rely on.
+
+/// The value of a 16-bit float (`f16`: 5 exponent bits, `bf16`: 8) as f64.
+fn half_value(bits: u16, bf16: bool) -> f64 {
+    if bf16 {
+        return f64::from(f32::from_bits(u32::from(bits) << 16));
+    }
+    let sign = if bits >> 15 == 1 { -1.0 } else { 1.0 };
+    let (exp, man) = (i32::from((bits >> 10) & 0x1f), f64::from(bits & 0x3ff));
+    sign * match exp {
+        0 => man * 2f64.powi(-24),
+        31 if man == 0.0 => f64::INFINITY,
+        31 => f64::NAN,
+        _ => (1.0 + man / 1024.0) * 2f64.powi(exp - 15),
+    }
+}
+
+fn float_values(ty: &DataType, bytes: &[u8]) -> Vec<f64> {
+    bytes
+        .chunks_exact(size_of(ty))
+        .map(|c| match ty {
+            DataType::F16 => half_value(u16::from_le_bytes([c[0], c[1]]), false),
+            DataType::BF16 => half_value(u16::from_le_bytes([c[0], c[1]]), true),
+            DataType::F32 => f64::from(f32::from_le_bytes(c.try_into().unwrap())),
+            _ => f64::from_le_bytes(c.try_into().unwrap()),
+        })
+        .collect()
+}
+
+#[test]
+fn the_inputs_and_programs_do_what_the_gpu_tests_assume() {
+    for ty in sweep_types().iter().filter(|ty| is_float(ty)) {
+        // Small integers: -15 ..= 15, zero as +0, so every fold of <= 8 ranks is exact.
+        let small = rank_values(ty, 4096, Values::SmallInt, 9);
+        let values = float_values(ty, &small);
+        assert!(values
+            .iter()
+            .all(|v| v.fract() == 0.0 && (-15.0..=15.0).contains(v)));
+        assert!(values.iter().any(|v| *v < 0.0) && values.contains(&15.0));
+        let negative_zero = float_values(ty, &small)
+            .iter()
+            .zip(small.chunks_exact(size_of(ty)))
+            .any(|(v, c)| *v == 0.0 && c.iter().any(|&b| b != 0));
+        assert!(!negative_zero, "{ty}: no -0 among the small integers");
+        // Moderate: normal, finite, 2^-4 ..= 2^5.
+        let moderate = float_values(ty, &rank_values(ty, 4096, Values::Moderate, 9));
+        assert!(moderate
+            .iter()
+            .all(|v| v.is_finite() && (0.0625..32.0).contains(&v.abs())));
+        // Bits: NaN, infinity, zero and subnormal all occur even in 12 elements.
+        let bits = float_values(ty, &rank_values(ty, 12, Values::Bits, 4));
+        assert!(bits.iter().any(|v| v.is_nan()), "{ty}");
+        assert!(bits.iter().any(|v| v.is_infinite()), "{ty}");
+        assert!(bits.contains(&0.0), "{ty}");
+        let smallest_normal = match ty {
+            DataType::F16 => 2f64.powi(-14),
+            DataType::BF16 | DataType::F32 => 2f64.powi(-126),
+            _ => f64::MIN_POSITIVE,
+        };
+        assert!(
+            bits.iter().any(|v| *v != 0.0 && v.abs() < smallest_normal),
+            "{ty}: a subnormal"
+        );
+    }
+    // Ranks get different data.
+    assert_ne!(
+        rank_values(&DataType::U32, 7, Values::Bits, 1),
+        rank_values(&DataType::U32, 7, Values::Bits, 2)
+    );
+    // The oracle refuses exactly the bitwise ops over floats (W = 2).
+    for case in sweep_cases(2).iter().filter(|c| c.count == 7) {
+        let inputs: RankInputs = (0..2)
+            .map(|r| {
+                vec![rank_values(
+                    &case.element,
+                    case.input_count(2),
+                    case.values,
+                    r + 1,
+                )]
+            })
+            .collect();
+        let refused = reference_ranks(&case.program(2), &inputs).is_err();
+        let bitwise_float = is_float(&case.element)
+            && matches!(
+                case.collective,
+                Collective::AllReduce(op) | Collective::ReduceScatter(op) if is_bitwise(op)
+            );
+        assert_eq!(refused, bitwise_float, "{}", case.name());
+    }
+    // The slow program's host model, and its rank-0-only slowness.
+    let program = slow_then_all_reduce();
+    let inputs = slow_inputs(3, 1000);
+    let want = reference_ranks(&program, &inputs).expect("the oracle runs it");
+    let sum: Vec<u32> = (0..8)
+        .map(|i| {
+            (0..3).fold(0u32, |acc, r| {
+                let start = (r * 100 + i) as u32 * 2_654_435_761;
+                acc.wrapping_add(if r == 0 {
+                    slow_host(start, 1000)
+                } else {
+                    start
+                })
+            })
+        })
+        .collect();
+    assert!(want.iter().all(|rank| rank[0] == u32_bytes(&sum)));
+    // The faulting rank fails in the oracle; the clean inputs run.
+    let program = divide_then_all_reduce(1000);
+    assert!(reference_ranks(&program, &divide_inputs(3, 1000, true)).is_err());
+    assert!(reference_ranks(&program, &divide_inputs(3, 1000, false)).is_ok());
+    // The compute programs run in the oracle.
+    for (ty, y_rw, gather) in [(DataType::U32, false, Some(3)), (DataType::F32, true, None)] {
+        let program = compute_collective_compute(&ty, 100, CollectiveOp::Max, y_rw, gather);
+        let inputs = compute_inputs(&ty, 100, Values::Bits, y_rw, 3, 1);
+        let outputs = reference_ranks(&program, &inputs).expect("the oracle runs it");
+        assert_eq!(outputs[0].len(), 2 + usize::from(gather.is_some()));
+    }
 }
