@@ -1178,12 +1178,18 @@ fn run_joined(world: usize, transport: &[(&str, &str)]) -> Result<Duration, Stri
         let mut child = command
             .spawn()
             .map_err(|e| format!("spawn rank {rank}: {e}"))?;
-        let mut pipes = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+        // Each pipe drained on its own thread, so a full one never stalls the child.
+        let mut stdout = child.stdout.take().expect("piped stdout");
+        let mut stderr = child.stderr.take().expect("piped stderr");
+        let errors = std::thread::spawn(move || {
+            let mut err = String::new();
+            let _ = stderr.read_to_string(&mut err);
+            err
+        });
         let reader = std::thread::spawn(move || {
-            let (mut out, mut err) = (String::new(), String::new());
-            let _ = pipes.0.read_to_string(&mut out);
-            let _ = pipes.1.read_to_string(&mut err);
-            (out, err)
+            let mut out = String::new();
+            let _ = stdout.read_to_string(&mut out);
+            (out, errors.join().unwrap_or_default())
         });
         children.push((child, reader));
     }
