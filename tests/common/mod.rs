@@ -2,6 +2,7 @@
 //! and compiles them separately, so items a given file does not use are `allow(dead_code)`.
 
 pub mod artifact;
+pub mod cluster;
 pub mod collective_programs;
 pub mod corpus;
 pub mod gpu;

@@ -70,6 +70,9 @@ pub fn reference_ranks(
     let floor_applies = program.stats().atomic_op_count > 0;
     for step in steps {
         match step {
+            // An empty segment (a collective first or last, or two in a row) writes
+            // nothing: skip the reference run, which costs a whole-grid pass per rank.
+            Step::Segment(nodes) if nodes.is_empty() => {}
             Step::Segment(nodes) => {
                 let segment = carried.with_rewritten_wrapped_entry(nodes);
                 for memory in &mut ranks {
