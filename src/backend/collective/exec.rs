@@ -449,11 +449,8 @@ fn scratch_bytes(planned: &Planned, world: usize) -> usize {
         return 0;
     };
     match planned.step.kind {
-        // The gathered inputs, then (ReduceScatter) the folded whole input.
-        _ if gathers_whole(planned.input_bytes, world) => {
-            world * planned.input_bytes + planned.input_bytes
-        }
         CollectiveKind::ReduceScatter => world * planned.output_bytes,
+        _ if gathers_whole(planned.input_bytes, world) => world * planned.input_bytes,
         _ => {
             let values = planned.input_bytes / element_bytes;
             world * values.div_ceil(world) * element_bytes
@@ -461,12 +458,13 @@ fn scratch_bytes(planned: &Planned, world: usize) -> usize {
     }
 }
 
-/// An exact AllReduce or ReduceScatter whose per-rank input, times W, is at most this
-/// many bytes gathers every rank's whole input and folds it on every rank (one NCCL
-/// all-gather and one kernel), instead of the all-to-all of blocks and block fold (and,
-/// for AllReduce, an all-gather of the folded blocks), which moves 2 (W - 1) / W of the
-/// bytes instead of W - 1 times them. Measured on 2x H200 (NV18) for AllReduce: the gather
-/// wins up to 8 MiB per rank, ties at 32 MiB, loses from 128 MiB.
+/// An exact AllReduce whose per-rank buffer, times W, is at most this many bytes gathers
+/// every rank's whole buffer and folds it on every rank (one NCCL all-gather and one
+/// kernel), instead of the all-to-all of blocks, block fold and all-gather of the folded
+/// blocks, which moves 2 (W - 1) / W of the bytes instead of W - 1 times them. Measured on
+/// 2x H200 (NV18): the gather wins up to 8 MiB per rank, ties at 32 MiB, loses from 128
+/// MiB. (The same gather for ReduceScatter measured no faster at small sizes and slower
+/// from 2 MiB, so it is not used there.)
 /// `VYRE_CUDA_ALLREDUCE_GATHER_BYTES` overrides the product (for measuring the crossover).
 const GATHER_FOLD_MAX_BYTES: usize = 16 << 20;
 
@@ -782,12 +780,12 @@ fn run_collective(jobs: &[Job<'_>], planned: &Planned, index: usize) -> Result<(
                 element_bytes: *element_bytes,
                 index,
             };
-            if gathers_whole(planned.input_bytes, world) {
-                return fold.gather_fold(jobs, planned, &input, &output);
-            }
             match kind {
                 CollectiveKind::ReduceScatter => {
                     fold.reduce_scatter(jobs, planned.output_bytes, &input, &output)
+                }
+                _ if gathers_whole(planned.input_bytes, world) => {
+                    fold.gather_all_reduce(jobs, planned.input_bytes, &input)
                 }
                 _ => fold.all_reduce(jobs, planned.input_bytes, &input),
             }
@@ -842,21 +840,18 @@ impl Fold {
         })
     }
 
-    /// A small reduction: every rank gathers every rank's whole input (one NCCL
-    /// all-gather into its scratch) and folds all of it; an AllReduce folds straight into
-    /// its buffer, a ReduceScatter into scratch and keeps its own block.
-    fn gather_fold(
+    /// A small AllReduce: every rank gathers every rank's whole buffer (one NCCL
+    /// all-gather into its scratch) and folds all of it in place.
+    fn gather_all_reduce(
         &self,
         jobs: &[Job<'_>],
-        planned: &Planned,
-        input: &dyn Fn(&Job<'_>) -> u64,
-        output: &dyn Fn(&Job<'_>) -> u64,
+        bytes: usize,
+        buffer: &dyn Fn(&Job<'_>) -> u64,
     ) -> Result<(), CudaError> {
-        let bytes = planned.input_bytes;
         grouped(jobs, |job| {
             (job.comm())
                 .all_gather(
-                    input(job),
+                    buffer(job),
                     job.scratch(),
                     bytes,
                     NcclDataType::Uint8,
@@ -865,17 +860,7 @@ impl Fold {
                 .map_err(nccl)
         })?;
         for job in jobs {
-            if planned.step.kind == CollectiveKind::AllReduce {
-                self.fold(job, input(job), bytes)?;
-                continue;
-            }
-            let folded = job.scratch() + (self.world * bytes) as u64;
-            self.fold(job, folded, bytes)?;
-            let block = planned.output_bytes;
-            let mine = folded + (job.rank.rank * block) as u64;
-            (job.stream())
-                .copy_device_to_device(output(job), mine, block)
-                .map_err(|e| job.core.driver_error(e))?;
+            self.fold(job, buffer(job), bytes)?;
         }
         Ok(())
     }
