@@ -423,9 +423,10 @@ fn constant(ty: &DataType, value: u32) -> Expr {
 }
 
 /// `y = x * 2 + bias; AllReduce(y, op); z = y + 1` over `n` elements of `ty` (u32 or
-/// f32), `y` a backend-allocated output or a read-write input; with `gather`, then
-/// `AllGather(z -> g); g = g + 3` (`g` holds W x n). Inputs per rank: x, bias (and y when
-/// read-write); outputs y, z (and g).
+/// f32), `y` a backend-allocated output or a read-write input (vyre allows one output
+/// buffer, so `z` and `g` are read-write); with `gather`, then `AllGather(z -> g);
+/// g = g + 3` (`g` holds W x n). Inputs per rank: x, bias (and y when read-write), zeroed
+/// z (and g); returned y, z (and g).
 fn compute_collective_compute(
     ty: &DataType,
     n: u32,
@@ -442,7 +443,7 @@ fn compute_collective_compute(
         BufferDecl::read("x", 0, ty.clone()).with_count(n),
         BufferDecl::read("bias", 1, ty.clone()).with_count(n),
         y.with_count(n),
-        BufferDecl::output("z", 3, ty.clone()).with_count(n),
+        BufferDecl::read_write("z", 3, ty.clone()).with_count(n),
     ];
     let mut entry = vec![
         update(
@@ -460,7 +461,7 @@ fn compute_collective_compute(
         update("z", Expr::add(Expr::load("y", gid()), constant(ty, 1))),
     ];
     if let Some(world) = gather {
-        buffers.push(BufferDecl::output("g", 4, ty.clone()).with_count(world as u32 * n));
+        buffers.push(BufferDecl::read_write("g", 4, ty.clone()).with_count(world as u32 * n));
         entry.push(Node::AllGather {
             input: "z".into(),
             output: "g".into(),
@@ -474,7 +475,8 @@ fn compute_collective_compute(
     Program::wrapped(buffers, [64, 1, 1], entry)
 }
 
-/// Rank inputs of [`compute_collective_compute`].
+/// Rank inputs of [`compute_collective_compute`]: values for x, bias and a read-write y,
+/// zeros for z (and g).
 fn compute_inputs(
     ty: &DataType,
     n: usize,
@@ -483,6 +485,7 @@ fn compute_inputs(
     world: usize,
     seed: u64,
 ) -> RankInputs {
+    let size = ty.size_bytes().expect("a fixed-size element");
     (0..world)
         .map(|r| {
             let seed = seed * 1000 + r as u64 * 3;
@@ -495,7 +498,33 @@ fn compute_inputs(
             }
             inputs
         })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|mut inputs| {
+            inputs.push(vec![0; n * size]);
+            inputs
+        })
         .collect()
+}
+
+/// [`compute_inputs`] for a program with `gather`: a zeroed g (W x n) as well.
+fn compute_inputs_for(
+    ty: &DataType,
+    n: usize,
+    values: Values,
+    y_read_write: bool,
+    world: usize,
+    seed: u64,
+    gather: bool,
+) -> RankInputs {
+    let size = ty.size_bytes().expect("a fixed-size element");
+    let mut inputs = compute_inputs(ty, n, values, y_read_write, world, seed);
+    if gather {
+        for rank in &mut inputs {
+            rank.push(vec![0; world * n * size]);
+        }
+    }
+    inputs
 }
 
 #[test]
@@ -552,7 +581,16 @@ fn compute_all_reduce_compute_matches_the_oracle() {
     ];
     let mut failures = Vec::new();
     for (seed, (name, program, element, values, y_rw, check_native)) in cases.iter().enumerate() {
-        let inputs = compute_inputs(element, n as usize, *values, *y_rw, w, seed as u64 + 7);
+        let gather = program.buffers().iter().any(|decl| decl.name() == "g");
+        let inputs = compute_inputs_for(
+            element,
+            n as usize,
+            *values,
+            *y_rw,
+            w,
+            seed as u64 + 7,
+            gather,
+        );
         let want = reference_ranks(program, &inputs);
         assert!(want.is_ok(), "{name}: the oracle runs it: {want:?}");
         let mut modes = vec![("exact", &exact)];
@@ -948,7 +986,7 @@ fn divide_then_all_reduce(n: u32) -> Program {
             BufferDecl::read("a", 0, DataType::I32).with_count(n),
             BufferDecl::read("d", 1, DataType::I32).with_count(n),
             BufferDecl::output("q", 2, DataType::I32).with_count(n),
-            BufferDecl::output("r", 3, DataType::I32).with_count(n),
+            BufferDecl::read_write("r", 3, DataType::I32).with_count(n),
         ],
         [64, 1, 1],
         vec![
@@ -982,7 +1020,7 @@ fn divide_inputs(world: usize, n: usize, fault: bool) -> RankInputs {
                 d[37] = 0;
             }
             let bytes = |v: &[i32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-            vec![bytes(&a), bytes(&d)]
+            vec![bytes(&a), bytes(&d), vec![0; n * 4]]
         })
         .collect()
 }
@@ -1093,7 +1131,7 @@ fn join_cases(world: usize) -> Vec<(String, Program, usize, RankInputs)> {
             "u32 compute, AllReduce max, compute, AllGather, compute".into(),
             compute_collective_compute(&u32_, 4099, CollectiveOp::Max, false, Some(world)),
             4,
-            compute_inputs(&u32_, 4099, Values::Bits, false, world, 6),
+            compute_inputs_for(&u32_, 4099, Values::Bits, false, world, 6, true),
         ),
     ]
 }
@@ -1397,7 +1435,7 @@ fn the_inputs_and_programs_do_what_the_gpu_tests_assume() {
     // The compute programs run in the oracle.
     for (ty, y_rw, gather) in [(DataType::U32, false, Some(3)), (DataType::F32, true, None)] {
         let program = compute_collective_compute(&ty, 100, CollectiveOp::Max, y_rw, gather);
-        let inputs = compute_inputs(&ty, 100, Values::Bits, y_rw, 3, 1);
+        let inputs = compute_inputs_for(&ty, 100, Values::Bits, y_rw, 3, 1, gather.is_some());
         let outputs = reference_ranks(&program, &inputs).expect("the oracle runs it");
         assert_eq!(outputs[0].len(), 2 + usize::from(gather.is_some()));
     }

@@ -1128,6 +1128,27 @@ pub(crate) fn validated(program: &Program) -> Result<std::borrow::Cow<'_, Progra
     })
 }
 
+/// A rank's program (collectives kept, see `codegen::ranked_program`) checked by vyre's
+/// validator as [`validated`] checks a one-GPU program, with collectives allowed: a rank
+/// refuses what the reference refuses, before anything is enqueued.
+pub(crate) fn validated_ranked(
+    program: &Program,
+) -> Result<std::borrow::Cow<'_, Program>, CudaError> {
+    let program = crate::codegen::ranked_program(program)?;
+    let options = ValidationOptions::default().with_backend_capabilities(BackendCapabilities {
+        supports_subgroup_ops: true,
+        supports_distributed_collectives: true,
+        ..Default::default()
+    });
+    let report = validate_with_options(&program, options);
+    if report.errors.is_empty() {
+        return Ok(program);
+    }
+    Err(CudaError::InvalidProgram {
+        errors: report.errors,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -100,9 +100,7 @@ pub fn split_collectives(program: &Program) -> Result<Option<Vec<RankStep>>, Cod
     if !has_collectives(program) {
         return Ok(None);
     }
-    check_nesting(program)?;
-    let prepared = prepare_with(program, false)?;
-    check_nesting(&prepared)?;
+    let prepared = ranked_program(program)?;
     let mut flat = Vec::new();
     flatten(prepared.entry(), &mut flat);
     let mut steps = Vec::new();
@@ -122,6 +120,15 @@ pub fn split_collectives(program: &Program) -> Result<Option<Vec<RankStep>>, Cod
     }
     push_segment(&prepared, &mut current, &mut steps);
     Ok(Some(steps))
+}
+
+/// The program a rank runs: normalised and its calls inlined as the reference does, the
+/// collectives kept (no single-rank lowering); nesting checked before and after.
+pub fn ranked_program(program: &Program) -> Result<std::borrow::Cow<'_, Program>, CodegenError> {
+    check_nesting(program)?;
+    let prepared = prepare_with(program, false)?;
+    check_nesting(&prepared)?;
+    Ok(prepared)
 }
 
 fn push_segment(program: &Program, nodes: &mut Vec<Node>, steps: &mut Vec<RankStep>) {

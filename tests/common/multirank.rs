@@ -15,6 +15,9 @@
 //! * `ReduceScatter{in, out}`: `out_r = block r of fold(in_0, ..., in_{W-1})`, blocks of
 //!   `len(out)`; needs `len(in) = W * len(out)`.
 //!
+//! The whole program first passes vyre's validator with collectives allowed, so what the
+//! reference refuses on one rank (more than one output buffer, say) is refused here too.
+//!
 //! Folds, by element type:
 //! * Every type but U64/I64 folds on vyre-reference itself: each step runs the program
 //!   `acc[i] = acc[i] <op> next[i]` (`Sum` is `BinOp::Add`, the others their namesakes),
@@ -61,6 +64,7 @@ pub fn reference_ranks(
         return Err("no ranks. Fix: pass one input vector per rank (W >= 1).".into());
     }
     let program = normalize(program)?;
+    validate(&program)?;
     let steps = split(program.entry())?;
     let carried = carried_program(&program);
     let mut ranks = per_rank_inputs
@@ -105,6 +109,25 @@ fn normalize(program: &Program) -> Result<Program, String> {
         Some(_) => program.clone().reconcile_runnable_top_level(),
     };
     vyre_foundation::ir::inline_composite_calls(&program).map_err(|e| e.to_string())
+}
+
+/// vyre's validator on the whole program, as the reference runs it (subgroup operations
+/// allowed) but with collectives allowed too: what the reference refuses on one rank (two
+/// output buffers, say) is refused on W ranks, before any segment runs.
+fn validate(program: &Program) -> Result<(), String> {
+    use vyre_foundation::validate::{
+        validate::validate_with_options, BackendCapabilities, ValidationOptions,
+    };
+    let options = ValidationOptions::default().with_backend_capabilities(BackendCapabilities {
+        supports_subgroup_ops: true,
+        supports_distributed_collectives: true,
+        ..Default::default()
+    });
+    let report = validate_with_options(program, options);
+    match report.errors.first() {
+        None => Ok(()),
+        Some(error) => Err(format!("vyre's validator rejects the program: {error}")),
+    }
 }
 
 fn is_collective(node: &Node) -> bool {

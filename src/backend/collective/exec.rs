@@ -156,8 +156,9 @@ fn schedule(core: &Core, program: &Program) -> Result<Arc<Schedule>, CudaError> 
         return Ok(found);
     }
     // A program without collectives is one segment (it still runs on every rank).
+    let prepared = crate::backend::validated_ranked(program)?;
     let steps =
-        split_collectives(program)?.unwrap_or_else(|| vec![RankStep::Segment(program.clone())]);
+        split_collectives(&prepared)?.unwrap_or_else(|| vec![RankStep::Segment(program.clone())]);
     let schedule = Arc::new(Schedule { steps });
     if let Ok(mut schedules) = rank.schedules.lock() {
         schedules.insert(identity, Arc::clone(&schedule));
@@ -602,11 +603,12 @@ fn reduction(
         DataType::I64 => Some(NcclDataType::Int64),
         _ => None,
     };
+    // Not F64: vyre-reference computes f64 arithmetic (Min and Max included) at f32
+    // precision, which NCCL's Float64 does not, so f64 always folds.
     let float = match element {
         DataType::F16 => Some(NcclDataType::Float16),
         DataType::BF16 => Some(NcclDataType::Bfloat16),
         DataType::F32 => Some(NcclDataType::Float32),
-        DataType::F64 => Some(NcclDataType::Float64),
         _ => None,
     };
     let native = match rank.reduction {
