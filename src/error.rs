@@ -128,7 +128,9 @@ impl CudaError {
             ),
             Self::CollectiveAborted { message } => (
                 format!("collective dispatch aborted: {message}").into(),
-                "check every rank's error (a rank that faulted, exited or dispatched a different                  program leaves its peers waiting), then create the cluster (or join every rank)                  again; VYRE_CUDA_COLLECTIVE_TIMEOUT_MS sets how long a dispatch may wait"
+                "check every rank's error (a rank that faulted, exited or dispatched a different \
+                 program leaves its peers waiting), then create the cluster (or join every rank) \
+                 again; VYRE_CUDA_COLLECTIVE_TIMEOUT_MS sets how long a dispatch may wait"
                     .into(),
             ),
             Self::InvalidProgram { errors } => (
