@@ -90,3 +90,114 @@ fn collectives_that_need_a_transport_are_rejected_with_one_fix() {
         );
     }
 }
+
+/// What a rank compiles assembles for sm_80 and sm_90: the fold kernel of every operator
+/// and element type that lowers, for 2..8 ranks (the others are refused by the validator or
+/// the emitter, as the reference refuses them), and the segments of a program cut at its
+/// collectives.
+#[test]
+fn rank_kernels_assemble() {
+    use vyre_cuda::codegen::{split_collectives, RankStep};
+    use vyre_foundation::ir::{BufferDecl, CollectiveOp, CommGroup, DataType, Expr, Node, Program};
+    let ptxas = common::ptxas::require_ptxas();
+    let assemble = |name: &str, program: &Program| -> bool {
+        let Ok(prepared) = reference_program(program) else {
+            return false;
+        };
+        if vyre_foundation::validate::validate::validate(&prepared)
+            .iter()
+            .next()
+            .is_some()
+        {
+            return false;
+        }
+        for target in [PtxTarget::sm80(), PtxTarget::sm90()] {
+            // A kernel the emitter refuses (an operator the reference defines no result for,
+            // such as Add on u8) is refused at load, before any rank enqueues anything.
+            let Ok(kernel) = emit_ptx(program, None, target) else {
+                return false;
+            };
+            if let Some(ptxas) = &ptxas {
+                common::ptxas::assemble_for(ptxas, &kernel.ptx)
+                    .unwrap_or_else(|e| panic!("{name} ({target}): {e}"));
+            }
+        }
+        true
+    };
+    let ops = [
+        CollectiveOp::Sum,
+        CollectiveOp::Min,
+        CollectiveOp::Max,
+        CollectiveOp::BitAnd,
+        CollectiveOp::BitOr,
+        CollectiveOp::BitXor,
+    ];
+    let types = [
+        DataType::U32,
+        DataType::I32,
+        DataType::F32,
+        DataType::F16,
+        DataType::BF16,
+        DataType::F64,
+        DataType::U8,
+        DataType::U16,
+    ];
+    let mut assembled = 0;
+    for op in ops {
+        for ty in &types {
+            for world in 2..=8 {
+                let program = vyre_cuda::collective_fold_program(op, ty.clone(), world)
+                    .expect("every vyre collective operator folds");
+                assembled +=
+                    usize::from(assemble(&format!("fold {op:?} {ty} W={world}"), &program));
+            }
+        }
+    }
+    // u32/i32/f32/f16/bf16/f64 fold Sum/Min/Max and u32/i32 the bitwise operators, for
+    // each of the 7 world sizes.
+    assert!(
+        assembled >= (6 * 3 + 2 * 3) * 7,
+        "only {assembled} fold kernels lowered"
+    );
+    let i = || Expr::InvocationId { axis: 0 };
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("x", 0, DataType::F32).with_count(64),
+            BufferDecl::read_write("y", 1, DataType::F32).with_count(64),
+            BufferDecl::read_write("g", 2, DataType::F32).with_count(256),
+        ],
+        [64, 1, 1],
+        vec![
+            Node::store("y", i(), Expr::load("x", i())),
+            Node::AllReduce {
+                buffer: "y".into(),
+                op: CollectiveOp::Sum,
+                group: CommGroup::WORLD,
+            },
+            Node::block(vec![Node::store("y", i(), Expr::load("y", i()))]),
+            Node::AllGather {
+                input: "y".into(),
+                output: "g".into(),
+                group: CommGroup::WORLD,
+            },
+            Node::store("g", i(), Expr::load("y", i())),
+        ],
+    );
+    let steps = split_collectives(&program)
+        .expect("a valid rank program")
+        .expect("it holds collectives");
+    let segments: Vec<&Program> = steps
+        .iter()
+        .filter_map(|step| match step {
+            RankStep::Segment(segment) => Some(segment),
+            RankStep::Collective(_) => None,
+        })
+        .collect();
+    assert_eq!((steps.len(), segments.len()), (5, 3));
+    for (index, segment) in segments.iter().enumerate() {
+        assert!(
+            assemble(&format!("segment {index}"), segment),
+            "segment {index}"
+        );
+    }
+}
