@@ -38,6 +38,7 @@ pub use backend::{
     COLLECTIVE_REDUCTION_ENV, COLLECTIVE_TIMEOUT_ENV, JIT_HELPER_ENV, SPLIT_COMPILE_ENV,
 };
 pub use compat::{BACKEND_ID, PAYLOAD_FORMAT, TARGET_ID};
+pub use driver::nccl::NcclUniqueId;
 pub use error::{CudaError, CUDA_BACKEND_ID};
 pub use optimizer::CudaOptimizerDispatcher;
 

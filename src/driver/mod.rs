@@ -17,7 +17,6 @@ mod error;
 mod graph;
 mod memory;
 mod module;
-#[doc(hidden)]
 pub mod nccl;
 mod round_trip;
 mod stream;
