@@ -104,11 +104,7 @@ fn rank_kernels_assemble() {
         let Ok(prepared) = reference_program(program) else {
             return false;
         };
-        if vyre_foundation::validate::validate::validate(&prepared)
-            .iter()
-            .next()
-            .is_some()
-        {
+        if !vyre_foundation::validate::validate::validate(&prepared).is_empty() {
             return false;
         }
         for target in [PtxTarget::sm80(), PtxTarget::sm90()] {
