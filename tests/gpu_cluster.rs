@@ -1440,3 +1440,198 @@ fn the_inputs_and_programs_do_what_the_gpu_tests_assume() {
         assert_eq!(outputs[0].len(), 2 + usize::from(gather.is_some()));
     }
 }
+
+/// Every refusal comes before anything is enqueued, with one `Fix:`, where the oracle
+/// refuses too, and leaves the cluster usable: AllGather/ReduceScatter shapes, a Broadcast
+/// root past W, ranks binding different lengths, a collective inside `If`, a group other
+/// than WORLD, two output buffers. Paths that run one rank's kernel alone (pipelines,
+/// asynchronous dispatch) refuse programs with collectives on a rank; a plain backend runs
+/// them with the reference's one-rank lowering.
+#[test]
+fn refusals_come_first_and_leave_the_cluster_usable() {
+    let _gpu = gpu_lock();
+    let Some(world) = world() else { return };
+    let w = world.size();
+    let cluster = cluster(&world, CollectiveReduction::Exact);
+    let u32_ = DataType::U32;
+    let words = |n: usize, seed: u64| rank_values(&u32_, n, Values::Bits, seed);
+    let same = |inputs: Vec<Vec<u8>>| -> RankInputs { (0..w).map(|_| inputs.clone()).collect() };
+    let all_gather_wrong = Program::wrapped(
+        vec![
+            BufferDecl::read("src", 0, u32_.clone()).with_count(8),
+            BufferDecl::read_write("out", 1, u32_.clone()).with_count(8 * w as u32 + 1),
+        ],
+        [64, 1, 1],
+        vec![Node::AllGather {
+            input: "src".into(),
+            output: "out".into(),
+            group: CommGroup::WORLD,
+        }],
+    );
+    let reduce_scatter_wrong = Program::wrapped(
+        vec![
+            BufferDecl::read("src", 0, u32_.clone()).with_count(8 * w as u32 + 1),
+            BufferDecl::read_write("out", 1, u32_.clone()).with_count(8),
+        ],
+        [64, 1, 1],
+        vec![Node::ReduceScatter {
+            input: "src".into(),
+            output: "out".into(),
+            op: CollectiveOp::Sum,
+            group: CommGroup::WORLD,
+        }],
+    );
+    let nested = Program::wrapped(
+        vec![BufferDecl::read_write("buf", 0, u32_.clone()).with_count(8)],
+        [64, 1, 1],
+        vec![Node::if_then(
+            Expr::bool(true),
+            vec![Node::AllReduce {
+                buffer: "buf".into(),
+                op: CollectiveOp::Sum,
+                group: CommGroup::WORLD,
+            }],
+        )],
+    );
+    let grouped = Program::wrapped(
+        vec![BufferDecl::read_write("buf", 0, u32_.clone()).with_count(8)],
+        [64, 1, 1],
+        vec![Node::AllReduce {
+            buffer: "buf".into(),
+            op: CollectiveOp::Sum,
+            group: CommGroup(1),
+        }],
+    );
+    let two_outputs = Program::wrapped(
+        vec![
+            BufferDecl::read_write("buf", 0, u32_.clone()).with_count(8),
+            BufferDecl::output("a", 1, u32_.clone()).with_count(8),
+            BufferDecl::output("b", 2, u32_.clone()).with_count(8),
+        ],
+        [64, 1, 1],
+        vec![
+            update("a", Expr::u32(1)),
+            Node::AllReduce {
+                buffer: "buf".into(),
+                op: CollectiveOp::Sum,
+                group: CommGroup::WORLD,
+            },
+            update("b", Expr::u32(2)),
+        ],
+    );
+    let uneven: RankInputs = (0..w).map(|r| vec![words(8 + r, r as u64)]).collect();
+    let cases: Vec<(&str, Program, RankInputs, &str)> = vec![
+        (
+            "AllGather output not W x input",
+            all_gather_wrong,
+            same(vec![words(8, 1), words(8 * w + 1, 2)]),
+            "W x the input",
+        ),
+        (
+            "ReduceScatter input not W x output",
+            reduce_scatter_wrong,
+            same(vec![words(8 * w + 1, 3), words(8, 4)]),
+            "W x the output",
+        ),
+        (
+            "Broadcast root W",
+            broadcast(&u32_, 8, w as u32),
+            same(vec![words(8, 5)]),
+            "root",
+        ),
+        (
+            "collective inside If",
+            nested,
+            same(vec![words(8, 6)]),
+            "If or Loop",
+        ),
+        (
+            "CommGroup(1)",
+            grouped,
+            same(vec![words(8, 7)]),
+            "CommGroup(1)",
+        ),
+        (
+            "two output buffers",
+            two_outputs,
+            same(vec![words(8, 8)]),
+            "V022",
+        ),
+    ];
+    let mut cases = cases;
+    if w > 1 {
+        cases.push((
+            "ranks binding different lengths",
+            all_reduce(&u32_, 8, CollectiveOp::Sum),
+            uneven,
+            "rank",
+        ));
+    }
+    let valid = all_reduce(&u32_, 1000, CollectiveOp::Sum);
+    let valid_inputs: RankInputs = (0..w).map(|r| vec![words(1000, 100 + r as u64)]).collect();
+    let want = reference_ranks(&valid, &valid_inputs).expect("the oracle runs it");
+    let mut failures = Vec::new();
+    for (name, program, inputs, words_in_message) in &cases {
+        let oracle = reference_ranks(program, inputs);
+        let started = Instant::now();
+        let got = cluster.dispatch(program, inputs, &DispatchConfig::default());
+        match (&oracle, &got) {
+            (Err(_), Err(error)) => match one_fix(error) {
+                Ok(text) if text.contains(words_in_message) => {
+                    println!("{name}: refused in {:?}: {text}", started.elapsed())
+                }
+                Ok(text) => failures.push(format!(
+                    "{name}: the message lacks `{words_in_message}`: {text}"
+                )),
+                Err(why) => failures.push(format!("{name}: {why}")),
+            },
+            _ => failures.push(format!(
+                "{name}: want both to refuse, oracle {:?}, cluster {:?}",
+                oracle.as_ref().err(),
+                got.as_ref().err()
+            )),
+        }
+        // Nothing was enqueued, so nothing was aborted: the cluster still runs.
+        match cluster.dispatch(&valid, &valid_inputs, &DispatchConfig::default()) {
+            Ok(outputs) if outputs == want => {}
+            Ok(_) => failures.push(format!(
+                "{name}: the next valid dispatch differs from the oracle"
+            )),
+            Err(error) => failures.push(format!("{name}: the next valid dispatch fails: {error}")),
+        }
+    }
+    // One rank's kernel alone would compute the one-GPU result: refused on a rank.
+    let rank = cluster.rank(0);
+    let compiled = rank.compile(
+        std::sync::Arc::new(valid.clone()),
+        &DispatchConfig::default(),
+    );
+    match compiled {
+        Err(error) => {
+            let text = one_fix(&error).unwrap_or_else(|why| panic!("compile: {why}"));
+            assert!(text.contains("collectives"), "{text}");
+        }
+        Ok(_) => failures.push("a rank compiled a pipeline of a program with collectives".into()),
+    }
+    // A plain backend on the same GPU runs the reference's one-rank lowering.
+    let plain =
+        CudaBackend::with_options(options(CollectiveReduction::Exact, Duration::from_secs(60)))
+            .expect("a plain backend");
+    assert_eq!(plain.rank_info(), None);
+    let one = vec![words(1000, 9)];
+    let single = vyre_reference::reference_eval(
+        &valid,
+        &[vyre_reference::value::Value::from(one[0].clone())],
+    )
+    .expect("the reference runs it")
+    .into_iter()
+    .map(|value| value.to_bytes())
+    .collect::<Vec<_>>();
+    assert_eq!(
+        plain
+            .dispatch(&valid, &one, &DispatchConfig::default())
+            .expect("one-rank lowering"),
+        single
+    );
+    finish("refusals", &failures);
+}
