@@ -144,8 +144,21 @@ fn rank_kernels_assemble() {
             for world in 2..=8 {
                 let program = vyre_cuda::collective_fold_program(op, ty.clone(), world)
                     .expect("every vyre collective operator folds");
-                assembled +=
-                    usize::from(assemble(&format!("fold {op:?} {ty} W={world}"), &program));
+                let name = format!("fold {op:?} {ty} W={world}");
+                if !assemble(&name, &program) {
+                    continue;
+                }
+                assembled += 1;
+                // The form a rank runs after the all-to-all: its own block read in place.
+                let binop = vyre_cuda::codegen::fold_operator(op).expect("an operator");
+                for own in [0, world - 1] {
+                    let around =
+                        vyre_cuda::codegen::fold_program_around(binop, ty.clone(), world, own);
+                    assert!(
+                        assemble(&format!("{name} around rank {own}"), &around),
+                        "{name}: the gathered form lowers, so must the form around rank {own}"
+                    );
+                }
             }
         }
     }

@@ -254,9 +254,26 @@ pub const FOLD_WORKGROUP: u32 = 256;
 /// runtime never folds one rank (a lone rank's bytes stay untouched).
 #[must_use]
 pub fn fold_program(op: BinOp, element: DataType, world: usize) -> Program {
+    fold_program_with(op, element, world, None)
+}
+
+/// [`fold_program`] for rank `own`, whose block is read from its own buffer instead of a
+/// copy in `gathered` (block `own` of `gathered` is never read): binding 0 `gathered`
+/// (read), binding 1 `own` (read, `m` elements), binding 2 `out` (read-write). `own` and
+/// `out` may be the same memory (an AllReduce folds its block in place): each invocation
+/// reads its element before it writes it.
+#[must_use]
+pub fn fold_program_around(op: BinOp, element: DataType, world: usize, own: usize) -> Program {
+    fold_program_with(op, element, world, Some(own))
+}
+
+fn fold_program_with(op: BinOp, element: DataType, world: usize, own: Option<usize>) -> Program {
     let i = || Expr::var("i");
     let m = || Expr::buf_len("out");
     let block = |k: usize| {
+        if own == Some(k) {
+            return Expr::load("own", i());
+        }
         let offset = Expr::BinOp {
             op: BinOp::Mul,
             left: Box::new(Expr::u32(k as u32)),
@@ -294,11 +311,14 @@ pub fn fold_program(op: BinOp, element: DataType, world: usize) -> Program {
         left: Box::new(i()),
         right: Box::new(m()),
     };
+    let mut buffers = vec![BufferDecl::read("gathered", 0, element.clone())];
+    if own.is_some() {
+        buffers.push(BufferDecl::read("own", 1, element.clone()));
+    }
+    let out_binding = buffers.len() as u32;
+    buffers.push(BufferDecl::read_write("out", out_binding, element));
     Program::wrapped(
-        vec![
-            BufferDecl::read("gathered", 0, element.clone()),
-            BufferDecl::read_write("out", 1, element),
-        ],
+        buffers,
         [FOLD_WORKGROUP, 1, 1],
         vec![
             Node::let_bind("i", Expr::gid_x()),
@@ -333,6 +353,45 @@ mod tests {
 
     fn store() -> Node {
         Node::store("a", Expr::gid_x(), Expr::u32(1))
+    }
+
+    #[test]
+    fn the_fold_around_a_ranks_own_block_equals_the_gathered_fold() {
+        use vyre_reference::value::Value;
+        let m = 5usize;
+        let words = |seed: u32, n: usize| -> Vec<u8> {
+            (0..n as u32)
+                .flat_map(|k| (k.wrapping_mul(0x9E37_79B9) ^ seed).to_le_bytes())
+                .collect()
+        };
+        for world in 2..=4 {
+            for own in 0..world {
+                let gathered = words(world as u32 * 31 + own as u32, world * m);
+                let mine = gathered[own * m * 4..(own + 1) * m * 4].to_vec();
+                // Block `own` of the gathered buffer is never read: scramble it.
+                let mut holey = gathered.clone();
+                holey[own * m * 4..(own + 1) * m * 4].fill(0xA5);
+                let want = vyre_reference::reference_eval(
+                    &fold_program(BinOp::Add, DataType::U32, world),
+                    &[Value::from(gathered), Value::from(vec![0u8; m * 4])],
+                )
+                .expect("the gathered fold runs");
+                let got = vyre_reference::reference_eval(
+                    &fold_program_around(BinOp::Add, DataType::U32, world, own),
+                    &[
+                        Value::from(holey),
+                        Value::from(mine),
+                        Value::from(vec![0u8; m * 4]),
+                    ],
+                )
+                .expect("the fold around the own block runs");
+                assert_eq!(
+                    got.iter().map(Value::to_bytes).collect::<Vec<_>>(),
+                    want.iter().map(Value::to_bytes).collect::<Vec<_>>(),
+                    "world {world}, own {own}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -17,8 +17,8 @@ use crate::backend::pool::{Block, Pooled, StreamSlot};
 use crate::backend::staging::{DeviceToHost, HostToDevice};
 use crate::backend::{Core, ResidentBuffer};
 use crate::codegen::{
-    buffer_abi, split_collectives, CollectiveKind, CollectiveStep, KernelAbi, RankStep,
-    FAULT_AREA_BYTES, FOLD_WORKGROUP,
+    buffer_abi, fold_operator, split_collectives, CollectiveKind, CollectiveStep, KernelAbi,
+    RankStep, FAULT_AREA_BYTES, FOLD_WORKGROUP,
 };
 use crate::driver::nccl::{NcclComm, NcclDataType, NcclGroup, NcclRedOp};
 use crate::driver::{DriverError, Stream};
@@ -42,9 +42,10 @@ pub(crate) enum Bound<'a> {
 enum Reduction {
     /// NCCL's own operator (exact for integers; NCCL's order for floats).
     Native(NcclDataType, NcclRedOp),
-    /// Rank-order fold by a kernel over elements of `element_bytes`.
+    /// Rank-order fold by a kernel over `element`s of `element_bytes`.
     Fold {
-        program: Arc<Program>,
+        op: CollectiveOp,
+        element: DataType,
         element_bytes: usize,
     },
 }
@@ -245,8 +246,16 @@ impl<'a> Job<'a> {
         }
         for collective in planned {
             let fold = match &collective.reduction {
-                Some(Reduction::Fold { program, .. }) if self.rank.world > 1 => {
-                    Some(self.core.kernel(program, &DispatchConfig::default())?)
+                Some(Reduction::Fold { op, element, .. }) if self.rank.world > 1 => {
+                    // The gathered small AllReduce folds every block from scratch; the
+                    // all-to-all forms read the rank's own block where it lies.
+                    let world = self.rank.world;
+                    let gathered = collective.step.kind == CollectiveKind::AllReduce
+                        && gathers_whole(collective.input_bytes, world);
+                    let own = (!gathered).then_some(self.rank.rank);
+                    let program = (self.rank.fold(*op, element.clone(), world, own))
+                        .expect("planned folds have an operator");
+                    Some(self.core.kernel(&program, &DispatchConfig::default())?)
                 }
                 _ => None,
             };
@@ -636,14 +645,12 @@ fn reduction(
              operators over integers)",
         )
     };
-    let program = rank
-        .fold(op, fold_element, rank.world)
-        .ok_or_else(unsupported)?;
-    if element_bytes == 0 {
+    if element_bytes == 0 || fold_operator(op).is_none() {
         return Err(unsupported());
     }
     Ok(Reduction::Fold {
-        program,
+        op,
+        element: fold_element,
         element_bytes,
     })
 }
@@ -831,7 +838,8 @@ impl Fold {
         })?;
         for job in jobs {
             let (start, end) = self.block(bytes, job.rank.rank);
-            self.fold(job, buffer(job) + start as u64, end - start)?;
+            let block = buffer(job) + start as u64;
+            self.fold(job, Some(block), block, end - start)?;
         }
         // Then every rank sends its folded block to every other.
         self.exchange(jobs, |job, peer| {
@@ -862,7 +870,7 @@ impl Fold {
                 .map_err(nccl)
         })?;
         for job in jobs {
-            self.fold(job, buffer(job), bytes)?;
+            self.fold(job, None, buffer(job), bytes)?;
         }
         Ok(())
     }
@@ -880,26 +888,20 @@ impl Fold {
             (send, recv)
         })?;
         for job in jobs {
-            self.fold(job, output(job), block)?;
+            let own = input(job) + (job.rank.rank * block) as u64;
+            self.fold(job, Some(own), output(job), block)?;
         }
         Ok(())
     }
 
     /// In one group: every job sends `send` to and receives `recv` from every peer
-    /// (`(address, bytes)` from `ranges(job, peer)`); its own part is a device copy.
+    /// (`(address, bytes)` from `ranges(job, peer)`); a rank's own block stays where it is
+    /// (the fold reads it there).
     fn exchange(
         &self,
         jobs: &[Job<'_>],
         ranges: impl Fn(&Job<'_>, usize) -> ((u64, usize), (u64, usize)),
     ) -> Result<(), CudaError> {
-        for job in jobs {
-            let ((send, len), (recv, _)) = ranges(job, job.rank.rank);
-            if len > 0 && send != recv {
-                (job.stream())
-                    .copy_device_to_device(recv, send, len)
-                    .map_err(|e| job.core.driver_error(e))?;
-            }
-        }
         grouped(jobs, |job| {
             for peer in (0..self.world).filter(|&peer| peer != job.rank.rank) {
                 let ((send, send_len), (recv, recv_len)) = ranges(job, peer);
@@ -917,8 +919,15 @@ impl Fold {
         })
     }
 
-    /// Folds the job's scratch (`world` blocks of `bytes`) into `out`.
-    fn fold(&self, job: &Job<'_>, out: u64, bytes: usize) -> Result<(), CudaError> {
+    /// Folds the job's scratch (`world` blocks of `bytes`; with `own`, the rank's block is
+    /// read there instead) into `out`.
+    fn fold(
+        &self,
+        job: &Job<'_>,
+        own: Option<u64>,
+        out: u64,
+        bytes: usize,
+    ) -> Result<(), CudaError> {
         let values = bytes / self.element_bytes;
         if values == 0 {
             return Ok(());
@@ -934,9 +943,20 @@ impl Fold {
                 )
             })
         };
+        let (gathered, values_u32) = (elements(values * self.world)?, elements(values)?);
+        let (pointers, counts) = match own {
+            Some(own) => (
+                smallvec::smallvec![job.scratch(), own, out],
+                smallvec::smallvec![gathered, values_u32, values_u32],
+            ),
+            None => (
+                smallvec::smallvec![job.scratch(), out],
+                smallvec::smallvec![gathered, values_u32],
+            ),
+        };
         let args = LaunchArgs {
-            pointers: smallvec::smallvec![job.scratch(), out],
-            counts: smallvec::smallvec![elements(values * self.world)?, elements(values)?],
+            pointers,
+            counts,
             fault: kernel
                 .abi
                 .fault_word

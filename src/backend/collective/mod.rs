@@ -19,7 +19,7 @@ mod exec;
 pub use cluster::CudaCluster;
 
 use super::{CudaBackend, CudaOptions};
-use crate::codegen::{fold_operator, fold_program, RankStep};
+use crate::codegen::{fold_operator, fold_program, fold_program_around, RankStep};
 use crate::driver::nccl::{NcclComm, NcclUniqueId};
 use crate::error::CudaError;
 use rustc_hash::FxHashMap;
@@ -78,6 +78,9 @@ pub(crate) struct Schedule {
     pub(crate) steps: Vec<RankStep>,
 }
 
+/// (operator, element, world, own rank) of a fold program.
+type FoldKey = (u8, DataType, usize, Option<usize>);
+
 /// What a [`CudaBackend`] holds when it is a rank.
 pub(crate) struct RankComm {
     /// `None` once aborted.
@@ -89,9 +92,9 @@ pub(crate) struct RankComm {
     /// Why the communicator was aborted, once it was.
     aborted: Mutex<Option<String>>,
     schedules: Mutex<FxHashMap<[u8; 32], Arc<Schedule>>>,
-    /// Fold programs by (operator, element, world), kept so the kernel cache's program
-    /// memo recognises them.
-    folds: Mutex<FxHashMap<(u8, DataType, usize), Arc<Program>>>,
+    /// Fold programs by (operator, element, world, own rank), kept so the kernel cache's
+    /// program memo recognises them.
+    folds: Mutex<FxHashMap<FoldKey, Arc<Program>>>,
 }
 
 impl RankComm {
@@ -140,13 +143,25 @@ impl RankComm {
         drop(guard.take());
     }
 
-    fn fold(&self, op: CollectiveOp, element: DataType, world: usize) -> Option<Arc<Program>> {
-        let key = (op as u8, element.clone(), world);
+    /// The fold program of `op` over `world` ranks of `element`: the gathered form, or with
+    /// `own`, the form reading that rank's block from its own buffer.
+    fn fold(
+        &self,
+        op: CollectiveOp,
+        element: DataType,
+        world: usize,
+        own: Option<usize>,
+    ) -> Option<Arc<Program>> {
+        let key = (op as u8, element.clone(), world, own);
         let mut folds = self.folds.lock().ok()?;
         if let Some(program) = folds.get(&key) {
             return Some(Arc::clone(program));
         }
-        let program = Arc::new(collective_fold_program(op, element, world)?);
+        let binop = fold_operator(op)?;
+        let program = Arc::new(match own {
+            None => fold_program(binop, element, world),
+            Some(own) => fold_program_around(binop, element, world, own),
+        });
         folds.insert(key, Arc::clone(&program));
         Some(program)
     }
