@@ -1114,18 +1114,7 @@ fn handle_error(error: HandleError) -> CudaError {
 /// (no collective support) on every collective, even the WORLD ones the reference runs;
 /// a group other than WORLD or a nonzero Broadcast root fails in the lowering, as there.
 pub(crate) fn validated(program: &Program) -> Result<std::borrow::Cow<'_, Program>, CudaError> {
-    let program = reference_program(program)?;
-    let options = ValidationOptions::default().with_backend_capabilities(BackendCapabilities {
-        supports_subgroup_ops: true,
-        ..Default::default()
-    });
-    let report = validate_with_options(&program, options);
-    if report.errors.is_empty() {
-        return Ok(program);
-    }
-    Err(CudaError::InvalidProgram {
-        errors: report.errors,
-    })
+    validated_as_reference(reference_program(program)?, false)
 }
 
 /// A rank's program (collectives kept, see `codegen::ranked_program`) checked by vyre's
@@ -1134,10 +1123,18 @@ pub(crate) fn validated(program: &Program) -> Result<std::borrow::Cow<'_, Progra
 pub(crate) fn validated_ranked(
     program: &Program,
 ) -> Result<std::borrow::Cow<'_, Program>, CudaError> {
-    let program = crate::codegen::ranked_program(program)?;
+    validated_as_reference(crate::codegen::ranked_program(program)?, true)
+}
+
+/// vyre's validator with the options the reference interpreter uses (subgroup operations
+/// allowed), and distributed collectives allowed when `collectives`.
+fn validated_as_reference(
+    program: std::borrow::Cow<'_, Program>,
+    collectives: bool,
+) -> Result<std::borrow::Cow<'_, Program>, CudaError> {
     let options = ValidationOptions::default().with_backend_capabilities(BackendCapabilities {
         supports_subgroup_ops: true,
-        supports_distributed_collectives: true,
+        supports_distributed_collectives: collectives,
         ..Default::default()
     });
     let report = validate_with_options(&program, options);
