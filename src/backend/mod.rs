@@ -1158,6 +1158,7 @@ mod tests {
         assert_send_sync::<CudaPipeline>();
         assert_send_sync::<CudaDeviceBuffer>();
         assert_send_sync::<crate::CudaOptimizerDispatcher>();
+        assert_send_sync::<CudaCluster>();
     }
 
     #[test]
