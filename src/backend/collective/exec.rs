@@ -53,6 +53,9 @@ enum Reduction {
 /// One collective with everything decided: byte lengths and the reduction.
 struct Planned {
     step: CollectiveStep,
+    /// Indices into the ABI's bindings (and each job's addresses) of the input and output.
+    input_binding: usize,
+    output_binding: usize,
     /// Bytes of the input and output buffers (equal on every rank).
     input_bytes: usize,
     output_bytes: usize,
@@ -542,6 +545,8 @@ fn plan_collectives(jobs: &[Job<'_>], schedule: &Schedule) -> Result<Vec<Planned
         };
         planned.push(Planned {
             step: step.clone(),
+            input_binding: input,
+            output_binding: output,
             input_bytes,
             output_bytes,
             reduction,
@@ -715,19 +720,12 @@ fn nccl(error: crate::driver::NcclError) -> CudaError {
 /// One collective on every local rank.
 fn run_collective(jobs: &[Job<'_>], planned: &Planned, index: usize) -> Result<(), CudaError> {
     let world = jobs[0].rank.world;
-    let address = |job: &Job<'_>, decl: usize| {
-        let binding = job
-            .abi
-            .bindings
-            .iter()
-            .position(|b| b.decl_index == decl)
-            .expect("collectives name storage buffers");
-        job.addresses[binding]
-    };
+    let address = |job: &Job<'_>, binding: usize| job.addresses[binding];
+    let (input_binding, output_binding) = (planned.input_binding, planned.output_binding);
     let step = &planned.step;
     match (&planned.reduction, step.kind) {
         (None, CollectiveKind::Broadcast) => grouped(jobs, |job| {
-            let buffer = address(job, step.input);
+            let buffer = address(job, input_binding);
             (job.comm())
                 .broadcast(
                     buffer,
@@ -742,8 +740,8 @@ fn run_collective(jobs: &[Job<'_>], planned: &Planned, index: usize) -> Result<(
         (None, _) => grouped(jobs, |job| {
             (job.comm())
                 .all_gather(
-                    address(job, step.input),
-                    address(job, step.output),
+                    address(job, input_binding),
+                    address(job, output_binding),
                     planned.input_bytes,
                     NcclDataType::Uint8,
                     job.stream(),
@@ -751,7 +749,7 @@ fn run_collective(jobs: &[Job<'_>], planned: &Planned, index: usize) -> Result<(
                 .map_err(nccl)
         }),
         (Some(Reduction::Native(dtype, op)), CollectiveKind::AllReduce) => grouped(jobs, |job| {
-            let buffer = address(job, step.input);
+            let buffer = address(job, input_binding);
             let count = planned.input_bytes / dtype.size();
             (job.comm())
                 .all_reduce(buffer, buffer, count, *dtype, *op, job.stream())
@@ -761,8 +759,8 @@ fn run_collective(jobs: &[Job<'_>], planned: &Planned, index: usize) -> Result<(
             let count = planned.output_bytes / dtype.size();
             (job.comm())
                 .reduce_scatter(
-                    address(job, step.input),
-                    address(job, step.output),
+                    address(job, input_binding),
+                    address(job, output_binding),
                     count,
                     *dtype,
                     *op,
@@ -771,8 +769,8 @@ fn run_collective(jobs: &[Job<'_>], planned: &Planned, index: usize) -> Result<(
                 .map_err(nccl)
         }),
         (Some(Reduction::Fold { element_bytes, .. }), kind) => {
-            let input = |job: &Job<'_>| address(job, step.input);
-            let output = |job: &Job<'_>| address(job, step.output);
+            let input = |job: &Job<'_>| address(job, input_binding);
+            let output = |job: &Job<'_>| address(job, output_binding);
             if world == 1 {
                 // One rank folds nothing: its bytes stay as they are.
                 return match kind {
