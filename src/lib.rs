@@ -35,7 +35,8 @@ pub use artifact::payload_ptx;
 pub use backend::{
     collective_fold_program, serve_jit_helper, CollectiveReduction, CudaBackend, CudaCluster,
     CudaDeviceBuffer, CudaOptions, CudaPendingDispatch, CudaPipeline, PoolKind,
-    COLLECTIVE_REDUCTION_ENV, COLLECTIVE_TIMEOUT_ENV, JIT_HELPER_ENV, SPLIT_COMPILE_ENV,
+    COLLECTIVE_PEER_FOLD_ENV, COLLECTIVE_REDUCTION_ENV, COLLECTIVE_TIMEOUT_ENV, JIT_HELPER_ENV,
+    SPLIT_COMPILE_ENV,
 };
 pub use compat::{BACKEND_ID, PAYLOAD_FORMAT, TARGET_ID};
 pub use driver::nccl::NcclUniqueId;

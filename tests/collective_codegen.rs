@@ -158,7 +158,23 @@ fn rank_kernels_assemble() {
                         assemble(&format!("{name} around rank {own}"), &around),
                         "{name}: the gathered form lowers, so must the form around rank {own}"
                     );
+                    // The forms ranks linked by peer access run: in place (AllReduce)
+                    // and into an output (ReduceScatter).
+                    let in_place =
+                        vyre_cuda::codegen::peer_fold_program(binop, ty.clone(), world, Some(own));
+                    assert!(
+                        assemble(
+                            &format!("{name} peer fold in place at rank {own}"),
+                            &in_place
+                        ),
+                        "{name}: the gathered form lowers, so must the in-place peer fold"
+                    );
                 }
+                let scatter = vyre_cuda::codegen::peer_fold_program(binop, ty.clone(), world, None);
+                assert!(
+                    assemble(&format!("{name} peer fold"), &scatter),
+                    "{name}: the gathered form lowers, so must the scattered peer fold"
+                );
             }
         }
     }

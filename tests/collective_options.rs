@@ -1,11 +1,12 @@
-//! The ranks' settings from the environment, without a GPU: `VYRE_CUDA_COLLECTIVE_TIMEOUT_MS`
-//! and `VYRE_CUDA_COLLECTIVE_REDUCTION` reach `CudaOptions`, bad values are errors with one
+//! The ranks' settings from the environment, without a GPU: `VYRE_CUDA_COLLECTIVE_TIMEOUT_MS`,
+//! `VYRE_CUDA_COLLECTIVE_REDUCTION` and `VYRE_CUDA_COLLECTIVE_PEER_FOLD` reach `CudaOptions`, bad values are errors with one
 //! `Fix:`, and without a device or NCCL a cluster is a typed error, never a panic. One test
 //! function, so nothing else in this process reads the environment while it changes.
 
 use std::time::Duration;
 use vyre_cuda::{
-    CollectiveReduction, CudaCluster, CudaOptions, COLLECTIVE_REDUCTION_ENV, COLLECTIVE_TIMEOUT_ENV,
+    CollectiveReduction, CudaCluster, CudaOptions, COLLECTIVE_PEER_FOLD_ENV,
+    COLLECTIVE_REDUCTION_ENV, COLLECTIVE_TIMEOUT_ENV,
 };
 
 #[test]
@@ -13,16 +14,20 @@ fn collective_settings_come_from_the_environment() {
     let defaults = CudaOptions::from_env().expect("defaults parse");
     assert_eq!(defaults.collective_reduction, CollectiveReduction::Exact);
     assert_eq!(defaults.collective_timeout, Duration::from_secs(60));
+    assert!(defaults.collective_peer_fold);
 
     std::env::set_var(COLLECTIVE_TIMEOUT_ENV, "250");
     std::env::set_var(COLLECTIVE_REDUCTION_ENV, "native");
+    std::env::set_var(COLLECTIVE_PEER_FOLD_ENV, "0");
     let options = CudaOptions::from_env().expect("valid settings parse");
     assert_eq!(options.collective_timeout, Duration::from_millis(250));
     assert_eq!(options.collective_reduction, CollectiveReduction::Native);
+    assert!(!options.collective_peer_fold);
 
     for (name, value) in [
         (COLLECTIVE_TIMEOUT_ENV, "soon"),
         (COLLECTIVE_REDUCTION_ENV, "fast"),
+        (COLLECTIVE_PEER_FOLD_ENV, "maybe"),
     ] {
         let keep = std::env::var(name).ok();
         std::env::set_var(name, value);
@@ -38,6 +43,7 @@ fn collective_settings_come_from_the_environment() {
     }
     std::env::remove_var(COLLECTIVE_TIMEOUT_ENV);
     std::env::remove_var(COLLECTIVE_REDUCTION_ENV);
+    std::env::remove_var(COLLECTIVE_PEER_FOLD_ENV);
 
     // An empty device list is refused before anything is opened; with no device (or no
     // NCCL) a cluster is a typed error.

@@ -337,6 +337,17 @@ fn every_op_type_and_size_matches_the_oracle_in_both_modes() {
     let w = world.size();
     let exact = cluster(&world, CollectiveReduction::Exact);
     let native = cluster(&world, CollectiveReduction::Native);
+    // Exact reductions of ranks linked by peer access fold from each other's memory; the
+    // same cluster without the link exchanges blocks through NCCL first. Both must match.
+    let mut unlinked = options(CollectiveReduction::Exact, Duration::from_secs(60));
+    unlinked.collective_peer_fold = false;
+    let exchange = cluster_with(&world, unlinked);
+    assert!(!exchange.peer_linked());
+    println!("peer access between the ranks: {}", exact.peer_linked());
+    if w > 1 && required() {
+        // Every multi-GPU machine this suite is required on links its GPUs (NVLink).
+        assert!(exact.peer_linked(), "the ranks' GPUs have no peer access");
+    }
     let cases = sweep_cases(w);
     let config = DispatchConfig::default();
     let started = Instant::now();
@@ -360,7 +371,7 @@ fn every_op_type_and_size_matches_the_oracle_in_both_modes() {
             (program, inputs, oracle)
         },
         |_, case, (program, inputs, oracle)| {
-            let mut modes = vec![("exact", &exact)];
+            let mut modes = vec![("exact", &exact), ("exact, NCCL exchange", &exchange)];
             if case.native {
                 modes.push(("native", &native));
             }

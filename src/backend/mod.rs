@@ -30,8 +30,8 @@ mod staging;
 #[doc(hidden)]
 pub use crate::driver::FailPoint;
 pub use collective::{
-    collective_fold_program, CollectiveReduction, CudaCluster, COLLECTIVE_REDUCTION_ENV,
-    COLLECTIVE_TIMEOUT_ENV, DEFAULT_COLLECTIVE_TIMEOUT,
+    collective_fold_program, CollectiveReduction, CudaCluster, COLLECTIVE_PEER_FOLD_ENV,
+    COLLECTIVE_REDUCTION_ENV, COLLECTIVE_TIMEOUT_ENV, DEFAULT_COLLECTIVE_TIMEOUT,
 };
 pub use device_buffer::CudaDeviceBuffer;
 pub use pending::CudaPendingDispatch;
@@ -135,6 +135,11 @@ pub struct CudaOptions {
     /// On a rank: how float reductions combine the ranks (`VYRE_CUDA_COLLECTIVE_REDUCTION`,
     /// `exact` (default) or `native`).
     pub collective_reduction: CollectiveReduction,
+    /// In a [`CudaCluster`] whose GPUs can reach each other's memory: exact reductions
+    /// fold by reading every rank's block directly (peer access) instead of exchanging
+    /// blocks through NCCL first (`VYRE_CUDA_COLLECTIVE_PEER_FOLD`, `1` (default) or `0`).
+    /// Same bits either way; the peer fold moves the bytes once.
+    pub collective_peer_fold: bool,
 }
 
 impl Default for CudaOptions {
@@ -158,6 +163,7 @@ impl Default for CudaOptions {
             emit_sm: None,
             collective_timeout: DEFAULT_COLLECTIVE_TIMEOUT,
             collective_reduction: CollectiveReduction::Exact,
+            collective_peer_fold: true,
         }
     }
 }
@@ -219,6 +225,9 @@ impl CudaOptions {
         let parse = CollectiveReduction::parse;
         if let Some(mode) = env_var(COLLECTIVE_REDUCTION_ENV, "a reduction mode", modes, parse)? {
             options.collective_reduction = mode;
+        }
+        if let Some(on) = env_var(COLLECTIVE_PEER_FOLD_ENV, "a switch", "1 or 0", switch)? {
+            options.collective_peer_fold = on;
         }
         Ok(options)
     }

@@ -327,6 +327,76 @@ fn fold_program_with(op: BinOp, element: DataType, world: usize, own: Option<usi
     )
 }
 
+/// The rank-order fold for ranks that read each other's memory directly (one process,
+/// peer access between the GPUs): binding `k` (`rank0` .. `rank{W-1}`) is rank `k`'s copy
+/// of the block being folded, all of `m` elements. With `in_place = Some(own)` (an
+/// AllReduce) every binding is read-write and the folded value is written back to every
+/// rank's copy; the fold itself is stored in rank `own`'s copy (step by step, as
+/// [`fold_program`] stores each step) after its original value was read. With `None` (a
+/// ReduceScatter) the ranks' copies are read only and the fold goes to binding `W`, `out`.
+/// Each invocation touches only index `i` of every binding, so the kernels of different
+/// ranks, folding different blocks, never touch the same memory.
+#[must_use]
+pub fn peer_fold_program(
+    op: BinOp,
+    element: DataType,
+    world: usize,
+    in_place: Option<usize>,
+) -> Program {
+    let world = world.max(2);
+    let i = || Expr::var("i");
+    let name = |k: usize| format!("rank{k}");
+    let target = in_place.map_or_else(|| "out".to_string(), name);
+    let value = |k: usize| {
+        if in_place == Some(k) {
+            Expr::var("own")
+        } else {
+            Expr::load(name(k), i())
+        }
+    };
+    let combine = |left: Expr, right: Expr| Expr::BinOp {
+        op,
+        left: Box::new(left),
+        right: Box::new(right),
+    };
+    let mut body = Vec::with_capacity(2 * world + 1);
+    if let Some(own) = in_place {
+        body.push(Node::let_bind("own", Expr::load(name(own), i())));
+    }
+    body.push(Node::store(&target, i(), combine(value(0), value(1))));
+    for k in 2..world {
+        let step = combine(Expr::load(&target, i()), value(k));
+        body.push(Node::store(&target, i(), step));
+    }
+    if let Some(own) = in_place {
+        for k in (0..world).filter(|&k| k != own) {
+            body.push(Node::store(name(k), i(), Expr::load(&target, i())));
+        }
+    }
+    let mut buffers: Vec<BufferDecl> = (0..world)
+        .map(|k| match in_place {
+            Some(_) => BufferDecl::read_write(&name(k), k as u32, element.clone()),
+            None => BufferDecl::read(&name(k), k as u32, element.clone()),
+        })
+        .collect();
+    if in_place.is_none() {
+        buffers.push(BufferDecl::read_write("out", world as u32, element));
+    }
+    let in_range = Expr::BinOp {
+        op: BinOp::Lt,
+        left: Box::new(i()),
+        right: Box::new(Expr::buf_len(&target)),
+    };
+    Program::wrapped(
+        buffers,
+        [FOLD_WORKGROUP, 1, 1],
+        vec![
+            Node::let_bind("i", Expr::gid_x()),
+            Node::if_then(in_range, body),
+        ],
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -388,6 +458,50 @@ mod tests {
                 assert_eq!(
                     got.iter().map(Value::to_bytes).collect::<Vec<_>>(),
                     want.iter().map(Value::to_bytes).collect::<Vec<_>>(),
+                    "world {world}, own {own}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_peer_fold_equals_the_gathered_fold_in_place_and_scattered() {
+        use vyre_reference::value::Value;
+        let m = 5usize;
+        let words = |seed: u32| -> Vec<u8> {
+            (0..m as u32)
+                .flat_map(|k| (k.wrapping_mul(0x9E37_79B9) ^ seed).to_le_bytes())
+                .collect()
+        };
+        let bytes = |values: Vec<Value>| values.iter().map(Value::to_bytes).collect::<Vec<_>>();
+        for world in 2..=4 {
+            let ranks: Vec<Vec<u8>> = (0..world)
+                .map(|k| words(world as u32 * 7 + k as u32))
+                .collect();
+            let want = vyre_reference::reference_eval(
+                &fold_program(BinOp::Sub, DataType::U32, world),
+                &[Value::from(ranks.concat()), Value::from(vec![0u8; m * 4])],
+            )
+            .expect("the gathered fold runs");
+            let folded = want[0].to_bytes();
+            let mut inputs: Vec<Value> = ranks.iter().cloned().map(Value::from).collect();
+            inputs.push(Value::from(vec![0u8; m * 4]));
+            let scattered = vyre_reference::reference_eval(
+                &peer_fold_program(BinOp::Sub, DataType::U32, world, None),
+                &inputs,
+            )
+            .expect("the scattered peer fold runs");
+            assert_eq!(bytes(scattered), vec![folded.clone()], "world {world}");
+            for own in 0..world {
+                let inputs: Vec<Value> = ranks.iter().cloned().map(Value::from).collect();
+                let in_place = vyre_reference::reference_eval(
+                    &peer_fold_program(BinOp::Sub, DataType::U32, world, Some(own)),
+                    &inputs,
+                )
+                .expect("the in-place peer fold runs");
+                assert_eq!(
+                    bytes(in_place),
+                    vec![folded.clone(); world],
                     "world {world}, own {own}"
                 );
             }

@@ -191,6 +191,28 @@ impl Device {
         Ok((free as u64, total as u64))
     }
 
+    /// Lets kernels of this device read and write `peer`'s `cuMemAlloc` memory through its
+    /// own addresses (`cuCtxEnablePeerAccess`). `Ok(false)` when the hardware cannot
+    /// (`cuDeviceCanAccessPeer`); enabling it twice is not an error.
+    pub fn enable_peer_access(&self, peer: &Device) -> Result<bool, DriverError> {
+        let mut can = 0i32;
+        // SAFETY: `can` is a valid out pointer; both device handles are valid.
+        self.run("cuDeviceCanAccessPeer", || unsafe {
+            sys::cuDeviceCanAccessPeer(&mut can, self.dev, peer.dev)
+        })?;
+        if can == 0 {
+            return Ok(false);
+        }
+        self.enter("cuCtxEnablePeerAccess")?;
+        // SAFETY: this device's context is current and `peer.ctx` is a live retained
+        // primary context.
+        let status = unsafe { sys::cuCtxEnablePeerAccess(peer.ctx.load(Ordering::Acquire), 0) };
+        match status {
+            sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(true),
+            status => status.check("cuCtxEnablePeerAccess").map(|()| true),
+        }
+    }
+
     /// The raw `CUdevice` handle, for FFI inside the driver layer.
     pub(crate) fn raw(&self) -> sys::CUdevice {
         self.dev

@@ -44,11 +44,12 @@ const REQUIRED_SYMBOLS: &str = "
     cuInit cuDriverGetVersion cuGetErrorName cuGetErrorString
     cuDeviceGetCount cuDeviceGet cuDeviceGetName cuDeviceGetAttribute cuDeviceTotalMem_v2
     cuDevicePrimaryCtxRetain cuDevicePrimaryCtxRelease_v2 cuCtxSetCurrent cuCtxSynchronize
+    cuDeviceCanAccessPeer cuCtxEnablePeerAccess
     cuMemGetInfo_v2 cuMemAlloc_v2 cuMemFree_v2 cuMemHostRegister_v2 cuMemHostUnregister
     cuStreamCreate cuStreamDestroy_v2 cuStreamSynchronize cuStreamQuery
     cuMemcpyHtoDAsync_v2 cuMemcpyDtoHAsync_v2 cuMemcpyDtoDAsync_v2 cuMemsetD8Async cuMemsetD32Async
     cuLaunchKernel cuLaunchCooperativeKernel cuOccupancyMaxActiveBlocksPerMultiprocessor
-    cuEventCreate cuEventRecord cuEventQuery cuEventSynchronize cuEventElapsedTime cuEventDestroy_v2
+    cuEventCreate cuEventRecord cuStreamWaitEvent cuEventQuery cuEventSynchronize cuEventElapsedTime cuEventDestroy_v2
     cuModuleLoadDataEx cuModuleLoadData
     cuLinkCreate_v2 cuLinkAddData_v2 cuLinkComplete cuLinkDestroy
     cuModuleGetFunction cuModuleUnload cuFuncGetAttribute cuFuncSetAttribute

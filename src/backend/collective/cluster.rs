@@ -1,8 +1,9 @@
 //! [`CudaCluster`]: every GPU of a list as the ranks of one communicator, in this process.
 
 use super::exec::{self, Bound};
-use crate::backend::{CudaBackend, CudaOptions};
+use crate::backend::{CudaBackend, CudaOptions, PoolKind};
 use crate::driver::nccl::NcclComm;
+use crate::driver::Event;
 use crate::error::CudaError;
 use std::sync::Arc;
 use vyre_driver::{DispatchConfig, Resource};
@@ -55,6 +56,9 @@ impl CudaCluster {
         for (rank, comm) in ranks.iter().zip(comms) {
             rank.attach(comm, &options);
         }
+        if options.collective_peer_fold && options.pool == PoolKind::SizeClasses {
+            link_peers(&ranks)?;
+        }
         Ok(Self { ranks })
     }
 
@@ -62,6 +66,15 @@ impl CudaCluster {
     #[must_use]
     pub fn world_size(&self) -> usize {
         self.ranks.len()
+    }
+
+    /// Whether exact reductions read the ranks' memory directly: every pair of GPUs has
+    /// peer access and [`CudaOptions::collective_peer_fold`] is on (with the size-class
+    /// pool). Otherwise they exchange blocks through NCCL first; the bits are the same.
+    #[must_use]
+    pub fn peer_linked(&self) -> bool {
+        self.ranks.len() > 1
+            && (self.ranks.iter()).all(|r| r.core.rank.get().is_some_and(|c| c.peer_linked()))
     }
 
     /// Rank `r`'s backend.
@@ -129,4 +142,38 @@ impl CudaCluster {
             format!("pass one of the {what} per rank, in rank order"),
         ))
     }
+}
+
+/// Enables peer access between every pair of the ranks' GPUs and gives each rank its peer
+/// barrier event, so that exact reductions read the ranks' memory directly. Leaves the
+/// ranks on the NCCL exchange when any pair cannot reach the other. (Transient memory must
+/// come from `cuMemAlloc` for peers to reach it: the size-class pool, which the caller
+/// checked; the stream-ordered pool's memory is not mapped for peers.)
+fn link_peers(ranks: &[CudaBackend]) -> Result<(), CudaError> {
+    if ranks.len() < 2 {
+        return Ok(());
+    }
+    for rank in ranks {
+        for peer in ranks.iter().filter(|peer| !std::ptr::eq(*peer, rank)) {
+            let device = &rank.core.device;
+            let linked = device
+                .enable_peer_access(&peer.core.device)
+                .map_err(|e| rank.core.driver_error(e))?;
+            if !linked {
+                tracing::info!(
+                    from = device.info().ordinal,
+                    to = peer.core.device.info().ordinal,
+                    "no peer access between these GPUs: exact reductions exchange blocks through NCCL"
+                );
+                return Ok(());
+            }
+        }
+    }
+    for rank in ranks {
+        let event = Event::new(&rank.core.device, false).map_err(|e| rank.core.driver_error(e))?;
+        if let Some(comm) = rank.core.rank.get() {
+            let _ = comm.peer_barrier.set(event);
+        }
+    }
+    Ok(())
 }

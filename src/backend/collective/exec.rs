@@ -8,7 +8,7 @@
 //! error of ours may stop another rank from enqueueing its half. The wait has a deadline;
 //! a timeout or an NCCL error aborts every communicator involved.
 
-use super::{CollectiveReduction, RankComm, Schedule};
+use super::{CollectiveReduction, FoldForm, RankComm, Schedule};
 use crate::backend::cache::LoadedKernel;
 use crate::backend::dispatch::{check_fault, nanos, shape_outputs, Timing, BINDING_ALIGN};
 use crate::backend::launch::{self, LaunchArgs};
@@ -124,15 +124,16 @@ pub(crate) fn run(
         jobs.push(Job::new(core, program, bound, config)?);
     }
     let planned = plan_collectives(&jobs, &schedule)?;
+    let peer = peer_linked(&jobs);
     for job in &mut jobs {
-        job.load(&schedule, &planned, config)?;
-        job.reserve(&planned)?;
+        job.load(&schedule, &planned, config, peer)?;
+        job.reserve(&planned, peer)?;
     }
     for (job, bound) in jobs.iter_mut().zip(bound) {
         job.stage(bound).map_err(|e| job.core.driver_error(e))?;
     }
     let enqueue_ns = nanos(started);
-    let enqueued = enqueue(&mut jobs, &schedule, &planned, config);
+    let enqueued = enqueue(&mut jobs, &schedule, &planned, config, peer);
     let wait_started = Instant::now();
     let waited = enqueued.and_then(|()| wait(&mut jobs));
     if let Err(error) = waited {
@@ -234,6 +235,7 @@ impl<'a> Job<'a> {
         schedule: &Schedule,
         planned: &[Planned],
         config: &DispatchConfig,
+        peer: bool,
     ) -> Result<(), CudaError> {
         for step in &schedule.steps {
             if let RankStep::Segment(segment) = step {
@@ -250,13 +252,9 @@ impl<'a> Job<'a> {
         for collective in planned {
             let fold = match &collective.reduction {
                 Some(Reduction::Fold { op, element, .. }) if self.rank.world > 1 => {
-                    // The gathered small AllReduce folds every block from scratch; the
-                    // all-to-all forms read the rank's own block where it lies.
                     let world = self.rank.world;
-                    let gathered = collective.step.kind == CollectiveKind::AllReduce
-                        && gathers_whole(collective.input_bytes, world);
-                    let own = (!gathered).then_some(self.rank.rank);
-                    let program = (self.rank.fold(*op, element.clone(), world, own))
+                    let form = fold_form(collective, self.rank.rank, world, peer);
+                    let program = (self.rank.fold(*op, element.clone(), world, form))
                         .expect("planned folds have an operator");
                     Some(self.core.kernel(&program, &DispatchConfig::default())?)
                 }
@@ -279,12 +277,14 @@ impl<'a> Job<'a> {
         Ok(())
     }
 
-    /// Takes device memory for the host bindings, the fault areas and the fold scratch.
-    fn reserve(&mut self, planned: &[Planned]) -> Result<(), CudaError> {
+    /// Takes device memory for the host bindings, the fault areas and the fold scratch
+    /// (none when the ranks fold from each other's memory).
+    fn reserve(&mut self, planned: &[Planned], peer: bool) -> Result<(), CudaError> {
         let world = self.rank.world;
         let scratch = planned
             .iter()
             .filter(|p| matches!(p.reduction, Some(Reduction::Fold { .. })) && world > 1)
+            .filter(|_| !peer)
             .map(|p| scratch_bytes(p, world))
             .max()
             .unwrap_or(0);
@@ -492,6 +492,27 @@ fn gathers_whole(bytes: usize, world: usize) -> bool {
     bytes.saturating_mul(world) <= limit
 }
 
+/// The fold kernel rank `rank` launches for `collective`: the peer forms when the ranks
+/// read each other's memory; else the gathered small AllReduce folds every block from
+/// scratch and the all-to-all forms read the rank's own block where it lies.
+fn fold_form(collective: &Planned, rank: usize, world: usize, peer: bool) -> FoldForm {
+    match collective.step.kind {
+        CollectiveKind::ReduceScatter if peer => FoldForm::PeerScatter,
+        _ if peer => FoldForm::PeerInPlace(rank),
+        CollectiveKind::AllReduce if gathers_whole(collective.input_bytes, world) => {
+            FoldForm::Gathered
+        }
+        _ => FoldForm::Around(rank),
+    }
+}
+
+/// Whether the exact reductions of this dispatch fold from every rank's memory directly:
+/// every rank of the world is here and their cluster linked them (peer access).
+fn peer_linked(jobs: &[Job<'_>]) -> bool {
+    let world = jobs[0].rank.world;
+    world > 1 && jobs.len() == world && jobs.iter().all(|job| job.rank.peer_barrier().is_some())
+}
+
 /// Checks every collective's shapes on every local rank and decides its reduction.
 fn plan_collectives(jobs: &[Job<'_>], schedule: &Schedule) -> Result<Vec<Planned>, CudaError> {
     let first = &jobs[0];
@@ -666,6 +687,7 @@ fn enqueue(
     schedule: &Schedule,
     planned: &[Planned],
     config: &DispatchConfig,
+    peer: bool,
 ) -> Result<(), CudaError> {
     // `fixpoint_iterations` runs the whole program that many times back to back, as it
     // launches every segment of a program split at grid-wide barriers.
@@ -681,7 +703,7 @@ fn enqueue(
                     segment += 1;
                 }
                 RankStep::Collective(_) => {
-                    run_collective(jobs, &planned[collective], collective)?;
+                    run_collective(jobs, &planned[collective], collective, peer)?;
                     collective += 1;
                 }
             }
@@ -718,7 +740,12 @@ fn nccl(error: crate::driver::NcclError) -> CudaError {
 }
 
 /// One collective on every local rank.
-fn run_collective(jobs: &[Job<'_>], planned: &Planned, index: usize) -> Result<(), CudaError> {
+fn run_collective(
+    jobs: &[Job<'_>],
+    planned: &Planned,
+    index: usize,
+    peer: bool,
+) -> Result<(), CudaError> {
     let world = jobs[0].rank.world;
     let address = |job: &Job<'_>, binding: usize| job.addresses[binding];
     let (input_binding, output_binding) = (planned.input_binding, planned.output_binding);
@@ -788,6 +815,10 @@ fn run_collective(jobs: &[Job<'_>], planned: &Planned, index: usize) -> Result<(
                 index,
             };
             match kind {
+                CollectiveKind::ReduceScatter if peer => {
+                    fold.peer_reduce_scatter(jobs, planned.output_bytes, &input, &output)
+                }
+                _ if peer => fold.peer_all_reduce(jobs, planned.input_bytes, &input),
                 CollectiveKind::ReduceScatter => {
                     fold.reduce_scatter(jobs, planned.output_bytes, &input, &output)
                 }
@@ -917,6 +948,48 @@ impl Fold {
         })
     }
 
+    /// An exact AllReduce from every rank's memory: after a barrier, rank `r`'s kernel
+    /// folds block `r` of every rank's buffer in rank order and writes it back to all of
+    /// them; a second barrier holds every rank until all blocks are written.
+    fn peer_all_reduce(
+        &self,
+        jobs: &[Job<'_>],
+        bytes: usize,
+        buffer: &dyn Fn(&Job<'_>) -> u64,
+    ) -> Result<(), CudaError> {
+        peer_barrier(jobs)?;
+        for job in jobs {
+            let (start, end) = self.block(bytes, job.rank.rank);
+            let pointers = jobs
+                .iter()
+                .map(|peer| buffer(peer) + start as u64)
+                .collect();
+            self.launch(job, pointers, end - start)?;
+        }
+        peer_barrier(jobs)
+    }
+
+    /// An exact ReduceScatter from every rank's memory: after a barrier, rank `r`'s kernel
+    /// folds block `r` of every rank's input into its output; a second barrier keeps every
+    /// input unchanged until all ranks have read it.
+    fn peer_reduce_scatter(
+        &self,
+        jobs: &[Job<'_>],
+        block: usize,
+        input: &dyn Fn(&Job<'_>) -> u64,
+        output: &dyn Fn(&Job<'_>) -> u64,
+    ) -> Result<(), CudaError> {
+        peer_barrier(jobs)?;
+        for job in jobs {
+            let at = (job.rank.rank * block) as u64;
+            let mut pointers: smallvec::SmallVec<[u64; 8]> =
+                jobs.iter().map(|peer| input(peer) + at).collect();
+            pointers.push(output(job));
+            self.launch(job, pointers, block)?;
+        }
+        peer_barrier(jobs)
+    }
+
     /// Folds the job's scratch (`world` blocks of `bytes`; with `own`, the rank's block is
     /// read there instead) into `out`.
     fn fold(
@@ -926,32 +999,47 @@ impl Fold {
         out: u64,
         bytes: usize,
     ) -> Result<(), CudaError> {
-        let values = bytes / self.element_bytes;
+        let values = elements(bytes / self.element_bytes)?;
+        let gathered = elements(bytes / self.element_bytes * self.world)?;
+        let (pointers, counts) = match own {
+            Some(own) => (
+                smallvec::smallvec![job.scratch(), own, out],
+                smallvec::smallvec![gathered, values, values],
+            ),
+            None => (
+                smallvec::smallvec![job.scratch(), out],
+                smallvec::smallvec![gathered, values],
+            ),
+        };
+        self.launch_counted(job, pointers, counts, values)
+    }
+
+    /// Launches the job's fold kernel over `bytes` of every binding in `pointers`.
+    fn launch(
+        &self,
+        job: &Job<'_>,
+        pointers: smallvec::SmallVec<[u64; 8]>,
+        bytes: usize,
+    ) -> Result<(), CudaError> {
+        let values = elements(bytes / self.element_bytes)?;
+        let counts = smallvec::smallvec![values; pointers.len()];
+        self.launch_counted(job, pointers, counts, values)
+    }
+
+    /// Launches the job's fold kernel with these bindings, one invocation per value.
+    fn launch_counted(
+        &self,
+        job: &Job<'_>,
+        pointers: smallvec::SmallVec<[u64; 8]>,
+        counts: smallvec::SmallVec<[u32; 8]>,
+        values: u32,
+    ) -> Result<(), CudaError> {
         if values == 0 {
             return Ok(());
         }
         let kernel = job.folds[self.index]
             .as_ref()
             .expect("fold kernels are loaded for every folded collective");
-        let elements = |n: usize| {
-            u32::try_from(n).map_err(|_| {
-                CudaError::invalid_input(
-                    format!("a collective over {n} elements"),
-                    "keep collective buffers below 2^32 elements",
-                )
-            })
-        };
-        let (gathered, values_u32) = (elements(values * self.world)?, elements(values)?);
-        let (pointers, counts) = match own {
-            Some(own) => (
-                smallvec::smallvec![job.scratch(), own, out],
-                smallvec::smallvec![gathered, values_u32, values_u32],
-            ),
-            None => (
-                smallvec::smallvec![job.scratch(), out],
-                smallvec::smallvec![gathered, values_u32],
-            ),
-        };
         let args = LaunchArgs {
             pointers,
             counts,
@@ -960,7 +1048,7 @@ impl Fold {
                 .fault_word
                 .then(|| job.fault(job.fault_areas - 1)),
         };
-        let grid = [elements(values.div_ceil(FOLD_WORKGROUP as usize))?, 1, 1];
+        let grid = [values.div_ceil(FOLD_WORKGROUP), 1, 1];
         launch::enqueue(
             job.stream(),
             kernel,
@@ -972,6 +1060,39 @@ impl Fold {
         )
         .map_err(|e| job.core.driver_error(e))
     }
+}
+
+/// A fold's element count as the kernel's `u32`; an error past `u32::MAX`.
+fn elements(n: usize) -> Result<u32, CudaError> {
+    u32::try_from(n).map_err(|_| {
+        CudaError::invalid_input(
+            format!("a collective over {n} elements"),
+            "keep collective buffers below 2^32 elements",
+        )
+    })
+}
+
+/// A barrier across the ranks' streams: each records its barrier event, then waits for
+/// every peer's (stream order on each GPU; no host wait). For ranks linked by peer access.
+fn peer_barrier(jobs: &[Job<'_>]) -> Result<(), CudaError> {
+    fn event<'a>(job: &Job<'a>) -> &'a crate::driver::Event {
+        job.rank
+            .peer_barrier()
+            .expect("peer barriers run on linked ranks only")
+    }
+    for job in jobs {
+        event(job)
+            .record(job.stream())
+            .map_err(|e| job.core.driver_error(e))?;
+    }
+    for job in jobs {
+        for peer in jobs.iter().filter(|peer| peer.rank.rank != job.rank.rank) {
+            event(peer)
+                .wait_on(job.stream())
+                .map_err(|e| job.core.driver_error(e))?;
+        }
+    }
+    Ok(())
 }
 
 /// Waits for every job's work, polling NCCL for asynchronous errors, until the deadline.

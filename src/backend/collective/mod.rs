@@ -19,11 +19,14 @@ mod exec;
 pub use cluster::CudaCluster;
 
 use super::{CudaBackend, CudaOptions};
-use crate::codegen::{fold_operator, fold_program, fold_program_around, RankStep};
+use crate::codegen::{
+    fold_operator, fold_program, fold_program_around, peer_fold_program, RankStep,
+};
 use crate::driver::nccl::{NcclComm, NcclUniqueId};
+use crate::driver::Event;
 use crate::error::CudaError;
 use rustc_hash::FxHashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 use vyre_foundation::ir::{CollectiveOp, DataType, Program};
 
@@ -31,6 +34,8 @@ use vyre_foundation::ir::{CollectiveOp, DataType, Program};
 pub const COLLECTIVE_TIMEOUT_ENV: &str = "VYRE_CUDA_COLLECTIVE_TIMEOUT_MS";
 /// Environment variable setting [`CudaOptions::collective_reduction`]: `exact` or `native`.
 pub const COLLECTIVE_REDUCTION_ENV: &str = "VYRE_CUDA_COLLECTIVE_REDUCTION";
+/// Environment variable setting [`CudaOptions::collective_peer_fold`]: `1` or `0`.
+pub const COLLECTIVE_PEER_FOLD_ENV: &str = "VYRE_CUDA_COLLECTIVE_PEER_FOLD";
 /// Default of [`CudaOptions::collective_timeout`].
 pub const DEFAULT_COLLECTIVE_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -78,8 +83,24 @@ pub(crate) struct Schedule {
     pub(crate) steps: Vec<RankStep>,
 }
 
-/// (operator, element, world, own rank) of a fold program.
-type FoldKey = (u8, DataType, usize, Option<usize>);
+/// Which of the fold kernels (see `codegen::collective`) a collective launches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum FoldForm {
+    /// Every rank's copy gathered in scratch (`fold_program`).
+    Gathered,
+    /// The other ranks' copies in scratch, this rank's where it lies
+    /// (`fold_program_around`).
+    Around(usize),
+    /// Every rank's copy read where it lies, into this rank's output (`peer_fold_program`,
+    /// a ReduceScatter).
+    PeerScatter,
+    /// Every rank's copy read where it lies and the fold written back to all of them, the
+    /// given rank's copy holding the steps (`peer_fold_program`, an AllReduce).
+    PeerInPlace(usize),
+}
+
+/// (operator, element, world, form) of a fold program.
+type FoldKey = (u8, DataType, usize, FoldForm);
 
 /// What a [`CudaBackend`] holds when it is a rank.
 pub(crate) struct RankComm {
@@ -95,6 +116,10 @@ pub(crate) struct RankComm {
     /// Fold programs by (operator, element, world, own rank), kept so the kernel cache's
     /// program memo recognises them.
     folds: Mutex<FxHashMap<FoldKey, Arc<Program>>>,
+    /// Set by [`CudaCluster`] when every pair of its GPUs has peer access: the event this
+    /// rank records so that the others can wait for it (exact reductions then fold by
+    /// reading every rank's memory directly).
+    peer_barrier: OnceLock<Event>,
 }
 
 impl RankComm {
@@ -108,6 +133,7 @@ impl RankComm {
             aborted: Mutex::new(None),
             schedules: Mutex::new(FxHashMap::default()),
             folds: Mutex::new(FxHashMap::default()),
+            peer_barrier: OnceLock::new(),
         }
     }
 
@@ -143,27 +169,38 @@ impl RankComm {
         drop(guard.take());
     }
 
-    /// The fold program of `op` over `world` ranks of `element`: the gathered form, or with
-    /// `own`, the form reading that rank's block from its own buffer.
+    /// The fold program of `op` over `world` ranks of `element` in `form`.
     fn fold(
         &self,
         op: CollectiveOp,
         element: DataType,
         world: usize,
-        own: Option<usize>,
+        form: FoldForm,
     ) -> Option<Arc<Program>> {
-        let key = (op as u8, element.clone(), world, own);
+        let key = (op as u8, element.clone(), world, form);
         let mut folds = self.folds.lock().ok()?;
         if let Some(program) = folds.get(&key) {
             return Some(Arc::clone(program));
         }
         let binop = fold_operator(op)?;
-        let program = Arc::new(match own {
-            None => fold_program(binop, element, world),
-            Some(own) => fold_program_around(binop, element, world, own),
+        let program = Arc::new(match form {
+            FoldForm::Gathered => fold_program(binop, element, world),
+            FoldForm::Around(own) => fold_program_around(binop, element, world, own),
+            FoldForm::PeerScatter => peer_fold_program(binop, element, world, None),
+            FoldForm::PeerInPlace(own) => peer_fold_program(binop, element, world, Some(own)),
         });
         folds.insert(key, Arc::clone(&program));
         Some(program)
+    }
+
+    /// The event this rank records for the peer barrier, when the ranks of its cluster
+    /// read each other's memory (`None` otherwise, and on a joined rank).
+    fn peer_barrier(&self) -> Option<&Event> {
+        self.peer_barrier.get()
+    }
+
+    fn peer_linked(&self) -> bool {
+        self.peer_barrier.get().is_some()
     }
 }
 
