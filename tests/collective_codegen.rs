@@ -169,6 +169,12 @@ fn rank_kernels_assemble() {
                         ),
                         "{name}: the gathered form lowers, so must the in-place peer fold"
                     );
+                    let local =
+                        vyre_cuda::codegen::peer_fold_program_local(binop, ty.clone(), world, own);
+                    assert!(
+                        assemble(&format!("{name} local peer fold at rank {own}"), &local),
+                        "{name}: the gathered form lowers, so must the local peer fold"
+                    );
                 }
                 let scatter = vyre_cuda::codegen::peer_fold_program(binop, ty.clone(), world, None);
                 assert!(

@@ -644,6 +644,48 @@ fn f32_bytes(values: &[f32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
+/// Exact AllReduce of large buffers, past the size where ranks linked by peer access copy
+/// each other's folded blocks instead of writing them from the fold kernel, with an
+/// element count no world size divides: every element is the rank-order f32 sum (computed
+/// here; each step is one IEEE addition of normal values, as the reference's).
+#[test]
+fn large_exact_all_reduces_fold_in_rank_order() {
+    let _gpu = gpu_lock();
+    let Some(world) = world() else { return };
+    let w = world.size();
+    let cluster = cluster(&world, CollectiveReduction::Exact);
+    for n in [(1usize << 22) + 1, (128usize << 20) / 4 + 3] {
+        let value = |r: usize, i: usize| {
+            let mixed = (i as u64)
+                .wrapping_mul(2_654_435_761)
+                .wrapping_add(r as u64 * 97);
+            (mixed % 2000) as f32 * 0.37 - 300.0
+        };
+        let inputs: RankInputs = (0..w)
+            .map(|r| vec![f32_bytes(&(0..n).map(|i| value(r, i)).collect::<Vec<_>>())])
+            .collect();
+        let want: Vec<f32> = (0..n)
+            .map(|i| (1..w).fold(value(0, i), |acc, r| acc + value(r, i)))
+            .collect();
+        let want = f32_bytes(&want);
+        let program = all_reduce(&DataType::F32, n, CollectiveOp::Sum);
+        let started = Instant::now();
+        let got = cluster
+            .dispatch(&program, &inputs, &DispatchConfig::default())
+            .unwrap_or_else(|e| panic!("AllReduce of {n} f32: {e}"));
+        for (r, outputs) in got.iter().enumerate() {
+            if let Some(why) = difference(&outputs[0], &want, 4) {
+                panic!("AllReduce of {n} f32, rank {r}: {why}");
+            }
+        }
+        println!(
+            "AllReduce of {n} f32 on {w} ranks (peer access {}): the rank-order sum, {:?}",
+            cluster.peer_linked(),
+            started.elapsed()
+        );
+    }
+}
+
 #[test]
 fn a_thousand_resident_dispatches_keep_memory_flat() {
     let _gpu = gpu_lock();

@@ -343,6 +343,23 @@ pub fn peer_fold_program(
     world: usize,
     in_place: Option<usize>,
 ) -> Program {
+    peer_fold_with(op, element, world, in_place, true)
+}
+
+/// [`peer_fold_program`] in place at rank `own` that writes the fold to `own`'s copy only
+/// (the other ranks then copy it from there).
+#[must_use]
+pub fn peer_fold_program_local(op: BinOp, element: DataType, world: usize, own: usize) -> Program {
+    peer_fold_with(op, element, world, Some(own), false)
+}
+
+fn peer_fold_with(
+    op: BinOp,
+    element: DataType,
+    world: usize,
+    in_place: Option<usize>,
+    write_back: bool,
+) -> Program {
     let world = world.max(2);
     let i = || Expr::var("i");
     let name = |k: usize| format!("rank{k}");
@@ -368,7 +385,7 @@ pub fn peer_fold_program(
         let step = combine(Expr::load(&target, i()), value(k));
         body.push(Node::store(&target, i(), step));
     }
-    if let Some(own) = in_place {
+    if let Some(own) = in_place.filter(|_| write_back) {
         for k in (0..world).filter(|&k| k != own) {
             body.push(Node::store(name(k), i(), Expr::load(&target, i())));
         }
@@ -504,6 +521,14 @@ mod tests {
                     vec![folded.clone(); world],
                     "world {world}, own {own}"
                 );
+                let local = vyre_reference::reference_eval(
+                    &peer_fold_program_local(BinOp::Sub, DataType::U32, world, own),
+                    &ranks.iter().cloned().map(Value::from).collect::<Vec<_>>(),
+                )
+                .expect("the local peer fold runs");
+                let mut want_local = ranks.clone();
+                want_local[own] = folded.clone();
+                assert_eq!(bytes(local), want_local, "world {world}, own {own}, local");
             }
         }
     }

@@ -54,7 +54,8 @@ pub use abi::{
 pub use analysis::nesting::{check_nesting, MAX_EXPRESSION_DEPTH, MAX_STATEMENT_DEPTH};
 pub use collective::{
     fold_operator, fold_program, fold_program_around, has_collectives, peer_fold_program,
-    ranked_program, split_collectives, CollectiveKind, CollectiveStep, RankStep, FOLD_WORKGROUP,
+    peer_fold_program_local, ranked_program, split_collectives, CollectiveKind, CollectiveStep,
+    RankStep, FOLD_WORKGROUP,
 };
 pub use error::CodegenError;
 pub use fault::DeviceFault;

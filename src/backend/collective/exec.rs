@@ -498,12 +498,25 @@ fn gathers_whole(bytes: usize, world: usize) -> bool {
 fn fold_form(collective: &Planned, rank: usize, world: usize, peer: bool) -> FoldForm {
     match collective.step.kind {
         CollectiveKind::ReduceScatter if peer => FoldForm::PeerScatter,
+        _ if peer && pulls_folded_blocks(collective.input_bytes) => FoldForm::PeerLocal(rank),
         _ if peer => FoldForm::PeerInPlace(rank),
         CollectiveKind::AllReduce if gathers_whole(collective.input_bytes, world) => {
             FoldForm::Gathered
         }
         _ => FoldForm::Around(rank),
     }
+}
+
+/// A peer-linked exact AllReduce of at least this many bytes per rank writes each folded
+/// block on its own rank only and lets the other ranks copy it (copy engines, reads over
+/// the link) instead of writing it to every rank from the fold kernel. Measured on 2x
+/// H200 (NV18, 30 iterations): the copy is faster from 128 MiB (405 vs 427 us; 1 GiB 3.00
+/// vs 3.28 ms) and slower at 32 MiB (129 vs 115 us: one more barrier and a copy launch);
+/// in runs of 100 back-to-back 1 GiB reductions the kernel's remote writes fell to 4.2 ms.
+const PEER_PULL_MIN_BYTES: usize = 128 << 20;
+
+fn pulls_folded_blocks(bytes: usize) -> bool {
+    bytes >= PEER_PULL_MIN_BYTES
 }
 
 /// Whether the exact reductions of this dispatch fold from every rank's memory directly:
@@ -950,7 +963,9 @@ impl Fold {
 
     /// An exact AllReduce from every rank's memory: after a barrier, rank `r`'s kernel
     /// folds block `r` of every rank's buffer in rank order and writes it back to all of
-    /// them; a second barrier holds every rank until all blocks are written.
+    /// them (large buffers: to its own, and after a second barrier every rank copies the
+    /// others' folded blocks); a last barrier holds every rank until all blocks are
+    /// written.
     fn peer_all_reduce(
         &self,
         jobs: &[Job<'_>],
@@ -965,6 +980,20 @@ impl Fold {
                 .map(|peer| buffer(peer) + start as u64)
                 .collect();
             self.launch(job, pointers, end - start)?;
+        }
+        if pulls_folded_blocks(bytes) {
+            // The folds wrote their own blocks only; each rank copies every other rank's
+            // folded block from there (the copy engine over the peer link).
+            peer_barrier(jobs)?;
+            for job in jobs {
+                for peer in jobs.iter().filter(|p| p.rank.rank != job.rank.rank) {
+                    let (start, end) = self.block(bytes, peer.rank.rank);
+                    let at = start as u64;
+                    (job.stream())
+                        .copy_device_to_device(buffer(job) + at, buffer(peer) + at, end - start)
+                        .map_err(|e| job.core.driver_error(e))?;
+                }
+            }
         }
         peer_barrier(jobs)
     }

@@ -20,7 +20,8 @@ pub use cluster::CudaCluster;
 
 use super::{CudaBackend, CudaOptions};
 use crate::codegen::{
-    fold_operator, fold_program, fold_program_around, peer_fold_program, RankStep,
+    fold_operator, fold_program, fold_program_around, peer_fold_program, peer_fold_program_local,
+    RankStep,
 };
 use crate::driver::nccl::{NcclComm, NcclUniqueId};
 use crate::driver::Event;
@@ -97,6 +98,9 @@ pub(crate) enum FoldForm {
     /// Every rank's copy read where it lies and the fold written back to all of them, the
     /// given rank's copy holding the steps (`peer_fold_program`, an AllReduce).
     PeerInPlace(usize),
+    /// As `PeerInPlace`, the fold written to the given rank's copy only (a large
+    /// AllReduce: the other ranks copy it from there; `peer_fold_program_local`).
+    PeerLocal(usize),
 }
 
 /// (operator, element, world, form) of a fold program.
@@ -188,6 +192,7 @@ impl RankComm {
             FoldForm::Around(own) => fold_program_around(binop, element, world, own),
             FoldForm::PeerScatter => peer_fold_program(binop, element, world, None),
             FoldForm::PeerInPlace(own) => peer_fold_program(binop, element, world, Some(own)),
+            FoldForm::PeerLocal(own) => peer_fold_program_local(binop, element, world, own),
         });
         folds.insert(key, Arc::clone(&program));
         Some(program)
