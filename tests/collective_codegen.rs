@@ -158,6 +158,16 @@ fn rank_kernels_assemble() {
                         assemble(&format!("{name} around rank {own}"), &around),
                         "{name}: the gathered form lowers, so must the form around rank {own}"
                     );
+                    let around_in_place = vyre_cuda::codegen::fold_program_around_in_place(
+                        binop,
+                        ty.clone(),
+                        world,
+                        own,
+                    );
+                    assert!(
+                        assemble(&format!("{name} in place at rank {own}"), &around_in_place),
+                        "{name}: the gathered form lowers, so must the in-place form"
+                    );
                     // The forms ranks linked by peer access run: in place (AllReduce)
                     // and into an output (ReduceScatter).
                     let in_place =

@@ -260,19 +260,40 @@ pub fn fold_program(op: BinOp, element: DataType, world: usize) -> Program {
 /// [`fold_program`] for rank `own`, whose block is read from its own buffer instead of a
 /// copy in `gathered` (block `own` of `gathered` is never read): binding 0 `gathered`
 /// (read), binding 1 `own` (read, `m` elements), binding 2 `out` (read-write). `own` and
-/// `out` may be the same memory (an AllReduce folds its block in place): each invocation
-/// reads its element before it writes it.
+/// `out` must not be the same memory (vyre buffers never alias): an AllReduce folding its
+/// block in place uses [`fold_program_around_in_place`].
 #[must_use]
 pub fn fold_program_around(op: BinOp, element: DataType, world: usize, own: usize) -> Program {
-    fold_program_with(op, element, world, Some(own))
+    fold_program_with(op, element, world, Some((own, false)))
 }
 
-fn fold_program_with(op: BinOp, element: DataType, world: usize, own: Option<usize>) -> Program {
+/// [`fold_program_around`] with the rank's own block in `out` itself (an AllReduce folds
+/// its block in place): binding 0 `gathered` (read), binding 1 `out` (read-write), whose
+/// element is read before the fold's first step is stored over it.
+#[must_use]
+pub fn fold_program_around_in_place(
+    op: BinOp,
+    element: DataType,
+    world: usize,
+    own: usize,
+) -> Program {
+    fold_program_with(op, element, world, Some((own, true)))
+}
+
+/// `own`: the rank whose block is not in `gathered`, and whether it lies in `out`.
+fn fold_program_with(
+    op: BinOp,
+    element: DataType,
+    world: usize,
+    own: Option<(usize, bool)>,
+) -> Program {
     let i = || Expr::var("i");
     let m = || Expr::buf_len("out");
     let block = |k: usize| {
-        if own == Some(k) {
-            return Expr::load("own", i());
+        match own {
+            Some((rank, true)) if rank == k => return Expr::var("mine"),
+            Some((rank, false)) if rank == k => return Expr::load("own", i()),
+            _ => {}
         }
         let offset = Expr::BinOp {
             op: BinOp::Mul,
@@ -293,7 +314,10 @@ fn fold_program_with(op: BinOp, element: DataType, world: usize, own: Option<usi
         left: Box::new(left),
         right: Box::new(right),
     };
-    let mut body = Vec::with_capacity(world.max(1));
+    let mut body = Vec::with_capacity(world.max(1) + 1);
+    if matches!(own, Some((_, true))) {
+        body.push(Node::let_bind("mine", Expr::load("out", i())));
+    }
     if world < 2 {
         body.push(Node::store("out", i(), block(0)));
     } else {
@@ -312,7 +336,7 @@ fn fold_program_with(op: BinOp, element: DataType, world: usize, own: Option<usi
         right: Box::new(m()),
     };
     let mut buffers = vec![BufferDecl::read("gathered", 0, element.clone())];
-    if own.is_some() {
+    if matches!(own, Some((_, false))) {
         buffers.push(BufferDecl::read("own", 1, element.clone()));
     }
     let out_binding = buffers.len() as u32;
@@ -466,8 +490,8 @@ mod tests {
                 let got = vyre_reference::reference_eval(
                     &fold_program_around(BinOp::Add, DataType::U32, world, own),
                     &[
-                        Value::from(holey),
-                        Value::from(mine),
+                        Value::from(holey.clone()),
+                        Value::from(mine.clone()),
                         Value::from(vec![0u8; m * 4]),
                     ],
                 )
@@ -476,6 +500,17 @@ mod tests {
                     got.iter().map(Value::to_bytes).collect::<Vec<_>>(),
                     want.iter().map(Value::to_bytes).collect::<Vec<_>>(),
                     "world {world}, own {own}"
+                );
+                // In place: the own block is the output, read before any step is stored.
+                let in_place = vyre_reference::reference_eval(
+                    &fold_program_around_in_place(BinOp::Add, DataType::U32, world, own),
+                    &[Value::from(holey), Value::from(mine)],
+                )
+                .expect("the in-place fold runs");
+                assert_eq!(
+                    in_place.iter().map(Value::to_bytes).collect::<Vec<_>>(),
+                    want.iter().map(Value::to_bytes).collect::<Vec<_>>(),
+                    "world {world}, own {own}, in place"
                 );
             }
         }

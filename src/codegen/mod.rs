@@ -53,9 +53,9 @@ pub use abi::{
 };
 pub use analysis::nesting::{check_nesting, MAX_EXPRESSION_DEPTH, MAX_STATEMENT_DEPTH};
 pub use collective::{
-    fold_operator, fold_program, fold_program_around, has_collectives, peer_fold_program,
-    peer_fold_program_local, ranked_program, split_collectives, CollectiveKind, CollectiveStep,
-    RankStep, FOLD_WORKGROUP,
+    fold_operator, fold_program, fold_program_around, fold_program_around_in_place,
+    has_collectives, peer_fold_program, peer_fold_program_local, ranked_program, split_collectives,
+    CollectiveKind, CollectiveStep, RankStep, FOLD_WORKGROUP,
 };
 pub use error::CodegenError;
 pub use fault::DeviceFault;

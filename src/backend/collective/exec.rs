@@ -498,25 +498,32 @@ fn gathers_whole(bytes: usize, world: usize) -> bool {
 fn fold_form(collective: &Planned, rank: usize, world: usize, peer: bool) -> FoldForm {
     match collective.step.kind {
         CollectiveKind::ReduceScatter if peer => FoldForm::PeerScatter,
-        _ if peer && pulls_folded_blocks(collective.input_bytes) => FoldForm::PeerLocal(rank),
-        _ if peer => FoldForm::PeerInPlace(rank),
-        CollectiveKind::AllReduce if gathers_whole(collective.input_bytes, world) => {
-            FoldForm::Gathered
+        CollectiveKind::ReduceScatter => FoldForm::Around(rank),
+        _ if peer && writes_folds_to_peers(collective.input_bytes, world) => {
+            FoldForm::PeerInPlace(rank)
         }
-        _ => FoldForm::Around(rank),
+        _ if peer => FoldForm::PeerLocal(rank),
+        _ if gathers_whole(collective.input_bytes, world) => FoldForm::Gathered,
+        _ => FoldForm::AroundInPlace(rank),
     }
 }
 
-/// A peer-linked exact AllReduce of at least this many bytes per rank writes each folded
-/// block on its own rank only and lets the other ranks copy it (copy engines, reads over
-/// the link) instead of writing it to every rank from the fold kernel. Measured on 2x
-/// H200 (NV18, 30 iterations): the copy is faster from 128 MiB (405 vs 427 us; 1 GiB 3.00
-/// vs 3.28 ms) and slower at 32 MiB (129 vs 115 us: one more barrier and a copy launch);
-/// in runs of 100 back-to-back 1 GiB reductions the kernel's remote writes fell to 4.2 ms.
+/// How a peer-linked exact AllReduce spreads the folded blocks, measured on H200s (NV18;
+/// BENCHMARKS.md): with two ranks the fold kernel writes each folded element to both
+/// ranks below `PEER_PULL_MIN_BYTES` (fastest there: 1.3-2x NCCL's own reduction), and
+/// from it each fold writes its own block and the other rank copies it (copy engine over
+/// the link; 128 MiB 405 vs 427 us, 1 GiB 3.00 vs 3.28 ms, where runs of 100 back-to-back
+/// kernel writes fell to 4.2 ms). With more ranks every cross-GPU event wait of a barrier
+/// costs several microseconds and the fold's remote writes contend on the switch, so each
+/// fold writes its own block and NCCL send/recv carries the folded blocks (one barrier).
 const PEER_PULL_MIN_BYTES: usize = 128 << 20;
 
-fn pulls_folded_blocks(bytes: usize) -> bool {
-    bytes >= PEER_PULL_MIN_BYTES
+fn writes_folds_to_peers(bytes: usize, world: usize) -> bool {
+    world == 2 && bytes < PEER_PULL_MIN_BYTES
+}
+
+fn pulls_folded_blocks(bytes: usize, world: usize) -> bool {
+    world == 2 && bytes >= PEER_PULL_MIN_BYTES
 }
 
 /// Whether the exact reductions of this dispatch fold from every rank's memory directly:
@@ -880,10 +887,18 @@ impl Fold {
         })?;
         for job in jobs {
             let (start, end) = self.block(bytes, job.rank.rank);
-            let block = buffer(job) + start as u64;
-            self.fold(job, Some(block), block, end - start)?;
+            self.fold(job, None, buffer(job) + start as u64, end - start)?;
         }
-        // Then every rank sends its folded block to every other.
+        self.share_folded_blocks(jobs, bytes, buffer)
+    }
+
+    /// Every rank sends its folded block (in place in `buffer`) to every other.
+    fn share_folded_blocks(
+        &self,
+        jobs: &[Job<'_>],
+        bytes: usize,
+        buffer: &dyn Fn(&Job<'_>) -> u64,
+    ) -> Result<(), CudaError> {
         self.exchange(jobs, |job, peer| {
             let (mine, theirs) = (self.block(bytes, job.rank.rank), self.block(bytes, peer));
             let send = (buffer(job) + mine.0 as u64, mine.1 - mine.0);
@@ -981,18 +996,24 @@ impl Fold {
                 .collect();
             self.launch(job, pointers, end - start)?;
         }
-        if pulls_folded_blocks(bytes) {
-            // The folds wrote their own blocks only; each rank copies every other rank's
-            // folded block from there (the copy engine over the peer link).
-            peer_barrier(jobs)?;
-            for job in jobs {
-                for peer in jobs.iter().filter(|p| p.rank.rank != job.rank.rank) {
-                    let (start, end) = self.block(bytes, peer.rank.rank);
-                    let at = start as u64;
-                    (job.stream())
-                        .copy_device_to_device(buffer(job) + at, buffer(peer) + at, end - start)
-                        .map_err(|e| job.core.driver_error(e))?;
-                }
+        if writes_folds_to_peers(bytes, self.world) {
+            return peer_barrier(jobs);
+        }
+        if !pulls_folded_blocks(bytes, self.world) {
+            // Rank k sends its folded block only after its fold has read every rank's
+            // block k, so no barrier is needed before the blocks arrive.
+            return self.share_folded_blocks(jobs, bytes, buffer);
+        }
+        // Each rank copies every other rank's folded block from there (the copy engine
+        // over the peer link).
+        peer_barrier(jobs)?;
+        for job in jobs {
+            for peer in jobs.iter().filter(|p| p.rank.rank != job.rank.rank) {
+                let (start, end) = self.block(bytes, peer.rank.rank);
+                let at = start as u64;
+                (job.stream())
+                    .copy_device_to_device(buffer(job) + at, buffer(peer) + at, end - start)
+                    .map_err(|e| job.core.driver_error(e))?;
             }
         }
         peer_barrier(jobs)
@@ -1019,8 +1040,8 @@ impl Fold {
         peer_barrier(jobs)
     }
 
-    /// Folds the job's scratch (`world` blocks of `bytes`; with `own`, the rank's block is
-    /// read there instead) into `out`.
+    /// Folds the job's scratch (`world` blocks of `bytes`) into `out`; the rank's own block
+    /// is read from `own` when given, else (an in-place fold) from `out` itself.
     fn fold(
         &self,
         job: &Job<'_>,

@@ -20,8 +20,8 @@ pub use cluster::CudaCluster;
 
 use super::{CudaBackend, CudaOptions};
 use crate::codegen::{
-    fold_operator, fold_program, fold_program_around, peer_fold_program, peer_fold_program_local,
-    RankStep,
+    fold_operator, fold_program, fold_program_around, fold_program_around_in_place,
+    peer_fold_program, peer_fold_program_local, RankStep,
 };
 use crate::driver::nccl::{NcclComm, NcclUniqueId};
 use crate::driver::Event;
@@ -89,17 +89,20 @@ pub(crate) struct Schedule {
 pub(crate) enum FoldForm {
     /// Every rank's copy gathered in scratch (`fold_program`).
     Gathered,
-    /// The other ranks' copies in scratch, this rank's where it lies
-    /// (`fold_program_around`).
+    /// The other ranks' copies in scratch, this rank's where it lies, apart from the
+    /// output (`fold_program_around`, a ReduceScatter).
     Around(usize),
+    /// The other ranks' copies in scratch, this rank's in the output it is folded into
+    /// (`fold_program_around_in_place`, an AllReduce).
+    AroundInPlace(usize),
     /// Every rank's copy read where it lies, into this rank's output (`peer_fold_program`,
     /// a ReduceScatter).
     PeerScatter,
     /// Every rank's copy read where it lies and the fold written back to all of them, the
     /// given rank's copy holding the steps (`peer_fold_program`, an AllReduce).
     PeerInPlace(usize),
-    /// As `PeerInPlace`, the fold written to the given rank's copy only (a large
-    /// AllReduce: the other ranks copy it from there; `peer_fold_program_local`).
+    /// As `PeerInPlace`, the fold written to the given rank's copy only (an AllReduce
+    /// whose folded blocks then travel otherwise; `peer_fold_program_local`).
     PeerLocal(usize),
 }
 
@@ -190,6 +193,9 @@ impl RankComm {
         let program = Arc::new(match form {
             FoldForm::Gathered => fold_program(binop, element, world),
             FoldForm::Around(own) => fold_program_around(binop, element, world, own),
+            FoldForm::AroundInPlace(own) => {
+                fold_program_around_in_place(binop, element, world, own)
+            }
             FoldForm::PeerScatter => peer_fold_program(binop, element, world, None),
             FoldForm::PeerInPlace(own) => peer_fold_program(binop, element, world, Some(own)),
             FoldForm::PeerLocal(own) => peer_fold_program_local(binop, element, world, own),
