@@ -18,7 +18,7 @@ use super::cache::LoadedKernel;
 use super::dispatch::Timing;
 use super::plan::{binding_order, shape_output};
 use super::sequence::{Fill, Read, ResidentBatch, ResidentFlight, Step, Upload};
-use super::{Core, CudaBackend};
+use super::{Core, CudaBackend, SharedKernel};
 use crate::codegen::{compose_module, KernelEntries, PtxTarget};
 use crate::error::CudaError;
 use packed::{PackedFlight, PackedPlan};
@@ -211,8 +211,12 @@ fn load_chunk(
             let mut identity = blake3::Hasher::new();
             identity.update(node.entries.text.as_bytes());
             identity.update(&target.sm().to_le_bytes());
-            let key = super::cache::KernelKey::of_code(identity.finalize().as_bytes());
-            Ok((key, abi, node.entries.vector_ptx.clone()))
+            Ok(SharedKernel {
+                key: super::cache::KernelKey::of_code(identity.finalize().as_bytes()),
+                abi,
+                vector_ptx: node.entries.vector_ptx.clone(),
+                fault_area_optional: node.entries.fault_area_optional(),
+            })
         })
         .collect::<Result<Vec<_>, CudaError>>()?;
     core.load_shared(&ptx, kernels)
