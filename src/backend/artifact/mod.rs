@@ -49,6 +49,9 @@ struct LoadedNode {
     program: Program,
     kernel: Arc<LoadedKernel>,
     slots: Vec<usize>,
+    /// Whether the kernel stamps the device clock into its fault area
+    /// (`crate::codegen::emit_timed`).
+    timed: bool,
 }
 
 /// How a submission binds one storage slot.
@@ -151,6 +154,7 @@ impl CudaBackend {
             .into_iter()
             .zip(loaded.into_iter().flatten())
             .map(|(node, kernel)| LoadedNode {
+                timed: node.entries.flags.timed,
                 program: node.program,
                 kernel,
                 slots: node.slots,
