@@ -9,9 +9,10 @@ use common::artifact::{
 };
 use common::corpus::fixtures;
 use common::ptxas::{assemble_all_targets, require_ptxas};
+use vyre_cuda::codegen::{emit_ptx, emit_timed, reference_program, EmittedKernel, PtxTarget};
 use vyre_foundation::ir::{
-    BufferAccess, DataType, GraphInput, GraphOutput, ProgramGraph, ShapeDim, ValueContract,
-    ValueLifetime,
+    BufferAccess, DataType, GraphInput, GraphOutput, Program, ProgramGraph, ShapeDim,
+    ValueContract, ValueLifetime,
 };
 
 fn contract(access: BufferAccess, lifetime: ValueLifetime) -> ValueContract {
@@ -31,7 +32,7 @@ fn the_registration_offers_a_compiler_of_its_own_format() {
         .target_compiler()
         .expect("a device-free compiler");
     assert_eq!(compiler.format().identity(), "vyre-cuda-ptx");
-    assert_eq!(compiler.format().version(), 1);
+    assert_eq!(compiler.format().version(), 2);
     assert_eq!(compiler.profile().subgroup_size(), 32);
 }
 
@@ -149,5 +150,117 @@ fn a_buffer_with_no_value_of_its_name_is_rejected_with_a_fix() {
     assert!(
         text.contains("name each graph value after the buffer"),
         "{text}"
+    );
+}
+
+/// The modules the runtime loads for a kernel: its module and its vector entry's.
+fn modules(kernel: &EmittedKernel) -> Vec<&str> {
+    std::iter::once(kernel.ptx.as_str())
+        .chain(kernel.vector_ptx.as_deref())
+        .collect()
+}
+
+/// Programs of every entry shape the emitter writes: plain and elementwise (a vector
+/// entry), workgroup memory and barriers, per-workgroup atomic partials, replicated
+/// segments, faults, subgroups, and grid-wide barriers (split segments and the cooperative
+/// entry).
+fn entry_shapes() -> Vec<(String, Program)> {
+    use common::{grid_programs, kernels, programs};
+    let mut all: Vec<(String, Program)> = vec![
+        ("vadd".into(), kernels::vadd(4096, 7)),
+        ("accumulate".into(), kernels::accumulate()),
+        ("signed_div".into(), kernels::signed_div(1024)),
+        ("saxpy_user".into(), kernels::saxpy_user(0)),
+    ];
+    for case in grid_programs::all() {
+        all.push((format!("grid {}", case.name), case.program));
+    }
+    let cases = (programs::workgroup_cases().into_iter())
+        .chain(programs::replicated_cases())
+        .chain(programs::fault_cases())
+        .chain(programs::subgroup_cases().into_iter().step_by(4))
+        .chain(programs::control_and_memory().into_iter().step_by(2));
+    all.extend(cases.map(|case| (case.name, case.program)));
+    all
+}
+
+/// The artifact route's kernels time themselves (`emit_timed`): every entry of every
+/// shape stamps the clock at its blocks' start and end, takes the fault area that holds
+/// the stamps, keeps the dispatch kernel's launch ABI otherwise, and assembles; the
+/// dispatch route's kernels of the same programs carry no stamps.
+#[test]
+fn artifact_kernels_stamp_the_clock_in_every_entry_and_assemble() {
+    let ptxas = require_ptxas();
+    let target = PtxTarget::sm80();
+    let (mut timed_entries, mut cooperative, mut vector, mut optional) = (0, 0, 0, 0);
+    for (name, program) in entry_shapes() {
+        // As the target compiler emits a node: the reference's program, timed.
+        let dispatch = emit_ptx(&program, None, target);
+        let prepared = reference_program(&program).map(|p| p.into_owned());
+        let timed = (prepared.as_ref().map_err(Clone::clone))
+            .and_then(|prepared| emit_timed(prepared, None, target, "vyre_node3"));
+        let (dispatch, timed) = match (dispatch, timed) {
+            (Ok(dispatch), Ok(timed)) => (dispatch, timed),
+            (Err(a), Err(b)) => {
+                assert_eq!(a.to_string(), b.to_string(), "{name}: the same refusal");
+                continue;
+            }
+            (dispatch, timed) => panic!(
+                "{name}: dispatch {:?}, timed {:?}",
+                dispatch.err(),
+                timed.err()
+            ),
+        };
+        assert!(!dispatch.timed && timed.timed, "{name}");
+        let parts = timed.entries();
+        assert!(parts.flags.timed, "{name}: the payload records it");
+        // What the area holds besides the stamps is the dispatch kernel's: a kernel that
+        // took none may be launched without one (no stamps then).
+        assert_eq!(timed.reports_faults, dispatch.abi.fault_word, "{name}");
+        assert_eq!(parts.flags.fault_word, dispatch.abi.fault_word, "{name}");
+        assert_eq!(
+            parts.fault_area_optional(),
+            !dispatch.abi.fault_word,
+            "{name}"
+        );
+        let mut expected = dispatch.abi.clone();
+        expected.entry = "vyre_node3".into();
+        expected.fault_word = true;
+        assert_eq!(timed.abi, expected, "{name}: only the fault area is added");
+        let prepared = prepared.unwrap();
+        assert_eq!(
+            parts.abi(&prepared, prepared.workgroup_size()).unwrap(),
+            expected,
+            "{name}: the payload's parts rebuild the same ABI"
+        );
+        for module in modules(&dispatch) {
+            assert!(
+                !module.contains("%globaltimer"),
+                "{name}: a dispatch kernel"
+            );
+        }
+        for module in modules(&timed) {
+            let entries = module.matches(".entry ").count();
+            assert!(entries > 0, "{name}");
+            assert_eq!(
+                module.matches("%globaltimer").count(),
+                2 * entries,
+                "{name}: a start and an end stamp per entry"
+            );
+            timed_entries += entries;
+            if let Some(ptxas) = &ptxas {
+                assemble_all_targets(ptxas, module).unwrap_or_else(|e| panic!("{name}: {e}"));
+            }
+        }
+        cooperative += usize::from(timed.abi.cooperative);
+        vector += usize::from(timed.vector_ptx.is_some());
+        optional += usize::from(parts.fault_area_optional());
+    }
+    println!(
+        "{timed_entries} timed entries: {cooperative} cooperative, {vector} vector, {optional} with an optional area"
+    );
+    assert!(
+        cooperative > 0 && vector > 0 && optional > 0,
+        "every entry shape is covered"
     );
 }

@@ -417,20 +417,27 @@ const SPIN_ITERATIONS: u32 = 1 << 22;
 
 /// Each of `n` invocations runs a dependent multiply-add chain [`SPIN_ITERATIONS`] long.
 fn spin(n: u32) -> ProgramGraph {
-    let program = Program::wrapped(
+    spin_chain(n, SPIN_ITERATIONS, 1)
+}
+
+/// `output[i]` = `input[i]` after `iterations` steps of `h = h * 1664525 + k` (`k` the
+/// step), a dependent chain each invocation runs alone: its time is `iterations` times
+/// one step's latency, whatever the device's width.
+fn spin_program(input: &str, output: &str, n: u32, iterations: u32) -> Program {
+    Program::wrapped(
         vec![
-            BufferDecl::read("seed", 0, DataType::U32).with_count(n),
-            BufferDecl::output("out", 1, DataType::U32).with_count(n),
+            BufferDecl::read(input, 0, DataType::U32).with_count(n),
+            BufferDecl::output(output, 1, DataType::U32).with_count(n),
         ],
         [64, 1, 1],
         guarded(
             n,
             vec![
-                Node::let_bind("h", Expr::load("seed", gid())),
+                Node::let_bind("h", Expr::load(input, gid())),
                 Node::loop_for(
                     "k",
                     Expr::u32(0),
-                    Expr::u32(SPIN_ITERATIONS),
+                    Expr::u32(iterations),
                     vec![Node::assign(
                         "h",
                         bin(
@@ -440,19 +447,42 @@ fn spin(n: u32) -> ProgramGraph {
                         ),
                     )],
                 ),
-                Node::store("out", gid(), Expr::var("h")),
+                Node::store(output, gid(), Expr::var("h")),
             ],
         ),
-    );
+    )
+}
+
+/// `nodes` [`spin_program`] nodes in a row over `n` u32 values, `seed` in, `out` out.
+fn spin_chain(n: u32, iterations: u32, nodes: u32) -> ProgramGraph {
     let mut g = GraphBuilder::new();
     g.input("seed", DataType::U32, n, ValueLifetime::Invocation);
-    g.node(
-        "spin",
-        program,
-        &["seed"],
-        &[("out", ValueLifetime::Output)],
-    );
+    for node in 0..nodes {
+        let from = if node == 0 {
+            "seed".to_string()
+        } else {
+            format!("s{node}")
+        };
+        let (to, lifetime) = if node + 1 == nodes {
+            ("out".to_string(), ValueLifetime::Output)
+        } else {
+            (format!("s{}", node + 1), ValueLifetime::Invocation)
+        };
+        g.node(
+            &format!("spin{node}"),
+            spin_program(&from, &to, n, iterations),
+            &[&from],
+            &[(&to, lifetime)],
+        );
+    }
     g.build()
+}
+
+/// What [`spin_chain`] computes for one seed.
+fn spin_host(seed: u32, iterations: u32, nodes: u32) -> u32 {
+    (0..nodes).fold(seed, |h, _| {
+        (0..iterations).fold(h, |h, k| h.wrapping_mul(1_664_525).wrapping_add(k))
+    })
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1394,6 +1424,117 @@ fn several_submissions_in_flight_complete_independently() {
     }
 }
 
+/// One warm submit+wait of a [`spin_chain`] artifact: the output checked against
+/// [`spin_host`] in both workgroups, the device time checked positive and within the host's
+/// wall time around submit..wait; returns the device time.
+fn timed_spin(
+    what: &str,
+    instance: &dyn ArtifactInstance,
+    artifact: &Artifact,
+    values: &BTreeMap<String, Vec<u8>>,
+    (n, iterations, nodes): (u32, u32, u32),
+) -> Duration {
+    let word =
+        |bytes: &[u8], i: usize| u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().unwrap());
+    let started = std::time::Instant::now();
+    let completion = run(instance, host_bindings(artifact, values)).unwrap();
+    let wall = started.elapsed();
+    let out = &completion.outputs[&value_id(artifact, "out")];
+    for i in [0, 63, 64, n as usize - 1] {
+        let want = spin_host(word(&values["seed"], i), iterations, nodes);
+        assert_eq!(word(out, i), want, "{what}: out[{i}]");
+    }
+    let device = Duration::from_nanos(completion.device_ns.expect("a device time"));
+    assert!(
+        device > Duration::ZERO && device <= wall,
+        "{what}: device time {device:?}, wall time {wall:?}"
+    );
+    device
+}
+
+/// The packed lane times a submission with the kernels' own clock stamps (read back with
+/// the fault word; no CUDA event per submission): the device time is positive, within the
+/// host's submit..wait wall time, grows with the work in a kernel and with the kernels of a
+/// chain (the first kernel's start to the last one's end), and agrees with the timing
+/// events the batch lane records around the same kernels.
+#[test]
+fn packed_device_time_is_the_kernels_clock_and_scales_with_their_work() {
+    if backend().is_none() {
+        return;
+    }
+    // Two workgroups of 64.
+    let n = 128;
+    let values = inputs([("seed", u32_input(n, 70))]);
+    let (packed, batch) = (lane_backend(64 << 10), lane_backend(0));
+    let counted = |owner: &vyre_cuda::CudaBackend| {
+        [
+            "vyre_cuda_artifact_packed_submits_total",
+            "vyre_cuda_clock_timed_submits_total",
+        ]
+        .map(|name| owner.metric(name))
+    };
+    let mut stamped = Vec::new();
+    for (iterations, nodes) in [(1 << 18, 1), (1 << 20, 1), (1 << 20, 3)] {
+        let artifact = compile(&request(spin_chain(n, iterations, nodes)));
+        // The least of three warm submissions (the first on a lane captures its graph).
+        let least = |owner: &vyre_cuda::CudaBackend, lane: &str| {
+            let materializer = owner.artifact_materializer();
+            let instance = instantiate_on(materializer.as_ref(), &artifact).unwrap();
+            let what = format!("{lane}: {nodes} kernel(s) of {iterations} iterations");
+            let shape = (n, iterations, nodes);
+            timed_spin(&what, instance.as_ref(), &artifact, &values, shape);
+            (0..3)
+                .map(|_| timed_spin(&what, instance.as_ref(), &artifact, &values, shape))
+                .min()
+                .unwrap()
+        };
+        let before = counted(&packed);
+        let clock = least(&packed, "packed lane");
+        let after = counted(&packed);
+        assert_eq!(
+            [after[0] - before[0], after[1] - before[1]],
+            [4, 4],
+            "every submission took the packed lane and read its device time from the clock stamps"
+        );
+        let events = least(&batch, "batch lane");
+        assert_eq!(counted(&batch), [0, 0], "the batch lane records events");
+        println!("{nodes} kernel(s) of {iterations} iterations: {clock:?} from the kernels' clock, {events:?} between events");
+        // The stamps span the kernels alone; the events also the launch latency around them.
+        assert!(
+            clock <= events.mul_f64(1.15) + Duration::from_micros(50)
+                && clock >= events.mul_f64(0.7),
+            "{nodes} kernel(s) of {iterations} iterations: {clock:?} from the clock, {events:?} between events"
+        );
+        stamped.push(clock);
+    }
+    let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64();
+    let longer = ratio(stamped[1], stamped[0]);
+    assert!(
+        (2.0..=8.0).contains(&longer),
+        "4x the iterations took {longer:.2}x the device time ({stamped:?})"
+    );
+    let chained = ratio(stamped[2], stamped[1]);
+    assert!(
+        (2.0..=4.5).contains(&chained),
+        "3 kernels took {chained:.2}x one kernel's device time ({stamped:?})"
+    );
+
+    // A kernel of a few microseconds: a device time, within the wall time.
+    let artifact = compile(&request(adder(1024, "alpha", "beta")));
+    let instance = instantiate_on(packed.artifact_materializer().as_ref(), &artifact).unwrap();
+    let values = inputs([
+        ("alpha", u32_input(1024, 71)),
+        ("beta", u32_input(1024, 72)),
+    ]);
+    for _ in 0..3 {
+        let started = std::time::Instant::now();
+        let completion = run(instance.as_ref(), host_bindings(&artifact, &values)).unwrap();
+        let wall = started.elapsed();
+        let device = Duration::from_nanos(completion.device_ns.expect("a device time"));
+        assert!(device <= wall, "adder: device {device:?}, wall {wall:?}");
+    }
+}
+
 /// `BindingSet::set_invocation_grid` replaces every node's grid (in workgroups, as
 /// `DispatchConfig::grid_override`), on either lane: a smaller grid leaves the rest of the
 /// output at zero.
@@ -1511,7 +1652,7 @@ fn payload_format_and_determinism() {
     let artifact = compile(&request(chain16(1000)));
     let payload = compiler().compile(&artifact).unwrap();
     assert_eq!(payload.format().identity(), vyre_cuda::PAYLOAD_FORMAT);
-    assert_eq!(payload.format().version(), 1);
+    assert_eq!(payload.format().version(), 2);
     assert_eq!(compiler().format(), payload.format());
     assert_eq!(payload.neutral_artifact(), artifact.digest());
     assert_eq!(materializer().device().target_format(), payload.format());
@@ -1709,9 +1850,9 @@ fn foreign_and_damaged_payloads_are_rejected() {
             rebuilt(format("ptx", 1), profile.clone(), bytes.clone()),
         ),
         (
-            "format version 2",
+            "another format version",
             rebuilt(
-                format(vyre_cuda::PAYLOAD_FORMAT, 2),
+                format(vyre_cuda::PAYLOAD_FORMAT, ours.version() + 1),
                 profile.clone(),
                 bytes.clone(),
             ),

@@ -12,7 +12,7 @@
 use super::payload::{NodeKernel, Payload, FORMAT_VERSION};
 use super::{node_programs, Values};
 use crate::backend::{binding_order, reference_grid_for, validated};
-use crate::codegen::{emit_named, PtxTarget};
+use crate::codegen::{emit_timed, PtxTarget};
 use crate::compat::PAYLOAD_FORMAT;
 use std::collections::BTreeMap;
 use vyre_foundation::ir::Program;
@@ -108,7 +108,8 @@ fn compile_node(
     program: &Program,
 ) -> Result<(NodeKernel, [u32; 3]), String> {
     let program = validated(program).map_err(|e| e.to_string())?;
-    let emitted = emit_named(
+    // Timed: a submission reads its device time from the kernels' own clock stamps.
+    let emitted = emit_timed(
         &program,
         None,
         payload_target(),

@@ -5,8 +5,9 @@
 
 use crate::codegen::{AbiFlags, KernelEntries, PtxIsa, PtxTarget};
 
-/// Version of this byte format (the payload format's version).
-pub(crate) const FORMAT_VERSION: u16 = 1;
+/// Version of this byte format (the payload format's version). 2: each kernel records
+/// whether it is timed (`AbiFlags::timed`).
+pub(crate) const FORMAT_VERSION: u16 = 2;
 const MAGIC: &[u8; 8] = b"VYRECUDA";
 
 /// A binding's chunking as one word: 0 cut into the chunks, 1 accumulated, 2 broadcast
@@ -55,6 +56,7 @@ impl Payload {
             out.u32(u32::from(entries.flags.fault_word));
             out.u32(u32::from(entries.flags.cooperative));
             out.u32(entries.flags.vector_lanes);
+            out.u32(u32::from(entries.flags.timed));
             let flags = entries
                 .flags
                 .accumulated
@@ -176,8 +178,13 @@ impl<'a> Reader<'a> {
         let node = self.u32()?;
         let slots = self.u32s()?;
         let entry = self.string()?;
-        let (segments, fault_word, cooperative, vector_lanes) =
-            (self.u32()?, self.flag()?, self.flag()?, self.u32()?);
+        let (segments, fault_word, cooperative, vector_lanes, timed) = (
+            self.u32()?,
+            self.flag()?,
+            self.flag()?,
+            self.u32()?,
+            self.flag()?,
+        );
         let whole = (self.u32s()?.into_iter())
             .map(|code| match code {
                 0..=2 => Ok((code == 1, code == 2)),
@@ -189,6 +196,7 @@ impl<'a> Reader<'a> {
             fault_word,
             cooperative,
             vector_lanes,
+            timed,
             accumulated: whole.iter().map(|&(a, _)| a).collect(),
             broadcast: whole.iter().map(|&(_, b)| b).collect(),
         };
@@ -218,9 +226,10 @@ mod tests {
     fn payload(accumulated: Vec<bool>, broadcast: Vec<bool>) -> Payload {
         let flags = AbiFlags {
             segments: 1,
-            fault_word: false,
+            fault_word: true,
             cooperative: false,
             vector_lanes: 4,
+            timed: true,
             accumulated,
             broadcast,
         };
@@ -261,5 +270,25 @@ mod tests {
         bad[at + 4] = 3;
         let error = Payload::decode(&bad).unwrap_err();
         assert!(error.contains("chunking reads 3"), "{error}");
+    }
+
+    #[test]
+    fn the_timed_flag_round_trips_and_older_payloads_are_refused() {
+        let timed = payload(vec![false; 3], vec![false; 3]);
+        let mut untimed = timed.clone();
+        untimed.nodes[0].entries.flags.timed = false;
+        for original in [timed, untimed] {
+            let decoded = Payload::decode(&original.encode()).unwrap();
+            assert_eq!(
+                decoded.nodes[0].entries.flags.timed,
+                original.nodes[0].entries.flags.timed
+            );
+            assert_eq!(decoded, original);
+        }
+        // A version 1 payload (no timed flag) is not read as this format.
+        let mut old = payload(vec![false; 3], vec![false; 3]).encode();
+        old[MAGIC.len()..MAGIC.len() + 4].copy_from_slice(&1u32.to_le_bytes());
+        let error = Payload::decode(&old).unwrap_err();
+        assert!(error.contains("payload byte format 1"), "{error}");
     }
 }

@@ -58,6 +58,9 @@ pub(crate) struct LoadedKernel {
     /// The elementwise vector entry, when the ABI has one (`KernelAbi::vector_lanes`):
     /// its own module, JIT-compiled on first use.
     pub(crate) vector: Option<LazyVector>,
+    /// Whether it may be launched with a null fault area: a timed kernel that writes its
+    /// area only to stamp the clock (`codegen::KernelEntries::fault_area_optional`).
+    pub(crate) fault_area_optional: bool,
 }
 
 impl LoadedKernel {
@@ -75,7 +78,14 @@ impl LoadedKernel {
             functions: Vec::new(),
             cooperative: None,
             vector: None,
+            fault_area_optional: false,
         }
+    }
+
+    /// Whether a launch must point it at a zeroed fault area: it takes one
+    /// (`KernelAbi::fault_word`) and cannot do with a null one.
+    pub(crate) fn needs_fault_area(&self) -> bool {
+        self.abi.fault_word && !self.fault_area_optional
     }
 
     /// The vector entry, loading its module on first use; `None` when the kernel has none

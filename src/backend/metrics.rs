@@ -32,6 +32,7 @@ metrics! {
     vector_launches => "vyre_cuda_vector_launches_total",
     packed_dispatches => "vyre_cuda_packed_dispatches_total",
     artifact_packed_submits => "vyre_cuda_artifact_packed_submits_total",
+    clock_timed_submits => "vyre_cuda_clock_timed_submits_total",
     graph_captures => "vyre_cuda_graph_captures_total",
     graph_launches => "vyre_cuda_graph_launches_total",
     graph_cache_hits => "vyre_cuda_graph_cache_hits_total",

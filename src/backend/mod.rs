@@ -303,16 +303,24 @@ pub const SPLIT_COMPILE_ENV: &str = "VYRE_CUDA_SPLIT_COMPILE";
 /// Not for a module with a cooperative entry: split compilation of grid-barrier entries
 /// has not been checked on its own on the GPU (the one wrong result seen while it was on,
 /// `fft_radix2`'s, stayed with it off), so those keep compiling serially, as before.
-fn split_compile_threads(
-    kernels: &[(KernelKey, crate::codegen::KernelAbi, Option<String>)],
-) -> Option<u32> {
+fn split_compile_threads(kernels: &[SharedKernel]) -> Option<u32> {
     let off = std::env::var(SPLIT_COMPILE_ENV).is_ok_and(|value| value == "0");
-    if off || kernels.len() < 2 || kernels.iter().any(|(_, abi, _)| abi.cooperative) {
+    if off || kernels.len() < 2 || kernels.iter().any(|kernel| kernel.abi.cooperative) {
         return None;
     }
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let threads = kernels.len().min(cpus);
     (threads > 1).then_some(threads as u32)
+}
+
+/// One kernel of a module that holds several ([`Core::load_shared`]).
+pub(crate) struct SharedKernel {
+    pub(crate) key: KernelKey,
+    pub(crate) abi: crate::codegen::KernelAbi,
+    /// Its vector entry's own module, when it has one.
+    pub(crate) vector_ptx: Option<String>,
+    /// See [`LoadedKernel::fault_area_optional`].
+    pub(crate) fault_area_optional: bool,
 }
 
 pub(crate) struct Core {
@@ -846,25 +854,23 @@ impl Core {
 
     /// Loads one module holding several kernels' entries (an artifact's, see
     /// `codegen::compose_module`) and looks each kernel's entries up in it: one JIT
-    /// compilation for all of them. `kernels` are `(key, abi, vector module)`.
+    /// compilation for all of them.
     pub(crate) fn load_shared(
         &self,
         ptx: &str,
-        kernels: Vec<(KernelKey, crate::codegen::KernelAbi, Option<String>)>,
+        kernels: Vec<SharedKernel>,
     ) -> Result<Vec<Arc<LoadedKernel>>, CudaError> {
-        for (_, abi, _) in &kernels {
-            self.check_shared_memory(abi)?;
+        for kernel in &kernels {
+            self.check_shared_memory(&kernel.abi)?;
         }
         let module = self.load_module(ptx, split_compile_threads(&kernels))?;
         kernels
             .into_iter()
-            .map(|(key, abi, vector)| {
-                Ok(Arc::new(self.kernel_in(
-                    &module,
-                    key,
-                    abi,
-                    vector.as_ref(),
-                )?))
+            .map(|kernel| {
+                let vector = kernel.vector_ptx.as_ref();
+                let mut loaded = self.kernel_in(&module, kernel.key, kernel.abi, vector)?;
+                loaded.fault_area_optional = kernel.fault_area_optional;
+                Ok(Arc::new(loaded))
             })
             .collect()
     }
@@ -931,6 +937,7 @@ impl Core {
             functions,
             cooperative,
             vector,
+            fault_area_optional: false,
         })
     }
 

@@ -191,8 +191,9 @@ fn segments(
     out
 }
 
-/// Enqueues one prepared step, pointing its fault word (if any) at `fault`; grid-wide
-/// barriers launch per `mode`, counted in `metrics`.
+/// Enqueues one prepared step, pointing its fault word (if any) at `fault` (a kernel that
+/// can do without one gets a null area when there is none); grid-wide barriers launch per
+/// `mode`, counted in `metrics`.
 fn launch_step(
     stream: &Stream,
     step: &PreparedStep,
@@ -202,7 +203,7 @@ fn launch_step(
 ) -> Result<(), DriverError> {
     let mut args = step.args.clone();
     if step.kernel.abi.fault_word {
-        args.fault = fault;
+        args.fault = fault.or_else(|| step.kernel.fault_area_optional.then_some(0));
     }
     launch::enqueue(
         stream,
@@ -377,7 +378,10 @@ impl Core {
             mut work,
             reads,
         } = self.resolve(batch)?;
-        let needs_fault = work.direct.iter().any(|step| step.kernel.abi.fault_word);
+        let needs_fault = work
+            .direct
+            .iter()
+            .any(|step| step.kernel.needs_fault_area());
         let slot = self.stream().map_err(|e| self.driver_error(e))?;
         let fault = needs_fault
             .then(|| self.pool.take(&slot.stream, FAULT_AREA_BYTES))
@@ -714,7 +718,7 @@ impl Core {
                 .iter()
                 .chain((0..unroll).flat_map(|_| repeated.iter()))
         };
-        let fault = if steps().any(|step| step.kernel.abi.fault_word) {
+        let fault = if steps().any(|step| step.kernel.needs_fault_area()) {
             Some(self.graph_fault_word(stream)?)
         } else {
             None

@@ -16,8 +16,42 @@ pub const KERNEL_ENTRY: &str = "vyre_main";
 pub const COOPERATIVE_ENTRY: &str = "vyre_main_coop";
 
 /// Bytes of the zeroed area the fault-word pointer addresses: the fault word itself, then
-/// the cooperative entry's grid barrier (arrival count, generation, stop flag).
-pub const FAULT_AREA_BYTES: usize = 16;
+/// the cooperative entry's grid barrier (arrival count, generation, stop flag), then the
+/// clock stamps of a timed kernel ([`CLOCK_START_AT`], [`CLOCK_END_AT`]).
+pub const FAULT_AREA_BYTES: usize = 32;
+
+/// Byte offset in the fault area of a timed kernel's start stamp: the bitwise NOT of the
+/// earliest `%globaltimer` (nanoseconds) at which a block of any launch sharing the area
+/// started. Blocks combine their stamps with `max`, so the NOT lets the zeroed area start
+/// it (no other initial value to upload) and the earliest start win.
+pub const CLOCK_START_AT: usize = 16;
+
+/// Byte offset in the fault area of a timed kernel's end stamp: the latest `%globaltimer`
+/// at which a block of any launch sharing the area ended (its last invocation finished).
+pub const CLOCK_END_AT: usize = 24;
+
+// The stamps follow the fault word and the grid barrier's words (bytes 0..16), 8-byte
+// aligned, inside the area.
+const _: () = assert!(
+    CLOCK_START_AT >= 16
+        && CLOCK_END_AT >= CLOCK_START_AT + 8
+        && CLOCK_START_AT % 8 == 0
+        && CLOCK_END_AT % 8 == 0
+        && CLOCK_END_AT + 8 <= FAULT_AREA_BYTES
+);
+
+/// The device time the clock stamps of a fault area span (see [`crate::codegen::emit_timed`]):
+/// from the earliest block start to the latest block end, in nanoseconds. `None` when the
+/// area is shorter than [`FAULT_AREA_BYTES`] or not stamped (no timed block ran).
+#[must_use]
+pub fn clock_span_ns(area: &[u8]) -> Option<u64> {
+    let word = |at: usize| -> Option<u64> {
+        let bytes = area.get(at..at + 8)?;
+        Some(u64::from_le_bytes(bytes.try_into().ok()?))
+    };
+    let (start, end) = (!word(CLOCK_START_AT)?, word(CLOCK_END_AT)?);
+    (start != u64::MAX && end != 0).then(|| end.saturating_sub(start))
+}
 
 /// Name of the vector entry of an elementwise program (see [`KernelAbi::vector_lanes`]).
 /// Its parameters ([`KernelAbi::vector_params`]) are the scalar entry's followed by
@@ -351,4 +385,39 @@ fn shared_too_large(bytes: u64) -> CodegenError {
         format!("workgroup buffers need {bytes} bytes of shared memory"),
         "shrink the workgroup buffers",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fault area after blocks stamped `starts` and `ends` the way the kernels do.
+    fn stamped(starts: &[u64], ends: &[u64]) -> [u8; FAULT_AREA_BYTES] {
+        let mut area = [0u8; FAULT_AREA_BYTES];
+        let start = starts.iter().map(|t| !t).max().unwrap_or(0);
+        let end = ends.iter().copied().max().unwrap_or(0);
+        area[CLOCK_START_AT..CLOCK_START_AT + 8].copy_from_slice(&start.to_le_bytes());
+        area[CLOCK_END_AT..CLOCK_END_AT + 8].copy_from_slice(&end.to_le_bytes());
+        area
+    }
+
+    #[test]
+    fn the_clock_span_runs_from_the_earliest_start_to_the_latest_end() {
+        let area = stamped(&[5_000, 1_000, 3_000], &[4_000, 9_500, 2_000]);
+        assert_eq!(clock_span_ns(&area), Some(8_500));
+    }
+
+    #[test]
+    fn an_unstamped_or_short_area_has_no_span() {
+        assert_eq!(clock_span_ns(&[0u8; FAULT_AREA_BYTES]), None);
+        assert_eq!(clock_span_ns(&stamped(&[7], &[])), None);
+        assert_eq!(clock_span_ns(&stamped(&[], &[7])), None);
+        assert_eq!(
+            clock_span_ns(&stamped(&[7], &[9])[..CLOCK_END_AT + 4]),
+            None
+        );
+        // An end stamped before the start (clocks of different blocks) is no time, not a
+        // wrapped one.
+        assert_eq!(clock_span_ns(&stamped(&[10], &[9])), Some(0));
+    }
 }

@@ -34,6 +34,7 @@
 
 mod abi;
 mod analysis;
+mod clock;
 mod collective;
 mod error;
 mod fault;
@@ -48,8 +49,8 @@ pub(crate) mod visit;
 mod writer;
 
 pub use abi::{
-    BindingRole, KernelAbi, KernelBinding, KernelParam, COOPERATIVE_ENTRY, FAULT_AREA_BYTES,
-    KERNEL_ENTRY, VECTOR_ENTRY, VECTOR_LANES,
+    clock_span_ns, BindingRole, KernelAbi, KernelBinding, KernelParam, CLOCK_END_AT,
+    CLOCK_START_AT, COOPERATIVE_ENTRY, FAULT_AREA_BYTES, KERNEL_ENTRY, VECTOR_ENTRY, VECTOR_LANES,
 };
 pub use analysis::nesting::{check_nesting, MAX_EXPRESSION_DEPTH, MAX_STATEMENT_DEPTH};
 pub use collective::{
@@ -86,6 +87,13 @@ pub struct EmittedKernel {
     pub abi: KernelAbi,
     /// The target it was written for.
     pub target: PtxTarget,
+    /// Whether its entries stamp the device clock into the fault area ([`emit_timed`]).
+    pub timed: bool,
+    /// Whether its entries record faults or keep a grid barrier in the fault area: what
+    /// [`KernelAbi::fault_word`] says of a kernel that is not timed. A timed kernel without
+    /// either writes its area only to stamp the clock, and skips the stamps when launched
+    /// with a null area.
+    pub reports_faults: bool,
     /// Where the entries start in `ptx` (after the header).
     pub(crate) entries_at: usize,
     /// The libm routines the entries call (their `.func`s are in the header).
@@ -98,6 +106,8 @@ impl EmittedKernel {
     pub fn entries(&self) -> KernelEntries {
         KernelEntries::new(
             &self.abi,
+            self.timed,
+            self.reports_faults,
             self.ptx[self.entries_at..].to_string(),
             self.libm.clone(),
             self.vector_ptx.clone(),
@@ -158,6 +168,32 @@ pub fn emit_named(
     target: PtxTarget,
     entry: &str,
 ) -> Result<EmittedKernel, CodegenError> {
+    emit_entries(program, workgroup_override, target, entry, false)
+}
+
+/// [`emit_named`] for a kernel that times itself (the artifact route's kernels): it always
+/// takes a fault area, and each block of every entry stamps `%globaltimer` into it when it
+/// starts and when its last invocation ends, folded with the other blocks' (and other
+/// launches' sharing the area) into the earliest start and the latest end. The zeroed area
+/// starts the stamps; [`clock_span_ns`] reads the device time back from it, with no CUDA
+/// event recorded around the launches. A null area skips the stamps: a kernel that does not
+/// [`EmittedKernel::reports_faults`] may then be launched without any area.
+pub fn emit_timed(
+    program: &Program,
+    workgroup_override: Option<[u32; 3]>,
+    target: PtxTarget,
+    entry: &str,
+) -> Result<EmittedKernel, CodegenError> {
+    emit_entries(program, workgroup_override, target, entry, true)
+}
+
+fn emit_entries(
+    program: &Program,
+    workgroup_override: Option<[u32; 3]>,
+    target: PtxTarget,
+    entry: &str,
+    timed: bool,
+) -> Result<EmittedKernel, CodegenError> {
     // PTX compilers mis-handle an entry named like one of its own parameters (ptxas 13.0
     // corrupts its heap), so a name that could be one is refused before any work.
     if entry.starts_with("vyre_p")
@@ -187,7 +223,8 @@ pub fn emit_named(
             ),
         })
         .collect();
-    let lowerer = || lower::Lowerer::new(program, &facts, &abi, &shared, target.sm());
+    let lowerer =
+        || lower::Lowerer::new(program, &facts, &abi, &shared, target.sm()).stamping_clock(timed);
     let bodies = segments
         .iter()
         .map(|segment| lowerer().lower_entry(segment))
@@ -206,15 +243,17 @@ pub fn emit_named(
             binding.broadcast = shape.broadcast.contains(&*binding.name);
         }
     }
-    abi.fault_word = abi.cooperative
+    let reports_faults = abi.cooperative
         || bodies
             .iter()
             .chain(vector.as_ref())
             .any(|body| body.fault_word);
+    abi.fault_word = timed || reports_faults;
     let bodies = module::Bodies {
         segments: &bodies,
         cooperative: &cooperative,
         vector: vector.as_ref(),
+        clock: timed,
     };
     let composed = module::compose(program, &abi, target, &bodies);
     Ok(EmittedKernel {
@@ -222,6 +261,8 @@ pub fn emit_named(
         vector_ptx: composed.vector_ptx,
         abi,
         target,
+        timed,
+        reports_faults,
         entries_at: composed.entries_at,
         libm: composed.libm,
     })

@@ -16,12 +16,17 @@ use vyre_foundation::ir::Program;
 pub struct AbiFlags {
     /// [`KernelAbi::segments`].
     pub segments: u32,
-    /// [`KernelAbi::fault_word`].
+    /// Whether the kernel records faults or keeps a grid barrier in its fault area
+    /// ([`super::EmittedKernel::reports_faults`]); [`KernelAbi::fault_word`] is this or
+    /// [`Self::timed`].
     pub fault_word: bool,
     /// [`KernelAbi::cooperative`].
     pub cooperative: bool,
     /// [`KernelAbi::vector_lanes`].
     pub vector_lanes: u32,
+    /// Whether the entries stamp the device clock into the fault area
+    /// ([`super::emit_timed`]).
+    pub timed: bool,
     /// [`super::KernelBinding::accumulated`] of each binding, in order.
     pub accumulated: Vec<bool>,
     /// [`super::KernelBinding::broadcast`] of each binding, in order.
@@ -45,6 +50,8 @@ pub struct KernelEntries {
 impl KernelEntries {
     pub(crate) fn new(
         abi: &KernelAbi,
+        timed: bool,
+        reports_faults: bool,
         text: String,
         libm: BTreeSet<Libm>,
         vector_ptx: Option<String>,
@@ -53,9 +60,10 @@ impl KernelEntries {
             entry: abi.entry.clone(),
             flags: AbiFlags {
                 segments: abi.segments,
-                fault_word: abi.fault_word,
+                fault_word: reports_faults,
                 cooperative: abi.cooperative,
                 vector_lanes: abi.vector_lanes,
+                timed,
                 accumulated: abi.bindings.iter().map(|b| b.accumulated).collect(),
                 broadcast: abi.bindings.iter().map(|b| b.broadcast).collect(),
             },
@@ -94,6 +102,14 @@ impl KernelEntries {
         })
     }
 
+    /// Whether the kernel may be launched with a null fault area: it is timed and writes
+    /// its area only to stamp the clock (no faults, no grid barrier); a null area skips the
+    /// stamps.
+    #[must_use]
+    pub fn fault_area_optional(&self) -> bool {
+        self.flags.timed && !self.flags.fault_word
+    }
+
     /// The `.func` symbols of the libm routines the entries call.
     #[must_use]
     pub fn libm_symbols(&self) -> Vec<&'static str> {
@@ -122,7 +138,8 @@ impl KernelEntries {
         }
         abi.entry.clone_from(&self.entry);
         abi.segments = self.flags.segments;
-        abi.fault_word = self.flags.fault_word;
+        // A timed kernel's stamps live in the fault area: it always takes one.
+        abi.fault_word = self.flags.fault_word || self.flags.timed;
         abi.cooperative = self.flags.cooperative;
         abi.vector_lanes = self.flags.vector_lanes;
         let flags = self.flags.accumulated.iter().zip(&self.flags.broadcast);

@@ -129,6 +129,11 @@ impl PtxWriter {
         let _ = writeln!(self.body, "{label}:");
     }
 
+    /// A label of a fixed name (one per entry, such as the clock's end block).
+    pub(crate) fn put_named_label(&mut self, name: &str) {
+        let _ = writeln!(self.body, "{name}:");
+    }
+
     pub(crate) fn register_decls(&self) -> String {
         register_decls(&self.counts)
     }

@@ -18,7 +18,7 @@ use super::cache::LoadedKernel;
 use super::dispatch::Timing;
 use super::plan::{binding_order, shape_output};
 use super::sequence::{Fill, Read, ResidentBatch, ResidentFlight, Step, Upload};
-use super::{Core, CudaBackend};
+use super::{Core, CudaBackend, SharedKernel};
 use crate::codegen::{compose_module, KernelEntries, PtxTarget};
 use crate::error::CudaError;
 use packed::{PackedFlight, PackedPlan};
@@ -49,6 +49,9 @@ struct LoadedNode {
     program: Program,
     kernel: Arc<LoadedKernel>,
     slots: Vec<usize>,
+    /// Whether the kernel stamps the device clock into its fault area
+    /// (`crate::codegen::emit_timed`).
+    timed: bool,
 }
 
 /// How a submission binds one storage slot.
@@ -151,6 +154,7 @@ impl CudaBackend {
             .into_iter()
             .zip(loaded.into_iter().flatten())
             .map(|(node, kernel)| LoadedNode {
+                timed: node.entries.flags.timed,
                 program: node.program,
                 kernel,
                 slots: node.slots,
@@ -211,8 +215,12 @@ fn load_chunk(
             let mut identity = blake3::Hasher::new();
             identity.update(node.entries.text.as_bytes());
             identity.update(&target.sm().to_le_bytes());
-            let key = super::cache::KernelKey::of_code(identity.finalize().as_bytes());
-            Ok((key, abi, node.entries.vector_ptx.clone()))
+            Ok(SharedKernel {
+                key: super::cache::KernelKey::of_code(identity.finalize().as_bytes()),
+                abi,
+                vector_ptx: node.entries.vector_ptx.clone(),
+                fault_area_optional: node.entries.fault_area_optional(),
+            })
         })
         .collect::<Result<Vec<_>, CudaError>>()?;
     core.load_shared(&ptx, kernels)

@@ -7,11 +7,17 @@
 //! copy uploads everything and one copy downloads what is returned), and each node's grid,
 //! argument offsets and element counts. The artifact keeps its own lanes (stream, arena and
 //! pinned buffer of exactly that size); the first submission on a lane captures its round
-//! trip — one upload, the timing events around the nodes' launches, one download — into a
-//! graph kept with the lane's pinned buffer. A submission whose bindings are all host bytes
-//! (or unbound) packs them into the pinned buffer and replays the graph: one driver call;
-//! [`PackedFlight::finish`] waits and unpacks. Nothing is planned, resolved or allocated
-//! per submission. (A grid override launches the nodes directly instead.)
+//! trip — one upload, the nodes' launches, one download — into a graph kept with the lane's
+//! pinned buffer. A submission whose bindings are all host bytes (or unbound) packs them
+//! into the pinned buffer and replays the graph: one driver call; [`PackedFlight::finish`]
+//! waits and unpacks. Nothing is planned, resolved or allocated per submission. (A grid
+//! override launches the nodes directly instead.)
+//!
+//! The device time comes from the kernels themselves: the target compiler emits them timed
+//! (`crate::codegen::emit_timed`), so they stamp `%globaltimer` into the fault area, which
+//! the upload zeroes and the download reads back anyway; no CUDA event is recorded or
+//! queried per submission. (Kernels loaded untimed are timed with the lane's events
+//! around their launches instead.)
 
 use super::{LoadedArtifact, LoadedNode, SlotBinding};
 use crate::backend::dispatch::{check_fault, nanos, Timing, BINDING_ALIGN, FAULT_ALIGN};
@@ -21,7 +27,7 @@ use crate::backend::metrics::Metrics;
 use crate::backend::plan::{binding_order, shape_output, DispatchPlan, GridLimits};
 use crate::backend::pool::{Pool, Pooled};
 use crate::backend::small::SmallLane;
-use crate::codegen::FAULT_AREA_BYTES;
+use crate::codegen::{clock_span_ns, FAULT_AREA_BYTES};
 use crate::driver::{DriverError, Exchange, Stream, Wait};
 use crate::error::CudaError;
 use std::ops::Range;
@@ -36,9 +42,13 @@ pub(super) struct PackedPlan {
     offsets: Vec<usize>,
     /// The fault area's offset, when a kernel has a fault word.
     fault: Option<usize>,
+    /// Whether every kernel stamps the clock into the fault area (then there is one): the
+    /// device time is read from there instead of from timing events.
+    timed: bool,
     /// Bytes uploaded: everything up to the end of the fault area.
     total: usize,
-    /// Bytes downloaded: the slots read back and the fault word.
+    /// Bytes downloaded: the slots read back and the fault word (the whole fault area,
+    /// clock stamps included, when `timed`).
     download: Range<usize>,
     launches: Vec<NodeLaunch>,
     /// This artifact's idle lanes, `total` bytes each, most with the round trip captured.
@@ -99,11 +109,14 @@ impl PackedPlan {
         if total > capacity {
             return Ok(None);
         }
-        let download_end = fault.map_or(data_end, |at| at + 4);
+        let timed = fault.is_some() && nodes.iter().all(|node| node.timed);
+        let fault_read = if timed { FAULT_AREA_BYTES } else { 4 };
+        let download_end = fault.map_or(data_end, |at| at + fault_read);
         let download_at = download_at.or(fault).unwrap_or(download_end);
         let mut plan = Self {
             offsets,
             fault,
+            timed,
             total,
             download: download_at..download_end,
             launches: Vec::with_capacity(nodes.len()),
@@ -256,9 +269,10 @@ impl LoadedArtifact {
         Ok(())
     }
 
-    /// Captures the round trip over `lane`: the upload, the start event, the nodes'
-    /// launches, the end event, the download. Cooperative launches that cannot be captured
-    /// here are split at their grid barriers instead (as for resident sequences).
+    /// Captures the round trip over `lane`: the upload, the nodes' launches (between the
+    /// timing events unless the kernels are timed), the download. Cooperative launches
+    /// that cannot be captured here are split at their grid barriers instead (as for
+    /// resident sequences).
     fn capture_packed(&self, plan: &PackedPlan, lane: &mut SmallLane) -> Result<(), DriverError> {
         let core = self.backend.core();
         let SmallLane {
@@ -272,9 +286,14 @@ impl LoadedArtifact {
         // Launches made during capture are counted per replay.
         let capture = |mode: GridSyncLaunch, counted: &Metrics| {
             exchange.capture(&stream, plan.transfer(base), |capturing: &Stream| {
-                slot.start.record_captured(capturing)?;
+                if !plan.timed {
+                    slot.start.record_captured(capturing)?;
+                }
                 self.launch_nodes(capturing, plan, &plan.launches, base, mode, counted)?;
-                slot.end.record_captured(capturing)
+                match plan.timed {
+                    true => Ok(()),
+                    false => slot.end.record_captured(capturing),
+                }
             })
         };
         let ((), counted) = core.capture_splitting_if_needed(capture)?;
@@ -284,8 +303,8 @@ impl LoadedArtifact {
         Ok(())
     }
 
-    /// The upload, the nodes' `launches` between the timing events, and the download,
-    /// enqueued directly.
+    /// The upload, the nodes' `launches` (between the timing events unless the kernels
+    /// are timed), and the download, enqueued directly.
     fn enqueue_packed(
         &self,
         plan: &PackedPlan,
@@ -302,7 +321,7 @@ impl LoadedArtifact {
         let base = arena.ptr();
         let stream = Arc::clone(&slot.stream);
         exchange.start(&stream, plan.transfer(base), |stream: &Stream| {
-            slot.timed(stream, true, || {
+            slot.timed(stream, !plan.timed, || {
                 self.launch_nodes(stream, plan, launches, base, core.grid_sync, &core.metrics)
             })
         })
@@ -350,8 +369,8 @@ impl PackedFlight {
             return Err(super::waited_twice());
         };
         let wait_started = Instant::now();
-        let waited = wait(&mut lane).and_then(|()| lane.slot.device_ns(true));
-        let device_ns = match waited {
+        let waited = wait(&mut lane).and_then(|()| lane.slot.device_ns(!plan.timed));
+        let event_ns = match waited {
             Ok(device_ns) => device_ns,
             Err(error) => {
                 lane.discard();
@@ -361,6 +380,16 @@ impl PackedFlight {
         // Nothing is in flight any more: this does not wait.
         let packed = lane.exchange.bytes().map_err(|e| core.driver_error(e))?;
         check_fault(core, fault_word(packed, plan.fault), &mut Vec::new())?;
+        let device_ns = match plan.fault.filter(|_| plan.timed) {
+            Some(at) => {
+                let span = clock_span_ns(&packed[at..at + FAULT_AREA_BYTES]);
+                if span.is_some() {
+                    Metrics::bump(&core.metrics.clock_timed_submits);
+                }
+                span
+            }
+            None => event_ns,
+        };
         let outputs = artifact
             .reads
             .iter()
@@ -404,7 +433,7 @@ impl Drop for PackedFlight {
 mod tests {
     use super::*;
     use crate::backend::cache::LoadedKernel;
-    use crate::codegen::{emit_ptx, PtxTarget};
+    use crate::codegen::{emit_ptx, emit_timed, PtxTarget};
     use std::sync::Arc;
     use vyre_foundation::ir::{BufferDecl, DataType, Expr, Node, Program};
 
@@ -415,7 +444,35 @@ mod tests {
 
     /// `out[i] = a[i] / b[i]` (i32: a fault word) over 100 elements.
     fn node(slots: Vec<usize>) -> LoadedNode {
-        let program = Program::wrapped(
+        let program = divider();
+        let emitted = emit_ptx(&program, None, PtxTarget::sm90()).unwrap();
+        assert!(emitted.abi.fault_word && !emitted.timed);
+        loaded(program, &emitted, slots)
+    }
+
+    /// [`node`] as the target compiler emits it: timed.
+    fn timed_node(slots: Vec<usize>) -> LoadedNode {
+        let program = divider();
+        let emitted = emit_timed(&program, None, PtxTarget::sm80(), "vyre_node0").unwrap();
+        assert!(emitted.abi.fault_word && emitted.timed);
+        loaded(program, &emitted, slots)
+    }
+
+    fn loaded(
+        program: Program,
+        emitted: &crate::codegen::EmittedKernel,
+        slots: Vec<usize>,
+    ) -> LoadedNode {
+        LoadedNode {
+            program,
+            kernel: Arc::new(LoadedKernel::unloaded(emitted.abi.clone())),
+            slots,
+            timed: emitted.entries().flags.timed,
+        }
+    }
+
+    fn divider() -> Program {
+        Program::wrapped(
             vec![
                 BufferDecl::read("a", 0, DataType::I32).with_count(100),
                 BufferDecl::read("b", 1, DataType::I32).with_count(100),
@@ -430,15 +487,7 @@ mod tests {
                     Expr::load("b", Expr::gid_x()),
                 ),
             )],
-        );
-        let emitted = emit_ptx(&program, None, PtxTarget::sm90()).unwrap();
-        assert!(emitted.abi.fault_word);
-        let kernel = LoadedKernel::unloaded(emitted.abi.clone());
-        LoadedNode {
-            program,
-            kernel: Arc::new(kernel),
-            slots,
-        }
+        )
     }
 
     #[test]
@@ -459,10 +508,33 @@ mod tests {
         assert_eq!(plan.fault, Some(2448));
         assert_eq!(plan.total, 2448 + FAULT_AREA_BYTES);
         assert_eq!(plan.download, 1536..2452);
+        assert!(!plan.timed, "untimed kernels keep the timing events");
         let first = &plan.launches[0];
         assert_eq!(first.grid, [2, 1, 1]);
         assert_eq!(first.offsets.as_slice(), [0, 512, 1024]);
         assert_eq!(first.counts.as_slice(), [100, 100, 100]);
+    }
+
+    #[test]
+    fn timed_kernels_download_their_clock_stamps_with_the_fault_word() {
+        let bytes = [400, 400, 400];
+        let zeroed = [false, false, true];
+        let plan = |nodes: &[LoadedNode]| {
+            PackedPlan::new(LIMITS, nodes, &bytes, &zeroed, &[2], 1 << 16)
+                .unwrap()
+                .expect("it fits")
+        };
+        let timed = plan(&[timed_node(vec![0, 1, 2]), timed_node(vec![2, 1, 2])]);
+        assert!(timed.timed);
+        assert_eq!(timed.fault, Some(1424));
+        // The download runs from the read slot through the whole fault area, whose upload
+        // (zeroed by `pack`) starts the stamps.
+        assert_eq!(timed.download, 1024..1424 + FAULT_AREA_BYTES);
+        assert_eq!(timed.total, 1424 + FAULT_AREA_BYTES);
+        // One untimed kernel: the stamps would not cover it, so events time the run.
+        let mixed = plan(&[timed_node(vec![0, 1, 2]), node(vec![2, 1, 2])]);
+        assert!(!mixed.timed);
+        assert_eq!(mixed.download, 1024..1428);
     }
 
     #[test]

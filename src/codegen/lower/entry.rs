@@ -6,6 +6,7 @@ use super::reduction::{Partial, PARTIALS};
 use super::{LoweredBody, Lowerer, Segment};
 use crate::codegen::abi::KernelParam;
 use crate::codegen::analysis::replicated::Replication;
+use crate::codegen::clock::{self, EndRegs, CLOCK_END};
 use crate::codegen::module::ZERO_PAGE;
 use crate::codegen::writer::{emit, PtxWriter, RegClass};
 use crate::codegen::CodegenError;
@@ -16,6 +17,19 @@ impl<'p> Lowerer<'p> {
     pub(crate) fn ending_at(mut self, label: String) -> Self {
         self.segment_end = Some(label);
         self
+    }
+
+    /// Stamp the clock into the fault area (`crate::codegen::clock`) when `timed`, unless
+    /// the entry is a cooperative entry's segment ([`Self::ending_at`]; that entry stamps
+    /// around all of its segments).
+    pub(crate) fn stamping_clock(mut self, timed: bool) -> Self {
+        self.clock = timed;
+        self
+    }
+
+    /// Whether this entry stamps the clock itself.
+    fn stamps_clock(&self) -> bool {
+        self.clock && self.segment_end.is_none()
     }
 
     /// End this invocation's body (`Return`): through the epilogue that flushes
@@ -29,11 +43,12 @@ impl<'p> Lowerer<'p> {
     }
 
     /// Leave the kernel (or, in a cooperative entry, the segment: a thread that exits would
-    /// never reach the next grid barrier).
+    /// never reach the next grid barrier; in a timed entry, through the clock's end block).
     pub(super) fn exit_kernel(&mut self) {
         match &self.segment_end {
-            None => emit!(self.w, "exit"),
             Some(label) => emit!(self.w, "bra {label}"),
+            None if self.clock => emit!(self.w, "bra {CLOCK_END}"),
+            None => emit!(self.w, "exit"),
         }
     }
 
@@ -51,7 +66,7 @@ impl<'p> Lowerer<'p> {
 
     /// Close the entry: the epilogue (per-workgroup atomic partials; such programs have no
     /// barriers, so never segments or a vector entry), the final exit, the out-of-line
-    /// fault blocks, the prologue.
+    /// fault blocks, the clock's end block, the prologue.
     pub(super) fn finish_entry(mut self) -> Result<LoweredBody, CodegenError> {
         self.put_epilogue()?;
         self.exit_kernel();
@@ -60,9 +75,16 @@ impl<'p> Lowerer<'p> {
             self.write_fault("", fault);
             self.exit_kernel();
         }
+        let clocked = self.stamps_clock();
+        if clocked {
+            self.put_clock_end();
+        }
         let fault_word = self.uses_fault_word;
-        let prologue = self.prologue(fault_word);
+        let prologue = self.prologue(fault_word || clocked, clocked);
         let mut decls = self.w.register_decls();
+        if clocked {
+            decls.push_str(clock::ARRIVED_DECL);
+        }
         if !self.partials.is_empty() {
             decls.push_str(&format!(
                 "\t.shared .align 4 .b32 {PARTIALS}[{}];\n",
@@ -80,7 +102,9 @@ impl<'p> Lowerer<'p> {
 
     /// The prologue, written last: only then is it known whether a fault word is used.
     /// Its scratch registers still come from the body's writer, so they are declared.
-    fn prologue(&mut self, fault_word: bool) -> String {
+    /// `clocked`: stamp the block's start (the barrier ending the prologue orders it
+    /// before any invocation reaches the end block).
+    fn prologue(&mut self, fault_word: bool, clocked: bool) -> String {
         let mut p = PtxWriter::default();
         self.load_params(&mut p, fault_word);
         emit!(p, "setp.ne.u32 {}, 0, 0", self.faulted);
@@ -91,13 +115,44 @@ impl<'p> Lowerer<'p> {
         }
         self.compute_ids(&mut p);
         self.compute_subgroup(&mut p);
+        if clocked {
+            // The block's first invocation stamps, unless the area is null (a kernel that
+            // writes its area only for the stamps may be launched without one).
+            let (leader, time) = (self.w.reg(RegClass::Pred), self.w.reg(RegClass::B64));
+            emit!(p, "setp.eq.u32 {leader}, {}, 0", self.ids.linear_local);
+            emit!(
+                p,
+                "setp.ne.and.u64 {leader}, {}, 0, {leader}",
+                self.fault_ptr
+            );
+            clock::put_start(&mut p, leader, self.fault_ptr, time);
+        }
         if !self.shared.is_empty() {
             self.zero_shared(&mut p);
         }
         if !self.partials.is_empty() {
             self.init_partials(&mut p);
         }
+        // Zeroing workgroup memory and partials ends with a barrier already.
+        if clocked && self.shared.is_empty() && self.partials.is_empty() {
+            emit!(p, "barrier.sync 0");
+        }
         p.into_body()
+    }
+
+    /// The clock's end block, where every invocation of a timed entry ends.
+    fn put_clock_end(&mut self) {
+        let regs = EndRegs {
+            words: [(); 3].map(|()| self.w.reg(RegClass::B32)),
+            pred: self.w.reg(RegClass::Pred),
+            time: self.w.reg(RegClass::B64),
+        };
+        let threads = self.workgroup_size.iter().product();
+        self.w.put_named_label(CLOCK_END);
+        // A null area: no stamps (nor a zeroed arrival count to add to).
+        emit!(self.w, "setp.eq.u64 {}, {}, 0", regs.pred, self.fault_ptr);
+        emit!(self.w, "@{} exit", regs.pred);
+        clock::put_end(&mut self.w, threads, self.fault_ptr, &regs, "exit");
     }
 
     fn load_params(&self, p: &mut PtxWriter, fault_word: bool) {

@@ -109,6 +109,10 @@ pub(crate) struct Lowerer<'p> {
     segment_end: Option<String>,
     /// Whether any fault is recorded at all (the kernel then takes a fault word).
     uses_fault_word: bool,
+    /// Whether the entry stamps the clock into the fault area (`super::clock`): set for
+    /// a timed kernel's entries, except the cooperative entry's segments (that entry
+    /// stamps around all of them).
+    clock: bool,
     /// Set once this lane has recorded a fault: its later results are discarded anyway,
     /// so it leaves data-dependent loops early.
     faulted: Reg,
@@ -180,6 +184,7 @@ impl<'p> Lowerer<'p> {
             exit_faults: Vec::new(),
             segment_end: None,
             uses_fault_word: false,
+            clock: false,
             faulted,
             opaque_zero,
             zero_page: None,

@@ -13,6 +13,13 @@ pub(crate) fn segment_end_label(index: usize) -> String {
 pub(super) const BARRIER_DECLS: &str =
     "\t.reg .pred %gp<3>;\n\t.reg .b32 %gr<6>;\n\t.reg .b64 %grd<4>;\n";
 
+/// The predicate of the block's leader (its invocation at local id 0), set by
+/// [`barrier_prologue`].
+pub(super) const LEADER: &str = "%gp0";
+
+/// The global address of the fault area, set by [`barrier_prologue`].
+pub(super) const AREA: &str = "%grd0";
+
 /// Entry prologue of the grid barrier: the addresses of its words in the fault area
 /// (`+4` arrival count, `+8` generation, `+12` stop flag), whether this thread leads its
 /// block, and the grid's block count.

@@ -8,9 +8,11 @@ mod grid_barrier;
 pub(crate) use grid_barrier::segment_end_label;
 
 use super::abi::{KernelAbi, KernelParam, VECTOR_ENTRY};
+use super::clock::{self, EndRegs};
 use super::libm::{self, Libm};
 use super::lower::LoweredBody;
 use super::target::PtxTarget;
+use super::writer::{emit, PtxWriter};
 use super::EMITTER_VERSION;
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
@@ -23,6 +25,9 @@ pub(crate) struct Bodies<'a> {
     pub(crate) cooperative: &'a [LoweredBody],
     /// The vector entry of an elementwise program.
     pub(crate) vector: Option<&'a LoweredBody>,
+    /// Whether the kernel is timed (`super::clock`): the cooperative entry then stamps the
+    /// clock around its segments (the other entries' bodies stamp it themselves).
+    pub(crate) clock: bool,
 }
 
 impl Bodies<'_> {
@@ -83,7 +88,13 @@ pub(crate) fn compose(
         put_entry(&mut ptx, &name, &params, abi, &shared, body);
     }
     if !bodies.cooperative.is_empty() {
-        put_cooperative_entry(&mut ptx, &params, abi, &shared, bodies.cooperative);
+        let cooperative = Cooperative {
+            params: &params,
+            abi,
+            shared: &shared,
+            clock: bodies.clock,
+        };
+        cooperative.put(&mut ptx, bodies.cooperative);
     }
     let vector_ptx = bodies.vector.map(|vector| {
         let mut text = header_for(reads_zero_page(&vector.prologue));
@@ -162,30 +173,65 @@ fn put_entry(
     out.push_str("}\n\n");
 }
 
-/// Every segment in one entry, a software grid barrier between consecutive ones.
-fn put_cooperative_entry(
-    out: &mut String,
-    params: &str,
-    abi: &KernelAbi,
-    shared: &str,
-    segments: &[LoweredBody],
-) {
-    put_entry_head(out, &abi.cooperative_entry_name(), params, abi);
-    out.push_str(grid_barrier::BARRIER_DECLS);
-    out.push_str(shared);
-    grid_barrier::barrier_prologue(out);
-    let done = "vyre_grid_done";
-    for (index, body) in segments.iter().enumerate() {
-        // Each segment in its own scope: its registers and labels are its own.
-        out.push_str("\t{\n");
-        out.push_str(&body.decls);
-        out.push_str(&body.prologue);
-        out.push_str(&body.body);
-        out.push_str("\t}\n");
-        let _ = writeln!(out, "{}:", segment_end_label(index));
-        if index + 1 < segments.len() {
-            grid_barrier::barrier(out, index, done);
+/// Registers of the cooperative entry's clock stamps, declared at entry scope beside the
+/// grid barrier's (segments declare theirs in nested scopes), and the arrival count.
+const CLOCK_DECLS: &str = "\t.reg .pred %vcp<1>;\n\t.reg .b32 %vcr<3>;\n\t.reg .b64 %vcrd<2>;\n";
+
+/// The cooperative entry's head: its parameters, workgroup memory and whether it is timed.
+struct Cooperative<'a> {
+    params: &'a str,
+    abi: &'a KernelAbi,
+    shared: &'a str,
+    clock: bool,
+}
+
+impl Cooperative<'_> {
+    /// Every segment in one entry, a software grid barrier between consecutive ones; a
+    /// timed kernel stamps the block's start after the barrier's prologue (its leader and
+    /// fault area) and its end where every invocation finishes.
+    fn put(&self, out: &mut String, segments: &[LoweredBody]) {
+        let abi = self.abi;
+        put_entry_head(out, &abi.cooperative_entry_name(), self.params, abi);
+        out.push_str(grid_barrier::BARRIER_DECLS);
+        if self.clock {
+            out.push_str(CLOCK_DECLS);
+            out.push_str(clock::ARRIVED_DECL);
         }
+        out.push_str(self.shared);
+        grid_barrier::barrier_prologue(out);
+        if self.clock {
+            let mut w = PtxWriter::default();
+            clock::put_start(&mut w, grid_barrier::LEADER, grid_barrier::AREA, "%vcrd0");
+            emit!(w, "barrier.sync 0");
+            out.push_str(&w.into_body());
+        }
+        let done = "vyre_grid_done";
+        for (index, body) in segments.iter().enumerate() {
+            // Each segment in its own scope: its registers and labels are its own.
+            out.push_str("\t{\n");
+            out.push_str(&body.decls);
+            out.push_str(&body.prologue);
+            out.push_str(&body.body);
+            out.push_str("\t}\n");
+            let _ = writeln!(out, "{}:", segment_end_label(index));
+            if index + 1 < segments.len() {
+                grid_barrier::barrier(out, index, done);
+            }
+        }
+        let _ = writeln!(out, "{done}:");
+        if self.clock {
+            let mut w = PtxWriter::default();
+            let regs = EndRegs {
+                words: ["%vcr0", "%vcr1", "%vcr2"],
+                pred: "%vcp0",
+                time: "%vcrd1",
+            };
+            let threads = abi.threads_per_workgroup();
+            clock::put_end(&mut w, threads, grid_barrier::AREA, &regs, "ret");
+            out.push_str(&w.into_body());
+        } else {
+            out.push_str("\tret;\n");
+        }
+        out.push_str("}\n\n");
     }
-    let _ = writeln!(out, "{done}:\n\tret;\n}}\n");
 }
