@@ -5,6 +5,7 @@
 use super::reduction::{Partial, PARTIALS};
 use super::{LoweredBody, Lowerer, Segment};
 use crate::codegen::abi::KernelParam;
+use crate::codegen::analysis::lockstep;
 use crate::codegen::analysis::replicated::Replication;
 use crate::codegen::module::ZERO_PAGE;
 use crate::codegen::writer::{emit, PtxWriter, RegClass};
@@ -42,7 +43,12 @@ impl<'p> Lowerer<'p> {
         segment: &Segment<'p>,
     ) -> Result<LoweredBody, CodegenError> {
         match segment.replication {
-            Replication::Parallel => self.put_block(segment.nodes)?,
+            Replication::Parallel => {
+                if lockstep::keeps_returned_lanes(segment.nodes, &self.facts.uniformity) {
+                    self.keeps_returned_lanes();
+                }
+                self.put_block(segment.nodes)?
+            }
             Replication::Once => self.put_once(segment.nodes)?,
             Replication::Serial => self.put_reference_schedule(segment.nodes)?,
         }
@@ -91,6 +97,7 @@ impl<'p> Lowerer<'p> {
         }
         self.compute_ids(&mut p);
         self.compute_subgroup(&mut p);
+        self.init_returned(&mut p);
         if !self.shared.is_empty() {
             self.zero_shared(&mut p);
         }
