@@ -84,9 +84,13 @@ fn has_side_effect(node: &Node) -> bool {
 }
 
 impl<'p> Lowerer<'p> {
-    /// Whether returned lanes stay in this entry's warps.
+    /// Returned lanes stay in this entry's warps.
     pub(super) fn keeps_returned_lanes(&mut self) {
         self.returned = Some(Returned::new(&mut self.w));
+    }
+
+    pub(super) fn keeps_returned(&self) -> bool {
+        self.returned.is_some()
     }
 
     /// The prologue's part: no lane has returned, no variable is frozen.
@@ -287,18 +291,21 @@ impl<'p> Lowerer<'p> {
         emit!(self.w, "@{pred} bra {to}");
     }
 
-    /// At the outermost data-dependent construct (ending at `end`): the subgroup
-    /// operations of its own condition or bounds and those `inside` it run now with every
-    /// lane, lanes that returned skip it, and a `Return` in it leads to `end`. Returns what
-    /// [`Self::leave_divergent`] restores.
+    /// At the outermost data-dependent construct: the subgroup operations of its own
+    /// condition or bounds and those `inside` it run now with every lane; where returned
+    /// lanes stay (`end` is then the construct's end), they skip it, and a `Return` in it
+    /// leads to `end`. Returns what [`Self::leave_divergent`] restores.
     pub(super) fn enter_divergent(
         &mut self,
         node: &'p Node,
         inside: Vec<&'p Expr>,
-        end: Label,
+        end: Option<Label>,
     ) -> Result<Option<Label>, CodegenError> {
         self.hoist(own_subgroup_ops(node))?;
         self.hoist(inside)?;
+        let Some(end) = end else {
+            return Ok(None);
+        };
         self.skip_if_returned(end);
         Ok(self
             .returned

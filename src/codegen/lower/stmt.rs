@@ -190,11 +190,15 @@ impl<'p> Lowerer<'p> {
     ) -> Result<(), CodegenError> {
         let divergent = !self.facts.uniformity.is_uniform(cond_expr);
         let outermost = divergent && self.divergence == 0;
-        // The outermost divergent branch needs its end before its condition.
-        let early = outermost.then(|| (self.w.label(), self.w.label()));
-        let exit = match early {
-            Some((_, end)) => self.enter_divergent(node, self.branch_ops(then, otherwise), end)?,
-            None => None,
+        // Where returned lanes stay, they skip the outermost divergent branch: its end is
+        // needed before its condition.
+        let early = (outermost && self.keeps_returned()).then(|| (self.w.label(), self.w.label()));
+        let exit = match outermost {
+            true => {
+                let ops = self.branch_ops(then, otherwise);
+                self.enter_divergent(node, ops, early.map(|(_, end)| end))?
+            }
+            false => None,
         };
         let cond = self.put_expr(cond_expr)?;
         let p = self.truthy(cond);
@@ -258,12 +262,13 @@ impl<'p> Lowerer<'p> {
         let uniformity = &self.facts.uniformity;
         let divergent = !(uniformity.is_uniform(from) && uniformity.is_uniform(to));
         let outermost = divergent && self.divergence == 0;
-        // The outermost divergent loop needs its end before its bounds. No subgroup
-        // operation runs inside it (`analysis::lockstep`).
-        let early = outermost.then(|| (self.w.label(), self.w.label()));
-        let exit = match early {
-            Some((_, end)) => self.enter_divergent(node, Vec::new(), end)?,
-            None => None,
+        // Where returned lanes stay, they skip the outermost divergent loop: its end is
+        // needed before its bounds. No subgroup operation runs inside it
+        // (`analysis::lockstep`).
+        let early = (outermost && self.keeps_returned()).then(|| (self.w.label(), self.w.label()));
+        let exit = match outermost {
+            true => self.enter_divergent(node, Vec::new(), early.map(|(_, end)| end))?,
+            false => None,
         };
         let from = self.put_expr(from)?;
         let from = self.u32_checked(from, DeviceFault::LoopBoundNotU32)?;
