@@ -193,3 +193,34 @@ fn changing_operands_need_every_lane_at_the_same_step() {
     assert_eq!(reference(&even).unwrap(), vec![lagging; LANES as usize]);
     lowers(&even).unwrap();
 }
+
+/// A reduction in a data-dependent loop of at most two trips: computed once before the
+/// loop, its last evaluation comes five steps after the loop's own step, while a lane
+/// running no trip leaves the loop after two. Three statements after the loop keep that
+/// lane in the scope of `v` long enough; two do not.
+#[test]
+fn operations_in_data_dependent_loops_count_their_last_iteration() {
+    let with_after = |after: usize| {
+        let mut body = vec![
+            Node::let_bind("v", bin(BinOp::Add, lin(), Expr::u32(1))),
+            Node::loop_for(
+                "i",
+                Expr::u32(0),
+                bin(BinOp::Min, lin(), Expr::u32(2)),
+                vec![store(reduce_add(Expr::var("v")))],
+            ),
+        ];
+        body.extend(pads("after", after));
+        program(body)
+    };
+    let near = with_after(2);
+    assert!(reference(&near)
+        .unwrap_err()
+        .contains("undeclared variable `v`"));
+    assert_refused(&near, "subgroup operation over lanes at different steps");
+    let far = with_after(3);
+    let sum: u32 = (1..=LANES).sum();
+    let expected: Vec<u32> = (0..LANES).map(|l| if l == 0 { 0 } else { sum }).collect();
+    assert_eq!(reference(&far).unwrap(), expected);
+    lowers(&far).unwrap();
+}

@@ -96,6 +96,7 @@ pub fn subgroup_return_cases() -> Vec<Case> {
     cases.extend(reduce_ops_after_return());
     cases.extend(f32_order_after_return());
     cases.extend(returns_in_loops());
+    cases.extend(loops_in_branches());
     cases.extend(returned_lane_faults());
     cases.extend(operand_faults());
     cases.extend(barrier_after_return());
@@ -300,6 +301,63 @@ fn returns_in_loops() -> Vec<Case> {
         cases.push(Case::new(
             format!("subgroup ops in a loop lanes return from, workgroup {workgroup}"),
             lanes(DataType::U32, n, n, workgroup, body),
+            vec![values(n)],
+        ));
+    }
+    cases
+}
+
+/// Operations over time-invariant operands in loops inside data-dependent branches and in
+/// data-dependent loops, computed once before the construct: the reference evaluates them
+/// in every iteration of the lanes running it, with the same result. Enough statements
+/// follow for no lane to leave the region before the slowest has evaluated the last one.
+fn loops_in_branches() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for workgroup in [64, 48] {
+        let n = workgroup * 2;
+        let padding = (0..10).map(|i| Node::let_bind(format!("pad{i}"), u(i)));
+        let iterations = bin(BinOp::Min, bin(BinOp::Mod, var("v"), u(5)), u(3));
+        let mut in_branch = vec![Node::if_then(
+            modulo_is(var("v"), 3, 1),
+            vec![Node::loop_for(
+                "i",
+                u(0),
+                u(3),
+                vec![Node::store(
+                    "out",
+                    gid(),
+                    bin(
+                        BinOp::BitXor,
+                        ballot(bin(BinOp::Gt, var("v"), u(500))),
+                        var("i"),
+                    ),
+                )],
+            )],
+        )];
+        in_branch.extend(padding.clone());
+        let mut data_dependent = vec![Node::loop_for(
+            "i",
+            u(0),
+            iterations,
+            vec![Node::store(
+                "out",
+                gid(),
+                bin(
+                    BinOp::Add,
+                    reduce(SubgroupReduceOp::Max, bin(BinOp::Mul, var("v"), var("lin"))),
+                    var("i"),
+                ),
+            )],
+        )];
+        data_dependent.extend(padding);
+        cases.push(Case::new(
+            format!("subgroup ballot in a loop inside a branch, workgroup {workgroup}"),
+            lanes(DataType::U32, n, n, workgroup, in_branch),
+            vec![values(n)],
+        ));
+        cases.push(Case::new(
+            format!("subgroup reduce in a data-dependent loop, workgroup {workgroup}"),
+            lanes(DataType::U32, n, n, workgroup, data_dependent),
             vec![values(n)],
         ));
     }

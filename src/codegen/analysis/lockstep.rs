@@ -30,8 +30,8 @@
 //! # When the hardware computes the same
 //!
 //! The emitter evaluates a subgroup operation with the whole warp converged: in uniform
-//! control flow where it stands, or, inside the outermost data-dependent branch, early at
-//! that branch (`Uniformity::hoistable`). Lanes that returned stay in the warp (they skip
+//! control flow where it stands, or, inside the outermost data-dependent branch or loop,
+//! once, early at that construct (`Uniformity::hoistable`). Lanes that returned stay in the warp (they skip
 //! every side effect and data-dependent branch) and supply the variables they held at
 //! their `Return`; an operand fault of any lane fails the dispatch when a lane reaches the
 //! operation (see `lower::returned`). That is the reference's result when, with times in
@@ -54,7 +54,7 @@ use crate::codegen::visit::{any_expr, for_each_child, for_each_expr, for_each_no
 use crate::codegen::CodegenError;
 use rustc_hash::FxHashSet;
 use std::collections::BTreeSet;
-use vyre_foundation::ir::{Expr, Node};
+use vyre_foundation::ir::{BinOp, Expr, Node};
 
 /// A number of steps; saturates at [`UNBOUNDED`] (and never falls far below zero).
 type Steps = i64;
@@ -196,9 +196,34 @@ fn literal_trips(from: &Expr, to: &Expr) -> Option<Steps> {
     }
 }
 
-/// Fewest and most trips of a loop.
+/// Fewest and most trips of a loop: exact over literal bounds; otherwise from none up
+/// to what a literal caps the upper bound at (`Min(_, literal)`), if anything does.
 fn trips(from: &Expr, to: &Expr) -> (Steps, Steps) {
-    literal_trips(from, to).map_or((0, UNBOUNDED), |n| (n, n))
+    if let Some(trips) = literal_trips(from, to) {
+        return (trips, trips);
+    }
+    let first = match from {
+        Expr::LitU32(first) => *first,
+        _ => 0,
+    };
+    let most = upper_bound(to).map_or(UNBOUNDED, |end| Steps::from(end.saturating_sub(first)));
+    (0, most)
+}
+
+/// A literal `expr` never exceeds (as a u32 loop bound).
+fn upper_bound(expr: &Expr) -> Option<u32> {
+    match expr {
+        Expr::LitU32(value) => Some(*value),
+        Expr::BinOp {
+            op: BinOp::Min,
+            left,
+            right,
+        } => match (upper_bound(left), upper_bound(right)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (one, other) => one.or(other),
+        },
+        _ => None,
+    }
 }
 
 /// Steps from a point, over every path: the fewest and the most.
@@ -563,8 +588,10 @@ impl<'p> Walk<'_, 'p> {
         }
         match node {
             Node::If {
-                then, otherwise, ..
-            } => self.uniform_if(then, otherwise),
+                cond,
+                then,
+                otherwise,
+            } => self.uniform_if(cond, then, otherwise),
             Node::Loop {
                 var,
                 from,
@@ -644,8 +671,17 @@ impl<'p> Walk<'_, 'p> {
         Ok(())
     }
 
-    fn uniform_if(&mut self, then: &'p [Node], otherwise: &'p [Node]) -> Result<(), CodegenError> {
+    fn uniform_if(
+        &mut self,
+        cond: &Expr,
+        then: &'p [Node],
+        otherwise: &'p [Node],
+    ) -> Result<(), CodegenError> {
         self.state.elapse(1);
+        // A literal condition: the other branch never runs.
+        if let Expr::LitBool(taken) = cond {
+            return self.scoped(if *taken { then } else { otherwise }, None);
+        }
         let before = self.state.clone();
         self.scoped(then, None)?;
         let after_then = std::mem::replace(&mut self.state, before);
@@ -664,6 +700,11 @@ impl<'p> Walk<'_, 'p> {
         body: &'p [Node],
     ) -> Result<(), CodegenError> {
         self.state.elapse(1);
+        if most == 0 {
+            // The body never runs: the exit test follows.
+            self.state.elapse(1);
+            return Ok(());
+        }
         let iteration = Effect::STEP.then(effect_scoped(body, self.uniformity));
         let before = self.state.clone();
         let serial_before = self.serial;
@@ -734,14 +775,12 @@ impl<'p> Walk<'_, 'p> {
     }
 
     fn hoistable(&self, node: &'p Node) -> bool {
+        let u = self.uniformity;
         match node {
             Node::If {
                 then, otherwise, ..
-            } => {
-                let u = self.uniformity;
-                u.hoistable(then).is_some() && u.hoistable(otherwise).is_some()
-            }
-            // A subgroup operation in a data-dependent loop runs once per lane iteration.
+            } => u.hoistable(then).is_some() && u.hoistable(otherwise).is_some(),
+            Node::Loop { var, body, .. } => u.hoistable_in_loop(var.as_str(), body).is_some(),
             _ => false,
         }
     }
@@ -873,7 +912,7 @@ fn before_returns() -> CodegenError {
 pub(crate) fn divergent_operation() -> CodegenError {
     CodegenError::unsupported(
         "subgroup operation in divergent control flow",
-        "the operation sits in a loop or reads values that may change inside a data-dependent branch, so the subgroup cannot evaluate it for every lane",
-        "move the subgroup operation out of the branch, or make its operands depend only on immutable values",
+        "inside a data-dependent branch or loop, its operand reads values that may change (a variable assigned or bound there, a loop variable, a buffer the program writes), so the subgroup cannot evaluate it for every lane",
+        "move the subgroup operation out of the branch or loop, or make its operands depend only on immutable values",
     )
 }

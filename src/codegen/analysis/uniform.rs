@@ -7,7 +7,7 @@
 //! reference fail while hardware runs on).
 
 use crate::codegen::visit::{
-    all_children, any_expr_in, any_node, children, for_each_expr_in, for_each_node, has_barrier,
+    all_children, any_expr_in, children, for_each_expr_in, for_each_node, has_barrier,
 };
 use crate::codegen::CodegenError;
 use rustc_hash::FxHashSet;
@@ -117,21 +117,29 @@ impl<'p> Uniformity<'p> {
     }
 
     /// Subgroup operations inside `nodes` (a divergent branch) that can be hoisted to the
-    /// branch point, or `None` when one of them cannot (it sits in a loop, or reads
-    /// something that may change).
+    /// branch point, or `None` when one of them cannot (it reads something that may
+    /// change). Time-invariant operands give every lane the same value at any time, in
+    /// any iteration of a loop around the operation (`lockstep` checks the timing).
     pub(crate) fn hoistable<'e>(&self, nodes: &'e [Node]) -> Option<Vec<&'e Expr>> {
-        let mut bound_inside = FxHashSet::default();
+        self.hoistable_binding(nodes, None)
+    }
+
+    /// [`Self::hoistable`] for the body of a divergent loop over `var`.
+    pub(crate) fn hoistable_in_loop<'e>(
+        &self,
+        var: &str,
+        body: &'e [Node],
+    ) -> Option<Vec<&'e Expr>> {
+        self.hoistable_binding(body, Some(var))
+    }
+
+    fn hoistable_binding<'e>(&self, nodes: &'e [Node], var: Option<&str>) -> Option<Vec<&'e Expr>> {
+        let mut bound_inside: FxHashSet<&str> = var.into_iter().collect();
         for_each_node(nodes, &mut |node| {
             if let Node::Let { name, .. } | Node::Loop { var: name, .. } = node {
                 bound_inside.insert(name.as_str());
             }
         });
-        if any_node(
-            nodes,
-            &|node| matches!(node, Node::Loop { body, .. } if has_subgroup(body)),
-        ) {
-            return None;
-        }
         // Time-invariant operands hold no subgroup operation, so every one visited is new.
         let (mut found, mut ok) = (Vec::new(), true);
         for_each_expr_in(nodes, &mut |expr| {

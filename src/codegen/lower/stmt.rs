@@ -262,12 +262,15 @@ impl<'p> Lowerer<'p> {
         let uniformity = &self.facts.uniformity;
         let divergent = !(uniformity.is_uniform(from) && uniformity.is_uniform(to));
         let outermost = divergent && self.divergence == 0;
-        // Where returned lanes stay, they skip the outermost divergent loop: its end is
-        // needed before its bounds. No subgroup operation runs inside it
-        // (`analysis::lockstep`).
+        // Its subgroup operations run before it, over every lane, as for a branch. Where
+        // returned lanes stay, they skip the outermost divergent loop: its end is needed
+        // before its bounds.
         let early = (outermost && self.keeps_returned()).then(|| (self.w.label(), self.w.label()));
         let exit = match outermost {
-            true => self.enter_divergent(node, Vec::new(), early.map(|(_, end)| end))?,
+            true => {
+                let ops = uniformity.hoistable_in_loop(var, body).unwrap_or_default();
+                self.enter_divergent(node, ops, early.map(|(_, end)| end))?
+            }
             false => None,
         };
         let from = self.put_expr(from)?;
