@@ -95,20 +95,6 @@ fn collectives_that_need_a_transport_are_rejected_with_one_fix() {
 /// and element type that lowers, for 2..8 ranks (the others are refused by the validator or
 /// the emitter, as the reference refuses them), and the segments of a program cut at its
 /// collectives.
-/// The barrier kernel of peer-linked ranks assembles for every target the gate checks.
-#[test]
-fn the_peer_barrier_assembles() {
-    let Some(ptxas) = common::ptxas::require_ptxas() else {
-        return;
-    };
-    for target in [PtxTarget::sm80(), PtxTarget::sm90()] {
-        let ptx = vyre_cuda::codegen::peer_barrier_ptx(target);
-        assert!(ptx.contains(vyre_cuda::codegen::PEER_BARRIER_ENTRY));
-        common::ptxas::assemble_for(&ptxas, &ptx)
-            .unwrap_or_else(|e| panic!("the peer barrier ({target}): {e}"));
-    }
-}
-
 #[test]
 fn rank_kernels_assemble() {
     use vyre_cuda::codegen::{split_collectives, RankStep};

@@ -42,7 +42,6 @@ mod kind;
 mod libm;
 mod lower;
 mod module;
-mod peer_barrier;
 mod prepare;
 mod shared_module;
 mod target;
@@ -61,7 +60,6 @@ pub use collective::{
 };
 pub use error::CodegenError;
 pub use fault::DeviceFault;
-pub use peer_barrier::{peer_barrier_ptx, PEER_BARRIER_ENTRY, PEER_BARRIER_LANES};
 pub use shared_module::{compose_module, AbiFlags, KernelEntries};
 pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 

@@ -49,7 +49,7 @@ const REQUIRED_SYMBOLS: &str = "
     cuStreamCreate cuStreamDestroy_v2 cuStreamSynchronize cuStreamQuery
     cuMemcpyHtoDAsync_v2 cuMemcpyDtoHAsync_v2 cuMemcpyDtoDAsync_v2 cuMemsetD8Async cuMemsetD32Async
     cuLaunchKernel cuLaunchCooperativeKernel cuOccupancyMaxActiveBlocksPerMultiprocessor
-    cuEventCreate cuEventRecord cuEventQuery cuEventSynchronize cuEventElapsedTime cuEventDestroy_v2
+    cuEventCreate cuEventRecord cuStreamWaitEvent cuEventQuery cuEventSynchronize cuEventElapsedTime cuEventDestroy_v2
     cuModuleLoadDataEx cuModuleLoadData
     cuLinkCreate_v2 cuLinkAddData_v2 cuLinkComplete cuLinkDestroy
     cuModuleGetFunction cuModuleUnload cuFuncGetAttribute cuFuncSetAttribute

@@ -347,6 +347,16 @@ impl Event {
         })
     }
 
+    /// Makes work queued on `stream` after this call wait until the event's most recent
+    /// record has completed (`cuStreamWaitEvent`). The event may belong to another device
+    /// of this process: that is how one GPU's stream waits for another's.
+    pub fn wait_on(&self, stream: &Stream) -> Result<(), DriverError> {
+        // SAFETY: both handles are live; the driver accepts an event of another context.
+        stream.device().run("cuStreamWaitEvent", || unsafe {
+            sys::cuStreamWaitEvent(stream.raw, self.raw, 0)
+        })
+    }
+
     /// True once the recorded work is done (`NOT_READY` gives `Ok(false)`).
     pub fn is_complete(&self) -> Result<bool, DriverError> {
         self.device.enter("cuEventQuery")?;

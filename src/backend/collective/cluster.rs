@@ -1,11 +1,9 @@
 //! [`CudaCluster`]: every GPU of a list as the ranks of one communicator, in this process.
 
 use super::exec::{self, Bound};
-use super::PeerLink;
 use crate::backend::{CudaBackend, CudaOptions, PoolKind};
-use crate::codegen::{peer_barrier_ptx, PEER_BARRIER_ENTRY, PEER_BARRIER_LANES};
 use crate::driver::nccl::NcclComm;
-use crate::driver::{DeviceAlloc, Module, Stream};
+use crate::driver::Event;
 use crate::error::CudaError;
 use std::sync::Arc;
 use vyre_driver::{DispatchConfig, Resource};
@@ -146,9 +144,8 @@ impl CudaCluster {
     }
 }
 
-/// Enables peer access between every pair of the ranks' GPUs and gives each rank its side
-/// of the barrier across the ranks, so that exact reductions read the ranks' memory
-/// directly. Leaves the
+/// Enables peer access between every pair of the ranks' GPUs and gives each rank its peer
+/// barrier event, so that exact reductions read the ranks' memory directly. Leaves the
 /// ranks on the NCCL exchange when any pair cannot reach the other. (Transient memory must
 /// come from `cuMemAlloc` for peers to reach it: the size-class pool, which the caller
 /// checked; the stream-ordered pool's memory is not mapped for peers.)
@@ -172,49 +169,11 @@ fn link_peers(ranks: &[CudaBackend]) -> Result<(), CudaError> {
             }
         }
     }
-    let world = ranks.len();
-    if world > PEER_BARRIER_LANES as usize {
-        return Ok(());
-    }
-    let flags = (ranks.iter())
-        .map(|rank| zeroed_flags(rank, world))
-        .collect::<Result<Vec<_>, _>>()?;
-    let bases: Vec<u64> = flags.iter().map(DeviceAlloc::ptr).collect();
-    for (r, (rank, mine)) in ranks.iter().zip(flags).enumerate() {
-        let slots: Vec<u64> = bases.iter().map(|base| base + (r * 8) as u64).collect();
-        let link = load_link(rank, mine, &slots)?;
+    for rank in ranks {
+        let event = Event::new(&rank.core.device, false).map_err(|e| rank.core.driver_error(e))?;
         if let Some(comm) = rank.core.rank.get() {
-            let _ = comm.peer.set(link);
+            let _ = comm.peer_barrier.set(event);
         }
     }
     Ok(())
-}
-
-/// A rank's `world` flag words, zeroed (epochs start at 1).
-fn zeroed_flags(rank: &CudaBackend, world: usize) -> Result<DeviceAlloc, CudaError> {
-    let core = &rank.core;
-    let error = |e| core.driver_error(e);
-    let flags = DeviceAlloc::new(&core.device, world * 8).map_err(error)?;
-    let stream = Stream::new(&core.device).map_err(error)?;
-    (stream.memset_zero(flags.ptr(), world * 8))
-        .and_then(|()| stream.synchronize())
-        .map_err(error)?;
-    Ok(flags)
-}
-
-/// Loads the barrier kernel on `rank`'s device and uploads its `slots`.
-fn load_link(rank: &CudaBackend, flags: DeviceAlloc, slots: &[u64]) -> Result<PeerLink, CudaError> {
-    let core = &rank.core;
-    let error = |e| core.driver_error(e);
-    let ptx = peer_barrier_ptx(core.target);
-    let barrier = (Module::load_ptx(&core.device, &ptx))
-        .and_then(|module| module.function(PEER_BARRIER_ENTRY))
-        .map_err(error)?;
-    let bytes: Vec<u8> = slots.iter().flat_map(|slot| slot.to_le_bytes()).collect();
-    let table = DeviceAlloc::new(&core.device, bytes.len()).map_err(error)?;
-    let stream = Stream::new(&core.device).map_err(error)?;
-    (stream.copy_to_device(table.ptr(), &bytes))
-        .and_then(|()| stream.synchronize())
-        .map_err(error)?;
-    Ok(PeerLink::new(barrier, flags, table))
 }

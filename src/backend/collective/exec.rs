@@ -18,10 +18,10 @@ use crate::backend::staging::{DeviceToHost, HostToDevice};
 use crate::backend::{Core, ResidentBuffer};
 use crate::codegen::{
     buffer_abi, fold_operator, split_collectives, CollectiveKind, CollectiveStep, KernelAbi,
-    RankStep, FAULT_AREA_BYTES, FOLD_WORKGROUP, PEER_BARRIER_LANES,
+    RankStep, FAULT_AREA_BYTES, FOLD_WORKGROUP,
 };
 use crate::driver::nccl::{NcclComm, NcclDataType, NcclGroup, NcclRedOp};
-use crate::driver::{DriverError, KernelArg, Stream};
+use crate::driver::{DriverError, Stream};
 use crate::error::CudaError;
 use std::sync::{Arc, MutexGuard};
 use std::time::{Duration, Instant};
@@ -549,7 +549,7 @@ fn folds_from_peers(collective: &Planned, world: usize) -> bool {
 /// every rank of the world is here and their cluster linked them (peer access).
 fn peer_linked(jobs: &[Job<'_>]) -> bool {
     let world = jobs[0].rank.world;
-    world > 1 && jobs.len() == world && jobs.iter().all(|job| job.rank.peer_link().is_some())
+    world > 1 && jobs.len() == world && jobs.iter().all(|job| job.rank.peer_barrier().is_some())
 }
 
 /// Checks every collective's shapes on every local rank and decides its reduction.
@@ -1137,26 +1137,25 @@ fn elements(n: usize) -> Result<u32, CudaError> {
     })
 }
 
-/// A barrier across the ranks' streams (`codegen::peer_barrier_ptx`): each rank's stream
-/// runs the barrier kernel, which stores this barrier's epoch into every peer's flag word
-/// and waits until every peer has stored it into its own. No host wait; for ranks linked
-/// by peer access (all of them in this dispatch).
+/// A barrier across the ranks' streams: each records its barrier event, then waits for
+/// every peer's (stream order on each GPU; no host wait). For ranks linked by peer access.
 fn peer_barrier(jobs: &[Job<'_>]) -> Result<(), CudaError> {
-    let world = jobs.len() as u32;
+    fn event<'a>(job: &Job<'a>) -> &'a crate::driver::Event {
+        job.rank
+            .peer_barrier()
+            .expect("peer barriers run on linked ranks only")
+    }
     for job in jobs {
-        let link = (job.rank.peer_link()).expect("peer barriers run on linked ranks only");
-        let args = [
-            KernelArg::U64(link.slots.ptr()),
-            KernelArg::U64(link.flags.ptr()),
-            KernelArg::U32(world),
-            KernelArg::U32(job.rank.rank as u32),
-            KernelArg::U64(link.next_epoch()),
-            KernelArg::U64(u64::try_from(job.rank.timeout.as_nanos()).unwrap_or(u64::MAX)),
-        ];
-        let block = [PEER_BARRIER_LANES, 1, 1];
-        (job.stream())
-            .launch(&link.barrier, [1, 1, 1], block, &args)
+        event(job)
+            .record(job.stream())
             .map_err(|e| job.core.driver_error(e))?;
+    }
+    for job in jobs {
+        for peer in jobs.iter().filter(|peer| peer.rank.rank != job.rank.rank) {
+            event(peer)
+                .wait_on(job.stream())
+                .map_err(|e| job.core.driver_error(e))?;
+        }
     }
     Ok(())
 }

@@ -24,10 +24,9 @@ use crate::codegen::{
     peer_fold_program, peer_fold_program_local, RankStep,
 };
 use crate::driver::nccl::{NcclComm, NcclUniqueId};
-use crate::driver::{DeviceAlloc, Function};
+use crate::driver::Event;
 use crate::error::CudaError;
 use rustc_hash::FxHashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 use vyre_foundation::ir::{CollectiveOp, DataType, Program};
@@ -124,38 +123,10 @@ pub(crate) struct RankComm {
     /// Fold programs by (operator, element, world, own rank), kept so the kernel cache's
     /// program memo recognises them.
     folds: Mutex<FxHashMap<FoldKey, Arc<Program>>>,
-    /// Set by [`CudaCluster`] when every pair of its GPUs has peer access: this rank's side
-    /// of the barrier across the ranks (exact reductions then fold by reading every
-    /// rank's memory directly).
-    peer: OnceLock<PeerLink>,
-}
-
-/// A rank's side of the barrier across a peer-linked cluster (`codegen::peer_barrier_ptx`).
-pub(crate) struct PeerLink {
-    /// The barrier kernel, loaded on this rank's device.
-    pub(crate) barrier: Function,
-    /// This rank's flag words, one per rank, written by the peers over the link.
-    pub(crate) flags: DeviceAlloc,
-    /// One address per rank: this rank's flag word in that rank's `flags`.
-    pub(crate) slots: DeviceAlloc,
-    /// The last barrier's epoch; every rank counts its barriers alike (SPMD).
-    epoch: AtomicU64,
-}
-
-impl PeerLink {
-    pub(crate) fn new(barrier: Function, flags: DeviceAlloc, slots: DeviceAlloc) -> Self {
-        Self {
-            barrier,
-            flags,
-            slots,
-            epoch: AtomicU64::new(0),
-        }
-    }
-
-    /// The next barrier's epoch.
-    pub(crate) fn next_epoch(&self) -> u64 {
-        self.epoch.fetch_add(1, Ordering::Relaxed) + 1
-    }
+    /// Set by [`CudaCluster`] when every pair of its GPUs has peer access: the event this
+    /// rank records so that the others can wait for it (exact reductions then fold by
+    /// reading every rank's memory directly).
+    peer_barrier: OnceLock<Event>,
 }
 
 impl RankComm {
@@ -169,7 +140,7 @@ impl RankComm {
             aborted: Mutex::new(None),
             schedules: Mutex::new(FxHashMap::default()),
             folds: Mutex::new(FxHashMap::default()),
-            peer: OnceLock::new(),
+            peer_barrier: OnceLock::new(),
         }
     }
 
@@ -233,14 +204,14 @@ impl RankComm {
         Some(program)
     }
 
-    /// This rank's side of the barrier across the ranks, when the ranks of its cluster
+    /// The event this rank records for the peer barrier, when the ranks of its cluster
     /// read each other's memory (`None` otherwise, and on a joined rank).
-    fn peer_link(&self) -> Option<&PeerLink> {
-        self.peer.get()
+    fn peer_barrier(&self) -> Option<&Event> {
+        self.peer_barrier.get()
     }
 
     fn peer_linked(&self) -> bool {
-        self.peer.get().is_some()
+        self.peer_barrier.get().is_some()
     }
 }
 
