@@ -12,4 +12,3 @@ pub mod kernels;
 pub mod multirank;
 pub mod programs;
 pub mod ptxas;
-pub mod subgroup_programs;
