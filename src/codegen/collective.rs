@@ -330,17 +330,22 @@ fn fold_program_with(
             ));
         }
     }
-    let in_range = Expr::BinOp {
-        op: BinOp::Lt,
-        left: Box::new(i()),
-        right: Box::new(m()),
-    };
     let mut buffers = vec![BufferDecl::read("gathered", 0, element.clone())];
     if matches!(own, Some((_, false))) {
         buffers.push(BufferDecl::read("own", 1, element.clone()));
     }
     let out_binding = buffers.len() as u32;
     buffers.push(BufferDecl::read_write("out", out_binding, element));
+    fold_kernel(buffers, "out", body)
+}
+
+/// A fold kernel: invocation `i` runs `body` while `i` is below the length of `counted`.
+fn fold_kernel(buffers: Vec<BufferDecl>, counted: &str, body: Vec<Node>) -> Program {
+    let in_range = Expr::BinOp {
+        op: BinOp::Lt,
+        left: Box::new(Expr::var("i")),
+        right: Box::new(Expr::buf_len(counted)),
+    };
     Program::wrapped(
         buffers,
         [FOLD_WORKGROUP, 1, 1],
@@ -423,19 +428,7 @@ fn peer_fold_with(
     if in_place.is_none() {
         buffers.push(BufferDecl::read_write("out", world as u32, element));
     }
-    let in_range = Expr::BinOp {
-        op: BinOp::Lt,
-        left: Box::new(i()),
-        right: Box::new(Expr::buf_len(&target)),
-    };
-    Program::wrapped(
-        buffers,
-        [FOLD_WORKGROUP, 1, 1],
-        vec![
-            Node::let_bind("i", Expr::gid_x()),
-            Node::if_then(in_range, body),
-        ],
-    )
+    fold_kernel(buffers, &target, body)
 }
 
 #[cfg(test)]

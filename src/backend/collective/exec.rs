@@ -6,7 +6,10 @@
 //! thread can drive them all), so stream order makes a collective a barrier. Shapes,
 //! kernels and memory are all settled first: once one rank has enqueued a collective, no
 //! error of ours may stop another rank from enqueueing its half. The wait has a deadline;
-//! a timeout or an NCCL error aborts every communicator involved.
+//! a timeout or an NCCL error aborts every communicator involved. Exact reductions of
+//! ranks linked by peer access (every rank of a `CudaCluster` whose GPUs reach each
+//! other's memory) fold from the ranks' buffers directly between cross-GPU event barriers
+//! (`Fold::peer_all_reduce`, `Fold::peer_reduce_scatter`).
 
 use super::{CollectiveReduction, FoldForm, RankComm, Schedule};
 use crate::backend::cache::LoadedKernel;

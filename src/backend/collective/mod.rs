@@ -11,7 +11,9 @@
 //! types NCCL lacks fold in rank order with a kernel our emitter builds from a vyre
 //! program, so results are bit-identical for any world size; integer Sum/Min/Max use
 //! NCCL's own reduction, exact in any order. [`CollectiveReduction::Native`] hands float
-//! reductions to NCCL (its summation order).
+//! reductions to NCCL (its summation order). In a cluster whose GPUs have peer access the
+//! fold reads every rank's block directly (`exec.rs`: between barriers across the ranks'
+//! streams); otherwise the blocks travel through NCCL first.
 
 mod cluster;
 mod exec;
@@ -44,9 +46,9 @@ pub const DEFAULT_COLLECTIVE_TIMEOUT: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CollectiveReduction {
     /// A left fold in rank order (`r0 op r1 op ... op r(W-1)`), computed exactly as vyre's
-    /// reference computes it: bit-identical on any number of GPUs. Moves the same bytes per
-    /// rank as NCCL's ring all-reduce (an all-to-all of chunks, a local fold, an
-    /// all-gather).
+    /// reference computes it: bit-identical on any number of GPUs. Peer-linked ranks fold
+    /// from each other's memory; otherwise it moves the same bytes per rank as NCCL's ring
+    /// all-reduce (an all-to-all of chunks, a local fold, an all-gather).
     #[default]
     Exact,
     /// NCCL's own reduction for float Sum/Min/Max: its ring or tree order, so float sums
