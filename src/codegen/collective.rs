@@ -309,27 +309,11 @@ fn fold_program_with(
             },
         )
     };
-    let combine = |left: Expr, right: Expr| Expr::BinOp {
-        op,
-        left: Box::new(left),
-        right: Box::new(right),
-    };
     let mut body = Vec::with_capacity(world.max(1) + 1);
     if matches!(own, Some((_, true))) {
         body.push(Node::let_bind("mine", Expr::load("out", i())));
     }
-    if world < 2 {
-        body.push(Node::store("out", i(), block(0)));
-    } else {
-        body.push(Node::store("out", i(), combine(block(0), block(1))));
-        for k in 2..world {
-            body.push(Node::store(
-                "out",
-                i(),
-                combine(Expr::load("out", i()), block(k)),
-            ));
-        }
-    }
+    body.extend(rank_order_steps(op, "out", world, block));
     let mut buffers = vec![BufferDecl::read("gathered", 0, element.clone())];
     if matches!(own, Some((_, false))) {
         buffers.push(BufferDecl::read("own", 1, element.clone()));
@@ -337,6 +321,32 @@ fn fold_program_with(
     let out_binding = buffers.len() as u32;
     buffers.push(BufferDecl::read_write("out", out_binding, element));
     fold_kernel(buffers, "out", body)
+}
+
+/// The left fold of `value(0) .. value(world - 1)` into `target[i]`, every step stored
+/// (so each step rounds and canonicalises as one reference fold step does); one rank's
+/// value is stored as it is.
+fn rank_order_steps(
+    op: BinOp,
+    target: &str,
+    world: usize,
+    value: impl Fn(usize) -> Expr,
+) -> Vec<Node> {
+    let i = || Expr::var("i");
+    if world < 2 {
+        return vec![Node::store(target, i(), value(0))];
+    }
+    let combine = |left: Expr, right: Expr| Expr::BinOp {
+        op,
+        left: Box::new(left),
+        right: Box::new(right),
+    };
+    let mut steps = vec![Node::store(target, i(), combine(value(0), value(1)))];
+    for k in 2..world {
+        let step = combine(Expr::load(target, i()), value(k));
+        steps.push(Node::store(target, i(), step));
+    }
+    steps
 }
 
 /// A fold kernel: invocation `i` runs `body` while `i` is below the length of `counted`.
@@ -400,20 +410,11 @@ fn peer_fold_with(
             Expr::load(name(k), i())
         }
     };
-    let combine = |left: Expr, right: Expr| Expr::BinOp {
-        op,
-        left: Box::new(left),
-        right: Box::new(right),
-    };
     let mut body = Vec::with_capacity(2 * world + 1);
     if let Some(own) = in_place {
         body.push(Node::let_bind("own", Expr::load(name(own), i())));
     }
-    body.push(Node::store(&target, i(), combine(value(0), value(1))));
-    for k in 2..world {
-        let step = combine(Expr::load(&target, i()), value(k));
-        body.push(Node::store(&target, i(), step));
-    }
+    body.extend(rank_order_steps(op, &target, world, value));
     if let Some(own) = in_place.filter(|_| write_back) {
         for k in (0..world).filter(|&k| k != own) {
             body.push(Node::store(name(k), i(), Expr::load(&target, i())));

@@ -74,7 +74,12 @@ impl CudaCluster {
     #[must_use]
     pub fn peer_linked(&self) -> bool {
         self.ranks.len() > 1
-            && (self.ranks.iter()).all(|r| r.core.rank.get().is_some_and(|c| c.peer_linked()))
+            && (self.ranks.iter()).all(|r| {
+                r.core
+                    .rank
+                    .get()
+                    .is_some_and(|c| c.peer_barrier().is_some())
+            })
     }
 
     /// Rank `r`'s backend.

@@ -995,10 +995,11 @@ impl Fold {
     }
 
     /// An exact AllReduce from every rank's memory: after a barrier, rank `r`'s kernel
-    /// folds block `r` of every rank's buffer in rank order and writes it back to all of
-    /// them (large buffers: to its own, and after a second barrier every rank copies the
-    /// others' folded blocks); a last barrier holds every rank until all blocks are
-    /// written.
+    /// folds block `r` of every rank's buffer in rank order. Two ranks: it writes the fold
+    /// back to both (from `PEER_PULL_MIN_BYTES`: to its own block, and after a second
+    /// barrier each rank copies the other's), and a last barrier holds both until every
+    /// block is written. More ranks: it writes its own block and NCCL send/recv share the
+    /// folded blocks.
     fn peer_all_reduce(
         &self,
         jobs: &[Job<'_>],

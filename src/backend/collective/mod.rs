@@ -122,7 +122,7 @@ pub(crate) struct RankComm {
     /// Why the communicator was aborted, once it was.
     aborted: Mutex<Option<String>>,
     schedules: Mutex<FxHashMap<[u8; 32], Arc<Schedule>>>,
-    /// Fold programs by (operator, element, world, own rank), kept so the kernel cache's
+    /// Fold programs by (operator, element, world, form), kept so the kernel cache's
     /// program memo recognises them.
     folds: Mutex<FxHashMap<FoldKey, Arc<Program>>>,
     /// Set by [`CudaCluster`] when every pair of its GPUs has peer access: the event this
@@ -210,10 +210,6 @@ impl RankComm {
     /// read each other's memory (`None` otherwise, and on a joined rank).
     fn peer_barrier(&self) -> Option<&Event> {
         self.peer_barrier.get()
-    }
-
-    fn peer_linked(&self) -> bool {
-        self.peer_barrier.get().is_some()
     }
 }
 
