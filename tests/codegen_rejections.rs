@@ -68,15 +68,12 @@ fn subgroup_ops_need_a_converged_subgroup() {
         left: Box::new(Expr::gid_x()),
         right: Box::new(Expr::u32(3)),
     };
-    // After an early Return the reference still reads the returned lanes.
+    // After an early Return the returned lanes stay in the warp for it.
     let after_return = vec![
         Node::if_then(lane_is_3(), vec![Node::Return]),
         Node::let_bind("b", ballot()),
     ];
-    assert_rejected(
-        &program_with(after_return, [32, 1, 1]),
-        "subgroup operation in a program with Return",
-    );
+    assert!(emit(&program_with(after_return, [32, 1, 1])).is_ok());
     // Inside a branch whose condition differs per lane, over a value that may change
     // (a buffer the program writes): the other lanes' values are not reproducible.
     let changing = vec![Node::if_then(
@@ -110,6 +107,141 @@ fn subgroup_ops_need_a_converged_subgroup() {
         vec![Node::let_bind("b", ballot())],
     )];
     assert!(emit(&program_with(uniform, [32, 1, 1])).is_ok());
+}
+
+fn lt(left: Expr, right: u32) -> Expr {
+    Expr::BinOp {
+        op: vyre_foundation::ir::BinOp::Lt,
+        left: Box::new(left),
+        right: Box::new(Expr::u32(right)),
+    }
+}
+
+fn reduce_add(value: Expr) -> Expr {
+    Expr::SubgroupReduce {
+        op: vyre_foundation::ir::SubgroupReduceOp::Add,
+        value: Box::new(value),
+    }
+}
+
+/// The reference steps lanes one statement at a time and reads each lane's variables at
+/// the step it has reached: where lanes may be at different steps, or still on their
+/// way to a Return, and the operand reads values that change, the emitter refuses.
+#[test]
+fn subgroup_ops_over_lanes_at_different_steps_are_rejected() {
+    let lid = || Expr::LocalId { axis: 0 };
+    let lets = |names: &[&str]| -> Vec<Node> {
+        names
+            .iter()
+            .map(|name| Node::let_bind(*name, Expr::u32(1)))
+            .collect()
+    };
+    // The branch takes lanes 0..4 two steps longer; `x` changes in it.
+    let mut longer = lets(&["t", "w"]);
+    longer.push(Node::assign("x", Expr::u32(7)));
+    let skewed = vec![
+        Node::let_bind("x", Expr::u32(0)),
+        Node::if_then(lt(lid(), 4), longer.clone()),
+        Node::let_bind("g", reduce_add(Expr::var("x"))),
+    ];
+    assert_rejected(
+        &program_with(skewed, [32, 1, 1]),
+        "subgroup operation over lanes at different steps",
+    );
+    // Equally long paths keep the lanes in step.
+    let mut shorter = lets(&["t2", "w2"]);
+    shorter.push(Node::assign("x", Expr::u32(9)));
+    let even = vec![
+        Node::let_bind("x", Expr::u32(0)),
+        Node::if_then_else(lt(lid(), 4), longer.clone(), shorter),
+        Node::let_bind("g", reduce_add(Expr::var("x"))),
+    ];
+    assert!(emit(&program_with(even, [32, 1, 1])).is_ok());
+    // A time-invariant operand bound right after the branch: lagging lanes have not
+    // bound it yet.
+    let unbound = vec![
+        Node::if_then(lt(lid(), 4), lets(&["t", "w"])),
+        Node::let_bind("y", lid()),
+        Node::let_bind("g", reduce_add(Expr::var("y"))),
+    ];
+    assert_rejected(
+        &program_with(unbound, [32, 1, 1]),
+        "subgroup operation over lanes at different steps",
+    );
+    // Ids need no binding: any step reads the same.
+    let ids = vec![
+        Node::if_then(lt(lid(), 4), lets(&["t", "w"])),
+        Node::let_bind("g", reduce_add(lid())),
+    ];
+    assert!(emit(&program_with(ids, [32, 1, 1])).is_ok());
+    // A lane reaching Return three steps after the others reach the operation.
+    let mut long_return = lets(&["p", "q", "r"]);
+    long_return.push(Node::Return);
+    let late = vec![
+        Node::let_bind("x", lid()),
+        Node::assign("x", Expr::u32(5)),
+        Node::if_then(lt(lid(), 4), long_return),
+        Node::let_bind("g", reduce_add(Expr::var("x"))),
+    ];
+    assert_rejected(
+        &program_with(late, [32, 1, 1]),
+        "subgroup operation before returning lanes have returned",
+    );
+    // After a data-dependent loop lanes are any number of steps apart: one may finish
+    // (closing every scope) before another reads its variable.
+    let looped = vec![
+        Node::let_bind("z", lid()),
+        Node::loop_for("i", Expr::u32(0), lid(), vec![]),
+        Node::let_bind("g", reduce_add(Expr::var("z"))),
+    ];
+    assert_rejected(
+        &program_with(looped, [32, 1, 1]),
+        "subgroup operation over lanes at different steps",
+    );
+}
+
+#[test]
+fn subgroup_operands_that_write_or_race_are_rejected() {
+    let lid = || Expr::LocalId { axis: 0 };
+    // Later lanes of the reference's round would see earlier lanes' stores.
+    let same_statement = vec![Node::store(
+        "out",
+        lid(),
+        reduce_add(Expr::load("out", lid())),
+    )];
+    assert_rejected(
+        &program_with(same_statement, [32, 1, 1]),
+        "subgroup operation in a statement that writes a buffer its operand loads",
+    );
+    let counter = Program::wrapped(
+        vec![BufferDecl::read_write("c", 0, DataType::U32).with_count(4)],
+        [32, 1, 1],
+        vec![Node::let_bind(
+            "g",
+            reduce_add(Expr::Atomic {
+                op: vyre_foundation::ir::AtomicOp::Add,
+                buffer: "c".into(),
+                index: Box::new(Expr::u32(0)),
+                expected: None,
+                value: Box::new(Expr::u32(1)),
+                ordering: MemoryOrdering::Relaxed,
+            }),
+        )],
+    );
+    assert_rejected(&counter, "atomic in a subgroup operand");
+    // Returned lanes skip data-dependent branches, so they would miss this barrier.
+    let barrier_in_branch = vec![
+        Node::if_then(lt(lid(), 4), vec![Node::Return]),
+        Node::if_then(
+            lt(Expr::load("a", lid()), 2),
+            vec![Node::barrier_with_ordering(MemoryOrdering::SeqCst)],
+        ),
+        Node::let_bind("g", reduce_add(lid())),
+    ];
+    assert_rejected(
+        &program_with(barrier_in_branch, [32, 1, 1]),
+        "Barrier in divergent control flow of a program whose returned lanes stay for subgroup operations",
+    );
 }
 
 #[test]

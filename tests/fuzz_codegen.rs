@@ -16,7 +16,9 @@
 //! reference runs and the emitter does not lower yet). For the complete shape,
 //! rejections are not failures (they are issue 17's to-do list): the sweep prints, per
 //! construct, how many programs held it and which construct names the emitter rejected
-//! them with; panics, `Fix:`-less errors and kernels ptxas cannot assemble still fail it.
+//! them with; panics, `Fix:`-less errors, kernels ptxas cannot assemble and kernels for
+//! programs on which the reference fails to read a lane at another step (a subgroup
+//! operand, `check::missed_timing_error`) still fail it.
 //!
 //! `VYRE_CUDA_FUZZ_CI_PROGRAMS` (default 3000), `VYRE_CUDA_FUZZ_CI_LARGE_PROGRAMS`
 //! (default 1500), `VYRE_CUDA_FUZZ_CI_REPLICATED_PROGRAMS` (default 1000) and

@@ -36,10 +36,13 @@ pub enum DeviceFault {
     /// An operator, `Fma` or cast to F16/BF16 reached an out-of-bounds F16/BF16 load, which
     /// the reference holds as `Value::Bytes([0, 0])`, not a float.
     HalfOutOfBounds = 14,
+    /// A subgroup operand read a variable that a lane of the subgroup never bound (it
+    /// returned first); the reference evaluates the operand for every lane.
+    UndeclaredVariable = 15,
 }
 
 impl DeviceFault {
-    const ALL: [DeviceFault; 14] = [
+    const ALL: [DeviceFault; 15] = [
         Self::SignedDivisionByZero,
         Self::SignedDivisionOverflow,
         Self::SignedRemainderByZero,
@@ -54,6 +57,7 @@ impl DeviceFault {
         Self::SubgroupLaneNotU32,
         Self::AsyncByteCountNotU64,
         Self::HalfOutOfBounds,
+        Self::UndeclaredVariable,
     ];
 
     /// The fault word value.
@@ -90,6 +94,7 @@ impl DeviceFault {
             Self::SubgroupLaneNotU32 => "subgroup_shuffle lane index is not a u32",
             Self::AsyncByteCountNotU64 => "an async copy offset or size cannot be represented as u64",
             Self::HalfOutOfBounds => "an operator received an out-of-bounds f16/bf16 load, which the reference holds as raw bytes [0, 0], not a float (mismatched operands)",
+            Self::UndeclaredVariable => "reference to undeclared variable: a subgroup operation read a variable that a lane of its subgroup had not bound (the reference evaluates the operand for every lane, including lanes that returned)",
         }
     }
 
@@ -116,6 +121,9 @@ impl DeviceFault {
             Self::AsyncByteCountNotU64 => "use an in-range non-negative byte count",
             Self::HalfOutOfBounds => {
                 "keep f16/bf16 load indices in bounds, or Cast the load to f32 first (out of bounds it then reads 0.0)"
+            }
+            Self::UndeclaredVariable => {
+                "bind the variable before any Return that comes before the subgroup operation"
             }
         }
     }

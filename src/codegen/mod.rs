@@ -67,7 +67,7 @@ use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
 /// Version of the emitter's output format; part of every cache key.
-pub const EMITTER_VERSION: u32 = 9;
+pub const EMITTER_VERSION: u32 = 10;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;
@@ -209,6 +209,9 @@ fn emit_entries(
     check_workgroup(workgroup_size)?;
     let facts = analysis::ProgramFacts::analyse(program, workgroup_size);
     analysis::uniform::check(program, &facts.uniformity)?;
+    for segment in facts.segments() {
+        analysis::lockstep::check(segment, &facts.uniformity)?;
+    }
     let (mut abi, shared) = abi::layout(program, workgroup_size)?;
     abi.entry = entry.to_string();
     let segments: Vec<lower::Segment<'_>> = facts

@@ -12,3 +12,4 @@ pub mod kernels;
 pub mod multirank;
 pub mod programs;
 pub mod ptxas;
+pub mod subgroup_programs;

@@ -1443,6 +1443,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(super::half_programs::half_cases());
     cases.extend(replicated_cases());
     cases.extend(literal_divisor_cases());
+    cases.extend(super::subgroup_programs::subgroup_return_cases());
     cases
 }
 

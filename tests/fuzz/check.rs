@@ -6,6 +6,7 @@ use super::oracle::{self, catch_quiet, Outcome, Verdict};
 use vyre_cuda::codegen::{emit_ptx, CodegenError, EmittedKernel, PtxTarget};
 use vyre_cuda::{CudaBackend, CudaError};
 use vyre_driver::BackendError;
+use vyre_foundation::ir::Node;
 
 /// The two targets every kernel is emitted and assembled for.
 pub fn targets() -> [(PtxTarget, &'static str); 2] {
@@ -211,7 +212,40 @@ pub fn cpu_check(
             }
         }
     }
+    if valid && kernels.iter().any(Option::is_some) {
+        failures.extend(missed_timing_error(case));
+    }
     (failures, kernels, rejected)
+}
+
+/// A kernel for a valid program without `Return` on which the reference fails to read a
+/// variable: only a subgroup operand read from a lane at another step does that (a lane
+/// that has not bound it yet, or has closed its scope; `analysis::lockstep`), and the
+/// emitter must refuse such a program, as its kernel would run where the reference fails.
+/// (With `Return`, a returned lane that never bound the variable fails the kernel too.)
+fn missed_timing_error(case: &FuzzCase) -> Option<Failure> {
+    fn returns(nodes: &[Node]) -> bool {
+        nodes.iter().any(|node| match node {
+            Node::Return => true,
+            Node::If {
+                then, otherwise, ..
+            } => returns(then) || returns(otherwise),
+            Node::Loop { body, .. } | Node::Block(body) => returns(body),
+            Node::Region { body, .. } => returns(body),
+            _ => false,
+        })
+    }
+    let subgroups = super::coverage::unlowered_constructs(&case.program).contains("subgroup:any");
+    if !subgroups || returns(case.program.entry()) {
+        return None;
+    }
+    match oracle::reference(case) {
+        Outcome::Err(error) if error.contains("undeclared variable") => Some(Failure::new(
+            "missed-timing-error",
+            format!("a kernel was emitted, but the reference reads a lane at another step and fails: {error}"),
+        )),
+        _ => None,
+    }
 }
 
 /// The shrink predicate for CPU findings of `kind` (`ptxas-sm_NN` kinds assemble).

@@ -6,6 +6,7 @@ pub(crate) mod async_copy;
 pub(crate) mod atomics;
 pub(crate) mod elementwise;
 pub(crate) mod grid_sync;
+pub(crate) mod lockstep;
 pub(crate) mod nesting;
 pub(crate) mod replicated;
 pub(crate) mod uniform;
@@ -14,6 +15,7 @@ use super::libm::Libm;
 use super::visit::{any_expr_in, for_each_node};
 use elementwise::Elementwise;
 use rustc_hash::FxHashSet;
+use std::collections::BTreeSet;
 use uniform::Uniformity;
 use vyre_foundation::ir::{DataType, Expr, Node, Program};
 
@@ -21,6 +23,9 @@ use vyre_foundation::ir::{DataType, Expr, Node, Program};
 pub(crate) struct ProgramFacts<'p> {
     /// Which values are the same across a workgroup.
     pub(crate) uniformity: Uniformity<'p>,
+    /// The variables subgroup operands read (a lane that returns keeps their values for
+    /// later subgroup operations, see [`lockstep`]).
+    pub(crate) subgroup_operand_vars: BTreeSet<&'p str>,
     /// Variables some expression reads: a `Let` of an atomic outside this set discards
     /// the old value, so the atomic can be a (warp-aggregated) `red`. Empty for a program
     /// without atomics (nobody asks then).
@@ -65,6 +70,7 @@ impl<'p> ProgramFacts<'p> {
         };
         Self {
             uniformity: Uniformity::analyse(program),
+            subgroup_operand_vars: lockstep::subgroup_operand_vars(entry),
             read_vars,
             partial_buffers,
             calls_libm: any_expr_in(

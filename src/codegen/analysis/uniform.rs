@@ -1,16 +1,13 @@
 //! A conservative uniformity analysis: which values are provably the same for every
 //! invocation of a workgroup.
 //!
-//! The reference evaluates a subgroup operation over a snapshot of *every* lane of the
-//! 32-lane chunk, including lanes that returned or took another branch. Hardware can only
-//! reproduce that when the whole subgroup is converged at the operation, so the emitter
-//! accepts subgroup operations only in provably uniform control flow in programs without
-//! `Return`. Loops containing barriers must have provably uniform bounds too (a lane
-//! that leaves early would otherwise make the reference fail while hardware runs on).
+//! Control flow steered only by uniform values keeps every lane on the same path; the
+//! subgroup lowering (`lockstep`) and barrier loops rely on it. Loops containing barriers
+//! must have provably uniform bounds (a lane that leaves early would otherwise make the
+//! reference fail while hardware runs on).
 
 use crate::codegen::visit::{
-    all_children, any_expr_in, any_node, children, for_each_expr_in, for_each_node, has_barrier,
-    has_return, owns_expr,
+    all_children, any_expr_in, children, for_each_expr_in, for_each_node, has_barrier,
 };
 use crate::codegen::CodegenError;
 use rustc_hash::FxHashSet;
@@ -120,21 +117,29 @@ impl<'p> Uniformity<'p> {
     }
 
     /// Subgroup operations inside `nodes` (a divergent branch) that can be hoisted to the
-    /// branch point, or `None` when one of them cannot (it sits in a loop, or reads
-    /// something that may change).
+    /// branch point, or `None` when one of them cannot (it reads something that may
+    /// change). Time-invariant operands give every lane the same value at any time, in
+    /// any iteration of a loop around the operation (`lockstep` checks the timing).
     pub(crate) fn hoistable<'e>(&self, nodes: &'e [Node]) -> Option<Vec<&'e Expr>> {
-        let mut bound_inside = FxHashSet::default();
+        self.hoistable_binding(nodes, None)
+    }
+
+    /// [`Self::hoistable`] for the body of a divergent loop over `var`.
+    pub(crate) fn hoistable_in_loop<'e>(
+        &self,
+        var: &str,
+        body: &'e [Node],
+    ) -> Option<Vec<&'e Expr>> {
+        self.hoistable_binding(body, Some(var))
+    }
+
+    fn hoistable_binding<'e>(&self, nodes: &'e [Node], var: Option<&str>) -> Option<Vec<&'e Expr>> {
+        let mut bound_inside: FxHashSet<&str> = var.into_iter().collect();
         for_each_node(nodes, &mut |node| {
             if let Node::Let { name, .. } | Node::Loop { var: name, .. } = node {
                 bound_inside.insert(name.as_str());
             }
         });
-        if any_node(
-            nodes,
-            &|node| matches!(node, Node::Loop { body, .. } if has_subgroup(body)),
-        ) {
-            return None;
-        }
         // Time-invariant operands hold no subgroup operation, so every one visited is new.
         let (mut found, mut ok) = (Vec::new(), true);
         for_each_expr_in(nodes, &mut |expr| {
@@ -185,20 +190,8 @@ pub(crate) fn written_buffers(nodes: &[Node]) -> FxHashSet<&str> {
     written
 }
 
-/// Reject programs whose subgroup operations or barrier loops the hardware cannot run
-/// with the reference's semantics.
+/// Reject loops holding a barrier whose bounds may differ between lanes.
 pub(crate) fn check(program: &Program, facts: &Uniformity<'_>) -> Result<(), CodegenError> {
-    let has_subgroup = has_subgroup(program.entry());
-    if !has_subgroup && !has_barrier_loop(program.entry()) {
-        return Ok(());
-    }
-    if has_subgroup && has_return(program.entry()) {
-        return Err(CodegenError::unsupported(
-            "subgroup operation in a program with Return",
-            "the reference still reads returned lanes' values in subgroup operations, which hardware cannot reproduce",
-            "replace the early Return with an If around the remaining work",
-        ));
-    }
     walk_check(facts, program.entry(), true)
 }
 
@@ -209,43 +202,13 @@ fn walk_check(
 ) -> Result<(), CodegenError> {
     for node in nodes {
         let inner = facts.body_uniform(node, uniform_ctx);
-        match node {
-            Node::If {
-                then, otherwise, ..
-            } if uniform_ctx && !inner => {
-                // The outermost divergent branch: its subgroup operations run early, at the
-                // branch, with every lane (as the reference reads every lane).
-                if facts
-                    .hoistable(then)
-                    .zip(facts.hoistable(otherwise))
-                    .is_none()
-                {
-                    return Err(CodegenError::unsupported(
-                        "subgroup operation in divergent control flow",
-                        "the operation sits in a loop or reads values that may change inside a data-dependent branch, so the subgroup cannot evaluate it for every lane",
-                        "move the subgroup operation out of the branch, or make its operands depend only on immutable values",
-                    ));
-                }
-                // Barrier loops still need checking inside.
-                if has_barrier_loop(then) || has_barrier_loop(otherwise) {
-                    return Err(divergent_barrier_loop());
-                }
-                continue;
-            }
-            Node::Loop { body, .. } if !inner && has_barrier(body) => {
+        if let Node::Loop { body, .. } = node {
+            if !inner && has_barrier(body) {
                 return Err(divergent_barrier_loop());
             }
-            _ => {}
         }
         for body in children(node) {
             walk_check(facts, body, inner)?;
-        }
-        if !uniform_ctx && owns_expr(node, &is_subgroup_op) {
-            return Err(CodegenError::unsupported(
-                "subgroup operation in divergent control flow",
-                "the enclosing If/Loop condition is not provably uniform, so the subgroup may not be converged",
-                "move the subgroup operation out of the data-dependent branch",
-            ));
         }
     }
     Ok(())
@@ -259,7 +222,7 @@ fn divergent_barrier_loop() -> CodegenError {
     )
 }
 
-fn is_subgroup_op(expr: &Expr) -> bool {
+pub(crate) fn is_subgroup_op(expr: &Expr) -> bool {
     matches!(
         expr,
         Expr::SubgroupBallot { .. } | Expr::SubgroupShuffle { .. } | Expr::SubgroupReduce { .. }
@@ -268,12 +231,4 @@ fn is_subgroup_op(expr: &Expr) -> bool {
 
 pub(crate) fn has_subgroup(nodes: &[Node]) -> bool {
     any_expr_in(nodes, &is_subgroup_op)
-}
-
-/// A loop whose body holds a barrier, at any depth.
-fn has_barrier_loop(nodes: &[Node]) -> bool {
-    any_node(
-        nodes,
-        &|node| matches!(node, Node::Loop { body, .. } if has_barrier(body)),
-    )
 }

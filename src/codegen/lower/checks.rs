@@ -13,7 +13,15 @@ impl Lowerer<'_> {
     /// discarded, and callers substitute safe operands. Recording inline instead of
     /// branching to exit blocks also keeps clear of a ptxas 13.0 sm_90 miscompile that
     /// merged such blocks into a wrongly predicated `EXIT`.
+    ///
+    /// Inside a subgroup operand the fault is collected instead: it counts for the whole
+    /// subgroup once evaluated (see `returned`). A lane that returned records nothing.
     pub(crate) fn fault_if(&mut self, p: Reg, fault: DeviceFault) {
+        if let Some(raised) = self.operand_faults.last_mut() {
+            raised.push((p, fault));
+            return;
+        }
+        let p = self.running_only(p);
         self.uses_fault_word = true;
         self.write_fault(&format!("@{p} "), fault);
         emit!(self.w, "or.pred {0}, {0}, {p}", self.faulted);

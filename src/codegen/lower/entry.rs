@@ -5,6 +5,7 @@
 use super::reduction::{Partial, PARTIALS};
 use super::{LoweredBody, Lowerer, Segment};
 use crate::codegen::abi::KernelParam;
+use crate::codegen::analysis::lockstep;
 use crate::codegen::analysis::replicated::Replication;
 use crate::codegen::clock::{self, EndRegs, CLOCK_END};
 use crate::codegen::module::ZERO_PAGE;
@@ -57,7 +58,12 @@ impl<'p> Lowerer<'p> {
         segment: &Segment<'p>,
     ) -> Result<LoweredBody, CodegenError> {
         match segment.replication {
-            Replication::Parallel => self.put_block(segment.nodes)?,
+            Replication::Parallel => {
+                if lockstep::keeps_returned_lanes(segment.nodes, &self.facts.uniformity) {
+                    self.keeps_returned_lanes();
+                }
+                self.put_block(segment.nodes)?
+            }
             Replication::Once => self.put_once(segment.nodes)?,
             Replication::Serial => self.put_reference_schedule(segment.nodes)?,
         }
@@ -127,6 +133,7 @@ impl<'p> Lowerer<'p> {
             );
             clock::put_start(&mut p, leader, self.fault_ptr, time);
         }
+        self.init_returned(&mut p);
         if !self.shared.is_empty() {
             self.zero_shared(&mut p);
         }

@@ -11,9 +11,10 @@ use vyre_foundation::ir::Expr;
 impl<'p> Lowerer<'p> {
     /// The recursion depth is bounded by `analysis::nesting`, checked up front.
     pub(super) fn put_expr(&mut self, expr: &'p Expr) -> Result<Val, CodegenError> {
-        // Subgroup operations computed early, at their enclosing divergent branch.
-        if let Some(hoisted) = self.hoisted.get(&(expr as *const Expr)) {
-            return Ok(*hoisted);
+        // Subgroup operations computed early (see `returned`).
+        if let Some(hoisted) = self.hoisted.remove(&(expr as *const Expr)) {
+            self.record_operand_faults(hoisted.faults);
+            return Ok(hoisted.value);
         }
         match expr {
             Expr::LitU32(v) => Ok(Val::new(ValKind::U32, self.imm_b32(*v))),
@@ -66,15 +67,12 @@ impl<'p> Lowerer<'p> {
                 "a buffer reference is only meaningful as an argument of a call that is inlined",
                 "pass Expr::buffer_ref only as an Expr::Call argument of an op with an IR body",
             )),
-            Expr::SubgroupBallot { cond } => self.put_ballot(cond),
-            Expr::SubgroupShuffle { value, lane } => {
-                let value = self.put_expr(value)?;
-                let lane = self.put_expr(lane)?;
-                self.put_shuffle(value, lane)
-            }
-            Expr::SubgroupReduce { op, value } => {
-                let value = self.put_expr(value)?;
-                self.put_subgroup_reduce(*op, value)
+            Expr::SubgroupBallot { .. }
+            | Expr::SubgroupShuffle { .. }
+            | Expr::SubgroupReduce { .. } => {
+                let (value, faults) = self.put_subgroup_op(expr)?;
+                self.record_operand_faults(faults);
+                Ok(value)
             }
             Expr::SubgroupLocalId | Expr::SubgroupSize => {
                 self.fault_always(DeviceFault::RejectedByReference);
@@ -99,16 +97,21 @@ impl<'p> Lowerer<'p> {
         self.u32_checked(value, DeviceFault::IndexNotU32)
     }
 
-    fn put_var(&mut self, name: &str) -> Result<Val, CodegenError> {
+    fn put_var(&mut self, name: &'p str) -> Result<Val, CodegenError> {
         if self.byte_views.contains_key(name) {
             return Err(bytes::runtime_sized_use(&format!("variable `{name}`")));
         }
-        self.locals.get(name).map(|local| local.val).ok_or_else(|| {
-            CodegenError::invalid(
-                format!("reference to undeclared variable `{name}`"),
-                "add a Let before this use",
-            )
-        })
+        let val = self
+            .locals
+            .get(name)
+            .map(|local| local.val)
+            .ok_or_else(|| {
+                CodegenError::invalid(
+                    format!("reference to undeclared variable `{name}`"),
+                    "add a Let before this use",
+                )
+            })?;
+        self.operand_var(name, val)
     }
 
     fn put_buf_len(&mut self, buffer: &str) -> Result<Val, CodegenError> {
@@ -187,7 +190,7 @@ impl<'p> Lowerer<'p> {
         Ok(Val::new(ValKind::F32, self.flush_subnormal(reg)))
     }
 
-    fn put_ballot(&mut self, cond: &'p Expr) -> Result<Val, CodegenError> {
+    pub(super) fn put_ballot(&mut self, cond: &'p Expr) -> Result<Val, CodegenError> {
         let cond = self.put_expr(cond)?;
         let p = self.truthy(cond);
         let (reg, mask) = (self.b32(), self.subgroup_mask);

@@ -17,6 +17,7 @@ mod memory;
 mod ops;
 mod reduction;
 mod replica;
+mod returned;
 mod stmt;
 mod subgroup;
 mod values;
@@ -33,6 +34,7 @@ use super::CodegenError;
 use async_copy::PendingCopy;
 use memory::{BufferSlot, Space};
 use reduction::Partial;
+use returned::{Hoisted, Returned};
 use rustc_hash::FxHashMap;
 use std::collections::BTreeSet;
 use vyre_foundation::ir::{Expr, Node, Program};
@@ -133,8 +135,14 @@ pub(crate) struct Lowerer<'p> {
     pending_copies: FxHashMap<&'p str, PendingCopy<'p>>,
     /// How many data-dependent branches enclose the current statement.
     divergence: u32,
-    /// Subgroup operations already computed at their enclosing divergent branch.
-    hoisted: FxHashMap<*const Expr, Val>,
+    /// Subgroup operations already computed, at their enclosing divergent branch or
+    /// before a statement returned lanes skip (see `returned`).
+    hoisted: FxHashMap<*const Expr, Hoisted>,
+    /// The subgroup operations being lowered, innermost last: the faults their operands
+    /// raise, recorded once the whole subgroup has evaluated them (see `returned`).
+    operand_faults: Vec<Vec<(Reg, DeviceFault)>>,
+    /// Set in a segment whose returned lanes stay in the warp (see `returned`).
+    returned: Option<Returned<'p>>,
     /// High halves of 16-byte values, keyed by their low register.
     wide_hi: FxHashMap<Reg, Reg>,
     partials: Vec<Partial<'p>>,
@@ -194,6 +202,8 @@ impl<'p> Lowerer<'p> {
             pending_copies: FxHashMap::default(),
             divergence: 0,
             hoisted: FxHashMap::default(),
+            operand_faults: Vec::new(),
+            returned: None,
             wide_hi: FxHashMap::default(),
             partials: Vec::new(),
             epilogue,

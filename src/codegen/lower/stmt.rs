@@ -28,6 +28,13 @@ impl<'p> Lowerer<'p> {
 
     /// The recursion depth is bounded by `analysis::nesting`, checked up front.
     fn put_node(&mut self, node: &'p Node) -> Result<(), CodegenError> {
+        if self.returned_lanes_skip(node) {
+            return self.put_skipped_by_returned(node, |this| this.put_node_here(node));
+        }
+        self.put_node_here(node)
+    }
+
+    fn put_node_here(&mut self, node: &'p Node) -> Result<(), CodegenError> {
         match node {
             Node::Let { name, value } => self.put_let(name.as_str(), value),
             Node::Assign { name, value } => self.put_assign(name.as_str(), value),
@@ -40,15 +47,15 @@ impl<'p> Lowerer<'p> {
                 cond,
                 then,
                 otherwise,
-            } => self.put_if(cond, then, otherwise),
+            } => self.put_if(node, cond, then, otherwise),
             Node::Loop {
                 var,
                 from,
                 to,
                 body,
-            } => self.put_loop(var.as_str(), from, to, body),
+            } => self.put_loop(node, var.as_str(), from, to, body),
             Node::Return => {
-                if !self.lane_return() && !self.schedule_return() {
+                if !self.lane_return() && !self.schedule_return() && !self.return_and_stay()? {
                     self.end_invocation();
                 }
                 Ok(())
@@ -176,23 +183,31 @@ impl<'p> Lowerer<'p> {
 
     fn put_if(
         &mut self,
+        node: &'p Node,
         cond_expr: &'p Expr,
         then: &'p [Node],
         otherwise: &'p [Node],
     ) -> Result<(), CodegenError> {
+        let divergent = !self.facts.uniformity.is_uniform(cond_expr);
+        let outermost = divergent && self.divergence == 0;
+        // Where returned lanes stay, they skip the outermost divergent branch: its end is
+        // needed before its condition.
+        let early = (outermost && self.keeps_returned()).then(|| (self.w.label(), self.w.label()));
+        let exit = match outermost {
+            true => {
+                let ops = self.branch_ops(then, otherwise);
+                self.enter_divergent(node, ops, early.map(|(_, end)| end))?
+            }
+            false => None,
+        };
         let cond = self.put_expr(cond_expr)?;
         let p = self.truthy(cond);
         let p = self.branch_pred(p);
-        let uniform = self.facts.uniformity.is_uniform(cond_expr);
-        if !uniform && (has_barrier(then) || has_barrier(otherwise)) {
+        if divergent && (has_barrier(then) || has_barrier(otherwise)) {
             self.check_branch_agreement(p);
         }
-        let divergent = !uniform;
-        if divergent && self.divergence == 0 {
-            self.hoist_subgroup_ops(then, otherwise)?;
-        }
         self.divergence += u32::from(divergent);
-        let (else_label, end_label) = (self.w.label(), self.w.label());
+        let (else_label, end_label) = early.unwrap_or_else(|| (self.w.label(), self.w.label()));
         emit!(self.w, "@!{p} bra {else_label}");
         let mut result = self.put_scoped_block(then);
         if otherwise.is_empty() {
@@ -205,6 +220,9 @@ impl<'p> Lowerer<'p> {
             self.w.put_label(end_label);
         }
         self.divergence -= u32::from(divergent);
+        if outermost {
+            self.leave_divergent(exit);
+        }
         result
     }
 
@@ -220,29 +238,22 @@ impl<'p> Lowerer<'p> {
         self.fault_exit_if(all, DeviceFault::DivergentBarrier);
     }
 
-    /// The reference evaluates subgroup operations over every lane of the chunk, in or
-    /// out of the branch; compute them at the outermost divergent branch, converged.
-    fn hoist_subgroup_ops(
-        &mut self,
-        then: &'p [Node],
-        otherwise: &'p [Node],
-    ) -> Result<(), CodegenError> {
+    /// The subgroup operations in the branches of the outermost divergent branch: the
+    /// reference evaluates them over every lane of the chunk, in or out of the branch, so
+    /// they run at the branch, converged (`analysis::lockstep` checked that this is exact).
+    fn branch_ops(&self, then: &'p [Node], otherwise: &'p [Node]) -> Vec<&'p Expr> {
         let uniformity = &self.facts.uniformity;
-        let ops: Vec<&'p Expr> = uniformity
+        uniformity
             .hoistable(then)
             .into_iter()
             .chain(uniformity.hoistable(otherwise))
             .flatten()
-            .collect();
-        for op in ops {
-            let value = self.put_expr(op)?;
-            self.hoisted.insert(op as *const Expr, value);
-        }
-        Ok(())
+            .collect()
     }
 
     fn put_loop(
         &mut self,
+        node: &'p Node,
         var: &'p str,
         from: &'p Expr,
         to: &'p Expr,
@@ -250,6 +261,18 @@ impl<'p> Lowerer<'p> {
     ) -> Result<(), CodegenError> {
         let uniformity = &self.facts.uniformity;
         let divergent = !(uniformity.is_uniform(from) && uniformity.is_uniform(to));
+        let outermost = divergent && self.divergence == 0;
+        // Its subgroup operations run before it, over every lane, as for a branch. Where
+        // returned lanes stay, they skip the outermost divergent loop: its end is needed
+        // before its bounds.
+        let early = (outermost && self.keeps_returned()).then(|| (self.w.label(), self.w.label()));
+        let exit = match outermost {
+            true => {
+                let ops = uniformity.hoistable_in_loop(var, body).unwrap_or_default();
+                self.enter_divergent(node, ops, early.map(|(_, end)| end))?
+            }
+            false => None,
+        };
         let from = self.put_expr(from)?;
         let from = self.u32_checked(from, DeviceFault::LoopBoundNotU32)?;
         let to = self.put_expr(to)?;
@@ -259,7 +282,7 @@ impl<'p> Lowerer<'p> {
         self.mov(counter, from);
         self.mov(bound, to);
         let mut done = self.w.reg(RegClass::Pred);
-        let (top, end) = (self.w.label(), self.w.label());
+        let (top, end) = early.unwrap_or_else(|| (self.w.label(), self.w.label()));
         self.w.put_label(top);
         emit!(self.w, "setp.ge.u32 {done}, {counter}, {bound}");
         if !has_barrier(body) && !has_subgroup(body) {
@@ -284,6 +307,9 @@ impl<'p> Lowerer<'p> {
         emit!(self.w, "add.u32 {counter}, {counter}, 1");
         emit!(self.w, "bra {top}");
         self.w.put_label(end);
+        if outermost {
+            self.leave_divergent(exit);
+        }
         Ok(())
     }
 }

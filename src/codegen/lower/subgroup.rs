@@ -1,7 +1,8 @@
 //! Subgroup ballot, shuffle and reduce with the reference's lane order.
 //!
 //! Subgroups are the 32-lane chunks of the linear local index, which is how hardware
-//! forms warps; `analysis::uniform` guarantees the whole chunk is converged at the operation.
+//! forms warps; `analysis::lockstep` guarantees the whole chunk is converged at the
+//! operation and reads what the reference reads (returned lanes included, see `returned`).
 //! Reductions fold lane 0 upward from the operator's identity, exactly as the reference
 //! does (order matters for f32), except for the integer operators `redux.sync` computes
 //! exactly on sm_80+.
@@ -11,7 +12,7 @@ use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
 use crate::codegen::writer::emit;
 use crate::codegen::CodegenError;
-use vyre_foundation::ir::{BinOp, SubgroupReduceOp};
+use vyre_foundation::ir::{BinOp, Expr, SubgroupReduceOp};
 
 fn unsupported_lane_kind(what: &str, kind: ValKind) -> CodegenError {
     CodegenError::unsupported(
@@ -29,7 +30,28 @@ fn unknown_reduce(op: SubgroupReduceOp) -> CodegenError {
     )
 }
 
-impl Lowerer<'_> {
+impl<'p> Lowerer<'p> {
+    /// The value of subgroup operation `op`, its operands' faults collected by the caller
+    /// (`returned::put_subgroup_op`).
+    pub(super) fn put_subgroup_value(&mut self, op: &'p Expr) -> Result<Val, CodegenError> {
+        match op {
+            Expr::SubgroupBallot { cond } => self.put_ballot(cond),
+            Expr::SubgroupShuffle { value, lane } => {
+                let value = self.put_expr(value)?;
+                let lane = self.put_expr(lane)?;
+                self.put_shuffle(value, lane)
+            }
+            Expr::SubgroupReduce { op, value } => {
+                let value = self.put_expr(value)?;
+                self.put_subgroup_reduce(*op, value)
+            }
+            _ => Err(CodegenError::invalid(
+                "a subgroup operation that is not one",
+                "report this vyre-cuda bug",
+            )),
+        }
+    }
+
     pub(super) fn put_shuffle(&mut self, value: Val, lane: Val) -> Result<Val, CodegenError> {
         let value = self.half_lane(value);
         if !matches!(value.kind, ValKind::U32 | ValKind::F32) {

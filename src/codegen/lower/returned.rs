@@ -1,0 +1,321 @@
+//! Subgroup operations with the reference's lane view: every lane of the subgroup,
+//! including lanes that returned, and faults that count for the whole subgroup (see
+//! `analysis::lockstep` for the reference's semantics and when this is exact).
+//!
+//! * Operand faults: the reference fails when evaluating *any* lane's operand fails, and
+//!   only when some lane actually evaluates the operation. While an operation is lowered,
+//!   its operands' faults are collected instead of recorded; once the warp has evaluated
+//!   it, each becomes a predicate saying whether any lane raised it, recorded where the
+//!   operation stands (for an operation computed early at a data-dependent branch, only
+//!   by the lanes that reach it).
+//! * Returned lanes: in a segment with subgroup operations and a `Return` in
+//!   data-dependent control flow, a lane reaching such a `Return` stays in the warp. It
+//!   copies every variable some subgroup operand reads into a frozen register (noting
+//!   whether it was bound there), sets its `returned` predicate and jumps to the end of
+//!   the outermost data-dependent construct. From there it follows the uniform control
+//!   flow, whose values it still computes (so it takes the same branches and meets every
+//!   barrier), but skips each statement with a side effect and each data-dependent
+//!   construct, after evaluating the subgroup operations they hold with the others. Its
+//!   own faults are never recorded. In a subgroup operand it reads its frozen values; a
+//!   variable it never bound fails the dispatch when a running lane evaluates the
+//!   operation, as "reference to undeclared variable" does. A `Return` in uniform control
+//!   flow still ends every lane, returned ones included.
+
+use super::{Lowerer, Val};
+use crate::codegen::analysis::lockstep::{own_subgroup_ops, vars_in};
+use crate::codegen::fault::DeviceFault;
+use crate::codegen::kind::ValKind;
+use crate::codegen::visit::any_expr;
+use crate::codegen::writer::{emit, Label, PtxWriter, Reg, RegClass};
+use crate::codegen::CodegenError;
+use std::collections::BTreeMap;
+use vyre_foundation::ir::{Expr, Node};
+
+/// The state of a segment whose returned lanes stay in the warp.
+pub(super) struct Returned<'p> {
+    /// Set once this lane has returned.
+    pred: Reg,
+    /// Where a returning lane goes: the end of the outermost data-dependent construct being
+    /// lowered (`None` in uniform control flow, where `Return` ends every lane).
+    exit: Option<Label>,
+    /// Per variable some subgroup operand reads, its value at this lane's `Return`.
+    frozen: BTreeMap<&'p str, Frozen>,
+}
+
+#[derive(Clone, Copy)]
+struct Frozen {
+    value: Val,
+    /// Whether the variable was bound at the `Return`.
+    bound: Reg,
+}
+
+/// A subgroup operation computed before its statement, with the faults it raised in any
+/// lane (predicates the same in every lane), to be recorded at the statement.
+#[derive(Clone)]
+pub(super) struct Hoisted {
+    pub(super) value: Val,
+    pub(super) faults: Vec<(Reg, DeviceFault)>,
+}
+
+impl<'p> Returned<'p> {
+    pub(super) fn new(w: &mut PtxWriter) -> Self {
+        Self {
+            pred: w.reg(RegClass::Pred),
+            exit: None,
+            frozen: BTreeMap::new(),
+        }
+    }
+}
+
+/// Whether `node` changes memory or ends the dispatch (what a returned lane must skip).
+fn has_side_effect(node: &Node) -> bool {
+    let atomic = |e: &Expr| matches!(e, Expr::Atomic { .. });
+    match node {
+        Node::Store { .. }
+        | Node::AsyncLoad { .. }
+        | Node::AsyncStore { .. }
+        | Node::AsyncWait { .. }
+        | Node::Trap { .. }
+        | Node::IndirectDispatch { .. }
+        | Node::Resume { .. } => true,
+        Node::Let { value, .. } | Node::Assign { value, .. } => any_expr(value, &atomic),
+        _ => false,
+    }
+}
+
+impl<'p> Lowerer<'p> {
+    /// Returned lanes stay in this entry's warps.
+    pub(super) fn keeps_returned_lanes(&mut self) {
+        self.returned = Some(Returned::new(&mut self.w));
+    }
+
+    pub(super) fn keeps_returned(&self) -> bool {
+        self.returned.is_some()
+    }
+
+    /// The prologue's part: no lane has returned, no variable is frozen.
+    pub(super) fn init_returned(&self, p: &mut PtxWriter) {
+        let Some(returned) = &self.returned else {
+            return;
+        };
+        emit!(p, "setp.ne.u32 {}, 0, 0", returned.pred);
+        for frozen in returned.frozen.values() {
+            emit!(p, "setp.ne.u32 {}, 0, 0", frozen.bound);
+        }
+    }
+
+    /// `Return` in data-dependent control flow of a segment whose returned lanes stay:
+    /// freeze what subgroup operands read, become a returned lane, leave the construct.
+    /// `false` when this `Return` ends the invocation as usual.
+    pub(super) fn return_and_stay(&mut self) -> Result<bool, CodegenError> {
+        let Some((pred, exit)) = self
+            .returned
+            .as_ref()
+            .and_then(|r| r.exit.map(|exit| (r.pred, exit)))
+        else {
+            return Ok(false);
+        };
+        let facts = self.facts;
+        for &name in &facts.subgroup_operand_vars {
+            let Some(local) = self.locals.get(name).copied() else {
+                continue;
+            };
+            let frozen = self.frozen(name, local.val)?;
+            self.mov(frozen.value.reg, local.val.reg);
+            emit!(self.w, "setp.eq.u32 {}, 0, 0", frozen.bound);
+        }
+        emit!(self.w, "setp.eq.u32 {pred}, 0, 0");
+        emit!(self.w, "bra {exit}");
+        Ok(true)
+    }
+
+    /// The frozen register of variable `name`, currently bound to `val`.
+    fn frozen(&mut self, name: &'p str, val: Val) -> Result<Frozen, CodegenError> {
+        let Some(returned) = self.returned.as_mut() else {
+            return Err(CodegenError::invalid(
+                "a frozen variable outside a segment whose returned lanes stay",
+                "report this vyre-cuda bug",
+            ));
+        };
+        if let Some(known) = returned.frozen.get(name) {
+            if known.value.kind != val.kind {
+                return Err(CodegenError::unsupported(
+                    "subgroup operand variable bound with different types",
+                    format!(
+                        "`{name}` is a {} where a lane may return and a {} where a subgroup operand reads it; the reference would mix the two in one operation",
+                        known.value.kind.name(),
+                        val.kind.name()
+                    ),
+                    "give the variables different names",
+                ));
+            }
+            return Ok(*known);
+        }
+        if val.kind == ValKind::Bytes(16) {
+            return Err(CodegenError::unsupported(
+                "16-byte variable read by a subgroup operand after Return",
+                format!("`{name}` holds a Vec4U32 value, which the reference cannot combine across lanes"),
+                "read a 4-byte part of it instead",
+            ));
+        }
+        let frozen = Frozen {
+            value: Val::new(val.kind, self.w.reg(val.reg.class())),
+            bound: self.w.reg(RegClass::Pred),
+        };
+        returned.frozen.insert(name, frozen);
+        Ok(frozen)
+    }
+
+    /// Variable `name` (bound to `val`) read in a subgroup operand: what a returned lane
+    /// held at its `Return`.
+    pub(super) fn operand_var(&mut self, name: &'p str, val: Val) -> Result<Val, CodegenError> {
+        let Some(pred) = self.returned.as_ref().map(|r| r.pred) else {
+            return Ok(val);
+        };
+        if self.operand_faults.is_empty() {
+            return Ok(val);
+        }
+        let frozen = self.frozen(name, val)?;
+        let out = self.w.reg(val.reg.class());
+        let ty = out.class().ty();
+        emit!(
+            self.w,
+            "selp.{ty} {out}, {}, {}, {pred}",
+            frozen.value.reg,
+            val.reg
+        );
+        Ok(Val::new(val.kind, out))
+    }
+
+    /// Lower subgroup operation `op` with the whole warp: its value and, per fault its
+    /// operands may raise, a predicate (the same in every lane) saying whether any lane of
+    /// the subgroup raised it.
+    pub(super) fn put_subgroup_op(
+        &mut self,
+        op: &'p Expr,
+    ) -> Result<(Val, Vec<(Reg, DeviceFault)>), CodegenError> {
+        self.operand_faults.push(Vec::new());
+        let value = self.put_subgroup_value(op);
+        let mut raised = self.operand_faults.pop().unwrap_or_default();
+        let value = value?;
+        if self.operand_faults.is_empty() {
+            if let Some(unbound) = self.unbound_in_returned_lane(op)? {
+                raised.push((unbound, DeviceFault::UndeclaredVariable));
+            }
+        }
+        let mask = self.subgroup_mask;
+        let anywhere = raised
+            .into_iter()
+            .map(|(p, fault)| {
+                let any = self.pred();
+                emit!(self.w, "vote.sync.any.pred {any}, {p}, {mask}");
+                (any, fault)
+            })
+            .collect();
+        Ok((value, anywhere))
+    }
+
+    /// Record the faults of a subgroup operation evaluated for this statement (inside
+    /// another operation's operand they belong to that one).
+    pub(super) fn record_operand_faults(&mut self, faults: Vec<(Reg, DeviceFault)>) {
+        for (p, fault) in faults {
+            self.fault_if(p, fault);
+        }
+    }
+
+    /// Set when this lane returned without binding a variable `op` reads.
+    fn unbound_in_returned_lane(&mut self, op: &'p Expr) -> Result<Option<Reg>, CodegenError> {
+        let Some(pred) = self.returned.as_ref().map(|r| r.pred) else {
+            return Ok(None);
+        };
+        let (bad, unbound) = (self.pred(), self.pred());
+        emit!(self.w, "setp.ne.u32 {bad}, 0, 0");
+        for name in vars_in(op) {
+            let Some(local) = self.locals.get(name).copied() else {
+                continue;
+            };
+            let frozen = self.frozen(name, local.val)?;
+            emit!(self.w, "not.pred {unbound}, {}", frozen.bound);
+            emit!(self.w, "or.pred {bad}, {bad}, {unbound}");
+        }
+        emit!(self.w, "and.pred {bad}, {bad}, {pred}");
+        Ok(Some(bad))
+    }
+
+    /// `p` of a lane that has not returned (a returned lane's faults are not recorded).
+    pub(super) fn running_only(&mut self, p: Reg) -> Reg {
+        let Some(pred) = self.returned.as_ref().map(|r| r.pred) else {
+            return p;
+        };
+        let running = self.pred();
+        emit!(self.w, "not.pred {running}, {pred}");
+        emit!(self.w, "and.pred {running}, {running}, {p}");
+        running
+    }
+
+    /// Evaluate `ops` now, with the whole warp, for their statements to use later.
+    pub(super) fn hoist(&mut self, ops: Vec<&'p Expr>) -> Result<(), CodegenError> {
+        for op in ops {
+            let (value, faults) = self.put_subgroup_op(op)?;
+            self.hoisted
+                .insert(op as *const Expr, Hoisted { value, faults });
+        }
+        Ok(())
+    }
+
+    /// Whether returned lanes skip `node` here (a side effect in uniform control flow).
+    pub(super) fn returned_lanes_skip(&self, node: &Node) -> bool {
+        self.returned.is_some() && self.divergence == 0 && has_side_effect(node)
+    }
+
+    /// `node` with a side effect, in uniform control flow: its subgroup operations run
+    /// with every lane, then returned lanes skip it.
+    pub(super) fn put_skipped_by_returned(
+        &mut self,
+        node: &'p Node,
+        put: impl FnOnce(&mut Self) -> Result<(), CodegenError>,
+    ) -> Result<(), CodegenError> {
+        self.hoist(own_subgroup_ops(node))?;
+        let after = self.w.label();
+        self.skip_if_returned(after);
+        put(self)?;
+        self.w.put_label(after);
+        Ok(())
+    }
+
+    fn skip_if_returned(&mut self, to: Label) {
+        let Some(pred) = self.returned.as_ref().map(|r| r.pred) else {
+            return;
+        };
+        let pred = self.branch_pred(pred);
+        emit!(self.w, "@{pred} bra {to}");
+    }
+
+    /// At the outermost data-dependent construct: the subgroup operations of its own
+    /// condition or bounds and those `inside` it run now with every lane; where returned
+    /// lanes stay (`end` is then the construct's end), they skip it, and a `Return` in it
+    /// leads to `end`. Returns what [`Self::leave_divergent`] restores.
+    pub(super) fn enter_divergent(
+        &mut self,
+        node: &'p Node,
+        inside: Vec<&'p Expr>,
+        end: Option<Label>,
+    ) -> Result<Option<Label>, CodegenError> {
+        self.hoist(own_subgroup_ops(node))?;
+        self.hoist(inside)?;
+        let Some(end) = end else {
+            return Ok(None);
+        };
+        self.skip_if_returned(end);
+        Ok(self
+            .returned
+            .as_mut()
+            .and_then(|returned| returned.exit.replace(end)))
+    }
+
+    pub(super) fn leave_divergent(&mut self, exit: Option<Label>) {
+        if let Some(returned) = self.returned.as_mut() {
+            returned.exit = exit;
+        }
+    }
+}
