@@ -142,28 +142,71 @@ fn spawn_watchdog(watch: Arc<Watch>, config: GenConfig) {
         while !watch.done.load(Ordering::Relaxed) {
             std::thread::sleep(Duration::from_millis(500));
             let now = watch.start.elapsed().as_millis() as u64;
-            for (slot, (seed, since)) in watch.slots.iter().enumerate() {
+            let hung = watch.slots.iter().any(|(_, since)| {
                 let since = since.load(Ordering::Relaxed);
-                if since == 0 || now.saturating_sub(since) <= HANG.as_millis() as u64 {
-                    continue;
-                }
-                let seed = seed.load(Ordering::Relaxed);
-                let found = Found {
-                    seed,
-                    case: generate(seed, &config).case,
-                    failure: Failure::new("hang", format!("a dispatch ran longer than {HANG:?}")),
-                };
-                let note = if slot + 1 == watch.slots.len() {
-                    "the hang happened while shrinking this program; the process exits on a hang"
-                } else {
-                    "the process exits on a hang"
-                };
-                let path = save_raw(&found, note);
-                println!("fuzz: HANG on seed {seed:#x}; saved {path}; exiting");
-                std::process::exit(3);
+                since != 0 && now.saturating_sub(since) > HANG.as_millis() as u64
+            });
+            if hung {
+                report_hang(&watch, &config, now);
             }
         }
     });
+}
+
+/// Saves every program in flight when a dispatch outlived [`HANG`] and exits. Workers
+/// share one device, so a dispatch can wait behind another worker's hanging kernel (or
+/// the module load it blocks): the longest-running one is not necessarily the culprit.
+/// Re-run the printed seeds one at a time (`VYRE_CUDA_FUZZ_THREADS=1`) to find it.
+fn report_hang(watch: &Watch, config: &GenConfig, now: u64) -> ! {
+    let mut in_flight: Vec<(u64, u64, usize)> = watch
+        .slots
+        .iter()
+        .enumerate()
+        .filter_map(|(slot, (seed, since))| {
+            let since = since.load(Ordering::Relaxed);
+            (since != 0).then(|| {
+                (
+                    now.saturating_sub(since),
+                    seed.load(Ordering::Relaxed),
+                    slot,
+                )
+            })
+        })
+        .collect();
+    in_flight.sort_by(|a, b| b.0.cmp(&a.0));
+    let seeds: Vec<String> = in_flight
+        .iter()
+        .map(|(_, seed, _)| format!("{seed:#x}"))
+        .collect();
+    println!(
+        "fuzz: HANG: a dispatch ran longer than {HANG:?}; {} programs in flight (longest first): {}",
+        in_flight.len(),
+        seeds.join(",")
+    );
+    for (running_ms, seed, slot) in &in_flight {
+        let shrinking = *slot + 1 == watch.slots.len();
+        let found = Found {
+            seed: *seed,
+            case: generate(*seed, config).case,
+            failure: Failure::new(
+                "hang",
+                format!("in flight for {running_ms} ms when a dispatch outlived {HANG:?}"),
+            ),
+        };
+        let note = format!(
+            "one of {} programs in flight at a hang{}; the process exits on a hang",
+            in_flight.len(),
+            if shrinking {
+                " (while shrinking it)"
+            } else {
+                ""
+            }
+        );
+        let path = save_raw(&found, &note);
+        println!("fuzz: in flight {running_ms} ms: seed {seed:#x}; saved {path}");
+    }
+    println!("fuzz: exiting on a hang");
+    std::process::exit(3);
 }
 
 /// The failure with numbers and quoted values blanked (groups one bug's instances).

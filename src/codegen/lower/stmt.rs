@@ -2,7 +2,6 @@
 
 use super::{bytes, Lowerer, Val};
 use crate::codegen::analysis::async_copy;
-use crate::codegen::analysis::uniform::has_subgroup;
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
 use crate::codegen::visit::has_barrier;
@@ -285,14 +284,15 @@ impl<'p> Lowerer<'p> {
         let (top, end) = early.unwrap_or_else(|| (self.w.label(), self.w.label()));
         self.w.put_label(top);
         emit!(self.w, "setp.ge.u32 {done}, {counter}, {bound}");
-        if !has_barrier(body) && !has_subgroup(body) {
-            // A lane that recorded a fault stops iterating (its results are discarded);
-            // never in loops with barriers or subgroup operations, where every lane must
-            // stay in step.
-            emit!(self.w, "or.pred {done}, {done}, {}", self.faulted);
-        }
+        // A lane that recorded a fault stops iterating, so no garbage bound keeps it
+        // looping, and ends (its results are discarded): going on past the loop would
+        // take it down a path no other lane takes (say, past a `Return` in the body),
+        // where a later subgroup operation would wait for lanes that never come. An
+        // ended lane holds up neither a barrier nor a warp-synchronous operation.
+        emit!(self.w, "or.pred {done}, {done}, {}", self.faulted);
+        let stopped = self.w.label();
         done = self.branch_pred(done);
-        emit!(self.w, "@{done} bra {end}");
+        emit!(self.w, "@{done} bra {stopped}");
         self.push_scope();
         self.divergence += u32::from(divergent);
         // The body sees an immutable copy, so nothing in it can steer the loop.
@@ -306,6 +306,10 @@ impl<'p> Lowerer<'p> {
         result?;
         emit!(self.w, "add.u32 {counter}, {counter}, 1");
         emit!(self.w, "bra {top}");
+        self.w.put_label(stopped);
+        let faulted = self.branch_pred(self.faulted);
+        emit!(self.w, "@!{faulted} bra {end}");
+        self.end_invocation();
         self.w.put_label(end);
         if outermost {
             self.leave_divergent(exit);
