@@ -173,7 +173,7 @@ fn report_hang(watch: &Watch, config: &GenConfig, now: u64) -> ! {
             })
         })
         .collect();
-    in_flight.sort_by(|a, b| b.0.cmp(&a.0));
+    in_flight.sort_by_key(|flight| std::cmp::Reverse(flight.0));
     let seeds: Vec<String> = in_flight
         .iter()
         .map(|(_, seed, _)| format!("{seed:#x}"))
