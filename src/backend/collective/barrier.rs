@@ -204,9 +204,10 @@ fn enqueue_events(members: &[Member<'_>]) -> Result<(), (usize, DriverError)> {
 }
 
 /// The flag barrier. The epoch advances on every rank before anything is enqueued, so that
-/// [`release`] covers a barrier enqueued in part. Every rank's writes are enqueued before
-/// any rank's waits: a failed enqueue then leaves no wait for a write that was never
-/// enqueued (a batch holds a rank's writes, then its waits).
+/// [`release`] covers a barrier enqueued in part: a failed enqueue (batched, rank r's waits
+/// go in before rank r + 1's writes) may leave a stream waiting for a write that was never
+/// enqueued, and the abort that follows a failed enqueue releases it. One call at a time,
+/// every rank's writes go in before any rank's waits.
 fn enqueue_mem_ops(members: &[Member<'_>], batched: bool) -> Result<(), (usize, DriverError)> {
     let epoch = 1 + members
         .iter()
