@@ -20,6 +20,8 @@
 //! algbw x 2(W-1)/W (AllReduce), x (W-1)/W (AllGather, ReduceScatter), x 1 (Broadcast).
 //! Targets (issue 19): busbw >= 0.9x NCCL direct from 1 MiB up, <= 5 us added below 64 KiB.
 //!
+//! The exact series' peer barrier follows `VYRE_CUDA_PEER_BARRIER` (`memops`, the default,
+//! `memops-each` or `events`; the line `exact cluster:` names the one used).
 //! Environment: `VYRE_BENCH_MAX_BYTES` (largest size, default 1 GiB), `VYRE_BENCH_ITERS`
 //! (timed iterations per series, default 20), `VYRE_BENCH_OUT` (a file for JSON lines: a
 //! header, one line per row or skipped size, a summary). No `NCCL_*` variable is read for
@@ -979,6 +981,14 @@ fn main() {
             std::process::exit(1);
         }
     };
+    let exact = &bench.clusters[0];
+    println!(
+        "exact cluster: peer-linked {}, peer barrier {:?} ({}={})",
+        exact.peer_linked(),
+        exact.peer_barrier(),
+        vyre_cuda::PEER_BARRIER_ENV,
+        std::env::var(vyre_cuda::PEER_BARRIER_ENV).unwrap_or_else(|_| "unset".into())
+    );
 
     let started = Instant::now();
     let mut rows = Vec::new();

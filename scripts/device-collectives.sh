@@ -10,7 +10,11 @@
 # target summary) and collectives.jsonl (a header, one line per row, a summary). Every
 # NCCL_* and NVLink multicast setting stays as the machine has it. Passed through:
 # VYRE_BENCH_MAX_BYTES (default 1 GiB), VYRE_BENCH_ITERS (default 20),
-# VYRE_CUDA_COLLECTIVE_TIMEOUT_MS; VYRE_CUDA_STEP_TIMEOUT (default 540 s) bounds the run.
+# VYRE_CUDA_COLLECTIVE_TIMEOUT_MS, VYRE_CUDA_PEER_BARRIER (memops | memops-each | events),
+# VYRE_CUDA_PEER_FOLD_MIN_BYTES; VYRE_CUDA_STEP_TIMEOUT (default 540 s) bounds the run.
+# Both peer barriers in one call, each into its own folder:
+#   for b in events memops; do OUT=$OUT/$b VYRE_CUDA_PEER_BARRIER=$b VYRE_CUDA_STEP_TIMEOUT=270 \
+#     bash scripts/device-collectives.sh; done
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/devrun-unpack.sh
@@ -27,6 +31,6 @@ VYRE_BENCH_OUT="$out/collectives.jsonl" timeout "${VYRE_CUDA_STEP_TIMEOUT:-540}"
   "$bin_dir/bin/bench_collectives" > "$out/collectives.log" 2>&1
 rc=$?
 echo "=== bench_collectives rc=$rc" >> "$out/collectives.log"
-grep -E "^GPUs|^NCCL |skipped|FAIL|failed|: (MET|MISSED)|^measured|^  [a-z_]+ +exact:|rc=" \
+grep -E "^GPUs|^NCCL |^exact cluster|skipped|FAIL|failed|: (MET|MISSED)|^measured|^  [a-z_]+ +exact:|rc=" \
   "$out/collectives.log" | head -80
 exit $rc

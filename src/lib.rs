@@ -34,9 +34,9 @@ pub use artifact::materializer::ARTIFACT_MODULES_ENV;
 pub use artifact::payload_ptx;
 pub use backend::{
     collective_fold_program, serve_jit_helper, CollectiveReduction, CudaBackend, CudaCluster,
-    CudaDeviceBuffer, CudaOptions, CudaPendingDispatch, CudaPipeline, PoolKind,
+    CudaDeviceBuffer, CudaOptions, CudaPendingDispatch, CudaPipeline, PeerBarrierKind, PoolKind,
     COLLECTIVE_PEER_FOLD_ENV, COLLECTIVE_REDUCTION_ENV, COLLECTIVE_TIMEOUT_ENV, JIT_HELPER_ENV,
-    SPLIT_COMPILE_ENV,
+    PEER_BARRIER_ENV, SPLIT_COMPILE_ENV,
 };
 pub use compat::{BACKEND_ID, PAYLOAD_FORMAT, TARGET_ID};
 pub use driver::nccl::NcclUniqueId;

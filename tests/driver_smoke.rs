@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use vyre_cuda::driver::{
     device_count, driver_library_present, Device, DeviceAlloc, Event, KernelArg, Module,
-    PinnedHostBuffer, Stream,
+    PinnedHostBuffer, Stream, StreamMemOp,
 };
 
 /// PTX ISA version and target for a compute capability; unknown architectures get `sm_70`
@@ -228,6 +228,8 @@ fn driver_smoke() {
     println!("bad PTX: {err}");
     assert!(err.log().is_some_and(|log| !log.is_empty()), "{err}");
 
+    stream_mem_ops(&device, &stream);
+
     // Last, since it poisons the process: a faulting kernel gives a sticky error (the
     // driver keeps it for the whole process; there is no in-process recovery).
     let fault = Module::load_ptx(&device, &fault_ptx(info.compute_capability)).expect("PTX");
@@ -242,6 +244,89 @@ fn driver_smoke() {
     drop((
         stream, buf, copy, pinned, module, add_one, fault, start, end,
     ));
+}
+
+/// The u64 words at `ptr`, read on `stream` (which has nothing else queued).
+fn read_u64s(stream: &Stream, ptr: u64, n: usize) -> Vec<u64> {
+    let mut bytes = vec![0u8; n * 8];
+    stream
+        .copy_to_host_blocking(&mut bytes, ptr)
+        .expect("read back");
+    bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect()
+}
+
+/// Waits up to 5 s for `stream` to drain; a stream still waiting then fails the test.
+fn drained(stream: &Stream, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !stream.query_idle().expect("cuStreamQuery") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: the stream still waits"
+        );
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+}
+
+/// 64-bit stream memory operations (the peer barrier's flags): a wait holds its stream
+/// until another stream's write reaches the value (GEQ), one by one and batched.
+fn stream_mem_ops(device: &Arc<Device>, stream: &Stream) {
+    if !device.stream_mem_ops_64() {
+        println!("64-bit stream memory operations: not supported (peer barriers use events)");
+        return;
+    }
+    let flags = DeviceAlloc::new(device, 32).expect("alloc");
+    stream.memset_zero(flags.ptr(), 32).expect("zero");
+    stream.synchronize().expect("sync");
+    let waiter = Stream::new(device).expect("stream");
+    let (flag, after) = (flags.ptr(), flags.ptr() + 8);
+    waiter.wait_value64_geq(flag, 5).expect("wait");
+    waiter.write_value64(after, 7).expect("write");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(
+        read_u64s(stream, flags.ptr(), 4),
+        [0, 0, 0, 0],
+        "the wait holds"
+    );
+    // A larger value passes a GEQ wait too.
+    stream.write_value64(flag, 6).expect("write");
+    drained(&waiter, "write_value64 / wait_value64_geq");
+    assert_eq!(read_u64s(stream, flags.ptr(), 4), [6, 7, 0, 0]);
+
+    let (flag, after) = (flags.ptr() + 16, flags.ptr() + 24);
+    let waits = [
+        StreamMemOp::WaitGeq64 {
+            addr: flag,
+            value: 9,
+        },
+        StreamMemOp::Write64 {
+            addr: after,
+            value: 11,
+        },
+    ];
+    waiter.batch_mem_ops(&waits).expect("batch");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert_eq!(
+        read_u64s(stream, flags.ptr(), 4),
+        [6, 7, 0, 0],
+        "the batched wait holds"
+    );
+    let writes = [
+        StreamMemOp::Write64 {
+            addr: flags.ptr(),
+            value: 8,
+        },
+        StreamMemOp::Write64 {
+            addr: flag,
+            value: 9,
+        },
+    ];
+    stream.batch_mem_ops(&writes).expect("batch");
+    drained(&waiter, "batch_mem_ops");
+    assert_eq!(read_u64s(stream, flags.ptr(), 4), [8, 7, 9, 11]);
+    println!("64-bit stream memory operations: waits hold until the value, one by one and batched");
 }
 
 /// Stores through a null pointer: `CUDA_ERROR_ILLEGAL_ADDRESS`.

@@ -5,12 +5,14 @@
 //! * Every op x {u32, i32, f32, f16, bf16, u64, f64} x {1, 7, 1 Mi} elements for AllReduce
 //!   and ReduceScatter, and AllGather and Broadcast (roots W-1 and 0) per type and size, on
 //!   an exact-mode and a native-mode cluster; where the oracle refuses a pair (a bitwise op
-//!   on a float) the cluster must refuse it too.
+//!   on a float) the cluster must refuse it too. Reductions run on peer-linked clusters with
+//!   both peer barriers (stream memory operations, the default, and cross-GPU events).
 //! * compute -> AllReduce -> compute (and -> AllGather -> compute) programs.
 //! * 1000 back-to-back resident dispatches with every rank's free memory back to baseline.
 //! * The fold kernels (`collective_fold_program`) on one plain device for W = 2 ..= 8.
 //! * A rank slower than the collective timeout: `CollectiveAborted`, no hang, and every later
-//!   collective dispatch fails at once. A rank that faults (a zero divisor): the dispatch
+//!   collective dispatch fails at once, while programs without collectives still run on
+//!   every rank (also after an abort inside a peer fold, whose barrier waits are released). A rank that faults (a zero divisor): the dispatch
 //!   fails with `KernelRuntime` naming it, its peers do not hang, the cluster goes on.
 //! * W processes that `join` through the hex id (`VYRE_NCCL_ID`, `RANK`, `WORLD_SIZE`,
 //!   `LOCAL_RANK`), with NCCL's default transport and with its network transport forced
@@ -34,7 +36,9 @@ use std::sync::mpsc;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 use vyre_cuda::driver::nccl::NcclUniqueId;
-use vyre_cuda::{CollectiveReduction, CudaBackend, CudaCluster, CudaError, CudaOptions};
+use vyre_cuda::{
+    CollectiveReduction, CudaBackend, CudaCluster, CudaError, CudaOptions, PeerBarrierKind,
+};
 use vyre_driver::{DispatchConfig, VyreBackend};
 use vyre_foundation::ir::{
     BinOp, BufferDecl, CollectiveOp, CommGroup, DataType, Expr, Node, Program,
@@ -343,10 +347,27 @@ fn every_op_type_and_size_matches_the_oracle_in_both_modes() {
     unlinked.collective_peer_fold = false;
     let exchange = cluster_with(&world, unlinked);
     assert!(!exchange.peer_linked());
-    println!("peer access between the ranks: {}", exact.peer_linked());
+    assert_eq!(exchange.peer_barrier(), None);
+    // The same peer fold between cross-GPU event barriers instead of flag barriers.
+    let mut with_events = options(CollectiveReduction::Exact, Duration::from_secs(60));
+    with_events.collective_peer_barrier = PeerBarrierKind::Events;
+    let events = cluster_with(&world, with_events);
+    println!(
+        "peer access between the ranks: {}; peer barriers {:?} (events cluster: {:?})",
+        exact.peer_linked(),
+        exact.peer_barrier(),
+        events.peer_barrier()
+    );
     if w > 1 && required() {
-        // Every multi-GPU machine this suite is required on links its GPUs (NVLink).
+        // Every multi-GPU machine this suite is required on links its GPUs (NVLink) and
+        // has 64-bit stream memory operations (CUDA 12 drivers on sm_70+).
         assert!(exact.peer_linked(), "the ranks' GPUs have no peer access");
+        assert_eq!(
+            exact.peer_barrier(),
+            Some(PeerBarrierKind::MemOps),
+            "the GPUs have no 64-bit stream memory operations"
+        );
+        assert_eq!(events.peer_barrier(), Some(PeerBarrierKind::Events));
     }
     let cases = sweep_cases(w);
     let config = DispatchConfig::default();
@@ -372,6 +393,14 @@ fn every_op_type_and_size_matches_the_oracle_in_both_modes() {
         },
         |_, case, (program, inputs, oracle)| {
             let mut modes = vec![("exact", &exact), ("exact, NCCL exchange", &exchange)];
+            let reduces = matches!(
+                case.collective,
+                Collective::AllReduce(_) | Collective::ReduceScatter(_)
+            );
+            if reduces && events.peer_linked() {
+                // (Only reductions fold, and so only they meet the barriers.)
+                modes.push(("exact, event barriers", &events));
+            }
             if case.native {
                 modes.push(("native", &native));
             }
@@ -644,23 +673,48 @@ fn f32_bytes(values: &[f32]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
+/// A normal f32 of rank `r`'s element `i` for the large sums.
+fn large_value(r: usize, i: usize) -> f32 {
+    let mixed = (i as u64)
+        .wrapping_mul(2_654_435_761)
+        .wrapping_add(r as u64 * 97);
+    (mixed % 2000) as f32 * 0.37 - 300.0
+}
+
 /// Exact AllReduce of large buffers, past the size where ranks linked by peer access copy
 /// each other's folded blocks instead of writing them from the fold kernel, with an
 /// element count no world size divides: every element is the rank-order f32 sum (computed
-/// here; each step is one IEEE addition of normal values, as the reference's).
+/// here; each step is one IEEE addition of normal values, as the reference's). And an
+/// exact ReduceScatter past the size where 3+ linked ranks fold from each other's memory.
+/// Each with every peer barrier kind.
 #[test]
 fn large_exact_all_reduces_fold_in_rank_order() {
     let _gpu = gpu_lock();
     let Some(world) = world() else { return };
+    let kinds = [
+        PeerBarrierKind::MemOps,
+        PeerBarrierKind::MemOpsEach,
+        PeerBarrierKind::Events,
+    ];
+    for kind in kinds {
+        let mut options = options(CollectiveReduction::Exact, Duration::from_secs(60));
+        options.collective_peer_barrier = kind;
+        let cluster = cluster_with(&world, options);
+        println!(
+            "peer barrier {kind:?} asked, {:?} used",
+            cluster.peer_barrier()
+        );
+        if world.size() > 1 && required() {
+            assert_eq!(cluster.peer_barrier(), Some(kind));
+        }
+        large_sums(&world, &cluster);
+    }
+}
+
+fn large_sums(world: &World, cluster: &CudaCluster) {
     let w = world.size();
-    let cluster = cluster(&world, CollectiveReduction::Exact);
+    let value = large_value;
     for n in [(1usize << 22) + 1, (128usize << 20) / 4 + 3] {
-        let value = |r: usize, i: usize| {
-            let mixed = (i as u64)
-                .wrapping_mul(2_654_435_761)
-                .wrapping_add(r as u64 * 97);
-            (mixed % 2000) as f32 * 0.37 - 300.0
-        };
         let inputs: RankInputs = (0..w)
             .map(|r| vec![f32_bytes(&(0..n).map(|i| value(r, i)).collect::<Vec<_>>())])
             .collect();
@@ -679,11 +733,38 @@ fn large_exact_all_reduces_fold_in_rank_order() {
             }
         }
         println!(
-            "AllReduce of {n} f32 on {w} ranks (peer access {}): the rank-order sum, {:?}",
-            cluster.peer_linked(),
+            "AllReduce of {n} f32 on {w} ranks (peer barrier {:?}): the rank-order sum, {:?}",
+            cluster.peer_barrier(),
             started.elapsed()
         );
     }
+    // ReduceScatter: an input of at least 32 MiB per rank, each output block m f32.
+    let m = (8usize << 20) / w + 5;
+    let inputs: RankInputs = (0..w)
+        .map(|r| {
+            vec![f32_bytes(
+                &(0..w * m).map(|i| value(r, i)).collect::<Vec<_>>(),
+            )]
+        })
+        .collect();
+    let program = reduce_scatter(&DataType::F32, m, w, CollectiveOp::Sum);
+    let started = Instant::now();
+    let got = cluster
+        .dispatch(&program, &inputs, &DispatchConfig::default())
+        .unwrap_or_else(|e| panic!("ReduceScatter of {w} x {m} f32: {e}"));
+    for (r, outputs) in got.iter().enumerate() {
+        let want: Vec<f32> = (0..m)
+            .map(|j| (1..w).fold(value(0, r * m + j), |acc, q| acc + value(q, r * m + j)))
+            .collect();
+        if let Some(why) = difference(&outputs[0], &f32_bytes(&want), 4) {
+            panic!("ReduceScatter of {w} x {m} f32, rank {r}: {why}");
+        }
+    }
+    println!(
+        "ReduceScatter of {w} x {m} f32 (peer barrier {:?}): the rank-order sums, {:?}",
+        cluster.peer_barrier(),
+        started.elapsed()
+    );
 }
 
 #[test]
@@ -877,8 +958,14 @@ fn fold_kernels_with_simulated_world_sizes_match_the_oracle() {
 
 /// `s = acc[i]; repeat iters[0] times: s = s * 1664525 + (k ^ 1013904223); acc[i] = s`
 /// for the first 8 elements, then `AllReduce(acc, Sum)`: a rank given a large `iters`
-/// reaches the collective long after the others.
+/// reaches the collective long after the others. (u32 Sum is NCCL's own reduction.)
 fn slow_then_all_reduce() -> Program {
+    slow_then(CollectiveOp::Sum)
+}
+
+/// [`slow_then_all_reduce`] with `AllReduce(acc, op)`: `BitXor` folds (exact mode), from
+/// the peers' memory between peer barriers where the ranks are linked (two of them).
+fn slow_then(op: CollectiveOp) -> Program {
     let step = Expr::add(
         Expr::mul(Expr::var("s"), Expr::u32(1_664_525)),
         bin(BinOp::BitXor, Expr::var("k"), Expr::u32(1_013_904_223)),
@@ -905,11 +992,45 @@ fn slow_then_all_reduce() -> Program {
             ),
             Node::AllReduce {
                 buffer: "acc".into(),
-                op: CollectiveOp::Sum,
+                op,
                 group: CommGroup::WORLD,
             },
         ],
     )
+}
+
+/// `buf = buf + 1` over 8 u32: no collectives, so it runs on one rank alone.
+fn plain_bump() -> Program {
+    Program::wrapped(
+        vec![BufferDecl::read_write("buf", 0, DataType::U32).with_count(8)],
+        [64, 1, 1],
+        vec![Node::if_then(
+            Expr::lt(gid(), Expr::buf_len("buf")),
+            vec![update(
+                "buf",
+                Expr::add(Expr::load("buf", gid()), Expr::u32(1)),
+            )],
+        )],
+    )
+}
+
+/// After an aborted dispatch: every rank still runs a program without collectives (no
+/// stream was left waiting for a peer), promptly.
+fn plain_dispatches_still_run(cluster: &CudaCluster) {
+    let program = plain_bump();
+    let input: Vec<u32> = (0..8).map(|i| i * 3 + 1).collect();
+    let want: Vec<u32> = input.iter().map(|v| v + 1).collect();
+    for r in 0..cluster.world_size() {
+        let started = Instant::now();
+        let got = cluster
+            .rank(r)
+            .dispatch(&program, &[u32_bytes(&input)], &DispatchConfig::default())
+            .unwrap_or_else(|e| {
+                panic!("rank {r}: a program without collectives after the abort: {e}")
+            });
+        assert_eq!(got, vec![u32_bytes(&want)], "rank {r} after the abort");
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
 }
 
 fn slow_host(mut s: u32, iters: u32) -> u32 {
@@ -1022,11 +1143,34 @@ fn a_rank_past_the_collective_timeout_aborts_without_hanging() {
             );
             assert!(started.elapsed() < Duration::from_secs(5));
         }
+        plain_dispatches_still_run(&aborting);
         let started = Instant::now();
         drop(aborting);
         println!(
             "later dispatches refused at once; the aborted cluster dropped in {:?}",
             started.elapsed()
+        );
+        // The same with a reduction that folds: on linked ranks the fast ones wait at the
+        // peer barrier for the slow one when the dispatch is aborted.
+        let aborting = cluster_with(&world, options(CollectiveReduction::Exact, TIMEOUT));
+        let folded = slow_then(CollectiveOp::BitXor);
+        let started = Instant::now();
+        let first = aborting.dispatch(&folded, &slow_inputs(w, SLOW), &config);
+        let elapsed = started.elapsed();
+        assert!(
+            matches!(first, Err(CudaError::CollectiveAborted { .. })),
+            "a folded AllReduce past the timeout (peer barrier {:?}): {first:?}",
+            aborting.peer_barrier()
+        );
+        assert!(
+            elapsed < Duration::from_secs(30),
+            "the abort took {elapsed:?}"
+        );
+        plain_dispatches_still_run(&aborting);
+        println!(
+            "a folded AllReduce (peer barrier {:?}) aborted after {elapsed:?}; every rank \
+             still runs programs without collectives",
+            aborting.peer_barrier()
         );
     });
 }

@@ -30,8 +30,9 @@ mod staging;
 #[doc(hidden)]
 pub use crate::driver::FailPoint;
 pub use collective::{
-    collective_fold_program, CollectiveReduction, CudaCluster, COLLECTIVE_PEER_FOLD_ENV,
-    COLLECTIVE_REDUCTION_ENV, COLLECTIVE_TIMEOUT_ENV, DEFAULT_COLLECTIVE_TIMEOUT,
+    collective_fold_program, CollectiveReduction, CudaCluster, PeerBarrierKind,
+    COLLECTIVE_PEER_FOLD_ENV, COLLECTIVE_REDUCTION_ENV, COLLECTIVE_TIMEOUT_ENV,
+    DEFAULT_COLLECTIVE_TIMEOUT, PEER_BARRIER_ENV,
 };
 pub use device_buffer::CudaDeviceBuffer;
 pub use pending::CudaPendingDispatch;
@@ -140,6 +141,12 @@ pub struct CudaOptions {
     /// blocks through NCCL first (`VYRE_CUDA_COLLECTIVE_PEER_FOLD`, `1` (default) or `0`).
     /// Same bits either way; the peer fold moves the bytes once.
     pub collective_peer_fold: bool,
+    /// How the ranks of such a cluster wait for each other around those folds
+    /// (`VYRE_CUDA_PEER_BARRIER`, `memops` (default), `memops-each` or `events`): flags
+    /// written and waited for by stream memory operations, or cross-GPU events. A cluster
+    /// whose GPUs lack 64-bit stream memory operations uses events
+    /// ([`CudaCluster::peer_barrier`] says which). Same bits either way.
+    pub collective_peer_barrier: PeerBarrierKind,
 }
 
 impl Default for CudaOptions {
@@ -164,6 +171,7 @@ impl Default for CudaOptions {
             collective_timeout: DEFAULT_COLLECTIVE_TIMEOUT,
             collective_reduction: CollectiveReduction::Exact,
             collective_peer_fold: true,
+            collective_peer_barrier: PeerBarrierKind::MemOps,
         }
     }
 }
@@ -172,8 +180,9 @@ impl CudaOptions {
     /// Defaults overridden by `VYRE_CUDA_DEVICE`, `VYRE_CUDA_POOL`,
     /// `VYRE_CUDA_RESIDENT_BUDGET`, `VYRE_CUDA_COPY_THREADS`, `VYRE_CUDA_SPLIT_GRID_SYNC`,
     /// `VYRE_CUDA_SMALL_DISPATCH_BYTES`, `VYRE_CUDA_BLOCKING_WAIT`,
-    /// `VYRE_CUDA_VECTOR_MIN_INVOCATIONS`, `VYRE_CUDA_JIT_HELPER`, `VYRE_CUDA_COLLECTIVE_TIMEOUT_MS`
-    /// and `VYRE_CUDA_COLLECTIVE_REDUCTION`.
+    /// `VYRE_CUDA_VECTOR_MIN_INVOCATIONS`, `VYRE_CUDA_JIT_HELPER`, `VYRE_CUDA_COLLECTIVE_TIMEOUT_MS`,
+    /// `VYRE_CUDA_COLLECTIVE_REDUCTION`, `VYRE_CUDA_COLLECTIVE_PEER_FOLD` and
+    /// `VYRE_CUDA_PEER_BARRIER`.
     pub fn from_env() -> Result<Self, CudaError> {
         let mut options = Self::default();
         let number = |name: &str| {
@@ -228,6 +237,11 @@ impl CudaOptions {
         }
         if let Some(on) = env_var(COLLECTIVE_PEER_FOLD_ENV, "a switch", "1 or 0", switch)? {
             options.collective_peer_fold = on;
+        }
+        let barriers = "`memops`, `memops-each` or `events`";
+        let parse = PeerBarrierKind::parse;
+        if let Some(kind) = env_var(PEER_BARRIER_ENV, "a peer barrier", barriers, parse)? {
+            options.collective_peer_barrier = kind;
         }
         Ok(options)
     }

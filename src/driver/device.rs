@@ -213,6 +213,27 @@ impl Device {
         }
     }
 
+    /// Whether streams of this device can write and wait for 64-bit values in device
+    /// memory ([`Stream::write_value64`](super::Stream::write_value64),
+    /// [`Stream::wait_value64_geq`](super::Stream::wait_value64_geq),
+    /// [`Stream::batch_mem_ops`](super::Stream::batch_mem_ops)): libcuda exports the v2
+    /// entry points (`cuStreamWriteValue64_v2`, `cuStreamWaitValue64_v2`,
+    /// `cuStreamBatchMemOp_v2`) and the device
+    /// reports `CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS` (attribute 122, CUDA 12's
+    /// attribute of the v2 calls; the `_V1` attributes 92 and 93 describe the deprecated v1
+    /// calls, which are not used). False when the driver does not know the attribute.
+    pub fn stream_mem_ops_64(&self) -> bool {
+        let calls = [
+            "cuStreamWriteValue64_v2",
+            "cuStreamWaitValue64_v2",
+            "cuStreamBatchMemOp_v2",
+        ];
+        let exported = calls.into_iter().all(super::symbol_present);
+        let attribute = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS;
+        // SAFETY: `dev` came from `cuDeviceGet`; attribute queries need no context.
+        exported && unsafe { result::device::get_attribute(self.dev, attribute) } == Ok(1)
+    }
+
     /// The raw `CUdevice` handle, for FFI inside the driver layer.
     pub(crate) fn raw(&self) -> sys::CUdevice {
         self.dev

@@ -32,7 +32,7 @@ pub(crate) use module::compile_to_cubin;
 pub use module::{Function, KernelArg, Module};
 pub use nccl::{NcclError, NcclVersion};
 pub(crate) use round_trip::{Exchange, RoundTripBuffer, Wait};
-pub use stream::{Event, Stream};
+pub use stream::{Event, Stream, StreamMemOp};
 
 use cudarc::driver::{result, sys};
 use std::sync::OnceLock;
@@ -77,6 +77,17 @@ pub(crate) fn libcuda() -> Option<&'static libloading::Library> {
         })
     })
     .as_ref()
+}
+
+/// Whether libcuda exports `symbol`: for the optional entry points, which are not in
+/// [`REQUIRED_SYMBOLS`] (their callers check first and take another path without them).
+pub(crate) fn symbol_present(symbol: &str) -> bool {
+    let Some(lib) = libcuda() else {
+        return false;
+    };
+    // SAFETY: looking a symbol up never calls it; the placeholder fn-pointer type is only
+    // used to ask whether the symbol exists, and the symbol is dropped unused.
+    unsafe { lib.get::<unsafe extern "C" fn()>(symbol.as_bytes()) }.is_ok()
 }
 
 /// `Ok` when libcuda is loaded and has every entry point we use; cached for the process.

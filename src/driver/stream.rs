@@ -18,6 +18,26 @@ unsafe impl Send for Stream {}
 // SAFETY: see `Send`; no operation mutates Rust-side state.
 unsafe impl Sync for Stream {}
 
+/// One stream memory operation of [`Stream::batch_mem_ops`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StreamMemOp {
+    /// [`Stream::write_value64`]: `value` to the u64 at `addr`, after a memory fence.
+    Write64 {
+        /// Device address, 8-byte aligned.
+        addr: u64,
+        /// The value written.
+        value: u64,
+    },
+    /// [`Stream::wait_value64_geq`]: hold the stream until the u64 at `addr` is at least
+    /// `value` (cyclic comparison).
+    WaitGeq64 {
+        /// Device address, 8-byte aligned.
+        addr: u64,
+        /// The value waited for.
+        value: u64,
+    },
+}
+
 /// Maps `CUDA_ERROR_NOT_READY` to `Ok(false)` and success to `Ok(true)`.
 fn ready(status: sys::CUresult, call: &'static str) -> Result<bool, DriverError> {
     match status {
@@ -173,6 +193,99 @@ impl Stream {
         // SAFETY: as above.
         self.enqueue("cuMemsetD8Async", len, || unsafe {
             result::memset_d8_async(dst_ptr, value, len, self.raw)
+        })
+    }
+
+    /// Writes `value` to the eight bytes at device address `addr` (8-byte aligned) once
+    /// the work queued before it on this stream is done (`cuStreamWriteValue64_v2` with
+    /// `CU_STREAM_WRITE_VALUE_DEFAULT`: the driver puts a memory fence, like
+    /// `__threadfence_system()` scoped to the stream, before the write, so whoever sees
+    /// `value` also sees every write of that work, remote writes into a peer's memory
+    /// included). `addr` may lie in another device's `cuMemAlloc` memory that this device
+    /// has peer access to. Needs [`Device::stream_mem_ops_64`].
+    pub fn write_value64(&self, addr: u64, value: u64) -> Result<(), DriverError> {
+        let flags = sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
+        // SAFETY: a stream-ordered 8-byte write of device memory: no host memory is
+        // touched, and a bad address is reported by the driver, not host UB.
+        self.device.run("cuStreamWriteValue64_v2", || unsafe {
+            sys::cuStreamWriteValue64_v2(self.raw, addr, value, flags)
+        })
+    }
+
+    /// Holds the work queued on this stream after this call until the u64 at device
+    /// address `addr` (8-byte aligned, normally this device's own memory) is at least
+    /// `value` (`cuStreamWaitValue64_v2` with `CU_STREAM_WAIT_VALUE_GEQ`). The driver
+    /// compares cyclically, `(int64_t)(*addr - value) >= 0`: values less than 2^63 apart
+    /// compare as numbers. Nothing times out: some stream or the host must write the value.
+    /// Needs [`Device::stream_mem_ops_64`].
+    pub fn wait_value64_geq(&self, addr: u64, value: u64) -> Result<(), DriverError> {
+        let flags = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
+        // SAFETY: a stream-ordered wait that reads 8 bytes of device memory: no host memory
+        // is touched, and a bad address is reported by the driver, not host UB.
+        self.device.run("cuStreamWaitValue64_v2", || unsafe {
+            sys::cuStreamWaitValue64_v2(self.raw, addr, value, flags)
+        })
+    }
+
+    /// Enqueues `ops` in order with one driver call (`cuStreamBatchMemOp_v2`, at most 256
+    /// operations): what [`Stream::write_value64`] and [`Stream::wait_value64_geq`] do one
+    /// by one, each write with its memory fence. No operations make no call. Needs
+    /// [`Device::stream_mem_ops_64`].
+    pub fn batch_mem_ops(&self, ops: &[StreamMemOp]) -> Result<(), DriverError> {
+        use sys::CUstreamBatchMemOpType as Op;
+        const MAX_OPS: usize = 256;
+        if ops.is_empty() {
+            return Ok(());
+        }
+        if ops.len() > MAX_OPS {
+            return Err(DriverError::described(
+                "cuStreamBatchMemOp_v2",
+                sys::CUresult::CUDA_ERROR_INVALID_VALUE,
+                format!(
+                    "{} stream memory operations in one batch (at most {MAX_OPS})",
+                    ops.len()
+                ),
+            ));
+        }
+        let write = sys::CUstreamWriteValue_flags::CU_STREAM_WRITE_VALUE_DEFAULT as u32;
+        let geq = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
+        let mut params: smallvec::SmallVec<[sys::CUstreamBatchMemOpParams; 16]> = ops
+            .iter()
+            .map(|op| {
+                // Zeroed first, so the bytes the operation's own fields leave are defined.
+                let mut param = sys::CUstreamBatchMemOpParams { pad: [0; 6] };
+                match *op {
+                    StreamMemOp::Write64 { addr, value } => {
+                        param.writeValue =
+                            sys::CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st {
+                                operation: Op::CU_STREAM_MEM_OP_WRITE_VALUE_64,
+                                address: addr,
+                                __bindgen_anon_1: sys::CUstreamBatchMemOpParams_union_CUstreamMemOpWriteValueParams_st__bindgen_ty_1 { value64: value },
+                                flags: write,
+                                alias: 0,
+                            };
+                    }
+                    StreamMemOp::WaitGeq64 { addr, value } => {
+                        param.waitValue =
+                            sys::CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st {
+                                operation: Op::CU_STREAM_MEM_OP_WAIT_VALUE_64,
+                                address: addr,
+                                __bindgen_anon_1: sys::CUstreamBatchMemOpParams_union_CUstreamMemOpWaitValueParams_st__bindgen_ty_1 { value64: value },
+                                flags: geq,
+                                alias: 0,
+                            };
+                    }
+                }
+                param
+            })
+            .collect();
+        let count = params.len() as u32;
+        // SAFETY: `params` holds `count` fully initialised operations (each a write or a wait
+        // of 8 bytes of device memory, the union zeroed around its fields) and lives until
+        // the call returns (the driver copies them); batch flags must be 0. No host memory
+        // is touched by the operations; bad addresses are reported by the driver.
+        self.device.run("cuStreamBatchMemOp_v2", || unsafe {
+            sys::cuStreamBatchMemOp_v2(self.raw, count, params.as_mut_ptr(), 0)
         })
     }
 

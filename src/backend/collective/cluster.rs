@@ -1,9 +1,10 @@
 //! [`CudaCluster`]: every GPU of a list as the ranks of one communicator, in this process.
 
+use super::barrier::PeerBarrier;
 use super::exec::{self, Bound};
+use super::PeerBarrierKind;
 use crate::backend::{CudaBackend, CudaOptions, PoolKind};
 use crate::driver::nccl::NcclComm;
-use crate::driver::Event;
 use crate::error::CudaError;
 use std::sync::Arc;
 use vyre_driver::{DispatchConfig, Resource};
@@ -57,7 +58,7 @@ impl CudaCluster {
             rank.attach(comm, &options);
         }
         if options.collective_peer_fold && options.pool == PoolKind::SizeClasses {
-            link_peers(&ranks)?;
+            link_peers(&ranks, options.collective_peer_barrier)?;
         }
         Ok(Self { ranks })
     }
@@ -80,6 +81,19 @@ impl CudaCluster {
                     .get()
                     .is_some_and(|c| c.peer_barrier().is_some())
             })
+    }
+
+    /// The barrier the ranks' streams wait at around the folds of exact reductions when
+    /// [`CudaCluster::peer_linked`]: [`CudaOptions::collective_peer_barrier`], or
+    /// [`PeerBarrierKind::Events`] where a GPU lacks 64-bit stream memory operations.
+    /// `None` when the ranks are not linked.
+    #[must_use]
+    pub fn peer_barrier(&self) -> Option<PeerBarrierKind> {
+        if !self.peer_linked() {
+            return None;
+        }
+        let rank = self.ranks[0].core.rank.get()?;
+        rank.peer_barrier().map(PeerBarrier::kind)
     }
 
     /// Rank `r`'s backend.
@@ -149,12 +163,13 @@ impl CudaCluster {
     }
 }
 
-/// Enables peer access between every pair of the ranks' GPUs and gives each rank its peer
-/// barrier event, so that exact reductions read the ranks' memory directly. Leaves the
+/// Enables peer access between every pair of the ranks' GPUs and gives each rank its half
+/// of the peer barrier (`kind`, or events where a GPU lacks stream memory operations), so
+/// that exact reductions read the ranks' memory directly. Leaves the
 /// ranks on the NCCL exchange when any pair cannot reach the other. (Transient memory must
 /// come from `cuMemAlloc` for peers to reach it: the size-class pool, which the caller
 /// checked; the stream-ordered pool's memory is not mapped for peers.)
-fn link_peers(ranks: &[CudaBackend]) -> Result<(), CudaError> {
+fn link_peers(ranks: &[CudaBackend], kind: PeerBarrierKind) -> Result<(), CudaError> {
     if ranks.len() < 2 {
         return Ok(());
     }
@@ -174,10 +189,12 @@ fn link_peers(ranks: &[CudaBackend]) -> Result<(), CudaError> {
             }
         }
     }
-    for rank in ranks {
-        let event = Event::new(&rank.core.device, false).map_err(|e| rank.core.driver_error(e))?;
+    let devices: Vec<_> = ranks.iter().map(|r| Arc::clone(&r.core.device)).collect();
+    let barriers = PeerBarrier::link(&devices, kind)
+        .map_err(|(index, error)| ranks[index].core.driver_error(error))?;
+    for (rank, barrier) in ranks.iter().zip(barriers) {
         if let Some(comm) = rank.core.rank.get() {
-            let _ = comm.peer_barrier.set(event);
+            let _ = comm.peer_barrier.set(barrier);
         }
     }
     Ok(())

@@ -8,9 +8,10 @@
 //! error of ours may stop another rank from enqueueing its half. The wait has a deadline;
 //! a timeout or an NCCL error aborts every communicator involved. Exact reductions of
 //! ranks linked by peer access (every rank of a `CudaCluster` whose GPUs reach each
-//! other's memory) fold from the ranks' buffers directly between cross-GPU event barriers
-//! (`Fold::peer_all_reduce`, `Fold::peer_reduce_scatter`).
+//! other's memory) fold from the ranks' buffers directly between barriers across the ranks'
+//! streams (`Fold::peer_all_reduce`, `Fold::peer_reduce_scatter`; `barrier.rs`).
 
+use super::barrier::{self, Member};
 use super::{CollectiveReduction, FoldForm, RankComm, Schedule};
 use crate::backend::cache::LoadedKernel;
 use crate::backend::dispatch::{check_fault, nanos, shape_outputs, Timing, BINDING_ALIGN};
@@ -539,13 +540,25 @@ fn pulls_folded_blocks(bytes: usize, world: usize) -> bool {
 /// With more than two ranks, exact reductions smaller than this (AllReduce buffer,
 /// ReduceScatter input) exchange blocks through NCCL even when the ranks are linked: the
 /// peer fold's cross-GPU event barriers (W (W - 1) waits each) cost more there. Measured
-/// on 4x H200: ReduceScatter 8 MiB 71 us peer vs 53 us exchanged, 32 MiB 104 vs 124 us.
+/// on 4x H200 with event barriers: ReduceScatter 8 MiB 71 us peer vs 53 us exchanged,
+/// 32 MiB 104 vs 124 us. `VYRE_CUDA_PEER_FOLD_MIN_BYTES` overrides it (for measuring the
+/// crossover with the stream-memory-operation barriers).
 const MANY_RANKS_PEER_MIN_BYTES: usize = 32 << 20;
+
+fn many_ranks_peer_min_bytes() -> usize {
+    static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| {
+        std::env::var("VYRE_CUDA_PEER_FOLD_MIN_BYTES")
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .unwrap_or(MANY_RANKS_PEER_MIN_BYTES)
+    })
+}
 
 /// Whether `collective`, on ranks linked by peer access, folds from their memory.
 fn folds_from_peers(collective: &Planned, world: usize) -> bool {
     let folds = matches!(collective.reduction, Some(Reduction::Fold { .. }));
-    folds && (world == 2 || collective.input_bytes >= MANY_RANKS_PEER_MIN_BYTES)
+    folds && (world == 2 || collective.input_bytes >= many_ranks_peer_min_bytes())
 }
 
 /// Whether the exact reductions of this dispatch may fold from every rank's memory:
@@ -1141,27 +1154,31 @@ fn elements(n: usize) -> Result<u32, CudaError> {
     })
 }
 
-/// A barrier across the ranks' streams: each records its barrier event, then waits for
-/// every peer's (stream order on each GPU; no host wait). For ranks linked by peer access.
+/// The ranks of `jobs` as members of their cluster's peer barrier (`None` unless every
+/// rank is linked).
+fn members<'a>(jobs: &'a [Job<'_>]) -> Option<Vec<Member<'a>>> {
+    jobs.iter()
+        .map(|job| {
+            Some(Member {
+                rank: job.rank.rank,
+                barrier: job.rank.peer_barrier()?,
+                stream: job.stream(),
+            })
+        })
+        .collect()
+}
+
+/// A barrier across the ranks' streams (stream order on each GPU; no host wait; see
+/// `barrier.rs`). For ranks linked by peer access.
 fn peer_barrier(jobs: &[Job<'_>]) -> Result<(), CudaError> {
-    fn event<'a>(job: &Job<'a>) -> &'a crate::driver::Event {
-        job.rank
-            .peer_barrier()
-            .expect("peer barriers run on linked ranks only")
-    }
-    for job in jobs {
-        event(job)
-            .record(job.stream())
-            .map_err(|e| job.core.driver_error(e))?;
-    }
-    for job in jobs {
-        for peer in jobs.iter().filter(|peer| peer.rank.rank != job.rank.rank) {
-            event(peer)
-                .wait_on(job.stream())
-                .map_err(|e| job.core.driver_error(e))?;
-        }
-    }
-    Ok(())
+    let members = members(jobs).expect("peer barriers run on linked ranks only");
+    barrier::enqueue(&members).map_err(|(rank, error)| {
+        let job = jobs
+            .iter()
+            .find(|job| job.rank.rank == rank)
+            .unwrap_or(&jobs[0]);
+        job.core.driver_error(error)
+    })
 }
 
 /// Waits for every job's work, polling NCCL for asynchronous errors, until the deadline.
@@ -1212,7 +1229,9 @@ fn wait(jobs: &mut [Job<'_>]) -> Result<(), CudaError> {
 }
 
 /// After a failed wait (or enqueue): abort every job's communicator, so no peer stays
-/// blocked in NCCL, and let the streams drain before their memory is released.
+/// blocked in NCCL, release every flag wait of the peer barriers, so no stream waits for a
+/// rank that will never announce itself, and let the streams drain before their memory is
+/// released.
 fn abort_all(jobs: &mut [Job<'_>], error: &CudaError) {
     let cause = error.to_string();
     for job in jobs.iter_mut() {
@@ -1220,9 +1239,14 @@ fn abort_all(jobs: &mut [Job<'_>], error: &CudaError) {
         rank.abort(&mut job.comm, &cause);
         tracing::error!(rank = rank.rank, %cause, "collective dispatch aborted");
     }
+    let linked = peer_linked(jobs);
+    let members = if linked { members(jobs) } else { None };
+    let sides = members.as_deref().map(barrier::release).unwrap_or_default();
     for job in jobs.iter() {
         // NCCL's kernels end once the communicator is aborted; the memory goes back only
         // after the stream has drained.
         let _ = job.slot.stream.synchronize();
     }
+    // Only now: a side stream may share a hardware queue with a stream that was waiting.
+    barrier::settle(&sides);
 }

@@ -13,11 +13,13 @@
 //! NCCL's own reduction, exact in any order. [`CollectiveReduction::Native`] hands float
 //! reductions to NCCL (its summation order). In a cluster whose GPUs have peer access the
 //! fold reads every rank's block directly (`exec.rs`: between barriers across the ranks'
-//! streams); otherwise the blocks travel through NCCL first.
+//! streams, `barrier.rs`); otherwise the blocks travel through NCCL first.
 
+mod barrier;
 mod cluster;
 mod exec;
 
+pub use barrier::{PeerBarrierKind, PEER_BARRIER_ENV};
 pub use cluster::CudaCluster;
 
 use super::{CudaBackend, CudaOptions};
@@ -26,8 +28,8 @@ use crate::codegen::{
     peer_fold_program, peer_fold_program_local, RankStep,
 };
 use crate::driver::nccl::{NcclComm, NcclUniqueId};
-use crate::driver::Event;
 use crate::error::CudaError;
+use barrier::PeerBarrier;
 use rustc_hash::FxHashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
@@ -125,10 +127,10 @@ pub(crate) struct RankComm {
     /// Fold programs by (operator, element, world, form), kept so the kernel cache's
     /// program memo recognises them.
     folds: Mutex<FxHashMap<FoldKey, Arc<Program>>>,
-    /// Set by [`CudaCluster`] when every pair of its GPUs has peer access: the event this
-    /// rank records so that the others can wait for it (exact reductions then fold by
-    /// reading every rank's memory directly).
-    peer_barrier: OnceLock<Event>,
+    /// Set by [`CudaCluster`] when every pair of its GPUs has peer access: this rank's half
+    /// of the barrier across the ranks' streams (exact reductions then fold by reading
+    /// every rank's memory directly, between such barriers).
+    peer_barrier: OnceLock<PeerBarrier>,
 }
 
 impl RankComm {
@@ -206,9 +208,9 @@ impl RankComm {
         Some(program)
     }
 
-    /// The event this rank records for the peer barrier, when the ranks of its cluster
-    /// read each other's memory (`None` otherwise, and on a joined rank).
-    fn peer_barrier(&self) -> Option<&Event> {
+    /// This rank's half of the peer barrier, when the ranks of its cluster read each
+    /// other's memory (`None` otherwise, and on a joined rank).
+    fn peer_barrier(&self) -> Option<&PeerBarrier> {
         self.peer_barrier.get()
     }
 }
