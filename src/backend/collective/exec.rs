@@ -11,7 +11,7 @@
 //! other's memory) fold from the ranks' buffers directly between barriers across the ranks'
 //! streams (`Fold::peer_all_reduce`, `Fold::peer_reduce_scatter`; `barrier.rs`).
 
-use super::barrier::{self, Member};
+use super::barrier::{self, Member, PeerBarrierKind};
 use super::{CollectiveReduction, FoldForm, RankComm, Schedule};
 use crate::backend::cache::LoadedKernel;
 use crate::backend::dispatch::{check_fault, nanos, shape_outputs, Timing, BINDING_ALIGN};
@@ -67,6 +67,8 @@ struct Planned {
     /// Whether an exact reduction folds from every rank's memory (peer access) rather
     /// than exchanging blocks through NCCL first.
     peer: bool,
+    /// How a peer-folded AllReduce gives every rank the folded blocks.
+    spread: Spread,
 }
 
 /// One local rank's state for the dispatch.
@@ -131,9 +133,10 @@ pub(crate) fn run(
         jobs.push(Job::new(core, program, bound, config)?);
     }
     let mut planned = plan_collectives(&jobs, &schedule)?;
-    if peer_linked(&jobs) {
+    if let Some(barrier) = peer_linked(&jobs) {
         for collective in &mut planned {
-            collective.peer = folds_from_peers(collective, jobs.len());
+            collective.peer = folds_from_peers(collective, jobs.len(), barrier);
+            collective.spread = spread(collective.input_bytes, jobs.len(), barrier);
         }
     }
     for job in &mut jobs {
@@ -510,62 +513,98 @@ fn fold_form(collective: &Planned, rank: usize, world: usize) -> FoldForm {
     match collective.step.kind {
         CollectiveKind::ReduceScatter if peer => FoldForm::PeerScatter,
         CollectiveKind::ReduceScatter => FoldForm::Around(rank),
-        _ if peer && writes_folds_to_peers(collective.input_bytes, world) => {
-            FoldForm::PeerInPlace(rank)
-        }
+        _ if peer && collective.spread == Spread::Write => FoldForm::PeerInPlace(rank),
         _ if peer => FoldForm::PeerLocal(rank),
         _ if gathers_whole(collective.input_bytes, world) => FoldForm::Gathered,
         _ => FoldForm::AroundInPlace(rank),
     }
 }
 
-/// How a peer-linked exact AllReduce spreads the folded blocks, measured on H200s (NV18;
-/// BENCHMARKS.md): with two ranks the fold kernel writes each folded element to both
-/// ranks below `PEER_PULL_MIN_BYTES` (fastest there: 1.3-2x NCCL's own reduction), and
-/// from it each fold writes its own block and the other rank copies it (copy engine over
-/// the link; 128 MiB 405 vs 427 us, 1 GiB 3.00 vs 3.28 ms, where runs of 100 back-to-back
-/// kernel writes fell to 4.2 ms). With more ranks every cross-GPU event wait of a barrier
-/// costs several microseconds and the fold's remote writes contend on the switch, so each
-/// fold writes its own block and NCCL send/recv carries the folded blocks (one barrier).
+/// How a peer-linked exact AllReduce gives every rank the folded blocks (each rank's
+/// fold kernel folds one block of every rank's buffer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Spread {
+    /// The fold kernel writes each folded element to every rank.
+    Write,
+    /// Each fold writes its own block; after a barrier every rank copies the others'
+    /// blocks (copy engine over the peer links).
+    Pull,
+    /// Each fold writes its own block and NCCL send/recv carry the blocks.
+    Nccl,
+}
+
+/// Measured on H200s (NV18; BENCHMARKS.md, 100 back-to-back dispatches). Two ranks: the
+/// kernel writes each folded element to both below `PEER_PULL_MIN_BYTES` (1.3-2x NCCL's
+/// own reduction there), and from it the copy engine is faster (128 MiB 405 vs 427 us,
+/// 1 GiB 3.00 vs 3.28 ms). Four ranks with stream-memory-operation barriers: the kernel's
+/// writes win below `MANY_RANKS_NCCL_SPREAD_MIN_BYTES` (8 MiB 72.8 us vs NCCL 87.4, copy
+/// 127.8) and NCCL send/recv from it (32 MiB 203 vs 244 written, 272 copied; 1 GiB 4.94
+/// vs 6.64 and 5.98 ms): the fold's remote writes and the copies contend on the switch.
+/// Four ranks with event barriers: every cross-GPU event wait costs several microseconds,
+/// so NCCL carries the blocks after one barrier at every size.
+/// `VYRE_CUDA_PEER_SPREAD=write|pull|nccl` forces one (for measuring).
 const PEER_PULL_MIN_BYTES: usize = 128 << 20;
+const MANY_RANKS_NCCL_SPREAD_MIN_BYTES: usize = 32 << 20;
 
-fn writes_folds_to_peers(bytes: usize, world: usize) -> bool {
-    world == 2 && bytes < PEER_PULL_MIN_BYTES
+fn spread(bytes: usize, world: usize, barrier: PeerBarrierKind) -> Spread {
+    static FORCED: std::sync::OnceLock<Option<Spread>> = std::sync::OnceLock::new();
+    let forced = FORCED.get_or_init(
+        || match std::env::var("VYRE_CUDA_PEER_SPREAD").ok()?.trim() {
+            "write" => Some(Spread::Write),
+            "pull" => Some(Spread::Pull),
+            "nccl" => Some(Spread::Nccl),
+            _ => None,
+        },
+    );
+    let many = world > 2;
+    match forced {
+        Some(spread) => *spread,
+        None if many && barrier == PeerBarrierKind::Events => Spread::Nccl,
+        None if many && bytes >= MANY_RANKS_NCCL_SPREAD_MIN_BYTES => Spread::Nccl,
+        None if !many && bytes >= PEER_PULL_MIN_BYTES => Spread::Pull,
+        None => Spread::Write,
+    }
 }
 
-fn pulls_folded_blocks(bytes: usize, world: usize) -> bool {
-    world == 2 && bytes >= PEER_PULL_MIN_BYTES
-}
-
-/// With more than two ranks, exact reductions smaller than this (AllReduce buffer,
-/// ReduceScatter input) exchange blocks through NCCL even when the ranks are linked: the
-/// peer fold's cross-GPU event barriers (W (W - 1) waits each) cost more there. Measured
-/// on 4x H200 with event barriers: ReduceScatter 8 MiB 71 us peer vs 53 us exchanged,
-/// 32 MiB 104 vs 124 us. `VYRE_CUDA_PEER_FOLD_MIN_BYTES` overrides it (for measuring the
-/// crossover with the stream-memory-operation barriers).
+/// With more than two ranks and event barriers, exact reductions smaller than this
+/// (AllReduce buffer, ReduceScatter input) exchange blocks through NCCL even when the
+/// ranks are linked: the peer fold's cross-GPU event barriers (W (W - 1) waits each) cost
+/// more there. Measured on 4x H200: ReduceScatter 8 MiB 71 us peer vs 53 us exchanged,
+/// 32 MiB 104 vs 124 us. With stream-memory-operation barriers the peer fold is as fast
+/// as NCCL's own ReduceScatter from 8 B (BENCHMARKS.md), so they fold from peers at every
+/// size. `VYRE_CUDA_PEER_FOLD_MIN_BYTES` overrides it for 3+ ranks (for measuring).
 const MANY_RANKS_PEER_MIN_BYTES: usize = 32 << 20;
 
-fn many_ranks_peer_min_bytes() -> usize {
-    static LIMIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *LIMIT.get_or_init(|| {
+fn many_ranks_peer_min_bytes(barrier: PeerBarrierKind) -> usize {
+    static FORCED: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let forced = FORCED.get_or_init(|| {
         std::env::var("VYRE_CUDA_PEER_FOLD_MIN_BYTES")
             .ok()
             .and_then(|text| text.trim().parse().ok())
-            .unwrap_or(MANY_RANKS_PEER_MIN_BYTES)
-    })
+    });
+    match (forced, barrier) {
+        (Some(bytes), _) => *bytes,
+        (None, PeerBarrierKind::Events) => MANY_RANKS_PEER_MIN_BYTES,
+        (None, _) => 0,
+    }
 }
 
 /// Whether `collective`, on ranks linked by peer access, folds from their memory.
-fn folds_from_peers(collective: &Planned, world: usize) -> bool {
+fn folds_from_peers(collective: &Planned, world: usize, barrier: PeerBarrierKind) -> bool {
     let folds = matches!(collective.reduction, Some(Reduction::Fold { .. }));
-    folds && (world == 2 || collective.input_bytes >= many_ranks_peer_min_bytes())
+    folds && (world == 2 || collective.input_bytes >= many_ranks_peer_min_bytes(barrier))
 }
 
-/// Whether the exact reductions of this dispatch may fold from every rank's memory:
-/// every rank of the world is here and their cluster linked them (peer access).
-fn peer_linked(jobs: &[Job<'_>]) -> bool {
+/// The barrier of this dispatch's ranks when its exact reductions may fold from every
+/// rank's memory: every rank of the world is here and their cluster linked them.
+fn peer_linked(jobs: &[Job<'_>]) -> Option<PeerBarrierKind> {
     let world = jobs[0].rank.world;
-    world > 1 && jobs.len() == world && jobs.iter().all(|job| job.rank.peer_barrier().is_some())
+    let barriers: Option<Vec<PeerBarrierKind>> = jobs
+        .iter()
+        .map(|job| job.rank.peer_barrier().map(|b| b.kind()))
+        .collect();
+    let barriers = barriers.filter(|b| world > 1 && b.len() == world)?;
+    Some(barriers[0])
 }
 
 /// Checks every collective's shapes on every local rank and decides its reduction.
@@ -627,6 +666,7 @@ fn plan_collectives(jobs: &[Job<'_>], schedule: &Schedule) -> Result<Vec<Planned
             output_bytes,
             reduction,
             peer: false,
+            spread: Spread::Nccl,
         });
     }
     Ok(planned)
@@ -869,7 +909,9 @@ fn run_collective(jobs: &[Job<'_>], planned: &Planned, index: usize) -> Result<(
                 CollectiveKind::ReduceScatter if peer => {
                     fold.peer_reduce_scatter(jobs, planned.output_bytes, &input, &output)
                 }
-                _ if peer => fold.peer_all_reduce(jobs, planned.input_bytes, &input),
+                _ if peer => {
+                    fold.peer_all_reduce(jobs, planned.input_bytes, planned.spread, &input)
+                }
                 CollectiveKind::ReduceScatter => {
                     fold.reduce_scatter(jobs, planned.output_bytes, &input, &output)
                 }
@@ -1008,15 +1050,16 @@ impl Fold {
     }
 
     /// An exact AllReduce from every rank's memory: after a barrier, rank `r`'s kernel
-    /// folds block `r` of every rank's buffer in rank order. Two ranks: it writes the fold
-    /// back to both (from `PEER_PULL_MIN_BYTES`: to its own block, and after a second
-    /// barrier each rank copies the other's), and a last barrier holds both until every
-    /// block is written. More ranks: it writes its own block and NCCL send/recv share the
-    /// folded blocks.
+    /// folds block `r` of every rank's buffer in rank order, then `spread` gives every
+    /// rank every folded block: written to all by the kernel, or copied from the folding
+    /// rank after a second barrier, or sent by NCCL. A last barrier (not after NCCL, whose
+    /// sends follow the folds on each stream) holds every rank until every block is
+    /// written.
     fn peer_all_reduce(
         &self,
         jobs: &[Job<'_>],
         bytes: usize,
+        spread: Spread,
         buffer: &dyn Fn(&Job<'_>) -> u64,
     ) -> Result<(), CudaError> {
         peer_barrier(jobs)?;
@@ -1028,13 +1071,12 @@ impl Fold {
                 .collect();
             self.launch(job, pointers, end - start)?;
         }
-        if writes_folds_to_peers(bytes, self.world) {
-            return peer_barrier(jobs);
-        }
-        if !pulls_folded_blocks(bytes, self.world) {
+        match spread {
+            Spread::Write => return peer_barrier(jobs),
             // Rank k sends its folded block only after its fold has read every rank's
             // block k, so no barrier is needed before the blocks arrive.
-            return self.share_folded_blocks(jobs, bytes, buffer);
+            Spread::Nccl => return self.share_folded_blocks(jobs, bytes, buffer),
+            Spread::Pull => {}
         }
         // Each rank copies every other rank's folded block from there (the copy engine
         // over the peer link).
@@ -1239,8 +1281,7 @@ fn abort_all(jobs: &mut [Job<'_>], error: &CudaError) {
         rank.abort(&mut job.comm, &cause);
         tracing::error!(rank = rank.rank, %cause, "collective dispatch aborted");
     }
-    let linked = peer_linked(jobs);
-    let members = if linked { members(jobs) } else { None };
+    let members = peer_linked(jobs).and_then(|_| members(jobs));
     let sides = members.as_deref().map(barrier::release).unwrap_or_default();
     for job in jobs.iter() {
         // NCCL's kernels end once the communicator is aborted; the memory goes back only
@@ -1249,4 +1290,37 @@ fn abort_all(jobs: &mut [Job<'_>], error: &CudaError) {
     }
     // Only now: a side stream may share a hardware queue with a stream that was waiting.
     barrier::settle(&sides);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{many_ranks_peer_min_bytes, spread, PeerBarrierKind, Spread};
+
+    const MIB: usize = 1 << 20;
+
+    #[test]
+    fn peer_all_reduce_spreads_as_measured() {
+        if std::env::var_os("VYRE_CUDA_PEER_SPREAD").is_some() {
+            return; // forced for measuring
+        }
+        let memops = PeerBarrierKind::MemOps;
+        assert_eq!(spread(8, 2, memops), Spread::Write);
+        assert_eq!(spread(128 * MIB - 1, 2, memops), Spread::Write);
+        assert_eq!(spread(128 * MIB, 2, memops), Spread::Pull);
+        assert_eq!(spread(128 * MIB, 2, PeerBarrierKind::Events), Spread::Pull);
+        assert_eq!(spread(8, 4, memops), Spread::Write);
+        assert_eq!(spread(32 * MIB - 1, 4, memops), Spread::Write);
+        assert_eq!(spread(32 * MIB, 4, memops), Spread::Nccl);
+        assert_eq!(spread(8, 4, PeerBarrierKind::Events), Spread::Nccl);
+    }
+
+    #[test]
+    fn many_ranks_fold_from_peers_at_every_size_with_memory_operation_barriers() {
+        if std::env::var_os("VYRE_CUDA_PEER_FOLD_MIN_BYTES").is_some() {
+            return; // forced for measuring
+        }
+        assert_eq!(many_ranks_peer_min_bytes(PeerBarrierKind::MemOps), 0);
+        assert_eq!(many_ranks_peer_min_bytes(PeerBarrierKind::MemOpsEach), 0);
+        assert_eq!(many_ranks_peer_min_bytes(PeerBarrierKind::Events), 32 * MIB);
+    }
 }
