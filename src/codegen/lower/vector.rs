@@ -1,10 +1,12 @@
 //! The vector entry of an elementwise program (see `analysis::elementwise`): each thread runs
 //! [`VECTOR_LANES`] consecutive invocations from `vyre_inv_base + 4 * thread`, skipping those
 //! at or past `vyre_inv_end`, each through the ordinary lowering. Only the memory traffic of
-//! 4- and 8-byte buffers changes: a never-stored buffer is read up front (16-byte
-//! `ld.global.nc` where all in bounds); stores are deferred (each lane keeps its last word,
-//! which its later loads read) and written after the lanes, `st.global.v4`/`v2` where
-//! complete. The host uses it only for 16-byte-aligned, disjoint bindings and a 1-D grid.
+//! 4- and 8-byte buffers changes: a loaded buffer is read up front (16-byte loads where all
+//! in bounds: `ld.global.nc` when never stored; a stored one is read by its own element's
+//! lane only, so its words there are the originals until that lane stores); stores are
+//! deferred (each lane keeps its last word, which its later loads read) and written after
+//! the lanes, `st.global.v4`/`v2` where complete. The host uses it only for
+//! 16-byte-aligned, disjoint bindings and a 1-D grid.
 
 use super::memory::int_width;
 use super::{KernelAbi, LoweredBody, Lowerer, Space, Val};
@@ -32,9 +34,10 @@ pub(crate) struct Lanes<'p> {
 impl Lanes<'_> {
     /// The current lane's last stored word of `buffer` and whether it stored, when the
     /// buffer's stores are deferred.
-    fn deferred(&self, buffer: &str) -> Option<(Reg, Reg)> {
+    fn deferred(&self, buffer: &str) -> Option<(Reg, Reg, Option<Reg>)> {
         let (_, stores) = self.pending.iter().find(|(name, _)| *name == buffer)?;
-        Some((stores.words[self.lane], stores.stored[self.lane]))
+        let original = stores.originals.map(|words| words[self.lane]);
+        Some((stores.words[self.lane], stores.stored[self.lane], original))
     }
 }
 
@@ -46,6 +49,9 @@ struct DeferredStores {
     /// Each lane's last stored word, and whether it stored (in bounds).
     words: [Reg; LANES],
     stored: [Reg; LANES],
+    /// The words before the kernel, read up front when the program also loads the buffer
+    /// (an in-place update): lanes then read them, not memory, until they store.
+    originals: Option<[Reg; LANES]>,
 }
 
 /// `{a, b, ...}`, the operand of a vector load or store.
@@ -126,15 +132,20 @@ impl<'p> Lowerer<'p> {
                     emit!(self.w, "mov.{} {word}, 0", class.ty());
                     emit!(self.w, "setp.ne.u32 {flag}, 0, 0");
                 }
+                let originals = shape
+                    .loaded
+                    .contains(name)
+                    .then(|| self.preload(base, len, first, slot.stride, class, ""));
                 let stores = DeferredStores {
                     base,
                     stride: slot.stride,
                     words,
                     stored,
+                    originals,
                 };
                 lanes.pending.push((name, stores));
             } else if shape.loaded.contains(name) {
-                let words = self.preload(base, len, first, slot.stride, class);
+                let words = self.preload(base, len, first, slot.stride, class, ".nc");
                 lanes.preloaded.insert(name, words);
             }
         }
@@ -168,7 +179,8 @@ impl<'p> Lowerer<'p> {
         Ok(())
     }
 
-    /// The raw words of elements `first .. first + 4`, zero where out of bounds.
+    /// The raw words of elements `first .. first + 4`, zero where out of bounds; `cache`:
+    /// `.nc` for a buffer the kernel never writes.
     fn preload(
         &mut self,
         base: Reg,
@@ -176,6 +188,7 @@ impl<'p> Lowerer<'p> {
         first: Reg,
         stride: u32,
         class: RegClass,
+        cache: &str,
     ) -> [Reg; LANES] {
         let words = [(); LANES].map(|()| self.w.reg(class));
         for &word in &words {
@@ -194,7 +207,7 @@ impl<'p> Lowerer<'p> {
             let (list, offset) = (reg_list(chunk), start * stride);
             emit!(
                 self.w,
-                "@{whole} ld.global.nc.v{per_vector}.{ty} {list}, [{addr}+{offset}]"
+                "@{whole} ld.global{cache}.v{per_vector}.{ty} {list}, [{addr}+{offset}]"
             );
             for (k, &word) in chunk.iter().enumerate() {
                 let element = start + k as u32;
@@ -205,7 +218,7 @@ impl<'p> Lowerer<'p> {
                 let offset = element * stride;
                 emit!(
                     self.w,
-                    "@{inside} ld.global.nc.{ty} {word}, [{addr}+{offset}]"
+                    "@{inside} ld.global{cache}.{ty} {word}, [{addr}+{offset}]"
                 );
             }
         }
@@ -219,6 +232,7 @@ impl<'p> Lowerer<'p> {
             stride,
             words,
             stored,
+            originals: _,
         } = stores;
         let (addr, ty) = (self.scaled_address(base, first, stride), int_width(stride));
         let per_vector = (16 / stride) as usize;
@@ -253,7 +267,16 @@ impl<'p> Lowerer<'p> {
         if let Some(words) = lanes.preloaded.get(buffer) {
             return Some(words[lane]);
         }
-        let (word, stored) = lanes.deferred(buffer)?;
+        let (word, stored, original) = lanes.deferred(buffer)?;
+        if let Some(original) = original {
+            let raw = self.w.reg(word.class());
+            emit!(
+                self.w,
+                "selp.{} {raw}, {word}, {original}, {stored}",
+                word.class().ty()
+            );
+            return Some(raw);
+        }
         let slot = self.buffers.get(buffer)?.clone();
         let (in_bounds, addr) = self.element_address(&slot, index);
         let (class, width) = (word.class(), int_width(word.class().bytes()));
@@ -267,7 +290,7 @@ impl<'p> Lowerer<'p> {
     /// In the vector entry: defer a store of `payload` to the current lane's element when
     /// the buffer's stores are deferred; `false` when the store must be emitted as usual.
     pub(super) fn lane_store(&mut self, buffer: &str, in_bounds: Reg, payload: Reg) -> bool {
-        let Some((word, stored)) = self.lanes.as_ref().and_then(|lanes| lanes.deferred(buffer))
+        let Some((word, stored, _)) = self.lanes.as_ref().and_then(|lanes| lanes.deferred(buffer))
         else {
             return false;
         };
