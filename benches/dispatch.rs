@@ -207,6 +207,10 @@ fn main() {
         backend.device_info().name,
         backend.target()
     );
+    if std::env::var("VYRE_BENCH_ONLY").as_deref() == Ok("resident-in-place") {
+        resident_in_place(&backend, &config);
+        return;
+    }
 
     // tiny: one element, the per-dispatch floor.
     let tiny = vadd(1, 7);
@@ -345,6 +349,8 @@ fn main() {
             backend.free_resident(r).unwrap();
         }
     }
+
+    resident_in_place(&backend, &config);
 
     // Pinned staging bandwidth: 256 MiB host <-> resident, repeated.
     {
@@ -519,5 +525,56 @@ fn main() {
 
     for (name, value) in backend.metric_snapshot() {
         println!("metric {name} = {value}");
+    }
+}
+
+/// Resident in-place saxpy as users write it (`y = alpha[0] * x + y`): kernel time of an
+/// in-place update, 12 bytes per element. The first dispatch is checked against
+/// vyre-reference; the timed ones keep updating y. `VYRE_BENCH_ONLY=resident-in-place`
+/// runs only these rows.
+fn resident_in_place(backend: &CudaBackend, config: &DispatchConfig) {
+    // (vyre-reference takes minutes over 2^26 elements.)
+    for log2 in [22u32, 24] {
+        let n = 1u32 << log2;
+        let program = saxpy_user();
+        let inputs = [1.5f32.to_le_bytes().to_vec(), random(n, 23), random(n, 24)];
+        let values: Vec<vyre_reference::value::Value> =
+            inputs.iter().cloned().map(Into::into).collect();
+        let want = vyre_reference::reference_eval(&program, &values).expect("reference");
+        let resources: Vec<Resource> = inputs
+            .iter()
+            .map(|bytes| {
+                let r = backend.allocate_resident(bytes.len()).unwrap();
+                backend.upload_resident(&r, bytes).unwrap();
+                r
+            })
+            .collect();
+        backend
+            .dispatch_resident_timed(&program, &resources, config)
+            .unwrap();
+        let mut back = Vec::new();
+        backend
+            .download_resident_into(&resources[2], &mut back)
+            .unwrap();
+        assert!(
+            back == want[0].to_bytes(),
+            "FAIL: resident saxpy differs from vyre-reference"
+        );
+        let device: Vec<u64> = (0..30)
+            .map(|_| {
+                let timed = backend
+                    .dispatch_resident_timed(&program, &resources, config)
+                    .unwrap();
+                timed.device_ns.unwrap()
+            })
+            .collect();
+        ns_row(
+            &format!("resident saxpy_user_f32 in place 2^{log2} device"),
+            device,
+            Some(3 * n as usize * 4),
+        );
+        for r in resources {
+            backend.free_resident(r).unwrap();
+        }
     }
 }

@@ -537,12 +537,14 @@ enum Spread {
 /// kernel writes each folded element to both below `PEER_PULL_MIN_BYTES` (1.3-2x NCCL's
 /// own reduction there), and from it the copy engine is faster (128 MiB 405 vs 427 us,
 /// 1 GiB 3.00 vs 3.28 ms). Four ranks with stream-memory-operation barriers: the kernel's
-/// writes win below `MANY_RANKS_NCCL_SPREAD_MIN_BYTES` (8 MiB 72.8 us vs NCCL 87.4, copy
-/// 127.8) and NCCL send/recv from it (32 MiB 203 vs 244 written, 272 copied; 1 GiB 4.94
-/// vs 6.64 and 5.98 ms): the fold's remote writes and the copies contend on the switch.
-/// Four ranks with event barriers: every cross-GPU event wait costs several microseconds,
-/// so NCCL carries the blocks after one barrier at every size.
-/// `VYRE_CUDA_PEER_SPREAD=write|pull|nccl` forces one (for measuring).
+/// writes win below `MANY_RANKS_NCCL_SPREAD_MIN_BYTES` (8 MiB 72.8 vs 87.4 us by NCCL
+/// send/recv; copy-engine pulls were slower at every size) and NCCL from it, the
+/// configuration the 4-GPU test suite ran. (Emitter v12's fold kernels, reading and
+/// writing 16 bytes per access, write faster still: 32 MiB 194 vs 206 us, 512 MiB 2.53 vs
+/// 2.58 ms, NCCL ahead only at 1 GiB; the threshold moves up once a 4-GPU suite has run
+/// the written spread at those sizes.) Four ranks with event barriers: every cross-GPU
+/// event wait costs several microseconds, so NCCL carries the blocks after one barrier at
+/// every size. `VYRE_CUDA_PEER_SPREAD=write|pull|nccl` forces one (for measuring).
 const PEER_PULL_MIN_BYTES: usize = 128 << 20;
 const MANY_RANKS_NCCL_SPREAD_MIN_BYTES: usize = 32 << 20;
 
