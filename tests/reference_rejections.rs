@@ -6,7 +6,8 @@
 use vyre_cuda::codegen::{emit_ptx, PtxTarget};
 use vyre_driver::BackendError;
 use vyre_foundation::ir::{
-    BinOp, BufferDecl, DataType, Expr, Node, Program, SubgroupReduceOp, UnOp,
+    AtomicOp, BinOp, BufferDecl, DataType, Expr, MemoryOrdering, Node, Program, SubgroupReduceOp,
+    UnOp,
 };
 use vyre_reference::value::Value;
 
@@ -22,12 +23,11 @@ fn program(body: Vec<Node>) -> Program {
     )
 }
 
-fn inputs() -> Vec<Value> {
-    vec![
-        Value::from(vec![0u8; 16]),
-        Value::from(vec![0u8; 16]),
-        Value::from(vec![0u8; 16]),
-    ]
+/// Zeroed inputs, one per buffer (the programs here declare no workgroup buffers).
+fn inputs(program: &Program) -> Vec<Value> {
+    (program.buffers().iter())
+        .map(|_| Value::from(vec![0u8; 64]))
+        .collect()
 }
 
 fn gid() -> Expr {
@@ -50,7 +50,7 @@ fn both_refuse(program: &Program, construct: &str, cause: &str) {
     assert_eq!(error.construct(), Some(construct), "{error}");
     let text = BackendError::from(vyre_cuda::CudaError::from(error)).to_string();
     assert_eq!(text.matches("Fix:").count(), 1, "{text}");
-    match vyre_reference::reference_eval(program, &inputs()) {
+    match vyre_reference::reference_eval(program, &inputs(program)) {
         Ok(_) => panic!("vyre-reference runs the program the emitter refuses as `{construct}`"),
         Err(error) => assert!(
             error.to_string().contains(cause),
@@ -144,4 +144,63 @@ fn subgroup_operations_over_lanes_the_reference_does_not_combine_are_refused_by_
         "SubgroupReduce of i32 lanes",
         "subgroup reduce lanes have mixed or unsupported value types",
     );
+}
+
+/// [`program`]'s buffers plus `extra` (binding 3).
+fn program_with(body: Vec<Node>, extra: BufferDecl) -> Program {
+    Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::F32).with_count(4),
+            BufferDecl::read("b", 1, DataType::U32).with_count(4),
+            BufferDecl::output("out", 2, DataType::U32).with_count(4),
+            extra,
+        ],
+        [4, 1, 1],
+        body,
+    )
+}
+
+#[test]
+fn casts_to_types_without_values_are_refused_by_both() {
+    let program = program(vec![
+        Node::let_bind("x", Expr::cast(DataType::Tensor, Expr::load("b", gid()))),
+        Node::store("out", gid(), Expr::u32(0)),
+    ]);
+    both_refuse(&program, "Cast to tensor", "V012:");
+}
+
+#[test]
+fn buffers_of_unsized_elements_are_refused_by_both() {
+    let program = program_with(
+        vec![
+            Node::let_bind("x", Expr::load("t", gid())),
+            Node::store("out", gid(), Expr::u32(0)),
+        ],
+        BufferDecl::read("t", 3, DataType::Tensor).with_count(4),
+    );
+    both_refuse(
+        &program,
+        "buffer element type tensor",
+        "has unsized element type tensor",
+    );
+}
+
+#[test]
+fn atomics_on_eight_byte_buffers_are_refused_by_both() {
+    let add = Expr::Atomic {
+        op: AtomicOp::Add,
+        buffer: "w".into(),
+        index: Box::new(gid()),
+        expected: None,
+        value: Box::new(Expr::cast(DataType::U64, Expr::u32(1))),
+        ordering: MemoryOrdering::Relaxed,
+    };
+    let program = program_with(
+        vec![
+            Node::let_bind("x", add),
+            Node::store("out", gid(), Expr::u32(0)),
+        ],
+        BufferDecl::read_write("w", 3, DataType::U64).with_count(4),
+    );
+    both_refuse(&program, "atomic on a u64 buffer", "V014:");
 }
