@@ -204,3 +204,22 @@ fn atomics_on_eight_byte_buffers_are_refused_by_both() {
     );
     both_refuse(&program, "atomic on a u64 buffer", "V014:");
 }
+
+#[test]
+fn half_casts_from_signed_integers_are_refused_by_both() {
+    let signed = Expr::cast(DataType::I32, Expr::load("b", gid()));
+    let program = program(vec![
+        Node::let_bind("x", Expr::cast(DataType::F16, signed)),
+        Node::store("out", gid(), Expr::u32(0)),
+    ]);
+    both_refuse(&program, "Cast from i32 to F16", "V012:");
+}
+
+#[test]
+fn buffer_references_outside_calls_are_refused_by_both() {
+    let program = program(vec![
+        Node::let_bind("x", Expr::buffer_ref("b")),
+        Node::store("out", gid(), Expr::u32(0)),
+    ]);
+    both_refuse(&program, "Expr::BufferRef(b)", "V051:");
+}
