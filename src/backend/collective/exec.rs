@@ -601,12 +601,13 @@ fn folds_from_peers(collective: &Planned, world: usize, barrier: PeerBarrierKind
 /// rank's memory: every rank of the world is here and their cluster linked them.
 fn peer_linked(jobs: &[Job<'_>]) -> Option<PeerBarrierKind> {
     let world = jobs[0].rank.world;
-    let barriers: Option<Vec<PeerBarrierKind>> = jobs
-        .iter()
-        .map(|job| job.rank.peer_barrier().map(|b| b.kind()))
-        .collect();
-    let barriers = barriers.filter(|b| world > 1 && b.len() == world)?;
-    Some(barriers[0])
+    if world < 2 || jobs.len() != world {
+        return None;
+    }
+    let kind = jobs[0].rank.peer_barrier()?.kind();
+    jobs.iter()
+        .all(|job| job.rank.peer_barrier().is_some())
+        .then_some(kind)
 }
 
 /// Checks every collective's shapes on every local rank and decides its reduction.
