@@ -3,6 +3,9 @@
 //! reference (or vyre's validator inside it) refuses too. `tests/data/unsupported_sites.txt`
 //! points at these tests (`reference-rejects <test>`).
 
+mod common;
+
+use common::kernels::bin;
 use vyre_cuda::codegen::{emit_ptx, PtxTarget};
 use vyre_driver::BackendError;
 use vyre_foundation::ir::{
@@ -32,14 +35,6 @@ fn inputs(program: &Program) -> Vec<Value> {
 
 fn gid() -> Expr {
     Expr::InvocationId { axis: 0 }
-}
-
-fn bin(op: BinOp, left: Expr, right: Expr) -> Expr {
-    Expr::BinOp {
-        op,
-        left: Box::new(left),
-        right: Box::new(right),
-    }
 }
 
 /// The emitter refuses `program` naming `construct` (one `Fix:`), and the reference refuses
