@@ -127,20 +127,6 @@ fn float_casts_the_reference_does_not_define_are_refused_by_both() {
     both_refuse(&program, "Cast from f32 to u64", "V012:");
 }
 
-#[test]
-fn subgroup_operations_over_lanes_the_reference_does_not_combine_are_refused_by_both() {
-    let value = Expr::SubgroupReduce {
-        op: SubgroupReduceOp::Add,
-        value: Box::new(Expr::cast(DataType::I32, Expr::load("b", gid()))),
-    };
-    let program = program(store_u32(Expr::cast(DataType::U32, value)));
-    both_refuse(
-        &program,
-        "SubgroupReduce of i32 lanes",
-        "subgroup reduce lanes have mixed or unsupported value types",
-    );
-}
-
 /// [`program`]'s buffers plus `extra` (binding 3).
 fn program_with(body: Vec<Node>, extra: BufferDecl) -> Program {
     Program::wrapped(

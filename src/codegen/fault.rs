@@ -39,10 +39,13 @@ pub enum DeviceFault {
     /// A subgroup operand read a variable that a lane of the subgroup never bound (it
     /// returned first); the reference evaluates the operand for every lane.
     UndeclaredVariable = 15,
+    /// A subgroup shuffle or reduction over lanes the reference does not combine (it
+    /// combines u32 and float lanes only).
+    SubgroupLanesNotCombinable = 16,
 }
 
 impl DeviceFault {
-    const ALL: [DeviceFault; 15] = [
+    const ALL: [DeviceFault; 16] = [
         Self::SignedDivisionByZero,
         Self::SignedDivisionOverflow,
         Self::SignedRemainderByZero,
@@ -58,6 +61,7 @@ impl DeviceFault {
         Self::AsyncByteCountNotU64,
         Self::HalfOutOfBounds,
         Self::UndeclaredVariable,
+        Self::SubgroupLanesNotCombinable,
     ];
 
     /// The fault word value.
@@ -94,6 +98,7 @@ impl DeviceFault {
             Self::SubgroupLaneNotU32 => "subgroup_shuffle lane index is not a u32",
             Self::AsyncByteCountNotU64 => "an async copy offset or size cannot be represented as u64",
             Self::HalfOutOfBounds => "an operator received an out-of-bounds f16/bf16 load, which the reference holds as raw bytes [0, 0], not a float (mismatched operands)",
+            Self::SubgroupLanesNotCombinable => "subgroup lanes have mixed or unsupported value types (the reference combines u32 and f32 lanes only)",
             Self::UndeclaredVariable => "reference to undeclared variable: a subgroup operation read a variable that a lane of its subgroup had not bound (the reference evaluates the operand for every lane, including lanes that returned)",
         }
     }
@@ -121,6 +126,9 @@ impl DeviceFault {
             Self::AsyncByteCountNotU64 => "use an in-range non-negative byte count",
             Self::HalfOutOfBounds => {
                 "keep f16/bf16 load indices in bounds, or Cast the load to f32 first (out of bounds it then reads 0.0)"
+            }
+            Self::SubgroupLanesNotCombinable => {
+                "cast every lane value to u32 or f32 before the subgroup operation"
             }
             Self::UndeclaredVariable => {
                 "bind the variable before any Return that comes before the subgroup operation"

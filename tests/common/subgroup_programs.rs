@@ -100,6 +100,7 @@ pub fn subgroup_return_cases() -> Vec<Case> {
     cases.extend(returned_lane_faults());
     cases.extend(operand_faults());
     cases.extend(barrier_after_return());
+    cases.extend(lane_kinds());
     cases
 }
 
@@ -488,4 +489,85 @@ fn barrier_after_return() -> Vec<Case> {
         program,
         vec![values(n)],
     )]
+}
+
+fn f64_bytes(values: &[f64]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// f64 lanes: values f32 cannot hold, subnormal and out of f32 range once rounded.
+fn f64_values(n: u32) -> Vec<u8> {
+    let special = [1.0e-40, -3.0e-39, 1.0e39, f64::MIN_POSITIVE, 1.0 + 1.0e-12];
+    let values = (0..n).map(|i| match special.get(i as usize % 9) {
+        Some(value) => *value,
+        None => f64::from(i) * 0.1 - 2.5,
+    });
+    f64_bytes(&values.collect::<Vec<_>>())
+}
+
+/// Lane types the reference treats apart: f64 lanes are combined as floats (a shuffle
+/// hands the f64 over whole, a reduction folds `lane as f32`); i32, u64 and bool lanes fail
+/// the dispatch where the operation runs, and only there.
+fn lane_kinds() -> Vec<Case> {
+    let (workgroup, n) = (64, 128);
+    let f64_case = |name: &str, value: Expr| {
+        let body = vec![Node::store("out", gid(), value)];
+        Case::new(
+            name,
+            lanes(DataType::F64, n, n, workgroup, body),
+            vec![f64_values(n)],
+        )
+    };
+    let reversed = bin(BinOp::Sub, u(31), bin(BinOp::Mod, var("lin"), u(32)));
+    let mut cases = vec![f64_case(
+        "subgroup shuffle of f64 lanes",
+        shuffle(var("v"), reversed),
+    )];
+    for op in [
+        SubgroupReduceOp::Add,
+        SubgroupReduceOp::Min,
+        SubgroupReduceOp::Max,
+    ] {
+        cases.push(f64_case(
+            &format!("subgroup reduce {op:?} of f64 lanes"),
+            reduce(op, var("v")),
+        ));
+    }
+    let as_i32 = |value: Expr| Expr::cast(DataType::I32, value);
+    let as_u64 = |value: Expr| Expr::cast(DataType::U64, value);
+    let uncombined = [
+        (
+            "i32 reduce",
+            reduce(SubgroupReduceOp::Add, as_i32(var("v"))),
+        ),
+        ("i32 shuffle", shuffle(as_i32(var("v")), u(0))),
+        ("u64 shuffle", shuffle(as_u64(var("v")), u(1))),
+        (
+            "bool reduce",
+            reduce(SubgroupReduceOp::Max, bin(BinOp::Gt, var("v"), u(3))),
+        ),
+    ];
+    for (what, value) in uncombined {
+        let stored = |value: Expr| Node::store("out", gid(), Expr::cast(DataType::U32, value));
+        let reached = vec![stored(value.clone())];
+        // Uniform (a[0] is 12), so the subgroup stays converged.
+        let guarded = vec![Node::if_then(
+            bin(BinOp::Eq, Expr::load("a", u(0)), u(0)),
+            vec![stored(value)],
+        )];
+        cases.push(
+            Case::new(
+                format!("subgroup {what} reached"),
+                lanes(DataType::U32, n, n, workgroup, reached),
+                vec![values(n)],
+            )
+            .failing(),
+        );
+        cases.push(Case::new(
+            format!("subgroup {what} in a branch no lane takes"),
+            lanes(DataType::U32, n, n, workgroup, guarded),
+            vec![values(n)],
+        ));
+    }
+    cases
 }

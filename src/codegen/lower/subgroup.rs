@@ -10,17 +10,9 @@
 use super::{Lowerer, Val};
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
-use crate::codegen::writer::emit;
+use crate::codegen::writer::{emit, RegClass};
 use crate::codegen::CodegenError;
 use vyre_foundation::ir::{BinOp, Expr, SubgroupReduceOp};
-
-fn unsupported_lane_kind(what: &str, kind: ValKind) -> CodegenError {
-    CodegenError::unsupported(
-        format!("{what} of {} lanes", kind.name()),
-        "the reference accepts only u32 and f32 lanes here",
-        "Cast the value to u32 or f32 first",
-    )
-}
 
 fn unknown_reduce(op: SubgroupReduceOp) -> CodegenError {
     CodegenError::unsupported(
@@ -54,14 +46,23 @@ impl<'p> Lowerer<'p> {
 
     pub(super) fn put_shuffle(&mut self, value: Val, lane: Val) -> Result<Val, CodegenError> {
         let value = self.half_lane(value);
-        if !matches!(value.kind, ValKind::U32 | ValKind::F32) {
-            return Err(unsupported_lane_kind("SubgroupShuffle", value.kind));
+        if !matches!(value.kind, ValKind::U32 | ValKind::F32 | ValKind::F64) {
+            return Ok(self.uncombined_lanes(value));
         }
         let source = self.u32_checked(lane, DeviceFault::SubgroupLaneNotU32)?;
         let (lanes, mask, v) = (self.subgroup_lanes, self.subgroup_mask, value.reg);
         let d = self.w.reg(value.kind.reg_class());
         let present = self.pred();
-        emit!(self.w, "shfl.sync.idx.b32 {d}, {v}, {source}, 31, {mask}");
+        if value.kind == ValKind::F64 {
+            // The reference hands the source lane's f64 over whole: both words.
+            let (lo, hi) = (self.b32(), self.b32());
+            emit!(self.w, "mov.b64 {{{lo}, {hi}}}, {v}");
+            emit!(self.w, "shfl.sync.idx.b32 {lo}, {lo}, {source}, 31, {mask}");
+            emit!(self.w, "shfl.sync.idx.b32 {hi}, {hi}, {source}, 31, {mask}");
+            emit!(self.w, "mov.b64 {d}, {{{lo}, {hi}}}");
+        } else {
+            emit!(self.w, "shfl.sync.idx.b32 {d}, {v}, {source}, 31, {mask}");
+        }
         // A source lane outside the subgroup reads 0 in the reference.
         emit!(self.w, "setp.lt.u32 {present}, {source}, {lanes}");
         let (ty, zero) = (d.class().ty(), d.class().zero());
@@ -76,6 +77,7 @@ impl<'p> Lowerer<'p> {
     ) -> Result<Val, CodegenError> {
         let mask = self.subgroup_mask;
         let value = self.half_lane(value);
+        let value = self.f64_lane_as_f32(value);
         match value.kind {
             ValKind::U32 => {
                 // `redux.sync` (sm_80+) computes all but Mul exactly.
@@ -115,8 +117,30 @@ impl<'p> Lowerer<'p> {
                 let reg = self.f32_const(identity.to_bits());
                 self.fold_lanes(Val::new(ValKind::F32, reg), value, binop)
             }
-            other => Err(unsupported_lane_kind("SubgroupReduce", other)),
+            _ => Ok(self.uncombined_lanes(value)),
         }
+    }
+
+    /// An f64 lane rounded to the f32 the reference folds (`lane as f32`: round to
+    /// nearest, subnormals kept; the fold canonicalises each partial result).
+    fn f64_lane_as_f32(&mut self, value: Val) -> Val {
+        if value.kind != ValKind::F64 {
+            return value;
+        }
+        let f = self.w.reg(RegClass::F32);
+        emit!(self.w, "cvt.rn.f32.f64 {f}, {}", value.reg);
+        Val::new(ValKind::F32, f)
+    }
+
+    /// Lanes the reference does not combine (only u32 and f32 lanes, f64 and in-bounds
+    /// halves counting as f32): it fails the dispatch when it reaches the operation, so
+    /// the operation records that fault where it runs; its value (zero) is discarded.
+    fn uncombined_lanes(&mut self, value: Val) -> Val {
+        self.fault_always(DeviceFault::SubgroupLanesNotCombinable);
+        let zero = self.w.reg(value.kind.reg_class());
+        let (ty, literal) = (zero.class().ty(), zero.class().zero());
+        emit!(self.w, "mov.{ty} {zero}, {literal}");
+        Val::new(value.kind, zero)
     }
 
     /// A half lane value as the f32 it is; the reference fails the whole collective when a
