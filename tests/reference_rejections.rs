@@ -204,3 +204,25 @@ fn buffer_references_outside_calls_are_refused_by_both() {
     ]);
     both_refuse(&program, "Expr::BufferRef(b)", "V051:");
 }
+
+#[test]
+fn barriers_in_loops_with_per_lane_bounds_are_refused_by_both() {
+    let program = program(vec![
+        Node::let_bind("s", Expr::u32(0)),
+        Node::loop_for(
+            "i",
+            Expr::u32(0),
+            Expr::load("b", gid()),
+            vec![
+                Node::barrier_with_ordering(MemoryOrdering::SeqCst),
+                Node::assign("s", bin(BinOp::Add, Expr::var("s"), Expr::var("i"))),
+            ],
+        ),
+        Node::store("out", gid(), Expr::var("s")),
+    ]);
+    both_refuse(
+        &program,
+        "Barrier in a loop with non-uniform bounds",
+        "V010:",
+    );
+}

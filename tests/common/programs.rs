@@ -1444,7 +1444,57 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(replicated_cases());
     cases.extend(literal_divisor_cases());
     cases.extend(super::subgroup_programs::subgroup_return_cases());
+    cases.extend(barrier_branch_history_cases());
     cases
+}
+
+/// A barrier-holding `If` in a loop: the reference keeps every value its condition took
+/// and fails once two differ, across iterations too, even when every lane agrees.
+pub fn barrier_branch_history_cases() -> Vec<Case> {
+    let n = 64;
+    let program = |cond: Expr| {
+        let barrier = Node::barrier_with_ordering(MemoryOrdering::SeqCst);
+        Program::wrapped(
+            vec![
+                BufferDecl::read("a", 0, DataType::U32).with_count(n),
+                BufferDecl::output("out", 1, DataType::U32).with_count(n),
+            ],
+            [n, 1, 1],
+            vec![
+                Node::let_bind("s", Expr::u32(0)),
+                Node::loop_for(
+                    "i",
+                    Expr::u32(0),
+                    Expr::u32(3),
+                    vec![
+                        Node::if_then(cond, vec![barrier]),
+                        Node::assign("s", bin(BinOp::Add, Expr::var("s"), Expr::var("i"))),
+                    ],
+                ),
+                Node::store("out", gid(), Expr::var("s")),
+            ],
+        )
+    };
+    let inputs = || vec![u32_bytes(&(0..n).map(|i| i + 1).collect::<Vec<_>>())];
+    let workgroup_is = |value| bin(BinOp::Eq, Expr::WorkgroupId { axis: 0 }, Expr::u32(value));
+    vec![
+        Case::new(
+            "barrier If in a loop whose condition holds every iteration",
+            program(workgroup_is(0)),
+            inputs(),
+        ),
+        Case::new(
+            "barrier If in a loop whose condition never holds",
+            program(workgroup_is(1)),
+            inputs(),
+        ),
+        Case::new(
+            "barrier If in a loop whose uniform condition changes between iterations",
+            program(bin(BinOp::Lt, Expr::var("i"), Expr::u32(2))),
+            inputs(),
+        )
+        .failing(),
+    ]
 }
 
 /// Division and remainder by literal divisors (lowered without the general form's

@@ -135,6 +135,11 @@ pub(crate) struct Lowerer<'p> {
     pending_copies: FxHashMap<&'p str, PendingCopy<'p>>,
     /// How many data-dependent branches enclose the current statement.
     divergence: u32,
+    /// How many loops enclose the current statement.
+    loop_depth: u32,
+    /// Each barrier-holding `If` inside a loop: which values its condition took so far
+    /// (bit 0 true, bit 1 false; see `put_branch_history`).
+    branch_history: FxHashMap<*const Node, Reg>,
     /// Subgroup operations already computed, at their enclosing divergent branch or
     /// before a statement returned lanes skip (see `returned`).
     hoisted: FxHashMap<*const Expr, Hoisted>,
@@ -201,6 +206,8 @@ impl<'p> Lowerer<'p> {
             subgroup_mask,
             pending_copies: FxHashMap::default(),
             divergence: 0,
+            loop_depth: 0,
+            branch_history: FxHashMap::default(),
             hoisted: FxHashMap::default(),
             operand_faults: Vec::new(),
             returned: None,

@@ -4,7 +4,7 @@ use super::{bytes, Lowerer, Val};
 use crate::codegen::analysis::async_copy;
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
-use crate::codegen::visit::has_barrier;
+use crate::codegen::visit::{for_each_node, has_barrier};
 use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
 use vyre_foundation::ir::{Expr, Node};
@@ -205,6 +205,7 @@ impl<'p> Lowerer<'p> {
         if divergent && (has_barrier(then) || has_barrier(otherwise)) {
             self.check_branch_agreement(p);
         }
+        self.put_branch_history(node, p);
         self.divergence += u32::from(divergent);
         let (else_label, end_label) = early.unwrap_or_else(|| (self.w.label(), self.w.label()));
         emit!(self.w, "@!{p} bra {else_label}");
@@ -235,6 +236,42 @@ impl<'p> Lowerer<'p> {
         emit!(self.w, "xor.pred {all}, {all}, {any}");
         // `all` is the same in every lane (a barrier reduction), so all exit.
         self.fault_exit_if(all, DeviceFault::DivergentBarrier);
+    }
+
+    /// The reference fails as well when a barrier-holding `If` in a loop takes another
+    /// value than it took before (it keeps every value an invocation's condition took and
+    /// compares them all, across iterations too). Live lanes agree at each evaluation
+    /// (uniform condition, or `check_branch_agreement`), so each lane keeps its own history.
+    fn put_branch_history(&mut self, node: &'p Node, p: Reg) {
+        let Some(&history) = self.branch_history.get(&(node as *const Node)) else {
+            return;
+        };
+        let (taken, both) = (self.b32(), self.pred());
+        emit!(self.w, "selp.u32 {taken}, 1, 2, {p}");
+        emit!(self.w, "or.b32 {history}, {history}, {taken}");
+        emit!(self.w, "setp.eq.u32 {both}, {history}, 3");
+        self.fault_if(both, DeviceFault::DivergentBarrier);
+    }
+
+    /// Empty histories for the barrier-holding `If`s of an outermost loop, which runs
+    /// at most once per invocation.
+    fn start_branch_histories(&mut self, body: &'p [Node]) {
+        let mut branches = Vec::new();
+        for_each_node(body, &mut |node| {
+            if let Node::If {
+                then, otherwise, ..
+            } = node
+            {
+                if has_barrier(then) || has_barrier(otherwise) {
+                    branches.push(node as *const Node);
+                }
+            }
+        });
+        for branch in branches {
+            let history = self.b32();
+            emit!(self.w, "mov.u32 {history}, 0");
+            self.branch_history.insert(branch, history);
+        }
     }
 
     /// The subgroup operations in the branches of the outermost divergent branch: the
@@ -272,6 +309,9 @@ impl<'p> Lowerer<'p> {
             }
             false => None,
         };
+        if self.loop_depth == 0 {
+            self.start_branch_histories(body);
+        }
         let from = self.put_expr(from)?;
         let from = self.u32_checked(from, DeviceFault::LoopBoundNotU32)?;
         let to = self.put_expr(to)?;
@@ -295,6 +335,7 @@ impl<'p> Lowerer<'p> {
         emit!(self.w, "@{done} bra {stopped}");
         self.push_scope();
         self.divergence += u32::from(divergent);
+        self.loop_depth += 1;
         // The body sees an immutable copy, so nothing in it can steer the loop.
         let var_reg = self.w.reg(RegClass::B32);
         self.mov(var_reg, counter);
@@ -302,6 +343,7 @@ impl<'p> Lowerer<'p> {
             .bind(var, Val::new(ValKind::U32, var_reg), true)
             .and_then(|()| self.put_block(body));
         self.divergence -= u32::from(divergent);
+        self.loop_depth -= 1;
         self.pop_scope();
         result?;
         emit!(self.w, "add.u32 {counter}, {counter}, 1");
