@@ -226,3 +226,39 @@ fn barriers_in_loops_with_per_lane_bounds_are_refused_by_both() {
         "V010:",
     );
 }
+
+/// Runs `check` on a thread with room for the deep trees' recursive construction and drop.
+fn on_big_stack(check: impl FnOnce() + Send + 'static) {
+    std::thread::Builder::new()
+        .stack_size(256 << 20)
+        .spawn(check)
+        .expect("thread")
+        .join()
+        .expect("the check passed");
+}
+
+#[test]
+fn statements_nested_deeper_than_the_validator_allows_are_refused_by_both() {
+    on_big_stack(|| {
+        let mut body = store_u32(Expr::u32(7));
+        for _ in 0..vyre_cuda::codegen::MAX_STATEMENT_DEPTH + 1 {
+            body = vec![Node::if_then(Expr::bool(true), body)];
+        }
+        both_refuse(&program(body), "deeply nested statements", "V018:");
+    });
+}
+
+#[test]
+fn expressions_nested_deeper_than_the_validator_allows_are_refused_by_both() {
+    on_big_stack(|| {
+        let mut value = gid();
+        for _ in 0..vyre_cuda::codegen::MAX_EXPRESSION_DEPTH + 1 {
+            value = bin(BinOp::Add, value, Expr::u32(1));
+        }
+        both_refuse(
+            &program(store_u32(value)),
+            "deeply nested expression",
+            "V033:",
+        );
+    });
+}

@@ -25,7 +25,7 @@ pub enum DeviceFault {
     /// `Node::Trap` was reached.
     Trap = 9,
     /// A construct the reference interpreter rejects whenever it runs (`Resume`,
-    /// `IndirectDispatch`, `SubgroupLocalId`, `SubgroupSize`).
+    /// `IndirectDispatch`, `SubgroupLocalId`, `SubgroupSize`, opaque extensions).
     RejectedByReference = 10,
     /// A barrier inside an `If` whose condition differed across the workgroup.
     DivergentBarrier = 11,
@@ -93,7 +93,7 @@ impl DeviceFault {
             Self::CastOutOfRange => "a cast cannot represent its value losslessly",
             Self::AtomicOperandNotU32 => "an atomic operand cannot be represented as u32",
             Self::Trap => "the program reached Node::Trap (the reference dispatch traps)",
-            Self::RejectedByReference => "the program reached a construct the reference interpreter cannot execute (Resume, IndirectDispatch, SubgroupLocalId or SubgroupSize)",
+            Self::RejectedByReference => "the program reached a construct the reference interpreter cannot execute (Resume, IndirectDispatch, SubgroupLocalId, SubgroupSize or an opaque IR extension)",
             Self::DivergentBarrier => "program violates uniform-control-flow rule: a Barrier appears inside an If whose condition differs across the workgroup",
             Self::SubgroupLaneNotU32 => "subgroup_shuffle lane index is not a u32",
             Self::AsyncByteCountNotU64 => "an async copy offset or size cannot be represented as u64",
@@ -118,7 +118,7 @@ impl DeviceFault {
             Self::CastOutOfRange => "cast from an in-range value",
             Self::AtomicOperandNotU32 => "pass u32-compatible atomic operands",
             Self::Trap => "handle the trap condition before dispatch",
-            Self::RejectedByReference => "lower these constructs before dispatch",
+            Self::RejectedByReference => "lower these constructs (and IR extensions) to core IR before dispatch",
             Self::DivergentBarrier => {
                 "make the condition uniform or move the Barrier outside the branch"
             }

@@ -5,6 +5,7 @@ pub mod artifact;
 pub mod cluster;
 pub mod collective_programs;
 pub mod corpus;
+pub mod extensions;
 pub mod gpu;
 pub mod grid_programs;
 pub mod half_programs;

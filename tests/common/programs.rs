@@ -1445,7 +1445,53 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(literal_divisor_cases());
     cases.extend(super::subgroup_programs::subgroup_return_cases());
     cases.extend(barrier_branch_history_cases());
+    cases.extend(extension_cases());
     cases
+}
+
+/// IR extensions no evaluator knows fail the dispatch where a lane reaches them, and
+/// only there.
+pub fn extension_cases() -> Vec<Case> {
+    use super::extensions::{unknown_expr, unknown_node};
+    let n = 64;
+    let program = |body: Vec<Node>| {
+        Program::wrapped(
+            vec![
+                BufferDecl::read("a", 0, DataType::U32).with_count(n),
+                BufferDecl::output("out", 1, DataType::U32).with_count(n),
+            ],
+            [n, 1, 1],
+            body,
+        )
+    };
+    let store = |value: Expr| Node::store("out", gid(), value);
+    let when = |limit: u32, body: Vec<Node>| {
+        let reached = bin(BinOp::Lt, Expr::load("a", gid()), Expr::u32(limit));
+        vec![Node::if_then(reached, body), store(Expr::load("a", gid()))]
+    };
+    let as_u32 = |ty: DataType| Expr::cast(DataType::U32, unknown_expr(ty));
+    let inputs = || vec![u32_bytes(&(0..n).map(|i| i * 3).collect::<Vec<_>>())];
+    let case = |name: &str, body| Case::new(name, program(body), inputs());
+    vec![
+        case(
+            "unknown node extension no lane reaches",
+            when(0, vec![unknown_node()]),
+        ),
+        case(
+            "unknown node extension some lanes reach",
+            when(9, vec![unknown_node()]),
+        )
+        .failing(),
+        case(
+            "unknown u32 expression extension no lane reaches",
+            when(0, vec![store(as_u32(DataType::U32))]),
+        ),
+        case(
+            "unknown f32 expression extension some lanes reach",
+            when(9, vec![store(as_u32(DataType::F32))]),
+        )
+        .failing(),
+    ]
 }
 
 /// A barrier-holding `If` in a loop: the reference keeps every value its condition took

@@ -6,7 +6,7 @@ use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
 use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
-use vyre_foundation::ir::Expr;
+use vyre_foundation::ir::{DataType, Expr};
 
 impl<'p> Lowerer<'p> {
     /// The recursion depth is bounded by `analysis::nesting`, checked up front.
@@ -78,11 +78,20 @@ impl<'p> Lowerer<'p> {
                 self.fault_always(DeviceFault::RejectedByReference);
                 Ok(Val::new(ValKind::U32, self.imm_b32(0)))
             }
-            Expr::Opaque(ext) => Err(CodegenError::unsupported(
-                format!("Expr::Opaque({})", ext.extension_kind()),
-                "opaque expression extensions have no PTX lowering",
-                "lower the extension to core IR before dispatch",
-            )),
+            Expr::Opaque(ext) => {
+                // The reference fails when it evaluates one (it has no evaluator for
+                // extensions) and runs programs that never reach it.
+                self.fault_always(DeviceFault::RejectedByReference);
+                let kind = match ext.result_type() {
+                    Some(DataType::Bool) => ValKind::Bool,
+                    Some(ty) => ValKind::of_load(&ty).unwrap_or(ValKind::U32),
+                    None => ValKind::U32,
+                };
+                let zero = self.w.reg(kind.reg_class());
+                let (ty, literal) = (zero.class().ty(), zero.class().zero());
+                emit!(self.w, "mov.{ty} {zero}, {literal}");
+                Ok(Val::new(kind, zero))
+            }
             _ => Err(CodegenError::unsupported(
                 "an unknown Expr variant",
                 "this vyre IR expression is newer than vyre-cuda",

@@ -88,11 +88,11 @@ impl<'p> Lowerer<'p> {
             Node::AllGather { .. } => Err(unsupported_node("Node::AllGather")),
             Node::ReduceScatter { .. } => Err(unsupported_node("Node::ReduceScatter")),
             Node::Broadcast { .. } => Err(unsupported_node("Node::Broadcast")),
-            Node::Opaque(ext) => Err(CodegenError::unsupported(
-                format!("Node::Opaque({})", ext.extension_kind()),
-                "opaque node extensions have no PTX lowering",
-                "lower the extension to core IR before dispatch",
-            )),
+            Node::Opaque(_) => {
+                // As `Expr::Opaque`: a run-time failure of the reference where reached.
+                self.fault_always(DeviceFault::RejectedByReference);
+                Ok(())
+            }
             _ => Err(unsupported_node("an unknown Node variant")),
         }
     }
