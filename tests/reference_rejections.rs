@@ -262,3 +262,36 @@ fn expressions_nested_deeper_than_the_validator_allows_are_refused_by_both() {
         );
     });
 }
+
+/// Links the crates that register composite ops (their bodies are what calls inline to).
+use vyre_primitives as _;
+
+#[test]
+fn calls_that_cannot_be_inlined_are_refused_by_both() {
+    let call = Expr::Call {
+        op_id: "vyre-primitives::bitset::and".into(),
+        args: vec![],
+    };
+    both_refuse(
+        &program(store_u32(call)),
+        "Expr::Call",
+        "IR inlining argument count mismatch",
+    );
+}
+
+#[test]
+fn calls_of_ops_without_an_ir_body_are_refused_by_both() {
+    // A call left after inlining names an op without an IR body; in this crate graph
+    // (vyre-libs and vyre-primitives linked) every registered op has one, and vyre's
+    // validator refuses calls of unregistered ops. No CPU reference facet is registered
+    // either, so the reference could not run a body-less registered op's call.
+    let call = Expr::Call {
+        op_id: "vyre_cuda_tests::not_registered".into(),
+        args: vec![gid()],
+    };
+    both_refuse(
+        &program(store_u32(call)),
+        "Expr::Call(vyre_cuda_tests::not_registered)",
+        "V016:",
+    );
+}
