@@ -161,7 +161,7 @@ fn buffers_of_unsized_elements_are_refused_by_both() {
     );
     both_refuse(
         &program,
-        "buffer element type tensor",
+        "buffer of unsized element type tensor",
         "has unsized element type tensor",
     );
 }

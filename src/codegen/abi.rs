@@ -307,16 +307,30 @@ pub(crate) fn layout(
 }
 
 fn element_size(decl: &BufferDecl) -> Result<u32, CodegenError> {
-    element_stride(&decl.element()).ok_or_else(|| {
-        CodegenError::unsupported(
-            format!("buffer element type {}", decl.element()),
+    let element = decl.element();
+    if let Some(stride) = element_stride(&element) {
+        return Ok(stride);
+    }
+    let use_instead =
+        "use u8/i8/u16/i16/f16/bf16/u32/i32/f32/bool/u64/i64/f64/vec2<u32>/vec4<u32>/bytes elements";
+    if element.size_bytes().is_none() {
+        return Err(CodegenError::unsupported(
+            format!("buffer of unsized element type {element}"),
             format!(
-                "buffer `{}` has an element type the emitter does not address yet",
+                "buffer `{}` has no fixed element size, which vyre-reference refuses as well",
                 decl.name()
             ),
-            "use u8/i8/u16/i16/f16/bf16/u32/i32/f32/bool/u64/i64/f64/vec2<u32>/vec4<u32>/bytes elements",
-        )
-    })
+            use_instead,
+        ));
+    }
+    Err(CodegenError::unsupported(
+        format!("buffer element type {element}"),
+        format!(
+            "buffer `{}` has an element type the emitter does not address yet",
+            decl.name()
+        ),
+        use_instead,
+    ))
 }
 
 /// Place a workgroup buffer at the next 16-byte boundary of `vyre_shared`.
