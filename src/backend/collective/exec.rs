@@ -538,15 +538,13 @@ enum Spread {
 /// own reduction there), and from it the copy engine is faster (128 MiB 405 vs 427 us,
 /// 1 GiB 3.00 vs 3.28 ms). Four ranks with stream-memory-operation barriers: the kernel's
 /// writes win below `MANY_RANKS_NCCL_SPREAD_MIN_BYTES` (8 MiB 72.8 vs 87.4 us by NCCL
-/// send/recv; copy-engine pulls were slower at every size) and NCCL from it, the
-/// configuration the 4-GPU test suite ran. (Emitter v12's fold kernels, reading and
-/// writing 16 bytes per access, write faster still: 32 MiB 194 vs 206 us, 512 MiB 2.53 vs
-/// 2.58 ms, NCCL ahead only at 1 GiB; the threshold moves up once a 4-GPU suite has run
-/// the written spread at those sizes.) Four ranks with event barriers: every cross-GPU
+/// send/recv; with emitter v12's 16-byte accesses 32 MiB 194 vs 206 us, 512 MiB 2.53 vs
+/// 2.58 ms; copy-engine pulls were slower at every size) and NCCL from 1 GiB (0.93x vs
+/// 0.91x NCCL direct). Four ranks with event barriers: every cross-GPU
 /// event wait costs several microseconds, so NCCL carries the blocks after one barrier at
 /// every size. `VYRE_CUDA_PEER_SPREAD=write|pull|nccl` forces one (for measuring).
 const PEER_PULL_MIN_BYTES: usize = 128 << 20;
-const MANY_RANKS_NCCL_SPREAD_MIN_BYTES: usize = 32 << 20;
+const MANY_RANKS_NCCL_SPREAD_MIN_BYTES: usize = 1 << 30;
 
 fn spread(bytes: usize, world: usize, barrier: PeerBarrierKind) -> Spread {
     static FORCED: std::sync::OnceLock<Option<Spread>> = std::sync::OnceLock::new();
@@ -1312,8 +1310,8 @@ mod tests {
         assert_eq!(spread(128 * MIB, 2, memops), Spread::Pull);
         assert_eq!(spread(128 * MIB, 2, PeerBarrierKind::Events), Spread::Pull);
         assert_eq!(spread(8, 4, memops), Spread::Write);
-        assert_eq!(spread(32 * MIB - 1, 4, memops), Spread::Write);
-        assert_eq!(spread(32 * MIB, 4, memops), Spread::Nccl);
+        assert_eq!(spread(1024 * MIB - 1, 4, memops), Spread::Write);
+        assert_eq!(spread(1024 * MIB, 4, memops), Spread::Nccl);
         assert_eq!(spread(8, 4, PeerBarrierKind::Events), Spread::Nccl);
     }
 
