@@ -39,10 +39,16 @@ pub enum DeviceFault {
     /// A subgroup operand read a variable that a lane of the subgroup never bound (it
     /// returned first); the reference evaluates the operand for every lane.
     UndeclaredVariable = 15,
+    /// An `AsyncLoad`/`AsyncStore` started a tag whose earlier transfer was not waited for.
+    AsyncTagStartedTwice = 16,
+    /// An `AsyncWait` found no started transfer with its tag.
+    AsyncWaitWithoutStart = 17,
+    /// An invocation ended (`Return` or the end of its segment) with a transfer pending.
+    AsyncTransferPending = 18,
 }
 
 impl DeviceFault {
-    const ALL: [DeviceFault; 15] = [
+    const ALL: [DeviceFault; 18] = [
         Self::SignedDivisionByZero,
         Self::SignedDivisionOverflow,
         Self::SignedRemainderByZero,
@@ -58,6 +64,9 @@ impl DeviceFault {
         Self::AsyncByteCountNotU64,
         Self::HalfOutOfBounds,
         Self::UndeclaredVariable,
+        Self::AsyncTagStartedTwice,
+        Self::AsyncWaitWithoutStart,
+        Self::AsyncTransferPending,
     ];
 
     /// The fault word value.
@@ -95,6 +104,9 @@ impl DeviceFault {
             Self::AsyncByteCountNotU64 => "an async copy offset or size cannot be represented as u64",
             Self::HalfOutOfBounds => "an operator received an out-of-bounds f16/bf16 load, which the reference holds as raw bytes [0, 0], not a float (mismatched operands)",
             Self::UndeclaredVariable => "reference to undeclared variable: a subgroup operation read a variable that a lane of its subgroup had not bound (the reference evaluates the operand for every lane, including lanes that returned)",
+            Self::AsyncTagStartedTwice => "an async transfer tag was started more than once before a matching wait",
+            Self::AsyncWaitWithoutStart => "an async wait has no matching async transfer",
+            Self::AsyncTransferPending => "an invocation completed with an async transfer still pending",
         }
     }
 
@@ -124,6 +136,11 @@ impl DeviceFault {
             }
             Self::UndeclaredVariable => {
                 "bind the variable before any Return that comes before the subgroup operation"
+            }
+            Self::AsyncTagStartedTwice => "reuse the tag only after AsyncWait completes",
+            Self::AsyncWaitWithoutStart => "emit AsyncLoad or AsyncStore before AsyncWait",
+            Self::AsyncTransferPending => {
+                "add AsyncWait for every AsyncLoad/AsyncStore tag before Return or end-of-program"
             }
         }
     }
