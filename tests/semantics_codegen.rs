@@ -119,3 +119,19 @@ fn half_cases_round_bf16_with_integers_below_sm80_and_assemble() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
+
+/// The snapshot cases are only meaningful if the reference really copies the source as it
+/// was at the start: their source bytes are multiples of 0x11, the bytes stored to it
+/// before the wait are not.
+#[test]
+fn async_snapshot_cases_copy_the_source_as_it_was_at_the_start() {
+    for case in common::programs::async_snapshot_cases() {
+        let outputs = common::gpu::reference(&case.program, &case.inputs).expect(&case.name);
+        let copied = outputs.last().expect("the copy's destination is returned");
+        assert!(
+            copied.iter().any(|&b| b != 0) && copied.iter().all(|&b| b % 0x11 == 0),
+            "{}: {copied:02x?}",
+            case.name
+        );
+    }
+}

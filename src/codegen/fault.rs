@@ -39,13 +39,19 @@ pub enum DeviceFault {
     /// A subgroup operand read a variable that a lane of the subgroup never bound (it
     /// returned first); the reference evaluates the operand for every lane.
     UndeclaredVariable = 15,
+    /// An `AsyncLoad`/`AsyncStore` started a tag whose earlier transfer was not waited for.
+    AsyncTagStartedTwice = 16,
+    /// An `AsyncWait` found no started transfer with its tag.
+    AsyncWaitWithoutStart = 17,
+    /// An invocation ended (`Return` or the end of its segment) with a transfer pending.
+    AsyncTransferPending = 18,
     /// A subgroup shuffle or reduction over lanes the reference does not combine (it
     /// combines u32 and float lanes only).
-    SubgroupLanesNotCombinable = 16,
+    SubgroupLanesNotCombinable = 19,
 }
 
 impl DeviceFault {
-    const ALL: [DeviceFault; 16] = [
+    const ALL: [DeviceFault; 19] = [
         Self::SignedDivisionByZero,
         Self::SignedDivisionOverflow,
         Self::SignedRemainderByZero,
@@ -61,6 +67,9 @@ impl DeviceFault {
         Self::AsyncByteCountNotU64,
         Self::HalfOutOfBounds,
         Self::UndeclaredVariable,
+        Self::AsyncTagStartedTwice,
+        Self::AsyncWaitWithoutStart,
+        Self::AsyncTransferPending,
         Self::SubgroupLanesNotCombinable,
     ];
 
@@ -100,6 +109,9 @@ impl DeviceFault {
             Self::HalfOutOfBounds => "an operator received an out-of-bounds f16/bf16 load, which the reference holds as raw bytes [0, 0], not a float (mismatched operands)",
             Self::SubgroupLanesNotCombinable => "subgroup lanes have mixed or unsupported value types (the reference combines u32 and f32 lanes only)",
             Self::UndeclaredVariable => "reference to undeclared variable: a subgroup operation read a variable that a lane of its subgroup had not bound (the reference evaluates the operand for every lane, including lanes that returned)",
+            Self::AsyncTagStartedTwice => "an async transfer tag was started more than once before a matching wait",
+            Self::AsyncWaitWithoutStart => "an async wait has no matching async transfer",
+            Self::AsyncTransferPending => "an invocation completed with an async transfer still pending",
         }
     }
 
@@ -132,6 +144,11 @@ impl DeviceFault {
             }
             Self::UndeclaredVariable => {
                 "bind the variable before any Return that comes before the subgroup operation"
+            }
+            Self::AsyncTagStartedTwice => "reuse the tag only after AsyncWait completes",
+            Self::AsyncWaitWithoutStart => "emit AsyncLoad or AsyncStore before AsyncWait",
+            Self::AsyncTransferPending => {
+                "add AsyncWait for every AsyncLoad/AsyncStore tag before Return or end-of-program"
             }
         }
     }

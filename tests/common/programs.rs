@@ -1332,6 +1332,280 @@ pub fn async_copy_cases() -> Vec<Case> {
     ]
 }
 
+fn async_copy(store: bool, source: &str, destination: &str, offset: Expr, size: Expr) -> Node {
+    let (source, destination, tag) = (source.into(), destination.into(), "t".into());
+    let (offset, size) = (Box::new(offset), Box::new(size));
+    if store {
+        Node::AsyncStore {
+            source,
+            destination,
+            offset,
+            size,
+            tag,
+        }
+    } else {
+        Node::AsyncLoad {
+            source,
+            destination,
+            offset,
+            size,
+            tag,
+        }
+    }
+}
+
+fn async_wait() -> Node {
+    Node::AsyncWait { tag: "t".into() }
+}
+
+/// Async copies whose start and wait are not next to each other in one block, and the
+/// reference's run-time errors for unpaired ones. Each invocation below 8 copies 8 bytes
+/// of `a` into its own 8 bytes of `out` (`out[2g..2g+2]`) and stores plainly only at
+/// `out[16 + g]`, so no two invocations race.
+pub fn async_split_cases() -> Vec<Case> {
+    // Odd at 2, 3, 4, 8, 9, 10, ...: the branches below diverge within a workgroup.
+    let a = u32_bytes(
+        &(0..16)
+            .map(|i| 0x0101_0101 * (i + 1) + u32::from(i % 3 == 0))
+            .collect::<Vec<_>>(),
+    );
+    let program = |body: Vec<Node>| {
+        Program::wrapped(
+            vec![
+                BufferDecl::read("a", 0, DataType::U32).with_count(16),
+                BufferDecl::output("out", 1, DataType::U32).with_count(24),
+            ],
+            [4, 1, 1],
+            vec![Node::if_then(bin(BinOp::Lt, gid(), Expr::u32(8)), body)],
+        )
+    };
+    let own = || bin(BinOp::Mul, gid(), Expr::u32(8));
+    let start = || async_copy(true, "a", "out", own(), Expr::u32(8));
+    let odd = || {
+        bin(
+            BinOp::Eq,
+            bin(BinOp::BitAnd, ld("a"), Expr::u32(1)),
+            Expr::u32(1),
+        )
+    };
+    let mark = |v: u32| Node::store("out", bin(BinOp::Add, gid(), Expr::u32(16)), Expr::u32(v));
+    let case = |name: &str, body: Vec<Node>| Case::new(name, program(body), vec![a.clone()]);
+    vec![
+        case(
+            "async start before an If, wait in both arms",
+            vec![
+                start(),
+                Node::if_then_else(
+                    odd(),
+                    vec![mark(1), async_wait()],
+                    vec![async_wait(), mark(2)],
+                ),
+            ],
+        ),
+        case(
+            "async start before an If, wait after it",
+            vec![
+                start(),
+                Node::if_then_else(odd(), vec![mark(1)], vec![mark(2)]),
+                async_wait(),
+            ],
+        ),
+        case(
+            "async start in one branch, wait in a later If on the same condition",
+            vec![
+                Node::let_bind("c", odd()),
+                Node::if_then(Expr::var("c"), vec![start()]),
+                mark(3),
+                Node::if_then(Expr::var("c"), vec![async_wait()]),
+            ],
+        ),
+        case(
+            "async starts of one tag in both branches (load or store), wait after the If",
+            vec![
+                Node::if_then_else(
+                    bin(BinOp::Eq, gid(), Expr::u32(0)),
+                    vec![async_copy(false, "a", "out", Expr::u32(21), Expr::u32(8))],
+                    vec![start()],
+                ),
+                async_wait(),
+            ],
+        ),
+        case(
+            "async start before a Loop, wait after it",
+            vec![
+                start(),
+                Node::loop_for(
+                    "i",
+                    Expr::u32(0),
+                    Expr::u32(3),
+                    vec![Node::store(
+                        "out",
+                        bin(BinOp::Add, gid(), Expr::u32(16)),
+                        Expr::var("i"),
+                    )],
+                ),
+                async_wait(),
+            ],
+        ),
+        case(
+            "async start in a one-trip Loop, wait after it",
+            vec![
+                Node::loop_for("i", Expr::u32(2), Expr::u32(3), vec![start()]),
+                async_wait(),
+            ],
+        ),
+        case(
+            "async start before a Block, wait in it",
+            vec![start(), Node::block(vec![mark(4), async_wait()])],
+        ),
+        case(
+            "async tag reused after its wait, also inside a Loop",
+            vec![
+                async_copy(true, "a", "out", own(), Expr::u32(4)),
+                async_wait(),
+                Node::loop_for(
+                    "i",
+                    Expr::u32(0),
+                    Expr::u32(2),
+                    vec![
+                        async_copy(
+                            true,
+                            "a",
+                            "out",
+                            bin(BinOp::Add, own(), Expr::u32(4)),
+                            bin(BinOp::Add, Expr::var("i"), Expr::u32(3)),
+                        ),
+                        async_wait(),
+                    ],
+                ),
+            ],
+        ),
+        case("async start without a wait", vec![start()]).failing(),
+        case("async wait without a start", vec![async_wait()]).failing(),
+        case(
+            "async wait without a start on some invocations",
+            vec![Node::if_then(odd(), vec![start()]), async_wait()],
+        )
+        .failing(),
+        case(
+            "async tag started twice",
+            vec![start(), start(), async_wait()],
+        )
+        .failing(),
+        case(
+            "async start in a two-trip Loop, wait after it",
+            vec![
+                Node::loop_for("i", Expr::u32(0), Expr::u32(2), vec![start()]),
+                async_wait(),
+            ],
+        )
+        .failing(),
+        case(
+            "async Return between start and wait",
+            vec![
+                start(),
+                Node::if_then(odd(), vec![Node::Return]),
+                async_wait(),
+            ],
+        )
+        .failing(),
+    ]
+}
+
+/// Async copies whose source changes between start and wait: the bytes at the start win.
+/// Only invocation 0 copies (`s` is one read-write buffer), so nothing races.
+pub fn async_snapshot_cases() -> Vec<Case> {
+    let s = u32_bytes(&(0..8).map(|i| 0x1111_1111 * (i + 1)).collect::<Vec<_>>());
+    let program = |shared: bool, body: Vec<Node>| {
+        let mut buffers = vec![
+            BufferDecl::read_write("s", 0, DataType::U32).with_count(8),
+            BufferDecl::output("out", 1, DataType::U32).with_count(8),
+        ];
+        if shared {
+            buffers.push(BufferDecl::workgroup("tile", 4, DataType::U32));
+        }
+        Program::wrapped(buffers, [4, 1, 1], body)
+    };
+    let first = |body: Vec<Node>| Node::if_then(bin(BinOp::Eq, gid(), Expr::u32(0)), body);
+    let clobber = |at: u32| Node::store("s", Expr::u32(at), Expr::u32(0xdead_beef));
+    let load = |size: Expr| async_copy(false, "s", "out", Expr::u32(6), size);
+    vec![
+        Case::new(
+            "async source stored to between start and wait",
+            program(
+                false,
+                vec![first(vec![load(Expr::u32(13)), clobber(2), async_wait()])],
+            ),
+            vec![s.clone()],
+        ),
+        Case::new(
+            "async store source changed in an If and a Loop before the wait",
+            program(
+                false,
+                vec![first(vec![
+                    async_copy(true, "s", "out", Expr::u32(3), Expr::u32(20)),
+                    Node::if_then(
+                        bin(
+                            BinOp::Eq,
+                            Expr::load("s", Expr::u32(0)),
+                            Expr::u32(0x1111_1111),
+                        ),
+                        vec![clobber(0)],
+                    ),
+                    Node::loop_for(
+                        "i",
+                        Expr::u32(1),
+                        Expr::u32(4),
+                        vec![Node::store("s", Expr::var("i"), Expr::var("i"))],
+                    ),
+                    async_wait(),
+                ])],
+            ),
+            vec![s.clone()],
+        ),
+        Case::new(
+            "async source changed by another invocation between barriers",
+            program(
+                false,
+                vec![
+                    first(vec![load(Expr::u32(16))]),
+                    Node::barrier_with_ordering(MemoryOrdering::SeqCst),
+                    Node::if_then(bin(BinOp::Eq, gid(), Expr::u32(1)), vec![clobber(3)]),
+                    Node::barrier_with_ordering(MemoryOrdering::SeqCst),
+                    first(vec![async_wait()]),
+                ],
+            ),
+            vec![s.clone()],
+        ),
+        Case::new(
+            "async copy of a run-time size into a workgroup buffer, source changed",
+            program(
+                true,
+                vec![
+                    first(vec![
+                        async_copy(
+                            false,
+                            "s",
+                            "tile",
+                            Expr::u32(2),
+                            bin(
+                                BinOp::Sub,
+                                Expr::load("s", Expr::u32(7)),
+                                Expr::u32(0x8888_8870),
+                            ),
+                        ),
+                        clobber(1),
+                        async_wait(),
+                    ]),
+                    Node::barrier_with_ordering(MemoryOrdering::SeqCst),
+                    Node::store("out", gid(), Expr::load("tile", gid())),
+                ],
+            ),
+            vec![s],
+        ),
+    ]
+}
+
 /// Run-time errors the reference raises; the GPU must fail too.
 pub fn fault_cases() -> Vec<Case> {
     let a = u32_bytes(&[10, 20, 30, 40]);
@@ -1446,6 +1720,8 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(super::subgroup_programs::subgroup_return_cases());
     cases.extend(barrier_branch_history_cases());
     cases.extend(extension_cases());
+    cases.extend(async_split_cases());
+    cases.extend(async_snapshot_cases());
     cases
 }
 

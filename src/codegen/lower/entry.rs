@@ -62,7 +62,9 @@ impl<'p> Lowerer<'p> {
                 if lockstep::keeps_returned_lanes(segment.nodes, &self.facts.uniformity) {
                     self.keeps_returned_lanes();
                 }
-                self.put_block(segment.nodes)?
+                self.plan_async_copies(segment.nodes)?;
+                self.put_block(segment.nodes)?;
+                self.fault_pending_copies();
             }
             Replication::Once => self.put_once(segment.nodes)?,
             Replication::Serial => self.put_reference_schedule(segment.nodes)?,
@@ -88,6 +90,7 @@ impl<'p> Lowerer<'p> {
         let fault_word = self.uses_fault_word;
         let prologue = self.prologue(fault_word || clocked, clocked);
         let mut decls = self.w.register_decls();
+        decls.push_str(&self.async_decls());
         if clocked {
             decls.push_str(clock::ARRIVED_DECL);
         }

@@ -31,7 +31,7 @@ use super::kind::{element_stride, ValKind};
 use super::libm::Libm;
 use super::writer::{Label, PtxWriter, Reg, RegClass};
 use super::CodegenError;
-use async_copy::PendingCopy;
+use async_copy::AsyncTag;
 use memory::{BufferSlot, Space};
 use reduction::Partial;
 use returned::{Hoisted, Returned};
@@ -131,8 +131,8 @@ pub(crate) struct Lowerer<'p> {
     /// Lanes present in this invocation's 32-lane subgroup, and their member mask.
     subgroup_lanes: Reg,
     subgroup_mask: Reg,
-    /// Async copies started and not yet waited for, by tag.
-    pending_copies: FxHashMap<&'p str, PendingCopy<'p>>,
+    /// The async transfer tags of this segment, in order of their first start.
+    async_tags: Vec<AsyncTag<'p>>,
     /// How many data-dependent branches enclose the current statement.
     divergence: u32,
     /// How many loops enclose the current statement.
@@ -204,7 +204,7 @@ impl<'p> Lowerer<'p> {
             libm_used: BTreeSet::new(),
             subgroup_lanes,
             subgroup_mask,
-            pending_copies: FxHashMap::default(),
+            async_tags: Vec::new(),
             divergence: 0,
             loop_depth: 0,
             branch_history: FxHashMap::default(),

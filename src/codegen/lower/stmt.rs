@@ -1,7 +1,6 @@
 //! Statements: one `put_*` per `Node` construct.
 
 use super::{bytes, Lowerer, Val};
-use crate::codegen::analysis::async_copy;
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
 use crate::codegen::visit::{for_each_node, has_barrier};
@@ -18,7 +17,6 @@ impl<'p> Lowerer<'p> {
     }
 
     pub(super) fn put_block(&mut self, nodes: &'p [Node]) -> Result<(), CodegenError> {
-        async_copy::check_block(nodes)?;
         for node in nodes {
             self.put_node(node)?;
         }
@@ -54,6 +52,7 @@ impl<'p> Lowerer<'p> {
                 body,
             } => self.put_loop(node, var.as_str(), from, to, body),
             Node::Return => {
+                self.fault_pending_copies();
                 if !self.lane_return() && !self.schedule_return() && !self.return_and_stay()? {
                     self.end_invocation();
                 }
