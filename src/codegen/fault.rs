@@ -39,10 +39,13 @@ pub enum DeviceFault {
     /// A subgroup operand read a variable that a lane of the subgroup never bound (it
     /// returned first); the reference evaluates the operand for every lane.
     UndeclaredVariable = 15,
+    /// A binary operator received a bytes load (the rest of a bytes buffer, a
+    /// `Value::Bytes`), which the reference's operators reject as mismatched operands.
+    BytesOperand = 16,
 }
 
 impl DeviceFault {
-    const ALL: [DeviceFault; 15] = [
+    const ALL: [DeviceFault; 16] = [
         Self::SignedDivisionByZero,
         Self::SignedDivisionOverflow,
         Self::SignedRemainderByZero,
@@ -58,6 +61,7 @@ impl DeviceFault {
         Self::AsyncByteCountNotU64,
         Self::HalfOutOfBounds,
         Self::UndeclaredVariable,
+        Self::BytesOperand,
     ];
 
     /// The fault word value.
@@ -95,6 +99,7 @@ impl DeviceFault {
             Self::AsyncByteCountNotU64 => "an async copy offset or size cannot be represented as u64",
             Self::HalfOutOfBounds => "an operator received an out-of-bounds f16/bf16 load, which the reference holds as raw bytes [0, 0], not a float (mismatched operands)",
             Self::UndeclaredVariable => "reference to undeclared variable: a subgroup operation read a variable that a lane of its subgroup had not bound (the reference evaluates the operand for every lane, including lanes that returned)",
+            Self::BytesOperand => "a binary operator received mismatched operands: a load of a bytes buffer is raw bytes (the rest of the buffer), not a number",
         }
     }
 
@@ -124,6 +129,9 @@ impl DeviceFault {
             }
             Self::UndeclaredVariable => {
                 "bind the variable before any Return that comes before the subgroup operation"
+            }
+            Self::BytesOperand => {
+                "read single bytes from a u8 buffer, or words from a u32 buffer, to compute with them"
             }
         }
     }
