@@ -280,6 +280,25 @@ fn calls_that_cannot_be_inlined_are_refused_by_both() {
 }
 
 #[test]
+fn stores_of_bytes_loads_into_other_elements_are_refused_by_both() {
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("s", 0, DataType::Bytes)
+                .with_count(16)
+                .with_bytes_extraction(true),
+            BufferDecl::output("out", 1, DataType::F32).with_count(4),
+        ],
+        [4, 1, 1],
+        vec![Node::store("out", gid(), Expr::load("s", gid()))],
+    );
+    both_refuse(
+        &program,
+        "Store of a run-time-sized bytes value into a f32 buffer",
+        "V121:",
+    );
+}
+
+#[test]
 fn calls_of_ops_without_an_ir_body_are_refused_by_both() {
     // A call left after inlining names an op without an IR body; in this crate graph
     // (vyre-libs and vyre-primitives linked) every registered op has one, and vyre's
@@ -294,4 +313,16 @@ fn calls_of_ops_without_an_ir_body_are_refused_by_both() {
         "Expr::Call(vyre_cuda_tests::not_registered)",
         "V016:",
     );
+}
+
+#[test]
+fn casts_of_half_loads_to_bytes_are_refused_by_both() {
+    let program = program_with(
+        vec![
+            Node::let_bind("x", Expr::cast(DataType::Bytes, Expr::load("h", gid()))),
+            Node::store("out", gid(), Expr::u32(0)),
+        ],
+        BufferDecl::read("h", 3, DataType::F16).with_count(4),
+    );
+    both_refuse(&program, "Cast of an f16/bf16 load to bytes", "V023:");
 }

@@ -340,17 +340,8 @@ fn shared_buffer(
     element_size: u32,
     shared_bytes: &mut u64,
 ) -> Result<SharedBuffer, CodegenError> {
+    // A bytes buffer holds `count` bytes, as the reference's workgroup memory does.
     let element = decl.element();
-    if element == DataType::Bytes {
-        return Err(CodegenError::unsupported(
-            "workgroup buffer of bytes elements",
-            format!(
-                "workgroup buffer `{}` holds bytes, whose loads are run-time-sized values",
-                decl.name()
-            ),
-            "declare the workgroup buffer with u8 or u32 elements",
-        ));
-    }
     let bytes = u64::from(decl.count()) * u64::from(element_size);
     *shared_bytes = shared_bytes.next_multiple_of(16);
     let offset = u32::try_from(*shared_bytes).map_err(|_| shared_too_large(*shared_bytes))?;

@@ -48,10 +48,13 @@ pub enum DeviceFault {
     /// A subgroup shuffle or reduction over lanes the reference does not combine (it
     /// combines u32 and float lanes only).
     SubgroupLanesNotCombinable = 19,
+    /// A binary operator received a bytes load (the rest of a bytes buffer, a
+    /// `Value::Bytes`), which the reference's operators reject as mismatched operands.
+    BytesOperand = 20,
 }
 
 impl DeviceFault {
-    const ALL: [DeviceFault; 19] = [
+    const ALL: [DeviceFault; 20] = [
         Self::SignedDivisionByZero,
         Self::SignedDivisionOverflow,
         Self::SignedRemainderByZero,
@@ -71,6 +74,7 @@ impl DeviceFault {
         Self::AsyncWaitWithoutStart,
         Self::AsyncTransferPending,
         Self::SubgroupLanesNotCombinable,
+        Self::BytesOperand,
     ];
 
     /// The fault word value.
@@ -112,6 +116,7 @@ impl DeviceFault {
             Self::AsyncTagStartedTwice => "an async transfer tag was started more than once before a matching wait",
             Self::AsyncWaitWithoutStart => "an async wait has no matching async transfer",
             Self::AsyncTransferPending => "an invocation completed with an async transfer still pending",
+            Self::BytesOperand => "a binary operator received mismatched operands: a load of a bytes buffer is raw bytes (the rest of the buffer), not a number",
         }
     }
 
@@ -149,6 +154,9 @@ impl DeviceFault {
             Self::AsyncWaitWithoutStart => "emit AsyncLoad or AsyncStore before AsyncWait",
             Self::AsyncTransferPending => {
                 "add AsyncWait for every AsyncLoad/AsyncStore tag before Return or end-of-program"
+            }
+            Self::BytesOperand => {
+                "read single bytes from a u8 buffer, or words from a u32 buffer, to compute with them"
             }
         }
     }

@@ -1722,6 +1722,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(extension_cases());
     cases.extend(async_split_cases());
     cases.extend(async_snapshot_cases());
+    cases.extend(bytes_view_cases());
     cases
 }
 
@@ -2191,6 +2192,296 @@ pub fn bytes_cases() -> Vec<Case> {
             vec![(0..29u8)
                 .map(|i| i.wrapping_mul(13).wrapping_add(5))
                 .collect()],
+        ),
+    ]
+}
+
+/// A workgroup bytes buffer of `count` bytes.
+fn bytes_shared(name: &str, count: u32) -> BufferDecl {
+    BufferDecl::workgroup(name, count, DataType::Bytes).with_bytes_extraction(true)
+}
+
+/// A read-write buffer standing for a second output (a program has one `output`); its
+/// input is `count * stride` zero bytes.
+fn rw_out(
+    name: &str,
+    binding: u32,
+    element: DataType,
+    count: u32,
+    stride: usize,
+) -> (BufferDecl, Vec<u8>) {
+    let bytes = element == DataType::Bytes;
+    let decl = BufferDecl::storage(name, binding, BufferAccess::ReadWrite, element)
+        .with_count(count)
+        .with_bytes_extraction(bytes);
+    (decl, vec![0; count as usize * stride])
+}
+
+/// A read-write bytes buffer.
+fn bytes_io(name: &str, binding: u32, count: u32) -> BufferDecl {
+    BufferDecl::storage(name, binding, BufferAccess::ReadWrite, DataType::Bytes)
+        .with_count(count)
+        .with_bytes_extraction(true)
+}
+
+/// 37 source bytes ending in `[0, 4, 0, 0, 0]`: the views from bytes 32..37 are 5 bytes
+/// (no u32 reading), then `[4, 0, 0, 0]` (4), then zeros.
+fn bytes_tail_source() -> Vec<u8> {
+    let mut source: Vec<u8> = (0..37u32).map(|i| (i * 7 + 0x91) as u8).collect();
+    source[32..].copy_from_slice(&[0, 4, 0, 0, 0]);
+    source
+}
+
+/// Bytes views in workgroup memory, as indices and conditions, meeting operators (a
+/// run-time error in the reference), assigned, and bound from writable buffers.
+pub fn bytes_view_cases() -> Vec<Case> {
+    let mut cases = shared_bytes_cases();
+    cases.extend(bytes_scalar_use_cases());
+    cases.extend(bytes_binding_cases());
+    cases
+}
+
+fn shared_bytes_cases() -> Vec<Case> {
+    let lid = || Expr::LocalId { axis: 0 };
+    let lane0 = || bin(BinOp::Eq, lid(), Expr::u32(0));
+    let barrier = || Node::barrier_with_ordering(MemoryOrdering::SeqCst);
+    let source = bytes_tail_source();
+    vec![
+        Case::new(
+            "workgroup bytes buffer: u32 stores truncated at its end, read back as u32 and copied out",
+            Program::wrapped(
+                vec![
+                    bytes_shared("shb", 125),
+                    BufferDecl::output("words", 0, DataType::U32).with_count(64),
+                    rw_out("out", 1, DataType::Bytes, 140, 1).0,
+                ],
+                [32, 1, 1],
+                vec![
+                    Node::store(
+                        "shb",
+                        bin(BinOp::Mul, lid(), Expr::u32(4)),
+                        bin(
+                            BinOp::Add,
+                            bin(BinOp::Mul, gid(), Expr::u32(0x0103_0507)),
+                            Expr::u32(0x11),
+                        ),
+                    ),
+                    barrier(),
+                    Node::store(
+                        "words",
+                        gid(),
+                        Expr::load(
+                            "shb",
+                            bin(
+                                BinOp::Mod,
+                                bin(BinOp::Add, bin(BinOp::Mul, lid(), Expr::u32(4)), Expr::u32(5)),
+                                Expr::u32(125),
+                            ),
+                        ),
+                    ),
+                    Node::if_then(
+                        lane0(),
+                        vec![Node::store(
+                            "out",
+                            bin(BinOp::Mul, Expr::WorkgroupId { axis: 0 }, Expr::u32(70)),
+                            Expr::load("shb", Expr::u32(61)),
+                        )],
+                    ),
+                ],
+            ),
+            vec![vec![0; 140]],
+        ),
+        Case::new(
+            "workgroup bytes buffer: copies in from global, memmove within, and out",
+            Program::wrapped(
+                vec![
+                    bytes_in("a", 0, 37),
+                    bytes_shared("shb", 40),
+                    bytes_out("out", 1, 90),
+                ],
+                [32, 1, 1],
+                vec![
+                    Node::if_then(
+                        lane0(),
+                        vec![Node::store("shb", Expr::u32(2), Expr::load("a", Expr::u32(5)))],
+                    ),
+                    barrier(),
+                    Node::if_then(
+                        lane0(),
+                        vec![
+                            Node::store("shb", Expr::u32(0), Expr::load("shb", Expr::u32(1))),
+                            Node::store("shb", Expr::u32(7), Expr::load("shb", Expr::u32(3))),
+                        ],
+                    ),
+                    barrier(),
+                    Node::if_then(
+                        bin(BinOp::Eq, gid(), Expr::u32(0)),
+                        vec![
+                            Node::store("out", Expr::u32(0), Expr::load("shb", Expr::u32(0))),
+                            // A generic view: the arms live in different spaces.
+                            Node::store(
+                                "out",
+                                Expr::u32(41),
+                                Expr::select(lane0(), Expr::load("shb", Expr::u32(30)), Expr::load("a", Expr::u32(3))),
+                            ),
+                            Node::store(
+                                "out",
+                                Expr::u32(60),
+                                Expr::select(
+                                    bin(BinOp::Ne, lid(), Expr::u32(0)),
+                                    Expr::load("shb", Expr::u32(30)),
+                                    Expr::load("a", Expr::u32(3)),
+                                ),
+                            ),
+                        ],
+                    ),
+                ],
+            ),
+            vec![source],
+        ),
+    ]
+}
+
+fn bytes_scalar_use_cases() -> Vec<Case> {
+    let source = bytes_tail_source();
+    let vals = u32_bytes(&(0..16).map(|i| 1000 + i).collect::<Vec<_>>());
+    let from = |n: u32| bin(BinOp::Ge, gid(), Expr::u32(n));
+    let below = |n: u32| bin(BinOp::Lt, gid(), Expr::u32(n));
+    let words = || BufferDecl::output("out", 2, DataType::U32).with_count(40);
+    let failing = |name: &str, value: Expr| {
+        Case::new(
+            name,
+            Program::wrapped(
+                vec![bytes_in("a", 0, 37), words()],
+                [32, 1, 1],
+                vec![Node::if_then(below(40), vec![Node::let_bind("y", value)])],
+            ),
+            vec![bytes_tail_source()],
+        )
+        .failing()
+    };
+    vec![
+        Case::new(
+            "bytes views of at most four bytes as indices, and as select conditions",
+            Program::wrapped(
+                vec![
+                    bytes_in("a", 0, 37),
+                    BufferDecl::read("vals", 1, DataType::U32).with_count(16),
+                    words(),
+                    rw_out("picked", 3, DataType::U32, 40, 4).0,
+                ],
+                [32, 1, 1],
+                vec![
+                    Node::if_then(
+                        bin(BinOp::And, from(33), below(40)),
+                        vec![Node::store(
+                            "out",
+                            gid(),
+                            Expr::load("vals", Expr::load("a", gid())),
+                        )],
+                    ),
+                    Node::if_then(
+                        below(40),
+                        vec![Node::store(
+                            "picked",
+                            gid(),
+                            Expr::select(
+                                Expr::load("a", gid()),
+                                bin(BinOp::Add, gid(), Expr::u32(100)),
+                                bin(BinOp::Add, gid(), Expr::u32(200)),
+                            ),
+                        )],
+                    ),
+                ],
+            ),
+            vec![source, vals, vec![0; 160]],
+        ),
+        failing(
+            "a bytes view of more than four bytes as an index fails",
+            Expr::load("a", Expr::load("a", gid())),
+        ),
+        failing(
+            "a bytes view as an arithmetic operand fails",
+            bin(BinOp::Add, Expr::u32(1), Expr::load("a", gid())),
+        ),
+        failing(
+            "a comparison of two bytes views fails",
+            bin(
+                BinOp::Eq,
+                Expr::load("a", gid()),
+                Expr::load("a", Expr::u32(3)),
+            ),
+        ),
+    ]
+}
+
+fn bytes_binding_cases() -> Vec<Case> {
+    let odd = || {
+        bin(
+            BinOp::Eq,
+            bin(BinOp::BitAnd, gid(), Expr::u32(1)),
+            Expr::u32(1),
+        )
+    };
+    let below = |n: u32| bin(BinOp::Lt, gid(), Expr::u32(n));
+    let io: Vec<u8> = (0..29u8)
+        .map(|i| i.wrapping_mul(29).wrapping_add(3))
+        .collect();
+    vec![
+        Case::new(
+            "a bytes variable assigned views of another buffer and of zero-filled workgroup memory",
+            Program::wrapped(
+                vec![
+                    bytes_in("a", 0, 37),
+                    // Never written: its views keep the zero fill and may be read late.
+                    bytes_shared("shb", 40),
+                    BufferDecl::output("words", 1, DataType::U32).with_count(64),
+                    rw_out("out", 2, DataType::Bytes, 80, 1).0,
+                ],
+                [32, 1, 1],
+                vec![
+                    Node::let_bind("v", Expr::load("a", bin(BinOp::Mod, gid(), Expr::u32(8)))),
+                    Node::if_then(
+                        odd(),
+                        vec![Node::assign(
+                            "v",
+                            Expr::load("shb", bin(BinOp::Mod, gid(), Expr::u32(16))),
+                        )],
+                    ),
+                    Node::store("words", gid(), Expr::var("v")),
+                    Node::if_then(
+                        below(2),
+                        vec![Node::store(
+                            "out",
+                            bin(BinOp::Mul, gid(), Expr::u32(40)),
+                            Expr::var("v"),
+                        )],
+                    ),
+                ],
+            ),
+            vec![bytes_tail_source(), vec![0; 80]],
+        ),
+        Case::new(
+            "a let of a load from a read-write bytes buffer the program never writes",
+            Program::wrapped(
+                vec![
+                    bytes_io("io", 0, 29),
+                    BufferDecl::output("words", 1, DataType::U32).with_count(32),
+                    bytes_io("scratch", 2, 8),
+                ],
+                [32, 1, 1],
+                vec![
+                    Node::let_bind("t", Expr::load("io", gid())),
+                    // Written, so a view of it is never read late: this one is unread.
+                    Node::let_bind("unread", Expr::load("scratch", Expr::u32(1))),
+                    Node::if_then(
+                        below(8),
+                        vec![Node::store("scratch", gid(), Expr::u32(0xABCD_EF01))],
+                    ),
+                    Node::store("words", gid(), Expr::var("t")),
+                ],
+            ),
+            vec![io, vec![7; 8]],
         ),
     ]
 }

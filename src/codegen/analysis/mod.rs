@@ -4,6 +4,7 @@
 
 pub(crate) mod async_copy;
 pub(crate) mod atomics;
+pub(crate) mod bytes;
 pub(crate) mod elementwise;
 pub(crate) mod grid_sync;
 pub(crate) mod lockstep;
@@ -13,6 +14,7 @@ pub(crate) mod uniform;
 
 use super::libm::Libm;
 use super::visit::{any_expr_in, for_each_node};
+use bytes::BytesFacts;
 use elementwise::Elementwise;
 use rustc_hash::FxHashSet;
 use std::collections::BTreeSet;
@@ -45,6 +47,9 @@ pub(crate) struct ProgramFacts<'p> {
     /// held as a half (`ValKind::Half`), since an assignment may give it a half load,
     /// out of bounds included. Empty otherwise.
     pub(crate) half_locals: FxHashSet<&'p str>,
+    /// Which bytes buffers are written and which variables are read or assigned, for the
+    /// bytes views bound to variables (see [`bytes`]).
+    pub(crate) bytes: BytesFacts<'p>,
 }
 
 impl<'p> ProgramFacts<'p> {
@@ -81,6 +86,7 @@ impl<'p> ProgramFacts<'p> {
             entry,
             elementwise,
             half_locals: half_locals(program),
+            bytes: BytesFacts::analyse(program),
         }
     }
 

@@ -1,27 +1,64 @@
 //! Buffers of `Bytes` elements, as `vyre-reference`'s `oob.rs` treats them: addressed per
 //! byte; `Load(buf, i)` yields the rest of the buffer from byte `i` (a run-time length) and
 //! `Store(buf, i, v)` writes `v.to_bytes()` at byte `i`, truncated at the buffer's end.
+//! Storage and workgroup bytes buffers alike (a workgroup one holds `count` bytes).
 //!
-//! A bytes load is lowered as a *view* (first-byte address and length) read late, which is
-//! exact because views are taken only of buffers the program cannot write. A view may be
-//! bound by `Let` and stored into a bytes buffer (a byte copy) or a u32 buffer (its first four
-//! bytes, zero-padded); any other use is rejected. Overlapping copies of the same bytes agree
-//! under any interleaving, so byte copies add no race beyond those plain stores already have.
+//! A bytes load is lowered as a *view* (first-byte address and length) read late. The
+//! reference snapshots the bytes at the load, so a view is read within the statement that
+//! loads it, or, once bound by `Let` or `Assign`, only if the program never writes its
+//! buffer (see `analysis::bytes`); a bound view that is never read may come from any
+//! buffer. A view may be stored into a bytes buffer (a byte copy) or a u32 buffer (its
+//! first four bytes, zero-padded), used as an index or a `Select` condition (its `try_as_u32` and `truthy`), or meet an operator (the
+//! reference's mismatched-operands error, recorded as a fault). Overlapping copies of the
+//! same bytes agree under any interleaving, so byte copies add no race beyond those plain
+//! stores already have.
 
-use super::{Lowerer, Space, Val};
+use super::memory::Space;
+use super::{Lowerer, Val};
+use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
 use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
-use vyre_foundation::ir::{DataType, Expr};
+use vyre_foundation::ir::{BinOp, DataType, Expr};
 
-/// A run-time-sized `Value::Bytes` that lives in a read-only buffer.
+/// The state space a view's address lives in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ViewSpace {
+    /// A `.b64` global address.
+    Global,
+    /// A `.b32` shared-window address.
+    Shared,
+    /// A `.b64` generic address (a `Select` of views in different spaces).
+    Generic,
+}
+
+impl ViewSpace {
+    /// The `ld`/`st` state-space qualifier.
+    fn qualifier(self) -> &'static str {
+        match self {
+            Self::Global => ".global",
+            Self::Shared => ".shared",
+            Self::Generic => "",
+        }
+    }
+
+    fn class(self) -> RegClass {
+        match self {
+            Self::Shared => RegClass::B32,
+            Self::Global | Self::Generic => RegClass::B64,
+        }
+    }
+}
+
+/// A run-time-sized `Value::Bytes`: `len` bytes from `start`.
 #[derive(Clone, Copy)]
 pub(super) struct ByteView {
-    /// Global address of the first byte (past the buffer's end when `len` is 0).
+    /// Address of the first byte (past the buffer's end when `len` is 0).
     start: Reg,
     /// Number of bytes (`.b32`).
     len: Reg,
-    /// The bytes live in a writable buffer: the view is only valid within the statement
+    space: ViewSpace,
+    /// The program writes the bytes' buffer: the view is valid only within the statement
     /// that loads it (a later store could change the bytes the reference snapshotted).
     writable: bool,
 }
@@ -55,7 +92,7 @@ impl<'p> Lowerer<'p> {
         match expr {
             Expr::Load { buffer, index } => {
                 let index = self.put_index(index)?;
-                self.bytes_load(buffer.as_str(), index)
+                self.bytes_region(buffer.as_str(), index)
             }
             Expr::Var(name) => self
                 .byte_views
@@ -72,58 +109,218 @@ impl<'p> Lowerer<'p> {
                 false_val,
             } => {
                 // As the reference: the condition, both arms, then the pick.
-                let cond = self.put_expr(cond)?;
-                let p = self.truthy(cond);
+                let p = self.put_condition(cond)?;
                 let t = self.put_bytes_view(true_val)?;
                 let f = self.put_bytes_view(false_val)?;
-                let start = self.w.reg(RegClass::B64);
-                let len = self.w.reg(RegClass::B32);
-                emit!(self.w, "selp.b64 {start}, {}, {}, {p}", t.start, f.start);
-                emit!(self.w, "selp.b32 {len}, {}, {}, {p}", t.len, f.len);
-                Ok(ByteView {
-                    start,
-                    len,
-                    writable: t.writable || f.writable,
-                })
+                Ok(self.select_view(p, t, f))
             }
             _ => Err(runtime_sized_use("this expression")),
         }
     }
 
-    /// Bind `name` to a view (`Let name = bytes_load`).
+    /// `p ? t : f`, in one space (generic where the arms' spaces differ).
+    fn select_view(&mut self, p: Reg, t: ByteView, f: ByteView) -> ByteView {
+        let (t, f) = self.same_space(t, f);
+        let start = self.w.reg(t.space.class());
+        let len = self.b32();
+        let ty = t.space.class().ty();
+        emit!(self.w, "selp.{ty} {start}, {}, {}, {p}", t.start, f.start);
+        emit!(self.w, "selp.b32 {len}, {}, {}, {p}", t.len, f.len);
+        ByteView {
+            start,
+            len,
+            space: t.space,
+            writable: t.writable || f.writable,
+        }
+    }
+
+    /// The two views in one space: their own, or both generic.
+    fn same_space(&mut self, a: ByteView, b: ByteView) -> (ByteView, ByteView) {
+        match a.space == b.space {
+            true => (a, b),
+            false => (self.generic(a), self.generic(b)),
+        }
+    }
+
+    /// The view with a generic address.
+    fn generic(&mut self, view: ByteView) -> ByteView {
+        let start = self.w.reg(RegClass::B64);
+        match view.space {
+            ViewSpace::Generic => return view,
+            ViewSpace::Global => emit!(self.w, "cvta.global.u64 {start}, {}", view.start),
+            ViewSpace::Shared => {
+                let wide = self.w.reg(RegClass::B64);
+                emit!(self.w, "cvt.u64.u32 {wide}, {}", view.start);
+                emit!(self.w, "cvta.shared.u64 {start}, {wide}");
+            }
+        }
+        ByteView {
+            start,
+            space: ViewSpace::Generic,
+            ..view
+        }
+    }
+
+    /// The predicate of the reference's `truthy()` of a condition, a view included.
+    pub(super) fn put_condition(&mut self, cond: &'p Expr) -> Result<Reg, CodegenError> {
+        if !self.is_bytes_view(cond) {
+            let value = self.put_expr(cond)?;
+            return Ok(self.truthy(value));
+        }
+        // More than four bytes have no u32 reading, which `truthy()` takes as true.
+        let view = self.put_bytes_view(cond)?;
+        let word = self.bytes_prefix_u32(view);
+        let (long, nonzero) = (self.pred(), self.pred());
+        emit!(self.w, "setp.gt.u32 {long}, {}, 4", view.len);
+        emit!(self.w, "setp.ne.u32 {nonzero}, {word}, 0");
+        emit!(self.w, "or.pred {nonzero}, {nonzero}, {long}");
+        Ok(nonzero)
+    }
+
+    /// The reference's `try_as_u32` of a view: its bytes zero-padded when there are at
+    /// most four, else `fault`.
+    pub(super) fn view_as_u32(&mut self, view: ByteView, fault: DeviceFault) -> Reg {
+        let word = self.bytes_prefix_u32(view);
+        let long = self.pred();
+        emit!(self.w, "setp.gt.u32 {long}, {}, 4", view.len);
+        self.fault_if(long, fault);
+        self.zero_if(long, word)
+    }
+
+    /// `BinOp(op, left, right)` with a view operand: the reference evaluates both
+    /// operands, then fails (no operator takes `Value::Bytes`). The value stands in for
+    /// the result the failed dispatch discards.
+    pub(super) fn put_bytes_operand(
+        &mut self,
+        op: BinOp,
+        left: &'p Expr,
+        right: &'p Expr,
+    ) -> Result<Val, CodegenError> {
+        let mut fixed = None;
+        for operand in [left, right] {
+            if self.is_bytes_view(operand) {
+                self.put_bytes_view(operand)?;
+            } else {
+                fixed = Some(self.put_expr(operand)?);
+            }
+        }
+        self.fault_always(DeviceFault::BytesOperand);
+        let boolean = matches!(
+            op,
+            BinOp::Eq
+                | BinOp::Ne
+                | BinOp::Lt
+                | BinOp::Le
+                | BinOp::Gt
+                | BinOp::Ge
+                | BinOp::And
+                | BinOp::Or
+        );
+        Ok(match (boolean, fixed) {
+            (false, Some(value)) => value,
+            (true, _) => Val::new(ValKind::Bool, self.imm_b32(0)),
+            (false, None) => Val::new(ValKind::U32, self.imm_b32(0)),
+        })
+    }
+
+    /// Bind `name` to a view (`Let name = view`), in registers of its own so that an
+    /// `Assign` to it changes no other view (generic ones where an `Assign` may bring a
+    /// view of another space).
     pub(super) fn bind_bytes_view(
         &mut self,
         name: &'p str,
         view: ByteView,
     ) -> Result<(), CodegenError> {
-        if view.writable {
-            return Err(CodegenError::unsupported(
-                "Let of a load from a writable bytes buffer",
-                format!(
-                    "`{name}` would hold the rest of a writable buffer, which a later store \
-                     could change before the bytes are used"
-                ),
-                "store the load directly (`Store(dst, j, Load(buf, i))` copies like memmove), \
-                 or load from a read-only buffer",
-            ));
-        }
+        self.check_bindable("Let", name, view)?;
         self.declare(name)?;
-        self.byte_views.insert(name, view);
+        let view = match self.facts.bytes.assigned.contains(name) {
+            true => self.generic(view),
+            false => view,
+        };
+        let (start, len) = (self.w.reg(view.space.class()), self.b32());
+        let bound = ByteView {
+            start,
+            len,
+            writable: false,
+            ..view
+        };
+        self.move_view(bound, view);
+        self.byte_views.insert(name, bound);
         Ok(())
     }
 
-    /// `Load(buffer, index)` of a bytes buffer: the rest of the buffer from byte `index`,
-    /// empty when `index` is past the end.
-    fn bytes_load(&mut self, buffer: &str, index: Reg) -> Result<ByteView, CodegenError> {
-        let slot = self.slot(buffer)?;
-        let Space::Global { base, len } = slot.space else {
-            return Err(runtime_sized_use(&format!("a load from `{buffer}`")));
+    /// `Assign name = value` of a variable bound to a view.
+    pub(super) fn assign_bytes_view(
+        &mut self,
+        name: &'p str,
+        value: &'p Expr,
+    ) -> Result<(), CodegenError> {
+        if !self.is_bytes_view(value) {
+            return Err(runtime_sized_use(&format!(
+                "variable `{name}`, assigned a fixed-size value,"
+            )));
+        }
+        let view = self.put_bytes_view(value)?;
+        self.check_bindable("Assign", name, view)?;
+        let bound = self.byte_views[name];
+        let view = match bound.space == view.space {
+            true => view,
+            false => self.generic(view),
         };
-        let writable = !slot.read_only;
-        let rest = self.bytes_after(len, index);
+        self.move_view(bound, view);
+        Ok(())
+    }
+
+    fn move_view(&mut self, to: ByteView, from: ByteView) {
+        self.mov(to.start, from.start);
+        self.mov(to.len, from.len);
+    }
+
+    /// A variable may hold a view read late unless its bytes may change before it is read.
+    fn check_bindable(
+        &self,
+        binding: &str,
+        name: &str,
+        view: ByteView,
+    ) -> Result<(), CodegenError> {
+        if !view.writable || !self.facts.bytes.read_vars.contains(name) {
+            return Ok(());
+        }
+        Err(CodegenError::unsupported(
+            format!("{binding} of a load from a writable bytes buffer"),
+            format!(
+                "`{name}` would hold the rest of a buffer the program writes, which a later \
+                 store could change before the bytes are read"
+            ),
+            "store the load directly (`Store(dst, j, Load(buf, i))` copies like memmove), \
+             or load from a buffer the program does not write",
+        ))
+    }
+
+    /// The bytes of `buffer` from byte `index` on (none when `index` is past the end): a
+    /// load's view, or a store's destination.
+    fn bytes_region(&mut self, buffer: &str, index: Reg) -> Result<ByteView, CodegenError> {
+        let slot = self.slot(buffer)?;
+        let writable = self.facts.bytes.written.contains(buffer);
+        let (start, len, space) = match slot.space {
+            Space::Global { base, len } => {
+                let rest = self.bytes_after(len, index);
+                (self.byte_address(base, index), rest, ViewSpace::Global)
+            }
+            Space::Shared { offset, count } => {
+                let count = self.imm_b32(count);
+                let rest = self.bytes_after(count, index);
+                // Wraps only past the end, where the view is empty.
+                let start = self.b32();
+                emit!(self.w, "add.u32 {start}, {}, {index}", self.shared_base);
+                emit!(self.w, "add.u32 {start}, {start}, {offset}");
+                (start, rest, ViewSpace::Shared)
+            }
+        };
         Ok(ByteView {
-            start: self.byte_address(base, index),
-            len: rest,
+            start,
+            len,
+            space,
             writable,
         })
     }
@@ -137,6 +334,19 @@ impl<'p> Lowerer<'p> {
         addr
     }
 
+    /// Address of byte `k` (`.b32`) of `view`.
+    fn byte_of(&mut self, view: ByteView, k: Reg) -> Reg {
+        let addr = self.w.reg(view.space.class());
+        if view.space == ViewSpace::Shared {
+            emit!(self.w, "add.u32 {addr}, {}, {k}", view.start);
+            return addr;
+        }
+        let k64 = self.w.reg(RegClass::B64);
+        emit!(self.w, "cvt.u64.u32 {k64}, {k}");
+        emit!(self.w, "add.s64 {addr}, {}, {k64}", view.start);
+        addr
+    }
+
     /// `len - index` saturated at zero (`.b32`).
     fn bytes_after(&mut self, len: Reg, index: Reg) -> Reg {
         let top = self.b32();
@@ -147,7 +357,8 @@ impl<'p> Lowerer<'p> {
     }
 
     /// `Store(buffer, index, view)`: the reference writes the view's bytes into a bytes
-    /// buffer, or its first four (zero-padded) into a u32 element.
+    /// buffer, or its first four (zero-padded) into a u32 element; vyre's validator
+    /// rejects a bytes value stored into any other element (V121).
     pub(super) fn put_bytes_view_store(
         &mut self,
         buffer: &str,
@@ -155,16 +366,17 @@ impl<'p> Lowerer<'p> {
         view: ByteView,
     ) -> Result<(), CodegenError> {
         let slot = self.slot(buffer)?;
-        match (&slot.element, slot.space) {
-            (DataType::Bytes, Space::Global { base, len }) => {
-                self.copy_bytes(view, base, len, index);
+        match &slot.element {
+            DataType::Bytes => {
+                let dst = self.bytes_region(buffer, index)?;
+                self.copy_bytes(view, dst);
                 Ok(())
             }
-            (DataType::U32, _) => {
+            DataType::U32 => {
                 let word = self.bytes_prefix_u32(view);
                 self.put_store(buffer, index, Val::new(ValKind::Bytes(4), word))
             }
-            (element, _) => Err(CodegenError::unsupported(
+            element => Err(CodegenError::unsupported(
                 format!("Store of a run-time-sized bytes value into a {element} buffer"),
                 "only bytes and u32 buffers take a bytes value",
                 "store the bytes into a bytes or u32 buffer",
@@ -172,19 +384,26 @@ impl<'p> Lowerer<'p> {
         }
     }
 
-    /// Copy `min(view.len, len - index)` bytes from the view to byte `index` of the
-    /// destination, one byte per iteration (nothing when `index >= len`). The reference
-    /// snapshots the view before writing, so a copy within one buffer behaves like
-    /// `memmove`: it runs from the last byte down when the destination lies above the
-    /// source.
-    fn copy_bytes(&mut self, view: ByteView, base: Reg, len: Reg, index: Reg) {
-        let room = self.bytes_after(len, index);
+    /// Copy `min(view.len, dst.len)` bytes from the view to `dst`, one byte per
+    /// iteration. The reference snapshots the view before writing, so a copy within one
+    /// buffer behaves like `memmove`: it runs from the last byte down when the
+    /// destination lies above the source (views in different spaces never overlap).
+    fn copy_bytes(&mut self, view: ByteView, dst: ByteView) {
+        let (view, dst) = self.same_space(view, dst);
         let count = self.b32();
-        emit!(self.w, "min.u32 {count}, {room}, {}", view.len);
-        let dst = self.byte_address(base, index);
+        emit!(self.w, "min.u32 {count}, {}, {}", dst.len, view.len);
         // Byte `step` of the copy is byte `k` (forward) or `count - 1 - k` (backward).
         let backward = self.pred();
-        emit!(self.w, "setp.gt.u64 {backward}, {dst}, {}", view.start);
+        let ty = match view.space.class() {
+            RegClass::B32 => "u32",
+            _ => "u64",
+        };
+        emit!(
+            self.w,
+            "setp.gt.{ty} {backward}, {}, {}",
+            dst.start,
+            view.start
+        );
         let k = self.b32();
         emit!(self.w, "mov.u32 {k}, 0");
         let (top, end) = (self.w.label(), self.w.label());
@@ -197,14 +416,10 @@ impl<'p> Lowerer<'p> {
         emit!(self.w, "sub.u32 {down}, {down}, 1");
         let at = self.b32();
         emit!(self.w, "selp.b32 {at}, {down}, {k}, {backward}");
-        let k64 = self.w.reg(RegClass::B64);
-        emit!(self.w, "cvt.u64.u32 {k64}, {at}");
-        let (from, to) = (self.w.reg(RegClass::B64), self.w.reg(RegClass::B64));
-        emit!(self.w, "add.s64 {from}, {}, {k64}", view.start);
-        emit!(self.w, "add.s64 {to}, {dst}, {k64}");
-        let byte = self.b32();
-        emit!(self.w, "ld.global.u8 {byte}, [{from}]");
-        emit!(self.w, "st.global.u8 [{to}], {byte}");
+        let (from, to) = (self.byte_of(view, at), self.byte_of(dst, at));
+        let (q, byte) = (view.space.qualifier(), self.b32());
+        emit!(self.w, "ld{q}.u8 {byte}, [{from}]");
+        emit!(self.w, "st{q}.u8 [{to}], {byte}");
         emit!(self.w, "add.u32 {k}, {k}, 1");
         emit!(self.w, "bra {top}");
         self.w.put_label(end);
@@ -212,7 +427,7 @@ impl<'p> Lowerer<'p> {
 
     /// The view's first four bytes, little-endian, zero-padded past its end.
     fn bytes_prefix_u32(&mut self, view: ByteView) -> Reg {
-        let (start, len) = (view.start, view.len);
+        let (start, len, q) = (view.start, view.len, view.space.qualifier());
         let word = self.b32();
         emit!(self.w, "mov.u32 {word}, 0");
         for k in 0..4u32 {
@@ -220,7 +435,7 @@ impl<'p> Lowerer<'p> {
             emit!(self.w, "setp.gt.u32 {present}, {len}, {k}");
             let byte = self.b32();
             emit!(self.w, "mov.u32 {byte}, 0");
-            emit!(self.w, "@{present} ld.global.u8 {byte}, [{start}+{k}]");
+            emit!(self.w, "@{present} ld{q}.u8 {byte}, [{start}+{k}]");
             if k > 0 {
                 emit!(self.w, "shl.b32 {byte}, {byte}, {}", 8 * k);
             }
@@ -237,14 +452,6 @@ impl<'p> Lowerer<'p> {
         index: Reg,
         value: Val,
     ) -> Result<(), CodegenError> {
-        let slot = self.slot(buffer)?;
-        let Space::Global { base, len } = slot.space else {
-            return Err(CodegenError::unsupported(
-                "Store into a workgroup bytes buffer",
-                "workgroup bytes buffers are not laid out",
-                "use a u8 workgroup buffer",
-            ));
-        };
         // An out-of-bounds half load is two zero bytes, not a Float's eight.
         let float = match value.kind {
             ValKind::Half => {
@@ -256,11 +463,11 @@ impl<'p> Lowerer<'p> {
         };
         let low = self.bytes_b64(value);
         let high = self.high_half(value);
-        let room = self.bytes_after(len, index);
-        let dst = self.byte_address(base, index);
+        let dst = self.bytes_region(buffer, index)?;
+        let q = dst.space.qualifier();
         for k in 0..u32::from(value.kind.byte_len()) {
             let fits = self.pred();
-            emit!(self.w, "setp.gt.u32 {fits}, {room}, {k}");
+            emit!(self.w, "setp.gt.u32 {fits}, {}, {k}", dst.len);
             if let Some(float) = float.filter(|_| k >= 2) {
                 emit!(self.w, "and.pred {fits}, {fits}, {float}");
             }
@@ -269,7 +476,7 @@ impl<'p> Lowerer<'p> {
             emit!(self.w, "shr.b64 {shifted}, {half}, {}", 8 * (k % 8));
             let byte = self.b32();
             emit!(self.w, "cvt.u32.u64 {byte}, {shifted}");
-            emit!(self.w, "@{fits} st.global.u8 [{dst}+{k}], {byte}");
+            emit!(self.w, "@{fits} st{q}.u8 [{}+{k}], {byte}", dst.start);
         }
         Ok(())
     }
@@ -281,8 +488,8 @@ pub(super) fn runtime_sized_use(what: &str) -> CodegenError {
         "run-time-sized bytes value",
         format!(
             "{what} is a `Load` of a bytes buffer: the rest of the buffer, whose length is \
-             known only at run time; it lowers only as the value of a Store into a bytes or \
-             u32 buffer, directly or through a Let"
+             known only at run time; it lowers as the value of a Store, an index, a Select \
+             condition or an operand (a run-time error), directly or through a Let"
         ),
         "store the loaded bytes directly (`out[j] = in[i]`), or read single bytes from a u8 \
          buffer to compute with them",

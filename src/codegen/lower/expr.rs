@@ -33,6 +33,11 @@ impl<'p> Lowerer<'p> {
             Expr::InvocationId { axis } => self.id_axis(*axis, |ids| &ids.global),
             Expr::WorkgroupId { axis } => self.id_axis(*axis, |ids| &ids.group),
             Expr::LocalId { axis } => self.id_axis(*axis, |ids| &ids.local),
+            Expr::BinOp { op, left, right }
+                if self.is_bytes_view(left) || self.is_bytes_view(right) =>
+            {
+                self.put_bytes_operand(*op, left, right)
+            }
             Expr::BinOp { op, left, right } => {
                 let left = self.put_expr(left)?;
                 if let Some(quotient) = self.put_div_by_literal(*op, left, right) {
@@ -102,6 +107,10 @@ impl<'p> Lowerer<'p> {
 
     /// A buffer index: the reference's `try_as_u32` of the value.
     pub(super) fn put_index(&mut self, index: &'p Expr) -> Result<Reg, CodegenError> {
+        if self.is_bytes_view(index) {
+            let view = self.put_bytes_view(index)?;
+            return Ok(self.view_as_u32(view, DeviceFault::IndexNotU32));
+        }
         let value = self.put_expr(index)?;
         self.u32_checked(value, DeviceFault::IndexNotU32)
     }
@@ -149,8 +158,7 @@ impl<'p> Lowerer<'p> {
         true_val: &'p Expr,
         false_val: &'p Expr,
     ) -> Result<Val, CodegenError> {
-        let cond = self.put_expr(cond)?;
-        let p = self.truthy(cond);
+        let p = self.put_condition(cond)?;
         // The reference evaluates both arms (side effects included), then picks.
         let t = self.put_expr(true_val)?;
         let f = self.put_expr(false_val)?;

@@ -32,8 +32,6 @@ pub(super) struct BufferSlot {
     pub(super) stride: u32,
     /// Storage buffer the reference allows atomics on.
     pub(super) storage: bool,
-    /// Storage buffer the program cannot write (a read-only input).
-    pub(super) read_only: bool,
 }
 
 impl Lowerer<'_> {

@@ -23,7 +23,7 @@ mod subgroup;
 mod values;
 mod vector;
 
-use super::abi::{BindingRole, KernelAbi, SharedBuffer};
+use super::abi::{KernelAbi, SharedBuffer};
 use super::analysis::replicated::Replication;
 use super::analysis::ProgramFacts;
 use super::fault::DeviceFault;
@@ -275,7 +275,6 @@ fn buffer_slots<'p>(
                 element: binding.element.clone(),
                 stride: binding.element_size,
                 storage: true,
-                read_only: binding.role == BindingRole::Input,
             },
         );
     }
@@ -290,7 +289,6 @@ fn buffer_slots<'p>(
                 element: buffer.element.clone(),
                 stride: element_stride(&buffer.element).unwrap_or(4),
                 storage: false,
-                read_only: false,
             },
         );
     }

@@ -1,6 +1,6 @@
 //! Statements: one `put_*` per `Node` construct.
 
-use super::{bytes, Lowerer, Val};
+use super::{Lowerer, Val};
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
 use crate::codegen::visit::{for_each_node, has_barrier};
@@ -127,9 +127,7 @@ impl<'p> Lowerer<'p> {
 
     fn put_assign(&mut self, name: &'p str, value: &'p Expr) -> Result<(), CodegenError> {
         if self.byte_views.contains_key(name) {
-            return Err(bytes::runtime_sized_use(&format!(
-                "the assignment to variable `{name}`"
-            )));
+            return self.assign_bytes_view(name, value);
         }
         let value = self.put_expr(value)?;
         let Some(local) = self.locals.get(name).copied() else {
