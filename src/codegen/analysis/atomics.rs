@@ -58,8 +58,11 @@ pub(crate) fn discarded_let<'p>(
 }
 
 /// Buffers whose discarded atomics may fold into per-workgroup partials: the program has
-/// no barrier and no async copy, and touches the buffer only through `Let`s of atomics
-/// that nobody reads, all with the same commutative operator and no `expected`.
+/// no barrier, no async copy and no subgroup operation, and touches the buffer only
+/// through `Let`s of atomics that nobody reads, all with the same commutative operator and
+/// no `expected`. (Partials are applied after an epilogue barrier that returned and faulted
+/// lanes wait at: a subgroup operation of the lanes still running would wait for them
+/// there, a deadlock; GPU hang of fuzz seed 0x00eae19323e57f12.)
 pub(crate) fn partial_buffers<'p>(
     nodes: &'p [Node],
     read_vars: &FxHashSet<&'p str>,
@@ -129,6 +132,9 @@ impl<'p> Census<'p, '_> {
             Expr::Load { buffer, .. } | Expr::Atomic { buffer, .. } => {
                 self.other_use.insert(buffer.as_str());
             }
+            Expr::SubgroupBallot { .. }
+            | Expr::SubgroupShuffle { .. }
+            | Expr::SubgroupReduce { .. } => self.blocked = true,
             _ => {}
         }
         for_each_child(expr, &mut |child| self.expr(child));

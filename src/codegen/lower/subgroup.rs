@@ -10,7 +10,7 @@
 use super::{Lowerer, Val};
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
-use crate::codegen::writer::{emit, RegClass};
+use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
 use vyre_foundation::ir::{BinOp, Expr, SubgroupReduceOp};
 
@@ -77,6 +77,10 @@ impl<'p> Lowerer<'p> {
     ) -> Result<Val, CodegenError> {
         let mask = self.subgroup_mask;
         let value = self.half_lane(value);
+        // f64 lanes fold as the f32s they round to, which may be subnormal: the reference
+        // canonicalises each partial result, which the f32 fold (over canonical lanes)
+        // need not do.
+        let subnormal_lanes = value.kind == ValKind::F64;
         let value = self.f64_lane_as_f32(value);
         match value.kind {
             ValKind::U32 => {
@@ -97,7 +101,7 @@ impl<'p> Lowerer<'p> {
                     return Ok(Val::new(ValKind::U32, d));
                 }
                 let acc = Val::new(ValKind::U32, self.imm_b32(identity));
-                self.fold_lanes(acc, value, binop)
+                self.fold_lanes(acc, value, binop, false)
             }
             ValKind::F32 => {
                 let (identity, binop) = match op {
@@ -115,7 +119,7 @@ impl<'p> Lowerer<'p> {
                     other => return Err(unknown_reduce(other)),
                 };
                 let reg = self.f32_const(identity.to_bits());
-                self.fold_lanes(Val::new(ValKind::F32, reg), value, binop)
+                self.fold_lanes(Val::new(ValKind::F32, reg), value, binop, subnormal_lanes)
             }
             _ => Ok(self.uncombined_lanes(value)),
         }
@@ -153,15 +157,48 @@ impl<'p> Lowerer<'p> {
     }
 
     /// `acc = op(acc, lane[k])` for k = 0, 1, ... over the lanes present, in order.
-    fn fold_lanes(&mut self, acc: Val, value: Val, op: BinOp) -> Result<Val, CodegenError> {
+    /// `op(acc, lane)` on f32s that may be subnormal, rounded and then canonicalised as
+    /// the reference's `canonical_f32(op.combine_f32(acc, lane))` (no `.ftz`: that would
+    /// flush a subnormal operand first).
+    fn combine_exact_f32(&mut self, op: BinOp, acc: Reg, lane: Reg) -> Result<Reg, CodegenError> {
+        let inst = match op {
+            BinOp::Add => "add.rn.f32",
+            BinOp::Mul => "mul.rn.f32",
+            BinOp::Min => "min.f32",
+            BinOp::Max => "max.f32",
+            _ => {
+                return Err(CodegenError::invalid(
+                    "a subgroup reduction of f64 lanes by a non-float operator",
+                    "report this vyre-cuda bug",
+                ))
+            }
+        };
+        let d = self.w.reg(RegClass::F32);
+        emit!(self.w, "{inst} {d}, {acc}, {lane}");
+        Ok(self.flush_subnormal(d))
+    }
+
+    /// With `flush` (f64 lanes rounded to f32, possibly subnormal), each step combines
+    /// with `combine_exact_f32`.
+    fn fold_lanes(
+        &mut self,
+        acc: Val,
+        value: Val,
+        op: BinOp,
+        flush: bool,
+    ) -> Result<Val, CodegenError> {
         let (lanes, mask, v) = (self.subgroup_lanes, self.subgroup_mask, value.reg);
         let result = self.w.reg(acc.kind.reg_class());
         self.mov(result, acc.reg);
         for k in 0..32u32 {
             let lane_k = self.w.reg(value.kind.reg_class());
             emit!(self.w, "shfl.sync.idx.b32 {lane_k}, {v}, {k}, 31, {mask}");
-            let combined =
-                self.put_binop(op, Val::new(acc.kind, result), Val::new(value.kind, lane_k))?;
+            let combined = match flush {
+                true => Val::new(ValKind::F32, self.combine_exact_f32(op, result, lane_k)?),
+                false => {
+                    self.put_binop(op, Val::new(acc.kind, result), Val::new(value.kind, lane_k))?
+                }
+            };
             let present = self.pred();
             emit!(self.w, "setp.lt.u32 {present}, {k}, {lanes}");
             let ty = result.class().ty();
