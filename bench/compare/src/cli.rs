@@ -31,7 +31,17 @@ vyre-compare: floor vs vyre-driver-cuda 0.7.2 vs vyre-cuda, on one GPU
   --artifact-child PART --engine ENGINE --child-out FILE
                      (internal) one artifact part for one engine, its outcomes as JSON
   --render JSON      no GPU: read a results file, print the tables, write --svg/--markdown
-  --dump-ptx DIR     no GPU: write the floor's PTX (for ptxas) and exit
+  --dump-ptx DIR     no GPU: write the floor's PTX (for ptxas) and both backends' corpus
+                     modules (DIR/corpus/{vyre_cuda,incumbent}/<id>.ptx) and exit
+  --ptxas-time DIR,DIR[,DIR...]
+                     no GPU: time the pinned ptxas (sm_90) on every <id>.ptx the directories
+                     share, interleaved; ratios are the first directory's over the second's
+                     (the offline stand-in for jit_probe's per-module JIT times)
+    --ptxas PATH     the ptxas to time (default: $VYRE_CUDA_PTXAS, else
+                     ../../.tools/cuda-nvcc/nvidia/cu13/bin/ptxas)
+    --reps N         repetitions per module and directory (default 5)
+    --ptxas-out FILE every module's numbers as TSV (default ptxas_time.tsv)
+    --ptxas-filter S only the modules whose file name contains S
 ";
 
 pub struct Opts {
@@ -42,6 +52,8 @@ pub struct Opts {
     pub quick: bool,
     pub render: Option<PathBuf>,
     pub dump_ptx: Option<PathBuf>,
+    /// `--ptxas-time` and its options.
+    pub ptxas_time: Option<crate::ptxas_time::Args>,
     pub deadline: Duration,
     pub blocking_sync: bool,
     pub ours_blocking_wait: bool,
@@ -63,6 +75,7 @@ pub fn parse_opts() -> Opts {
         quick: false,
         render: None,
         dump_ptx: None,
+        ptxas_time: None,
         deadline: Duration::from_secs(480),
         blocking_sync: false,
         ours_blocking_wait: false,
@@ -71,6 +84,13 @@ pub fn parse_opts() -> Opts {
         engine: None,
         child_out: None,
     };
+    let mut ptxas_dirs: Option<Vec<PathBuf>> = None;
+    let mut ptxas = std::env::var_os("VYRE_CUDA_PTXAS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("../../.tools/cuda-nvcc/nvidia/cu13/bin/ptxas"));
+    let mut reps = 5usize;
+    let mut ptxas_out = PathBuf::from("ptxas_time.tsv");
+    let mut ptxas_filter = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = |name: &str| {
@@ -90,6 +110,24 @@ pub fn parse_opts() -> Opts {
             "--staging-sweep" => opts.staging_sweep = true,
             "--render" => opts.render = Some(value("--render").into()),
             "--dump-ptx" => opts.dump_ptx = Some(value("--dump-ptx").into()),
+            "--ptxas-time" => {
+                ptxas_dirs = Some(
+                    value("--ptxas-time")
+                        .split(',')
+                        .map(PathBuf::from)
+                        .collect(),
+                )
+            }
+            "--ptxas" => ptxas = value("--ptxas").into(),
+            "--ptxas-out" => ptxas_out = value("--ptxas-out").into(),
+            "--ptxas-filter" => ptxas_filter = Some(value("--ptxas-filter")),
+            "--reps" => {
+                let v = value("--reps");
+                reps = v.parse().unwrap_or_else(|_| {
+                    eprintln!("--reps {v}: not a count");
+                    std::process::exit(2)
+                })
+            }
             "--artifact-child" => opts.artifact_child = Some(value("--artifact-child")),
             "--engine" => opts.engine = Some(value("--engine")),
             "--child-out" => opts.child_out = Some(value("--child-out").into()),
@@ -110,5 +148,12 @@ pub fn parse_opts() -> Opts {
             }
         }
     }
+    opts.ptxas_time = ptxas_dirs.map(|dirs| crate::ptxas_time::Args {
+        ptxas,
+        dirs,
+        reps: reps.max(1),
+        out: ptxas_out,
+        filter: ptxas_filter,
+    });
     opts
 }

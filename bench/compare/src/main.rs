@@ -20,6 +20,7 @@ mod harness;
 mod measure;
 mod output;
 mod programs;
+mod ptxas_time;
 mod report;
 mod workloads;
 
@@ -32,6 +33,9 @@ fn main() {
     let opts = cli::parse_opts();
     if let Some(dir) = &opts.dump_ptx {
         return output::dump_ptx(dir);
+    }
+    if let Some(args) = &opts.ptxas_time {
+        return ptxas_time::run(args);
     }
     if let Some(path) = &opts.render {
         return output::render(path, &opts);

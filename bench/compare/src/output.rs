@@ -39,13 +39,14 @@ fn dump_corpus(dir: &Path) {
     let (ours, theirs) = (dir.join("vyre_cuda"), dir.join("incumbent"));
     let _ = std::fs::create_dir_all(&ours);
     let _ = std::fs::create_dir_all(&theirs);
+    // The target vyre-cuda picks on the H100/H200 with a CUDA 13 driver (jit_probe's texts).
+    let target = vyre_cuda::codegen::PtxTarget::new(90, vyre_cuda::codegen::PtxIsa::new(9, 0))
+        .unwrap_or_else(|_| vyre_cuda::codegen::PtxTarget::sm90());
     for fixture in crate::workloads::corpus::corpus() {
         let program = (fixture.build)();
         let file = format!("{}.ptx", fixture.id.replace("::", "__"));
         let mut config = DispatchConfig::default();
-        if let Ok(k) =
-            vyre_cuda::codegen::emit_ptx(&program, None, vyre_cuda::codegen::PtxTarget::sm90())
-        {
+        if let Ok(k) = vyre_cuda::codegen::emit_ptx(&program, None, target) {
             let _ = std::fs::write(ours.join(&file), k.ptx);
         }
         if programs::needs_ulp_budget(&program) {
