@@ -27,6 +27,9 @@ impl<'p> Lowerer<'p> {
             Expr::Var(name) => self.put_var(name.as_str()),
             Expr::Load { buffer, index } => {
                 let index = self.put_index(index)?;
+                if self.slot(buffer.as_str())?.element == DataType::Bytes {
+                    return Err(bytes::runtime_sized_use(&format!("a load from `{buffer}`")));
+                }
                 self.put_load(buffer.as_str(), index)
             }
             Expr::BufLen { buffer } => self.put_buf_len(buffer.as_str()),

@@ -2,7 +2,7 @@
 //! loads read zero and out-of-bounds stores are dropped.
 
 use super::half::HalfFormat;
-use super::{bytes, Lowerer, Val};
+use super::{Lowerer, Val};
 use crate::codegen::kind::{element_stride, ValKind};
 use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
@@ -116,9 +116,6 @@ impl Lowerer<'_> {
 
     pub(super) fn put_load(&mut self, buffer: &str, index: Reg) -> Result<Val, CodegenError> {
         let slot = self.slot(buffer)?;
-        if slot.element == DataType::Bytes {
-            return Err(bytes::runtime_sized_use(&format!("a load from `{buffer}`")));
-        }
         let Some(kind) = ValKind::of_load(&slot.element) else {
             return Err(CodegenError::unsupported(
                 format!("Load from a {} buffer", slot.element),
