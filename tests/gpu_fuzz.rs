@@ -28,7 +28,8 @@
 //! `VYRE_CUDA_REQUIRE_GPU=1`).
 //!
 //! `VYRE_CUDA_FUZZ_SHAPE=complete` (`GenConfig::complete`) is issue 17's gate: the large
-//! shape plus every construct vyre-reference runs that the emitter does not lower yet
+//! shape plus every construct of issue 17 (what vyre-reference runs and the emitter did
+//! not lower; README "Not yet lowered" lists what is still refused)
 //! (subgroup operations in divergent branches, in loops inside them, after an early
 //! `Return` and over changing values; bytes loads as indices, select conditions,
 //! operands, assigned values and `Let`s of writable bytes loads; workgroup bytes buffers;

@@ -211,8 +211,8 @@ pub const UNLOWERED: &[&str] = &[
     "async:split",
 ];
 
-/// The constructs of issue 17 (README "Not yet lowered": what vyre-reference runs and the
-/// emitter does not lower yet) that `program` contains, read off the IR itself (not the
+/// The constructs of issue 17 (what vyre-reference runs and the emitter did not lower;
+/// README "Not yet lowered" lists what is still refused) that `program` contains, read off the IR itself (not the
 /// generator's intent), so a sweep can report, per construct, how many programs held
 /// it and how many of those the emitter rejected.
 ///

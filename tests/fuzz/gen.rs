@@ -59,8 +59,9 @@ pub enum Stmt {
     Barrier,
     /// A store whose value is a run-time-sized bytes load (see `Role::BytesSource`).
     BytesStore,
-    // The constructs below are what vyre-reference runs and the emitter does not lower
-    // yet (README "Not yet lowered", issue 17). Only `GenConfig::complete` enables them.
+    // The constructs below are issue 17's: what vyre-reference runs and the emitter did
+    // not lower (emitter v13 lowers the async and most bytes forms; README "Not yet
+    // lowered" lists what it still refuses). Only `GenConfig::complete` enables them.
     /// `let s = <subgroup op>` wherever the statement lands (any branch, loop, after a
     /// `Return`).
     SubgroupLet,
@@ -393,13 +394,14 @@ impl GenConfig {
         }
     }
 
-    /// Issue 17's gate: the large shape plus every construct vyre-reference runs that the
-    /// emitter does not lower yet (README "Not yet lowered"): subgroup operations in
+    /// Issue 17's gate: the large shape plus every construct of issue 17 (what the
+    /// reference runs and the emitter did not lower; README "Not yet lowered" lists what
+    /// is still refused): subgroup operations in
     /// data-dependent branches, in loops inside them, after an early `Return` and over
     /// values assigned in a branch; bytes loads as indices, select conditions, operands,
     /// assigned values and `Let`s of writable bytes loads; workgroup
     /// bytes buffers; async copies whose start and wait are in different blocks. The
-    /// emitter rejects many of these programs today; that share is issue 17's to-do list.
+    /// share the emitter still rejects is issue 17's to-do list.
     pub fn complete() -> Self {
         let mut features = Features {
             bytes_chance: 50,
@@ -2060,7 +2062,8 @@ impl Gen<'_> {
     }
 
     /// One use of a bytes load (the rest of a bytes buffer) that vyre's validator accepts
-    /// and the emitter does not lower yet; the arithmetic and comparison forms are
+    /// (issue 17; lowered since emitter v13 except a `Let` of a load from a buffer the
+    /// program writes whose variable is read); the arithmetic and comparison forms are
     /// run-time errors in the reference. The validator rejects casts (V012, V023) and
     /// unary operators (V101) of bytes, bitwise operators and shifts (V091, V094), bytes
     /// `If` conditions (V123), comparisons of bytes with other types (V096) and selects
