@@ -217,8 +217,7 @@ impl<'p> Lowerer<'p> {
         let src_room = self.room(src_start, src_len);
         emit!(self.w, "min.u64 {held}, {count}, {src_room}");
         emit!(self.w, "min.u64 {held}, {held}, {bytes}");
-        let (always, byte) = (self.pred(), self.b32());
-        emit!(self.w, "setp.eq.u32 {always}, 0, 0");
+        let (always, byte) = (self.true_pred(), self.b32());
         let symbol = symbol.to_string();
         self.byte_loop(held, |this, i| {
             let at = this.w.reg(RegClass::B64);
@@ -272,8 +271,7 @@ impl<'p> Lowerer<'p> {
             }
         };
         let (available, src_space, symbol) = source;
-        let (in_src, always, byte) = (self.pred(), self.pred(), self.b32());
-        emit!(self.w, "setp.eq.u32 {always}, 0, 0");
+        let (in_src, always, byte) = (self.pred(), self.true_pred(), self.b32());
         self.byte_loop(count, |this, i| {
             emit!(this.w, "setp.lt.u64 {in_src}, {i}, {available}");
             emit!(this.w, "mov.u32 {byte}, 0");

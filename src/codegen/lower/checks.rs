@@ -81,9 +81,15 @@ impl Lowerer<'_> {
 
     /// Record `fault` unconditionally (the reference always errors here).
     pub(crate) fn fault_always(&mut self, fault: DeviceFault) {
+        let p = self.true_pred();
+        self.fault_if(p, fault);
+    }
+
+    /// A predicate that holds, for guarded instructions that must always run.
+    pub(crate) fn true_pred(&mut self) -> Reg {
         let p = self.pred();
         emit!(self.w, "setp.eq.u32 {p}, 0, 0");
-        self.fault_if(p, fault);
+        p
     }
 
     /// Predicate that is true when the reference's `truthy()` holds for `value`.

@@ -95,10 +95,7 @@ impl<'p> Lowerer<'p> {
                     Some(ty) => ValKind::of_load(&ty).unwrap_or(ValKind::U32),
                     None => ValKind::U32,
                 };
-                let zero = self.w.reg(kind.reg_class());
-                let (ty, literal) = (zero.class().ty(), zero.class().zero());
-                emit!(self.w, "mov.{ty} {zero}, {literal}");
-                Ok(Val::new(kind, zero))
+                Ok(self.discarded_zero(kind))
             }
             _ => Err(CodegenError::unsupported(
                 "an unknown Expr variant",

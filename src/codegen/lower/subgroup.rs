@@ -141,10 +141,7 @@ impl<'p> Lowerer<'p> {
     /// the operation records that fault where it runs; its value (zero) is discarded.
     fn uncombined_lanes(&mut self, value: Val) -> Val {
         self.fault_always(DeviceFault::SubgroupLanesNotCombinable);
-        let zero = self.w.reg(value.kind.reg_class());
-        let (ty, literal) = (zero.class().ty(), zero.class().zero());
-        emit!(self.w, "mov.{ty} {zero}, {literal}");
-        Val::new(value.kind, zero)
+        self.discarded_zero(value.kind)
     }
 
     /// A half lane value as the f32 it is; the reference fails the whole collective when a
@@ -156,7 +153,6 @@ impl<'p> Lowerer<'p> {
         }
     }
 
-    /// `acc = op(acc, lane[k])` for k = 0, 1, ... over the lanes present, in order.
     /// `op(acc, lane)` on f32s that may be subnormal, rounded and then canonicalised as
     /// the reference's `canonical_f32(op.combine_f32(acc, lane))` (no `.ftz`: that would
     /// flush a subnormal operand first).
@@ -178,8 +174,9 @@ impl<'p> Lowerer<'p> {
         Ok(self.flush_subnormal(d))
     }
 
-    /// With `flush` (f64 lanes rounded to f32, possibly subnormal), each step combines
-    /// with `combine_exact_f32`.
+    /// `acc = op(acc, lane[k])` for k = 0, 1, ... over the lanes present, in order. With
+    /// `flush` (f64 lanes rounded to f32, possibly subnormal), each step combines with
+    /// `combine_exact_f32`.
     fn fold_lanes(
         &mut self,
         acc: Val,

@@ -25,6 +25,15 @@ impl Lowerer<'_> {
         self.w.reg(RegClass::Pred)
     }
 
+    /// A zero of `kind`, standing for a value no one observes (the lane has recorded a
+    /// fault, so the dispatch fails).
+    pub(crate) fn discarded_zero(&mut self, kind: ValKind) -> Val {
+        let zero = self.w.reg(kind.reg_class());
+        let (ty, literal) = (zero.class().ty(), zero.class().zero());
+        emit!(self.w, "mov.{ty} {zero}, {literal}");
+        Val::new(kind, zero)
+    }
+
     /// The low 32 bits of `r` (`r` itself unless it is a `.b64`).
     pub(super) fn low_word(&mut self, r: Reg) -> Reg {
         if r.class() != RegClass::B64 {
