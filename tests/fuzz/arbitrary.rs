@@ -6,11 +6,12 @@
 
 use super::gen::{generate, GenConfig};
 use super::rng::Rng;
+use crate::common::extensions::{unknown_expr, unknown_node};
 use std::sync::Arc;
 use vyre_driver::DispatchConfig;
 use vyre_foundation::ir::{
-    AtomicOp, BinOp, BufferAccess, BufferDecl, CollectiveOp, CommGroup, DataType, Expr, ExprNode,
-    MemoryOrdering, Node, NodeExtension, Program, SubgroupReduceOp, UnOp,
+    AtomicOp, BinOp, BufferAccess, BufferDecl, CollectiveOp, CommGroup, DataType, Expr,
+    MemoryOrdering, Node, Program, SubgroupReduceOp, UnOp,
 };
 
 /// A program plus the dispatch config to emit it with.
@@ -18,54 +19,6 @@ pub struct Arbitrary {
     pub program: Program,
     pub config: DispatchConfig,
     pub origin: &'static str,
-}
-
-#[derive(Debug)]
-struct FuzzNodeExt;
-
-impl NodeExtension for FuzzNodeExt {
-    fn extension_kind(&self) -> &'static str {
-        "fuzz.node"
-    }
-    fn debug_identity(&self) -> &str {
-        "fuzz-node"
-    }
-    fn stable_fingerprint(&self) -> [u8; 32] {
-        [7; 32]
-    }
-    fn validate_extension(&self) -> Result<(), String> {
-        Ok(())
-    }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-}
-
-#[derive(Debug)]
-struct FuzzExprExt;
-
-impl ExprNode for FuzzExprExt {
-    fn extension_kind(&self) -> &'static str {
-        "fuzz.expr"
-    }
-    fn debug_identity(&self) -> &str {
-        "fuzz-expr"
-    }
-    fn result_type(&self) -> Option<DataType> {
-        Some(DataType::U32)
-    }
-    fn cse_safe(&self) -> bool {
-        true
-    }
-    fn stable_fingerprint(&self) -> [u8; 32] {
-        [9; 32]
-    }
-    fn validate_extension(&self) -> Result<(), String> {
-        Ok(())
-    }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
 }
 
 fn all_types(rng: &mut Rng) -> DataType {
@@ -307,7 +260,7 @@ fn expr(rng: &mut Rng, depth: u32) -> Expr {
                 value: b(expr(rng, d)),
             },
         },
-        14 => Expr::Opaque(Arc::new(FuzzExprExt)),
+        14 => unknown_expr(DataType::U32),
         _ => expr(rng, 0),
     }
 }
@@ -402,7 +355,7 @@ fn node(rng: &mut Rng, depth: u32) -> Node {
             root: rng.below(2),
             group: CommGroup::WORLD,
         },
-        _ => Node::Opaque(Arc::new(FuzzNodeExt)),
+        _ => unknown_node(),
     }
 }
 
