@@ -3,9 +3,11 @@
 //! bound by `Let` or `Assign` is exact only if no write can reach its buffer before it is
 //! read, or if it is never read at all.
 
-use crate::codegen::visit::{for_each_expr_in, for_each_node};
+use super::atomics::read_variables;
+use super::uniform::written_buffers;
+use crate::codegen::visit::for_each_node;
 use rustc_hash::FxHashSet;
-use vyre_foundation::ir::{DataType, Expr, Node, Program};
+use vyre_foundation::ir::{DataType, Node, Program};
 
 /// Facts about a program with bytes buffers (all empty for one without).
 #[derive(Default)]
@@ -30,34 +32,15 @@ impl<'p> BytesFacts<'p> {
             return facts;
         }
         let entry = program.entry();
+        facts.written = written_buffers(entry);
+        read_variables(entry, &mut facts.read_vars);
         for_each_node(entry, &mut |node| match node {
-            Node::Store { buffer, .. } => {
-                facts.written.insert(buffer.as_str());
-            }
-            Node::AsyncLoad {
-                source,
-                destination,
-                ..
-            }
-            | Node::AsyncStore {
-                source,
-                destination,
-                ..
-            } => {
+            // A copy's source counts as written too (conservatively).
+            Node::AsyncLoad { source, .. } | Node::AsyncStore { source, .. } => {
                 facts.written.insert(source.as_str());
-                facts.written.insert(destination.as_str());
             }
             Node::Assign { name, .. } => {
                 facts.assigned.insert(name.as_str());
-            }
-            _ => {}
-        });
-        for_each_expr_in(entry, &mut |expr| match expr {
-            Expr::Atomic { buffer, .. } => {
-                facts.written.insert(buffer.as_str());
-            }
-            Expr::Var(name) => {
-                facts.read_vars.insert(name.as_str());
             }
             _ => {}
         });
