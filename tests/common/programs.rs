@@ -1723,7 +1723,37 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(async_split_cases());
     cases.extend(async_snapshot_cases());
     cases.extend(bytes_view_cases());
+    cases.extend(super::subgroup_programs::constant_operand_cases());
+    cases.extend(minmax_of_negation_cases());
     cases
+}
+
+/// i32 `Max(a, Max(b, -x))` and `Min(a, Min(b, -x))`: ptxas fused such chains into one
+/// three-input instruction that dropped the negation (fuzz seed 0x869f8bf45ed27dda).
+pub fn minmax_of_negation_cases() -> Vec<Case> {
+    let mut rng = Rng::new(17);
+    let inputs = vec![
+        u32_bytes(&edge_i32(&mut rng, N)),
+        u32_bytes(&edge_i32(&mut rng, N)),
+        u32_bytes(&edge_i32(&mut rng, N)),
+    ];
+    let buffers = [
+        ("a", DataType::I32),
+        ("b", DataType::I32),
+        ("x", DataType::I32),
+    ];
+    let negated = || bin(BinOp::Sub, Expr::i32(0), ld("x"));
+    [BinOp::Max, BinOp::Min]
+        .into_iter()
+        .map(|op| {
+            let value = bin(op, ld("a"), bin(op, ld("b"), negated()));
+            Case::new(
+                format!("i32 {op:?} of {op:?} of a negation"),
+                elementwise(&buffers, DataType::I32, N, value),
+                inputs.clone(),
+            )
+        })
+        .collect()
 }
 
 /// IR extensions no evaluator knows fail the dispatch where a lane reaches them, and

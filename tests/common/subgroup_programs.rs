@@ -571,3 +571,44 @@ fn lane_kinds() -> Vec<Case> {
     }
     cases
 }
+
+/// Subgroup operations of constant operands after a `Return` inside a data-dependent
+/// branch, their results used only in further data-dependent branches, in one short
+/// warp: the shape of fuzz seed 0xfe07102fb36b3fcd, whose kernel ptxas made hang by
+/// recomputing a `vote.sync` inside such a branch (its shrunk program, which still does
+/// that with emitter v13, is `tests/fuzz_regressions/gpu-hang-fe07102fb36b3fcd.case`).
+pub fn constant_operand_cases() -> Vec<Case> {
+    let (workgroup, n) = (15, 30);
+    let store_if = |cond: Expr, at: Expr, value: Expr| {
+        Node::if_then(cond, vec![Node::store("out", at, value)])
+    };
+    let body = vec![
+        Node::if_then(
+            bin(BinOp::Ne, bin(BinOp::Add, var("lin"), u(1)), u(0)),
+            vec![
+                returns_if(modulo_is(var("v"), 3, 0)),
+                Node::let_bind("g1", ballot(bin(BinOp::Ge, var("lin"), u(50)))),
+                Node::let_bind("g2", ballot(Expr::bool(true))),
+                Node::let_bind("g3", reduce(SubgroupReduceOp::Add, u(1))),
+                Node::let_bind("g4", shuffle(u(7), u(3))),
+                store_if(modulo_is(var("v"), 2, 0), gid(), var("g1")),
+                store_if(
+                    modulo_is(var("v"), 2, 1),
+                    gid(),
+                    bin(BinOp::Add, var("g2"), bin(BinOp::Add, var("g3"), var("g4"))),
+                ),
+            ],
+        ),
+        Node::let_bind("g5", reduce(SubgroupReduceOp::Max, u(9))),
+        store_if(
+            modulo_is(var("lin"), 4, 1),
+            bin(BinOp::Add, gid(), u(n)),
+            var("g5"),
+        ),
+    ];
+    vec![Case::new(
+        "subgroup ops of constant operands after a Return, used in branches",
+        lanes(DataType::U32, n, 2 * n, workgroup, body),
+        vec![values(n)],
+    )]
+}

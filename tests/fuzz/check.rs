@@ -52,7 +52,15 @@ pub fn emit(case: &FuzzCase, target: PtxTarget, name: &str, valid: bool) -> Emit
             format!("emitter-panic: {}", panic_key(&p)),
             format!("emit_ptx for {name} panicked: {p}"),
         )),
-        Ok(Ok(kernel)) => Emitted::Kernel(Box::new(kernel)),
+        Ok(Ok(kernel)) => match visible_sync_operand(&kernel.ptx) {
+            Some(line) => Emitted::Failed(Failure::new(
+                "sync-operand-visible",
+                format!(
+                    "emit_ptx for {name}: a warp-synchronous operand ptxas can see through: {line}"
+                ),
+            )),
+            None => Emitted::Kernel(Box::new(kernel)),
+        },
         Ok(Err(error)) => {
             let text = BackendError::from(CudaError::from(error.clone())).to_string();
             if text.matches("Fix:").count() != 1 {
@@ -73,6 +81,81 @@ pub fn emit(case: &FuzzCase, target: PtxTarget, name: &str, valid: bool) -> Emit
             }
         }
     }
+}
+
+/// The first warp-synchronous instruction (`vote`, `shfl`, `redux`, `match` `.sync`) with
+/// a register operand that does not come through the opaque zero (the emitter's
+/// `sync_operand`). ptxas 13.0 rematerialises such an instruction whose operands it can
+/// prove constant where its result is used, inside divergent code, and the warp hangs
+/// (`tests/fuzz_regressions/gpu-hang-fe07102fb36b3fcd.case`): every operand must be one
+/// ptxas cannot see through.
+pub fn visible_sync_operand(ptx: &str) -> Option<String> {
+    let mut zero = None;
+    let mut defs: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+    for line in ptx.lines().map(str::trim) {
+        let (op, args) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+        let args: Vec<&str> = args
+            .trim_end_matches(';')
+            .split(',')
+            .map(str::trim)
+            .collect();
+        if args.get(1) == Some(&"%dynamic_smem_size") {
+            zero = Some(args[0]);
+        }
+        if op.contains(".sync") && !op.starts_with("bar") {
+            // Destination(s) first, the member mask last.
+            let operands = &args[1..args.len().saturating_sub(1)];
+            let hidden = |r: &&str| !r.starts_with('%') || through_opaque_zero(r, &defs, zero, 0);
+            if !operands.iter().all(hidden) {
+                return Some(line.to_string());
+            }
+        }
+        if let Some(dest) = args.first().filter(|_| !op.starts_with('@')) {
+            for d in dest
+                .trim_matches(|c| c == '{' || c == '}')
+                .split(['|', ','])
+            {
+                defs.insert(d.trim(), line);
+            }
+            if dest.starts_with('{') {
+                // `mov.b64 {lo, hi}, v`: the destination list spans two arguments.
+                if let Some(hi) = args.get(1) {
+                    defs.insert(hi.trim_end_matches('}').trim(), line);
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Whether `reg` was defined through the opaque zero: directly, by widening it, or as a
+/// word of a value that was.
+fn through_opaque_zero(
+    reg: &str,
+    defs: &std::collections::HashMap<&str, &str>,
+    zero: Option<&str>,
+    depth: u32,
+) -> bool {
+    let (Some(zero), Some(def)) = (zero, defs.get(reg)) else {
+        return false;
+    };
+    let args: Vec<&str> = def
+        .split_once(char::is_whitespace)
+        .map_or("", |(_, a)| a)
+        .trim_end_matches(';')
+        .split(',')
+        .map(|a| a.trim().trim_matches(|c| c == '{' || c == '}'))
+        .collect();
+    if depth > 3 {
+        return false;
+    }
+    args[1..].contains(&zero)
+        || ((def.starts_with("or.b64") || def.starts_with("mov.b64 {"))
+            && args[1..].iter().any(|a| {
+                a.starts_with('%')
+                    && *a != reg
+                    && through_opaque_zero(a, defs, Some(zero), depth + 1)
+            }))
 }
 
 /// The modules the runtime loads for an emitted kernel, in load order: its module, and

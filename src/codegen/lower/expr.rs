@@ -210,6 +210,7 @@ impl<'p> Lowerer<'p> {
     pub(super) fn put_ballot(&mut self, cond: &'p Expr) -> Result<Val, CodegenError> {
         let cond = self.put_expr(cond)?;
         let p = self.truthy(cond);
+        let p = self.sync_operand(p);
         let (reg, mask) = (self.b32(), self.subgroup_mask);
         emit!(self.w, "vote.sync.ballot.b32 {reg}, {p}, {mask}");
         Ok(Val::new(ValKind::U32, reg))

@@ -79,7 +79,7 @@ impl Lowerer<'_> {
         if literal_index {
             emit!(self.w, "setp.eq.u32 {same}, 0, 0");
         } else {
-            let matched = self.b32();
+            let (matched, index) = (self.b32(), self.sync_operand(index));
             emit!(
                 self.w,
                 "match.all.sync.b32 {matched}|{same}, {index}, {active}"
@@ -107,7 +107,7 @@ impl Lowerer<'_> {
     /// `value` combined over the lanes of `active` (`redux.sync`), and a predicate that
     /// holds on the lowest of them (no active lane below it), which issues the `red`.
     fn warp_combine(&mut self, opcode: &str, value: Reg, active: Reg) -> (Reg, Reg) {
-        let combined = self.b32();
+        let (combined, value) = (self.b32(), self.sync_operand(value));
         emit!(self.w, "redux.sync.{opcode} {combined}, {value}, {active}");
         let below = self.b32();
         emit!(self.w, "mov.u32 {below}, %lanemask_lt");

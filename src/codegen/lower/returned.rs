@@ -207,7 +207,7 @@ impl<'p> Lowerer<'p> {
         let anywhere = raised
             .into_iter()
             .map(|(p, fault)| {
-                let any = self.pred();
+                let (any, p) = (self.pred(), self.sync_operand(p));
                 emit!(self.w, "vote.sync.any.pred {any}, {p}, {mask}");
                 (any, fault)
             })

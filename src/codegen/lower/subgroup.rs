@@ -50,7 +50,9 @@ impl<'p> Lowerer<'p> {
             return Ok(self.uncombined_lanes(value));
         }
         let source = self.u32_checked(lane, DeviceFault::SubgroupLaneNotU32)?;
-        let (lanes, mask, v) = (self.subgroup_lanes, self.subgroup_mask, value.reg);
+        let source = self.sync_operand(source);
+        let v = self.sync_operand(value.reg);
+        let (lanes, mask) = (self.subgroup_lanes, self.subgroup_mask);
         let d = self.w.reg(value.kind.reg_class());
         let present = self.pred();
         if value.kind == ValKind::F64 {
@@ -96,8 +98,8 @@ impl<'p> Lowerer<'p> {
                     other => return Err(unknown_reduce(other)),
                 };
                 if let Some(redux) = redux.filter(|_| self.sm >= 80) {
-                    let d = self.b32();
-                    emit!(self.w, "redux.sync.{redux} {d}, {}, {mask}", value.reg);
+                    let (d, v) = (self.b32(), self.sync_operand(value.reg));
+                    emit!(self.w, "redux.sync.{redux} {d}, {v}, {mask}");
                     return Ok(Val::new(ValKind::U32, d));
                 }
                 let acc = Val::new(ValKind::U32, self.imm_b32(identity));
@@ -184,7 +186,8 @@ impl<'p> Lowerer<'p> {
         op: BinOp,
         flush: bool,
     ) -> Result<Val, CodegenError> {
-        let (lanes, mask, v) = (self.subgroup_lanes, self.subgroup_mask, value.reg);
+        let (lanes, mask) = (self.subgroup_lanes, self.subgroup_mask);
+        let v = self.sync_operand(value.reg);
         let result = self.w.reg(acc.kind.reg_class());
         self.mov(result, acc.reg);
         for k in 0..32u32 {

@@ -103,15 +103,27 @@ impl Lowerer<'_> {
     /// instruction that consumes it.
     pub(crate) fn opaque(&mut self, r: Reg) -> Reg {
         let out = self.w.reg(r.class());
+        let zero = self.opaque_zero;
         match r.class() {
-            RegClass::B64 => {
+            RegClass::B64 | RegClass::F64 => {
                 let wide = self.w.reg(RegClass::B64);
-                emit!(self.w, "cvt.u64.u32 {wide}, {}", self.opaque_zero);
+                emit!(self.w, "cvt.u64.u32 {wide}, {zero}");
                 emit!(self.w, "or.b64 {out}, {r}, {wide}");
             }
-            _ => emit!(self.w, "or.b32 {out}, {r}, {}", self.opaque_zero),
+            RegClass::Pred => emit!(self.w, "setp.ne.or.u32 {out}, {zero}, 0, {r}"),
+            RegClass::B32 | RegClass::F32 => emit!(self.w, "or.b32 {out}, {r}, {zero}"),
         }
         out
+    }
+
+    /// An operand of a warp-synchronous instruction (`vote`, `shfl`, `redux`, `match`), passed
+    /// through the opaque zero. With an operand ptxas can prove constant the instruction
+    /// has no register input left, and ptxas 13.0 then rematerialises it where its result
+    /// is used: inside a data-dependent branch, where the lanes that took the other way
+    /// never arrive and the warp hangs (fuzz seed 0xfe07102fb36b3fcd: a `vote.sync.any`
+    /// of a fault predicate known false, recomputed in the branch that used it).
+    pub(super) fn sync_operand(&mut self, r: Reg) -> Reg {
+        self.opaque(r)
     }
 
     /// `f(a)` through the bit-exact libm port, as the reference's `canonical_*` wrappers
