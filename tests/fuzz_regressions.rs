@@ -236,3 +236,113 @@ fn programs_differing_only_in_a_zero_literals_sign_get_their_own_kernels() {
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
+
+/// `VYRE_CUDA_FUZZ_SHRINK_HANG=<file.case>`: shrink a GPU hang. A hung kernel takes its
+/// process down with it, so each draft runs in a child process (this binary replaying a
+/// directory that holds just the draft) and a draft whose child outlives
+/// `VYRE_CUDA_FUZZ_HANG_SECONDS` (default 8) hangs. The smallest hanging draft so far is
+/// kept in `<save dir>/<name>-shrunk.case` (see `fuzz::case::save_dir`) after each step, so
+/// a run cut short still leaves it; `VYRE_CUDA_FUZZ_SHRINK_SECONDS` (default 450) bounds the
+/// search. Without the variable this does nothing.
+#[test]
+fn shrink_a_hang_out_of_process() {
+    let Some(path) = std::env::var_os("VYRE_CUDA_FUZZ_SHRINK_HANG") else {
+        return;
+    };
+    let path = std::path::PathBuf::from(path);
+    let env_secs = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let hang_after = std::time::Duration::from_secs(env_secs("VYRE_CUDA_FUZZ_HANG_SECONDS", 8));
+    let text = std::fs::read_to_string(&path).expect("read the hang case");
+    let saved = fuzz::case::parse(&path, &text).expect("parse the hang case");
+    let name = path
+        .file_stem()
+        .map_or_else(|| "hang".into(), |s| s.to_string_lossy().into_owned());
+    let out = fuzz::case::save_dir().join(format!("{name}-shrunk.case"));
+    let scratch =
+        std::env::temp_dir().join(format!("vyre-cuda-hang-drafts-{}", std::process::id()));
+    let mut drafts = 0u32;
+    let mut hangs = |case: &fuzz::case::FuzzCase| -> bool {
+        if validate(&case.program).is_err() || judge(case).lane_order_dependent {
+            return false;
+        }
+        drafts += 1;
+        let dir = scratch.join(drafts.to_string());
+        let hung = hangs_in_a_child(case, &dir, hang_after);
+        let _ = std::fs::remove_dir_all(&dir);
+        hung
+    };
+    assert!(
+        hangs(&saved.case),
+        "{}: does not hang within {hang_after:?}",
+        path.display()
+    );
+    let mut smallest = fuzz::shrink::measure(&saved.case);
+    let mut predicate = |case: &fuzz::case::FuzzCase| {
+        let hung = hangs(case);
+        let size = fuzz::shrink::measure(case);
+        if hung && size < smallest {
+            smallest = size;
+            let text = fuzz::case::render(
+                case,
+                "hang",
+                "open",
+                "shrunk out of process (a draft that hangs)",
+            )
+            .expect("render the draft");
+            std::fs::write(&out, text).expect("write the shrunk case");
+        }
+        hung
+    };
+    let budget = fuzz::shrink::Budget {
+        max_evaluations: 3000,
+        max_time: std::time::Duration::from_secs(env_secs("VYRE_CUDA_FUZZ_SHRINK_SECONDS", 450)),
+        freeze_own_indices: true,
+    };
+    let (_, stats) = fuzz::shrink::shrink(&saved.case, &mut predicate, budget);
+    println!(
+        "shrink-hang: {stats:?}; smallest hanging draft in {}",
+        out.display()
+    );
+}
+
+/// Replay `case` in a child process of this binary; `true` when it outlives `limit`
+/// (the child is killed).
+fn hangs_in_a_child(
+    case: &fuzz::case::FuzzCase,
+    dir: &std::path::Path,
+    limit: std::time::Duration,
+) -> bool {
+    std::fs::create_dir_all(dir).expect("create the draft directory");
+    let text = fuzz::case::render(case, "hang", "open", "draft").expect("render the draft");
+    std::fs::write(dir.join("draft.case"), text).expect("write the draft");
+    let exe = std::env::current_exe().expect("this test binary");
+    let mut child = std::process::Command::new(exe)
+        .args([
+            "--exact",
+            "saved_cases_match_the_reference_on_the_gpu",
+            "--test-threads=1",
+        ])
+        .env("VYRE_CUDA_FUZZ_REGRESSION_DIR", dir)
+        .env_remove("VYRE_CUDA_FUZZ_SHRINK_HANG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start the replay");
+    let start = std::time::Instant::now();
+    loop {
+        if child.try_wait().expect("poll the replay").is_some() {
+            return false;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
