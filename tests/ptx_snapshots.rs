@@ -216,3 +216,28 @@ fn emitted_ptx_matches_the_checked_in_snapshots() {
         failures[..failures.len().min(60)].join("\n")
     );
 }
+
+/// The fuzz checker's gates for ptxas miscompilations, over every semantic, corpus and
+/// library kernel too: no warp-synchronous operand ptxas can see through
+/// (`fuzz::check::visible_sync_operand`) and no i32 min/max of another's result
+/// (`fuzz::check::nested_i32_minmax`).
+#[test]
+fn every_kernel_keeps_the_ptxas_workarounds() {
+    let mut failures = Vec::new();
+    for subject in subjects() {
+        for target in [PtxTarget::sm80(), PtxTarget::sm90()] {
+            let Ok(kernel) = emit_ptx(&subject.program, subject.config.workgroup_override, target)
+            else {
+                continue;
+            };
+            for module in fuzz::check::loaded_modules(&kernel) {
+                let found = fuzz::check::visible_sync_operand(&module)
+                    .or_else(|| fuzz::check::nested_i32_minmax(&module));
+                if let Some(line) = found {
+                    failures.push(format!("{} sm_{}: {line}", subject.name, target.sm()));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
