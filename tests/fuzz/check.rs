@@ -89,33 +89,54 @@ pub fn emit(case: &FuzzCase, target: PtxTarget, name: &str, valid: bool) -> Emit
     }
 }
 
+/// Which line defines each register, as a PTX text is read line by line.
+type Definitions<'a> = std::collections::HashMap<&'a str, &'a str>;
+
+/// A PTX line's opcode (a `@p` guard stays on it) and its comma-separated operands.
+fn instruction(line: &str) -> (&str, Vec<&str>) {
+    let (op, args) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+    let args = args
+        .trim_end_matches(';')
+        .split(',')
+        .map(str::trim)
+        .collect();
+    (op, args)
+}
+
+/// Record `line` as the definition of its destination registers (unguarded lines only:
+/// a guarded one may leave the old value). `d|p` pairs define both; a `{lo, hi}` list
+/// spans the first two operands.
+fn define<'a>(line: &'a str, op: &str, args: &[&'a str], defs: &mut Definitions<'a>) {
+    let Some(dest) = args.first().filter(|_| !op.starts_with('@')) else {
+        return;
+    };
+    for d in dest
+        .trim_matches(|c| c == '{' || c == '}')
+        .split(['|', ','])
+    {
+        defs.insert(d.trim(), line);
+    }
+    if dest.starts_with('{') {
+        if let Some(hi) = args.get(1) {
+            defs.insert(hi.trim_end_matches('}').trim(), line);
+        }
+    }
+}
+
 /// The first i32 `min`/`max` with an operand another i32 `min`/`max` wrote directly.
 /// ptxas (12.x, 13.0, sm_90) fuses such a chain into `VIMNMX3`, which drops a negated
 /// operand (`tests/fuzz_regressions/gpu-mismatch-i32-max-of-max-of-negation-drops-negation.case`);
 /// the emitter passes each result through the opaque zero first.
 pub fn nested_i32_minmax(ptx: &str) -> Option<String> {
-    let is_minmax = |line: &str| line.starts_with("min.s32") || line.starts_with("max.s32");
-    let mut defs: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+    let is_minmax = |op: &str| op == "min.s32" || op == "max.s32";
+    let mut defs = Definitions::new();
     for line in ptx.lines().map(str::trim) {
-        let args: Vec<&str> = line
-            .split_once(char::is_whitespace)
-            .map_or("", |(_, a)| a)
-            .trim_end_matches(';')
-            .split(',')
-            .map(str::trim)
-            .collect();
-        if is_minmax(line)
-            && args[1..]
-                .iter()
-                .any(|a| defs.get(a).is_some_and(|d| is_minmax(d)))
-        {
+        let (op, args) = instruction(line);
+        let of_minmax = |a: &&str| defs.get(a).is_some_and(|d| is_minmax(instruction(d).0));
+        if is_minmax(op) && args[1..].iter().any(of_minmax) {
             return Some(line.to_string());
         }
-        if !line.starts_with('@') {
-            if let Some(dest) = args.first() {
-                defs.insert(dest, line);
-            }
-        }
+        define(line, op, &args, &mut defs);
     }
     None
 }
@@ -128,14 +149,9 @@ pub fn nested_i32_minmax(ptx: &str) -> Option<String> {
 /// ptxas cannot see through.
 pub fn visible_sync_operand(ptx: &str) -> Option<String> {
     let mut zero = None;
-    let mut defs: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+    let mut defs = Definitions::new();
     for line in ptx.lines().map(str::trim) {
-        let (op, args) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
-        let args: Vec<&str> = args
-            .trim_end_matches(';')
-            .split(',')
-            .map(str::trim)
-            .collect();
+        let (op, args) = instruction(line);
         if args.get(1) == Some(&"%dynamic_smem_size") {
             zero = Some(args[0]);
         }
@@ -147,47 +163,27 @@ pub fn visible_sync_operand(ptx: &str) -> Option<String> {
                 return Some(line.to_string());
             }
         }
-        if let Some(dest) = args.first().filter(|_| !op.starts_with('@')) {
-            for d in dest
-                .trim_matches(|c| c == '{' || c == '}')
-                .split(['|', ','])
-            {
-                defs.insert(d.trim(), line);
-            }
-            if dest.starts_with('{') {
-                // `mov.b64 {lo, hi}, v`: the destination list spans two arguments.
-                if let Some(hi) = args.get(1) {
-                    defs.insert(hi.trim_end_matches('}').trim(), line);
-                }
-            }
-        }
+        define(line, op, &args, &mut defs);
     }
     None
 }
 
 /// Whether `reg` was defined through the opaque zero: directly, by widening it, or as a
 /// word of a value that was.
-fn through_opaque_zero(
-    reg: &str,
-    defs: &std::collections::HashMap<&str, &str>,
-    zero: Option<&str>,
-    depth: u32,
-) -> bool {
+fn through_opaque_zero(reg: &str, defs: &Definitions<'_>, zero: Option<&str>, depth: u32) -> bool {
     let (Some(zero), Some(def)) = (zero, defs.get(reg)) else {
         return false;
     };
-    let args: Vec<&str> = def
-        .split_once(char::is_whitespace)
-        .map_or("", |(_, a)| a)
-        .trim_end_matches(';')
-        .split(',')
-        .map(|a| a.trim().trim_matches(|c| c == '{' || c == '}'))
-        .collect();
     if depth > 3 {
         return false;
     }
+    let (op, args) = instruction(def);
+    let args: Vec<&str> = args
+        .iter()
+        .map(|a| a.trim_matches(|c| c == '{' || c == '}'))
+        .collect();
     args[1..].contains(&zero)
-        || ((def.starts_with("or.b64") || def.starts_with("mov.b64 {"))
+        || ((op == "or.b64" || def.starts_with("mov.b64 {"))
             && args[1..].iter().any(|a| {
                 a.starts_with('%')
                     && *a != reg
