@@ -85,6 +85,23 @@ struct Counters {
     lane_dependent: AtomicU64,
     drafts: AtomicU64,
     failed: AtomicU64,
+    /// Where the time goes: the reference's runs and the GPU checks (emit, load, launch,
+    /// compare), summed over workers.
+    reference_us: AtomicU64,
+    gpu_us: AtomicU64,
+    /// The slowest GPU checks: (milliseconds, seed), longest first.
+    slowest: Mutex<Vec<(u64, u64)>>,
+}
+
+impl Counters {
+    fn gpu_check_took(&self, took: Duration, seed: u64) {
+        self.gpu_us
+            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        let mut slowest = self.slowest.lock().unwrap();
+        slowest.push((took.as_millis() as u64, seed));
+        slowest.sort_unstable_by(|a, b| b.cmp(a));
+        slowest.truncate(5);
+    }
 }
 
 /// The backend for the current chunk of programs.
@@ -360,7 +377,11 @@ fn gpu_fuzz_matches_the_reference() {
                     .drafts
                     .fetch_add(u64::from(generated.rejected_drafts) + 1, Ordering::Relaxed);
                 let case = generated.case;
+                let judged = Instant::now();
                 let verdict = judge(&case);
+                counters
+                    .reference_us
+                    .fetch_add(judged.elapsed().as_micros() as u64, Ordering::Relaxed);
                 counters.run.fetch_add(1, Ordering::Relaxed);
                 if verdict.lane_order_dependent {
                     counters.lane_dependent.fetch_add(1, Ordering::Relaxed);
@@ -368,7 +389,9 @@ fn gpu_fuzz_matches_the_reference() {
                 }
                 let backend = backends.get(local);
                 watch.begin(worker, seed);
+                let checked = Instant::now();
                 let result = gpu_check(&backend, &case, &verdict);
+                counters.gpu_check_took(checked.elapsed(), seed);
                 watch.end(worker);
                 match result {
                     GpuVerdict::Pass => {
@@ -569,6 +592,17 @@ fn gpu_fuzz_matches_the_reference() {
         run_time.as_secs_f64(),
         run as f64 / run_time.as_secs_f64().max(1e-9),
         start.elapsed().as_secs_f64()
+    );
+    println!(
+        "fuzz: worker time {:.1}s in the reference, {:.1}s in GPU checks; slowest GPU checks (ms, seed): {:?}",
+        c.reference_us.load(Ordering::Relaxed) as f64 * 1e-6,
+        c.gpu_us.load(Ordering::Relaxed) as f64 * 1e-6,
+        c.slowest
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|&(ms, seed)| format!("{ms} {seed:#x}"))
+            .collect::<Vec<_>>()
     );
     let rejected_by = rejected_by.into_inner().unwrap();
     if !rejected_by.is_empty() {

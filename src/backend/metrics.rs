@@ -40,6 +40,7 @@ metrics! {
     kernel_cache_misses => "vyre_cuda_kernel_cache_misses_total",
     ptx_cache_hits => "vyre_cuda_ptx_cache_hits_total",
     ptx_generations => "vyre_cuda_ptx_generations_total",
+    step_machine_kernels => "vyre_cuda_step_machine_kernels_total",
     ptx_bytes => "vyre_cuda_ptx_bytes_total",
     module_loads => "vyre_cuda_module_loads_total",
     module_evictions => "vyre_cuda_module_evictions_total",

@@ -993,6 +993,13 @@ impl Core {
         };
         Metrics::bump(&self.metrics.ptx_generations);
         Metrics::add(&self.metrics.ptx_bytes, emitted.ptx.len() as u64);
+        if emitted.step_machine_segments > 0 {
+            Metrics::bump(&self.metrics.step_machine_kernels);
+            tracing::debug!(
+                segments = emitted.step_machine_segments,
+                "vyre_cuda: subgroup operations over lanes at different steps run as a step machine"
+            );
+        }
         let size = emitted.ptx.len();
         Ok(match self.kernels.ptx.lock() {
             Ok(mut ptx) => ptx.insert(*key, emitted, size).0,

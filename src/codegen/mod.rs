@@ -67,7 +67,7 @@ use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
 /// Version of the emitter's output format; part of every cache key.
-pub const EMITTER_VERSION: u32 = 14;
+pub const EMITTER_VERSION: u32 = 15;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;
@@ -94,6 +94,10 @@ pub struct EmittedKernel {
     /// either writes its area only to stamp the clock, and skips the stamps when launched
     /// with a null area.
     pub reports_faults: bool,
+    /// How many of its segments run as a step machine: the reference's rounds taken warp
+    /// by warp, for subgroup operations whose lanes are at different steps (exact, and
+    /// slower than converged code; see `docs/SUBGROUP_LOCKSTEP.md`).
+    pub step_machine_segments: u32,
     /// Where the entries start in `ptx` (after the header).
     pub(crate) entries_at: usize,
     /// The libm routines the entries call (their `.func`s are in the header).
@@ -209,23 +213,13 @@ fn emit_entries(
     check_workgroup(workgroup_size)?;
     let facts = analysis::ProgramFacts::analyse(program, workgroup_size);
     analysis::uniform::check(program, &facts.uniformity)?;
-    for segment in facts.segments() {
-        analysis::lockstep::check(segment, &facts.uniformity)?;
-    }
     let (mut abi, shared) = abi::layout(program, workgroup_size)?;
     abi.entry = entry.to_string();
-    let segments: Vec<lower::Segment<'_>> = facts
+    let segments = facts
         .segments()
         .into_iter()
-        .map(|nodes| lower::Segment {
-            nodes,
-            replication: analysis::replicated::classify(
-                program,
-                nodes,
-                workgroup_size.iter().product(),
-            ),
-        })
-        .collect();
+        .map(|nodes| segment(program, &facts, nodes, workgroup_size))
+        .collect::<Result<Vec<_>, _>>()?;
     let lowerer =
         || lower::Lowerer::new(program, &facts, &abi, &shared, target.sm()).stamping_clock(timed);
     let bodies = segments
@@ -259,6 +253,7 @@ fn emit_entries(
         clock: timed,
     };
     let composed = module::compose(program, &abi, target, &bodies);
+    let step_machine_segments = segments.iter().filter(|s| s.steps.is_some()).count() as u32;
     Ok(EmittedKernel {
         ptx: composed.ptx,
         vector_ptx: composed.vector_ptx,
@@ -266,8 +261,39 @@ fn emit_entries(
         target,
         timed,
         reports_faults,
+        step_machine_segments,
         entries_at: composed.entries_at,
         libm: composed.libm,
+    })
+}
+
+/// How `nodes`, one launch's body, runs: in parallel or replicated, and as a step machine
+/// where no converged placement of its subgroup operations reads what the reference reads.
+fn segment<'p>(
+    program: &Program,
+    facts: &analysis::ProgramFacts<'p>,
+    nodes: &'p [Node],
+    workgroup_size: [u32; 3],
+) -> Result<lower::Segment<'p>, CodegenError> {
+    let replication =
+        analysis::replicated::classify(program, nodes, workgroup_size.iter().product());
+    let steps = match analysis::lockstep::check(nodes, &facts.uniformity) {
+        Ok(()) => None,
+        Err(unaligned) if replication != analysis::replicated::Replication::Parallel => {
+            // One thread runs a replicated segment for the whole grid; a step machine
+            // would run it in every warp at once.
+            return Err(CodegenError::unsupported(
+                "subgroup operation over lanes at different steps in a replicated segment",
+                format!("{}: {}", unaligned.case, unaligned.detail),
+                "make the subgroup operation's lanes step together (equally long branches before it)",
+            ));
+        }
+        Err(_) => Some(analysis::steps::round_mode(nodes, &facts.uniformity)?),
+    };
+    Ok(lower::Segment {
+        nodes,
+        replication,
+        steps,
     })
 }
 
@@ -278,7 +304,9 @@ fn lower_cooperative<'p>(
     lowerer: impl Fn() -> lower::Lowerer<'p>,
 ) -> Result<Vec<lower::LoweredBody>, CodegenError> {
     let nodes: Vec<&[Node]> = segments.iter().map(|segment| segment.nodes).collect();
-    if !analysis::grid_sync::cooperative_is_exact(&nodes) {
+    // A step machine's warps leave one by one, which a grid barrier after it cannot wait for.
+    let steps = segments.iter().any(|segment| segment.steps.is_some());
+    if steps || !analysis::grid_sync::cooperative_is_exact(&nodes) {
         return Ok(Vec::new());
     }
     segments

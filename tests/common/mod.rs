@@ -13,4 +13,5 @@ pub mod kernels;
 pub mod multirank;
 pub mod programs;
 pub mod ptxas;
+pub mod step_programs;
 pub mod subgroup_programs;

@@ -1725,6 +1725,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(bytes_view_cases());
     cases.extend(super::subgroup_programs::constant_operand_cases());
     cases.extend(minmax_of_negation_cases());
+    cases.extend(super::step_programs::step_machine_cases());
     cases
 }
 

@@ -13,11 +13,11 @@ use vyre_foundation::ir::{
     BinOp, BufferDecl, DataType, Expr, MemoryOrdering, Node, Program, SubgroupReduceOp,
 };
 
-fn gid() -> Expr {
+pub(super) fn gid() -> Expr {
     Expr::InvocationId { axis: 0 }
 }
 
-fn bin(op: BinOp, l: Expr, r: Expr) -> Expr {
+pub(super) fn bin(op: BinOp, l: Expr, r: Expr) -> Expr {
     Expr::BinOp {
         op,
         left: Box::new(l),
@@ -25,46 +25,52 @@ fn bin(op: BinOp, l: Expr, r: Expr) -> Expr {
     }
 }
 
-fn var(name: &str) -> Expr {
+pub(super) fn var(name: &str) -> Expr {
     Expr::var(name)
 }
 
-fn u(value: u32) -> Expr {
+pub(super) fn u(value: u32) -> Expr {
     Expr::u32(value)
 }
 
 /// `a % m == r`.
-fn modulo_is(a: Expr, m: u32, r: u32) -> Expr {
+pub(super) fn modulo_is(a: Expr, m: u32, r: u32) -> Expr {
     bin(BinOp::Eq, bin(BinOp::Mod, a, u(m)), u(r))
 }
 
-fn reduce(op: SubgroupReduceOp, value: Expr) -> Expr {
+pub(super) fn reduce(op: SubgroupReduceOp, value: Expr) -> Expr {
     Expr::SubgroupReduce {
         op,
         value: Box::new(value),
     }
 }
 
-fn shuffle(value: Expr, lane: Expr) -> Expr {
+pub(super) fn shuffle(value: Expr, lane: Expr) -> Expr {
     Expr::SubgroupShuffle {
         value: Box::new(value),
         lane: Box::new(lane),
     }
 }
 
-fn ballot(cond: Expr) -> Expr {
+pub(super) fn ballot(cond: Expr) -> Expr {
     Expr::SubgroupBallot {
         cond: Box::new(cond),
     }
 }
 
-fn returns_if(cond: Expr) -> Node {
+pub(super) fn returns_if(cond: Expr) -> Node {
     Node::if_then(cond, vec![Node::Return])
 }
 
 /// `lin` (the linear local id) and `v = a[gid]` bound, then `body`; `n` invocations in
 /// groups of `workgroup`; `a` and `out` of `ty`, `out` of `out_count` elements.
-fn lanes(ty: DataType, n: u32, out_count: u32, workgroup: u32, body: Vec<Node>) -> Program {
+pub(super) fn lanes(
+    ty: DataType,
+    n: u32,
+    out_count: u32,
+    workgroup: u32,
+    body: Vec<Node>,
+) -> Program {
     let mut entry = vec![
         Node::let_bind("lin", Expr::LocalId { axis: 0 }),
         Node::let_bind("v", Expr::load("a", gid())),
@@ -81,7 +87,7 @@ fn lanes(ty: DataType, n: u32, out_count: u32, workgroup: u32, body: Vec<Node>) 
 }
 
 /// Values 1..=997 in a fixed scatter (every residue class mod 2..8 occurs per subgroup).
-fn values(n: u32) -> Vec<u8> {
+pub(super) fn values(n: u32) -> Vec<u8> {
     u32_bytes(&(0..n).map(|i| (i * 37 + 11) % 997 + 1).collect::<Vec<_>>())
 }
 

@@ -46,12 +46,12 @@
 //!   statement that writes no buffer the operand loads (the reference's later lanes
 //!   would see the earlier lanes' writes of the same round).
 //!
-//! Everything else is rejected (a [`CodegenError`] naming the case). Barriers release
-//! every lane at once, so timing starts again after one.
+//! Everything else is [`Unaligned`] (naming the case): such a segment runs as a step
+//! machine, which takes the reference's rounds themselves (`lower::steps`). Barriers
+//! release every lane at once, so timing starts again after one.
 
 use super::uniform::{has_subgroup, is_subgroup_op, Uniformity};
 use crate::codegen::visit::{any_expr, for_each_child, for_each_expr, for_each_node};
-use crate::codegen::CodegenError;
 use rustc_hash::FxHashSet;
 use std::collections::BTreeSet;
 use vyre_foundation::ir::{BinOp, Expr, Node};
@@ -68,8 +68,26 @@ fn times(n: Steps, b: Steps) -> Steps {
     n.saturating_mul(b).min(UNBOUNDED)
 }
 
+/// Why no converged placement of a segment's subgroup operations reads what the
+/// reference reads: the segment then runs as a step machine (`analysis::steps`,
+/// `lower::steps`). What it says goes to the debug log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Unaligned {
+    pub(crate) case: &'static str,
+    pub(crate) detail: String,
+}
+
+impl Unaligned {
+    fn new(case: &'static str, detail: impl Into<String>) -> Self {
+        Self {
+            case,
+            detail: detail.into(),
+        }
+    }
+}
+
 /// Check every subgroup operation of `segment` (one launch's body, see `grid_sync`).
-pub(crate) fn check(segment: &[Node], uniformity: &Uniformity<'_>) -> Result<(), CodegenError> {
+pub(crate) fn check(segment: &[Node], uniformity: &Uniformity<'_>) -> Result<(), Unaligned> {
     if !has_subgroup(segment) {
         return Ok(());
     }
@@ -569,7 +587,7 @@ struct Walk<'a, 'p> {
 }
 
 impl<'p> Walk<'_, 'p> {
-    fn block(&mut self, nodes: &'p [Node]) -> Result<(), CodegenError> {
+    fn block(&mut self, nodes: &'p [Node]) -> Result<(), Unaligned> {
         for node in nodes {
             if self.state.ended {
                 break;
@@ -579,7 +597,7 @@ impl<'p> Walk<'_, 'p> {
         Ok(())
     }
 
-    fn node(&mut self, node: &'p Node) -> Result<(), CodegenError> {
+    fn node(&mut self, node: &'p Node) -> Result<(), Unaligned> {
         for op in own_subgroup_ops(node) {
             self.uniform_operation(op, node)?;
         }
@@ -636,14 +654,14 @@ impl<'p> Walk<'_, 'p> {
     }
 
     /// A `Block` or `Region`: its own step, then its body as a scope.
-    fn scope(&mut self, body: &'p [Node]) -> Result<(), CodegenError> {
+    fn scope(&mut self, body: &'p [Node]) -> Result<(), Unaligned> {
         self.state.elapse(1);
         self.scoped(body, None)
     }
 
     /// `body` as a scope (binding `var` first, as a loop iteration does): its end
     /// step must come after every operation that reads its variables.
-    fn scoped(&mut self, body: &'p [Node], var: Option<&'p str>) -> Result<(), CodegenError> {
+    fn scoped(&mut self, body: &'p [Node], var: Option<&'p str>) -> Result<(), Unaligned> {
         let level = self.state.scopes.len() + 1;
         self.state.scopes.push(self.state.bindings.len());
         if let Some(var) = var {
@@ -676,7 +694,7 @@ impl<'p> Walk<'_, 'p> {
         cond: &Expr,
         then: &'p [Node],
         otherwise: &'p [Node],
-    ) -> Result<(), CodegenError> {
+    ) -> Result<(), Unaligned> {
         self.state.elapse(1);
         // A literal condition: the other branch never runs.
         if let Expr::LitBool(taken) = cond {
@@ -698,7 +716,7 @@ impl<'p> Walk<'_, 'p> {
         var: &'p str,
         (fewest, most): (Steps, Steps),
         body: &'p [Node],
-    ) -> Result<(), CodegenError> {
+    ) -> Result<(), Unaligned> {
         self.state.elapse(1);
         if most == 0 {
             // The body never runs: the exit test follows.
@@ -743,7 +761,7 @@ impl<'p> Walk<'_, 'p> {
 
     /// A data-dependent `If` or `Loop`: its subgroup operations run early, at its step,
     /// with every lane; lanes come out of it up to its longest path apart.
-    fn divergent(&mut self, node: &'p Node) -> Result<(), CodegenError> {
+    fn divergent(&mut self, node: &'p Node) -> Result<(), Unaligned> {
         let mut inside = Inside::default();
         let end = span_construct(node, Span::ZERO, &mut inside);
         if !inside.operations.is_empty() && !self.hoistable(node) {
@@ -753,11 +771,9 @@ impl<'p> Walk<'_, 'p> {
             self.time_invariant_operation(op, when)?;
         }
         if self.keeps_returned && inside.barrier {
-            return Err(CodegenError::unsupported(
+            return Err(Unaligned::new(
                 "Barrier in divergent control flow of a program whose returned lanes stay for subgroup operations",
-                "lanes that returned stay in the warp for later subgroup operations but skip data-dependent branches, so they would never reach this barrier",
-                "move the Barrier out of the data-dependent branch, or the Return after the last subgroup operation",
-            ));
+                "lanes that returned stay in the warp for later subgroup operations but skip data-dependent branches, so they would never reach this barrier"));
         }
         let spread = self.state.spread;
         for when in inside.returns {
@@ -795,7 +811,7 @@ impl<'p> Walk<'_, 'p> {
     }
 
     /// A subgroup operation of `node` (in uniform control flow), run at this step.
-    fn uniform_operation(&mut self, op: &'p Expr, node: &'p Node) -> Result<(), CodegenError> {
+    fn uniform_operation(&mut self, op: &'p Expr, node: &'p Node) -> Result<(), Unaligned> {
         let invariant = {
             let none = FxHashSet::default();
             let u = self.uniformity;
@@ -814,7 +830,7 @@ impl<'p> Walk<'_, 'p> {
     /// An operation over time-invariant operands, run `when` steps after this point:
     /// every running lane must have bound each variable it reads, and none may leave
     /// that variable's scope, before every lane has run it.
-    fn time_invariant_operation(&mut self, op: &'p Expr, when: Span) -> Result<(), CodegenError> {
+    fn time_invariant_operation(&mut self, op: &'p Expr, when: Span) -> Result<(), Unaligned> {
         reject_atomic_operand(op)?;
         for name in vars_in(op) {
             let Some(binding) = self.state.binding(name) else {
@@ -835,7 +851,7 @@ impl<'p> Walk<'_, 'p> {
 
     /// An operation over values that may change: every lane at the same step, every lane
     /// on its way to a `Return` returned, no write of its operand's buffers in `node`.
-    fn aligned_operation(&mut self, op: &'p Expr, node: &'p Node) -> Result<(), CodegenError> {
+    fn aligned_operation(&mut self, op: &'p Expr, node: &'p Node) -> Result<(), Unaligned> {
         reject_atomic_operand(op)?;
         if self.state.spread > 0 {
             return Err(lanes_apart(
@@ -847,11 +863,9 @@ impl<'p> Walk<'_, 'p> {
         }
         let written = written_by(node);
         if loaded_buffers(op).iter().any(|b| written.contains(b)) {
-            return Err(CodegenError::unsupported(
+            return Err(Unaligned::new(
                 "subgroup operation in a statement that writes a buffer its operand loads",
-                "the reference runs the statement lane after lane, so later lanes' operands see the writes of the lanes before them",
-                "compute the subgroup operation in a Let before the statement",
-            ));
+                "the reference runs the statement lane after lane, so later lanes' operands see the writes of the lanes before them"));
         }
         for frame in &mut self.state.loops {
             frame.first_aligned = frame.first_aligned.min(frame.since_start);
@@ -866,7 +880,7 @@ fn check_back_edge(
     after_body: &State<'_>,
     frame: LoopFrame,
     serial_before: u64,
-) -> Result<(), CodegenError> {
+) -> Result<(), Unaligned> {
     let late = after_body
         .returning
         .iter()
@@ -877,42 +891,32 @@ fn check_back_edge(
     Ok(())
 }
 
-fn reject_atomic_operand(op: &Expr) -> Result<(), CodegenError> {
+fn reject_atomic_operand(op: &Expr) -> Result<(), Unaligned> {
     let atomic = |e: &Expr| matches!(e, Expr::Atomic { .. });
     let mut found = false;
     for_each_child(op, &mut |operand| {
         found = found || any_expr(operand, &atomic)
     });
     if found {
-        return Err(CodegenError::unsupported(
+        return Err(Unaligned::new(
             "atomic in a subgroup operand",
-            "the reference evaluates every lane's operand on a copy of memory, so the atomic writes nothing there",
-            "run the atomic in a Let before the subgroup operation",
-        ));
+            "the reference evaluates every lane's operand on a copy of memory, so the atomic writes nothing there"));
     }
     Ok(())
 }
 
-fn lanes_apart(detail: impl Into<String>) -> CodegenError {
-    CodegenError::unsupported(
-        "subgroup operation over lanes at different steps",
-        detail,
-        "make the data-dependent branches before it equally long, or read only ids, literals, read-only buffers and variables bound once well before it",
-    )
+fn lanes_apart(detail: impl Into<String>) -> Unaligned {
+    Unaligned::new("subgroup operation over lanes at different steps", detail)
 }
 
-fn before_returns() -> CodegenError {
-    CodegenError::unsupported(
+fn before_returns() -> Unaligned {
+    Unaligned::new(
         "subgroup operation before returning lanes have returned",
-        "its operand reads values that may change, and lanes on a longer path to a Return may still be running it when the others reach the operation, so the reference reads their values from mid-path",
-        "shorten the path to the Return, or move the subgroup operation further after it",
-    )
+        "its operand reads values that may change, and lanes on a longer path to a Return may still be running it when the others reach the operation, so the reference reads their values from mid-path")
 }
 
-pub(crate) fn divergent_operation() -> CodegenError {
-    CodegenError::unsupported(
+fn divergent_operation() -> Unaligned {
+    Unaligned::new(
         "subgroup operation in divergent control flow",
-        "inside a data-dependent branch or loop, its operand reads values that may change (a variable assigned or bound there, a loop variable, a buffer the program writes), so the subgroup cannot evaluate it for every lane",
-        "move the subgroup operation out of the branch or loop, or make its operands depend only on immutable values",
-    )
+        "inside a data-dependent branch or loop, its operand reads values that may change (a variable assigned or bound there, a loop variable, a buffer the program writes), so the subgroup cannot evaluate it for every lane")
 }

@@ -10,6 +10,7 @@ pub(crate) mod grid_sync;
 pub(crate) mod lockstep;
 pub(crate) mod nesting;
 pub(crate) mod replicated;
+pub(crate) mod steps;
 pub(crate) mod uniform;
 
 use super::libm::Libm;

@@ -7,6 +7,7 @@ use super::{LoweredBody, Lowerer, Segment};
 use crate::codegen::abi::KernelParam;
 use crate::codegen::analysis::lockstep;
 use crate::codegen::analysis::replicated::Replication;
+use crate::codegen::analysis::steps::RoundMode;
 use crate::codegen::clock::{self, EndRegs, CLOCK_END};
 use crate::codegen::module::ZERO_PAGE;
 use crate::codegen::writer::{emit, PtxWriter, RegClass};
@@ -58,6 +59,11 @@ impl<'p> Lowerer<'p> {
         segment: &Segment<'p>,
     ) -> Result<LoweredBody, CodegenError> {
         match segment.replication {
+            _ if segment.steps.is_some() => {
+                let mode = segment.steps.unwrap_or(RoundMode::Parallel);
+                self.plan_async_copies(segment.nodes)?;
+                self.put_step_machine(segment.nodes, mode)?;
+            }
             Replication::Parallel => {
                 if lockstep::keeps_returned_lanes(segment.nodes, &self.facts.uniformity) {
                     self.keeps_returned_lanes();

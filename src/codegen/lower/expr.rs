@@ -129,6 +129,7 @@ impl<'p> Lowerer<'p> {
                     "add a Let before this use",
                 )
             })?;
+        let val = self.snapshot_var(name, val);
         self.operand_var(name, val)
     }
 

@@ -18,6 +18,7 @@ mod ops;
 mod reduction;
 mod replica;
 mod returned;
+mod steps;
 mod stmt;
 mod subgroup;
 mod values;
@@ -25,6 +26,7 @@ mod vector;
 
 use super::abi::{KernelAbi, SharedBuffer};
 use super::analysis::replicated::Replication;
+use super::analysis::steps::RoundMode;
 use super::analysis::ProgramFacts;
 use super::fault::DeviceFault;
 use super::kind::{element_stride, ValKind};
@@ -82,6 +84,8 @@ impl Ids {
 pub(crate) struct Segment<'p> {
     pub(crate) nodes: &'p [Node],
     pub(crate) replication: Replication,
+    /// Set when the segment runs as a step machine (see `steps`).
+    pub(crate) steps: Option<RoundMode>,
 }
 
 /// Lowers one entry body. One per segment, cooperative segment and vector entry: each has
@@ -157,6 +161,8 @@ pub(crate) struct Lowerer<'p> {
     lanes: Option<vector::Lanes<'p>>,
     /// Set while one thread runs a replicated segment once per workgroup (see `replica`).
     schedule: Option<replica::Schedule>,
+    /// Set while lowering a segment as a step machine.
+    steps: Option<steps::StepMachine<'p>>,
 }
 
 impl<'p> Lowerer<'p> {
@@ -216,6 +222,7 @@ impl<'p> Lowerer<'p> {
             epilogue,
             lanes: None,
             schedule: None,
+            steps: None,
         }
     }
 

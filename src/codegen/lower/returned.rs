@@ -225,6 +225,9 @@ impl<'p> Lowerer<'p> {
 
     /// Set when this lane returned without binding a variable `op` reads.
     fn unbound_in_returned_lane(&mut self, op: &'p Expr) -> Result<Option<Reg>, CodegenError> {
+        if self.steps.is_some() {
+            return Ok(self.unbound_in_step_machine(op));
+        }
         let Some(pred) = self.returned.as_ref().map(|r| r.pred) else {
             return Ok(None);
         };

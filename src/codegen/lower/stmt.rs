@@ -31,7 +31,7 @@ impl<'p> Lowerer<'p> {
         self.put_node_here(node)
     }
 
-    fn put_node_here(&mut self, node: &'p Node) -> Result<(), CodegenError> {
+    pub(super) fn put_node_here(&mut self, node: &'p Node) -> Result<(), CodegenError> {
         match node {
             Node::Let { name, value } => self.put_let(name.as_str(), value),
             Node::Assign { name, value } => self.put_assign(name.as_str(), value),
@@ -107,7 +107,10 @@ impl<'p> Lowerer<'p> {
             }
             _ => self.put_expr(value)?,
         };
-        let reg = self.w.reg(value.kind.reg_class());
+        let reg = match self.step_register(name, value)? {
+            Some(reg) => reg,
+            None => self.w.reg(value.kind.reg_class()),
+        };
         self.mov(reg, value.reg);
         if value.kind == ValKind::Bytes(16) {
             let hi = self.w.reg(RegClass::B64);
@@ -122,7 +125,9 @@ impl<'p> Lowerer<'p> {
         } else {
             value.kind
         };
-        self.bind(name, Val::new(kind, reg), false)
+        self.bind(name, Val::new(kind, reg), false)?;
+        self.mark_bound(name);
+        Ok(())
     }
 
     fn put_assign(&mut self, name: &'p str, value: &'p Expr) -> Result<(), CodegenError> {
@@ -239,7 +244,7 @@ impl<'p> Lowerer<'p> {
     /// value than it took before (it keeps every value an invocation's condition took and
     /// compares them all, across iterations too). Live lanes agree at each evaluation
     /// (uniform condition, or `check_branch_agreement`), so each lane keeps its own history.
-    fn put_branch_history(&mut self, node: &'p Node, p: Reg) {
+    pub(super) fn put_branch_history(&mut self, node: &'p Node, p: Reg) {
         let Some(&history) = self.branch_history.get(&(node as *const Node)) else {
             return;
         };
@@ -252,7 +257,7 @@ impl<'p> Lowerer<'p> {
 
     /// Empty histories for the barrier-holding `If`s of an outermost loop, which runs
     /// at most once per invocation.
-    fn start_branch_histories(&mut self, body: &'p [Node]) {
+    pub(super) fn start_branch_histories(&mut self, body: &'p [Node]) {
         let mut branches = Vec::new();
         for_each_node(body, &mut |node| {
             if let Node::If {

@@ -1,0 +1,535 @@
+//! The step machine: a segment whose subgroup operations no converged placement reads
+//! exactly (`analysis::lockstep`) runs the reference's own schedule, warp by warp.
+//!
+//! The segment is flattened into the reference's steps (`docs/SUBGROUP_LOCKSTEP.md` has
+//! the table): each statement; an `If` choosing its branch; a `Block`, `Region` or `Loop`
+//! opening; the end of a branch, block, region or loop body (closing its scope); a loop
+//! iteration's start or exit test. Each step is a PTX block that stores the lane's next
+//! step in `pc`, so lanes in different branches, iterations or after a `Return` simply
+//! hold different `pc`s. A warp loops over rounds:
+//!
+//! 1. every lane done: leave; every lane done or waiting at a barrier: `barrier.sync`,
+//!    as the reference releases a barrier once every invocation still running waits;
+//! 2. each subgroup operation that some lane is at is evaluated by the whole warp, every
+//!    lane with its own registers, which are the reference's round-start snapshot (the
+//!    steps have not run yet); a variable some lane has not bound fails the dispatch, as
+//!    the reference's "undeclared variable" does;
+//! 3. every running lane takes its step (`brx.idx pc`), and the warp meets again.
+//!
+//! A variable some subgroup operand reads has one register whichever `Let` binds it and a
+//! flag saying whether the lane has it bound: the reference evaluates another lane's
+//! operand on that lane's variables by name, so lanes in different scopes still agree.
+//! Closing a scope clears its flags; `Return` keeps them, as the reference does.
+//!
+//! In [`RoundMode::Serial`] (a subgroup operand loads a buffer the segment writes) lane
+//! after lane takes its step, the subgroup operations it meets evaluated just before on
+//! copies of the variables made at the round's start, so each lane's operands see the
+//! stores of the lanes before it in the round, as in the reference.
+
+use super::returned::Hoisted;
+use super::{Lowerer, Val};
+use crate::codegen::analysis::lockstep::{own_subgroup_ops, vars_in};
+use crate::codegen::analysis::steps::RoundMode;
+use crate::codegen::kind::ValKind;
+use crate::codegen::writer::{emit, Label, Reg, RegClass};
+use crate::codegen::CodegenError;
+use std::collections::BTreeMap;
+use vyre_foundation::ir::{Expr, Node};
+
+/// A step's number, the lane's `pc` while it is next. Step 0 is "done".
+type StepId = u32;
+const DONE: StepId = 0;
+
+/// The state of a segment lowered as a step machine.
+pub(super) struct StepMachine<'p> {
+    mode: RoundMode,
+    /// The lane's next step.
+    pc: Reg,
+    /// Set while the lane waits at a barrier.
+    waiting: Reg,
+    /// Set when the lane takes a step in this (sub-)round.
+    running: Reg,
+    /// Serial mode: the lane of the warp whose turn it is.
+    turn: Option<Reg>,
+    /// Each step's block, by number (step 0 is the round's end).
+    targets: Vec<Label>,
+    round_end: Label,
+    /// Where the next evaluation of subgroup operations is written; the dispatch follows
+    /// the last one.
+    chain: Label,
+    /// Where each (serial: each lane's) turn of a round starts.
+    sub_round: Label,
+    /// Variables some subgroup operand reads: one register each (see the module's header).
+    named: BTreeMap<&'p str, Named>,
+    /// Set while a subgroup operand is evaluated in serial mode: it reads the copies.
+    reading_snapshot: bool,
+}
+
+#[derive(Clone, Copy)]
+struct Named {
+    val: Val,
+    bound: Reg,
+    /// Serial mode: the round-start copies of `val` and `bound`.
+    snapshot: Option<(Reg, Reg)>,
+}
+
+impl<'p> Lowerer<'p> {
+    /// Lower `nodes` as a step machine (see the module's header).
+    pub(super) fn put_step_machine(
+        &mut self,
+        nodes: &'p [Node],
+        mode: RoundMode,
+    ) -> Result<(), CodegenError> {
+        let round_end = self.w.label();
+        self.steps = Some(StepMachine {
+            mode,
+            pc: self.w.reg(RegClass::B32),
+            waiting: self.w.reg(RegClass::Pred),
+            running: self.w.reg(RegClass::Pred),
+            turn: (mode == RoundMode::Serial).then(|| self.w.reg(RegClass::B32)),
+            targets: vec![round_end],
+            round_end,
+            chain: self.w.label(),
+            sub_round: self.w.label(),
+            named: BTreeMap::new(),
+            reading_snapshot: false,
+        });
+        let labels = RoundLabels {
+            round: self.w.label(),
+            init: self.w.label(),
+            snapshot: self.w.label(),
+            finish: self.w.label(),
+        };
+        // Each lane's history of every barrier-holding branch, kept for its whole run as
+        // the reference keeps it.
+        self.start_branch_histories(nodes);
+        emit!(self.w, "bra {}", labels.init);
+        self.put_round_start(&labels);
+        let first = match nodes.is_empty() {
+            true => DONE,
+            false => self.new_step(),
+        };
+        self.put_step_list(nodes, first, DONE)?;
+        self.put_round_end(&labels, first);
+        Ok(())
+    }
+
+    fn machine(&self) -> &StepMachine<'p> {
+        self.steps
+            .as_ref()
+            .expect("only called while lowering a step machine")
+    }
+
+    fn machine_mut(&mut self) -> &mut StepMachine<'p> {
+        self.steps
+            .as_mut()
+            .expect("only called while lowering a step machine")
+    }
+
+    fn new_step(&mut self) -> StepId {
+        let label = self.w.label();
+        let machine = self.machine_mut();
+        machine.targets.push(label);
+        (machine.targets.len() - 1) as StepId
+    }
+
+    /// Steps 1 and 2 of a round, up to the first evaluation of subgroup operations.
+    fn put_round_start(&mut self, labels: &RoundLabels) {
+        let m = self.machine();
+        let (pc, waiting, running, turn, chain) = (m.pc, m.waiting, m.running, m.turn, m.chain);
+        let mask = self.subgroup_mask;
+        self.w.put_label(labels.round);
+        let (done, idle, all) = (self.pred(), self.pred(), self.pred());
+        emit!(self.w, "setp.eq.u32 {done}, {pc}, {DONE}");
+        let synced = self.sync_operand(done);
+        emit!(self.w, "vote.sync.all.pred {all}, {synced}, {mask}");
+        let all = self.branch_pred(all);
+        emit!(self.w, "@{all} bra {}", labels.finish);
+        emit!(self.w, "or.pred {idle}, {done}, {waiting}");
+        let synced = self.sync_operand(idle);
+        let released = self.pred();
+        emit!(self.w, "vote.sync.all.pred {released}, {synced}, {mask}");
+        let released = self.branch_pred(released);
+        let go = self.w.label();
+        emit!(self.w, "@!{released} bra {go}");
+        emit!(self.w, "barrier.sync 0");
+        emit!(self.w, "setp.ne.u32 {waiting}, 0, 0");
+        self.w.put_label(go);
+        let sub_round = self.machine().sub_round;
+        if turn.is_some() {
+            emit!(self.w, "bra {}", labels.snapshot);
+        }
+        // Serial rounds come back here for the next lane's turn.
+        self.w.put_label(sub_round);
+        emit!(
+            self.w,
+            "setp.ne.and.u32 {running}, {pc}, {DONE}, !{waiting}"
+        );
+        if let Some(turn) = turn {
+            let lane = self.b32();
+            emit!(self.w, "and.b32 {lane}, {}, 31", self.ids.linear_local);
+            emit!(
+                self.w,
+                "setp.eq.and.u32 {running}, {lane}, {turn}, {running}"
+            );
+        }
+        emit!(self.w, "bra {chain}");
+    }
+
+    /// Step 3, the round's end, and the blocks reached only by branches: the first
+    /// round's set-up, serial mode's snapshot, the way out.
+    fn put_round_end(&mut self, labels: &RoundLabels, first: StepId) {
+        let m = self.machine();
+        let (pc, waiting, running, turn, chain, round_end) =
+            (m.pc, m.waiting, m.running, m.turn, m.chain, m.round_end);
+        let targets = m.targets.clone();
+        let named: Vec<Named> = m.named.values().copied().collect();
+        let sub_round = m.sub_round;
+        let mask = self.subgroup_mask;
+        self.w.put_label(chain);
+        let table = self.w.label();
+        let list = targets
+            .iter()
+            .map(Label::to_string)
+            .collect::<Vec<_>>()
+            .join(", ");
+        emit!(self.w, "{table}: .branchtargets {list}");
+        let running = self.branch_pred(running);
+        emit!(self.w, "@{running} brx.idx {pc}, {table}");
+        self.w.put_label(round_end);
+        emit!(self.w, "bar.warp.sync {mask}");
+        // A lane that recorded a fault is done: the dispatch fails, and its garbage must
+        // not keep it stepping.
+        emit!(self.w, "@{} mov.u32 {pc}, {DONE}", self.faulted);
+        if let Some(turn) = turn {
+            let more = self.pred();
+            emit!(self.w, "add.u32 {turn}, {turn}, 1");
+            emit!(
+                self.w,
+                "setp.lt.u32 {more}, {turn}, {}",
+                self.subgroup_lanes
+            );
+            let more = self.branch_pred(more);
+            emit!(self.w, "@{more} bra {sub_round}");
+        }
+        emit!(self.w, "bra {}", labels.round);
+        self.w.put_label(labels.init);
+        emit!(self.w, "mov.u32 {pc}, {first}");
+        emit!(self.w, "setp.ne.u32 {waiting}, 0, 0");
+        for named in &named {
+            emit!(self.w, "setp.ne.u32 {}, 0, 0", named.bound);
+        }
+        emit!(self.w, "bra {}", labels.round);
+        if turn.is_some() {
+            self.w.put_label(labels.snapshot);
+            for named in &named {
+                if let Some((value, bound)) = named.snapshot {
+                    self.mov(value, named.val.reg);
+                    emit!(self.w, "mov.pred {bound}, {}", named.bound);
+                }
+            }
+            if let Some(turn) = turn {
+                emit!(self.w, "mov.u32 {turn}, 0");
+            }
+            emit!(self.w, "bra {sub_round}");
+        }
+        self.w.put_label(labels.finish);
+        // A lane that finished with a transfer pending fails the dispatch (one that
+        // returned so has recorded it at its `Return` already).
+        self.fault_pending_copies();
+        self.end_invocation();
+    }
+
+    /// `nodes` as steps, the first numbered `first`, the last going on to `next`.
+    fn put_step_list(
+        &mut self,
+        nodes: &'p [Node],
+        first: StepId,
+        next: StepId,
+    ) -> Result<(), CodegenError> {
+        let mut here = first;
+        for (index, node) in nodes.iter().enumerate() {
+            let after = match index + 1 == nodes.len() {
+                true => next,
+                false => self.new_step(),
+            };
+            self.put_step(node, here, after)?;
+            here = after;
+        }
+        Ok(())
+    }
+
+    /// `nodes` in a scope of their own: their steps from `first`, then the step closing
+    /// the scope, which goes on to `next`.
+    fn put_scoped_steps(
+        &mut self,
+        nodes: &'p [Node],
+        first: StepId,
+        next: StepId,
+    ) -> Result<(), CodegenError> {
+        self.push_scope();
+        let close = match nodes.is_empty() {
+            true => first,
+            false => self.new_step(),
+        };
+        let result = self.put_step_list(nodes, first, close);
+        self.put_scope_close(close, next);
+        result
+    }
+
+    /// The step closing the innermost scope: its variables are no longer bound.
+    fn put_scope_close(&mut self, id: StepId, next: StepId) {
+        self.begin_step(id);
+        let names = self.scopes.last().cloned().unwrap_or_default();
+        for name in names {
+            if let Some(named) = self.machine().named.get(name).copied() {
+                emit!(self.w, "setp.ne.u32 {}, 0, 0", named.bound);
+            }
+        }
+        self.pop_scope();
+        self.goto_step(next);
+    }
+
+    fn begin_step(&mut self, id: StepId) {
+        let label = self.machine().targets[id as usize];
+        self.w.put_label(label);
+    }
+
+    /// The lane's next step is `next`; the round goes on.
+    fn goto_step(&mut self, next: StepId) {
+        let (pc, round_end) = (self.machine().pc, self.machine().round_end);
+        emit!(self.w, "mov.u32 {pc}, {next}");
+        emit!(self.w, "bra {round_end}");
+    }
+
+    fn put_step(&mut self, node: &'p Node, id: StepId, next: StepId) -> Result<(), CodegenError> {
+        self.put_step_ops(id, node)?;
+        self.begin_step(id);
+        match node {
+            Node::If {
+                cond,
+                then,
+                otherwise,
+            } => {
+                let cond = self.put_expr(cond)?;
+                let p = self.truthy(cond);
+                self.put_branch_history(node, p);
+                let (then_first, else_first) = (self.new_step(), self.new_step());
+                let pc = self.machine().pc;
+                let round_end = self.machine().round_end;
+                emit!(self.w, "selp.u32 {pc}, {then_first}, {else_first}, {p}");
+                emit!(self.w, "bra {round_end}");
+                self.put_scoped_steps(then, then_first, next)?;
+                self.put_scoped_steps(otherwise, else_first, next)
+            }
+            Node::Block(body) => self.put_block_steps(body, next),
+            Node::Region { body, .. } => self.put_block_steps(body, next),
+            Node::Loop {
+                var,
+                from,
+                to,
+                body,
+            } => self.put_loop_steps(var.as_str(), from, to, body, next),
+            Node::Return => {
+                self.fault_pending_copies();
+                self.goto_step(DONE);
+                Ok(())
+            }
+            Node::Barrier { .. } => {
+                let waiting = self.machine().waiting;
+                emit!(self.w, "setp.eq.u32 {waiting}, 0, 0");
+                self.goto_step(next);
+                Ok(())
+            }
+            _ => {
+                self.put_node_here(node)?;
+                self.goto_step(next);
+                Ok(())
+            }
+        }
+    }
+
+    /// A `Block` or `Region`: opening its scope is this step.
+    fn put_block_steps(&mut self, body: &'p [Node], next: StepId) -> Result<(), CodegenError> {
+        let first = self.new_step();
+        self.goto_step(first);
+        self.put_scoped_steps(body, first, next)
+    }
+
+    /// A `Loop` (its bounds evaluated in the current step), its iteration step (exit test
+    /// or binding the loop variable) and its body, whose closing step goes back to the
+    /// iteration step.
+    fn put_loop_steps(
+        &mut self,
+        var: &'p str,
+        from: &'p Expr,
+        to: &'p Expr,
+        body: &'p [Node],
+        next: StepId,
+    ) -> Result<(), CodegenError> {
+        use crate::codegen::fault::DeviceFault;
+        let from = self.put_expr(from)?;
+        let from = self.u32_checked(from, DeviceFault::LoopBoundNotU32)?;
+        let to = self.put_expr(to)?;
+        let to = self.u32_checked(to, DeviceFault::LoopBoundNotU32)?;
+        let (counter, bound) = (self.b32(), self.b32());
+        self.mov(counter, from);
+        self.mov(bound, to);
+        let iteration = self.new_step();
+        self.goto_step(iteration);
+        self.begin_step(iteration);
+        let (pc, round_end) = (self.machine().pc, self.machine().round_end);
+        let exit = self.pred();
+        emit!(self.w, "setp.ge.u32 {exit}, {counter}, {bound}");
+        emit!(self.w, "@{exit} mov.u32 {pc}, {next}");
+        let exit = self.branch_pred(exit);
+        emit!(self.w, "@{exit} bra {round_end}");
+        self.push_scope();
+        let value = Val::new(ValKind::U32, counter);
+        let var_reg = match self.step_register(var, value)? {
+            Some(reg) => reg,
+            None => self.b32(),
+        };
+        self.mov(var_reg, counter);
+        self.bind(var, Val::new(ValKind::U32, var_reg), true)?;
+        self.mark_bound(var);
+        emit!(self.w, "add.u32 {counter}, {counter}, 1");
+        let close = self.new_step();
+        let first = match body.is_empty() {
+            true => close,
+            false => self.new_step(),
+        };
+        self.goto_step(first);
+        let result = self.put_step_list(body, first, close);
+        self.put_scope_close(close, iteration);
+        result
+    }
+
+    /// The evaluation, before the round's steps, of the subgroup operations statement
+    /// `node` (step `id`) holds, when some lane is at it this round.
+    fn put_step_ops(&mut self, id: StepId, node: &'p Node) -> Result<(), CodegenError> {
+        let ops = own_subgroup_ops(node);
+        if ops.is_empty() {
+            return Ok(());
+        }
+        let m = self.machine();
+        let (pc, running, link, serial) = (m.pc, m.running, m.chain, m.turn.is_some());
+        let next = self.w.label();
+        self.machine_mut().chain = next;
+        self.w.put_label(link);
+        let (here, any, mask) = (self.pred(), self.pred(), self.subgroup_mask);
+        emit!(self.w, "setp.eq.and.u32 {here}, {pc}, {id}, {running}");
+        let here = self.sync_operand(here);
+        emit!(self.w, "vote.sync.any.pred {any}, {here}, {mask}");
+        let any = self.branch_pred(any);
+        emit!(self.w, "@!{any} bra {next}");
+        self.machine_mut().reading_snapshot = serial;
+        let result = self.hoist_in_step(ops);
+        self.machine_mut().reading_snapshot = false;
+        emit!(self.w, "bra {next}");
+        result
+    }
+
+    fn hoist_in_step(&mut self, ops: Vec<&'p Expr>) -> Result<(), CodegenError> {
+        for op in ops {
+            let (value, faults) = self.put_subgroup_op(op)?;
+            self.hoisted
+                .insert(op as *const Expr, Hoisted { value, faults });
+        }
+        Ok(())
+    }
+
+    /// In a step machine, the register variable `name` (first bound to `value`) lives in
+    /// when a subgroup operand reads it; `None` for a register of its own.
+    pub(super) fn step_register(
+        &mut self,
+        name: &'p str,
+        value: Val,
+    ) -> Result<Option<Reg>, CodegenError> {
+        let Some(machine) = self.steps.as_ref() else {
+            return Ok(None);
+        };
+        if !self.facts.subgroup_operand_vars.contains(name) {
+            return Ok(None);
+        }
+        if let Some(known) = machine.named.get(name) {
+            if known.val.kind != value.kind {
+                return Err(CodegenError::unsupported(
+                    "subgroup operand variable bound with different types in a step machine",
+                    format!(
+                        "`{name}` is bound to a {} in one place and to a {} in another; the reference would mix the two in one operation",
+                        known.val.kind.name(),
+                        value.kind.name()
+                    ),
+                    "give the variables different names",
+                ));
+            }
+            return Ok(Some(known.val.reg));
+        }
+        if value.kind == ValKind::Bytes(16) {
+            return Err(CodegenError::unsupported(
+                "16-byte variable read by a subgroup operand in a step machine",
+                format!("`{name}` holds a Vec4U32 value, which the reference cannot combine across lanes"),
+                "read a 4-byte part of it instead",
+            ));
+        }
+        let serial = machine.mode == RoundMode::Serial;
+        let class = value.reg.class();
+        let named = Named {
+            val: Val::new(value.kind, self.w.reg(class)),
+            bound: self.w.reg(RegClass::Pred),
+            snapshot: serial.then(|| (self.w.reg(class), self.w.reg(RegClass::Pred))),
+        };
+        self.machine_mut().named.insert(name, named);
+        Ok(Some(named.val.reg))
+    }
+
+    /// `name` was just bound in this lane (a step machine's flag for subgroup operands).
+    pub(super) fn mark_bound(&mut self, name: &str) {
+        let Some(named) = self.steps.as_ref().and_then(|m| m.named.get(name).copied()) else {
+            return;
+        };
+        emit!(self.w, "setp.eq.u32 {}, 0, 0", named.bound);
+    }
+
+    /// Variable `name` (bound to `val`) read in a subgroup operand of a serial round: the
+    /// copy made at the round's start.
+    pub(super) fn snapshot_var(&self, name: &str, val: Val) -> Val {
+        let Some(machine) = self.steps.as_ref().filter(|m| m.reading_snapshot) else {
+            return val;
+        };
+        match machine.named.get(name).and_then(|named| named.snapshot) {
+            Some((reg, _)) => Val::new(val.kind, reg),
+            None => val,
+        }
+    }
+
+    /// In a step machine, set in a lane that has not bound (now, or at the round's start
+    /// in serial mode) a variable `op` reads.
+    pub(super) fn unbound_in_step_machine(&mut self, op: &'p Expr) -> Option<Reg> {
+        let machine = self.steps.as_ref()?;
+        let flags: Vec<Reg> = vars_in(op)
+            .into_iter()
+            .filter_map(|name| machine.named.get(name))
+            .map(|named| match (machine.reading_snapshot, named.snapshot) {
+                (true, Some((_, bound))) => bound,
+                _ => named.bound,
+            })
+            .collect();
+        let bad = self.pred();
+        emit!(self.w, "setp.ne.u32 {bad}, 0, 0");
+        for bound in flags {
+            let unbound = self.pred();
+            emit!(self.w, "not.pred {unbound}, {bound}");
+            emit!(self.w, "or.pred {bad}, {bad}, {unbound}");
+        }
+        Some(bad)
+    }
+}
+
+struct RoundLabels {
+    round: Label,
+    init: Label,
+    snapshot: Label,
+    finish: Label,
+}

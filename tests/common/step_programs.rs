@@ -1,0 +1,337 @@
+//! Subgroup operations whose lanes the reference reads at different steps (issue 17's
+//! last family): data-dependent branches of unequal length, data-dependent loops,
+//! `Return`s inside loops, variables bound after a branch, operands over a buffer the
+//! program writes. The emitter lowers them as a step machine (`lower::steps`), which must
+//! reproduce the reference's rounds exactly. Appended after every other semantic case.
+
+#![allow(dead_code)]
+
+use super::gpu::f32_bytes;
+use super::programs::Case;
+use super::subgroup_programs::{
+    ballot, bin, gid, lanes, modulo_is, reduce, shuffle, u, values, var,
+};
+use vyre_foundation::ir::{BinOp, DataType, Expr, MemoryOrdering, Node, SubgroupReduceOp};
+
+const WORKGROUPS: [u32; 3] = [64, 48, 40];
+
+fn add(l: Expr, r: Expr) -> Expr {
+    bin(BinOp::Add, l, r)
+}
+
+fn rem(l: Expr, m: u32) -> Expr {
+    bin(BinOp::Mod, l, u(m))
+}
+
+fn sum(value: Expr) -> Expr {
+    reduce(SubgroupReduceOp::Add, value)
+}
+
+/// `body`, then a barrier: the program's `Region` closes when a lane finishes, unbinding
+/// its variables, so lanes that finish early would fail the slower lanes' subgroup
+/// operands in the reference; at the barrier they wait with their variables bound.
+fn case(name: &str, workgroup: u32, mut body: Vec<Node>) -> Case {
+    body.push(Node::barrier_with_ordering(MemoryOrdering::SeqCst));
+    padded(name, workgroup, body)
+}
+
+fn padded(name: &str, workgroup: u32, body: Vec<Node>) -> Case {
+    let n = workgroup * 2;
+    Case::new(
+        format!("step machine: {name}, workgroup {workgroup}"),
+        lanes(DataType::U32, n, n, workgroup, body),
+        vec![values(n)],
+    )
+}
+
+/// Every step-machine case.
+pub fn step_machine_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for workgroup in WORKGROUPS {
+        cases.push(case(
+            "branch of unequal length",
+            workgroup,
+            unequal_branch(),
+        ));
+        let mut padding = unequal_branch();
+        padding.extend((0..4).map(|i| Node::let_bind(format!("pad{i}"), u(i))));
+        cases.push(padded(
+            "branch of unequal length, padded",
+            workgroup,
+            padding,
+        ));
+        // Unpadded, the short lanes finish (closing the program's region) before the
+        // long ones evaluate: their variables are gone and the reference fails.
+        cases.push(
+            padded(
+                "lanes finished before the operation",
+                workgroup,
+                unequal_branch(),
+            )
+            .failing(),
+        );
+        cases.push(case(
+            "Return inside a data-dependent loop",
+            workgroup,
+            return_in_data_dependent_loop(),
+        ));
+        cases.push(case(
+            "reduce in a data-dependent loop",
+            workgroup,
+            loop_reduce(),
+        ));
+        cases.push(case(
+            "ballot and shuffle in a data-dependent loop",
+            workgroup,
+            loop_ballot(),
+        ));
+        cases.push(case("Return inside a loop", workgroup, return_in_loop()));
+        cases.push(case("after a data-dependent loop", workgroup, after_loop()));
+        cases.push(case(
+            "operand loads a written buffer",
+            workgroup,
+            serial_round(),
+        ));
+        cases.push(case("barrier in a uniform loop", workgroup, barrier_loop()));
+        cases.push(case(
+            "nested data-dependent loops",
+            workgroup,
+            nested_loops(),
+        ));
+        cases.push(case("variable bound after a branch", workgroup, bound_late()).failing());
+    }
+    cases.push(f32_fold_in_loop());
+    cases
+}
+
+/// Lanes with `v % 3 == 0` take three statements more; `x` changes there.
+fn unequal_branch() -> Vec<Node> {
+    vec![
+        Node::let_bind("x", var("v")),
+        Node::if_then(
+            modulo_is(var("v"), 3, 0),
+            vec![
+                Node::let_bind("t", u(1)),
+                Node::let_bind("w", u(2)),
+                Node::assign("x", add(var("x"), u(7))),
+            ],
+        ),
+        Node::let_bind("g", sum(var("x"))),
+        Node::store("out", gid(), var("g")),
+    ]
+}
+
+/// Lanes iterate 0..3 times; each iteration reads every lane's accumulator, wherever it is.
+fn loop_reduce() -> Vec<Node> {
+    vec![
+        Node::let_bind("acc", var("v")),
+        Node::loop_for(
+            "i",
+            u(0),
+            rem(var("v"), 4),
+            vec![Node::assign(
+                "acc",
+                add(var("acc"), rem(sum(rem(var("acc"), 100)), 1000)),
+            )],
+        ),
+        Node::store("out", gid(), var("acc")),
+    ]
+}
+
+fn loop_ballot() -> Vec<Node> {
+    vec![
+        Node::let_bind("c", var("lin")),
+        Node::loop_for(
+            "i",
+            u(0),
+            rem(var("v"), 5),
+            vec![
+                Node::assign(
+                    "c",
+                    add(var("c"), rem(ballot(modulo_is(var("c"), 3, 0)), 7)),
+                ),
+                Node::let_bind("d", shuffle(var("c"), rem(add(var("lin"), u(1)), 32))),
+                Node::assign("c", add(var("c"), rem(var("d"), 5))),
+            ],
+        ),
+        Node::store("out", gid(), var("c")),
+    ]
+}
+
+/// Returned lanes keep the accumulator they held at their `Return`.
+fn return_in_loop() -> Vec<Node> {
+    vec![
+        Node::let_bind("s", var("v")),
+        Node::loop_for(
+            "i",
+            u(0),
+            u(6),
+            vec![
+                Node::if_then(
+                    bin(BinOp::Eq, rem(add(var("v"), var("i")), 5), u(0)),
+                    vec![Node::Return],
+                ),
+                Node::assign(
+                    "s",
+                    add(
+                        var("s"),
+                        rem(shuffle(var("s"), rem(add(var("lin"), u(3)), 32)), 11),
+                    ),
+                ),
+            ],
+        ),
+        Node::store("out", gid(), var("s")),
+    ]
+}
+
+/// Lanes loop 2..5 times and some return on the way; the others read the returned lanes'
+/// variables as they were at their `Return`.
+fn return_in_data_dependent_loop() -> Vec<Node> {
+    vec![
+        Node::let_bind("s", var("lin")),
+        Node::loop_for(
+            "i",
+            u(0),
+            add(rem(var("v"), 4), u(2)),
+            vec![
+                Node::if_then(
+                    bin(BinOp::Eq, rem(add(var("v"), var("i")), 6), u(0)),
+                    vec![Node::Return],
+                ),
+                Node::assign(
+                    "s",
+                    add(
+                        var("s"),
+                        rem(reduce(SubgroupReduceOp::Min, add(var("s"), var("v"))), 13),
+                    ),
+                ),
+            ],
+        ),
+        Node::store("out", gid(), var("s")),
+    ]
+}
+
+fn after_loop() -> Vec<Node> {
+    vec![
+        Node::let_bind("z", add(bin(BinOp::Mul, var("lin"), u(3)), var("v"))),
+        Node::loop_for("i", u(0), rem(var("v"), 5), vec![]),
+        Node::let_bind("g", sum(var("z"))),
+        Node::store("out", gid(), var("g")),
+    ]
+}
+
+/// The operand loads `out`, which the lanes store to: the reference's later lanes see the
+/// earlier lanes' stores of the same round.
+fn serial_round() -> Vec<Node> {
+    vec![
+        Node::store("out", gid(), var("v")),
+        Node::loop_for(
+            "i",
+            u(0),
+            add(rem(var("v"), 3), u(1)),
+            vec![Node::store(
+                "out",
+                gid(),
+                add(rem(sum(Expr::load("out", gid())), 1000), var("i")),
+            )],
+        ),
+    ]
+}
+
+/// A barrier in a loop every lane runs the same number of times, after a branch of
+/// unequal length: the warp releases its lanes together.
+fn barrier_loop() -> Vec<Node> {
+    vec![
+        Node::let_bind("x", var("lin")),
+        Node::loop_for(
+            "k",
+            u(0),
+            u(3),
+            vec![
+                Node::if_then(
+                    modulo_is(add(var("v"), var("k")), 2, 0),
+                    vec![
+                        Node::let_bind("y", u(2)),
+                        Node::assign("x", add(var("x"), var("y"))),
+                    ],
+                ),
+                Node::let_bind("g", sum(var("x"))),
+                Node::assign("x", rem(add(var("x"), var("g")), 1000)),
+                Node::barrier_with_ordering(MemoryOrdering::SeqCst),
+            ],
+        ),
+        Node::store("out", gid(), var("x")),
+    ]
+}
+
+fn nested_loops() -> Vec<Node> {
+    vec![
+        Node::let_bind("p", u(1)),
+        Node::loop_for(
+            "i",
+            u(0),
+            rem(var("v"), 3),
+            vec![Node::loop_for(
+                "j",
+                u(0),
+                rem(add(var("v"), var("i")), 4),
+                vec![
+                    Node::if_then(modulo_is(add(var("v"), var("j")), 7, 0), vec![Node::Return]),
+                    Node::assign(
+                        "p",
+                        rem(add(var("p"), reduce(SubgroupReduceOp::Max, var("p"))), 997),
+                    ),
+                ],
+            )],
+        ),
+        Node::store("out", gid(), var("p")),
+    ]
+}
+
+/// Lanes with `v % 4 == 0` bind `y` two steps late: the others' operands read it unbound
+/// then, and the reference fails.
+fn bound_late() -> Vec<Node> {
+    vec![
+        Node::if_then(
+            modulo_is(var("v"), 4, 0),
+            vec![Node::let_bind("t", u(1)), Node::let_bind("w", u(1))],
+        ),
+        Node::let_bind("y", var("lin")),
+        Node::let_bind("g", sum(var("y"))),
+        Node::store("out", gid(), var("g")),
+    ]
+}
+
+/// An f32 fold, lane 0 upward, over accumulators at different iterations.
+fn f32_fold_in_loop() -> Case {
+    let (workgroup, n) = (48, 96);
+    let trips = rem(
+        Expr::Cast {
+            target: DataType::U32,
+            value: Box::new(var("v")),
+        },
+        3,
+    );
+    let body = vec![
+        Node::let_bind("acc", var("v")),
+        Node::loop_for(
+            "i",
+            u(0),
+            trips,
+            vec![Node::assign(
+                "acc",
+                add(var("acc"), sum(bin(BinOp::Mul, var("acc"), Expr::f32(0.5)))),
+            )],
+        ),
+        Node::store("out", gid(), var("acc")),
+        Node::barrier_with_ordering(MemoryOrdering::SeqCst),
+    ];
+    let inputs = (0..n)
+        .map(|i| ((i * 37 + 11) % 97) as f32 * 0.25 + 0.125)
+        .collect::<Vec<_>>();
+    Case::new(
+        format!("step machine: f32 fold in a data-dependent loop, workgroup {workgroup}"),
+        lanes(DataType::F32, n, n, workgroup, body),
+        vec![f32_bytes(&inputs)],
+    )
+}
