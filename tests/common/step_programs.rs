@@ -6,12 +6,14 @@
 
 #![allow(dead_code)]
 
-use super::gpu::f32_bytes;
+use super::gpu::{f32_bytes, u32_bytes};
 use super::programs::Case;
 use super::subgroup_programs::{
     ballot, bin, gid, lanes, modulo_is, reduce, shuffle, u, values, var,
 };
-use vyre_foundation::ir::{BinOp, DataType, Expr, MemoryOrdering, Node, SubgroupReduceOp};
+use vyre_foundation::ir::{
+    AtomicOp, BinOp, BufferDecl, DataType, Expr, MemoryOrdering, Node, Program, SubgroupReduceOp,
+};
 
 const WORKGROUPS: [u32; 3] = [64, 48, 40];
 
@@ -101,6 +103,7 @@ pub fn step_machine_cases() -> Vec<Case> {
         cases.push(case("variable bound after a branch", workgroup, bound_late()).failing());
     }
     cases.push(f32_fold_in_loop());
+    cases.push(atomic_in_operand());
     cases
 }
 
@@ -333,5 +336,49 @@ fn f32_fold_in_loop() -> Case {
         format!("step machine: f32 fold in a data-dependent loop, workgroup {workgroup}"),
         lanes(DataType::F32, n, n, workgroup, body),
         vec![f32_bytes(&inputs)],
+    )
+}
+
+/// An atomic in a subgroup operand runs once for every lane of the subgroup each time a
+/// lane evaluates the operation (the reference evaluates every lane's operand on the
+/// memory it shares), lane 0 upward, after the real atomics of the lanes before it in the
+/// round. One warp (the reference interleaves the warps of a workgroup round by round,
+/// which independent warps touching the same counters would not reproduce).
+fn atomic_in_operand() -> Case {
+    let (workgroup, n) = (32, 32);
+    let atomic = |value: Expr| Expr::Atomic {
+        op: AtomicOp::Add,
+        buffer: "c".into(),
+        index: Box::new(rem(var("lin"), 4)),
+        expected: None,
+        value: Box::new(value),
+        ordering: MemoryOrdering::Relaxed,
+    };
+    let body = vec![
+        Node::let_bind("lin", Expr::LocalId { axis: 0 }),
+        Node::let_bind("v", Expr::load("a", gid())),
+        Node::loop_for(
+            "i",
+            u(0),
+            rem(var("v"), 3),
+            vec![Node::let_bind("t", atomic(u(1)))],
+        ),
+        Node::let_bind("g", sum(atomic(var("v")))),
+        Node::store("out", gid(), var("g")),
+        Node::barrier_with_ordering(MemoryOrdering::SeqCst),
+    ];
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(n),
+            BufferDecl::output("out", 1, DataType::U32).with_count(n),
+            BufferDecl::read_write("c", 2, DataType::U32).with_count(4),
+        ],
+        [workgroup, 1, 1],
+        body,
+    );
+    Case::new(
+        format!("step machine: atomic in a subgroup operand, workgroup {workgroup}"),
+        program,
+        vec![values(n), u32_bytes(&[10, 20, 30, 40])],
     )
 }

@@ -4,13 +4,14 @@
 //! A segment whose subgroup operations [`super::lockstep::check`] cannot place in
 //! converged code runs the reference's schedule itself: every warp takes the reference's
 //! rounds, each lane one step per round. That is exact for every statement this module
-//! accepts; it refuses the two constructs whose reference semantics span the whole
-//! workgroup within a round (a barrier in a data-dependent branch) or touch memory in a
-//! subgroup operand (an atomic there).
+//! accepts; it refuses what a warp stepping alone cannot reproduce: a barrier in a
+//! data-dependent branch (the reference checks every invocation's choice there against the
+//! others', across the workgroup) and two atomics on one buffer in a subgroup operand (the
+//! reference runs both for one lane before the next lane's).
 
 use super::lockstep::outermost_subgroup_ops;
 use super::uniform::{written_buffers, Uniformity};
-use crate::codegen::visit::{any_expr, for_each_expr, for_each_node, has_barrier};
+use crate::codegen::visit::{any_expr, for_each_child, for_each_expr, for_each_node, has_barrier};
 use crate::codegen::CodegenError;
 use vyre_foundation::ir::{Expr, Node};
 
@@ -18,7 +19,8 @@ use vyre_foundation::ir::{Expr, Node};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RoundMode {
     /// Every lane takes its step at once, after the round's subgroup operations were
-    /// evaluated: exact when no subgroup operand loads a buffer the segment writes.
+    /// evaluated: exact when no subgroup operand loads a buffer the segment writes or
+    /// holds an atomic.
     Parallel,
     /// Lane after lane, each with the subgroup operations it meets evaluated on the
     /// round-start snapshot of the variables and memory as the earlier lanes left it, as
@@ -47,10 +49,13 @@ pub(crate) fn round_mode(
     for_each_node(segment, &mut |node| {
         for_each_expr(node, &mut |expr| {
             for op in outermost_subgroup_ops(expr) {
-                loads_written |= any_expr(
-                    op,
-                    &|e| matches!(e, Expr::Load { buffer, .. } if written.contains(buffer.as_str())),
-                );
+                // An atomic there runs once per lane of every evaluation, in lane order
+                // (`put_atomic_in_lane_order`): each evaluation must see the ones before.
+                loads_written |= any_expr(op, &|e| match e {
+                    Expr::Load { buffer, .. } => written.contains(buffer.as_str()),
+                    Expr::Atomic { .. } => true,
+                    _ => false,
+                });
             }
         })
     });
@@ -58,6 +63,20 @@ pub(crate) fn round_mode(
         true => RoundMode::Serial,
         false => RoundMode::Parallel,
     })
+}
+
+/// The buffers of the atomics in `expr`, sorted (a buffer twice: two atomics on it).
+fn atomic_buffers(expr: &Expr) -> Vec<&str> {
+    fn visit<'e>(expr: &'e Expr, found: &mut Vec<&'e str>) {
+        if let Expr::Atomic { buffer, .. } = expr {
+            found.push(buffer.as_str());
+        }
+        for_each_child(expr, &mut |child| visit(child, found));
+    }
+    let mut buffers = Vec::new();
+    visit(expr, &mut buffers);
+    buffers.sort_unstable();
+    buffers
 }
 
 fn refused(node: &Node, uniformity: &Uniformity<'_>) -> Result<(), CodegenError> {
@@ -76,17 +95,17 @@ fn refused(node: &Node, uniformity: &Uniformity<'_>) -> Result<(), CodegenError>
             ))
         }
         _ => {
-            let mut atomic = false;
+            let mut twice = false;
             for_each_expr(node, &mut |expr| {
                 for op in outermost_subgroup_ops(expr) {
-                    atomic |= any_expr(op, &|e| matches!(e, Expr::Atomic { .. }));
+                    twice |= atomic_buffers(op).windows(2).any(|pair| pair[0] == pair[1]);
                 }
             });
-            match atomic {
+            match twice {
                 true => Err(CodegenError::unsupported(
-                    "atomic in a subgroup operand",
-                    "the reference evaluates every lane's operand on a copy of memory, so the atomic writes nothing there",
-                    "run the atomic in a Let before the subgroup operation",
+                    "two atomics on one buffer in a subgroup operand",
+                    "the reference evaluates the operand lane by lane, both atomics of one lane before the next lane's, each seeing the writes before it",
+                    "run the atomics in Lets before the subgroup operation",
                 )),
                 false => Ok(()),
             }

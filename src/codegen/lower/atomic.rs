@@ -65,6 +65,61 @@ impl<'p> Lowerer<'p> {
         Ok(Val::new(ValKind::U32, old))
     }
 
+    /// `atomic` inside a subgroup operand of a step machine (whose rounds are then serial,
+    /// see `analysis::steps`): the reference evaluates the operand once for every lane of
+    /// the subgroup, lane 0 upward, and each evaluation runs the atomic on the shared
+    /// memory. Every lane computes its operands, then the lanes run their atomics one
+    /// after another in lane order, each seeing the ones before (`analysis::steps`
+    /// refuses a second atomic on the same buffer in one operand, which the reference
+    /// would interleave with the first lane by lane).
+    pub(super) fn put_atomic_in_lane_order(
+        &mut self,
+        atomic: &'p Expr,
+    ) -> Result<Val, CodegenError> {
+        let Expr::Atomic {
+            op,
+            buffer,
+            index,
+            expected,
+            value,
+            ordering,
+        } = atomic
+        else {
+            return Err(CodegenError::invalid(
+                "put_atomic_in_lane_order called on a non-atomic expression",
+                "report this vyre-cuda bug",
+            ));
+        };
+        let opcode = atomic_opcode(*op)?;
+        check_expected(*op, expected.is_some())?;
+        let slot = self.atomic_target(buffer.as_str())?;
+        let mut operands = self.atomic_operands(&slot, index, expected.as_deref(), value)?;
+        let old = self.w.reg(RegClass::B32);
+        emit!(self.w, "mov.u32 {old}, 0");
+        let (lane, turn, in_bounds) = (self.b32(), self.b32(), operands.in_bounds);
+        let (mine, more) = (self.pred(), self.pred());
+        emit!(self.w, "and.b32 {lane}, {}, 31", self.ids.linear_local);
+        emit!(self.w, "mov.u32 {turn}, 0");
+        let top = self.w.label();
+        self.w.put_label(top);
+        emit!(
+            self.w,
+            "setp.eq.and.u32 {mine}, {lane}, {turn}, {in_bounds}"
+        );
+        operands.in_bounds = mine;
+        self.put_atom(opcode, *ordering, old, &operands);
+        emit!(self.w, "bar.warp.sync {}", self.subgroup_mask);
+        emit!(self.w, "add.u32 {turn}, {turn}, 1");
+        emit!(
+            self.w,
+            "setp.lt.u32 {more}, {turn}, {}",
+            self.subgroup_lanes
+        );
+        let more = self.branch_pred(more);
+        emit!(self.w, "@{more} bra {top}");
+        Ok(Val::new(ValKind::U32, old))
+    }
+
     /// The slot of an atomic's target: a 4-byte storage buffer.
     fn atomic_target(&self, buffer: &str) -> Result<BufferSlot, CodegenError> {
         let slot = self.slot(buffer)?;

@@ -63,6 +63,9 @@ impl<'p> Lowerer<'p> {
                 self.put_cast(target, value)
             }
             Expr::Fma { a, b, c } => self.put_fma(a, b, c),
+            Expr::Atomic { .. } if self.steps.is_some() && !self.operand_faults.is_empty() => {
+                self.put_atomic_in_lane_order(expr)
+            }
             Expr::Atomic { .. } => self.put_atomic(expr, true),
             // Every composite call was inlined (prepare.rs); what is left has no IR body.
             Expr::Call { op_id, .. } => Err(CodegenError::unsupported(
