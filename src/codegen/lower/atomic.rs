@@ -6,9 +6,19 @@ use super::{Lowerer, Val};
 use crate::codegen::analysis::atomics::commutative_opcode;
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
-use crate::codegen::writer::{emit, Reg, RegClass};
+use crate::codegen::writer::{emit, Label, Reg, RegClass};
 use crate::codegen::CodegenError;
 use vyre_foundation::ir::{AtomicOp, Expr, MemoryOrdering};
+
+/// An atomic, checked, with its operands lowered.
+struct Prepared<'p> {
+    op: AtomicOp,
+    buffer: &'p str,
+    literal_index: Option<u32>,
+    ordering: MemoryOrdering,
+    opcode: &'static str,
+    operands: Operands,
+}
 
 /// An atomic's lowered operands and the element's address.
 pub(super) struct Operands {
@@ -27,40 +37,19 @@ impl<'p> Lowerer<'p> {
         atomic: &'p Expr,
         result_used: bool,
     ) -> Result<Val, CodegenError> {
-        let Expr::Atomic {
-            op,
-            buffer,
-            index,
-            expected,
-            value,
-            ordering,
-        } = atomic
-        else {
-            return Err(CodegenError::invalid(
-                "put_atomic called on a non-atomic expression",
-                "report this vyre-cuda bug",
-            ));
-        };
-        let (op, buffer, index, expected) = (*op, buffer.as_str(), &**index, expected.as_deref());
-        let opcode = atomic_opcode(op)?;
-        check_expected(op, expected.is_some())?;
-        let slot = self.atomic_target(buffer)?;
-        let literal_index = match index {
-            Expr::LitU32(index) => Some(*index),
-            _ => None,
-        };
-        let operands = self.atomic_operands(&slot, index, expected, value)?;
+        let prepared = self.prepare_atomic(atomic)?;
+        let (buffer, literal_index) = (prepared.buffer, prepared.literal_index);
         let old = self.w.reg(RegClass::B32);
         // An out-of-bounds atomic returns 0 and writes nothing.
         emit!(self.w, "mov.u32 {old}, 0");
-        match commutative_opcode(op).filter(|_| !result_used) {
+        match commutative_opcode(prepared.op).filter(|_| !result_used) {
             Some(opcode) => {
                 let partial = literal_index
                     .filter(|_| self.facts.partial_buffers.contains(buffer))
                     .map(|index| self.partial_slot(buffer, index, opcode));
-                self.put_reduction(opcode, &operands, literal_index.is_some(), partial);
+                self.put_reduction(opcode, &prepared.operands, literal_index.is_some(), partial);
             }
-            None => self.put_atom(opcode, *ordering, old, &operands),
+            None => self.put_atom(prepared.opcode, prepared.ordering, old, &prepared.operands),
         }
         Ok(Val::new(ValKind::U32, old))
     }
@@ -76,6 +65,42 @@ impl<'p> Lowerer<'p> {
         &mut self,
         atomic: &'p Expr,
     ) -> Result<Val, CodegenError> {
+        let mut prepared = self.prepare_atomic(atomic)?;
+        let old = self.w.reg(RegClass::B32);
+        emit!(self.w, "mov.u32 {old}, 0");
+        let (lane, turn, in_bounds) = (self.b32(), self.b32(), prepared.operands.in_bounds);
+        let mine = self.pred();
+        emit!(self.w, "and.b32 {lane}, {}, 31", self.ids.linear_local);
+        emit!(self.w, "mov.u32 {turn}, 0");
+        let top = self.w.label();
+        self.w.put_label(top);
+        emit!(
+            self.w,
+            "setp.eq.and.u32 {mine}, {lane}, {turn}, {in_bounds}"
+        );
+        prepared.operands.in_bounds = mine;
+        self.put_atom(prepared.opcode, prepared.ordering, old, &prepared.operands);
+        emit!(self.w, "bar.warp.sync {}", self.subgroup_mask);
+        self.put_next_turn(turn, top);
+        Ok(Val::new(ValKind::U32, old))
+    }
+
+    /// The next lane's turn: `turn += 1`, back to `top` while a lane of the subgroup is
+    /// left (the loop is the same in every lane).
+    pub(super) fn put_next_turn(&mut self, turn: Reg, top: Label) {
+        let more = self.pred();
+        emit!(self.w, "add.u32 {turn}, {turn}, 1");
+        emit!(
+            self.w,
+            "setp.lt.u32 {more}, {turn}, {}",
+            self.subgroup_lanes
+        );
+        let more = self.branch_pred(more);
+        emit!(self.w, "@{more} bra {top}");
+    }
+
+    /// `atomic`'s parts, checked, and its operands lowered in the reference's order.
+    fn prepare_atomic(&mut self, atomic: &'p Expr) -> Result<Prepared<'p>, CodegenError> {
         let Expr::Atomic {
             op,
             buffer,
@@ -86,38 +111,27 @@ impl<'p> Lowerer<'p> {
         } = atomic
         else {
             return Err(CodegenError::invalid(
-                "put_atomic_in_lane_order called on a non-atomic expression",
+                "an atomic lowering called on a non-atomic expression",
                 "report this vyre-cuda bug",
             ));
         };
-        let opcode = atomic_opcode(*op)?;
-        check_expected(*op, expected.is_some())?;
-        let slot = self.atomic_target(buffer.as_str())?;
-        let mut operands = self.atomic_operands(&slot, index, expected.as_deref(), value)?;
-        let old = self.w.reg(RegClass::B32);
-        emit!(self.w, "mov.u32 {old}, 0");
-        let (lane, turn, in_bounds) = (self.b32(), self.b32(), operands.in_bounds);
-        let (mine, more) = (self.pred(), self.pred());
-        emit!(self.w, "and.b32 {lane}, {}, 31", self.ids.linear_local);
-        emit!(self.w, "mov.u32 {turn}, 0");
-        let top = self.w.label();
-        self.w.put_label(top);
-        emit!(
-            self.w,
-            "setp.eq.and.u32 {mine}, {lane}, {turn}, {in_bounds}"
-        );
-        operands.in_bounds = mine;
-        self.put_atom(opcode, *ordering, old, &operands);
-        emit!(self.w, "bar.warp.sync {}", self.subgroup_mask);
-        emit!(self.w, "add.u32 {turn}, {turn}, 1");
-        emit!(
-            self.w,
-            "setp.lt.u32 {more}, {turn}, {}",
-            self.subgroup_lanes
-        );
-        let more = self.branch_pred(more);
-        emit!(self.w, "@{more} bra {top}");
-        Ok(Val::new(ValKind::U32, old))
+        let (op, buffer, expected) = (*op, buffer.as_str(), expected.as_deref());
+        let opcode = atomic_opcode(op)?;
+        check_expected(op, expected.is_some())?;
+        let slot = self.atomic_target(buffer)?;
+        let literal_index = match &**index {
+            Expr::LitU32(index) => Some(*index),
+            _ => None,
+        };
+        let operands = self.atomic_operands(&slot, index, expected, value)?;
+        Ok(Prepared {
+            op,
+            buffer,
+            literal_index,
+            ordering: *ordering,
+            opcode,
+            operands,
+        })
     }
 
     /// The slot of an atomic's target: a 4-byte storage buffer.

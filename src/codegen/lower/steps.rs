@@ -202,15 +202,7 @@ impl<'p> Lowerer<'p> {
         // not keep it stepping.
         emit!(self.w, "@{} mov.u32 {pc}, {DONE}", self.faulted);
         if let Some(turn) = turn {
-            let more = self.pred();
-            emit!(self.w, "add.u32 {turn}, {turn}, 1");
-            emit!(
-                self.w,
-                "setp.lt.u32 {more}, {turn}, {}",
-                self.subgroup_lanes
-            );
-            let more = self.branch_pred(more);
-            emit!(self.w, "@{more} bra {sub_round}");
+            self.put_next_turn(turn, sub_round);
         }
         emit!(self.w, "bra {}", labels.round);
         self.w.put_label(labels.init);
