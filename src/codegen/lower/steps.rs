@@ -104,38 +104,33 @@ impl<'p> Lowerer<'p> {
         // the reference keeps it.
         self.start_branch_histories(nodes);
         emit!(self.w, "bra {}", labels.init);
-        self.put_round_start(&labels);
+        self.put_round_start(&labels)?;
         let first = match nodes.is_empty() {
             true => DONE,
-            false => self.new_step(),
+            false => self.new_step()?,
         };
         self.put_step_list(nodes, first, DONE)?;
-        self.put_round_end(&labels, first);
-        Ok(())
+        self.put_round_end(&labels, first)
     }
 
-    fn machine(&self) -> &StepMachine<'p> {
-        self.steps
-            .as_ref()
-            .expect("only called while lowering a step machine")
+    fn machine(&self) -> Result<&StepMachine<'p>, CodegenError> {
+        self.steps.as_ref().ok_or_else(not_in_a_machine)
     }
 
-    fn machine_mut(&mut self) -> &mut StepMachine<'p> {
-        self.steps
-            .as_mut()
-            .expect("only called while lowering a step machine")
+    fn machine_mut(&mut self) -> Result<&mut StepMachine<'p>, CodegenError> {
+        self.steps.as_mut().ok_or_else(not_in_a_machine)
     }
 
-    fn new_step(&mut self) -> StepId {
+    fn new_step(&mut self) -> Result<StepId, CodegenError> {
         let label = self.w.label();
-        let machine = self.machine_mut();
+        let machine = self.machine_mut()?;
         machine.targets.push(label);
-        (machine.targets.len() - 1) as StepId
+        Ok((machine.targets.len() - 1) as StepId)
     }
 
     /// Steps 1 and 2 of a round, up to the first evaluation of subgroup operations.
-    fn put_round_start(&mut self, labels: &RoundLabels) {
-        let m = self.machine();
+    fn put_round_start(&mut self, labels: &RoundLabels) -> Result<(), CodegenError> {
+        let m = self.machine()?;
         let (pc, waiting, running, turn, chain) = (m.pc, m.waiting, m.running, m.turn, m.chain);
         let mask = self.subgroup_mask;
         self.w.put_label(labels.round);
@@ -155,7 +150,7 @@ impl<'p> Lowerer<'p> {
         emit!(self.w, "barrier.sync 0");
         emit!(self.w, "setp.ne.u32 {waiting}, 0, 0");
         self.w.put_label(go);
-        let sub_round = self.machine().sub_round;
+        let sub_round = self.machine()?.sub_round;
         if turn.is_some() {
             emit!(self.w, "bra {}", labels.snapshot);
         }
@@ -174,12 +169,13 @@ impl<'p> Lowerer<'p> {
             );
         }
         emit!(self.w, "bra {chain}");
+        Ok(())
     }
 
     /// Step 3, the round's end, and the blocks reached only by branches: the first
     /// round's set-up, serial mode's snapshot, the way out.
-    fn put_round_end(&mut self, labels: &RoundLabels, first: StepId) {
-        let m = self.machine();
+    fn put_round_end(&mut self, labels: &RoundLabels, first: StepId) -> Result<(), CodegenError> {
+        let m = self.machine()?;
         let (pc, waiting, running, turn, chain, round_end) =
             (m.pc, m.waiting, m.running, m.turn, m.chain, m.round_end);
         let targets = m.targets.clone();
@@ -230,6 +226,7 @@ impl<'p> Lowerer<'p> {
         // returned so has recorded it at its `Return` already).
         self.fault_pending_copies();
         self.end_invocation();
+        Ok(())
     }
 
     /// `nodes` as steps, the first numbered `first`, the last going on to `next`.
@@ -243,7 +240,7 @@ impl<'p> Lowerer<'p> {
         for (index, node) in nodes.iter().enumerate() {
             let after = match index + 1 == nodes.len() {
                 true => next,
-                false => self.new_step(),
+                false => self.new_step()?,
             };
             self.put_step(node, here, after)?;
             here = after;
@@ -262,41 +259,43 @@ impl<'p> Lowerer<'p> {
         self.push_scope();
         let close = match nodes.is_empty() {
             true => first,
-            false => self.new_step(),
+            false => self.new_step()?,
         };
         let result = self.put_step_list(nodes, first, close);
-        self.put_scope_close(close, next);
+        self.put_scope_close(close, next)?;
         result
     }
 
     /// The step closing the innermost scope: its variables are no longer bound.
-    fn put_scope_close(&mut self, id: StepId, next: StepId) {
-        self.begin_step(id);
+    fn put_scope_close(&mut self, id: StepId, next: StepId) -> Result<(), CodegenError> {
+        self.begin_step(id)?;
         let names = self.scopes.last().cloned().unwrap_or_default();
         for name in names {
-            if let Some(named) = self.machine().named.get(name).copied() {
+            if let Some(named) = self.machine()?.named.get(name).copied() {
                 emit!(self.w, "setp.ne.u32 {}, 0, 0", named.bound);
             }
         }
         self.pop_scope();
-        self.goto_step(next);
+        self.goto_step(next)
     }
 
-    fn begin_step(&mut self, id: StepId) {
-        let label = self.machine().targets[id as usize];
-        self.w.put_label(label);
+    fn begin_step(&mut self, id: StepId) -> Result<(), CodegenError> {
+        let label = self.machine()?.targets.get(id as usize).copied();
+        self.w.put_label(label.ok_or_else(not_in_a_machine)?);
+        Ok(())
     }
 
     /// The lane's next step is `next`; the round goes on.
-    fn goto_step(&mut self, next: StepId) {
-        let (pc, round_end) = (self.machine().pc, self.machine().round_end);
+    fn goto_step(&mut self, next: StepId) -> Result<(), CodegenError> {
+        let (pc, round_end) = (self.machine()?.pc, self.machine()?.round_end);
         emit!(self.w, "mov.u32 {pc}, {next}");
         emit!(self.w, "bra {round_end}");
+        Ok(())
     }
 
     fn put_step(&mut self, node: &'p Node, id: StepId, next: StepId) -> Result<(), CodegenError> {
         self.put_step_ops(id, node)?;
-        self.begin_step(id);
+        self.begin_step(id)?;
         match node {
             Node::If {
                 cond,
@@ -306,9 +305,9 @@ impl<'p> Lowerer<'p> {
                 let cond = self.put_expr(cond)?;
                 let p = self.truthy(cond);
                 self.put_branch_history(node, p);
-                let (then_first, else_first) = (self.new_step(), self.new_step());
-                let pc = self.machine().pc;
-                let round_end = self.machine().round_end;
+                let (then_first, else_first) = (self.new_step()?, self.new_step()?);
+                let pc = self.machine()?.pc;
+                let round_end = self.machine()?.round_end;
                 emit!(self.w, "selp.u32 {pc}, {then_first}, {else_first}, {p}");
                 emit!(self.w, "bra {round_end}");
                 self.put_scoped_steps(then, then_first, next)?;
@@ -324,18 +323,18 @@ impl<'p> Lowerer<'p> {
             } => self.put_loop_steps(var.as_str(), from, to, body, next),
             Node::Return => {
                 self.fault_pending_copies();
-                self.goto_step(DONE);
+                self.goto_step(DONE)?;
                 Ok(())
             }
             Node::Barrier { .. } => {
-                let waiting = self.machine().waiting;
+                let waiting = self.machine()?.waiting;
                 emit!(self.w, "setp.eq.u32 {waiting}, 0, 0");
-                self.goto_step(next);
+                self.goto_step(next)?;
                 Ok(())
             }
             _ => {
                 self.put_node_here(node)?;
-                self.goto_step(next);
+                self.goto_step(next)?;
                 Ok(())
             }
         }
@@ -343,8 +342,8 @@ impl<'p> Lowerer<'p> {
 
     /// A `Block` or `Region`: opening its scope is this step.
     fn put_block_steps(&mut self, body: &'p [Node], next: StepId) -> Result<(), CodegenError> {
-        let first = self.new_step();
-        self.goto_step(first);
+        let first = self.new_step()?;
+        self.goto_step(first)?;
         self.put_scoped_steps(body, first, next)
     }
 
@@ -367,10 +366,10 @@ impl<'p> Lowerer<'p> {
         let (counter, bound) = (self.b32(), self.b32());
         self.mov(counter, from);
         self.mov(bound, to);
-        let iteration = self.new_step();
-        self.goto_step(iteration);
-        self.begin_step(iteration);
-        let (pc, round_end) = (self.machine().pc, self.machine().round_end);
+        let iteration = self.new_step()?;
+        self.goto_step(iteration)?;
+        self.begin_step(iteration)?;
+        let (pc, round_end) = (self.machine()?.pc, self.machine()?.round_end);
         let exit = self.pred();
         emit!(self.w, "setp.ge.u32 {exit}, {counter}, {bound}");
         emit!(self.w, "@{exit} mov.u32 {pc}, {next}");
@@ -386,14 +385,14 @@ impl<'p> Lowerer<'p> {
         self.bind(var, Val::new(ValKind::U32, var_reg), true)?;
         self.mark_bound(var);
         emit!(self.w, "add.u32 {counter}, {counter}, 1");
-        let close = self.new_step();
+        let close = self.new_step()?;
         let first = match body.is_empty() {
             true => close,
-            false => self.new_step(),
+            false => self.new_step()?,
         };
-        self.goto_step(first);
+        self.goto_step(first)?;
         let result = self.put_step_list(body, first, close);
-        self.put_scope_close(close, iteration);
+        self.put_scope_close(close, iteration)?;
         result
     }
 
@@ -404,10 +403,10 @@ impl<'p> Lowerer<'p> {
         if ops.is_empty() {
             return Ok(());
         }
-        let m = self.machine();
+        let m = self.machine()?;
         let (pc, running, link, serial) = (m.pc, m.running, m.chain, m.turn.is_some());
         let next = self.w.label();
-        self.machine_mut().chain = next;
+        self.machine_mut()?.chain = next;
         self.w.put_label(link);
         let (here, any, mask) = (self.pred(), self.pred(), self.subgroup_mask);
         emit!(self.w, "setp.eq.and.u32 {here}, {pc}, {id}, {running}");
@@ -415,9 +414,9 @@ impl<'p> Lowerer<'p> {
         emit!(self.w, "vote.sync.any.pred {any}, {here}, {mask}");
         let any = self.branch_pred(any);
         emit!(self.w, "@!{any} bra {next}");
-        self.machine_mut().reading_snapshot = serial;
+        self.machine_mut()?.reading_snapshot = serial;
         let result = self.hoist_in_step(ops);
-        self.machine_mut().reading_snapshot = false;
+        self.machine_mut()?.reading_snapshot = false;
         emit!(self.w, "bra {next}");
         result
     }
@@ -472,7 +471,7 @@ impl<'p> Lowerer<'p> {
             bound: self.w.reg(RegClass::Pred),
             snapshot: serial.then(|| (self.w.reg(class), self.w.reg(RegClass::Pred))),
         };
-        self.machine_mut().named.insert(name, named);
+        self.machine_mut()?.named.insert(name, named);
         Ok(Some(named.val.reg))
     }
 
@@ -524,4 +523,12 @@ struct RoundLabels {
     init: Label,
     snapshot: Label,
     finish: Label,
+}
+
+/// Step-machine state asked for outside a step machine, or a step never numbered.
+fn not_in_a_machine() -> CodegenError {
+    CodegenError::invalid(
+        "a step-machine step lowered outside a step machine",
+        "report this vyre-cuda bug",
+    )
 }
