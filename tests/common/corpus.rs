@@ -1,6 +1,6 @@
 //! The public fixture corpora: every operation with a program builder in vyre's
 //! `OperationRegistry` as linked here — vyre-primitives (features `inventory-registry`,
-//! `all-lego`), vyre-libs (default features) and vyre-foundation's own. (vyre-intrinsics
+//! `all-lego`), vyre-libs (default features and `nn-linear-4bit`) and vyre-foundation's own. (vyre-intrinsics
 //! 0.7.1 does not build against vyre 0.7.2 and is left out.)
 
 #![allow(dead_code)]
