@@ -277,17 +277,10 @@ fn segment<'p>(
 ) -> Result<lower::Segment<'p>, CodegenError> {
     let replication =
         analysis::replicated::classify(program, nodes, workgroup_size.iter().product());
+    // `lockstep::check` passes segments without subgroup operations, and a segment with
+    // one is never replicated (`analysis::replicated`), so a step machine runs in parallel.
     let steps = match analysis::lockstep::check(nodes, &facts.uniformity) {
         Ok(()) => None,
-        Err(unaligned) if replication != analysis::replicated::Replication::Parallel => {
-            // One thread runs a replicated segment for the whole grid; a step machine
-            // would run it in every warp at once.
-            return Err(CodegenError::unsupported(
-                "subgroup operation over lanes at different steps in a replicated segment",
-                format!("{}: {}", unaligned.case, unaligned.detail),
-                "make the subgroup operation's lanes step together (equally long branches before it)",
-            ));
-        }
         Err(_) => Some(analysis::steps::round_mode(nodes, &facts.uniformity)?),
     };
     Ok(lower::Segment {
