@@ -95,8 +95,8 @@ pub struct EmittedKernel {
     /// with a null area.
     pub reports_faults: bool,
     /// How many of its segments run as a step machine: the reference's rounds taken warp
-    /// by warp, for subgroup operations whose lanes are at different steps (exact, and
-    /// slower than converged code; see `docs/SUBGROUP_LOCKSTEP.md`).
+    /// by warp, for subgroup operations whose lanes are at different steps (exact; see
+    /// `docs/SUBGROUP_LOCKSTEP.md`).
     pub step_machine_segments: u32,
     /// Where the entries start in `ptx` (after the header).
     pub(crate) entries_at: usize,

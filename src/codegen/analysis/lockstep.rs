@@ -70,7 +70,8 @@ fn times(n: Steps, b: Steps) -> Steps {
 
 /// Why no converged placement of a segment's subgroup operations reads what the
 /// reference reads: the segment then runs as a step machine (`analysis::steps`,
-/// `lower::steps`). What it says goes to the debug log.
+/// `lower::steps`). It names the rule and the detail for debugging (`Debug`); nothing on
+/// the run path reads them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Unaligned {
     pub(crate) case: &'static str,
@@ -900,7 +901,7 @@ fn reject_atomic_operand(op: &Expr) -> Result<(), Unaligned> {
     if found {
         return Err(Unaligned::new(
             "atomic in a subgroup operand",
-            "the reference evaluates every lane's operand on a copy of memory, so the atomic writes nothing there"));
+            "the reference runs the atomic once for every lane of every evaluation, in lane order, which converged code does not"));
     }
     Ok(())
 }

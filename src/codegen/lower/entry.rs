@@ -7,7 +7,6 @@ use super::{LoweredBody, Lowerer, Segment};
 use crate::codegen::abi::KernelParam;
 use crate::codegen::analysis::lockstep;
 use crate::codegen::analysis::replicated::Replication;
-use crate::codegen::analysis::steps::RoundMode;
 use crate::codegen::clock::{self, EndRegs, CLOCK_END};
 use crate::codegen::module::ZERO_PAGE;
 use crate::codegen::writer::{emit, PtxWriter, RegClass};
@@ -58,13 +57,12 @@ impl<'p> Lowerer<'p> {
         mut self,
         segment: &Segment<'p>,
     ) -> Result<LoweredBody, CodegenError> {
-        match segment.replication {
-            _ if segment.steps.is_some() => {
-                let mode = segment.steps.unwrap_or(RoundMode::Parallel);
+        match (segment.steps, segment.replication) {
+            (Some(mode), _) => {
                 self.plan_async_copies(segment.nodes)?;
                 self.put_step_machine(segment.nodes, mode)?;
             }
-            Replication::Parallel => {
+            (None, Replication::Parallel) => {
                 if lockstep::keeps_returned_lanes(segment.nodes, &self.facts.uniformity) {
                     self.keeps_returned_lanes();
                 }
@@ -72,8 +70,8 @@ impl<'p> Lowerer<'p> {
                 self.put_block(segment.nodes)?;
                 self.fault_pending_copies();
             }
-            Replication::Once => self.put_once(segment.nodes)?,
-            Replication::Serial => self.put_reference_schedule(segment.nodes)?,
+            (None, Replication::Once) => self.put_once(segment.nodes)?,
+            (None, Replication::Serial) => self.put_reference_schedule(segment.nodes)?,
         }
         self.finish_entry()
     }
