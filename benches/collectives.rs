@@ -23,7 +23,11 @@
 //! The exact series' peer barrier follows `VYRE_CUDA_PEER_BARRIER` (`memops`, the default,
 //! `memops-each` or `events`; the line `exact cluster:` names the one used).
 //! Environment: `VYRE_BENCH_MAX_BYTES` (largest size, default 1 GiB), `VYRE_BENCH_ITERS`
-//! (timed iterations per series, default 20), `VYRE_BENCH_OUT` (a file for JSON lines: a
+//! (timed iterations per series and round, default 20), `VYRE_BENCH_ROUNDS` (rounds in
+//! which every series is timed in turn, default 3; a series' time is its median round),
+//! `VYRE_BENCH_MIN_BYTES` (smallest size, default
+//! 8 B), `VYRE_BENCH_OPS` (a comma-separated subset of `all_reduce,all_gather,
+//! reduce_scatter,broadcast`), `VYRE_BENCH_OUT` (a file for JSON lines: a
 //! header, one line per row or skipped size, a summary). No `NCCL_*` variable is read for
 //! anything but the log, and none is set. Without a CUDA device or without NCCL it prints
 //! one line saying so and exits 0; it exits 1 when a series failed.
@@ -511,7 +515,9 @@ fn header(devices: &[Arc<Device>], nccl: &str, iters_env: Option<usize>, max: us
         ),
     };
     println!(
-        "{iterations}; sizes 8 B .. {} (x4), f32, in place",
+        "{iterations}; every series timed in turn, {} rounds, median round (VYRE_BENCH_ROUNDS); \
+         sizes 8 B .. {} (x4), f32, in place",
+        rounds(),
         human(max)
     );
     println!(
@@ -551,7 +557,7 @@ fn header(devices: &[Arc<Device>], nccl: &str, iters_env: Option<usize>, max: us
     format!(
         "{{\"type\":\"header\",\"date\":{},\"world\":{world},\"gpus\":[{}],\"nccl\":{},\
          \"nccl_env\":{{{}}},\"cuda_visible_devices\":{},\"topology\":{},\"warmup\":{WARMUP},\
-         \"iterations\":{},\"max_bytes\":{max}}}",
+         \"iterations\":{},\"rounds\":{},\"max_bytes\":{max}}}",
         json_str(&date),
         devices
             .iter()
@@ -563,6 +569,7 @@ fn header(devices: &[Arc<Device>], nccl: &str, iters_env: Option<usize>, max: us
         visible.as_deref().map_or("null".into(), json_str),
         topology.as_deref().map_or("null".into(), json_str),
         json_str(&iterations),
+        rounds(),
     )
 }
 
@@ -890,31 +897,51 @@ impl Bench {
             }
             (None, _) => DEFAULT_ITERS,
         };
-        let direct = warm.and_then(|_| {
-            self.direct
-                .time(collective, &shape, &direct_buffers, iterations, false)
-        });
-        let synced = self
-            .direct
-            .time(collective, &shape, &direct_buffers, WARMUP, true)
-            .and_then(|_| {
-                self.direct
-                    .time(collective, &shape, &direct_buffers, iterations, true)
-            });
-        let vyre = |cluster: &CudaCluster, buffers: &[Vec<CudaDeviceBuffer>]| {
-            let resources = resources(buffers);
-            time_vyre(cluster, &program, &resources, WARMUP)
-                .and_then(|_| time_vyre(cluster, &program, &resources, iterations))
+        let (exact, native) = (resources(&exact_buffers), resources(&native_buffers));
+        let series = |s: usize, iterations: usize| match s {
+            0 | 1 => self
+                .direct
+                .time(collective, &shape, &direct_buffers, iterations, s == 1),
+            2 => time_vyre(&self.clusters[0], &program, &exact, iterations),
+            _ => time_vyre(&self.clusters[1], &program, &native, iterations),
         };
-        let exact = vyre(&self.clusters[0], &exact_buffers);
-        let native = vyre(&self.clusters[1], &native_buffers);
+        // Warm every series, then time them in turn, round after round (every series under
+        // the same conditions), and keep each one's median round.
+        let mut us: [Result<Vec<f64>, String>; 4] = std::array::from_fn(|s| {
+            let warmed = if s == 0 {
+                warm.clone()
+            } else {
+                series(s, WARMUP)
+            };
+            warmed.map(|_| Vec::new())
+        });
+        for _ in 0..rounds() {
+            for (s, samples) in us.iter_mut().enumerate() {
+                if let Ok(taken) = samples {
+                    match series(s, iterations) {
+                        Ok(sample) => taken.push(sample),
+                        Err(error) => *samples = Err(error),
+                    }
+                }
+            }
+        }
         Ok(Row {
             collective,
             shape,
             iterations,
-            us: [direct, synced, exact, native],
+            us: us.map(|samples| samples.map(median)),
         })
     }
+}
+
+/// Rounds per row (`VYRE_BENCH_ROUNDS`, default 3): each series' time is its median round.
+fn rounds() -> usize {
+    env_usize("VYRE_BENCH_ROUNDS").unwrap_or(3).max(1)
+}
+
+fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
 }
 
 fn main() {
@@ -993,9 +1020,12 @@ fn main() {
     let started = Instant::now();
     let mut rows = Vec::new();
     let mut failed = false;
-    for collective in COLLECTIVES {
+    let min = env_usize("VYRE_BENCH_MIN_BYTES").unwrap_or(0);
+    let ops = std::env::var("VYRE_BENCH_OPS").unwrap_or_default();
+    let wanted = |c: &Collective| ops.is_empty() || ops.split(',').any(|o| o.trim() == c.name());
+    for collective in COLLECTIVES.into_iter().filter(wanted) {
         table_head();
-        for bytes in sizes(max) {
+        for bytes in sizes(max).into_iter().filter(|&b| b >= min) {
             let Some(shape) = collective.shape(bytes, world) else {
                 println!(
                     "{:<14} {bytes:>10} skipped: fewer than one f32 per rank",

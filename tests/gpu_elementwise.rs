@@ -34,6 +34,16 @@ fn backend() -> Option<&'static CudaBackend> {
     }))
 }
 
+/// The vector entry on at most `blocks` blocks: every thread loops over groups of 4
+/// invocations a grid apart (`CudaOptions::vector_max_blocks`).
+fn looping(blocks: u32) -> Option<CudaBackend> {
+    common::gpu::backend()?;
+    let mut options = CudaOptions::from_env().expect("options");
+    options.vector_min_invocations = 0;
+    options.vector_max_blocks = blocks;
+    Some(CudaBackend::with_options(options).expect("open a CUDA backend"))
+}
+
 fn gid() -> Expr {
     Expr::InvocationId { axis: 0 }
 }
@@ -187,6 +197,45 @@ fn every_element_size_and_ragged_length_matches_the_reference() {
     println!(
         "elementwise: {runs} programs matched the reference on the vector and the scalar entry"
     );
+}
+
+#[test]
+fn a_grid_smaller_than_the_range_loops_over_it_like_the_reference() {
+    let mut rng = Rng::new(12);
+    let mut runs = 0;
+    for blocks in [1u32, 2, 3] {
+        let Some(backend) = looping(blocks) else {
+            return;
+        };
+        for element in ELEMENTS {
+            for (src, dst, x, f) in SHAPES {
+                let program = mixed(element.clone(), src, dst, x, f);
+                let inputs = mixed_inputs(&mut rng, &element, src, x, f);
+                let name = format!("{blocks} blocks: {element} {src}/{dst}/{x}/{f}");
+                let vector = backend.metric(VECTOR);
+                check_ok(&backend, &name, &program, &inputs);
+                assert!(backend.metric(VECTOR) > vector, "{name}: no vector launch");
+                runs += 1;
+            }
+        }
+        // A fault in a later pass of the loop fails the dispatch as the reference does.
+        for at in [0u32, 255, 256, 700, 1001] {
+            let inputs = vec![Rng::new(u64::from(at)).bytes_u32(1024)];
+            let mut odd = inputs.clone();
+            odd[0][at as usize * 4] |= 1;
+            let name = format!("{blocks} blocks: division by zero at {at}");
+            check(&backend, &name, &division_by_zero_at(at), &odd);
+            let error = backend
+                .dispatch(&trap_at(at), &inputs, &DispatchConfig::default())
+                .unwrap_err();
+            assert!(error.to_string().matches("Fix:").count() == 1, "{error}");
+        }
+        for n in [1u32, 4097, 70_001] {
+            let name = format!("{blocks} blocks: reductions {n}");
+            check_ok(&backend, &name, &reductions(n), &reduction_inputs(n));
+        }
+    }
+    println!("elementwise: {runs} programs matched the reference on grids of 1-3 blocks");
 }
 
 /// A trap at invocation `at`, then `out[i] = i + 1`.

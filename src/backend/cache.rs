@@ -104,6 +104,8 @@ pub(crate) struct LazyVector {
     pub(crate) function: OnceLock<Option<Function>>,
     /// Launches of fewer invocations keep the scalar entry.
     pub(crate) min_invocations: u32,
+    /// Most blocks of one launch (`CudaOptions::vector_max_blocks`).
+    pub(crate) max_blocks: u32,
 }
 
 impl LazyVector {

@@ -52,7 +52,7 @@ pub(crate) fn enqueue(
     let abi = &kernel.abi;
     check_args(abi, args)?;
     if let Some(invocations) = vector_invocations(kernel, grid, args) {
-        launch_vector(stream, kernel, args, &invocations, launches)?;
+        launch_vector(stream, kernel, args, &invocations, launches, u32::MAX)?;
         Metrics::add(&metrics.vector_launches, u64::from(launches));
         Metrics::add(&metrics.launches, u64::from(launches));
         return Ok(());
@@ -190,19 +190,23 @@ pub(crate) fn vector_fits(
     })
 }
 
-/// Enqueues `launches` launches of the vector entry over `invocations`.
+/// Enqueues `launches` launches of the vector entry over `invocations`, on at most
+/// `max_blocks` blocks (the entry loops over what a smaller grid leaves).
 fn launch_vector(
     stream: &Stream,
     kernel: &LoadedKernel,
     args: &LaunchArgs,
     invocations: &Range<u32>,
     launches: u32,
+    max_blocks: u32,
 ) -> Result<(), DriverError> {
     let function = kernel
         .vector_function()
         .ok_or_else(|| mismatch("vector entry"))?;
     let threads = (invocations.end.saturating_sub(invocations.start)).div_ceil(VECTOR_LANES);
-    let grid = [threads.div_ceil(kernel.abi.workgroup_size[0]).max(1), 1, 1];
+    let blocks = threads.div_ceil(kernel.abi.workgroup_size[0]);
+    let option = kernel.vector.as_ref().map_or(u32::MAX, |v| v.max_blocks);
+    let grid = [blocks.min(max_blocks).min(option).max(1), 1, 1];
     let kernel_args = kernel_args(kernel.abi.vector_params(), args, invocations);
     for _ in 0..launches {
         stream.launch(function, grid, kernel.abi.workgroup_size, &kernel_args)?;
@@ -223,7 +227,35 @@ pub(crate) fn enqueue_range(
     if !vector_fits(kernel, args, &invocations) {
         return Err(mismatch("vector entry range or alignment"));
     }
-    launch_vector(stream, kernel, args, &invocations, 1)
+    launch_vector(stream, kernel, args, &invocations, 1, u32::MAX)
+}
+
+/// [`enqueue`] of one launch over a 1-D `grid` whose vector entry, where it runs, uses at
+/// most `max_blocks` blocks, each thread looping over several groups of invocations.
+pub(crate) fn enqueue_capped(
+    stream: &Stream,
+    kernel: &LoadedKernel,
+    grid: [u32; 3],
+    args: &LaunchArgs,
+    max_blocks: u32,
+    metrics: &Metrics,
+) -> Result<(), DriverError> {
+    check_args(&kernel.abi, args)?;
+    let Some(invocations) = vector_invocations(kernel, grid, args) else {
+        return enqueue(
+            stream,
+            kernel,
+            grid,
+            args,
+            1,
+            GridSyncLaunch::Split,
+            metrics,
+        );
+    };
+    launch_vector(stream, kernel, args, &invocations, 1, max_blocks)?;
+    Metrics::bump(&metrics.vector_launches);
+    Metrics::bump(&metrics.launches);
+    Ok(())
 }
 
 /// Enqueues `replays` launches of a captured graph on `stream`, under the same obligation

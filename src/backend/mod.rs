@@ -78,6 +78,8 @@ pub use jit::{serve as serve_jit_helper, JIT_HELPER_ENV};
 
 /// Environment variable setting [`CudaOptions::vector_min_invocations`].
 pub const VECTOR_MIN_INVOCATIONS_ENV: &str = "VYRE_CUDA_VECTOR_MIN_INVOCATIONS";
+/// Environment variable setting [`CudaOptions::vector_max_blocks`].
+pub const VECTOR_MAX_BLOCKS_ENV: &str = "VYRE_CUDA_VECTOR_MAX_BLOCKS";
 /// Environment variable turning on blocking (sleeping) waits: `1` or `true`.
 pub const BLOCKING_WAIT_ENV: &str = "VYRE_CUDA_BLOCKING_WAIT";
 
@@ -119,6 +121,10 @@ pub struct CudaOptions {
     /// on the first such launch; smaller ones use the scalar entry, so small and one-off
     /// programs pay for one JIT compilation only. 0 uses the vector entry whenever it may.
     pub vector_min_invocations: u32,
+    /// Most blocks a launch of a vector entry uses: with fewer blocks than the range
+    /// needs, each thread loops over groups of 4 invocations a grid apart. 0: one group
+    /// per thread (as many blocks as the range needs).
+    pub vector_max_blocks: u32,
     /// Compile every module in this helper executable instead of in this process
     /// (`VYRE_CUDA_JIT_HELPER`; see `backend/jit.rs` and the README's "If the driver's
     /// compiler crashes"): a crash of the driver's PTX compiler then fails one dispatch
@@ -165,6 +171,7 @@ impl Default for CudaOptions {
             split_grid_sync: false,
             small_dispatch_bytes: small::DEFAULT_SMALL_DISPATCH_BYTES,
             vector_min_invocations: 1 << 16,
+            vector_max_blocks: 0,
             blocking_wait: false,
             jit_helper: None,
             emit_sm: None,
@@ -180,7 +187,7 @@ impl CudaOptions {
     /// Defaults overridden by `VYRE_CUDA_DEVICE`, `VYRE_CUDA_POOL`,
     /// `VYRE_CUDA_RESIDENT_BUDGET`, `VYRE_CUDA_COPY_THREADS`, `VYRE_CUDA_SPLIT_GRID_SYNC`,
     /// `VYRE_CUDA_SMALL_DISPATCH_BYTES`, `VYRE_CUDA_BLOCKING_WAIT`,
-    /// `VYRE_CUDA_VECTOR_MIN_INVOCATIONS`, `VYRE_CUDA_JIT_HELPER`, `VYRE_CUDA_COLLECTIVE_TIMEOUT_MS`,
+    /// `VYRE_CUDA_VECTOR_MIN_INVOCATIONS`, `VYRE_CUDA_VECTOR_MAX_BLOCKS`, `VYRE_CUDA_JIT_HELPER`, `VYRE_CUDA_COLLECTIVE_TIMEOUT_MS`,
     /// `VYRE_CUDA_COLLECTIVE_REDUCTION`, `VYRE_CUDA_COLLECTIVE_PEER_FOLD` and
     /// `VYRE_CUDA_PEER_BARRIER`.
     pub fn from_env() -> Result<Self, CudaError> {
@@ -215,6 +222,9 @@ impl CudaOptions {
         }
         if let Some(min) = number(VECTOR_MIN_INVOCATIONS_ENV)? {
             options.vector_min_invocations = u32::try_from(min).unwrap_or(u32::MAX);
+        }
+        if let Some(blocks) = number(VECTOR_MAX_BLOCKS_ENV)? {
+            options.vector_max_blocks = u32::try_from(blocks).unwrap_or(u32::MAX);
         }
         if let Some(bytes) = number(SMALL_DISPATCH_BYTES_ENV)? {
             options.small_dispatch_bytes = bytes as usize;
@@ -358,6 +368,8 @@ pub(crate) struct Core {
     grid_sync: GridSyncLaunch,
     /// [`CudaOptions::vector_min_invocations`].
     vector_min_invocations: u32,
+    /// [`CudaOptions::vector_max_blocks`] (0 as `u32::MAX`).
+    vector_max_blocks: u32,
     /// Where modules are compiled ([`CudaOptions::jit_helper`]).
     jit: Arc<jit::Jit>,
     /// Set when the last capture that held cooperative launches failed: they do not work
@@ -449,6 +461,10 @@ impl CudaBackend {
                 GridSyncLaunch::Split
             },
             vector_min_invocations: options.vector_min_invocations,
+            vector_max_blocks: match options.vector_max_blocks {
+                0 => u32::MAX,
+                blocks => blocks,
+            },
             jit: Arc::new(jit::Jit::new(options.jit_helper, options.device)),
             cooperative_capture_fails: AtomicBool::new(false),
             shut_down: AtomicBool::new(false),
@@ -934,6 +950,7 @@ impl Core {
             ptx: ptx.clone(),
             function: OnceLock::new(),
             min_invocations: self.vector_min_invocations,
+            max_blocks: self.vector_max_blocks,
         });
         let functions = (0..abi.segments)
             .map(|segment| module.function(&abi.entry_name(segment)))

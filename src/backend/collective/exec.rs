@@ -22,7 +22,7 @@ use crate::backend::staging::{DeviceToHost, HostToDevice};
 use crate::backend::{Core, ResidentBuffer};
 use crate::codegen::{
     buffer_abi, fold_operator, split_collectives, CollectiveKind, CollectiveStep, KernelAbi,
-    RankStep, FAULT_AREA_BYTES, FOLD_WORKGROUP,
+    RankStep, FAULT_AREA_BYTES, FOLD_WORKGROUP, VECTOR_LANES,
 };
 use crate::driver::nccl::{NcclComm, NcclDataType, NcclGroup, NcclRedOp};
 use crate::driver::{DriverError, Stream};
@@ -566,6 +566,69 @@ fn spread(bytes: usize, world: usize, barrier: PeerBarrierKind) -> Spread {
     }
 }
 
+/// Blocks per SM of the peer folds with 3+ ranks (2 ranks: one pass). With fewer blocks
+/// than the block of values needs, each thread loops: its stores of one pass drain while
+/// it loads the next, where one pass over the whole block loads everything and then
+/// stores everything. Measured on 4x H200 (docs/gpu-runs/collectives-loop-2026-11-28),
+/// two runs each, exact AllReduce (remote stores): 1 block per SM 8 MiB 60.5-61.3 us,
+/// 32 MiB 178.2, 128 MiB 646.4-646.6; 2 and 4 blocks 62.9-64.8, 182.4-184.1, 655.5-658.3;
+/// one pass 62.8-63.7, 186.2-187.0, 661.1-661.2. Exact ReduceScatter: 1 block 8 MiB
+/// 43.3-46.6, 128 MiB 340.4-341.3; 2 and 4 blocks 45.0-49.1, 358.4-359.7; one pass
+/// 48.3-49.3, 349.7-349.9. On 2x H200 one pass was as fast or faster (AllReduce 32 MiB
+/// 115.0 vs 117.5 us, ReduceScatter 128 MiB 218.5 vs 228). Below ~2 MiB every form is
+/// one pass. `VYRE_CUDA_PEER_FOLD_BLOCKS_PER_SM` (AllReduce) and
+/// `VYRE_CUDA_PEER_SCATTER_BLOCKS_PER_SM` (ReduceScatter) override it at every world
+/// size (`0`: one pass), for measuring.
+const MANY_RANKS_PEER_FOLD_BLOCKS_PER_SM: u32 = 1;
+/// The fewest passes each thread of a peer fold makes with 3+ ranks (fewer blocks for
+/// smaller folds, so that they loop too). Measured on 4x H200, AllReduce and
+/// ReduceScatter 512 KiB .. 32 MiB, two runs each: summed exact times 1036.7 us (2 passes),
+/// 1073.7 (1), 1081.5 (4), 1102.7 (8), the differences within run-to-run noise at 2 MiB
+/// and below. `VYRE_CUDA_PEER_FOLD_PASSES` overrides it at every world size.
+const MANY_RANKS_PEER_FOLD_PASSES: u32 = 2;
+
+/// Which peer fold a block cap is for.
+#[derive(Clone, Copy)]
+enum FoldBlocks {
+    Spread,
+    Scatter,
+}
+
+/// The most blocks the peer fold's vector entry may use on `job`'s device.
+fn peer_fold_blocks(job: &Job<'_>, fold: FoldBlocks, bytes: usize, element_bytes: usize) -> u32 {
+    static FORCED: std::sync::OnceLock<[Option<u32>; 3]> = std::sync::OnceLock::new();
+    let forced = FORCED.get_or_init(|| {
+        let read = |name: &str| std::env::var(name).ok()?.trim().parse().ok();
+        [
+            read("VYRE_CUDA_PEER_FOLD_BLOCKS_PER_SM"),
+            read("VYRE_CUDA_PEER_SCATTER_BLOCKS_PER_SM"),
+            read("VYRE_CUDA_PEER_FOLD_PASSES"),
+        ]
+    });
+    let world = job.rank.world;
+    let default = if world == 2 {
+        0
+    } else {
+        MANY_RANKS_PEER_FOLD_BLOCKS_PER_SM
+    };
+    let per_sm = match fold {
+        FoldBlocks::Spread => forced[0],
+        FoldBlocks::Scatter => forced[1],
+    };
+    let cap = match per_sm.unwrap_or(default) {
+        0 => u32::MAX,
+        per_sm => per_sm.saturating_mul(job.core.device.info().multiprocessor_count),
+    };
+    let passes = forced[2].unwrap_or(if world == 2 {
+        1
+    } else {
+        MANY_RANKS_PEER_FOLD_PASSES
+    });
+    let per_block_pass = (FOLD_WORKGROUP * VECTOR_LANES) as usize * element_bytes;
+    let for_passes = bytes.div_ceil(per_block_pass * passes.max(1) as usize);
+    cap.min(u32::try_from(for_passes.max(1)).unwrap_or(u32::MAX))
+}
+
 /// With more than two ranks and event barriers, exact reductions smaller than this
 /// (AllReduce buffer, ReduceScatter input) exchange blocks through NCCL even when the
 /// ranks are linked: the peer fold's cross-GPU event barriers (W (W - 1) waits each) cost
@@ -1070,7 +1133,13 @@ impl Fold {
                 .iter()
                 .map(|peer| buffer(peer) + start as u64)
                 .collect();
-            self.launch(job, pointers, end - start)?;
+            let max_blocks = match spread {
+                Spread::Write => {
+                    peer_fold_blocks(job, FoldBlocks::Spread, end - start, self.element_bytes)
+                }
+                Spread::Nccl | Spread::Pull => u32::MAX,
+            };
+            self.launch(job, pointers, end - start, max_blocks)?;
         }
         match spread {
             Spread::Write => return peer_barrier(jobs),
@@ -1110,7 +1179,9 @@ impl Fold {
             let mut pointers: smallvec::SmallVec<[u64; 8]> =
                 jobs.iter().map(|peer| input(peer) + at).collect();
             pointers.push(output(job));
-            self.launch(job, pointers, block)?;
+            let fold = FoldBlocks::Scatter;
+            let max_blocks = peer_fold_blocks(job, fold, block, self.element_bytes);
+            self.launch(job, pointers, block, max_blocks)?;
         }
         peer_barrier(jobs)
     }
@@ -1136,28 +1207,32 @@ impl Fold {
                 smallvec::smallvec![gathered, values],
             ),
         };
-        self.launch_counted(job, pointers, counts, values)
+        self.launch_counted(job, pointers, counts, values, u32::MAX)
     }
 
-    /// Launches the job's fold kernel over `bytes` of every binding in `pointers`.
+    /// Launches the job's fold kernel over `bytes` of every binding in `pointers`, its
+    /// vector entry on at most `max_blocks` blocks.
     fn launch(
         &self,
         job: &Job<'_>,
         pointers: smallvec::SmallVec<[u64; 8]>,
         bytes: usize,
+        max_blocks: u32,
     ) -> Result<(), CudaError> {
         let values = elements(bytes / self.element_bytes)?;
         let counts = smallvec::smallvec![values; pointers.len()];
-        self.launch_counted(job, pointers, counts, values)
+        self.launch_counted(job, pointers, counts, values, max_blocks)
     }
 
-    /// Launches the job's fold kernel with these bindings, one invocation per value.
+    /// Launches the job's fold kernel with these bindings, one invocation per value, its
+    /// vector entry (where it runs) on at most `max_blocks` blocks.
     fn launch_counted(
         &self,
         job: &Job<'_>,
         pointers: smallvec::SmallVec<[u64; 8]>,
         counts: smallvec::SmallVec<[u32; 8]>,
         values: u32,
+        max_blocks: u32,
     ) -> Result<(), CudaError> {
         if values == 0 {
             return Ok(());
@@ -1174,16 +1249,9 @@ impl Fold {
                 .then(|| job.fault(job.fault_areas - 1)),
         };
         let grid = [values.div_ceil(FOLD_WORKGROUP), 1, 1];
-        launch::enqueue(
-            job.stream(),
-            kernel,
-            grid,
-            &args,
-            1,
-            job.core.grid_sync,
-            &job.core.metrics,
-        )
-        .map_err(|e| job.core.driver_error(e))
+        let (stream, metrics) = (job.stream(), &job.core.metrics);
+        launch::enqueue_capped(stream, kernel, grid, &args, max_blocks, metrics)
+            .map_err(|e| job.core.driver_error(e))
     }
 }
 

@@ -5,8 +5,10 @@
 //! in bounds: `ld.global.nc` when never stored; a stored one is read by its own element's
 //! lane only, so its words there are the originals until that lane stores); stores are
 //! deferred (each lane keeps its last word, which its later loads read) and written after
-//! the lanes, `st.global.v4`/`v2` where complete. The host uses it only for
-//! 16-byte-aligned, disjoint bindings and a 1-D grid.
+//! the lanes, `st.global.v4`/`v2` where complete. A grid smaller than the range loops: each
+//! thread then runs the next `4 * threads` invocations (its stores of one pass drain while
+//! it loads the next). The host uses it only for 16-byte-aligned, disjoint bindings and a
+//! 1-D grid.
 
 use super::memory::int_width;
 use super::{KernelAbi, LoweredBody, Lowerer, Space, Val};
@@ -77,6 +79,9 @@ impl<'p> Lowerer<'p> {
         let thread = self.ids.global[0];
         let first = self.b32();
         emit!(self.w, "mad.lo.u32 {first}, {thread}, {LANES}, {inv_base}");
+        let stride = self.grid_stride(abi);
+        let top = self.w.label();
+        self.w.put_label(top);
         let lane_end = self.w.label();
         self.lanes = Some(self.lane_buffers(abi, shape, first, lane_end));
         let flush = self.w.label();
@@ -88,7 +93,39 @@ impl<'p> Lowerer<'p> {
         for (_, stores) in pending.unwrap_or_default() {
             self.flush_stores(first, stores);
         }
+        self.put_next_stride(first, inv_end, stride, top);
         self.finish_entry()
+    }
+
+    /// The invocations the whole grid covers in one pass (`nctaid.x * ntid.x * lanes`), as
+    /// a 64-bit value: a grid smaller than the range (the host caps it, e.g. so that a
+    /// thread's stores of one pass drain while it loads the next) loops over the rest.
+    fn grid_stride(&mut self, abi: &KernelAbi) -> Reg {
+        let (blocks, stride) = (self.b32(), self.w.reg(RegClass::B64));
+        let per_block = abi.workgroup_size[0] * VECTOR_LANES;
+        emit!(self.w, "mov.u32 {blocks}, %nctaid.x");
+        emit!(self.w, "mul.wide.u32 {stride}, {blocks}, {per_block}");
+        stride
+    }
+
+    /// Advances `first` by `stride` and loops back to `top` while invocations of this
+    /// thread remain before `inv_end`; compared in 64 bits so that no sum wraps.
+    fn put_next_stride(&mut self, first: Reg, inv_end: Reg, stride: Reg, top: Label) {
+        let (left32, left, more, inside) = (
+            self.b32(),
+            self.w.reg(RegClass::B64),
+            self.pred(),
+            self.pred(),
+        );
+        emit!(self.w, "setp.lt.u32 {inside}, {first}, {inv_end}");
+        emit!(self.w, "sub.u32 {left32}, {inv_end}, {first}");
+        emit!(self.w, "cvt.u64.u32 {left}, {left32}");
+        emit!(self.w, "setp.gt.u64 {more}, {left}, {stride}");
+        emit!(self.w, "and.pred {more}, {more}, {inside}");
+        let step = self.b32();
+        emit!(self.w, "cvt.u32.u64 {step}, {stride}");
+        emit!(self.w, "@{more} add.u32 {first}, {first}, {step}");
+        emit!(self.w, "@{more} bra {top}");
     }
 
     /// Preload the never-stored buffers and set up the deferred stores of the stored ones.
