@@ -6,7 +6,7 @@
 mod common;
 
 use common::collective_programs::{transport_cases, world_cases};
-use vyre_cuda::codegen::{emit_ptx, reference_program, PtxTarget};
+use vyre_cuda::codegen::{emit_peer_synced, emit_ptx, reference_program, PeerSync, PtxTarget};
 use vyre_driver::BackendError;
 use vyre_foundation::ir::Node;
 
@@ -93,7 +93,8 @@ fn collectives_that_need_a_transport_are_rejected_with_one_fix() {
 
 /// What a rank compiles assembles for sm_80 and sm_90: the fold kernel of every operator
 /// and element type that lowers, for 2..8 ranks (the others are refused by the validator or
-/// the emitter, as the reference refuses them), and the segments of a program cut at its
+/// the emitter, as the reference refuses them), with their peer-synced forms (vector
+/// entries that meet the other ranks), and the segments of a program cut at its
 /// collectives.
 #[test]
 fn rank_kernels_assemble() {
@@ -139,6 +140,7 @@ fn rank_kernels_assemble() {
         DataType::U16,
     ];
     let mut assembled = 0;
+    let (mut synced, mut refused) = (0, 0);
     for op in ops {
         for ty in &types {
             for world in 2..=8 {
@@ -191,6 +193,41 @@ fn rank_kernels_assemble() {
                     assemble(&format!("{name} peer fold"), &scatter),
                     "{name}: the gathered form lowers, so must the scattered peer fold"
                 );
+                // The peer-synced forms (their vector entries meet the other ranks), for
+                // the first and the last rank.
+                for rank in [0, world - 1] {
+                    let in_place =
+                        vyre_cuda::codegen::peer_fold_program(binop, ty.clone(), world, Some(rank));
+                    for (form, program) in [("in place", &in_place), ("scattered", &scatter)] {
+                        let name = format!("{name} peer-synced {form} fold at rank {rank}");
+                        let prepared = reference_program(program).expect("the fold lowers");
+                        let sync = PeerSync {
+                            world: world as u32,
+                            rank: rank as u32,
+                        };
+                        for target in [PtxTarget::sm80(), PtxTarget::sm90()] {
+                            // A fold that can fault (f16/bf16 arithmetic records faults)
+                            // is refused: every thread must reach the last meeting. The
+                            // runtime then folds it between barriers.
+                            let plain = emit_ptx(&prepared, None, target).expect("it lowers");
+                            let kernel = emit_peer_synced(&prepared, target, sync);
+                            if plain.reports_faults {
+                                assert!(kernel.is_err(), "{name}: a faulting fold was synced");
+                                refused += 1;
+                                continue;
+                            }
+                            let kernel =
+                                kernel.unwrap_or_else(|e| panic!("{name} ({target}): {e}"));
+                            let vector = kernel.vector_ptx.expect("a peer-synced vector entry");
+                            assert!(vector.contains("st.release.sys.global.u64"), "{name}");
+                            if let Some(ptxas) = &ptxas {
+                                common::ptxas::assemble_for(ptxas, &vector)
+                                    .unwrap_or_else(|e| panic!("{name} ({target}): {e}"));
+                            }
+                            synced += 1;
+                        }
+                    }
+                }
             }
         }
     }
@@ -199,6 +236,13 @@ fn rank_kernels_assemble() {
     assert!(
         assembled >= (6 * 3 + 2 * 3) * 7,
         "only {assembled} fold kernels lowered"
+    );
+    // u32/i32/f32/f64 (the folds that cannot fault) for each operator they fold, 4 forms
+    // each, both targets.
+    assert_eq!(synced + refused, assembled * 4 * 2);
+    assert!(
+        synced >= (4 * 3 + 2 * 3) * 7 * 4 * 2,
+        "only {synced} peer-synced folds"
     );
     let i = || Expr::InvocationId { axis: 0 };
     let program = Program::wrapped(

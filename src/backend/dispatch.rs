@@ -170,6 +170,7 @@ impl Layout {
             pointers: self.offsets.iter().map(|o| base + *o as u64).collect(),
             counts: plan.bindings.iter().map(|b| b.elements).collect(),
             fault: self.fault.map(|o| base + o as u64),
+            peer: None,
         }
     }
 

@@ -14,6 +14,17 @@ pub(crate) struct LaunchArgs {
     pub(crate) counts: smallvec::SmallVec<[u32; 8]>,
     /// The fault word's address; required exactly when the kernel has one.
     pub(crate) fault: Option<u64>,
+    /// The meeting points of a peer-synced fold; required exactly when the kernel is one.
+    pub(crate) peer: Option<PeerArgs>,
+}
+
+/// The `Peer*` parameters of a peer-synced fold (`codegen::KernelParam`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PeerArgs {
+    pub(crate) slots: u64,
+    pub(crate) flags: u64,
+    pub(crate) counter: u64,
+    pub(crate) epoch: u64,
 }
 
 fn mismatch(what: &str) -> DriverError {
@@ -98,6 +109,9 @@ fn check_args(abi: &crate::codegen::KernelAbi, args: &LaunchArgs) -> Result<(), 
     if args.fault.is_some() != abi.fault_word {
         return Err(mismatch("fault word"));
     }
+    if args.peer.is_some() != abi.peer_sync.is_some() {
+        return Err(mismatch("peer meeting points"));
+    }
     Ok(())
 }
 
@@ -116,6 +130,10 @@ fn kernel_args(
             KernelParam::FaultArea => KernelArg::U64(args.fault.unwrap_or(0)),
             KernelParam::InvocationBase => KernelArg::U32(invocations.start),
             KernelParam::InvocationEnd => KernelArg::U32(invocations.end),
+            KernelParam::PeerSlots => KernelArg::U64(args.peer.map_or(0, |p| p.slots)),
+            KernelParam::PeerFlags => KernelArg::U64(args.peer.map_or(0, |p| p.flags)),
+            KernelParam::PeerCounter => KernelArg::U64(args.peer.map_or(0, |p| p.counter)),
+            KernelParam::PeerEpoch => KernelArg::U64(args.peer.map_or(0, |p| p.epoch)),
         })
         .collect()
 }
@@ -252,6 +270,28 @@ pub(crate) fn enqueue_capped(
             metrics,
         );
     };
+    launch_vector(stream, kernel, args, &invocations, 1, max_blocks)?;
+    Metrics::bump(&metrics.vector_launches);
+    Metrics::bump(&metrics.launches);
+    Ok(())
+}
+
+/// Enqueues one launch of a peer-synced fold's vector entry (the only entry that meets
+/// the peers) over invocations `0..values` on at most `max_blocks` blocks. Fails, having
+/// enqueued nothing, where the entry cannot run these bindings ([`vector_fits`]).
+pub(crate) fn enqueue_peer_synced(
+    stream: &Stream,
+    kernel: &LoadedKernel,
+    args: &LaunchArgs,
+    values: u32,
+    max_blocks: u32,
+    metrics: &Metrics,
+) -> Result<(), DriverError> {
+    check_args(&kernel.abi, args)?;
+    let invocations = 0..values;
+    if args.peer.is_none() || !vector_fits(kernel, args, &invocations) {
+        return Err(mismatch("peer-synced fold bindings"));
+    }
     launch_vector(stream, kernel, args, &invocations, 1, max_blocks)?;
     Metrics::bump(&metrics.vector_launches);
     Metrics::bump(&metrics.launches);

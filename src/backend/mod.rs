@@ -847,19 +847,51 @@ impl Core {
         let key = self.identities.kernel_key(program, workgroup, |identity| {
             KernelKey::new(identity, workgroup, self.target)
         })?;
-        if let Some(kernel) = self
-            .kernels
-            .modules
-            .lock()
-            .ok()
-            .and_then(|mut m| m.get(&key))
-        {
+        self.cached_module(key, || self.emitted(&key, program, config, workgroup))
+    }
+
+    /// The loaded peer-synced form of the fold kernel `program` for rank `sync.rank`
+    /// (`codegen::emit_peer_synced`), cached beside the plain kernels under a key of its
+    /// own.
+    pub(crate) fn peer_synced_kernel(
+        &self,
+        program: &Program,
+        sync: crate::codegen::PeerSync,
+    ) -> Result<Arc<LoadedKernel>, CudaError> {
+        let workgroup = program.workgroup_size();
+        let plain = self.identities.kernel_key(program, workgroup, |identity| {
+            KernelKey::new(identity, workgroup, self.target)
+        })?;
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(plain.bytes());
+        hasher.update(b"peer-synced");
+        hasher.update(&sync.world.to_le_bytes());
+        hasher.update(&sync.rank.to_le_bytes());
+        let key = KernelKey::of_code(hasher.finalize().as_bytes());
+        self.cached_module(key, || {
+            let program = validated(program)?;
+            Ok(Arc::new(crate::codegen::emit_peer_synced(
+                &program,
+                self.target,
+                sync,
+            )?))
+        })
+    }
+
+    /// The module cache's kernel under `key`, else `emit`'s PTX loaded and cached.
+    fn cached_module(
+        &self,
+        key: KernelKey,
+        emit: impl FnOnce() -> Result<Arc<EmittedKernel>, CudaError>,
+    ) -> Result<Arc<LoadedKernel>, CudaError> {
+        let cached = (self.kernels.modules.lock().ok()).and_then(|mut m| m.get(&key));
+        if let Some(kernel) = cached {
             Metrics::bump(&self.metrics.kernel_cache_hits);
             return Ok(kernel);
         }
         Metrics::bump(&self.metrics.kernel_cache_misses);
         let _span = tracing::debug_span!("vyre_cuda.compile", key = %key.hex()).entered();
-        let emitted = self.emitted(&key, program, config, workgroup)?;
+        let emitted = emit()?;
         let kernel = Arc::new(self.load(key, &emitted)?);
         let Ok(mut modules) = self.kernels.modules.lock() else {
             return Ok(kernel);

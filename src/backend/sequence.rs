@@ -804,6 +804,7 @@ impl Core {
                 pointers,
                 counts: plan.bindings.iter().map(|b| b.elements).collect(),
                 fault: None,
+                peer: None,
             },
             kernel,
             launches: step.launches.max(1),

@@ -77,6 +77,16 @@ pub enum KernelParam {
     InvocationBase,
     /// `.u32 vyre_inv_end`: end (exclusive) of the vector entry's invocation range.
     InvocationEnd,
+    /// `.u64 vyre_peer_slots` (a peer-synced fold, [`PeerSync`]): device array of `world`
+    /// addresses, entry `k` this rank's flag word in rank `k`'s memory.
+    PeerSlots,
+    /// `.u64 vyre_peer_flags`: this rank's `world` flag words (word `k` written by rank `k`).
+    PeerFlags,
+    /// `.u64 vyre_peer_counter`: this rank's zeroed `u32` count of finished blocks.
+    PeerCounter,
+    /// `.u64 vyre_peer_epoch`: the epoch the ranks meet at before the fold; they meet at the
+    /// next one after it.
+    PeerEpoch,
 }
 
 impl KernelParam {
@@ -84,8 +94,8 @@ impl KernelParam {
     #[must_use]
     pub fn ptx_type(self) -> &'static str {
         match self {
-            Self::Pointer(_) | Self::FaultArea => "u64",
             Self::Count(_) | Self::InvocationBase | Self::InvocationEnd => "u32",
+            _ => "u64",
         }
     }
 
@@ -98,6 +108,10 @@ impl KernelParam {
             Self::FaultArea => "vyre_fault".to_string(),
             Self::InvocationBase => "vyre_inv_base".to_string(),
             Self::InvocationEnd => "vyre_inv_end".to_string(),
+            Self::PeerSlots => "vyre_peer_slots".to_string(),
+            Self::PeerFlags => "vyre_peer_flags".to_string(),
+            Self::PeerCounter => "vyre_peer_counter".to_string(),
+            Self::PeerEpoch => "vyre_peer_epoch".to_string(),
         }
     }
 }
@@ -198,6 +212,25 @@ pub struct KernelAbi {
     /// aligned, no two bindings overlap and the grid is 1-D, and may split the
     /// invocation range into independent chunks.
     pub vector_lanes: u32,
+    /// Set for a fold whose vector entry meets the other ranks itself (see [`PeerSync`]);
+    /// its parameters then end with the `Peer*` ones.
+    pub peer_sync: Option<PeerSync>,
+}
+
+/// A peer-synced fold (`crate::codegen::emit_peer_synced`): rank `rank` of `world` ranks
+/// whose GPUs reach each other's memory. Its vector entry first meets every other rank at
+/// an epoch (each block stores the epoch into its flag word in every peer's memory with
+/// release semantics, then waits with acquire loads until every peer's word in its own
+/// memory holds it), then folds, then meets them again at the next epoch once every block
+/// of this rank has finished (the last block to finish signals and waits), so no rank
+/// reads a buffer before its owner has written it or writes one while a peer still reads
+/// it. A wait has no deadline, as a stream's wait on a flag has none: the host's deadline
+/// aborts the dispatch and writes the epoch into every flag word, which ends every wait.
+/// Replaces two barriers of stream memory operations around the fold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PeerSync {
+    pub world: u32,
+    pub rank: u32,
 }
 
 impl KernelAbi {
@@ -253,8 +286,18 @@ impl KernelAbi {
 
     /// The parameters of the [`VECTOR_ENTRY`]: [`Self::params`], then its invocation range.
     pub fn vector_params(&self) -> impl Iterator<Item = KernelParam> {
+        let peer = [
+            KernelParam::PeerSlots,
+            KernelParam::PeerFlags,
+            KernelParam::PeerCounter,
+            KernelParam::PeerEpoch,
+        ];
         self.params()
             .chain([KernelParam::InvocationBase, KernelParam::InvocationEnd])
+            .chain(
+                peer.into_iter()
+                    .take(if self.peer_sync.is_some() { 4 } else { 0 }),
+            )
     }
 }
 
@@ -301,6 +344,7 @@ pub(crate) fn layout(
             fault_word: false,
             cooperative: false,
             vector_lanes: 0,
+            peer_sync: None,
         },
         shared,
     ))

@@ -49,7 +49,7 @@ pub(crate) mod visit;
 mod writer;
 
 pub use abi::{
-    clock_span_ns, BindingRole, KernelAbi, KernelBinding, KernelParam, CLOCK_END_AT,
+    clock_span_ns, BindingRole, KernelAbi, KernelBinding, KernelParam, PeerSync, CLOCK_END_AT,
     CLOCK_START_AT, COOPERATIVE_ENTRY, FAULT_AREA_BYTES, KERNEL_ENTRY, VECTOR_ENTRY, VECTOR_LANES,
 };
 pub use analysis::nesting::{check_nesting, MAX_EXPRESSION_DEPTH, MAX_STATEMENT_DEPTH};
@@ -172,7 +172,7 @@ pub fn emit_named(
     target: PtxTarget,
     entry: &str,
 ) -> Result<EmittedKernel, CodegenError> {
-    emit_entries(program, workgroup_override, target, entry, false)
+    emit_entries(program, workgroup_override, target, entry, false, None)
 }
 
 /// [`emit_named`] for a kernel that times itself (the artifact route's kernels): it always
@@ -188,7 +188,26 @@ pub fn emit_timed(
     target: PtxTarget,
     entry: &str,
 ) -> Result<EmittedKernel, CodegenError> {
-    emit_entries(program, workgroup_override, target, entry, true)
+    emit_entries(program, workgroup_override, target, entry, true, None)
+}
+
+/// [`emit_prepared`] of a collective's fold kernel whose vector entry meets the other
+/// ranks itself before and after folding ([`PeerSync`]; the host launches that entry
+/// only). The program must be elementwise and unable to fault (a fold of floats or bits):
+/// every thread of every block must reach the final meeting.
+pub fn emit_peer_synced(
+    program: &Program,
+    target: PtxTarget,
+    sync: PeerSync,
+) -> Result<EmittedKernel, CodegenError> {
+    let emitted = emit_entries(program, None, target, KERNEL_ENTRY, false, Some(sync))?;
+    if emitted.vector_ptx.is_none() || emitted.reports_faults || sync.rank >= sync.world {
+        return Err(CodegenError::invalid(
+            "a peer-synced fold must be elementwise, fault-free and of a rank in its world",
+            "report this as a vyre-cuda bug with the collective",
+        ));
+    }
+    Ok(emitted)
 }
 
 fn emit_entries(
@@ -197,6 +216,7 @@ fn emit_entries(
     target: PtxTarget,
     entry: &str,
     timed: bool,
+    peer: Option<PeerSync>,
 ) -> Result<EmittedKernel, CodegenError> {
     // PTX compilers mis-handle an entry named like one of its own parameters (ptxas 13.0
     // corrupts its heap), so a name that could be one is refused before any work.
@@ -215,6 +235,7 @@ fn emit_entries(
     analysis::uniform::check(program, &facts.uniformity)?;
     let (mut abi, shared) = abi::layout(program, workgroup_size)?;
     abi.entry = entry.to_string();
+    abi.peer_sync = peer;
     let segments = facts
         .segments()
         .into_iter()

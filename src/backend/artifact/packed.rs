@@ -343,6 +343,7 @@ impl LoadedArtifact {
                 pointers: launch.offsets.iter().map(|&o| base + o as u64).collect(),
                 counts: launch.counts.clone(),
                 fault: fault.map(|at| base + at as u64),
+                peer: None,
             };
             launch::enqueue(stream, &node.kernel, launch.grid, &args, 1, mode, metrics)?;
         }

@@ -29,6 +29,7 @@
 //! share a hardware queue with a stream stuck in a wait (more streams than the device's
 //! connections): one rank whose side stream runs releases all of them.
 
+use crate::backend::launch::PeerArgs;
 use crate::driver::{Device, DriverError, Event, Stream, StreamMemOp};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -87,6 +88,10 @@ enum Mechanism {
 struct Flags {
     /// W u64 slots in this rank's memory: slot p holds the last epoch rank p announced.
     slots: crate::driver::DeviceAlloc,
+    /// W u64 addresses in this rank's memory: entry p is this rank's slot in rank p's
+    /// flags (what a peer-synced fold writes to), then a zeroed u32 block count (the
+    /// fold's last block to finish meets the peers; `codegen::PeerSync`).
+    meeting: crate::driver::DeviceAlloc,
     /// The epoch of the last barrier enqueued; the same on every rank of the cluster.
     epoch: AtomicU64,
     /// A stream of this rank's device for zeroing the slots and for [`release`].
@@ -146,7 +151,7 @@ impl PeerBarrier {
             });
         }
         let world = devices.len();
-        let mut barriers = Vec::with_capacity(world);
+        let mut barriers: Vec<Self> = Vec::with_capacity(world);
         for (rank, device) in devices.iter().enumerate() {
             let mechanism = if mem_ops {
                 Mechanism::MemOps(Flags::new(device, world).map_err(|e| (rank, e))?)
@@ -160,6 +165,17 @@ impl PeerBarrier {
             };
             barriers.push(Self { kind, mechanism });
         }
+        let all: Vec<&Flags> = (barriers.iter())
+            .filter_map(|b| match &b.mechanism {
+                Mechanism::MemOps(flags) => Some(flags),
+                Mechanism::Events(_) => None,
+            })
+            .collect();
+        if all.len() == world {
+            for (rank, flags) in all.iter().enumerate() {
+                flags.point_at(rank, &all).map_err(|e| (rank, e))?;
+            }
+        }
         Ok(barriers)
     }
 }
@@ -167,15 +183,63 @@ impl PeerBarrier {
 impl Flags {
     fn new(device: &Arc<Device>, world: usize) -> Result<Self, DriverError> {
         let slots = crate::driver::DeviceAlloc::new(device, world * 8)?;
+        let meeting = crate::driver::DeviceAlloc::new(device, world * 8 + 8)?;
         let side = Stream::new(device)?;
         side.memset_zero(slots.ptr(), slots.len())?;
+        side.memset_zero(meeting.ptr(), meeting.len())?;
         side.synchronize()?;
         Ok(Self {
             slots,
+            meeting,
             epoch: AtomicU64::new(0),
             side,
         })
     }
+
+    /// Writes, for rank `rank`, its slot's address in every rank's flags.
+    fn point_at(&self, rank: usize, all: &[&Flags]) -> Result<(), DriverError> {
+        let addresses: Vec<u8> = all
+            .iter()
+            .flat_map(|flags| flags.slot(rank).to_le_bytes())
+            .collect();
+        self.side.copy_to_device(self.meeting.ptr(), &addresses)?;
+        self.side.synchronize()
+    }
+}
+
+/// Reserves two epochs on every rank of `members` (every rank of one cluster, all with
+/// memory-operation flags) for one peer-synced fold (`codegen::PeerSync`), advanced
+/// everywhere before anything is enqueued as for a barrier (so [`release`] covers a fold
+/// enqueued in part), and returns where each member's kernel meets the others. `None`
+/// where the ranks use events.
+pub(crate) fn reserve_meetings(members: &[Member<'_>]) -> Option<Vec<PeerArgs>> {
+    let flags: Vec<&Flags> = members
+        .iter()
+        .map(|m| match &m.barrier.mechanism {
+            Mechanism::MemOps(flags) => Some(flags),
+            Mechanism::Events(_) => None,
+        })
+        .collect::<Option<_>>()?;
+    let first = 1 + flags
+        .iter()
+        .map(|f| f.epoch.load(Ordering::Acquire))
+        .max()
+        .unwrap_or(0);
+    for f in &flags {
+        f.epoch.store(first + 1, Ordering::Release);
+    }
+    let world = flags.len();
+    Some(
+        flags
+            .iter()
+            .map(|f| PeerArgs {
+                slots: f.meeting.ptr(),
+                flags: f.slots.ptr(),
+                counter: f.meeting.ptr() + (world * 8) as u64,
+                epoch: first,
+            })
+            .collect(),
+    )
 }
 
 /// Enqueues one barrier on the streams of `members`, every rank of one cluster: work

@@ -93,6 +93,9 @@ struct Job<'a> {
     scratch_at: usize,
     segments: Vec<Arc<LoadedKernel>>,
     folds: Vec<Option<Arc<LoadedKernel>>>,
+    /// Each collective's peer-synced fold (`codegen::PeerSync`), where it meets the other
+    /// ranks itself instead of between barriers.
+    synced: Vec<Option<Arc<LoadedKernel>>>,
 }
 
 impl Job<'_> {
@@ -240,6 +243,7 @@ impl<'a> Job<'a> {
             scratch_at: faults_at,
             segments: Vec::new(),
             folds: Vec::new(),
+            synced: Vec::new(),
         })
     }
 
@@ -263,17 +267,19 @@ impl<'a> Job<'a> {
             }
         }
         for collective in planned {
-            let fold = match &collective.reduction {
+            let (fold, synced) = match &collective.reduction {
                 Some(Reduction::Fold { op, element, .. }) if self.rank.world > 1 => {
                     let world = self.rank.world;
                     let form = fold_form(collective, self.rank.rank, world);
                     let program = (self.rank.fold(*op, element.clone(), world, form))
                         .expect("planned folds have an operator");
-                    Some(self.core.kernel(&program, &DispatchConfig::default())?)
+                    let fold = self.core.kernel(&program, &DispatchConfig::default())?;
+                    (Some(fold), self.synced_fold(&program, form))
                 }
-                _ => None,
+                _ => (None, None),
             };
             self.folds.push(fold);
+            self.synced.push(synced);
         }
         // One zeroed fault area per segment and one for the folds, when any kernel
         // reports faults; none (no zeroing, no read-back) otherwise.
@@ -288,6 +294,43 @@ impl<'a> Job<'a> {
             self.scratch_at = self.faults_at + self.fault_areas * FAULT_AREA_BYTES;
         }
         Ok(())
+    }
+
+    /// The peer-synced form of a peer fold (`form` `PeerInPlace` or `PeerScatter`) on ranks
+    /// whose barrier has memory-operation flags, unless `VYRE_CUDA_PEER_SYNC=barriers`.
+    /// `None` where the fold reports faults (every thread must reach the last meeting) or
+    /// cannot be emitted so, logged: it then runs between barriers.
+    fn synced_fold(&self, program: &Program, form: FoldForm) -> Option<Arc<LoadedKernel>> {
+        let flags = self.rank.peer_barrier()?.kind() != PeerBarrierKind::Events;
+        let peer = matches!(form, FoldForm::PeerInPlace(_) | FoldForm::PeerScatter);
+        if !(flags && peer && peer_sync_enabled()) {
+            return None;
+        }
+        let sync = crate::codegen::PeerSync {
+            world: u32::try_from(self.rank.world).ok()?,
+            rank: u32::try_from(self.rank.rank).ok()?,
+        };
+        // Its vector entry's module is compiled here, before anything of the dispatch runs
+        // (a module load may wait for the device's running work).
+        let loaded = self
+            .core
+            .peer_synced_kernel(program, sync)
+            .and_then(|kernel| {
+                kernel.vector_function().ok_or_else(|| {
+                    CudaError::invalid_input(
+                        "the peer-synced fold's vector entry did not load",
+                        "report this as a vyre-cuda bug",
+                    )
+                })?;
+                Ok(kernel)
+            });
+        match loaded {
+            Ok(kernel) => Some(kernel),
+            Err(error) => {
+                tracing::debug!(%error, "a peer fold runs between barriers");
+                None
+            }
+        }
     }
 
     /// Takes device memory for the host bindings, the fault areas and the fold scratch
@@ -351,6 +394,7 @@ impl<'a> Job<'a> {
             pointers: self.addresses.clone(),
             counts: self.plan.bindings.iter().map(|b| b.elements).collect(),
             fault: kernel.abi.fault_word.then(|| self.fault(index)),
+            peer: None,
         };
         launch::enqueue(
             self.stream(),
@@ -586,6 +630,18 @@ const MANY_RANKS_PEER_FOLD_BLOCKS_PER_SM: u32 = 1;
 /// 1073.7 (1), 1081.5 (4), 1102.7 (8), the differences within run-to-run noise at 2 MiB
 /// and below. `VYRE_CUDA_PEER_FOLD_PASSES` overrides it at every world size.
 const MANY_RANKS_PEER_FOLD_PASSES: u32 = 2;
+
+/// Blocks per SM a peer-synced fold may use at most: all of them resident at once (every
+/// block meets the peers before folding).
+const SYNCED_BLOCKS_PER_SM: u32 = 4;
+
+/// Whether exact peer folds meet the other ranks inside their kernels
+/// (`VYRE_CUDA_PEER_SYNC=kernel`, the default) or between barriers (`barriers`).
+fn peer_sync_enabled() -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED
+        .get_or_init(|| !std::env::var("VYRE_CUDA_PEER_SYNC").is_ok_and(|v| v.trim() == "barriers"))
+}
 
 /// Which peer fold a block cap is for.
 #[derive(Clone, Copy)]
@@ -999,10 +1055,12 @@ struct Fold {
 
 impl Fold {
     /// Rank `k`'s block of `bytes` for an AllReduce: `[start, end)` in bytes, cut on
-    /// element boundaries, the last ones possibly shorter or empty.
+    /// element boundaries that are 16-byte aligned from the buffer's start (where a fold's
+    /// vector entry may read them), the last ones possibly shorter or empty.
     fn block(&self, bytes: usize, k: usize) -> (usize, usize) {
         let values = bytes / self.element_bytes;
-        let per = values.div_ceil(self.world);
+        let aligned = 16 / gcd(16, self.element_bytes);
+        let per = values.div_ceil(self.world).next_multiple_of(aligned);
         let start = (k * per).min(values) * self.element_bytes;
         let end = ((k + 1) * per).min(values) * self.element_bytes;
         (start, end)
@@ -1126,6 +1184,14 @@ impl Fold {
         spread: Spread,
         buffer: &dyn Fn(&Job<'_>) -> u64,
     ) -> Result<(), CudaError> {
+        let ranges = |job: &Job<'_>| {
+            let (start, end) = self.block(bytes, job.rank.rank);
+            let at = |peer: &Job<'_>| buffer(peer) + start as u64;
+            (jobs.iter().map(at).collect(), end - start)
+        };
+        if spread == Spread::Write && self.synced(jobs, FoldBlocks::Spread, ranges)? {
+            return Ok(());
+        }
         peer_barrier(jobs)?;
         for job in jobs {
             let (start, end) = self.block(bytes, job.rank.rank);
@@ -1173,6 +1239,16 @@ impl Fold {
         input: &dyn Fn(&Job<'_>) -> u64,
         output: &dyn Fn(&Job<'_>) -> u64,
     ) -> Result<(), CudaError> {
+        let ranges = |job: &Job<'_>| {
+            let at = (job.rank.rank * block) as u64;
+            let mut pointers: smallvec::SmallVec<[u64; 8]> =
+                jobs.iter().map(|peer| input(peer) + at).collect();
+            pointers.push(output(job));
+            (pointers, block)
+        };
+        if self.synced(jobs, FoldBlocks::Scatter, ranges)? {
+            return Ok(());
+        }
         peer_barrier(jobs)?;
         for job in jobs {
             let at = (job.rank.rank * block) as u64;
@@ -1184,6 +1260,51 @@ impl Fold {
             self.launch(job, pointers, block, max_blocks)?;
         }
         peer_barrier(jobs)
+    }
+
+    /// Runs every job's peer-synced fold (`Job::synced`) over the bindings and byte length
+    /// `ranges` gives it, where every job has one that can run them (its vector entry fits
+    /// the bindings), on two epochs reserved for it: the kernels meet each other before and
+    /// after folding, with no barrier enqueued. `false`, having enqueued nothing, otherwise.
+    fn synced(
+        &self,
+        jobs: &[Job<'_>],
+        fold: FoldBlocks,
+        ranges: impl Fn(&Job<'_>) -> (smallvec::SmallVec<[u64; 8]>, usize),
+    ) -> Result<bool, CudaError> {
+        let mut launches = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let Some(kernel) = job.synced[self.index].as_ref() else {
+                return Ok(false);
+            };
+            let (pointers, bytes) = ranges(job);
+            let values = elements(bytes / self.element_bytes)?;
+            let args = LaunchArgs {
+                counts: smallvec::smallvec![values; pointers.len()],
+                pointers,
+                fault: None,
+                peer: None,
+            };
+            if !launch::vector_fits(kernel, &args, &(0..values)) {
+                return Ok(false);
+            }
+            let resident = SYNCED_BLOCKS_PER_SM * job.core.device.info().multiprocessor_count;
+            let blocks = peer_fold_blocks(job, fold, bytes, self.element_bytes).min(resident);
+            launches.push((kernel, args, values, blocks));
+        }
+        let members = members(jobs).expect("peer folds run on linked ranks only");
+        let Some(meetings) = barrier::reserve_meetings(&members) else {
+            return Ok(false);
+        };
+        for ((job, (kernel, mut args, values, blocks)), meeting) in
+            jobs.iter().zip(launches).zip(meetings)
+        {
+            args.peer = Some(meeting);
+            let (stream, metrics) = (job.stream(), &job.core.metrics);
+            launch::enqueue_peer_synced(stream, kernel, &args, values, blocks, metrics)
+                .map_err(|e| job.core.driver_error(e))?;
+        }
+        Ok(true)
     }
 
     /// Folds the job's scratch (`world` blocks of `bytes`) into `out`; the rank's own block
@@ -1247,11 +1368,20 @@ impl Fold {
                 .abi
                 .fault_word
                 .then(|| job.fault(job.fault_areas - 1)),
+            peer: None,
         };
         let grid = [values.div_ceil(FOLD_WORKGROUP), 1, 1];
         let (stream, metrics) = (job.stream(), &job.core.metrics);
         launch::enqueue_capped(stream, kernel, grid, &args, max_blocks, metrics)
             .map_err(|e| job.core.driver_error(e))
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
 }
 
@@ -1363,9 +1493,36 @@ fn abort_all(jobs: &mut [Job<'_>], error: &CudaError) {
 
 #[cfg(test)]
 mod tests {
-    use super::{many_ranks_peer_min_bytes, spread, PeerBarrierKind, Spread};
+    use super::{many_ranks_peer_min_bytes, spread, Fold, PeerBarrierKind, Spread};
 
     const MIB: usize = 1 << 20;
+
+    #[test]
+    fn all_reduce_blocks_tile_the_buffer_on_16_byte_boundaries() {
+        for element_bytes in [1, 2, 4, 8, 16] {
+            for world in 2..=8 {
+                let fold = Fold {
+                    world,
+                    element_bytes,
+                    index: 0,
+                };
+                for values in [0, 1, 3, 4, 5, 17, 64, 1000, 4099, 1 << 20] {
+                    let bytes = values * element_bytes;
+                    let mut next = 0;
+                    for k in 0..world {
+                        let (start, end) = fold.block(bytes, k);
+                        assert!(start == next && end >= start && end <= bytes);
+                        assert!(
+                            start % 16 == 0 || start == bytes,
+                            "{element_bytes} {world} {values}"
+                        );
+                        next = end;
+                    }
+                    assert_eq!(next, bytes, "{element_bytes} {world} {values}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn peer_all_reduce_spreads_as_measured() {

@@ -15,6 +15,7 @@ mod expr;
 mod half;
 mod memory;
 mod ops;
+mod peer_sync;
 mod reduction;
 mod replica;
 mod returned;

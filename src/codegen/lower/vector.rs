@@ -76,6 +76,7 @@ impl<'p> Lowerer<'p> {
         );
         emit!(self.w, "ld.param.u32 {inv_base}, [{base_param}]");
         emit!(self.w, "ld.param.u32 {inv_end}, [{end_param}]");
+        let peer = abi.peer_sync.map(|sync| self.put_peer_meeting_in(sync));
         let thread = self.ids.global[0];
         let first = self.b32();
         emit!(self.w, "mad.lo.u32 {first}, {thread}, {LANES}, {inv_base}");
@@ -94,6 +95,9 @@ impl<'p> Lowerer<'p> {
             self.flush_stores(first, stores);
         }
         self.put_next_stride(first, inv_end, stride, top);
+        if let Some(regs) = &peer {
+            self.put_peer_meeting_out(regs);
+        }
         self.finish_entry()
     }
 
