@@ -8,8 +8,10 @@
 //! error of ours may stop another rank from enqueueing its half. The wait has a deadline;
 //! a timeout or an NCCL error aborts every communicator involved. Exact reductions of
 //! ranks linked by peer access (every rank of a `CudaCluster` whose GPUs reach each
-//! other's memory) fold from the ranks' buffers directly between barriers across the ranks'
-//! streams (`Fold::peer_all_reduce`, `Fold::peer_reduce_scatter`; `barrier.rs`).
+//! other's memory) fold from the ranks' buffers directly (`Fold::peer_all_reduce`,
+//! `Fold::peer_reduce_scatter`): one kernel per rank that meets the others itself
+//! (`Fold::synced`), else the fold between barriers across the ranks' streams
+//! (`barrier.rs`).
 
 use super::barrier::{self, Member, PeerBarrierKind};
 use super::{CollectiveReduction, FoldForm, RankComm, Schedule};

@@ -12,8 +12,10 @@
 //! program, so results are bit-identical for any world size; integer Sum/Min/Max use
 //! NCCL's own reduction, exact in any order. [`CollectiveReduction::Native`] hands float
 //! reductions to NCCL (its summation order). In a cluster whose GPUs have peer access the
-//! fold reads every rank's block directly (`exec.rs`: between barriers across the ranks'
-//! streams, `barrier.rs`); otherwise the blocks travel through NCCL first.
+//! fold reads every rank's block directly (`exec.rs`), its kernel meeting the other ranks
+//! itself through flag words in each rank's memory (`codegen::PeerSync`; `barrier.rs`
+//! owns the flags and epochs), or, for a fold that can fault, between barriers across the
+//! ranks' streams; otherwise the blocks travel through NCCL first.
 
 mod barrier;
 mod cluster;
