@@ -151,7 +151,10 @@ pub struct CudaOptions {
     /// (`VYRE_CUDA_PEER_BARRIER`, `memops` (default), `memops-each` or `events`): flags
     /// written and waited for by stream memory operations, or cross-GPU events. A cluster
     /// whose GPUs lack 64-bit stream memory operations uses events
-    /// ([`CudaCluster::peer_barrier`] says which). Same bits either way.
+    /// ([`CudaCluster::peer_barrier`] says which). Same bits either way. With flags
+    /// (`memops`, `memops-each`) the fold kernels of floats and bits meet the other ranks
+    /// themselves through the same flag words instead (`codegen::PeerSync`), unless
+    /// `VYRE_CUDA_PEER_SYNC=barriers`.
     pub collective_peer_barrier: PeerBarrierKind,
 }
 
