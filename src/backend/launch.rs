@@ -64,8 +64,7 @@ pub(crate) fn enqueue(
     check_args(abi, args)?;
     if let Some(invocations) = vector_invocations(kernel, grid, args) {
         launch_vector(stream, kernel, args, &invocations, launches, u32::MAX)?;
-        Metrics::add(&metrics.vector_launches, u64::from(launches));
-        Metrics::add(&metrics.launches, u64::from(launches));
+        count_vector_launches(metrics, launches);
         return Ok(());
     }
     let kernel_args = kernel_args(abi.params(), args, &(0..0));
@@ -255,24 +254,16 @@ pub(crate) fn enqueue_capped(
     kernel: &LoadedKernel,
     grid: [u32; 3],
     args: &LaunchArgs,
+    mode: GridSyncLaunch,
     max_blocks: u32,
     metrics: &Metrics,
 ) -> Result<(), DriverError> {
-    check_args(&kernel.abi, args)?;
     let Some(invocations) = vector_invocations(kernel, grid, args) else {
-        return enqueue(
-            stream,
-            kernel,
-            grid,
-            args,
-            1,
-            GridSyncLaunch::Split,
-            metrics,
-        );
+        return enqueue(stream, kernel, grid, args, 1, mode, metrics);
     };
+    check_args(&kernel.abi, args)?;
     launch_vector(stream, kernel, args, &invocations, 1, max_blocks)?;
-    Metrics::bump(&metrics.vector_launches);
-    Metrics::bump(&metrics.launches);
+    count_vector_launches(metrics, 1);
     Ok(())
 }
 
@@ -293,9 +284,13 @@ pub(crate) fn enqueue_peer_synced(
         return Err(mismatch("peer-synced fold bindings"));
     }
     launch_vector(stream, kernel, args, &invocations, 1, max_blocks)?;
-    Metrics::bump(&metrics.vector_launches);
-    Metrics::bump(&metrics.launches);
+    count_vector_launches(metrics, 1);
     Ok(())
+}
+
+fn count_vector_launches(metrics: &Metrics, launches: u32) {
+    Metrics::add(&metrics.vector_launches, u64::from(launches));
+    Metrics::add(&metrics.launches, u64::from(launches));
 }
 
 /// Enqueues `replays` launches of a captured graph on `stream`, under the same obligation

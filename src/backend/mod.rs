@@ -847,10 +847,15 @@ impl Core {
         let workgroup = config
             .workgroup_override
             .unwrap_or_else(|| program.workgroup_size());
-        let key = self.identities.kernel_key(program, workgroup, |identity| {
-            KernelKey::new(identity, workgroup, self.target)
-        })?;
+        let key = self.program_key(program, workgroup)?;
         self.cached_module(key, || self.emitted(&key, program, config, workgroup))
+    }
+
+    /// The cache key of `program`'s plain emission under `workgroup` on this device.
+    fn program_key(&self, program: &Program, workgroup: [u32; 3]) -> Result<KernelKey, CudaError> {
+        Ok(self.identities.kernel_key(program, workgroup, |identity| {
+            KernelKey::new(identity, workgroup, self.target)
+        })?)
     }
 
     /// The loaded peer-synced form of the fold kernel `program` for rank `sync.rank`
@@ -861,10 +866,7 @@ impl Core {
         program: &Program,
         sync: crate::codegen::PeerSync,
     ) -> Result<Arc<LoadedKernel>, CudaError> {
-        let workgroup = program.workgroup_size();
-        let plain = self.identities.kernel_key(program, workgroup, |identity| {
-            KernelKey::new(identity, workgroup, self.target)
-        })?;
+        let plain = self.program_key(program, program.workgroup_size())?;
         let mut hasher = blake3::Hasher::new();
         hasher.update(plain.bytes());
         hasher.update(b"peer-synced");

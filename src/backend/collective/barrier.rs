@@ -128,6 +128,14 @@ impl<'a> Member<'a> {
 }
 
 impl PeerBarrier {
+    /// This rank's flags, where the barrier is made of memory operations.
+    fn flags(&self) -> Option<&Flags> {
+        match &self.mechanism {
+            Mechanism::MemOps(flags) => Some(flags),
+            Mechanism::Events(_) => None,
+        }
+    }
+
     /// The mechanism this barrier uses.
     pub(crate) fn kind(&self) -> PeerBarrierKind {
         self.kind
@@ -165,12 +173,7 @@ impl PeerBarrier {
             };
             barriers.push(Self { kind, mechanism });
         }
-        let all: Vec<&Flags> = (barriers.iter())
-            .filter_map(|b| match &b.mechanism {
-                Mechanism::MemOps(flags) => Some(flags),
-                Mechanism::Events(_) => None,
-            })
-            .collect();
+        let all: Vec<&Flags> = barriers.iter().filter_map(Self::flags).collect();
         if all.len() == world {
             for (rank, flags) in all.iter().enumerate() {
                 flags.point_at(rank, &all).map_err(|e| (rank, e))?;
@@ -213,12 +216,8 @@ impl Flags {
 /// enqueued in part), and returns where each member's kernel meets the others. `None`
 /// where the ranks use events.
 pub(crate) fn reserve_meetings(members: &[Member<'_>]) -> Option<Vec<PeerArgs>> {
-    let flags: Vec<&Flags> = members
-        .iter()
-        .map(|m| match &m.barrier.mechanism {
-            Mechanism::MemOps(flags) => Some(flags),
-            Mechanism::Events(_) => None,
-        })
+    let flags: Vec<&Flags> = (members.iter())
+        .map(|m| m.barrier.flags())
         .collect::<Option<_>>()?;
     let first = 1 + flags
         .iter()

@@ -1196,18 +1196,14 @@ impl Fold {
         }
         peer_barrier(jobs)?;
         for job in jobs {
-            let (start, end) = self.block(bytes, job.rank.rank);
-            let pointers = jobs
-                .iter()
-                .map(|peer| buffer(peer) + start as u64)
-                .collect();
+            let (pointers, bytes) = ranges(job);
             let max_blocks = match spread {
                 Spread::Write => {
-                    peer_fold_blocks(job, FoldBlocks::Spread, end - start, self.element_bytes)
+                    peer_fold_blocks(job, FoldBlocks::Spread, bytes, self.element_bytes)
                 }
                 Spread::Nccl | Spread::Pull => u32::MAX,
             };
-            self.launch(job, pointers, end - start, max_blocks)?;
+            self.launch(job, pointers, bytes, max_blocks)?;
         }
         match spread {
             Spread::Write => return peer_barrier(jobs),
@@ -1253,13 +1249,10 @@ impl Fold {
         }
         peer_barrier(jobs)?;
         for job in jobs {
-            let at = (job.rank.rank * block) as u64;
-            let mut pointers: smallvec::SmallVec<[u64; 8]> =
-                jobs.iter().map(|peer| input(peer) + at).collect();
-            pointers.push(output(job));
+            let (pointers, bytes) = ranges(job);
             let fold = FoldBlocks::Scatter;
-            let max_blocks = peer_fold_blocks(job, fold, block, self.element_bytes);
-            self.launch(job, pointers, block, max_blocks)?;
+            let max_blocks = peer_fold_blocks(job, fold, bytes, self.element_bytes);
+            self.launch(job, pointers, bytes, max_blocks)?;
         }
         peer_barrier(jobs)
     }
@@ -1373,8 +1366,8 @@ impl Fold {
             peer: None,
         };
         let grid = [values.div_ceil(FOLD_WORKGROUP), 1, 1];
-        let (stream, metrics) = (job.stream(), &job.core.metrics);
-        launch::enqueue_capped(stream, kernel, grid, &args, max_blocks, metrics)
+        let (stream, mode, metrics) = (job.stream(), job.core.grid_sync, &job.core.metrics);
+        launch::enqueue_capped(stream, kernel, grid, &args, mode, max_blocks, metrics)
             .map_err(|e| job.core.driver_error(e))
     }
 }
