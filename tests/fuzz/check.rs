@@ -65,6 +65,12 @@ pub fn emit(case: &FuzzCase, target: PtxTarget, name: &str, valid: bool) -> Emit
                     format!("emit_ptx for {name}: an i32 min/max of another's result: {line}"),
                 ));
             }
+            if let Some(line) = skipped_collective(&kernel.ptx) {
+                return Emitted::Failed(Failure::new(
+                    "skipped-collective",
+                    format!("emit_ptx for {name}: a warp-synchronous instruction a vote-steered branch skips: {line}"),
+                ));
+            }
             Emitted::Kernel(Box::new(kernel))
         }
         Ok(Err(error)) => {
@@ -139,6 +145,61 @@ pub fn nested_i32_minmax(ptx: &str) -> Option<String> {
         define(line, op, &args, &mut defs);
     }
     None
+}
+
+/// The first warp-synchronous instruction (`redux`, `shfl`, `vote`, `match` `.sync`) inside a
+/// region that a branch on a `vote.sync.any` result skips, unless the region holds an
+/// atomic. ptxas 13.0 -O1 and above (and the 580 driver's JIT) guard such a `redux.sync`
+/// with an unrelated predicate, so the warp reduces over no lanes
+/// (`tests/fuzz_regressions/gpu-missed-error-redux-under-uniform-branch-*.case`); the step
+/// machine evaluates operands without side effects every round instead.
+pub fn skipped_collective(ptx: &str) -> Option<String> {
+    let lines: Vec<&str> = ptx.lines().map(str::trim).collect();
+    for (at, line) in lines.iter().enumerate() {
+        let (op, args) = instruction(line);
+        if op != "vote.sync.any.pred" {
+            continue;
+        }
+        // The branch on it comes next, after `branch_pred`'s xor where the program has one;
+        // the skipped region ends at its target or at the unconditional jump past it.
+        let branch = lines[at + 1..].iter().take(3).find_map(|l| {
+            let rest = l.strip_prefix("@!%p")?;
+            let target = rest.split_once(" bra ")?.1.trim_end_matches(';');
+            Some(target)
+        });
+        let Some(target) = branch.filter(|_| args.len() > 1) else {
+            continue;
+        };
+        let end = format!("{target}:");
+        let region: Vec<&str> = lines[at + 1..]
+            .iter()
+            .copied()
+            .take_while(|l| *l != end && !l.starts_with("bra "))
+            .collect();
+        if region.iter().any(|l| unguarded(l).starts_with("atom.")) {
+            continue;
+        }
+        let collective = |l: &&str| {
+            let op = unguarded(l).split_whitespace().next().unwrap_or("");
+            ["redux.sync", "shfl.sync", "vote.sync", "match.sync"]
+                .iter()
+                .any(|c| op.starts_with(c))
+        };
+        if let Some(found) = region.iter().find(|l| collective(l)) {
+            return Some(found.to_string());
+        }
+    }
+    None
+}
+
+/// `line` without its `@p` guard.
+fn unguarded(line: &str) -> &str {
+    match line.strip_prefix('@') {
+        Some(rest) => rest
+            .split_once(char::is_whitespace)
+            .map_or("", |(_, op)| op.trim_start()),
+        None => line,
+    }
 }
 
 /// The first warp-synchronous instruction (`vote`, `shfl`, `redux`, `match` `.sync`) with

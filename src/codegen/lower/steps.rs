@@ -31,6 +31,7 @@ use super::{Lowerer, Val};
 use crate::codegen::analysis::lockstep::{own_subgroup_ops, vars_in};
 use crate::codegen::analysis::steps::RoundMode;
 use crate::codegen::kind::ValKind;
+use crate::codegen::visit::any_expr;
 use crate::codegen::writer::{emit, Label, Reg, RegClass};
 use crate::codegen::CodegenError;
 use std::collections::BTreeMap;
@@ -397,7 +398,16 @@ impl<'p> Lowerer<'p> {
     }
 
     /// The evaluation, before the round's steps, of the subgroup operations statement
-    /// `node` (step `id`) holds, when some lane is at it this round.
+    /// `node` (step `id`) holds: every round, or, when an operand holds an atomic (which
+    /// acts on memory), only when some lane is at the step.
+    ///
+    /// Operands without side effects are not skipped by a branch because ptxas 13.0 at
+    /// -O1 and above, and the driver's JIT (580), can guard a `redux.sync` inside a region
+    /// that a warp-uniform branch skips with an unrelated predicate (the lane's fault flag,
+    /// say), so the warp reduces over no lanes and every later step reads garbage
+    /// (`tests/fuzz_regressions/gpu-missed-error-d417e6dad2d2a51c.case`; offline ptxas
+    /// 12.9 and -O0 compile the same PTX correctly). A value computed where no lane is at
+    /// the step is never read, and its faults are recorded only by lanes at it.
     fn put_step_ops(&mut self, id: StepId, node: &'p Node) -> Result<(), CodegenError> {
         let ops = own_subgroup_ops(node);
         if ops.is_empty() {
@@ -408,12 +418,17 @@ impl<'p> Lowerer<'p> {
         let next = self.w.label();
         self.machine_mut()?.chain = next;
         self.w.put_label(link);
-        let (here, any, mask) = (self.pred(), self.pred(), self.subgroup_mask);
-        emit!(self.w, "setp.eq.and.u32 {here}, {pc}, {id}, {running}");
-        let here = self.sync_operand(here);
-        emit!(self.w, "vote.sync.any.pred {any}, {here}, {mask}");
-        let any = self.branch_pred(any);
-        emit!(self.w, "@!{any} bra {next}");
+        let acts_on_memory = ops
+            .iter()
+            .any(|op| any_expr(op, &|e| matches!(e, Expr::Atomic { .. })));
+        if acts_on_memory {
+            let (here, any, mask) = (self.pred(), self.pred(), self.subgroup_mask);
+            emit!(self.w, "setp.eq.and.u32 {here}, {pc}, {id}, {running}");
+            let here = self.sync_operand(here);
+            emit!(self.w, "vote.sync.any.pred {any}, {here}, {mask}");
+            let any = self.branch_pred(any);
+            emit!(self.w, "@!{any} bra {next}");
+        }
         self.machine_mut()?.reading_snapshot = serial;
         let result = self.hoist_in_step(ops);
         self.machine_mut()?.reading_snapshot = false;
