@@ -115,8 +115,7 @@ impl LazyVector {
                 let _span = tracing::debug_span!("vyre_cuda.vector_module_load").entered();
                 let loaded = match self.jit.load(&self.device, &self.ptx, None) {
                     Ok(module) => module.function(VECTOR_ENTRY).map_err(|e| e.to_string()),
-                    Err(super::jit::LoadError::Driver(e)) => Err(e.to_string()),
-                    Err(super::jit::LoadError::Helper(e)) => Err(e),
+                    Err(error) => Err(error.to_string()),
                 };
                 match loaded {
                     Ok(function) => Some(function),

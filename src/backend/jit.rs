@@ -41,9 +41,20 @@ const TAG_ERROR: u8 = 1;
 pub(crate) enum LoadError {
     /// A driver call of this process failed.
     Driver(DriverError),
-    /// The helper failed: it could not start, died (the compiler crashed), or reported an
-    /// error compiling this kernel.
+    /// The helper failed on this kernel: it died (the compiler crashed) or reported an
+    /// error compiling it.
     Helper(String),
+    /// The helper could not be started (no such executable, not executable).
+    HelperUnavailable(String),
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Driver(e) => write!(f, "{e}"),
+            Self::Helper(message) | Self::HelperUnavailable(message) => f.write_str(message),
+        }
+    }
 }
 
 /// Where PTX is compiled.
@@ -79,7 +90,7 @@ impl Jit {
             }
             .map_err(LoadError::Driver),
             Self::Isolated(isolated) => {
-                let cubin = isolated.compile(ptx).map_err(LoadError::Helper)?;
+                let cubin = isolated.compile(ptx)?;
                 Module::load_cubin(device, &cubin, ptx).map_err(LoadError::Driver)
             }
         }
@@ -109,21 +120,21 @@ impl Drop for HelperProcess {
 
 impl IsolatedJit {
     /// The cubin of `ptx`, or why there is none.
-    fn compile(&self, ptx: &str) -> Result<Vec<u8>, String> {
+    fn compile(&self, ptx: &str) -> Result<Vec<u8>, LoadError> {
         let mut slot = self
             .process
             .lock()
-            .map_err(|_| "the JIT helper's lock was poisoned".to_string())?;
+            .map_err(|_| LoadError::Helper("the JIT helper's lock was poisoned".to_string()))?;
         if slot.is_none() {
-            *slot = Some(self.spawn()?);
+            *slot = Some(self.spawn().map_err(LoadError::HelperUnavailable)?);
         }
         let process = slot.as_mut().expect("spawned above");
         match exchange(process, ptx.as_bytes()) {
             Ok((TAG_CUBIN, cubin)) => Ok(cubin),
-            Ok((_, text)) => Err(format!(
+            Ok((_, text)) => Err(LoadError::Helper(format!(
                 "the JIT helper could not compile the kernel: {}",
                 String::from_utf8_lossy(&text)
-            )),
+            ))),
             Err(io) => {
                 // The helper is gone (its compiler crashed) or its pipe broke: reap it and
                 // start a fresh one for the next kernel.
@@ -137,11 +148,11 @@ impl IsolatedJit {
                             .map_or_else(|e| e.to_string(), |s| s.to_string())
                     }
                 };
-                Err(format!(
+                Err(LoadError::Helper(format!(
                     "the JIT helper {} died while compiling this kernel ({status}; {io}): \
                      the driver's PTX compiler crashed on it, and this process lives on",
                     self.helper.display()
-                ))
+                )))
             }
         }
     }
@@ -279,7 +290,7 @@ mod tests {
             process: Mutex::new(None),
         };
         for _ in 0..2 {
-            let error = jit.compile(".version 7.8").unwrap_err();
+            let error = jit.compile(".version 7.8").unwrap_err().to_string();
             assert!(error.contains("died while compiling"), "{error}");
             assert!(
                 error.contains("SIGSEGV") || error.contains("signal: 11"),
@@ -297,7 +308,11 @@ mod tests {
             device: 0,
             process: Mutex::new(None),
         };
-        let error = jit.compile(".version 7.8").unwrap_err();
-        assert!(error.contains("cannot start the JIT helper"), "{error}");
+        match jit.compile(".version 7.8") {
+            Err(LoadError::HelperUnavailable(error)) => {
+                assert!(error.contains("cannot start the JIT helper"), "{error}")
+            }
+            other => panic!("expected HelperUnavailable, got {other:?}"),
+        }
     }
 }

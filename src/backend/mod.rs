@@ -754,6 +754,13 @@ impl Core {
                       that VYRE_CUDA_JIT_HELPER names a working vyre-cuda-jit"
                     .to_string(),
             },
+            jit::LoadError::HelperUnavailable(message) => CudaError::JitHelper {
+                message,
+                fix: "point VYRE_CUDA_JIT_HELPER at a vyre-cuda-jit executable (`cargo \
+                      install vyre-cuda --bin vyre-cuda-jit`), or unset it to compile in \
+                      this process"
+                    .to_string(),
+            },
         }
     }
 
