@@ -226,18 +226,23 @@ fn subgroup_operands_over_written_memory_run_lane_after_lane() {
             vec![Node::let_bind("g", reduce_add(operand))],
         )
     };
-    // The reference runs an atomic in a subgroup operand on a copy of memory: a step
-    // machine reads the element instead; two on one buffer, the second seeing the first's
-    // write to the copy, stay refused.
+    // The reference runs an atomic in a subgroup operand once for every lane, on the
+    // memory it shares: a step machine runs it lane by lane. Two on one buffer run in lane
+    // turns (both of lane k before lane k + 1's); with another subgroup operation in the
+    // same operand they stay refused.
     assert_eq!(step_machine_segments(&counter(add_one())), 1);
-    let twice = Expr::BinOp {
+    let plus = |left: Expr, right: Expr| Expr::BinOp {
         op: vyre_foundation::ir::BinOp::Add,
-        left: Box::new(add_one()),
-        right: Box::new(add_one()),
+        left: Box::new(left),
+        right: Box::new(right),
     };
+    assert_eq!(
+        step_machine_segments(&counter(plus(add_one(), add_one()))),
+        1
+    );
     assert_rejected(
-        &counter(twice),
-        "two atomics on one buffer in a subgroup operand",
+        &counter(plus(plus(add_one(), add_one()), reduce_add(lid()))),
+        "two atomics on one buffer in a subgroup operand holding another subgroup operation",
     );
     // The reference checks a branch holding a barrier against the whole workgroup's
     // choices, which a warp stepping alone cannot see.

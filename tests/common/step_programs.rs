@@ -104,6 +104,29 @@ pub fn step_machine_cases() -> Vec<Case> {
     }
     cases.push(f32_fold_in_loop());
     cases.push(atomic_in_operand());
+    cases.push(two_atomics_in_operand(
+        "two atomics on one buffer in a reduce operand",
+        |atomic| sum(add(atomic(u(1), var("v")), atomic(u(1), u(1)))),
+    ));
+    cases.push(two_atomics_in_operand(
+        "an atomic on one buffer in another's operand, in a ballot",
+        |atomic| {
+            ballot(bin(
+                BinOp::Lt,
+                rem(atomic(u(0), atomic(u(1), u(3))), 64),
+                u(32),
+            ))
+        },
+    ));
+    cases.push(two_atomics_in_operand(
+        "two atomics on one buffer in a shuffle's value",
+        |atomic| {
+            shuffle(
+                bin(BinOp::BitXor, atomic(u(2), u(5)), atomic(u(2), var("v"))),
+                rem(add(var("lin"), u(7)), 32),
+            )
+        },
+    ));
     cases
 }
 
@@ -378,6 +401,53 @@ fn atomic_in_operand() -> Case {
     );
     Case::new(
         format!("step machine: atomic in a subgroup operand, workgroup {workgroup}"),
+        program,
+        vec![values(n), u32_bytes(&[10, 20, 30, 40])],
+    )
+}
+
+/// Two atomics on one buffer in one subgroup operand: the reference evaluates the operand
+/// for every lane in turn, lane 0 upward, both atomics of a lane before the next lane's
+/// (the step machine's lane turns, `put_lane_operand`). `operand` builds the operation
+/// from `atomic(index, value)` (an atomic add on the counters `c`); one warp, behind a
+/// data-dependent loop so that it runs as a step machine.
+fn two_atomics_in_operand(
+    name: &str,
+    operand: impl Fn(&dyn Fn(Expr, Expr) -> Expr) -> Expr,
+) -> Case {
+    let (workgroup, n) = (32, 32);
+    let atomic = |index: Expr, value: Expr| Expr::Atomic {
+        op: AtomicOp::Add,
+        buffer: "c".into(),
+        index: Box::new(index),
+        expected: None,
+        value: Box::new(value),
+        ordering: MemoryOrdering::Relaxed,
+    };
+    let body = vec![
+        Node::let_bind("lin", Expr::LocalId { axis: 0 }),
+        Node::let_bind("v", Expr::load("a", gid())),
+        Node::loop_for(
+            "i",
+            u(0),
+            rem(var("v"), 3),
+            vec![Node::let_bind("t", atomic(rem(var("lin"), 4), u(1)))],
+        ),
+        Node::let_bind("g", operand(&atomic)),
+        Node::store("out", gid(), var("g")),
+        Node::barrier_with_ordering(MemoryOrdering::SeqCst),
+    ];
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(n),
+            BufferDecl::output("out", 1, DataType::U32).with_count(n),
+            BufferDecl::read_write("c", 2, DataType::U32).with_count(4),
+        ],
+        [workgroup, 1, 1],
+        body,
+    );
+    Case::new(
+        format!("step machine: {name}, workgroup {workgroup}"),
         program,
         vec![values(n), u32_bytes(&[10, 20, 30, 40])],
     )

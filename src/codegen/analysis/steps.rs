@@ -6,8 +6,9 @@
 //! rounds, each lane one step per round. That is exact for every statement this module
 //! accepts; it refuses what a warp stepping alone cannot reproduce: a barrier in a
 //! data-dependent branch (the reference checks every invocation's choice there against the
-//! others', across the workgroup) and two atomics on one buffer in a subgroup operand (the
-//! reference runs both for one lane before the next lane's).
+//! others', across the workgroup) and two atomics on one buffer in a subgroup operand that
+//! also holds another subgroup operation (the operand runs lane by lane, see
+//! `lower::atomic::put_lane_operand`, which a nested collective cannot).
 
 use super::lockstep::outermost_subgroup_ops;
 use super::uniform::{written_buffers, Uniformity};
@@ -65,6 +66,14 @@ pub(crate) fn round_mode(
     })
 }
 
+/// Whether two atomics in `operand` act on one buffer: the reference then runs all of one
+/// lane's before the next lane's.
+pub(crate) fn shares_an_atomic_buffer(operand: &Expr) -> bool {
+    atomic_buffers(operand)
+        .windows(2)
+        .any(|pair| pair[0] == pair[1])
+}
+
 /// The buffers of the atomics in `expr`, sorted (a buffer twice: two atomics on it).
 fn atomic_buffers(expr: &Expr) -> Vec<&str> {
     fn visit<'e>(expr: &'e Expr, found: &mut Vec<&'e str>) {
@@ -95,20 +104,39 @@ fn refused(node: &Node, uniformity: &Uniformity<'_>) -> Result<(), CodegenError>
             ))
         }
         _ => {
-            let mut twice = false;
+            let mut nested = false;
             for_each_expr(node, &mut |expr| {
                 for op in outermost_subgroup_ops(expr) {
-                    twice |= atomic_buffers(op).windows(2).any(|pair| pair[0] == pair[1]);
+                    nested |= subgroup_operands(op).into_iter().any(|operand| {
+                        shares_an_atomic_buffer(operand) && any_expr(operand, &is_subgroup_op)
+                    });
                 }
             });
-            match twice {
+            match nested {
                 true => Err(CodegenError::unsupported(
-                    "two atomics on one buffer in a subgroup operand",
-                    "the reference evaluates the operand lane by lane, both atomics of one lane before the next lane's, each seeing the writes before it",
+                    "two atomics on one buffer in a subgroup operand holding another subgroup operation",
+                    "the reference evaluates the operand lane by lane, both atomics of one lane before the next lane's; the step machine runs such an operand in lane turns, inside which another subgroup operation cannot see every lane's turn",
                     "run the atomics in Lets before the subgroup operation",
                 )),
                 false => Ok(()),
             }
         }
     }
+}
+
+/// The operands of subgroup operation `op`, each evaluated for every lane in turn.
+pub(crate) fn subgroup_operands(op: &Expr) -> Vec<&Expr> {
+    match op {
+        Expr::SubgroupBallot { cond } => vec![&**cond],
+        Expr::SubgroupShuffle { value, lane } => vec![&**value, &**lane],
+        Expr::SubgroupReduce { value, .. } => vec![&**value],
+        _ => Vec::new(),
+    }
+}
+
+fn is_subgroup_op(expr: &Expr) -> bool {
+    matches!(
+        expr,
+        Expr::SubgroupBallot { .. } | Expr::SubgroupShuffle { .. } | Expr::SubgroupReduce { .. }
+    )
 }

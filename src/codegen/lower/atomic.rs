@@ -4,6 +4,7 @@
 use super::memory::{BufferSlot, Space};
 use super::{Lowerer, Val};
 use crate::codegen::analysis::atomics::commutative_opcode;
+use crate::codegen::analysis::steps::shares_an_atomic_buffer;
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
 use crate::codegen::writer::{emit, Label, Reg, RegClass};
@@ -58,9 +59,8 @@ impl<'p> Lowerer<'p> {
     /// see `analysis::steps`): the reference evaluates the operand once for every lane of
     /// the subgroup, lane 0 upward, and each evaluation runs the atomic on the shared
     /// memory. Every lane computes its operands, then the lanes run their atomics one
-    /// after another in lane order, each seeing the ones before (`analysis::steps`
-    /// refuses a second atomic on the same buffer in one operand, which the reference
-    /// would interleave with the first lane by lane).
+    /// after another in lane order, each seeing the ones before. Inside an operand that
+    /// runs in lane turns (`put_lane_operand`) the atomic runs in its lane's turn only.
     pub(super) fn put_atomic_in_lane_order(
         &mut self,
         atomic: &'p Expr,
@@ -68,8 +68,15 @@ impl<'p> Lowerer<'p> {
         let mut prepared = self.prepare_atomic(atomic)?;
         let old = self.w.reg(RegClass::B32);
         emit!(self.w, "mov.u32 {old}, 0");
-        let (lane, turn, in_bounds) = (self.b32(), self.b32(), prepared.operands.in_bounds);
+        let in_bounds = prepared.operands.in_bounds;
         let mine = self.pred();
+        if let Some(turn) = self.operand_turn {
+            emit!(self.w, "and.pred {mine}, {in_bounds}, {turn}");
+            prepared.operands.in_bounds = mine;
+            self.put_atom(prepared.opcode, prepared.ordering, old, &prepared.operands);
+            return Ok(Val::new(ValKind::U32, old));
+        }
+        let (lane, turn) = (self.b32(), self.b32());
         emit!(self.w, "and.b32 {lane}, {}, 31", self.ids.linear_local);
         emit!(self.w, "mov.u32 {turn}, 0");
         let top = self.w.label();
@@ -83,6 +90,61 @@ impl<'p> Lowerer<'p> {
         emit!(self.w, "bar.warp.sync {}", self.subgroup_mask);
         self.put_next_turn(turn, top);
         Ok(Val::new(ValKind::U32, old))
+    }
+
+    /// Subgroup operand `operand` of a step machine, evaluated as the reference does when
+    /// two of its atomics act on one buffer: lane by lane, every atomic of lane k (in the
+    /// operand's order) before lane k + 1's. Each turn the whole warp evaluates the operand
+    /// and only the turn's lane runs the atomics; a lane keeps the value and the faults of
+    /// its own turn. Other operands are evaluated at once (`put_expr`).
+    pub(super) fn put_lane_operand(&mut self, operand: &'p Expr) -> Result<Val, CodegenError> {
+        if self.steps.is_none() || self.operand_turn.is_some() || !shares_an_atomic_buffer(operand)
+        {
+            return self.put_expr(operand);
+        }
+        let (lane, turn, mine, first) = (self.b32(), self.b32(), self.pred(), self.pred());
+        emit!(self.w, "and.b32 {lane}, {}, 31", self.ids.linear_local);
+        emit!(self.w, "mov.u32 {turn}, 0");
+        let top = self.w.label();
+        self.w.put_label(top);
+        emit!(self.w, "setp.eq.u32 {mine}, {lane}, {turn}");
+        emit!(self.w, "setp.eq.u32 {first}, {turn}, 0");
+        self.operand_turn = Some(mine);
+        self.operand_faults.push(Vec::new());
+        let value = self.put_expr(operand);
+        let raised = self.operand_faults.pop().unwrap_or_default();
+        self.operand_turn = None;
+        let value = value?;
+        let kept = self.keep_in_turn(value, mine);
+        for (p, fault) in raised {
+            // Raised in any turn of this lane's own: cleared in the first turn, then ORed.
+            let (any, here) = (self.pred(), self.pred());
+            emit!(self.w, "@{first} setp.ne.u32 {any}, 0, 0");
+            emit!(self.w, "and.pred {here}, {p}, {mine}");
+            emit!(self.w, "or.pred {any}, {any}, {here}");
+            self.fault_if(any, fault);
+        }
+        emit!(self.w, "bar.warp.sync {}", self.subgroup_mask);
+        self.put_next_turn(turn, top);
+        Ok(kept)
+    }
+
+    /// A copy of `value` written in the turn `mine` holds (both words of a 16-byte value).
+    fn keep_in_turn(&mut self, value: Val, mine: Reg) -> Val {
+        let kept = Val::new(value.kind, self.w.reg(value.reg.class()));
+        emit!(
+            self.w,
+            "@{mine} mov.{} {}, {}",
+            kept.reg.class().ty(),
+            kept.reg,
+            value.reg
+        );
+        if let Some(hi) = self.wide_hi.get(&value.reg).copied() {
+            let kept_hi = self.w.reg(hi.class());
+            emit!(self.w, "@{mine} mov.{} {kept_hi}, {hi}", hi.class().ty());
+            self.wide_hi.insert(kept.reg, kept_hi);
+        }
+        kept
     }
 
     /// The next lane's turn: `turn += 1`, back to `top` while a lane of the subgroup is

@@ -212,7 +212,7 @@ impl<'p> Lowerer<'p> {
     }
 
     pub(super) fn put_ballot(&mut self, cond: &'p Expr) -> Result<Val, CodegenError> {
-        let cond = self.put_expr(cond)?;
+        let cond = self.put_lane_operand(cond)?;
         let p = self.truthy(cond);
         let p = self.sync_operand(p);
         let (reg, mask) = (self.b32(), self.subgroup_mask);

@@ -151,6 +151,9 @@ pub(crate) struct Lowerer<'p> {
     /// The subgroup operations being lowered, innermost last: the faults their operands
     /// raise, recorded once the whole subgroup has evaluated them (see `returned`).
     operand_faults: Vec<Vec<(Reg, DeviceFault)>>,
+    /// Set while a step machine evaluates a subgroup operand in lane turns: whether this
+    /// lane's turn it is (its atomics run then; see `atomic::put_lane_operand`).
+    operand_turn: Option<Reg>,
     /// Set in a segment whose returned lanes stay in the warp (see `returned`).
     returned: Option<Returned<'p>>,
     /// High halves of 16-byte values, keyed by their low register.
@@ -217,6 +220,7 @@ impl<'p> Lowerer<'p> {
             branch_history: FxHashMap::default(),
             hoisted: FxHashMap::default(),
             operand_faults: Vec::new(),
+            operand_turn: None,
             returned: None,
             wide_hi: FxHashMap::default(),
             partials: Vec::new(),

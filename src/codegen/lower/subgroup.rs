@@ -29,12 +29,12 @@ impl<'p> Lowerer<'p> {
         match op {
             Expr::SubgroupBallot { cond } => self.put_ballot(cond),
             Expr::SubgroupShuffle { value, lane } => {
-                let value = self.put_expr(value)?;
-                let lane = self.put_expr(lane)?;
+                let value = self.put_lane_operand(value)?;
+                let lane = self.put_lane_operand(lane)?;
                 self.put_shuffle(value, lane)
             }
             Expr::SubgroupReduce { op, value } => {
-                let value = self.put_expr(value)?;
+                let value = self.put_lane_operand(value)?;
                 self.put_subgroup_reduce(*op, value)
             }
             _ => Err(CodegenError::invalid(
