@@ -104,11 +104,11 @@ pub fn step_machine_cases() -> Vec<Case> {
     }
     cases.push(f32_fold_in_loop());
     cases.push(atomic_in_operand());
-    cases.push(two_atomics_in_operand(
+    cases.push(counters_case(
         "two atomics on one buffer in a reduce operand",
         |atomic| sum(add(atomic(u(1), var("v")), atomic(u(1), u(1)))),
     ));
-    cases.push(two_atomics_in_operand(
+    cases.push(counters_case(
         "an atomic on one buffer in another's operand, in a ballot",
         |atomic| {
             ballot(bin(
@@ -118,7 +118,7 @@ pub fn step_machine_cases() -> Vec<Case> {
             ))
         },
     ));
-    cases.push(two_atomics_in_operand(
+    cases.push(counters_case(
         "two atomics on one buffer in a shuffle's value",
         |atomic| {
             shuffle(
@@ -368,53 +368,17 @@ fn f32_fold_in_loop() -> Case {
 /// round. One warp (the reference interleaves the warps of a workgroup round by round,
 /// which independent warps touching the same counters would not reproduce).
 fn atomic_in_operand() -> Case {
-    let (workgroup, n) = (32, 32);
-    let atomic = |value: Expr| Expr::Atomic {
-        op: AtomicOp::Add,
-        buffer: "c".into(),
-        index: Box::new(rem(var("lin"), 4)),
-        expected: None,
-        value: Box::new(value),
-        ordering: MemoryOrdering::Relaxed,
-    };
-    let body = vec![
-        Node::let_bind("lin", Expr::LocalId { axis: 0 }),
-        Node::let_bind("v", Expr::load("a", gid())),
-        Node::loop_for(
-            "i",
-            u(0),
-            rem(var("v"), 3),
-            vec![Node::let_bind("t", atomic(u(1)))],
-        ),
-        Node::let_bind("g", sum(atomic(var("v")))),
-        Node::store("out", gid(), var("g")),
-        Node::barrier_with_ordering(MemoryOrdering::SeqCst),
-    ];
-    let program = Program::wrapped(
-        vec![
-            BufferDecl::read("a", 0, DataType::U32).with_count(n),
-            BufferDecl::output("out", 1, DataType::U32).with_count(n),
-            BufferDecl::read_write("c", 2, DataType::U32).with_count(4),
-        ],
-        [workgroup, 1, 1],
-        body,
-    );
-    Case::new(
-        format!("step machine: atomic in a subgroup operand, workgroup {workgroup}"),
-        program,
-        vec![values(n), u32_bytes(&[10, 20, 30, 40])],
-    )
+    counters_case("atomic in a subgroup operand", |atomic| {
+        sum(atomic(rem(var("lin"), 4), var("v")))
+    })
 }
 
-/// Two atomics on one buffer in one subgroup operand: the reference evaluates the operand
-/// for every lane in turn, lane 0 upward, both atomics of a lane before the next lane's
-/// (the step machine's lane turns, `put_lane_operand`). `operand` builds the operation
-/// from `atomic(index, value)` (an atomic add on the counters `c`); one warp, behind a
-/// data-dependent loop so that it runs as a step machine.
-fn two_atomics_in_operand(
-    name: &str,
-    operand: impl Fn(&dyn Fn(Expr, Expr) -> Expr) -> Expr,
-) -> Case {
+/// One warp of 32 lanes that add to the counters `c` in a data-dependent loop (so that
+/// the segment runs as a step machine), then store the subgroup operation `operand`
+/// builds from `atomic(index, value)` (an atomic add on `c`). With two atomics on one
+/// buffer in one operand the reference runs both of a lane before the next lane's (the
+/// step machine's lane turns, `put_lane_operand`).
+fn counters_case(name: &str, operand: impl Fn(&dyn Fn(Expr, Expr) -> Expr) -> Expr) -> Case {
     let (workgroup, n) = (32, 32);
     let atomic = |index: Expr, value: Expr| Expr::Atomic {
         op: AtomicOp::Add,
