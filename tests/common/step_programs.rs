@@ -127,6 +127,18 @@ pub fn step_machine_cases() -> Vec<Case> {
             )
         },
     ));
+    for workgroup in WORKGROUPS {
+        cases.push(case(
+            "16-byte variable in a data-dependent loop",
+            workgroup,
+            wide_in_loop(),
+        ));
+        cases.push(case(
+            "16-byte variable of returned lanes",
+            workgroup,
+            wide_after_return(),
+        ));
+    }
     cases
 }
 
@@ -182,6 +194,60 @@ fn loop_ballot() -> Vec<Node> {
         ),
         Node::store("out", gid(), var("c")),
     ]
+}
+
+fn cast(target: DataType, value: Expr) -> Expr {
+    Expr::Cast {
+        target,
+        value: Box::new(value),
+    }
+}
+
+/// The low word of 16-byte value `wide`, the reference's way: its first eight bytes as a
+/// u64, then that as a u32.
+fn low_word(wide: Expr) -> Expr {
+    cast(
+        DataType::U32,
+        cast(DataType::U64, cast(DataType::Vec2U32, wide)),
+    )
+}
+
+/// A Vec4U32 variable that a subgroup operand reads, assigned in a data-dependent loop
+/// (one register pair in the step machine, whichever binding).
+fn wide_in_loop() -> Vec<Node> {
+    vec![
+        Node::let_bind("w", cast(DataType::Vec4U32, var("lin"))),
+        Node::loop_for(
+            "i",
+            u(0),
+            rem(var("v"), 3),
+            vec![
+                Node::assign("w", cast(DataType::Vec4U32, add(var("v"), var("i")))),
+                Node::let_bind("g", sum(low_word(var("w")))),
+                Node::store("out", gid(), var("g")),
+            ],
+        ),
+        Node::let_bind("h", ballot(var("w"))),
+        Node::store("out", gid(), add(low_word(var("w")), rem(var("h"), 5))),
+    ]
+}
+
+/// Lanes that return keep the Vec4U32 they held; the others' shuffle reads it.
+fn wide_after_return() -> Vec<Node> {
+    vec![
+        Node::let_bind("w", cast(DataType::Vec4U32, mul3(var("v")))),
+        Node::if_then(modulo_is(var("v"), 4, 0), vec![Node::Return]),
+        Node::assign("w", cast(DataType::Vec4U32, add(var("v"), u(1)))),
+        Node::let_bind(
+            "g",
+            shuffle(low_word(var("w")), rem(add(var("lin"), u(5)), 32)),
+        ),
+        Node::store("out", gid(), var("g")),
+    ]
+}
+
+fn mul3(value: Expr) -> Expr {
+    bin(BinOp::Mul, value, u(3))
 }
 
 /// Returned lanes keep the accumulator they held at their `Return`.

@@ -122,6 +122,7 @@ impl<'p> Lowerer<'p> {
             };
             let frozen = self.frozen(name, local.val)?;
             self.mov(frozen.value.reg, local.val.reg);
+            self.mov_high_half(frozen.value.reg, local.val.reg);
             emit!(self.w, "setp.eq.u32 {}, 0, 0", frozen.bound);
         }
         emit!(self.w, "setp.eq.u32 {pred}, 0, 0");
@@ -151,18 +152,15 @@ impl<'p> Lowerer<'p> {
             }
             return Ok(*known);
         }
-        if val.kind == ValKind::Bytes(16) {
-            return Err(CodegenError::unsupported(
-                "16-byte variable read by a subgroup operand after Return",
-                format!("`{name}` holds a Vec4U32 value, which the reference cannot combine across lanes"),
-                "read a 4-byte part of it instead",
-            ));
-        }
         let frozen = Frozen {
             value: Val::new(val.kind, self.w.reg(val.reg.class())),
             bound: self.w.reg(RegClass::Pred),
         };
         returned.frozen.insert(name, frozen);
+        if val.kind == ValKind::Bytes(16) {
+            let high = self.w.reg(RegClass::B64);
+            self.wide_hi.insert(frozen.value.reg, high);
+        }
         Ok(frozen)
     }
 
@@ -184,6 +182,12 @@ impl<'p> Lowerer<'p> {
             frozen.value.reg,
             val.reg
         );
+        if val.kind == ValKind::Bytes(16) {
+            let (frozen_hi, hi) = (self.high_half(frozen.value), self.high_half(val));
+            let out_hi = self.w.reg(RegClass::B64);
+            emit!(self.w, "selp.b64 {out_hi}, {frozen_hi}, {hi}, {pred}");
+            self.wide_hi.insert(out, out_hi);
+        }
         Ok(Val::new(val.kind, out))
     }
 

@@ -214,6 +214,7 @@ impl<'p> Lowerer<'p> {
             for named in &named {
                 if let Some((value, bound)) = named.snapshot {
                     self.mov(value, named.val.reg);
+                    self.mov_high_half(value, named.val.reg);
                     emit!(self.w, "mov.pred {bound}, {}", named.bound);
                 }
             }
@@ -472,13 +473,6 @@ impl<'p> Lowerer<'p> {
             }
             return Ok(Some(known.val.reg));
         }
-        if value.kind == ValKind::Bytes(16) {
-            return Err(CodegenError::unsupported(
-                "16-byte variable read by a subgroup operand in a step machine",
-                format!("`{name}` holds a Vec4U32 value, which the reference cannot combine across lanes"),
-                "read a 4-byte part of it instead",
-            ));
-        }
         let serial = machine.mode == RoundMode::Serial;
         let class = value.reg.class();
         let named = Named {
@@ -486,6 +480,14 @@ impl<'p> Lowerer<'p> {
             bound: self.w.reg(RegClass::Pred),
             snapshot: serial.then(|| (self.w.reg(class), self.w.reg(RegClass::Pred))),
         };
+        // A 16-byte value's high half lives in one register too, the copy's in its own.
+        if value.kind == ValKind::Bytes(16) {
+            let copies = std::iter::once(named.val.reg).chain(named.snapshot.map(|(c, _)| c));
+            for low in copies.collect::<Vec<_>>() {
+                let high = self.w.reg(RegClass::B64);
+                self.wide_hi.insert(low, high);
+            }
+        }
         self.machine_mut()?.named.insert(name, named);
         Ok(Some(named.val.reg))
     }

@@ -113,7 +113,11 @@ impl<'p> Lowerer<'p> {
         };
         self.mov(reg, value.reg);
         if value.kind == ValKind::Bytes(16) {
-            let hi = self.w.reg(RegClass::B64);
+            // A step machine's variable keeps one high register for every binding.
+            let hi = match self.wide_hi.get(&reg) {
+                Some(&hi) => hi,
+                None => self.w.reg(RegClass::B64),
+            };
             let source_hi = self.high_half(value);
             self.mov(hi, source_hi);
             self.wide_hi.insert(reg, hi);
