@@ -11,7 +11,7 @@
 //! `lower::atomic::put_lane_operand`, which a nested collective cannot).
 
 use super::lockstep::outermost_subgroup_ops;
-use super::uniform::{written_buffers, Uniformity};
+use super::uniform::{is_subgroup_op, written_buffers, Uniformity};
 use crate::codegen::visit::{any_expr, for_each_child, for_each_expr, for_each_node, has_barrier};
 use crate::codegen::CodegenError;
 use vyre_foundation::ir::{Expr, Node};
@@ -132,11 +132,4 @@ pub(crate) fn subgroup_operands(op: &Expr) -> Vec<&Expr> {
         Expr::SubgroupReduce { value, .. } => vec![&**value],
         _ => Vec::new(),
     }
-}
-
-fn is_subgroup_op(expr: &Expr) -> bool {
-    matches!(
-        expr,
-        Expr::SubgroupBallot { .. } | Expr::SubgroupShuffle { .. } | Expr::SubgroupReduce { .. }
-    )
 }

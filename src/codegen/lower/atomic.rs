@@ -76,11 +76,7 @@ impl<'p> Lowerer<'p> {
             self.put_atom(prepared.opcode, prepared.ordering, old, &prepared.operands);
             return Ok(Val::new(ValKind::U32, old));
         }
-        let (lane, turn) = (self.b32(), self.b32());
-        emit!(self.w, "and.b32 {lane}, {}, 31", self.ids.linear_local);
-        emit!(self.w, "mov.u32 {turn}, 0");
-        let top = self.w.label();
-        self.w.put_label(top);
+        let (lane, turn, top) = self.put_turns_start();
         emit!(
             self.w,
             "setp.eq.and.u32 {mine}, {lane}, {turn}, {in_bounds}"
@@ -102,11 +98,8 @@ impl<'p> Lowerer<'p> {
         {
             return self.put_expr(operand);
         }
-        let (lane, turn, mine, first) = (self.b32(), self.b32(), self.pred(), self.pred());
-        emit!(self.w, "and.b32 {lane}, {}, 31", self.ids.linear_local);
-        emit!(self.w, "mov.u32 {turn}, 0");
-        let top = self.w.label();
-        self.w.put_label(top);
+        let (mine, first) = (self.pred(), self.pred());
+        let (lane, turn, top) = self.put_turns_start();
         emit!(self.w, "setp.eq.u32 {mine}, {lane}, {turn}");
         emit!(self.w, "setp.eq.u32 {first}, {turn}, 0");
         self.operand_turn = Some(mine);
@@ -145,6 +138,16 @@ impl<'p> Lowerer<'p> {
             self.wide_hi.insert(kept.reg, kept_hi);
         }
         kept
+    }
+
+    /// The start of a loop giving each lane of the subgroup a turn, lane 0 upward: the
+    /// lane's index, the turn counter (0) and the label each turn starts at.
+    fn put_turns_start(&mut self) -> (Reg, Reg, Label) {
+        let (lane, turn, top) = (self.b32(), self.b32(), self.w.label());
+        emit!(self.w, "and.b32 {lane}, {}, 31", self.ids.linear_local);
+        emit!(self.w, "mov.u32 {turn}, 0");
+        self.w.put_label(top);
+        (lane, turn, top)
     }
 
     /// The next lane's turn: `turn += 1`, back to `top` while a lane of the subgroup is

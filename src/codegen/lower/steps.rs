@@ -406,7 +406,7 @@ impl<'p> Lowerer<'p> {
     /// -O1 and above, and the driver's JIT (580), can guard a `redux.sync` inside a region
     /// that a warp-uniform branch skips with an unrelated predicate (the lane's fault flag,
     /// say), so the warp reduces over no lanes and every later step reads garbage
-    /// (`tests/fuzz_regressions/gpu-missed-error-d417e6dad2d2a51c.case`; offline ptxas
+    /// (`tests/fuzz_regressions/gpu-missed-error-redux-under-uniform-branch-*.case`; ptxas
     /// 12.9 and -O0 compile the same PTX correctly). A value computed where no lane is at
     /// the step is never read, and its faults are recorded only by lanes at it.
     fn put_step_ops(&mut self, id: StepId, node: &'p Node) -> Result<(), CodegenError> {
@@ -483,7 +483,7 @@ impl<'p> Lowerer<'p> {
         // A 16-byte value's high half lives in one register too, the copy's in its own.
         if value.kind == ValKind::Bytes(16) {
             let copies = std::iter::once(named.val.reg).chain(named.snapshot.map(|(c, _)| c));
-            for low in copies.collect::<Vec<_>>() {
+            for low in copies {
                 let high = self.w.reg(RegClass::B64);
                 self.wide_hi.insert(low, high);
             }
