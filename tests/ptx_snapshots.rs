@@ -217,11 +217,10 @@ fn emitted_ptx_matches_the_checked_in_snapshots() {
     );
 }
 
-/// The fuzz checker's gates for ptxas miscompilations, over every semantic, corpus and
-/// library kernel too: no warp-synchronous operand ptxas can see through
-/// (`fuzz::check::visible_sync_operand`), no i32 min/max of another's result
-/// (`fuzz::check::nested_i32_minmax`) and no warp-synchronous instruction a vote-steered
-/// branch skips (`fuzz::check::skipped_collective`).
+/// The fuzz checker's gates for ptxas miscompilations (`fuzz::check::ptxas_hazard`: no
+/// warp-synchronous operand ptxas can see through, no i32 min/max of another's result, no
+/// warp-synchronous instruction a vote-steered branch skips), over every semantic, corpus
+/// and library kernel too.
 #[test]
 fn every_kernel_keeps_the_ptxas_workarounds() {
     let mut failures = Vec::new();
@@ -232,11 +231,14 @@ fn every_kernel_keeps_the_ptxas_workarounds() {
                 continue;
             };
             for module in fuzz::check::loaded_modules(&kernel) {
-                let found = fuzz::check::visible_sync_operand(&module)
-                    .or_else(|| fuzz::check::nested_i32_minmax(&module))
-                    .or_else(|| fuzz::check::skipped_collective(&module));
-                if let Some(line) = found {
-                    failures.push(format!("{} sm_{}: {line}", subject.name, target.sm()));
+                if let Some(hazard) = fuzz::check::ptxas_hazard(&module) {
+                    failures.push(format!(
+                        "{} sm_{}: {}: {}",
+                        subject.name,
+                        target.sm(),
+                        hazard.what,
+                        hazard.line
+                    ));
                 }
             }
         }

@@ -52,27 +52,13 @@ pub fn emit(case: &FuzzCase, target: PtxTarget, name: &str, valid: bool) -> Emit
             format!("emitter-panic: {}", panic_key(&p)),
             format!("emit_ptx for {name} panicked: {p}"),
         )),
-        Ok(Ok(kernel)) => {
-            if let Some(line) = visible_sync_operand(&kernel.ptx) {
-                return Emitted::Failed(Failure::new(
-                    "sync-operand-visible",
-                    format!("emit_ptx for {name}: a warp-synchronous operand ptxas can see through: {line}"),
-                ));
-            }
-            if let Some(line) = nested_i32_minmax(&kernel.ptx) {
-                return Emitted::Failed(Failure::new(
-                    "nested-i32-minmax",
-                    format!("emit_ptx for {name}: an i32 min/max of another's result: {line}"),
-                ));
-            }
-            if let Some(line) = skipped_collective(&kernel.ptx) {
-                return Emitted::Failed(Failure::new(
-                    "skipped-collective",
-                    format!("emit_ptx for {name}: a warp-synchronous instruction a vote-steered branch skips: {line}"),
-                ));
-            }
-            Emitted::Kernel(Box::new(kernel))
-        }
+        Ok(Ok(kernel)) => match ptxas_hazard(&kernel.ptx) {
+            Some(hazard) => Emitted::Failed(Failure::new(
+                hazard.kind,
+                format!("emit_ptx for {name}: {}: {}", hazard.what, hazard.line),
+            )),
+            None => Emitted::Kernel(Box::new(kernel)),
+        },
         Ok(Err(error)) => {
             let text = BackendError::from(CudaError::from(error.clone())).to_string();
             if text.matches("Fix:").count() != 1 {
@@ -93,6 +79,43 @@ pub fn emit(case: &FuzzCase, target: PtxTarget, name: &str, valid: bool) -> Emit
             }
         }
     }
+}
+
+/// A PTX shape that a known ptxas miscompile needs, which the emitter's workarounds keep
+/// out of every kernel.
+pub struct PtxasHazard {
+    /// The fuzz finding's kind.
+    pub kind: &'static str,
+    /// What the shape is.
+    pub what: &'static str,
+    /// The first line with it.
+    pub line: String,
+}
+
+/// The first hazard in `ptx` of the fuzz checker's gates: [`visible_sync_operand`],
+/// [`nested_i32_minmax`], [`skipped_collective`].
+pub fn ptxas_hazard(ptx: &str) -> Option<PtxasHazard> {
+    type Gate = fn(&str) -> Option<String>;
+    let gates: [(&'static str, &'static str, Gate); 3] = [
+        (
+            "sync-operand-visible",
+            "a warp-synchronous operand ptxas can see through",
+            visible_sync_operand,
+        ),
+        (
+            "nested-i32-minmax",
+            "an i32 min/max of another's result",
+            nested_i32_minmax,
+        ),
+        (
+            "skipped-collective",
+            "a warp-synchronous instruction a vote-steered branch skips",
+            skipped_collective,
+        ),
+    ];
+    gates
+        .into_iter()
+        .find_map(|(kind, what, gate)| gate(ptx).map(|line| PtxasHazard { kind, what, line }))
 }
 
 /// Which line defines each register, as a PTX text is read line by line.

@@ -79,14 +79,6 @@ impl Lowerer<'_> {
 
     /// Bytes 8..16 of a value as a `.b64` register: the tracked high half of a 16-byte
     /// value, zero for anything shorter.
-    /// Copy the high half of the 16-byte value whose low register is `src` into `dst`'s
-    /// (nothing when either has none).
-    pub(crate) fn mov_high_half(&mut self, dst: Reg, src: Reg) {
-        if let (Some(&dst), Some(&src)) = (self.wide_hi.get(&dst), self.wide_hi.get(&src)) {
-            self.mov(dst, src);
-        }
-    }
-
     pub(crate) fn high_half(&mut self, value: Val) -> Reg {
         if value.kind == ValKind::Bytes(16) {
             if let Some(hi) = self.wide_hi.get(&value.reg) {
@@ -96,6 +88,14 @@ impl Lowerer<'_> {
         let zero = self.w.reg(RegClass::B64);
         emit!(self.w, "mov.u64 {zero}, 0");
         zero
+    }
+
+    /// Copy the high half of the 16-byte value whose low register is `src` into `dst`'s
+    /// (nothing when either has none).
+    pub(crate) fn mov_high_half(&mut self, dst: Reg, src: Reg) {
+        if let (Some(&dst), Some(&src)) = (self.wide_hi.get(&dst), self.wide_hi.get(&src)) {
+            self.mov(dst, src);
+        }
     }
 
     /// An f32 constant ptxas cannot fold (see `opaque_zero`).
