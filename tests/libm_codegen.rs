@@ -79,14 +79,16 @@ fn gate(name: &str, program: &Program, symbols: &[&str], failures: &mut Vec<Stri
         };
         let ptx = &kernel.ptx;
         for symbol in symbols {
-            if ptx.matches(&format!(") {symbol}(")).count() != 1 {
-                failures.push(format!("{name} for {target}: {symbol} not defined once"));
-            }
-            if !ptx.contains(&format!("call (vyre_ret), {symbol}, (vyre_arg)")) {
+            if !ptx.contains(&format!("// {symbol} inlined")) {
                 failures.push(format!(
-                    "{name} for {target}: the kernel never calls {symbol}"
+                    "{name} for {target}: {symbol} is not inlined into the kernel"
                 ));
             }
+        }
+        // ptxas may let a `.func` clobber the caller's uniform registers (see
+        // `fuzz::check::function_call`): the routines are inlined, never called.
+        if ptx.contains(".func") || ptx.lines().any(|l| l.trim_start().starts_with("call")) {
+            failures.push(format!("{name} for {target}: a .func or call in the PTX"));
         }
         if ptx.contains(".approx") || ptx.contains(".ftz.f64") {
             failures.push(format!(
@@ -116,7 +118,7 @@ fn each_transcendental_lowers_and_assembles() {
 }
 
 #[test]
-fn all_transcendentals_in_one_kernel_share_their_helpers() {
+fn all_transcendentals_in_one_kernel_inline_their_helpers_and_share_their_tables() {
     let all = transcendentals();
     let ops: Vec<UnOp> = all.iter().map(|(op, _)| op.clone()).collect();
     let symbols: Vec<&str> = all.iter().map(|(_, s)| *s).collect();
@@ -126,8 +128,11 @@ fn all_transcendentals_in_one_kernel_share_their_helpers() {
     let ptx = emit_ptx(&program(&ops), None, PtxTarget::sm90())
         .expect("lowers")
         .ptx;
-    for helper in ["vyre_libm_rem_pio2f", "vyre_libm_expm1f"] {
-        assert_eq!(ptx.matches(&format!(") {helper}(")).count(), 1, "{helper}");
+    // Sin, Cos and Tan each inline rem_pio2f once; Sinh, Cosh and Tanh inline expm1f at
+    // each of their calls (five).
+    for (helper, copies) in [("vyre_libm_rem_pio2f", 3), ("vyre_libm_expm1f", 5)] {
+        let inlined = ptx.matches(&format!("// {helper} inlined")).count();
+        assert_eq!(inlined, copies, "{helper}");
     }
     assert_eq!(
         ptx.matches(".const .align 4 .b32 vyre_libm_ipio2[").count(),

@@ -125,6 +125,11 @@ impl PtxWriter {
         self.body.push_str("\t}\n");
     }
 
+    /// Lines written elsewhere (each ending in a newline), such as an inlined libm routine.
+    pub(crate) fn raw(&mut self, text: &str) {
+        self.body.push_str(text);
+    }
+
     pub(crate) fn put_label(&mut self, label: Label) {
         let _ = writeln!(self.body, "{label}:");
     }

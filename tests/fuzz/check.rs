@@ -93,10 +93,10 @@ pub struct PtxasHazard {
 }
 
 /// The first hazard in `ptx` of the fuzz checker's gates: [`visible_sync_operand`],
-/// [`nested_i32_minmax`], [`skipped_collective`].
+/// [`nested_i32_minmax`], [`skipped_collective`], [`function_call`].
 pub fn ptxas_hazard(ptx: &str) -> Option<PtxasHazard> {
     type Gate = fn(&str) -> Option<String>;
-    let gates: [(&'static str, &'static str, Gate); 3] = [
+    let gates: [(&'static str, &'static str, Gate); 4] = [
         (
             "sync-operand-visible",
             "a warp-synchronous operand ptxas can see through",
@@ -111,6 +111,11 @@ pub fn ptxas_hazard(ptx: &str) -> Option<PtxasHazard> {
             "skipped-collective",
             "a warp-synchronous instruction a vote-steered branch skips",
             skipped_collective,
+        ),
+        (
+            "function-call",
+            "a call of a .func (ptxas may clobber the caller's uniform registers)",
+            function_call,
         ),
     ];
     gates
@@ -168,6 +173,21 @@ pub fn nested_i32_minmax(ptx: &str) -> Option<String> {
         define(line, op, &args, &mut defs);
     }
     None
+}
+
+/// The first `.func` or `call` line. ptxas 12.9 and 13.0 at `-O1` and above (and the 580
+/// driver's JIT) compile a `.func` per caller and may let it write a uniform register the
+/// caller keeps live across the call: `log2f(0)` set `UR4`, which held the kernel's zero
+/// page address, to `1.0f`, and a later out-of-bounds load faulted
+/// (`tests/fuzz_regressions/gpu-illegal-address-libm-call-clobbers-uniform-register.case`).
+/// The emitter inlines the libm routines instead.
+pub fn function_call(ptx: &str) -> Option<String> {
+    ptx.lines()
+        .map(str::trim)
+        .find(|line| {
+            line.starts_with(".func") || line.starts_with("call") || line.contains(" .func ")
+        })
+        .map(str::to_string)
 }
 
 /// The first warp-synchronous instruction (`redux`, `shfl`, `vote`, `match` `.sync`) inside a

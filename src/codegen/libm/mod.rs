@@ -1,8 +1,8 @@
 //! Bit-exact PTX ports of the `libm` 0.2.16 single-precision routines that
 //! `vyre-reference` uses for its transcendental `UnOp`s.
 //!
-//! Each routine is emitted once per module as a `.func` taking and returning one `.f32`,
-//! reproducing the Rust code operation for operation (same constants, same order, `.rn`
+//! Each routine is built as a function taking and returning one `.f32` and inlined where
+//! a kernel calls it (see [`inline_call`]), reproducing the Rust code operation for operation (same constants, same order, `.rn`
 //! rounding, fma only where the original uses fma) so the GPU result has the reference's
 //! bits for every input.
 
@@ -26,7 +26,6 @@ mod trig;
 use ptx::Func;
 use std::cell::OnceCell;
 use std::collections::BTreeSet;
-use std::fmt::Write as _;
 use vyre_foundation::ir::UnOp;
 
 /// A transcendental routine of the reference.
@@ -134,10 +133,10 @@ fn functions(used: &BTreeSet<Libm>) -> Vec<Func> {
     out
 }
 
-/// Every `.func` definition (with shared internal helpers emitted once) that the routines
-/// in `used` need, ready to be placed before the kernel entry: first the `.const` tables,
-/// then the functions, callees before callers.
-pub(crate) fn module_text(used: &BTreeSet<Libm>) -> String {
+/// The `.const` tables the routines in `used` read, each once, ready to be placed before
+/// the kernel entries (the routines themselves are inlined where they are called, see
+/// [`inline_call`]).
+pub(crate) fn tables_text(used: &BTreeSet<Libm>) -> String {
     let funcs = functions(used);
     let mut out = String::new();
     let mut tables: Vec<&str> = Vec::new();
@@ -148,8 +147,24 @@ pub(crate) fn module_text(used: &BTreeSet<Libm>) -> String {
             out.push('\n');
         }
     }
-    for f in &funcs {
-        let _ = writeln!(out, "{}", f.to_ptx());
-    }
     out
+}
+
+/// `dest = f(arg)` as a PTX block inlined at the call site, the routine's helpers inlined
+/// into it (`tags` numbers the instances in the kernel).
+///
+/// Not a `call` of a `.func`: ptxas 12.9 and 13.0 at `-O1` and above (and the 580 driver's
+/// JIT) give each `.func` a caller-specific copy that may write a uniform register the
+/// caller keeps live across the call. The fuzzer met it (seed 0x1e73b106ca1fcb02):
+/// `log2f(0)` set `UR4` to `1.0f`, where the kernel kept its zero page's address across
+/// a loop, so a later out-of-bounds load read `0x..3f800000` and faulted.
+pub(crate) fn inline_call(f: Libm, arg: &str, dest: &str, tags: &mut u32) -> String {
+    let funcs = functions(&BTreeSet::from([f]));
+    let find = |name: &str| {
+        let routine = funcs.iter().find(|g| g.name == name);
+        routine
+            .expect("a routine's helpers are built with it")
+            .clone()
+    };
+    find(f.symbol()).inline(&[arg.to_string()], &[dest.to_string()], &find, tags)
 }

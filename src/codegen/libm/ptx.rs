@@ -694,42 +694,68 @@ impl Func {
         })
     }
 
-    /// The `.func` prototype line (without the trailing body).
-    fn header(&self) -> String {
-        let rets = ret_param("vyre_ret", &self.rets);
-        let params: Vec<String> = self
-            .params
-            .iter()
-            .enumerate()
-            .map(|(i, p)| format!(".param .{} vyre_a{i}", p.class.ty()))
-            .collect();
-        format!(".func ({rets}) {}({})", self.name, params.join(", "))
-    }
-
-    pub(crate) fn to_ptx(&self) -> String {
-        let mut out = String::new();
-        let _ = writeln!(out, "{}\n{{", self.header());
+    /// The routine inlined at a call site: a PTX block that moves `args` (registers of
+    /// the enclosing code) in, runs the body and moves the results into `rets`. The block
+    /// declares the routine's own registers, which shadow the enclosing ones of the same
+    /// names, so values cross the boundary through `%lmx` registers of an outer block. Its
+    /// labels and `.local` arrays take a tag unique in the kernel (`tags` counts them);
+    /// the routines it calls are inlined the same way (`callee` finds them by name).
+    pub(crate) fn inline(
+        &self,
+        args: &[String],
+        rets: &[String],
+        callee: &dyn Fn(&str) -> Func,
+        tags: &mut u32,
+    ) -> String {
+        assert_eq!(args.len(), self.params.len(), "{}: arity", self.name);
+        assert_eq!(rets.len(), self.rets.len(), "{}: return arity", self.name);
+        *tags += 1;
+        let tag = *tags;
+        let classes = self.params.iter().map(|p| p.class).chain(self.rets.clone());
+        let mut out = format!("\t// {} inlined\n\t{{\n", self.name);
+        for (i, class) in classes.enumerate() {
+            let _ = writeln!(out, "\t.reg .{} %lmx{i};", class.ty());
+        }
+        for (i, (p, a)) in self.params.iter().zip(args).enumerate() {
+            let _ = writeln!(out, "\tmov.{} %lmx{i}, {a};", p.class.ty());
+        }
+        out.push_str("\t{\n");
         out.push_str(&register_decls(&self.counts));
         for local in &self.locals {
             let _ = writeln!(
                 out,
-                "\t.local .align 8 .b8 {}[{}];",
+                "\t.local .align 8 .b8 {}_{tag}[{}];",
                 local.name,
                 local.len * local.class.bytes()
             );
         }
         for (i, p) in self.params.iter().enumerate() {
-            let _ = writeln!(out, "\tld.param.{} {p}, [vyre_a{i}];", p.class.ty());
+            let _ = writeln!(out, "\tmov.{} {p}, %lmx{i};", p.class.ty());
         }
+        let mut site = Site {
+            tag,
+            first_ret: self.params.len(),
+            callee,
+            tags,
+        };
         for inst in &self.body {
-            self.print(&mut out, inst);
+            self.print(&mut out, inst, &mut site);
         }
-        out.push_str("}\n");
+        let _ = writeln!(out, "$Lv{tag}_end:\n\t}}");
+        for (i, (class, r)) in self.rets.iter().zip(rets).enumerate() {
+            let _ = writeln!(
+                out,
+                "\tmov.{} {r}, %lmx{};",
+                class.ty(),
+                self.params.len() + i
+            );
+        }
+        out.push_str("\t}\n");
         out
     }
 
     /// Print one instruction (with the address arithmetic a memory access needs).
-    fn print(&self, out: &mut String, inst: &Inst) {
+    fn print(&self, out: &mut String, inst: &Inst, site: &mut Site<'_>) {
         let line = match *inst {
             Inst::F(op, d, a, b) => format!("{}.rn.{} {d}, {a}, {b};", op.name(), d.class.ty()),
             Inst::Unary(op, d, a) => format!("{}.{} {d}, {a};", op.name(), d.class.ty()),
@@ -756,30 +782,38 @@ impl Func {
                 format!("setp.{}.{t} {d}, {a}, {b};", cmp.name(ty))
             }
             Inst::Selp(d, a, b, p) => format!("selp.{} {d}, {a}, {b}, {p};", d.class.ty()),
-            Inst::Bra(to, when) => match when {
-                None => format!("bra.uni $Lv{to};"),
-                Some((p, true)) => format!("@{p} bra $Lv{to};"),
-                Some((p, false)) => format!("@!{p} bra $Lv{to};"),
-            },
+            Inst::Bra(to, when) => {
+                let to = site.label(to);
+                match when {
+                    None => format!("bra.uni {to};"),
+                    Some((p, true)) => format!("@{p} bra {to};"),
+                    Some((p, false)) => format!("@!{p} bra {to};"),
+                }
+            }
             Inst::Label(l) => {
-                let _ = writeln!(out, "$Lv{l}:");
+                let _ = writeln!(out, "{}:", site.label(l));
                 return;
             }
             Inst::Ret(ref vals) => {
                 let mut s = String::new();
                 for (i, v) in vals.iter().enumerate() {
-                    let slot = param_slot("vyre_ret", vals.len(), i);
-                    let _ = write!(s, "st.param.{} {slot}, {v};\n\t", v.class.ty());
+                    let slot = site.first_ret + i;
+                    let _ = write!(s, "mov.{} %lmx{slot}, {v};\n\t", v.class.ty());
                 }
-                s + "ret;"
+                s + &format!("bra.uni $Lv{}_end;", site.tag)
             }
-            Inst::Call(callee, ref args, ref rets) => call(callee, args, rets),
+            Inst::Call(name, ref args, ref rets) => {
+                let names = |regs: &[R]| regs.iter().map(R::to_string).collect::<Vec<_>>();
+                let callee = (site.callee)(name);
+                out.push_str(&callee.inline(&names(args), &names(rets), site.callee, site.tags));
+                return;
+            }
             Inst::Ld(d, at) => {
-                let (space, addr) = self.address(out, at);
+                let (space, addr) = self.address(out, at, site);
                 format!("ld.{space}.{} {d}, {addr};", d.class.ty())
             }
             Inst::St(at, v) => {
-                let (space, addr) = self.address(out, at);
+                let (space, addr) = self.address(out, at, site);
                 format!("st.{space}.{} {addr}, {v};", v.class.ty())
             }
         };
@@ -788,14 +822,14 @@ impl Func {
 
     /// The state space and address operand of `at`, emitting the arithmetic an index
     /// register needs into `out`.
-    fn address(&self, out: &mut String, at: Addr) -> (&'static str, String) {
+    fn address(&self, out: &mut String, at: Addr, site: &Site<'_>) -> (&'static str, String) {
         let (space, symbol, size) = match at.mem {
-            Mem::Table(table) => ("const", table.name, table.class.bytes()),
-            Mem::Local(arr) => (
-                "local",
-                self.locals[arr].name,
-                self.locals[arr].class.bytes(),
-            ),
+            Mem::Table(table) => ("const", table.name.to_string(), table.class.bytes()),
+            Mem::Local(arr) => {
+                let local = self.locals[arr];
+                let symbol = format!("{}_{}", local.name, site.tag);
+                ("local", symbol, local.class.bytes())
+            }
         };
         let addr = match at.idx {
             Op::Int(i) => format!("[{symbol}+{}]", i * i64::from(size)),
@@ -815,43 +849,21 @@ impl Func {
     }
 }
 
-/// The declaration of the return parameter `name` holding values of `classes` (one
-/// typed scalar, or an 8-byte-aligned array of 8-byte slots).
-fn ret_param(name: &str, classes: &[Class]) -> String {
-    match classes {
-        [one] => format!(".param .{} {name}", one.ty()),
-        _ => format!(".param .align 8 .b8 {name}[{}]", 8 * classes.len()),
-    }
+/// The call site a body is inlined at (see [`Func::inline`]).
+struct Site<'a> {
+    /// Suffix of this instance's labels and `.local` arrays.
+    tag: u32,
+    /// The `%lmx` register of the first result.
+    first_ret: usize,
+    callee: &'a dyn Fn(&str) -> Func,
+    tags: &'a mut u32,
 }
 
-/// Slot `i` of the return parameter `name` holding `n` values.
-fn param_slot(name: &str, n: usize, i: usize) -> String {
-    if n == 1 {
-        format!("[{name}]")
-    } else {
-        format!("[{name}+{}]", 8 * i)
+impl Site<'_> {
+    /// The name of the body's label `l` here.
+    fn label(&self, l: u32) -> String {
+        format!("$Lv{}_{l}", self.tag)
     }
-}
-
-/// A `call` of `callee` in its own scope: declare the parameters, store the arguments,
-/// call, load the results.
-fn call(callee: &str, args: &[R], rets: &[R]) -> String {
-    let mut s = String::from("{\n");
-    for (i, a) in args.iter().enumerate() {
-        let _ = writeln!(s, "\t.param .{} vyre_ca{i};", a.class.ty());
-    }
-    let classes: Vec<Class> = rets.iter().map(|r| r.class).collect();
-    let _ = writeln!(s, "\t{};", ret_param("vyre_cr", &classes));
-    for (i, a) in args.iter().enumerate() {
-        let _ = writeln!(s, "\tst.param.{} [vyre_ca{i}], {a};", a.class.ty());
-    }
-    let names: Vec<String> = (0..args.len()).map(|i| format!("vyre_ca{i}")).collect();
-    let _ = writeln!(s, "\tcall (vyre_cr), {callee}, ({});", names.join(", "));
-    for (i, r) in rets.iter().enumerate() {
-        let slot = param_slot("vyre_cr", rets.len(), i);
-        let _ = writeln!(s, "\tld.param.{} {r}, {slot};", r.class.ty());
-    }
-    s + "\t}"
 }
 
 /// The `.const` definition of `table`, eight elements a line.

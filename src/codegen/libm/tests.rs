@@ -3,7 +3,7 @@
 //! matching any NaN. The GPU sweep (`tests/gpu_libm_sweep.rs`) checks the emitted PTX.
 
 use super::interp::Machine;
-use super::{functions, module_text, Libm};
+use super::{functions, inline_call, tables_text, Libm};
 use std::collections::BTreeSet;
 
 fn reference(f: Libm, x: f32) -> f32 {
@@ -144,25 +144,37 @@ fn ports_match_libm_on_2_pow_24_inputs() {
 }
 
 #[test]
-fn module_text_defines_each_function_once() {
+fn tables_are_written_once_and_only_for_the_routines_used() {
     let all: BTreeSet<Libm> = Libm::all().into_iter().collect();
-    let text = module_text(&all);
-    for f in Libm::all() {
-        let head = format!(") {}(", f.symbol());
-        assert_eq!(text.matches(&head).count(), 1, "{}", f.symbol());
-    }
-    for helper in ["vyre_libm_rem_pio2f", "vyre_libm_expm1f"] {
-        assert_eq!(text.matches(&format!(") {helper}(")).count(), 1, "{helper}");
-    }
+    let text = tables_text(&all);
     assert_eq!(
         text.matches(".const .align 4 .b32 vyre_libm_ipio2[690]")
             .count(),
         1
     );
-    assert!(!text.contains(".approx"));
-    assert!(module_text(&BTreeSet::new()).is_empty());
+    assert!(!text.contains(".func"));
+    assert!(tables_text(&BTreeSet::new()).is_empty());
     let only_cosh: BTreeSet<Libm> = [Libm::Cosh].into_iter().collect();
-    let text = module_text(&only_cosh);
-    assert!(text.contains(") vyre_libm_expf("));
-    assert!(!text.contains("rem_pio2"));
+    assert!(!tables_text(&only_cosh).contains("ipio2"));
+}
+
+#[test]
+fn an_inlined_routine_brings_its_helpers_and_calls_nothing() {
+    let mut tags = 0;
+    let text = inline_call(Libm::Cosh, "%f1", "%f2", &mut tags);
+    assert!(text.contains("// vyre_libm_coshf inlined"));
+    assert!(text.contains("// vyre_libm_expf inlined"));
+    assert!(text.contains("// vyre_libm_expm1f inlined"));
+    assert!(!text.contains("call") && !text.contains(".func") && !text.contains(".approx"));
+    assert!(text.contains("mov.f32 %lmx0, %f1;") && text.contains("mov.f32 %f2, %lmx1;"));
+    // Every instance, nested ones included, has its own tag: labels never collide.
+    let again = inline_call(Libm::Cosh, "%f3", "%f4", &mut tags);
+    let labels = |t: &str| -> BTreeSet<String> {
+        t.lines()
+            .filter(|l| l.ends_with(':'))
+            .map(str::to_string)
+            .collect()
+    };
+    assert!(labels(&text).is_disjoint(&labels(&again)));
+    assert!(tags >= 4, "{tags}");
 }

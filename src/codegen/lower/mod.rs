@@ -133,6 +133,8 @@ pub(crate) struct Lowerer<'p> {
     /// `memory::load_or_zero`).
     zero_page: Option<Reg>,
     libm_used: BTreeSet<Libm>,
+    /// Inlined libm instances so far (their labels and `.local` arrays are numbered).
+    libm_inlines: u32,
     /// Lanes present in this invocation's 32-lane subgroup, and their member mask.
     subgroup_lanes: Reg,
     subgroup_mask: Reg,
@@ -212,6 +214,7 @@ impl<'p> Lowerer<'p> {
             opaque_zero,
             zero_page: None,
             libm_used: BTreeSet::new(),
+            libm_inlines: 0,
             subgroup_lanes,
             subgroup_mask,
             async_tags: Vec::new(),

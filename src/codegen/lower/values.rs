@@ -3,7 +3,7 @@
 
 use super::{Lowerer, Val};
 use crate::codegen::kind::ValKind;
-use crate::codegen::libm::Libm;
+use crate::codegen::libm::{self, Libm};
 use crate::codegen::writer::{emit, Reg, RegClass};
 
 impl Lowerer<'_> {
@@ -136,16 +136,12 @@ impl Lowerer<'_> {
 
     /// `f(a)` through the bit-exact libm port, as the reference's `canonical_*` wrappers
     /// compute it (the result is flushed like every f32 result).
+    /// The routine is inlined, not called (see `libm::inline_call`).
     pub(crate) fn call_libm(&mut self, f: Libm, a: Reg) -> Reg {
         self.libm_used.insert(f);
         let d = self.w.reg(RegClass::F32);
-        self.w.open_scope();
-        emit!(self.w, ".param .f32 vyre_arg");
-        emit!(self.w, ".param .f32 vyre_ret");
-        emit!(self.w, "st.param.f32 [vyre_arg], {a}");
-        emit!(self.w, "call (vyre_ret), {}, (vyre_arg)", f.symbol());
-        emit!(self.w, "ld.param.f32 {d}, [vyre_ret]");
-        self.w.close_scope();
+        let block = libm::inline_call(f, &a.to_string(), &d.to_string(), &mut self.libm_inlines);
+        self.w.raw(&block);
         self.flush_subnormal(d)
     }
 

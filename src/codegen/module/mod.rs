@@ -120,8 +120,8 @@ pub(crate) fn reads_zero_page(body: &str) -> bool {
 }
 
 /// Provenance comment, `.version`/`.target`, the zero page when an entry reads it (an
-/// unused module variable still costs the JIT time), and the `.func`s of the libm
-/// routines `libm`.
+/// unused module variable still costs the JIT time), and the `.const` tables of the libm
+/// routines `libm` (their code is inlined into the entries).
 pub(crate) fn header(
     target: PtxTarget,
     libm: &BTreeSet<Libm>,
@@ -140,7 +140,7 @@ pub(crate) fn header(
     if zero_page {
         let _ = writeln!(out, ".global .align 16 .b8 {ZERO_PAGE}[16];\n");
     }
-    out.push_str(&libm::module_text(libm));
+    out.push_str(&libm::tables_text(libm));
     out
 }
 
