@@ -208,47 +208,39 @@ pub(super) fn tanhf(expm1f: &Func) -> Func {
     // x = |x|
     let ix = f.and(bits, int(0x7fff_ffff));
     let x = f.bits(ix);
-    // expm1f(c * x)
-    let expm1 = |f: &mut Func, c: f32| {
-        let a = f.eval(f32c(c) * x);
-        f.call(expm1f, &[a.into()])[0]
-    };
     let tt = f.reg(Class::F32);
     let done = f.label();
-    // |x| > log(3)/2 ~= 0.5493 or nan
-    let big = f.ucmp(Cmp::Gt, ix, int(0x3f0c_9f54));
-    f.when(big, |f| {
-        let huge = f.ucmp(Cmp::Gt, ix, int(0x4120_0000));
-        f.if_else(
-            huge,
-            // |x| > 10
-            |f| f.set(tt, ONE + f32c(0.0) / x),
-            |f| {
-                let t = expm1(f, 2.0);
-                f.set(tt, ONE - TWO / (t + TWO));
-            },
-        );
+    // |x| > 10 or nan (the source tests |x| > log(3)/2 first; this range lies inside it)
+    let huge = f.ucmp(Cmp::Gt, ix, int(0x4120_0000));
+    f.when(huge, |f| {
+        f.set(tt, ONE + f32c(0.0) / x);
         f.bra(done);
     });
-    // |x| > log(5/3)/2 ~= 0.2554
-    let mid = f.ucmp(Cmp::Gt, ix, int(0x3e82_c578));
-    f.when(mid, |f| {
-        let t = expm1(f, 2.0);
-        f.set(tt, t / (t + TWO));
-        f.bra(done);
-    });
-    // |x| >= 0x1p-126
+    // |x| is subnormal or zero
     let normal = f.ucmp(Cmp::Ge, ix, int(0x0080_0000));
-    f.if_else(
-        normal,
-        |f| {
-            let t = expm1(f, -2.0);
-            let n = f.neg(t);
-            f.set(tt, n / (t + TWO));
-        },
-        // |x| is subnormal
-        |f| f.set(tt, x),
-    );
+    f.when(normal, |f| {
+        // The source's three remaining ranges each call expm1f, of 2x above
+        // log(5/3)/2 ~= 0.2554 and of -2x below: one call here with the same argument
+        // (one inlined copy instead of three), then the range's formula.
+        let mid = f.ucmp(Cmp::Gt, ix, int(0x3e82_c578));
+        let c = f.selp(mid, f32c(2.0), f32c(-2.0));
+        let a = f.eval(c * x);
+        let t = f.call(expm1f, &[a.into()])[0];
+        // |x| > log(3)/2 ~= 0.5493
+        let big = f.ucmp(Cmp::Gt, ix, int(0x3f0c_9f54));
+        f.when(big, |f| {
+            f.set(tt, ONE - TWO / (t + TWO));
+            f.bra(done);
+        });
+        f.when(mid, |f| {
+            f.set(tt, t / (t + TWO));
+            f.bra(done);
+        });
+        let n = f.neg(t);
+        f.set(tt, n / (t + TWO));
+        f.bra(done);
+    });
+    f.set(tt, x);
     f.place(done);
     let y = f.negate_if(sign, tt);
     f.ret1(y);
