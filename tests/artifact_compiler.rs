@@ -32,7 +32,7 @@ fn the_registration_offers_a_compiler_of_its_own_format() {
         .target_compiler()
         .expect("a device-free compiler");
     assert_eq!(compiler.format().identity(), "vyre-cuda-ptx");
-    assert_eq!(compiler.format().version(), 2);
+    assert_eq!(compiler.format().version(), 3);
     assert_eq!(compiler.profile().subgroup_size(), 32);
 }
 

@@ -1652,7 +1652,7 @@ fn payload_format_and_determinism() {
     let artifact = compile(&request(chain16(1000)));
     let payload = compiler().compile(&artifact).unwrap();
     assert_eq!(payload.format().identity(), vyre_cuda::PAYLOAD_FORMAT);
-    assert_eq!(payload.format().version(), 2);
+    assert_eq!(payload.format().version(), 3);
     assert_eq!(compiler().format(), payload.format());
     assert_eq!(payload.neutral_artifact(), artifact.digest());
     assert_eq!(materializer().device().target_format(), payload.format());

@@ -6,8 +6,10 @@
 use crate::codegen::{AbiFlags, KernelEntries, PtxIsa, PtxTarget};
 
 /// Version of this byte format (the payload format's version). 2: each kernel records
-/// whether it is timed (`AbiFlags::timed`).
-pub(crate) const FORMAT_VERSION: u16 = 2;
+/// whether it is timed (`AbiFlags::timed`). 3: the entries carry the libm routines inlined
+/// (emitter v18), so the module header rebuilt from a payload defines no `.func`s; a
+/// version 2 entry calling one would not load.
+pub(crate) const FORMAT_VERSION: u16 = 3;
 const MAGIC: &[u8; 8] = b"VYRECUDA";
 
 /// A binding's chunking as one word: 0 cut into the chunks, 1 accumulated, 2 broadcast
@@ -285,10 +287,16 @@ mod tests {
             );
             assert_eq!(decoded, original);
         }
-        // A version 1 payload (no timed flag) is not read as this format.
-        let mut old = payload(vec![false; 3], vec![false; 3]).encode();
-        old[MAGIC.len()..MAGIC.len() + 4].copy_from_slice(&1u32.to_le_bytes());
-        let error = Payload::decode(&old).unwrap_err();
-        assert!(error.contains("payload byte format 1"), "{error}");
+        // Version 1 (no timed flag) and version 2 (entries calling libm `.func`s) payloads
+        // are not read as this format.
+        for version in [1u32, 2] {
+            let mut old = payload(vec![false; 3], vec![false; 3]).encode();
+            old[MAGIC.len()..MAGIC.len() + 4].copy_from_slice(&version.to_le_bytes());
+            let error = Payload::decode(&old).unwrap_err();
+            assert!(
+                error.contains(&format!("payload byte format {version}")),
+                "{error}"
+            );
+        }
     }
 }

@@ -100,7 +100,7 @@ pub struct EmittedKernel {
     pub step_machine_segments: u32,
     /// Where the entries start in `ptx` (after the header).
     pub(crate) entries_at: usize,
-    /// The libm routines the entries call (their `.func`s are in the header).
+    /// The libm routines the entries call (inlined; their `.const` tables are in the header).
     pub(crate) libm: std::collections::BTreeSet<libm::Libm>,
 }
 

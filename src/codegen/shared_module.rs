@@ -1,7 +1,7 @@
 //! Several kernels in one PTX module. The driver JIT-compiles a whole module per load and
 //! each load has a fixed cost of milliseconds, so an artifact's kernels are loaded as one
 //! module: each kernel's entries are named apart ([`super::emit_named`]), the module
-//! header (and the libm `.func`s every kernel calls) is written once.
+//! header (and the libm tables every kernel reads) is written once.
 
 use super::abi::{layout, KernelAbi};
 use super::libm::Libm;
@@ -73,8 +73,8 @@ impl KernelEntries {
         }
     }
 
-    /// Rebuilds entries recorded as parts (a target payload); `libm` names the routines'
-    /// `.func` symbols.
+    /// Rebuilds entries recorded as parts (a target payload); `libm` names the routines
+    /// by symbol.
     pub fn from_parts(
         entry: String,
         flags: AbiFlags,
@@ -110,7 +110,7 @@ impl KernelEntries {
         self.flags.timed && !self.flags.fault_word
     }
 
-    /// The `.func` symbols of the libm routines the entries call.
+    /// The symbols of the libm routines the entries call.
     #[must_use]
     pub fn libm_symbols(&self) -> Vec<&'static str> {
         self.libm.iter().map(|f| f.symbol()).collect()

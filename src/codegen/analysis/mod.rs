@@ -35,7 +35,7 @@ pub(crate) struct ProgramFacts<'p> {
     pub(crate) read_vars: FxHashSet<&'p str>,
     /// Buffers whose literal-index discarded atomics fold into per-workgroup partials.
     pub(crate) partial_buffers: FxHashSet<&'p str>,
-    /// The program calls libm `.func`s, so every branch and loop test is hidden from
+    /// The program calls libm routines, so every branch and loop test is hidden from
     /// ptxas's constant folding (see `Lowerer::branch_pred`).
     pub(crate) calls_libm: bool,
     /// The body with every scope holding a top-level grid barrier dissolved, when there is

@@ -1,5 +1,5 @@
 //! `sinhf`, `coshf`, `tanhf` (libm 0.2.16, from musl `sinhf.c`, `coshf.c`, `tanhf.c`) and
-//! their helpers `expm1f` (FreeBSD `s_expm1f.c`, an internal `.func`) and `k_expo2f`
+//! their helpers `expm1f` (FreeBSD `s_expm1f.c`, an internal routine) and `k_expo2f`
 //! (inlined). All f32.
 
 use super::exp_log::{nearest_k, overflow, split_by_k, X1P127};

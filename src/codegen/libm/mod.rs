@@ -46,7 +46,8 @@ pub(crate) enum Libm {
     Log2,
 }
 
-/// Each routine with the `UnOp` it computes and its `.func` symbol. Every one is ported:
+/// Each routine with the `UnOp` it computes and its symbol (the name of its code, which
+/// payloads record and inlined blocks are labelled with). Every one is ported:
 /// `tests/gpu_libm_sweep.rs` found no differing input on a GPU (2^24 inputs over every
 /// exponent and sign plus the special values), nor on all 2^32 inputs (H200,
 /// `VYRE_LIBM_SWEEP_EXHAUSTIVE=1`).
@@ -79,7 +80,7 @@ impl Libm {
         routine.expect("every routine has a row").2
     }
 
-    /// The routine whose `.func` is named `symbol`.
+    /// The routine named `symbol`.
     pub(crate) fn from_symbol(symbol: &str) -> Option<Self> {
         ROUTINES
             .iter()
@@ -93,7 +94,7 @@ impl Libm {
     }
 }
 
-/// The `.func`s the routines in `used` need, each once, callees before callers.
+/// The routines in `used` and the helpers they call, each once, callees before callers.
 fn functions(used: &BTreeSet<Libm>) -> Vec<Func> {
     let any = |set: &[Libm]| set.iter().any(|f| used.contains(f));
     // The shared helpers are built only when a routine needs them: most kernels use no

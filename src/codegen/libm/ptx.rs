@@ -1,4 +1,5 @@
-//! A tiny typed builder for the libm `.func`s.
+//! A tiny typed builder for the libm routines, printed as PTX blocks inlined at each call
+//! site ([`Func::inline`]).
 //!
 //! A routine is written as Rust calls that mirror the original source line by line, its
 //! float expressions with the source's operators (`let z = f.eval(x * x);`, see [`E`]);

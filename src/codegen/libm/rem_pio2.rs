@@ -1,7 +1,7 @@
 //! `rem_pio2f` and the part of `rem_pio2_large` it uses (libm 0.2.16, from FreeBSD
 //! `e_rem_pio2f.c` / `k_rem_pio2.c`): `x = n*pi/2 + y`, with `y` an f64.
 //!
-//! Emitted as one internal `.func` returning `(y: f64, n: i32)`. The large-argument path is
+//! Built as one internal routine returning `(y: f64, n: i32)`. The large-argument path is
 //! the generic Payne-Hanek reduction specialised to what `rem_pio2f` passes (one input
 //! digit `jx = 0`, `prec = 0`, so `jk = jp = 3`); its loops and arrays are kept as in the
 //! source (arrays in `.local` memory) so every f64 operation happens in the same order.
@@ -20,7 +20,7 @@ const PIO2_1T: Op = f64c(1.58932547735281966916e-08); /* 0x3E5110b4, 0x611A6263 
 const X1P24: Op = Op::F64(0x4170_0000_0000_0000);
 const X1P_24: Op = Op::F64(0x3E70_0000_0000_0000);
 
-/// `rem_pio2f(x) -> (n, y)` as a `.func (y: f64, n: b32)`.
+/// `rem_pio2f(x) -> (n, y)` as a routine returning `(y: f64, n: b32)`.
 pub(super) fn rem_pio2f() -> Func {
     let mut f = Func::new(NAME, &[Class::F32], &[Class::F64, Class::B32]);
     let x = f.params[0];
