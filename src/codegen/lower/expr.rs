@@ -178,16 +178,7 @@ impl<'p> Lowerer<'p> {
                 "Cast both arms to one type",
             ));
         }
-        let reg = self.w.reg(kind.reg_class());
-        let (ty, a, b) = (t.reg.class().ty(), t.reg, f.reg);
-        emit!(self.w, "selp.{ty} {reg}, {a}, {b}, {p}");
-        if t.kind == ValKind::Bytes(16) {
-            let (t_hi, f_hi) = (self.high_half(t), self.high_half(f));
-            let hi = self.w.reg(RegClass::B64);
-            emit!(self.w, "selp.b64 {hi}, {t_hi}, {f_hi}, {p}");
-            self.wide_hi.insert(reg, hi);
-        }
-        Ok(Val { kind, reg })
+        Ok(self.select_val(kind, p, t, f))
     }
 
     fn put_fma(&mut self, a: &'p Expr, b: &'p Expr, c: &'p Expr) -> Result<Val, CodegenError> {

@@ -174,21 +174,7 @@ impl<'p> Lowerer<'p> {
             return Ok(val);
         }
         let frozen = self.frozen(name, val)?;
-        let out = self.w.reg(val.reg.class());
-        let ty = out.class().ty();
-        emit!(
-            self.w,
-            "selp.{ty} {out}, {}, {}, {pred}",
-            frozen.value.reg,
-            val.reg
-        );
-        if val.kind == ValKind::Bytes(16) {
-            let (frozen_hi, hi) = (self.high_half(frozen.value), self.high_half(val));
-            let out_hi = self.w.reg(RegClass::B64);
-            emit!(self.w, "selp.b64 {out_hi}, {frozen_hi}, {hi}, {pred}");
-            self.wide_hi.insert(out, out_hi);
-        }
-        Ok(Val::new(val.kind, out))
+        Ok(self.select_val(val.kind, pred, frozen.value, val))
     }
 
     /// Lower subgroup operation `op` with the whole warp: its value and, per fault its

@@ -90,6 +90,27 @@ impl Lowerer<'_> {
         zero
     }
 
+    /// `p ? t : f` for two values in registers of one class, both halves of a 16-byte
+    /// value; the result has `kind`.
+    pub(crate) fn select_val(&mut self, kind: ValKind, p: Reg, t: Val, f: Val) -> Val {
+        let class = t.reg.class();
+        let reg = self.w.reg(class);
+        emit!(
+            self.w,
+            "selp.{} {reg}, {}, {}, {p}",
+            class.ty(),
+            t.reg,
+            f.reg
+        );
+        if t.kind == ValKind::Bytes(16) {
+            let (t_hi, f_hi) = (self.high_half(t), self.high_half(f));
+            let hi = self.w.reg(RegClass::B64);
+            emit!(self.w, "selp.b64 {hi}, {t_hi}, {f_hi}, {p}");
+            self.wide_hi.insert(reg, hi);
+        }
+        Val::new(kind, reg)
+    }
+
     /// Copy the high half of the 16-byte value whose low register is `src` into `dst`'s
     /// (nothing when either has none).
     pub(crate) fn mov_high_half(&mut self, dst: Reg, src: Reg) {
