@@ -161,11 +161,5 @@ pub(crate) fn tables_text(used: &BTreeSet<Libm>) -> String {
 /// a loop, so a later out-of-bounds load read `0x..3f800000` and faulted.
 pub(crate) fn inline_call(f: Libm, arg: &str, dest: &str, tags: &mut u32) -> String {
     let funcs = functions(&BTreeSet::from([f]));
-    let find = |name: &str| {
-        let routine = funcs.iter().find(|g| g.name == name);
-        routine
-            .expect("a routine's helpers are built with it")
-            .clone()
-    };
-    find(f.symbol()).inline(&[arg.to_string()], &[dest.to_string()], &find, tags)
+    ptx::find(&funcs, f.symbol()).inline(&[arg.to_string()], &[dest.to_string()], &funcs, tags)
 }

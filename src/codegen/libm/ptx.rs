@@ -700,12 +700,12 @@ impl Func {
     /// declares the routine's own registers, which shadow the enclosing ones of the same
     /// names, so values cross the boundary through `%lmx` registers of an outer block. Its
     /// labels and `.local` arrays take a tag unique in the kernel (`tags` counts them);
-    /// the routines it calls are inlined the same way (`callee` finds them by name).
+    /// the routines it calls are inlined the same way (found by name in `routines`).
     pub(crate) fn inline(
         &self,
         args: &[String],
         rets: &[String],
-        callee: &dyn Fn(&str) -> Func,
+        routines: &[Func],
         tags: &mut u32,
     ) -> String {
         assert_eq!(args.len(), self.params.len(), "{}: arity", self.name);
@@ -736,7 +736,7 @@ impl Func {
         let mut site = Site {
             tag,
             first_ret: self.params.len(),
-            callee,
+            routines,
             tags,
         };
         for inst in &self.body {
@@ -805,8 +805,8 @@ impl Func {
             }
             Inst::Call(name, ref args, ref rets) => {
                 let names = |regs: &[R]| regs.iter().map(R::to_string).collect::<Vec<_>>();
-                let callee = (site.callee)(name);
-                out.push_str(&callee.inline(&names(args), &names(rets), site.callee, site.tags));
+                let callee = find(site.routines, name);
+                out.push_str(&callee.inline(&names(args), &names(rets), site.routines, site.tags));
                 return;
             }
             Inst::Ld(d, at) => {
@@ -850,13 +850,20 @@ impl Func {
     }
 }
 
+/// The routine named `name` among `routines`.
+pub(crate) fn find<'a>(routines: &'a [Func], name: &str) -> &'a Func {
+    let routine = routines.iter().find(|g| g.name == name);
+    routine.expect("a routine's helpers are built with it")
+}
+
 /// The call site a body is inlined at (see [`Func::inline`]).
 struct Site<'a> {
     /// Suffix of this instance's labels and `.local` arrays.
     tag: u32,
     /// The `%lmx` register of the first result.
     first_ret: usize,
-    callee: &'a dyn Fn(&str) -> Func,
+    /// The routines an inlined body may call.
+    routines: &'a [Func],
     tags: &'a mut u32,
 }
 
