@@ -2,9 +2,9 @@
 //! `vyre-reference` uses for its transcendental `UnOp`s.
 //!
 //! Each routine is built as a function taking and returning one `.f32` and inlined where
-//! a kernel calls it (see [`inline_call`]), reproducing the Rust code operation for operation (same constants, same order, `.rn`
-//! rounding, fma only where the original uses fma) so the GPU result has the reference's
-//! bits for every input.
+//! a kernel calls it (see [`inline_call`]), reproducing the Rust code operation for
+//! operation (same constants, same order, `.rn` rounding, fma only where the original uses
+//! fma) so the GPU result has the reference's bits for every input.
 
 // The constants are written exactly as in the libm sources (which carry more digits than
 // an f32 needs) so they can be compared with them line by line; so is their `x - x` (NaN for

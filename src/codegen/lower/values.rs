@@ -156,8 +156,8 @@ impl Lowerer<'_> {
     }
 
     /// `f(a)` through the bit-exact libm port, as the reference's `canonical_*` wrappers
-    /// compute it (the result is flushed like every f32 result).
-    /// The routine is inlined, not called (see `libm::inline_call`).
+    /// compute it (the result is flushed like every f32 result). The routine is inlined,
+    /// not called (see `libm::inline_call`).
     pub(crate) fn call_libm(&mut self, f: Libm, a: Reg) -> Reg {
         self.libm_used.insert(f);
         let d = self.w.reg(RegClass::F32);
