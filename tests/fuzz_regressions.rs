@@ -237,6 +237,42 @@ fn programs_differing_only_in_a_zero_literals_sign_get_their_own_kernels() {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
+/// A kernel around `body` for the `undefined_read` gate: `%r0` holds the thread id.
+fn gate_kernel(body: &str) -> String {
+    format!(
+        ".version 7.8\n.target sm_90\n.address_size 64\n\n.visible .entry k(\n\t.param .u64 p\n)\n{{\n\
+         \t.reg .pred %p<2>;\n\t.reg .b32 %r<4>;\n\tmov.u32 %r0, %tid.x;\n{body}\texit;\n}}\n"
+    )
+}
+
+/// The definite-assignment gate (`fuzz::defined::undefined_read`, which the checker and
+/// `ptx_snapshots` run on every kernel) on hand-written kernels: a read that a path reaches
+/// unwritten, through a guarded branch or a `brx.idx` table, or past a nested scope whose
+/// write is to its own register of the same name, is found; the same kernels with the
+/// register written first pass.
+#[test]
+fn the_undefined_read_gate_finds_reads_that_a_path_reaches_unwritten() {
+    let branch = "\tsetp.eq.u32 %p0, %r0, 0;\n\t@%p0 bra $L__1;\n\tmov.u32 %r1, 7;\n$L__1:\n\tadd.u32 %r2, %r1, 1;\n";
+    let steps = "\tmov.u32 %r3, 1;\n$L__2:\n\t$L__9: .branchtargets $L__3, $L__4;\n\tbrx.idx %r3, $L__9;\n\
+                 $L__3:\n\tmov.u32 %r1, 5;\n\tmov.u32 %r3, 1;\n\tbra $L__2;\n$L__4:\n\tadd.u32 %r2, %r1, 1;\n";
+    let shadowed = "\t{\n\t.reg .b32 %r<2>;\n\tmov.u32 %r1, 3;\n\t}\n\tadd.u32 %r2, %r1, 1;\n";
+    for (name, body) in [("branch", branch), ("brx.idx", steps), ("scope", shadowed)] {
+        let found = fuzz::defined::undefined_read(&gate_kernel(body));
+        assert!(
+            found
+                .as_deref()
+                .is_some_and(|line| line.starts_with("add.u32 %r2, %r1, 1;")),
+            "{name}: {found:?}"
+        );
+        let written = gate_kernel(&format!("\tmov.u32 %r1, 0;\n{body}"));
+        assert_eq!(
+            fuzz::defined::undefined_read(&written),
+            None,
+            "{name}, written first"
+        );
+    }
+}
+
 /// `VYRE_CUDA_FUZZ_SHRINK_HANG=<file.case>`: shrink a GPU hang. A hung kernel takes its
 /// process down with it, so each draft runs in a child process (this binary replaying a
 /// directory that holds just the draft) and a draft whose child outlives

@@ -103,6 +103,30 @@ impl PtxWriter {
         fresh_reg(&mut self.counts, class)
     }
 
+    /// How many registers of each class exist so far: a mark for [`PtxWriter::regs_since`].
+    pub(crate) fn reg_mark(&self) -> [u32; 5] {
+        self.counts
+    }
+
+    /// Every register allocated after `mark` was taken.
+    pub(crate) fn regs_since(&self, mark: [u32; 5]) -> Vec<Reg> {
+        RegClass::ALL
+            .into_iter()
+            .flat_map(|class| {
+                (mark[class.slot()]..self.counts[class.slot()])
+                    .map(move |index| Reg { class, index })
+            })
+            .collect()
+    }
+
+    /// Write zero (a predicate: false) into `reg`.
+    pub(crate) fn put_zero(&mut self, reg: Reg) {
+        match reg.class() {
+            RegClass::Pred => self.inst(format_args!("setp.ne.u32 {reg}, 0, 0")),
+            class => self.inst(format_args!("mov.{} {reg}, {}", class.ty(), class.zero())),
+        }
+    }
+
     pub(crate) fn label(&mut self) -> Label {
         self.labels += 1;
         Label(self.labels)

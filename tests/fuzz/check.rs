@@ -93,10 +93,11 @@ pub struct PtxasHazard {
 }
 
 /// The first hazard in `ptx` of the fuzz checker's gates: [`visible_sync_operand`],
-/// [`nested_i32_minmax`], [`skipped_collective`], [`function_call`].
+/// [`nested_i32_minmax`], [`skipped_collective`], [`function_call`],
+/// [`super::defined::undefined_read`].
 pub fn ptxas_hazard(ptx: &str) -> Option<PtxasHazard> {
     type Gate = fn(&str) -> Option<String>;
-    let gates: [(&'static str, &'static str, Gate); 4] = [
+    let gates: [(&'static str, &'static str, Gate); 5] = [
         (
             "sync-operand-visible",
             "a warp-synchronous operand ptxas can see through",
@@ -116,6 +117,11 @@ pub fn ptxas_hazard(ptx: &str) -> Option<PtxasHazard> {
             "function-call",
             "a call of a .func (ptxas may clobber the caller's uniform registers)",
             function_call,
+        ),
+        (
+            "undefined-read",
+            "a register read that a path from the entry reaches unwritten",
+            super::defined::undefined_read,
         ),
     ];
     gates

@@ -9,6 +9,7 @@
 //! * [`case`]: cases, the regression-file format, a pseudo-code printer;
 //! * [`ptxas_batch`]: assembling thousands of kernels with few ptxas runs;
 //! * [`coverage`]: which constructs a run exercised;
+//! * [`defined`]: definite assignment of a kernel's registers (a ptxas hazard gate);
 //! * [`rng`], [`values`]: randomness and edge values.
 
 #![allow(dead_code)]
@@ -17,6 +18,7 @@ pub mod arbitrary;
 pub mod case;
 pub mod check;
 pub mod coverage;
+pub mod defined;
 pub mod gen;
 pub mod oracle;
 pub mod ptxas_batch;

@@ -81,8 +81,13 @@ impl<'p> Lowerer<'p> {
                 snapshot,
             });
         }
+        // The transfer's registers too: a wait reads them on paths where no start ran
+        // (it tests `pending` first), and ptxas may give a read that no write reaches any
+        // value (`fuzz::check`'s `undefined_read`).
         for tag in &self.async_tags {
-            emit!(self.w, "mov.u32 {}, 0", tag.pending);
+            for reg in [tag.pending, tag.offset, tag.size, tag.held] {
+                self.w.put_zero(reg);
+            }
         }
         Ok(())
     }

@@ -9,7 +9,7 @@ use crate::codegen::analysis::lockstep;
 use crate::codegen::analysis::replicated::Replication;
 use crate::codegen::clock::{self, EndRegs, CLOCK_END};
 use crate::codegen::module::ZERO_PAGE;
-use crate::codegen::writer::{emit, PtxWriter, RegClass};
+use crate::codegen::writer::{emit, PtxWriter, Reg, RegClass};
 use crate::codegen::CodegenError;
 
 impl<'p> Lowerer<'p> {
@@ -152,6 +152,15 @@ impl<'p> Lowerer<'p> {
             emit!(p, "barrier.sync 0");
         }
         p.into_body()
+    }
+
+    /// The registers the prologue writes that the body allocated on first use: a step
+    /// machine, which writes every register allocated inside it before its first round,
+    /// leaves these alone. Keep in step with [`Lowerer::prologue`].
+    pub(super) fn lazy_prologue_regs(&self) -> Vec<Reg> {
+        let mut regs = self.returned_prologue_regs();
+        regs.extend(self.zero_page);
+        regs
     }
 
     /// The clock's end block, where every invocation of a timed entry ends.

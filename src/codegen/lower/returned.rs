@@ -93,14 +93,33 @@ impl<'p> Lowerer<'p> {
         self.returned.is_some()
     }
 
-    /// The prologue's part: no lane has returned, no variable is frozen.
+    /// The registers [`Lowerer::init_returned`] writes.
+    pub(super) fn returned_prologue_regs(&self) -> Vec<Reg> {
+        let Some(returned) = &self.returned else {
+            return Vec::new();
+        };
+        let mut regs = vec![returned.pred];
+        for frozen in returned.frozen.values() {
+            regs.extend([frozen.bound, frozen.value.reg]);
+            regs.extend(self.wide_hi.get(&frozen.value.reg));
+        }
+        regs
+    }
+
+    /// The prologue's part: no lane has returned, no variable is frozen. The frozen values
+    /// are written too (zero): a `selp` reads them in lanes that never returned, and ptxas
+    /// may give a read that no write reaches any value (`fuzz::check`'s `undefined_read`).
     pub(super) fn init_returned(&self, p: &mut PtxWriter) {
         let Some(returned) = &self.returned else {
             return;
         };
-        emit!(p, "setp.ne.u32 {}, 0, 0", returned.pred);
+        p.put_zero(returned.pred);
         for frozen in returned.frozen.values() {
-            emit!(p, "setp.ne.u32 {}, 0, 0", frozen.bound);
+            p.put_zero(frozen.bound);
+            let value = frozen.value.reg;
+            for reg in std::iter::once(value).chain(self.wide_hi.get(&value).copied()) {
+                p.put_zero(reg);
+            }
         }
     }
 

@@ -64,6 +64,9 @@ pub(super) struct StepMachine<'p> {
     named: BTreeMap<&'p str, Named>,
     /// Set while a subgroup operand is evaluated in serial mode: it reads the copies.
     reading_snapshot: bool,
+    /// The writer's register counts before the first round: every register allocated after
+    /// it belongs to the machine's rounds and steps.
+    first_regs: [u32; 5],
 }
 
 #[derive(Clone, Copy)]
@@ -94,6 +97,7 @@ impl<'p> Lowerer<'p> {
             sub_round: self.w.label(),
             named: BTreeMap::new(),
             reading_snapshot: false,
+            first_regs: [0; 5],
         });
         let labels = RoundLabels {
             round: self.w.label(),
@@ -105,6 +109,7 @@ impl<'p> Lowerer<'p> {
         // the reference keeps it.
         self.start_branch_histories(nodes);
         emit!(self.w, "bra {}", labels.init);
+        self.machine_mut()?.first_regs = self.w.reg_mark();
         self.put_round_start(&labels)?;
         let first = match nodes.is_empty() {
             true => DONE,
@@ -173,6 +178,25 @@ impl<'p> Lowerer<'p> {
         Ok(())
     }
 
+    /// Write every register of the machine's rounds and steps once before the first round.
+    /// A step reads registers that earlier steps wrote (a `Let`'s value, a loop's counter),
+    /// and no write dominates such a read in the PTX. ptxas 12.9 and 13.0 at -O2 and above
+    /// (and the driver's JIT) then may give the read another value of the same expression:
+    /// a `Let` of a load, read in a later step, became that step's own load of the address
+    /// after a store to it (`tests/fuzz_regressions/gpu-mismatch-step-machine-let-read-as-a-later-load.case`;
+    /// the gate is the fuzz checker's `undefined_read`). ptxas drops the writes that every
+    /// read finds overwritten. Registers the prologue writes are left alone.
+    fn define_machine_registers(&mut self) -> Result<(), CodegenError> {
+        let first = self.machine()?.first_regs;
+        let prologue = self.lazy_prologue_regs();
+        for reg in self.w.regs_since(first) {
+            if !prologue.contains(&reg) {
+                self.w.put_zero(reg);
+            }
+        }
+        Ok(())
+    }
+
     /// Step 3, the round's end, and the blocks reached only by branches: the first
     /// round's set-up, serial mode's snapshot, the way out.
     fn put_round_end(&mut self, labels: &RoundLabels, first: StepId) -> Result<(), CodegenError> {
@@ -203,6 +227,7 @@ impl<'p> Lowerer<'p> {
         }
         emit!(self.w, "bra {}", labels.round);
         self.w.put_label(labels.init);
+        self.define_machine_registers()?;
         emit!(self.w, "mov.u32 {pc}, {first}");
         emit!(self.w, "setp.ne.u32 {waiting}, 0, 0");
         for named in &named {
