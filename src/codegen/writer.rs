@@ -220,4 +220,24 @@ mod tests {
         assert!(!decls.contains("%rd"));
         assert_eq!(w.into_body(), "\tadd.u32 %r0, %r0, %r1;\n");
     }
+
+    #[test]
+    fn registers_allocated_after_a_mark_are_listed_and_zeroed_by_class() {
+        let mut w = PtxWriter::default();
+        w.reg(RegClass::B32);
+        let mark = w.reg_mark();
+        let (p, f, d) = (
+            w.reg(RegClass::Pred),
+            w.reg(RegClass::F32),
+            w.reg(RegClass::B64),
+        );
+        assert_eq!(w.regs_since(mark), vec![p, d, f]);
+        for reg in w.regs_since(mark) {
+            w.put_zero(reg);
+        }
+        assert_eq!(
+            w.into_body(),
+            "\tsetp.ne.u32 %p0, 0, 0;\n\tmov.b64 %rd0, 0;\n\tmov.f32 %f0, 0f00000000;\n"
+        );
+    }
 }
