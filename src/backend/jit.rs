@@ -278,12 +278,20 @@ mod tests {
     #[cfg(unix)]
     #[test]
     fn a_helper_that_crashes_is_reported_and_replaced() {
-        use std::os::unix::fs::PermissionsExt;
         let dir = std::env::temp_dir().join(format!("vyre-cuda-jit-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let script = dir.join("crashing-helper");
-        std::fs::write(&script, "#!/bin/sh\nkill -SEGV $$\n").unwrap();
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // Written by a child process: a file this process held open for writing could be
+        // inherited by a child another test forks at that moment, and executing it would
+        // then fail with "Text file busy" (ETXTBSY) until that child execs.
+        let written = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("printf '#!/bin/sh\\nkill -SEGV $$\\n' > \"$1\" && chmod 755 \"$1\"")
+            .arg("sh")
+            .arg(&script)
+            .status()
+            .unwrap();
+        assert!(written.success());
         let jit = IsolatedJit {
             helper: script,
             device: 0,
