@@ -4,8 +4,8 @@
 # CUDA_ERROR_INVALID_ADDRESS_SPACE (shard 9/16 of seed 0x17c0de2040, reported at the
 # synchronisation of 0xcd89444487b1d0ac, local program 1027; 0x59d49f9ee3ac9617, 1029, ran beside
 # it on the other worker). As call 4 of fuzz-v17-2026-11-29 did for the illegal address:
-#  1. the three programs 1027-1029 alone, natively, one worker;
-#  2. the three under compute-sanitizer memcheck (one worker);
+#  1. the four programs 1026-1029 alone, natively, one worker;
+#  2. the four under compute-sanitizer memcheck (one worker);
 #  3. memcheck on the shard's last 300 programs up to 1029 (one worker);
 #  4. the shard's first 1030 programs natively with 2 workers, twice;
 # and the count's next part beside them (seed $SEED, NF processes x 2 workers).
@@ -19,7 +19,7 @@ L=/tmp/fv20nlogs; rm -rf $L; mkdir -p $L/fuzz $L/saved
 export VYRE_CUDA_REQUIRE_GPU=1
 CS=/usr/local/cuda/bin/compute-sanitizer
 ALL=$(cat docs/gpu-runs/fuzz-v19-2026-11-29/seeds-2040-shard9.txt)
-TRIO=0x454988c1a29cf40c,0xcd89444487b1d0ac,0x59d49f9ee3ac9617
+TRIO=0x454988c1a29cf40c,0xcd89444487b1d0ac,0x3852787525c48625,0x59d49f9ee3ac9617
 LAST300=$(echo "$ALL" | tr ',' '\n' | tail -n 300 | paste -sd,)
 FUZZT=$((${LIMIT:-560} - SECONDS)); echo "=== seed $SEED, fuzz deadline ${FUZZT} s" >> $L/summary.txt
 NF=${NF:-12}; pids=()
