@@ -67,7 +67,7 @@ use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
 /// Version of the emitter's output format; part of every cache key.
-pub const EMITTER_VERSION: u32 = 20;
+pub const EMITTER_VERSION: u32 = 21;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;

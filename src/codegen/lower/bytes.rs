@@ -63,6 +63,13 @@ pub(super) struct ByteView {
     writable: bool,
 }
 
+impl ByteView {
+    /// The registers the view lives in.
+    pub(super) fn regs(&self) -> [Reg; 2] {
+        [self.start, self.len]
+    }
+}
+
 impl<'p> Lowerer<'p> {
     /// Whether the reference evaluates `expr` to a run-time-sized `Value::Bytes`: a load
     /// from a bytes buffer, or a variable bound to one.

@@ -281,18 +281,50 @@ impl<'p> Lowerer<'p> {
     }
 
     /// `node` with a side effect, in uniform control flow: its subgroup operations run
-    /// with every lane, then returned lanes skip it.
+    /// with every lane, then returned lanes skip it. A `Let`'s variable is written on the
+    /// way past it too (zero): returned lanes go on through the statements without side
+    /// effects and read it, and ptxas may give a read that no write reaches any value
+    /// (`fuzz::check`'s `undefined_read`).
     pub(super) fn put_skipped_by_returned(
         &mut self,
         node: &'p Node,
         put: impl FnOnce(&mut Self) -> Result<(), CodegenError>,
     ) -> Result<(), CodegenError> {
         self.hoist(own_subgroup_ops(node))?;
-        let after = self.w.label();
-        self.skip_if_returned(after);
+        let skip = self.w.label();
+        self.skip_if_returned(skip);
         put(self)?;
+        let bound = match node {
+            Node::Let { name, .. } => self.bound_regs(name),
+            _ => Vec::new(),
+        };
+        if bound.is_empty() {
+            self.w.put_label(skip);
+            return Ok(());
+        }
+        let after = self.w.label();
+        emit!(self.w, "bra {after}");
+        self.w.put_label(skip);
+        for reg in bound {
+            self.w.put_zero(reg);
+        }
         self.w.put_label(after);
         Ok(())
+    }
+
+    /// The registers variable `name` is bound to: its value (both halves of a 16-byte one)
+    /// or its bytes view.
+    fn bound_regs(&self, name: &str) -> Vec<Reg> {
+        if let Some(view) = self.byte_views.get(name) {
+            return view.regs().to_vec();
+        }
+        let Some(local) = self.locals.get(name) else {
+            return Vec::new();
+        };
+        let reg = local.val.reg;
+        std::iter::once(reg)
+            .chain(self.wide_hi.get(&reg).copied())
+            .collect()
     }
 
     fn skip_if_returned(&mut self, to: Label) {
