@@ -120,7 +120,7 @@ impl<'p> Lowerer<'p> {
     fn prologue(&mut self, fault_word: bool, clocked: bool) -> String {
         let mut p = PtxWriter::default();
         self.load_params(&mut p, fault_word);
-        emit!(p, "setp.ne.u32 {}, 0, 0", self.faulted);
+        p.put_zero(self.faulted);
         emit!(p, "mov.u32 {}, %dynamic_smem_size", self.opaque_zero);
         if let Some(zero) = self.zero_page {
             emit!(p, "mov.u64 {zero}, {ZERO_PAGE}");

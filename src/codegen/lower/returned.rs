@@ -93,15 +93,16 @@ impl<'p> Lowerer<'p> {
         self.returned.is_some()
     }
 
-    /// The registers [`Lowerer::init_returned`] writes.
+    /// The registers [`Lowerer::init_returned`] zeroes: the returned flag, and each frozen
+    /// variable's flag and value.
     pub(super) fn returned_prologue_regs(&self) -> Vec<Reg> {
         let Some(returned) = &self.returned else {
             return Vec::new();
         };
         let mut regs = vec![returned.pred];
         for frozen in returned.frozen.values() {
-            regs.extend([frozen.bound, frozen.value.reg]);
-            regs.extend(self.wide_hi.get(&frozen.value.reg));
+            regs.push(frozen.bound);
+            regs.extend(self.value_regs(frozen.value.reg));
         }
         regs
     }
@@ -110,16 +111,8 @@ impl<'p> Lowerer<'p> {
     /// are written too (zero): a `selp` reads them in lanes that never returned, and ptxas
     /// may give a read that no write reaches any value (`fuzz::check`'s `undefined_read`).
     pub(super) fn init_returned(&self, p: &mut PtxWriter) {
-        let Some(returned) = &self.returned else {
-            return;
-        };
-        p.put_zero(returned.pred);
-        for frozen in returned.frozen.values() {
-            p.put_zero(frozen.bound);
-            let value = frozen.value.reg;
-            for reg in std::iter::once(value).chain(self.wide_hi.get(&value).copied()) {
-                p.put_zero(reg);
-            }
+        for reg in self.returned_prologue_regs() {
+            p.put_zero(reg);
         }
     }
 
@@ -241,7 +234,7 @@ impl<'p> Lowerer<'p> {
             return Ok(None);
         };
         let (bad, unbound) = (self.pred(), self.pred());
-        emit!(self.w, "setp.ne.u32 {bad}, 0, 0");
+        self.w.put_zero(bad);
         for name in vars_in(op) {
             let Some(local) = self.locals.get(name).copied() else {
                 continue;
@@ -318,13 +311,10 @@ impl<'p> Lowerer<'p> {
         if let Some(view) = self.byte_views.get(name) {
             return view.regs().to_vec();
         }
-        let Some(local) = self.locals.get(name) else {
-            return Vec::new();
-        };
-        let reg = local.val.reg;
-        std::iter::once(reg)
-            .chain(self.wide_hi.get(&reg).copied())
-            .collect()
+        match self.locals.get(name) {
+            Some(local) => self.value_regs(local.val.reg).collect(),
+            None => Vec::new(),
+        }
     }
 
     fn skip_if_returned(&mut self, to: Label) {

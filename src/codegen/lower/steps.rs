@@ -154,7 +154,7 @@ impl<'p> Lowerer<'p> {
         let go = self.w.label();
         emit!(self.w, "@!{released} bra {go}");
         emit!(self.w, "barrier.sync 0");
-        emit!(self.w, "setp.ne.u32 {waiting}, 0, 0");
+        self.w.put_zero(waiting);
         self.w.put_label(go);
         let sub_round = self.machine()?.sub_round;
         if turn.is_some() {
@@ -229,9 +229,9 @@ impl<'p> Lowerer<'p> {
         self.w.put_label(labels.init);
         self.define_machine_registers()?;
         emit!(self.w, "mov.u32 {pc}, {first}");
-        emit!(self.w, "setp.ne.u32 {waiting}, 0, 0");
+        self.w.put_zero(waiting);
         for named in &named {
-            emit!(self.w, "setp.ne.u32 {}, 0, 0", named.bound);
+            self.w.put_zero(named.bound);
         }
         emit!(self.w, "bra {}", labels.round);
         if turn.is_some() {
@@ -299,7 +299,7 @@ impl<'p> Lowerer<'p> {
         let names = self.scopes.last().cloned().unwrap_or_default();
         for name in names {
             if let Some(named) = self.machine()?.named.get(name).copied() {
-                emit!(self.w, "setp.ne.u32 {}, 0, 0", named.bound);
+                self.w.put_zero(named.bound);
             }
         }
         self.pop_scope();
@@ -550,7 +550,7 @@ impl<'p> Lowerer<'p> {
             })
             .collect();
         let bad = self.pred();
-        emit!(self.w, "setp.ne.u32 {bad}, 0, 0");
+        self.w.put_zero(bad);
         for bound in flags {
             let unbound = self.pred();
             emit!(self.w, "not.pred {unbound}, {bound}");

@@ -77,6 +77,11 @@ impl Lowerer<'_> {
         Val::new(ValKind::F32, self.flush_subnormal(f))
     }
 
+    /// The registers a value lives in: `reg`, and the high half of a 16-byte value.
+    pub(super) fn value_regs(&self, reg: Reg) -> impl Iterator<Item = Reg> {
+        std::iter::once(reg).chain(self.wide_hi.get(&reg).copied())
+    }
+
     /// Bytes 8..16 of a value as a `.b64` register: the tracked high half of a 16-byte
     /// value, zero for anything shorter.
     pub(crate) fn high_half(&mut self, value: Val) -> Reg {

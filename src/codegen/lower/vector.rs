@@ -171,7 +171,7 @@ impl<'p> Lowerer<'p> {
                 let stored = [(); LANES].map(|()| self.pred());
                 for (&word, &flag) in words.iter().zip(&stored) {
                     emit!(self.w, "mov.{} {word}, 0", class.ty());
-                    emit!(self.w, "setp.ne.u32 {flag}, 0, 0");
+                    self.w.put_zero(flag);
                 }
                 let originals = shape
                     .loaded
