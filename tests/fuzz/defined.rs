@@ -132,20 +132,19 @@ impl Kernel {
             if line.starts_with('.') {
                 continue; // .local, .shared and other declarations
             }
-            if kernel.add_inst(&mut block, &scopes, line) {
+            if let Some(falls_through) = kernel.add_inst(&mut block, &scopes, line) {
                 let ended = std::mem::take(&mut block);
-                kernel.push_block(ended, false);
+                kernel.push_block(ended, falls_through);
             }
         }
         kernel.push_block(block, true);
         kernel
     }
 
-    /// Close `block`; `open`: it ended at a label (or the text's end), not at a jump.
-    fn push_block(&mut self, mut block: Block, open: bool) {
-        if open {
-            block.falls_through = true;
-        }
+    /// Close `block`: at a label or the text's end it falls through, at a jump or `exit`
+    /// only when that is guarded.
+    fn push_block(&mut self, mut block: Block, falls_through: bool) {
+        block.falls_through = falls_through;
         self.blocks.push(block);
     }
 
@@ -183,8 +182,9 @@ impl Kernel {
         })
     }
 
-    /// Add one instruction line to `block`; true when it ends the block (a jump or `exit`).
-    fn add_inst(&mut self, block: &mut Block, scopes: &[Scope], line: &str) -> bool {
+    /// Add one instruction line to `block`. A jump or `exit` ends the block: then whether
+    /// control may also fall through (the jump is guarded).
+    fn add_inst(&mut self, block: &mut Block, scopes: &[Scope], line: &str) -> Option<bool> {
         let mut inst = Inst {
             text: line.to_string(),
             ..Inst::default()
@@ -207,22 +207,17 @@ impl Kernel {
         inst.writes = regs(dest);
         inst.reads.extend(regs(sources));
         block.insts.push(inst);
-        let unconditional = guard.is_empty();
-        if op.starts_with("bra") {
-            block.targets.push(self.target(operands));
-            return true_if(unconditional, block);
-        }
         if op.starts_with("brx.idx") {
             let table = operands.rsplit(',').next().unwrap_or("").trim();
             block
                 .targets
                 .extend(self.tables.get(table).cloned().unwrap_or_default());
-            return true_if(unconditional, block);
+        } else if op.starts_with("bra") {
+            block.targets.push(self.target(operands));
+        } else if !matches!(op, "exit" | "ret" | "trap") {
+            return None;
         }
-        if op == "exit" || op == "ret" || op == "trap" {
-            return true_if(unconditional, block);
-        }
-        false
+        Some(!guard.is_empty())
     }
 
     fn target(&self, label: &str) -> Target {
@@ -257,6 +252,19 @@ impl Kernel {
             }
         }
         let regs = self.names.len();
+        let written: Vec<Bits> = self
+            .blocks
+            .iter()
+            .map(|block| {
+                let mut bits = Bits::new(regs);
+                block
+                    .insts
+                    .iter()
+                    .flat_map(|i| &i.writes)
+                    .for_each(|&w| bits.set(w));
+                bits
+            })
+            .collect();
         let mut entry: Vec<Option<Bits>> = vec![None; n];
         entry[0] = Some(Bits::new(regs));
         let mut changed = true;
@@ -265,14 +273,9 @@ impl Kernel {
             for b in 1..n {
                 let mut meet: Option<Bits> = None;
                 for &p in &preds[b] {
-                    let Some(mut out) = entry[p].clone() else {
+                    let Some(out) = entry[p].as_ref().map(|e| e.or(&written[p])) else {
                         continue;
                     };
-                    self.blocks[p]
-                        .insts
-                        .iter()
-                        .flat_map(|i| &i.writes)
-                        .for_each(|&w| out.set(w));
                     meet = Some(match meet {
                         None => out,
                         Some(m) => m.and(&out),
@@ -294,12 +297,6 @@ fn is_label(name: &str) -> bool {
         && name
             .chars()
             .all(|c| c == '$' || c == '_' || c.is_ascii_alphanumeric())
-}
-
-/// A jump guarded by a predicate falls through too.
-fn true_if(unconditional: bool, block: &mut Block) -> bool {
-    block.falls_through = !unconditional;
-    true
 }
 
 /// The destination operand(s) of `op` and the rest. Stores, reductions and asynchronous
@@ -353,6 +350,9 @@ impl Bits {
     }
     fn has(&self, i: usize) -> bool {
         self.0[i / 64] & (1 << (i % 64)) != 0
+    }
+    fn or(&self, other: &Bits) -> Bits {
+        Bits(self.0.iter().zip(&other.0).map(|(a, b)| a | b).collect())
     }
     fn and(mut self, other: &Bits) -> Bits {
         self.0.iter_mut().zip(&other.0).for_each(|(a, b)| *a &= b);
