@@ -42,6 +42,11 @@ vyre-compare: floor vs vyre-driver-cuda 0.7.2 vs vyre-cuda, on one GPU
     --reps N         repetitions per module and directory (default 5)
     --ptxas-out FILE every module's numbers as TSV (default ptxas_time.tsv)
     --ptxas-filter S only the modules whose file name contains S
+  --jit-time DIR,DIR[,DIR...]
+                     GPU: the same interleaved table, timed by the driver's JIT in this process
+                     (cuModuleLoadData wall time on device 0, each text salted with an unused
+                     `.global` so no cache entry hits; run with CUDA_CACHE_DISABLE=1); takes
+                     --reps, --ptxas-out and --ptxas-filter
 ";
 
 pub struct Opts {
@@ -85,6 +90,7 @@ pub fn parse_opts() -> Opts {
         child_out: None,
     };
     let mut ptxas_dirs: Option<Vec<PathBuf>> = None;
+    let mut driver_jit = false;
     let mut ptxas = std::env::var_os("VYRE_CUDA_PTXAS")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("../../.tools/cuda-nvcc/nvidia/cu13/bin/ptxas"));
@@ -118,6 +124,10 @@ pub fn parse_opts() -> Opts {
                         .collect(),
                 )
             }
+            "--jit-time" => {
+                driver_jit = true;
+                ptxas_dirs = Some(value("--jit-time").split(',').map(PathBuf::from).collect())
+            }
             "--ptxas" => ptxas = value("--ptxas").into(),
             "--ptxas-out" => ptxas_out = value("--ptxas-out").into(),
             "--ptxas-filter" => ptxas_filter = Some(value("--ptxas-filter")),
@@ -150,6 +160,7 @@ pub fn parse_opts() -> Opts {
     }
     opts.ptxas_time = ptxas_dirs.map(|dirs| crate::ptxas_time::Args {
         ptxas,
+        driver_jit,
         dirs,
         reps: reps.max(1),
         out: ptxas_out,

@@ -195,7 +195,7 @@ fn per_module(sink: &mut Sink, probe: &mut Probe<'_>, ids: &[&'static str]) {
 }
 
 /// `text` with an unused `.global` named after `salt` after its header.
-fn salted(text: &str, salt: u64) -> String {
+pub fn salted(text: &str, salt: u64) -> String {
     match text.find(".address_size 64\n") {
         Some(at) => {
             let end = at + ".address_size 64\n".len();

@@ -7,7 +7,7 @@ pub(crate) mod corpus;
 mod diagnostics;
 mod elementwise;
 mod emit_corpus;
-mod jit_probe;
+pub mod jit_probe;
 mod latency;
 pub(crate) mod libs;
 mod reduce;
