@@ -74,7 +74,7 @@ impl ValKind {
     /// What the reference's element load yields for a buffer of `element`, if this
     /// emitter supports that element type.
     pub(crate) fn of_load(element: &DataType) -> Option<Self> {
-        Some(match element {
+        Some(match raw_alias(element) {
             DataType::U32 | DataType::Bool => Self::U32,
             DataType::I32 => Self::I32,
             DataType::F32 => Self::F32,
@@ -90,6 +90,23 @@ impl ValKind {
     }
 }
 
+/// The element type whose loads, stores, stride and length vyre-reference treats exactly
+/// like `element`'s. An 8-bit float is a `u8`: 8 bits wide, one byte apart, loaded as that
+/// raw byte (`Value::Bytes`, zero out of bounds), stored as the value's low byte. A
+/// quantized element is its storage type when that is such a raw type (the reference
+/// reads and writes the storage, ignoring scale and zero point). Every other type is
+/// itself: the 4-bit ones, for instance, are one byte apart but count two elements a byte.
+pub(crate) fn raw_alias(element: &DataType) -> &DataType {
+    match element {
+        DataType::F8E4M3 | DataType::F8E5M2 => &DataType::U8,
+        DataType::Quantized { storage, .. } => match raw_alias(storage) {
+            raw @ (DataType::U8 | DataType::I8 | DataType::U16 | DataType::I16) => raw,
+            _ => element,
+        },
+        _ => element,
+    }
+}
+
 /// The f32 bits standing for an out-of-bounds F16/BF16 load (`Value::Bytes([0, 0])`) in a
 /// [`ValKind::Half`] register: the smallest positive subnormal, a value no in-bounds load
 /// (and no f32 value, all of which are flushed) ever holds.
@@ -97,7 +114,7 @@ pub(crate) const OOB_HALF_BITS: u32 = 1;
 
 /// The byte stride of one element of a buffer this emitter can address, if supported.
 pub(crate) fn element_stride(element: &DataType) -> Option<u32> {
-    match element {
+    match raw_alias(element) {
         // A `Bytes` buffer is addressed per byte: its element count is its byte length.
         DataType::U8 | DataType::I8 | DataType::Bytes => Some(1),
         DataType::U16 | DataType::I16 | DataType::F16 | DataType::BF16 => Some(2),
@@ -105,5 +122,42 @@ pub(crate) fn element_stride(element: &DataType) -> Option<u32> {
         DataType::U64 | DataType::I64 | DataType::F64 | DataType::Vec2U32 => Some(8),
         DataType::Vec4U32 => Some(16),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vyre_spec::{QuantizationScale, QuantizationZeroPoint};
+
+    fn quantized(storage: DataType) -> DataType {
+        DataType::Quantized {
+            storage: Box::new(storage),
+            scale: QuantizationScale::PerTensor,
+            zero_point: QuantizationZeroPoint::Absent,
+        }
+    }
+
+    #[test]
+    fn eight_bit_floats_and_raw_quantized_storage_are_their_raw_integers() {
+        assert_eq!(raw_alias(&DataType::F8E4M3), &DataType::U8);
+        assert_eq!(raw_alias(&quantized(DataType::F8E5M2)), &DataType::U8);
+        assert_eq!(raw_alias(&quantized(DataType::I16)), &DataType::I16);
+        assert_eq!(ValKind::of_load(&DataType::F8E5M2), Some(ValKind::Bytes(1)));
+        assert_eq!(element_stride(&quantized(DataType::U16)), Some(2));
+    }
+
+    #[test]
+    fn four_bit_elements_stay_unsupported() {
+        // Two 4-bit elements share a byte in the reference's buffer length but not in its
+        // loads: not a u8 buffer.
+        for element in [
+            DataType::I4,
+            quantized(DataType::NF4),
+            quantized(DataType::FP4),
+        ] {
+            assert_eq!(raw_alias(&element), &element);
+            assert_eq!(element_stride(&element), None);
+        }
     }
 }

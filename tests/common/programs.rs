@@ -1726,7 +1726,98 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(super::subgroup_programs::constant_operand_cases());
     cases.extend(minmax_of_negation_cases());
     cases.extend(super::step_programs::step_machine_cases());
+    cases.extend(raw_alias_element_cases());
     cases
+}
+
+/// Buffers of 8-bit floats and of quantized elements stored as raw integers: the reference
+/// loads, stores and counts them exactly as `u8`/`u16` buffers (raw bytes, zero out of
+/// bounds, the value's low bytes stored), ignoring the format and the scale.
+pub fn raw_alias_element_cases() -> Vec<Case> {
+    use vyre_spec::{QuantizationScale, QuantizationZeroPoint};
+    let quantized = |storage: DataType| DataType::Quantized {
+        storage: Box::new(storage),
+        scale: QuantizationScale::PerTensor,
+        zero_point: QuantizationZeroPoint::Absent,
+    };
+    let bytes: Vec<u8> = (0..N)
+        .map(|i| (i as u8).wrapping_mul(91).wrapping_add(3))
+        .collect();
+    let past_half = || Expr::load("a", bin(BinOp::Add, gid(), Expr::u32(N / 2)));
+    // vyre's validator keeps these values in their own type: loads, stores, Lets, Selects.
+    let copy_through_let = |ty: DataType, n: u32| {
+        let mut program = elementwise(&[("a", ty.clone())], ty, n, Expr::var("v"));
+        let past = Expr::load("a", bin(BinOp::Add, gid(), Expr::u32(n / 2)));
+        let body = vec![
+            Node::let_bind("v", past),
+            Node::if_then(
+                bin(BinOp::Lt, gid(), Expr::u32(n)),
+                vec![Node::store("out", gid(), Expr::var("v"))],
+            ),
+        ];
+        program = Program::wrapped(program.buffers().to_vec(), [64, 1, 1], body);
+        program
+    };
+    vec![
+        Case::new(
+            "f8e4m3 load stored into an f8e4m3 buffer is its raw byte",
+            elementwise(&[("a", DataType::F8E4M3)], DataType::F8E4M3, N, ld("a")),
+            vec![bytes.clone()],
+        ),
+        Case::new(
+            "f8e5m2 load past the end is a zero byte",
+            elementwise(&[("a", DataType::F8E5M2)], DataType::F8E5M2, N, past_half()),
+            vec![bytes.clone()],
+        ),
+        Case::new(
+            "f8e4m3 select between an in-bounds and a past-the-end load",
+            elementwise(
+                &[("a", DataType::F8E4M3)],
+                DataType::F8E4M3,
+                N,
+                Expr::select(
+                    bin(
+                        BinOp::Lt,
+                        bin(BinOp::BitAnd, gid(), Expr::u32(3)),
+                        Expr::u32(2),
+                    ),
+                    ld("a"),
+                    past_half(),
+                ),
+            ),
+            vec![bytes.clone()],
+        ),
+        Case::new(
+            "f8e5m2 buffer length counts its bytes",
+            elementwise(
+                &[("a", DataType::F8E5M2)],
+                DataType::U32,
+                N,
+                bin(BinOp::Add, Expr::buf_len("a"), gid()),
+            ),
+            vec![[bytes.as_slice(), &[1, 2, 3, 4, 5, 6, 7]].concat()],
+        ),
+        Case::new(
+            "quantized u8 storage loads raw bytes, zero past the end",
+            elementwise(
+                &[("a", quantized(DataType::U8))],
+                quantized(DataType::U8),
+                N,
+                past_half(),
+            ),
+            vec![bytes.clone()],
+        ),
+        Case::new(
+            "quantized f8e5m2 storage copied through a Let",
+            copy_through_let(quantized(DataType::F8E5M2), N),
+            vec![bytes.clone()],
+        ),
+        Case::new(
+            "quantized i16 storage copied through a Let, two raw bytes an element",
+            copy_through_let(quantized(DataType::I16), N / 2),
+            vec![bytes],
+        ),
+    ]
 }
 
 /// i32 `Max(a, Max(b, -x))` and `Min(a, Min(b, -x))`: ptxas fused such chains into one
