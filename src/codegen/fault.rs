@@ -51,10 +51,14 @@ pub enum DeviceFault {
     /// A binary operator received a bytes load (the rest of a bytes buffer, a
     /// `Value::Bytes`), which the reference's operators reject as mismatched operands.
     BytesOperand = 20,
+    /// An operator received a fixed-size raw value (a load of a u8, i8, u16, i16, i64,
+    /// vec, 8-bit float or handle element, or a value cast to bytes: a `Value::Bytes`),
+    /// which the reference's operators reject.
+    RawOperand = 21,
 }
 
 impl DeviceFault {
-    const ALL: [DeviceFault; 20] = [
+    const ALL: [DeviceFault; 21] = [
         Self::SignedDivisionByZero,
         Self::SignedDivisionOverflow,
         Self::SignedRemainderByZero,
@@ -75,6 +79,7 @@ impl DeviceFault {
         Self::AsyncTransferPending,
         Self::SubgroupLanesNotCombinable,
         Self::BytesOperand,
+        Self::RawOperand,
     ];
 
     /// The fault word value.
@@ -117,6 +122,7 @@ impl DeviceFault {
             Self::AsyncWaitWithoutStart => "an async wait has no matching async transfer",
             Self::AsyncTransferPending => "an invocation completed with an async transfer still pending",
             Self::BytesOperand => "a binary operator received mismatched operands: a load of a bytes buffer is raw bytes (the rest of the buffer), not a number",
+            Self::RawOperand => "an operator received raw bytes, not a number: the reference loads u8, i8, u16, i16, i64, vec, 8-bit float and handle elements (and holds values cast to bytes) as raw bytes, which no operator takes",
         }
     }
 
@@ -157,6 +163,9 @@ impl DeviceFault {
             }
             Self::BytesOperand => {
                 "read single bytes from a u8 buffer, or words from a u32 buffer, to compute with them"
+            }
+            Self::RawOperand => {
+                "Cast the load to u32 or i32 (or a wide one to u64) before computing with it"
             }
         }
     }

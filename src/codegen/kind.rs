@@ -83,6 +83,8 @@ impl ValKind {
             DataType::U8 | DataType::I8 => Self::Bytes(1),
             DataType::F16 | DataType::BF16 => Self::Half,
             DataType::U16 | DataType::I16 => Self::Bytes(2),
+            // A handle is its four raw bytes (`Value::Bytes`), not a u32.
+            DataType::Handle(_) => Self::Bytes(4),
             DataType::I64 | DataType::Vec2U32 => Self::Bytes(8),
             DataType::Vec4U32 => Self::Bytes(16),
             _ => return None,
@@ -118,7 +120,9 @@ pub(crate) fn element_stride(element: &DataType) -> Option<u32> {
         // A `Bytes` buffer is addressed per byte: its element count is its byte length.
         DataType::U8 | DataType::I8 | DataType::Bytes => Some(1),
         DataType::U16 | DataType::I16 | DataType::F16 | DataType::BF16 => Some(2),
-        DataType::U32 | DataType::I32 | DataType::F32 | DataType::Bool => Some(4),
+        DataType::U32 | DataType::I32 | DataType::F32 | DataType::Bool | DataType::Handle(_) => {
+            Some(4)
+        }
         DataType::U64 | DataType::I64 | DataType::F64 | DataType::Vec2U32 => Some(8),
         DataType::Vec4U32 => Some(16),
         _ => None,
@@ -145,6 +149,13 @@ mod tests {
         assert_eq!(raw_alias(&quantized(DataType::I16)), &DataType::I16);
         assert_eq!(ValKind::of_load(&DataType::F8E5M2), Some(ValKind::Bytes(1)));
         assert_eq!(element_stride(&quantized(DataType::U16)), Some(2));
+    }
+
+    #[test]
+    fn a_handle_is_four_raw_bytes() {
+        let handle = DataType::Handle(vyre_spec::TypeId(3));
+        assert_eq!(ValKind::of_load(&handle), Some(ValKind::Bytes(4)));
+        assert_eq!(element_stride(&handle), Some(4));
     }
 
     #[test]

@@ -1727,6 +1727,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(minmax_of_negation_cases());
     cases.extend(super::step_programs::step_machine_cases());
     cases.extend(raw_alias_element_cases());
+    cases.extend(raw_operand_cases());
     cases
 }
 
@@ -1743,6 +1744,7 @@ pub fn raw_alias_element_cases() -> Vec<Case> {
     let bytes: Vec<u8> = (0..N)
         .map(|i| (i as u8).wrapping_mul(91).wrapping_add(3))
         .collect();
+    let handle = DataType::Handle(vyre_spec::TypeId(0x4A));
     let past_half = || Expr::load("a", bin(BinOp::Add, gid(), Expr::u32(N / 2)));
     // vyre's validator keeps these values in their own type: loads, stores, Lets, Selects.
     let copy_through_let = |ty: DataType, n: u32| {
@@ -1815,9 +1817,98 @@ pub fn raw_alias_element_cases() -> Vec<Case> {
         Case::new(
             "quantized i16 storage copied through a Let, two raw bytes an element",
             copy_through_let(quantized(DataType::I16), N / 2),
-            vec![bytes],
+            vec![bytes.clone()],
         ),
+        Case::new(
+            "handle buffer copied through a Let, four raw bytes an element",
+            copy_through_let(handle.clone(), N / 4),
+            vec![bytes.clone()],
+        ),
+        Case::new(
+            "handle select between an in-bounds and a past-the-end load",
+            elementwise(
+                &[("a", handle.clone())],
+                handle.clone(),
+                N / 4,
+                Expr::select(
+                    bin(
+                        BinOp::Eq,
+                        bin(BinOp::BitAnd, gid(), Expr::u32(1)),
+                        Expr::u32(0),
+                    ),
+                    ld("a"),
+                    Expr::load("a", bin(BinOp::Add, gid(), Expr::u32(N / 8))),
+                ),
+            ),
+            vec![bytes.clone()],
+        ),
+        // Handles are raw bytes to the reference's operators: comparing two fails the
+        // dispatch where it runs.
+        Case::new(
+            "handle comparison is a run-time error",
+            elementwise(
+                &[("a", handle.clone())],
+                DataType::U32,
+                N / 4,
+                Expr::select(bin(BinOp::Eq, ld("a"), ld("a")), Expr::u32(1), Expr::u32(2)),
+            ),
+            vec![bytes.clone()],
+        )
+        .failing(),
     ]
+}
+
+/// Operators on raw values (loads of u8/i64/handle elements, `Value::Bytes` in the
+/// reference) fail the dispatch where they run and only there: behind a branch no
+/// invocation takes the program runs; taken by some invocations, it fails.
+pub fn raw_operand_cases() -> Vec<Case> {
+    let bytes: Vec<u8> = (0..N * 8).map(|i| (i as u8).wrapping_mul(29)).collect();
+    let raw_op = |ty: DataType, op: BinOp, from: u32| {
+        let value = bin(op, ld("a"), ld("a"));
+        let value = match op {
+            BinOp::Eq | BinOp::Lt => Expr::select(value, Expr::u32(1), Expr::u32(2)),
+            _ => cast(DataType::U32, value),
+        };
+        let body = vec![Node::if_then(
+            bin(BinOp::Lt, gid(), Expr::u32(N)),
+            vec![
+                Node::store("out", gid(), Expr::u32(7)),
+                Node::if_then(
+                    bin(BinOp::Ge, gid(), Expr::u32(from)),
+                    vec![Node::store("out", gid(), value)],
+                ),
+            ],
+        )];
+        Program::wrapped(
+            vec![
+                BufferDecl::read("a", 0, ty).with_count(N),
+                BufferDecl::output("out", 1, DataType::U32).with_count(N),
+            ],
+            [64, 1, 1],
+            body,
+        )
+    };
+    let mut cases = Vec::new();
+    for (name, ty, op) in [
+        ("u8 add", DataType::U8, BinOp::Add),
+        ("i64 less-than", DataType::I64, BinOp::Lt),
+        ("f8e4m3 equality", DataType::F8E4M3, BinOp::Eq),
+    ] {
+        cases.push(Case::new(
+            format!("{name} behind a branch no invocation takes runs"),
+            raw_op(ty.clone(), op, u32::MAX),
+            vec![bytes.clone()],
+        ));
+        cases.push(
+            Case::new(
+                format!("{name} reached by some invocations fails"),
+                raw_op(ty, op, N - 3),
+                vec![bytes.clone()],
+            )
+            .failing(),
+        );
+    }
+    cases
 }
 
 /// i32 `Max(a, Max(b, -x))` and `Min(a, Min(b, -x))`: ptxas fused such chains into one

@@ -14,6 +14,7 @@
 //! stores already have.
 
 use super::memory::Space;
+use super::ops::binop_is_boolean;
 use super::{Lowerer, Val};
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
@@ -212,18 +213,7 @@ impl<'p> Lowerer<'p> {
             }
         }
         self.fault_always(DeviceFault::BytesOperand);
-        let boolean = matches!(
-            op,
-            BinOp::Eq
-                | BinOp::Ne
-                | BinOp::Lt
-                | BinOp::Le
-                | BinOp::Gt
-                | BinOp::Ge
-                | BinOp::And
-                | BinOp::Or
-        );
-        Ok(match (boolean, fixed) {
+        Ok(match (binop_is_boolean(op), fixed) {
             (false, Some(value)) => value,
             (true, _) => Val::new(ValKind::Bool, self.imm_b32(0)),
             (false, None) => Val::new(ValKind::U32, self.imm_b32(0)),

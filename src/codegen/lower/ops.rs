@@ -213,6 +213,21 @@ fn is_float(kind: ValKind) -> bool {
     matches!(kind, ValKind::F32 | ValKind::F64 | ValKind::Half)
 }
 
+/// Whether `op` yields a bool (comparisons and logic).
+pub(super) fn binop_is_boolean(op: BinOp) -> bool {
+    matches!(
+        op,
+        BinOp::Eq
+            | BinOp::Ne
+            | BinOp::Lt
+            | BinOp::Le
+            | BinOp::Gt
+            | BinOp::Ge
+            | BinOp::And
+            | BinOp::Or
+    )
+}
+
 fn unsupported_binop(op: BinOp, kind: ValKind) -> CodegenError {
     CodegenError::unsupported(
         format!("BinOp::{op:?} on {}", kind.name()),
@@ -266,6 +281,12 @@ impl Lowerer<'_> {
         } else {
             (l, r)
         };
+        if let Some(raw) = [l, r]
+            .into_iter()
+            .find(|v| matches!(v.kind, ValKind::Bytes(_)))
+        {
+            return Ok(self.raw_operand(binop_is_boolean(op), raw));
+        }
         if l.kind != r.kind {
             return Err(CodegenError::unsupported(
                 format!("BinOp::{op:?} on mismatched operands"),
@@ -280,6 +301,19 @@ impl Lowerer<'_> {
             ValKind::Bool => self.bool_binop(op, l.reg, r.reg),
             ValKind::F32 => self.f32_binop(op, l.reg, r.reg),
             ValKind::F64 | ValKind::Half | ValKind::Bytes(_) => Err(unsupported_binop(op, l.kind)),
+        }
+    }
+
+    /// An operator reached a fixed-size raw value (`ValKind::Bytes`), which the
+    /// reference's operators reject whenever they run: the lanes that get here fault, and
+    /// the value standing in for the result (discarded with them) is false for a
+    /// comparison or test, the raw operand itself otherwise (the type vyre's validator
+    /// gives such an expression).
+    fn raw_operand(&mut self, boolean: bool, raw: Val) -> Val {
+        self.fault_always(DeviceFault::RawOperand);
+        match boolean {
+            true => Val::new(ValKind::Bool, self.imm_b32(0)),
+            false => raw,
         }
     }
 
@@ -498,6 +532,9 @@ impl Lowerer<'_> {
     }
 
     pub(crate) fn put_unop(&mut self, op: &UnOp, v: Val) -> Result<Val, CodegenError> {
+        if matches!(v.kind, ValKind::Bytes(_)) {
+            return Ok(self.raw_operand(f32_test(op).is_some(), v));
+        }
         if let Some((shift, mask)) = unpack_shift_mask(op) {
             if !matches!(v.kind, ValKind::U32 | ValKind::I32) {
                 return Err(unsupported_unop(op, v.kind));
