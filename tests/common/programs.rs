@@ -72,20 +72,25 @@ fn ld(buffer: &str) -> Expr {
 
 /// `out[i] = body(i)` for `i < n`, with the given input buffers.
 fn elementwise(inputs: &[(&str, DataType)], out: DataType, n: u32, value: Expr) -> Program {
-    let mut buffers: Vec<BufferDecl> = inputs
-        .iter()
-        .enumerate()
-        .map(|(i, (name, ty))| BufferDecl::read(name, i as u32, ty.clone()).with_count(n))
-        .collect();
-    buffers.push(BufferDecl::output("out", inputs.len() as u32, out).with_count(n));
     Program::wrapped(
-        buffers,
+        elementwise_buffers(inputs, out, n),
         [64, 1, 1],
         vec![Node::if_then(
             bin(BinOp::Lt, gid(), Expr::u32(n)),
             vec![Node::store("out", gid(), value)],
         )],
     )
+}
+
+/// [`elementwise`]'s buffers: the inputs, then `out`, `n` elements each.
+fn elementwise_buffers(inputs: &[(&str, DataType)], out: DataType, n: u32) -> Vec<BufferDecl> {
+    let mut buffers: Vec<BufferDecl> = inputs
+        .iter()
+        .enumerate()
+        .map(|(i, (name, ty))| BufferDecl::read(name, i as u32, ty.clone()).with_count(n))
+        .collect();
+    buffers.push(BufferDecl::output("out", inputs.len() as u32, out).with_count(n));
+    buffers
 }
 
 fn edge_u32(rng: &mut Rng, n: u32) -> Vec<u32> {
@@ -1748,7 +1753,6 @@ pub fn raw_alias_element_cases() -> Vec<Case> {
     let past_half = || Expr::load("a", bin(BinOp::Add, gid(), Expr::u32(N / 2)));
     // vyre's validator keeps these values in their own type: loads, stores, Lets, Selects.
     let copy_through_let = |ty: DataType, n: u32| {
-        let mut program = elementwise(&[("a", ty.clone())], ty, n, Expr::var("v"));
         let past = Expr::load("a", bin(BinOp::Add, gid(), Expr::u32(n / 2)));
         let body = vec![
             Node::let_bind("v", past),
@@ -1757,8 +1761,11 @@ pub fn raw_alias_element_cases() -> Vec<Case> {
                 vec![Node::store("out", gid(), Expr::var("v"))],
             ),
         ];
-        program = Program::wrapped(program.buffers().to_vec(), [64, 1, 1], body);
-        program
+        Program::wrapped(
+            elementwise_buffers(&[("a", ty.clone())], ty, n),
+            [64, 1, 1],
+            body,
+        )
     };
     vec![
         Case::new(
@@ -1880,10 +1887,7 @@ pub fn raw_operand_cases() -> Vec<Case> {
             ],
         )];
         Program::wrapped(
-            vec![
-                BufferDecl::read("a", 0, ty).with_count(N),
-                BufferDecl::output("out", 1, DataType::U32).with_count(N),
-            ],
+            elementwise_buffers(&[("a", ty)], DataType::U32, N),
             [64, 1, 1],
             body,
         )

@@ -212,12 +212,8 @@ impl<'p> Lowerer<'p> {
                 fixed = Some(self.put_expr(operand)?);
             }
         }
-        self.fault_always(DeviceFault::BytesOperand);
-        Ok(match (binop_is_boolean(op), fixed) {
-            (false, Some(value)) => value,
-            (true, _) => Val::new(ValKind::Bool, self.imm_b32(0)),
-            (false, None) => Val::new(ValKind::U32, self.imm_b32(0)),
-        })
+        let boolean = binop_is_boolean(op);
+        Ok(self.rejected_operator(DeviceFault::BytesOperand, boolean, fixed))
     }
 
     /// Bind `name` to a view (`Let name = view`), in registers of its own so that an

@@ -285,7 +285,8 @@ impl Lowerer<'_> {
             .into_iter()
             .find(|v| matches!(v.kind, ValKind::Bytes(_)))
         {
-            return Ok(self.raw_operand(binop_is_boolean(op), raw));
+            let boolean = binop_is_boolean(op);
+            return Ok(self.rejected_operator(DeviceFault::RawOperand, boolean, Some(raw)));
         }
         if l.kind != r.kind {
             return Err(CodegenError::unsupported(
@@ -304,16 +305,21 @@ impl Lowerer<'_> {
         }
     }
 
-    /// An operator reached a fixed-size raw value (`ValKind::Bytes`), which the
-    /// reference's operators reject whenever they run: the lanes that get here fault, and
-    /// the value standing in for the result (discarded with them) is false for a
-    /// comparison or test, the raw operand itself otherwise (the type vyre's validator
-    /// gives such an expression).
-    fn raw_operand(&mut self, boolean: bool, raw: Val) -> Val {
-        self.fault_always(DeviceFault::RawOperand);
-        match boolean {
-            true => Val::new(ValKind::Bool, self.imm_b32(0)),
-            false => raw,
+    /// An operator the reference rejects whenever it runs (a raw or bytes operand): the
+    /// lanes that get here record `fault`, and the value standing in for the result
+    /// (discarded with them) is false for a comparison or test, else the fixed operand
+    /// (the type vyre's validator gives such an expression), else a u32 zero.
+    pub(super) fn rejected_operator(
+        &mut self,
+        fault: DeviceFault,
+        boolean: bool,
+        fixed: Option<Val>,
+    ) -> Val {
+        self.fault_always(fault);
+        match (boolean, fixed) {
+            (false, Some(value)) => value,
+            (true, _) => Val::new(ValKind::Bool, self.imm_b32(0)),
+            (false, None) => Val::new(ValKind::U32, self.imm_b32(0)),
         }
     }
 
@@ -533,7 +539,8 @@ impl Lowerer<'_> {
 
     pub(crate) fn put_unop(&mut self, op: &UnOp, v: Val) -> Result<Val, CodegenError> {
         if matches!(v.kind, ValKind::Bytes(_)) {
-            return Ok(self.raw_operand(f32_test(op).is_some(), v));
+            let boolean = f32_test(op).is_some();
+            return Ok(self.rejected_operator(DeviceFault::RawOperand, boolean, Some(v)));
         }
         if let Some((shift, mask)) = unpack_shift_mask(op) {
             if !matches!(v.kind, ValKind::U32 | ValKind::I32) {
