@@ -95,6 +95,18 @@ impl Jit {
             }
         }
     }
+
+    /// Stop the helper, if one runs: it holds a CUDA context of its own (about half a GiB
+    /// of device memory on an H200), which a backend's shutdown must give back.
+    pub(crate) fn stop(&self) {
+        if let Self::Isolated(isolated) = self {
+            let running = match isolated.process.lock() {
+                Ok(mut slot) => slot.take(),
+                Err(poisoned) => poisoned.into_inner().take(),
+            };
+            drop(running);
+        }
+    }
 }
 
 /// The client side of the helper.
@@ -306,6 +318,44 @@ mod tests {
             );
             assert!(jit.process.lock().unwrap().is_none());
         }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `stop` kills and reaps a running helper (a backend's shutdown gives its context back).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn stop_ends_the_running_helper() {
+        let dir = std::env::temp_dir().join(format!("vyre-cuda-jit-stop-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("idle-helper");
+        let written = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("printf '#!/bin/sh\\nexec sleep 600\\n' > \"$1\" && chmod 755 \"$1\"")
+            .arg("sh")
+            .arg(&script)
+            .status()
+            .unwrap();
+        assert!(written.success());
+        let jit = Jit::new(Some(script), 0);
+        let Jit::Isolated(isolated) = &jit else {
+            unreachable!("a helper path gives an isolated JIT")
+        };
+        let pid = {
+            let mut slot = isolated.process.lock().unwrap();
+            let process = isolated.spawn().unwrap();
+            let pid = process.child.id();
+            *slot = Some(process);
+            pid
+        };
+        let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+        assert!(proc_dir.exists());
+        jit.stop();
+        assert!(isolated.process.lock().unwrap().is_none());
+        assert!(
+            !proc_dir.exists(),
+            "the helper {pid} still runs (or was not reaped)"
+        );
+        jit.stop();
         let _ = std::fs::remove_dir_all(&dir);
     }
 

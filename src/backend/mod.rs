@@ -609,7 +609,8 @@ impl CudaBackend {
             .map_err(|e| self.core.driver_error(e))
     }
 
-    /// Release everything: resident buffers, cached kernels, pools, streams. Afterwards
+    /// Release everything: resident buffers, cached kernels, pools, streams, the JIT
+    /// helper process (with its CUDA context) when one runs. Afterwards
     /// every call fails with [`CudaError::ShutDown`]. Memory that a dispatch still running
     /// on another thread uses is released when that dispatch finishes.
     pub fn shutdown(&self) -> Result<(), CudaError> {
@@ -836,6 +837,7 @@ impl Core {
         self.graphs.clear();
         drop(self.resident.drain());
         self.kernels.clear();
+        self.jit.stop();
         self.pool.close();
         self.small.close();
         self.staging.close();
