@@ -186,6 +186,28 @@ fn atomics_on_eight_byte_buffers_are_refused_by_both() {
     both_refuse(&program, "atomic on a u64 buffer", "V014:");
 }
 
+/// The reference would address atomics on a 4-bit buffer four bytes apart (its atomic
+/// stride is at least 4), but vyre's validator refuses them first.
+#[test]
+fn atomics_on_four_bit_buffers_are_refused_by_both() {
+    let add = Expr::Atomic {
+        op: AtomicOp::Add,
+        buffer: "w".into(),
+        index: Box::new(gid()),
+        expected: None,
+        value: Box::new(Expr::u32(1)),
+        ordering: MemoryOrdering::Relaxed,
+    };
+    let program = program_with(
+        vec![
+            Node::let_bind("x", add),
+            Node::store("out", gid(), Expr::u32(0)),
+        ],
+        BufferDecl::read_write("w", 3, DataType::I4).with_count(8),
+    );
+    both_refuse(&program, "atomic on a i4 buffer", "V014:");
+}
+
 #[test]
 fn half_casts_from_signed_integers_are_refused_by_both() {
     let signed = Expr::cast(DataType::I32, Expr::load("b", gid()));

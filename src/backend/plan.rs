@@ -73,7 +73,9 @@ impl DispatchPlan {
                 let index = next_input;
                 next_input += 1;
                 let len = input_lens[index];
-                let required = decl.count() as usize * stride;
+                let required =
+                    crate::codegen::declared_bytes(&binding.element, decl.count(), stride as u32)
+                        as usize;
                 if len < required {
                     return Err(CudaError::invalid_input(
                         format!(
@@ -171,10 +173,13 @@ impl DispatchPlan {
                     "split the dispatch so every buffer is indexable with u32",
                 )
             })?;
+            // The grid follows the reference's element counts (two 4-bit elements a byte);
+            // the kernel gets the elements it can address.
+            let counted = crate::codegen::buf_len(&binding.element, len as u64);
             if binding.role.is_returned() {
-                max_returned = max_returned.max(elements);
+                max_returned = max_returned.max(counted);
             } else {
-                max_other = max_other.max(elements);
+                max_other = max_other.max(counted);
             }
             bindings.push(BindingBytes {
                 len,

@@ -1,7 +1,7 @@
 //! The kernel's launch and argument ABI, derived from the program exactly as
 //! `vyre-reference` assigns inputs and outputs.
 
-use super::kind::element_stride;
+use super::kind::{declared_bytes, element_stride};
 use super::CodegenError;
 use std::ops::Range;
 use std::sync::Arc;
@@ -307,6 +307,8 @@ pub(crate) struct SharedBuffer {
     /// Index into `Program::buffers()`.
     pub(crate) decl_index: usize,
     pub(crate) element: DataType,
+    /// Elements that can be addressed: the declared count, or for 4-bit elements the
+    /// bytes the reference allocates (one element a byte in loads and stores).
     pub(crate) count: u32,
     pub(crate) offset: u32,
 }
@@ -356,7 +358,7 @@ fn element_size(decl: &BufferDecl) -> Result<u32, CodegenError> {
         return Ok(stride);
     }
     let use_instead =
-        "use u8/i8/u16/i16/f16/bf16/u32/i32/f32/bool/u64/i64/f64/vec2<u32>/vec4<u32>/bytes elements";
+        "use u8/i8/u16/i16/f16/bf16/f8/4-bit/u32/i32/f32/bool/u64/i64/f64/handle/vec2<u32>/vec4<u32>/bytes elements";
     if element.size_bytes().is_none() {
         return Err(CodegenError::unsupported(
             format!("buffer of unsized element type {element}"),
@@ -384,16 +386,17 @@ fn shared_buffer(
     element_size: u32,
     shared_bytes: &mut u64,
 ) -> Result<SharedBuffer, CodegenError> {
-    // A bytes buffer holds `count` bytes, as the reference's workgroup memory does.
+    // The reference allocates the declared (packed) size: `count` bytes of a bytes
+    // buffer, two 4-bit elements a byte; `count` is then the elements that can be addressed.
     let element = decl.element();
-    let bytes = u64::from(decl.count()) * u64::from(element_size);
+    let bytes = declared_bytes(&element, decl.count(), element_size);
     *shared_bytes = shared_bytes.next_multiple_of(16);
     let offset = u32::try_from(*shared_bytes).map_err(|_| shared_too_large(*shared_bytes))?;
     *shared_bytes += bytes;
     Ok(SharedBuffer {
         decl_index,
         element,
-        count: decl.count(),
+        count: u32::try_from(bytes / u64::from(element_size)).unwrap_or(u32::MAX),
         offset,
     })
 }
@@ -412,7 +415,7 @@ pub(crate) fn role(decl: &BufferDecl) -> BindingRole {
 fn binding(decl_index: usize, decl: &BufferDecl, element_size: u32) -> KernelBinding {
     let role = role(decl);
     let output_bytes = if role == BindingRole::Output {
-        decl.count() as usize * element_size as usize
+        declared_bytes(&decl.element(), decl.count(), element_size) as usize
     } else {
         0
     };

@@ -92,20 +92,46 @@ impl ValKind {
     }
 }
 
-/// The element type whose loads, stores, stride and length vyre-reference treats exactly
-/// like `element`'s. An 8-bit float is a `u8`: 8 bits wide, one byte apart, loaded as that
-/// raw byte (`Value::Bytes`, zero out of bounds), stored as the value's low byte. A
-/// quantized element is its storage type when that is such a raw type (the reference
-/// reads and writes the storage, ignoring scale and zero point). Every other type is
-/// itself: the 4-bit ones, for instance, are one byte apart but count two elements a byte.
+/// The element type whose loads, stores and stride vyre-reference treats exactly like
+/// `element`'s. An 8-bit float is a `u8`: 8 bits wide, one byte apart, loaded as that raw
+/// byte (`Value::Bytes`, zero out of bounds), stored as the value's low byte. The 4-bit
+/// types (`I4`, `FP4`, `NF4`) load and store the same way (their `min_bytes` is 1 and their
+/// storage width one byte), but count two elements a byte in `BufLen` and in the buffer's
+/// declared size: see [`buf_len`] and [`declared_bytes`], which take the element itself.
+/// A quantized element is its storage type when that is such a raw type (the reference
+/// reads and writes the storage, ignoring scale and zero point).
 pub(crate) fn raw_alias(element: &DataType) -> &DataType {
     match element {
-        DataType::F8E4M3 | DataType::F8E5M2 => &DataType::U8,
+        DataType::F8E4M3 | DataType::F8E5M2 | DataType::I4 | DataType::FP4 | DataType::NF4 => {
+            &DataType::U8
+        }
         DataType::Quantized { storage, .. } => match raw_alias(storage) {
             raw @ (DataType::U8 | DataType::I8 | DataType::U16 | DataType::I16) => raw,
             _ => element,
         },
         _ => element,
+    }
+}
+
+/// The reference's `Buffer::len` (what `BufLen` reads, and what its dispatch sizes the grid
+/// from) of a buffer of `element` holding `byte_len` bytes: by the element's bit width where
+/// it has one (two 4-bit elements a byte), else by its byte size; saturated to `u32::MAX`.
+pub(crate) fn buf_len(element: &DataType, byte_len: u64) -> u32 {
+    let count = match (element.bit_width(), element.size_bytes()) {
+        (Some(bits), _) => byte_len.saturating_mul(8) / bits as u64,
+        (None, Some(stride)) if stride > 0 => byte_len / stride as u64,
+        _ => byte_len,
+    };
+    u32::try_from(count).unwrap_or(u32::MAX)
+}
+
+/// The bytes the reference allocates for `count` elements of `element` (an output, a
+/// workgroup buffer) and requires of an input: vyre's packed size (two 4-bit elements a
+/// byte, rounded up), else `count` strides.
+pub(crate) fn declared_bytes(element: &DataType, count: u32, stride: u32) -> u64 {
+    match element.packed_size_bytes(count as usize) {
+        Ok(Some(bytes)) => bytes as u64,
+        _ => u64::from(count) * u64::from(stride),
     }
 }
 
@@ -159,16 +185,29 @@ mod tests {
     }
 
     #[test]
-    fn four_bit_elements_stay_unsupported() {
-        // Two 4-bit elements share a byte in the reference's buffer length but not in its
-        // loads: not a u8 buffer.
+    fn four_bit_elements_load_like_bytes_but_count_two_a_byte() {
         for element in [
             DataType::I4,
             quantized(DataType::NF4),
             quantized(DataType::FP4),
         ] {
-            assert_eq!(raw_alias(&element), &element);
-            assert_eq!(element_stride(&element), None);
+            assert_eq!(raw_alias(&element), &DataType::U8);
+            assert_eq!(element_stride(&element), Some(1));
+            assert_eq!(ValKind::of_load(&element), Some(ValKind::Bytes(1)));
+            assert_eq!(buf_len(&element, 5), 10);
+            assert_eq!(buf_len(&element, 1 << 31), u32::MAX);
+            assert_eq!(declared_bytes(&element, 3, 1), 2);
+            assert_eq!(declared_bytes(&element, 4, 1), 2);
         }
+    }
+
+    #[test]
+    fn other_elements_count_whole_strides() {
+        assert_eq!(buf_len(&DataType::U32, 10), 2);
+        assert_eq!(buf_len(&DataType::Vec4U32, 48), 3);
+        assert_eq!(buf_len(&DataType::Bytes, 7), 7);
+        assert_eq!(buf_len(&DataType::F8E4M3, 7), 7);
+        assert_eq!(declared_bytes(&DataType::U16, 3, 2), 6);
+        assert_eq!(declared_bytes(&DataType::Vec4U32, 3, 16), 48);
     }
 }

@@ -39,6 +39,7 @@ mod collective;
 mod error;
 mod fault;
 mod kind;
+pub(crate) use kind::{buf_len, declared_bytes};
 mod libm;
 mod lower;
 mod module;

@@ -1733,6 +1733,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(super::step_programs::step_machine_cases());
     cases.extend(raw_alias_element_cases());
     cases.extend(raw_operand_cases());
+    cases.extend(four_bit_element_cases());
     cases
 }
 
@@ -1862,6 +1863,84 @@ pub fn raw_alias_element_cases() -> Vec<Case> {
             vec![bytes.clone()],
         )
         .failing(),
+    ]
+}
+
+/// 4-bit elements (`I4`, `FP4`, `NF4`, quantized with 4-bit storage): the reference loads
+/// and stores them one byte apart as raw bytes, like `u8`, but counts two elements a byte in
+/// `BufLen`, in the grid it sizes from buffer lengths and in the bytes it allocates for a
+/// declared count (outputs and workgroup buffers hold `ceil(count / 2)` bytes).
+pub fn four_bit_element_cases() -> Vec<Case> {
+    use vyre_spec::{QuantizationScale, QuantizationZeroPoint};
+    let quantized = |storage: DataType| DataType::Quantized {
+        storage: Box::new(storage),
+        scale: QuantizationScale::PerGroup { group_size: 32 },
+        zero_point: QuantizationZeroPoint::PerGroup { group_size: 32 },
+    };
+    let bytes: Vec<u8> = (0..N)
+        .map(|i| (i as u8).wrapping_mul(57).wrapping_add(11))
+        .collect();
+    let lid = Expr::LocalId { axis: 0 };
+    let through_workgroup = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::I4).with_count(N),
+            BufferDecl::output("out", 1, DataType::I4).with_count(N),
+            BufferDecl::read_write("len", 2, DataType::U32).with_count(N),
+            BufferDecl::workgroup("tile", 64, DataType::I4),
+        ],
+        [64, 1, 1],
+        vec![
+            Node::store("tile", lid.clone(), ld("a")),
+            Node::barrier_with_ordering(MemoryOrdering::SeqCst),
+            Node::store(
+                "out",
+                gid(),
+                Expr::load("tile", bin(BinOp::BitXor, lid.clone(), Expr::u32(1))),
+            ),
+            Node::store(
+                "len",
+                gid(),
+                bin(BinOp::Add, Expr::buf_len("tile"), Expr::buf_len("out")),
+            ),
+        ],
+    );
+    vec![
+        // The output of N elements holds N / 2 bytes: stores past them are dropped.
+        Case::new(
+            "i4 load stored into an i4 output, one byte an element",
+            elementwise(&[("a", DataType::I4)], DataType::I4, N, ld("a")),
+            vec![bytes.clone()],
+        ),
+        Case::new(
+            "nf4 buffer length counts two elements a byte",
+            elementwise(
+                &[("a", DataType::NF4)],
+                DataType::U32,
+                N,
+                bin(BinOp::Add, Expr::buf_len("a"), gid()),
+            ),
+            vec![[bytes.as_slice(), &[1, 2, 3]].concat()],
+        ),
+        Case::new(
+            "quantized i4 storage loads raw bytes, zero past the end",
+            elementwise(
+                &[("a", quantized(DataType::I4))],
+                quantized(DataType::I4),
+                N,
+                Expr::load("a", bin(BinOp::Add, gid(), Expr::u32(N / 2))),
+            ),
+            vec![bytes.clone()],
+        ),
+        Case::new(
+            "fp4 output of N elements sizes the grid by its element count",
+            elementwise(&[("a", DataType::FP4)], DataType::FP4, N / 2, ld("a")),
+            vec![bytes[..(N / 2) as usize].to_vec()],
+        ),
+        Case::new(
+            "i4 workgroup buffer holds 32 bytes for 64 elements",
+            through_workgroup,
+            vec![bytes.clone(), vec![0; (N * 4) as usize]],
+        ),
     ]
 }
 

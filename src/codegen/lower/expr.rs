@@ -3,7 +3,7 @@
 use super::memory::Space;
 use super::{bytes, canonical_f32_bits_host, Ids, Lowerer, Val};
 use crate::codegen::fault::DeviceFault;
-use crate::codegen::kind::ValKind;
+use crate::codegen::kind::{buf_len, ValKind};
 use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
 use vyre_foundation::ir::{DataType, Expr};
@@ -140,8 +140,19 @@ impl<'p> Lowerer<'p> {
         let slot = self.slot(buffer)?;
         let reg = self.w.reg(RegClass::B32);
         match slot.space {
+            // The reference counts two 4-bit elements a byte (saturating at u32::MAX).
+            Space::Global { len, .. } if slot.element.bit_width() == Some(4) => {
+                let p = self.w.reg(RegClass::Pred);
+                emit!(self.w, "shl.b32 {reg}, {len}, 1");
+                emit!(self.w, "setp.ge.u32 {p}, {len}, 2147483648");
+                emit!(self.w, "selp.b32 {reg}, -1, {reg}, {p}");
+            }
             Space::Global { len, .. } => self.mov(reg, len),
-            Space::Shared { count, .. } => emit!(self.w, "mov.u32 {reg}, {count}"),
+            Space::Shared { count, .. } => {
+                let bytes = u64::from(count) * u64::from(slot.stride);
+                let len = buf_len(&slot.element, bytes);
+                emit!(self.w, "mov.u32 {reg}, {len}");
+            }
         }
         Ok(Val::new(ValKind::U32, reg))
     }
