@@ -5,6 +5,7 @@
 //! operation the reference would run for that variant.
 
 use super::writer::RegClass;
+use std::borrow::Cow;
 use vyre_foundation::ir::DataType;
 
 /// Which reference `Value` variant an expression produces.
@@ -74,7 +75,10 @@ impl ValKind {
     /// What the reference's element load yields for a buffer of `element`, if this
     /// emitter supports that element type.
     pub(crate) fn of_load(element: &DataType) -> Option<Self> {
-        Some(match raw_alias(element) {
+        if let Some(width) = unaddressed_width(element) {
+            return Some(Self::Bytes(width));
+        }
+        Some(match raw_alias(element).as_ref() {
             DataType::U32 | DataType::Bool => Self::U32,
             DataType::I32 => Self::I32,
             DataType::F32 => Self::F32,
@@ -100,16 +104,86 @@ impl ValKind {
 /// declared size: see [`buf_len`] and [`declared_bytes`], which take the element itself.
 /// A quantized element is its storage type when that is such a raw type (the reference
 /// reads and writes the storage, ignoring scale and zero point).
-pub(crate) fn raw_alias(element: &DataType) -> &DataType {
+pub(crate) fn raw_alias(element: &DataType) -> Cow<'_, DataType> {
     match element {
         DataType::F8E4M3 | DataType::F8E5M2 | DataType::I4 | DataType::FP4 | DataType::NF4 => {
-            &DataType::U8
+            Cow::Owned(DataType::U8)
         }
         DataType::Quantized { storage, .. } => match raw_alias(storage) {
-            raw @ (DataType::U8 | DataType::I8 | DataType::U16 | DataType::I16) => raw,
-            _ => element,
+            raw if matches!(
+                raw.as_ref(),
+                DataType::U8 | DataType::I8 | DataType::U16 | DataType::I16
+            ) =>
+            {
+                Cow::Owned(raw.into_owned())
+            }
+            _ => Cow::Borrowed(element),
         },
-        _ => element,
+        DataType::Vec { .. } => vec_alias(element).map_or(Cow::Borrowed(element), Cow::Owned),
+        _ => Cow::Borrowed(element),
+    }
+}
+
+/// A `Vec` of elements with a fixed storage width (in the reference's
+/// `fixed_scalar_storage_width`: 8/16-bit integers and floats, 4-bit types, handles, i64,
+/// nested such vectors) is loaded as that many raw bytes (zero out of bounds) and stored as
+/// the value's bytes: the raw type of the same width, when there is one. Not a vector of
+/// 4-bit elements of more than one lane (its bytes hold more elements than its stride
+/// counts), nor one whose lanes have no width in loads (see [`unaddressed_width`]).
+fn vec_alias(element: &DataType) -> Option<DataType> {
+    let width = fixed_storage_width(element)?;
+    if element.min_bytes() != width || element.bit_width() != Some(8 * width) {
+        return None;
+    }
+    Some(match width {
+        1 => DataType::U8,
+        2 => DataType::U16,
+        4 => DataType::Handle(vyre_spec::TypeId(0)),
+        8 => DataType::I64,
+        16 => DataType::Vec4U32,
+        _ => return None,
+    })
+}
+
+/// The reference's `fixed_scalar_storage_width`: the bytes a load of `element` yields
+/// (`Value::Bytes`) when it has a fixed scalar storage width.
+fn fixed_storage_width(element: &DataType) -> Option<usize> {
+    match element {
+        DataType::U8
+        | DataType::I8
+        | DataType::F8E4M3
+        | DataType::F8E5M2
+        | DataType::I4
+        | DataType::FP4
+        | DataType::NF4 => Some(1),
+        DataType::U16 | DataType::I16 | DataType::F16 | DataType::BF16 => Some(2),
+        DataType::Handle(_) | DataType::DeviceMesh { .. } => Some(4),
+        DataType::I64 => Some(8),
+        DataType::Array { element_size } => Some(*element_size),
+        DataType::Vec { element, count } => {
+            fixed_storage_width(element)?.checked_mul(usize::from(*count))
+        }
+        DataType::TensorShaped { element, shape } => shape
+            .iter()
+            .try_fold(fixed_storage_width(element)?, |width, &dim| {
+                width.checked_mul(dim as usize)
+            }),
+        DataType::Quantized { storage, .. } => fixed_storage_width(storage),
+        _ => None,
+    }
+}
+
+/// For an element the reference addresses with a zero stride (`min_bytes` 0: `Array`,
+/// `DeviceMesh`, vectors of them) but counts by its size: the width of the zero value every
+/// load yields (every store writes nothing), when this emitter holds such a value (1..=8
+/// or 16 bytes).
+pub(crate) fn unaddressed_width(element: &DataType) -> Option<u8> {
+    if element.min_bytes() != 0 || element.size_bytes().is_none_or(|size| size == 0) {
+        return None;
+    }
+    match fixed_storage_width(element)? {
+        width @ (1..=8 | 16) => Some(width as u8),
+        _ => None,
     }
 }
 
@@ -142,7 +216,11 @@ pub(crate) const OOB_HALF_BITS: u32 = 1;
 
 /// The byte stride of one element of a buffer this emitter can address, if supported.
 pub(crate) fn element_stride(element: &DataType) -> Option<u32> {
-    match raw_alias(element) {
+    if let Some(width) = unaddressed_width(element) {
+        // Never addressed: the host counts (and sizes) it by its size, as `BufLen` does.
+        return Some(u32::from(width));
+    }
+    match raw_alias(element).as_ref() {
         // A `Bytes` buffer is addressed per byte: its element count is its byte length.
         DataType::U8 | DataType::I8 | DataType::Bytes => Some(1),
         DataType::U16 | DataType::I16 | DataType::F16 | DataType::BF16 => Some(2),
@@ -170,9 +248,15 @@ mod tests {
 
     #[test]
     fn eight_bit_floats_and_raw_quantized_storage_are_their_raw_integers() {
-        assert_eq!(raw_alias(&DataType::F8E4M3), &DataType::U8);
-        assert_eq!(raw_alias(&quantized(DataType::F8E5M2)), &DataType::U8);
-        assert_eq!(raw_alias(&quantized(DataType::I16)), &DataType::I16);
+        assert_eq!(raw_alias(&DataType::F8E4M3).as_ref(), &DataType::U8);
+        assert_eq!(
+            raw_alias(&quantized(DataType::F8E5M2)).as_ref(),
+            &DataType::U8
+        );
+        assert_eq!(
+            raw_alias(&quantized(DataType::I16)).as_ref(),
+            &DataType::I16
+        );
         assert_eq!(ValKind::of_load(&DataType::F8E5M2), Some(ValKind::Bytes(1)));
         assert_eq!(element_stride(&quantized(DataType::U16)), Some(2));
     }
@@ -191,7 +275,7 @@ mod tests {
             quantized(DataType::NF4),
             quantized(DataType::FP4),
         ] {
-            assert_eq!(raw_alias(&element), &DataType::U8);
+            assert_eq!(raw_alias(&element).as_ref(), &DataType::U8);
             assert_eq!(element_stride(&element), Some(1));
             assert_eq!(ValKind::of_load(&element), Some(ValKind::Bytes(1)));
             assert_eq!(buf_len(&element, 5), 10);
@@ -209,5 +293,49 @@ mod tests {
         assert_eq!(buf_len(&DataType::F8E4M3, 7), 7);
         assert_eq!(declared_bytes(&DataType::U16, 3, 2), 6);
         assert_eq!(declared_bytes(&DataType::Vec4U32, 3, 16), 48);
+    }
+
+    #[test]
+    fn vectors_of_fixed_width_lanes_are_raw_types_of_their_width() {
+        let vec_of = |element: DataType, count: u8| DataType::Vec {
+            element: Box::new(element),
+            count,
+        };
+        assert_eq!(raw_alias(&vec_of(DataType::U8, 2)).as_ref(), &DataType::U16);
+        assert_eq!(element_stride(&vec_of(DataType::F16, 2)), Some(4));
+        assert_eq!(
+            ValKind::of_load(&vec_of(DataType::F16, 2)),
+            Some(ValKind::Bytes(4))
+        );
+        assert_eq!(element_stride(&vec_of(DataType::I16, 4)), Some(8));
+        assert_eq!(element_stride(&vec_of(DataType::U8, 16)), Some(16));
+        // Refused: lanes without a fixed width, two 4-bit lanes, three bytes.
+        assert_eq!(element_stride(&vec_of(DataType::U32, 2)), None);
+        assert_eq!(element_stride(&vec_of(DataType::I4, 2)), None);
+        assert_eq!(element_stride(&vec_of(DataType::U8, 3)), None);
+    }
+
+    #[test]
+    fn zero_stride_elements_load_a_zero_of_their_size() {
+        let mesh = DataType::DeviceMesh {
+            axes: [4u32].into_iter().collect(),
+        };
+        assert_eq!(unaddressed_width(&mesh), Some(4));
+        assert_eq!(ValKind::of_load(&mesh), Some(ValKind::Bytes(4)));
+        assert_eq!(element_stride(&mesh), Some(4));
+        assert_eq!(buf_len(&mesh, 40), 10);
+        let pair = DataType::Array { element_size: 2 };
+        assert_eq!(unaddressed_width(&pair), Some(2));
+        assert_eq!(buf_len(&pair, 40), 20);
+        assert_eq!(
+            unaddressed_width(&DataType::Array { element_size: 0 }),
+            None
+        );
+        assert_eq!(
+            unaddressed_width(&DataType::Array { element_size: 12 }),
+            None
+        );
+        assert_eq!(unaddressed_width(&DataType::U32), None);
+        assert_eq!(unaddressed_width(&DataType::Bytes), None);
     }
 }

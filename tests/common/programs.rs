@@ -1734,6 +1734,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(raw_alias_element_cases());
     cases.extend(raw_operand_cases());
     cases.extend(four_bit_element_cases());
+    cases.extend(raw_vector_and_unaddressed_element_cases());
     cases
 }
 
@@ -1941,6 +1942,114 @@ pub fn four_bit_element_cases() -> Vec<Case> {
             through_workgroup,
             vec![bytes.clone(), vec![0; (N * 4) as usize]],
         ),
+    ]
+}
+
+/// Vectors of fixed-width lanes load and store as raw bytes of their whole width (a
+/// `Vec<u8; 4>` as a handle, a `Vec<u16; 4>` as an i64), never as lanes of numbers.
+/// `DeviceMesh` and `Array` elements, and vectors of them, have a zero stride in the
+/// reference: every load is a zero value of their size, every store writes nothing, and
+/// `BufLen` counts them by their size.
+pub fn raw_vector_and_unaddressed_element_cases() -> Vec<Case> {
+    let vec_of = |element: DataType, count: u8| DataType::Vec {
+        element: Box::new(element),
+        count,
+    };
+    let mesh = DataType::DeviceMesh {
+        axes: [2u32, 4].into_iter().collect(),
+    };
+    let array = DataType::Array { element_size: 2 };
+    let bytes: Vec<u8> = (0..N * 4)
+        .map(|i| (i as u8).wrapping_mul(73).wrapping_add(5))
+        .collect();
+    // `w` is read and written in place (its stores are visible in the result); `out`
+    // takes a count from `BufLen`.
+    let in_place = |ty: DataType, n: u32, value: Expr| {
+        Program::wrapped(
+            vec![
+                BufferDecl::read_write("w", 0, ty.clone()).with_count(n),
+                BufferDecl::output("out", 1, DataType::U32).with_count(n),
+            ],
+            [64, 1, 1],
+            vec![
+                Node::let_bind("v", value),
+                Node::if_then(
+                    bin(BinOp::Lt, gid(), Expr::u32(n)),
+                    vec![
+                        Node::store("w", gid(), Expr::var("v")),
+                        Node::store("out", gid(), bin(BinOp::Add, Expr::buf_len("w"), gid())),
+                    ],
+                ),
+            ],
+        )
+    };
+    let shifted = |by: u32| Expr::load("w", bin(BinOp::Add, gid(), Expr::u32(by)));
+    let select_near_or_far = |n: u32| {
+        Expr::select(
+            bin(
+                BinOp::Eq,
+                bin(BinOp::BitAnd, gid(), Expr::u32(1)),
+                Expr::u32(0),
+            ),
+            shifted(1),
+            shifted(n - 4),
+        )
+    };
+    vec![
+        Case::new(
+            "vec of four u8 lanes moves four raw bytes an element, zero past the end",
+            in_place(vec_of(DataType::U8, 4), N / 2, select_near_or_far(N / 2)),
+            vec![bytes.clone()],
+        ),
+        Case::new(
+            "vec of two f16 lanes is four raw bytes, not floats",
+            in_place(vec_of(DataType::F16, 2), N / 2, shifted(3)),
+            vec![bytes.clone()],
+        ),
+        Case::new(
+            "vec of four u16 lanes moves eight raw bytes an element",
+            in_place(vec_of(DataType::U16, 4), N / 4, select_near_or_far(N / 4)),
+            vec![bytes.clone()],
+        ),
+        Case::new(
+            "vec of two vec4<u32>-sized lanes of u8 moves sixteen raw bytes",
+            in_place(
+                vec_of(vec_of(DataType::U8, 8), 2),
+                N / 8,
+                select_near_or_far(N / 8),
+            ),
+            vec![bytes.clone()],
+        ),
+        Case::new(
+            "device-mesh loads are zero and stores write nothing",
+            in_place(mesh.clone(), N / 2, shifted(1)),
+            vec![bytes.clone()],
+        ),
+        Case::new(
+            "two-byte array elements load as zero and store nothing",
+            in_place(array.clone(), N, select_near_or_far(N)),
+            vec![bytes.clone()],
+        ),
+        Case::new(
+            "vec of device meshes loads as eight zero bytes",
+            in_place(vec_of(mesh.clone(), 2), N / 4, shifted(2)),
+            vec![bytes.clone()],
+        ),
+        // Raw values to the reference's operators: comparing two fails where it runs.
+        Case::new(
+            "device-mesh comparison is a run-time error",
+            in_place(
+                mesh,
+                N / 2,
+                Expr::select(
+                    bin(BinOp::Eq, shifted(0), shifted(0)),
+                    shifted(1),
+                    shifted(2),
+                ),
+            ),
+            vec![bytes],
+        )
+        .failing(),
     ]
 }
 

@@ -3,7 +3,7 @@
 
 use super::half::HalfFormat;
 use super::{Lowerer, Val};
-use crate::codegen::kind::{element_stride, ValKind};
+use crate::codegen::kind::{element_stride, unaddressed_width, ValKind};
 use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
 use vyre_foundation::ir::DataType;
@@ -53,6 +53,10 @@ impl Lowerer<'_> {
         let slot = self.slot(buffer)?;
         if slot.element == DataType::Bytes {
             return self.put_value_into_bytes(buffer, index, value);
+        }
+        if unaddressed_width(&slot.element).is_some() {
+            // The reference's stride is zero: every store is out of bounds.
+            return Ok(());
         }
         let payload = self.store_payload(&slot.element, value);
         let (in_bounds, addr) = self.element_address(&slot, index);
@@ -123,6 +127,10 @@ impl Lowerer<'_> {
                 "use a supported element type",
             ));
         };
+        if unaddressed_width(&slot.element).is_some() {
+            // The reference's stride is zero: every load is out of bounds, a zero value.
+            return Ok(self.zero_bytes(kind));
+        }
         if let Some(word) = self.lane_load(buffer, index) {
             return Ok(self.word_value(kind, word));
         }

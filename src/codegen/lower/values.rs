@@ -34,6 +34,18 @@ impl Lowerer<'_> {
         Val::new(kind, zero)
     }
 
+    /// The all-zero raw value of `kind` (`Value::Bytes` of its width), both halves of a
+    /// 16-byte one.
+    pub(super) fn zero_bytes(&mut self, kind: ValKind) -> Val {
+        let zero = self.discarded_zero(kind);
+        if kind == ValKind::Bytes(16) {
+            let hi = self.w.reg(RegClass::B64);
+            emit!(self.w, "mov.b64 {hi}, 0");
+            self.wide_hi.insert(zero.reg, hi);
+        }
+        zero
+    }
+
     /// The low 32 bits of `r` (`r` itself unless it is a `.b64`).
     pub(super) fn low_word(&mut self, r: Reg) -> Reg {
         if r.class() != RegClass::B64 {
