@@ -209,6 +209,7 @@ pub const UNLOWERED: &[&str] = &[
     "bytes:let-writable",
     "bytes:workgroup-buffer",
     "async:split",
+    "elements:raw-type-buffer",
 ];
 
 /// The constructs of issue 17 (what vyre-reference runs and the emitter did not lower;
@@ -229,10 +230,15 @@ pub const UNLOWERED: &[&str] = &[
 ///   ("view") the emitter rejects. (A select of a view and a fixed-size value, which
 ///   the README also lists, never passes vyre's validator: V029 or V023.)
 /// * `async:split`: an async copy whose start and wait are not in one node list.
+/// * `elements:raw-type-buffer`: a buffer of an element type whose loads are raw bytes
+///   (8-bit float, 4-bit, handle, vector, array, device mesh, quantized).
 pub fn unlowered_constructs(program: &Program) -> BTreeSet<&'static str> {
     let mut walk = Walk::default();
     for decl in program.buffers().iter() {
         let bytes = decl.element() == DataType::Bytes;
+        if raw_element(&decl.element()) {
+            walk.found.insert("elements:raw-type-buffer");
+        }
         if bytes && decl.access() == BufferAccess::Workgroup {
             walk.found.insert("bytes:workgroup-buffer");
         }
@@ -252,6 +258,24 @@ pub fn unlowered_constructs(program: &Program) -> BTreeSet<&'static str> {
         }
     }
     walk.found
+}
+
+/// An element type whose loads are raw bytes (8-bit floats, 4-bit types, handles,
+/// vectors, arrays, device meshes, quantized), all refused by the emitter until 2026-11-29.
+fn raw_element(element: &DataType) -> bool {
+    matches!(
+        element,
+        DataType::F8E4M3
+            | DataType::F8E5M2
+            | DataType::I4
+            | DataType::FP4
+            | DataType::NF4
+            | DataType::Handle(_)
+            | DataType::Vec { .. }
+            | DataType::Array { .. }
+            | DataType::DeviceMesh { .. }
+            | DataType::Quantized { .. }
+    )
 }
 
 #[derive(Default)]

@@ -82,6 +82,12 @@ pub enum Stmt {
     SharedBytesPhase,
     /// An async copy whose start and wait are in different blocks.
     AsyncSplit,
+    /// `rmirror[t] = rsrc[t]` (or a select of `rsrc[t]` and `rsrc[t + 1]` on `t`'s parity,
+    /// through a `Let` or not) on buffers of a raw element type (8-bit float, 4-bit,
+    /// quantized, handle, zero-stride array): values vyre's
+    /// validator lets only move between buffers of their type. Rarely a comparison of two
+    /// such loads, a run-time error in the reference wherever it runs.
+    RawCopy,
 }
 
 /// The table of enabled constructs.
@@ -138,6 +144,10 @@ pub struct Features {
     /// Declare the buffers only the not-yet-lowered statements use: a writable bytes
     /// buffer, a workgroup bytes buffer, and the source and destination of async copies.
     pub unlowered_buffers: bool,
+    /// Element types of the `Stmt::RawCopy` buffers (none: no such buffers).
+    pub raw_elements: Vec<DataType>,
+    /// Percentage of programs with a pair of such buffers.
+    pub raw_chance: u32,
 }
 
 impl Features {
@@ -318,6 +328,8 @@ impl Features {
             cast_chains: true,
             bytes_chance: 20,
             unlowered_buffers: false,
+            raw_elements: Vec::new(),
+            raw_chance: 0,
         }
     }
 
@@ -406,6 +418,8 @@ impl GenConfig {
         let mut features = Features {
             bytes_chance: 50,
             unlowered_buffers: true,
+            raw_elements: raw_element_types(),
+            raw_chance: 25,
             ..Self::large().features
         };
         features.statements.extend([
@@ -417,6 +431,7 @@ impl GenConfig {
             (Stmt::BytesUse, 8),
             (Stmt::SharedBytesPhase, 3),
             (Stmt::AsyncSplit, 5),
+            (Stmt::RawCopy, 5),
         ]);
         Self {
             features,
@@ -516,6 +531,11 @@ enum Role {
     /// invocation copies the same bytes to the same place, so the copies never race).
     /// Read-write rather than an output: vyre's validator allows one output buffer.
     AsyncDest,
+    /// Read-only input of a raw element type, read only by `Stmt::RawCopy`.
+    RawSource,
+    /// Read-write buffer of the same type written only by `Stmt::RawCopy`, always with
+    /// a value that depends on the index alone (so overlapping writes never race).
+    RawMirror,
 }
 
 #[derive(Debug, Clone)]
@@ -552,6 +572,8 @@ impl GBuf {
                 | Role::BytesWritable
                 | Role::AsyncSource
                 | Role::AsyncDest
+                | Role::RawSource
+                | Role::RawMirror
         )
     }
 
@@ -564,6 +586,7 @@ impl GBuf {
                 | Role::BytesMirror
                 | Role::BytesWritable
                 | Role::AsyncDest
+                | Role::RawMirror
         )
     }
 
@@ -1518,6 +1541,7 @@ impl Gen<'_> {
         let has_shared_bytes = !self.bufs_where(|b| b.role == Role::SharedBytes).is_empty();
         let has_async = !self.bufs_where(|b| b.role == Role::AsyncSource).is_empty()
             && !self.bufs_where(|b| b.role == Role::AsyncDest).is_empty();
+        let has_raw = !self.bufs_where(|b| b.role == Role::RawMirror).is_empty();
         let deep = ctx.depth >= self.cfg.max_nesting;
         let weights: Vec<u32> = features
             .statements
@@ -1546,6 +1570,7 @@ impl Gen<'_> {
                     Stmt::BytesUse => has_bytes_use && !deep,
                     Stmt::SharedBytesPhase => has_shared_bytes && ctx.uniform,
                     Stmt::AsyncSplit => has_async && !deep,
+                    Stmt::RawCopy => has_raw,
                 };
                 if ok {
                     *w
@@ -1618,6 +1643,7 @@ impl Gen<'_> {
             }
             Stmt::Loop => self.loop_stmt(ctx),
             Stmt::BytesStore => self.bytes_store(),
+            Stmt::RawCopy => self.raw_copy(),
             Stmt::Block => {
                 let inner = self.nested(ctx, true);
                 vec![Node::Block(self.block(inner, 4))]
@@ -1744,6 +1770,84 @@ impl Gen<'_> {
     }
 
     /// `sh[lid] = v; barrier; let x = sh[any]...; barrier` (uniform control flow only).
+    /// See [`Stmt::RawCopy`].
+    fn raw_copy(&mut self) -> Vec<Node> {
+        let source = self.bufs_where(|b| b.role == Role::RawSource)[0];
+        let mirror = self.bufs_where(|b| b.role == Role::RawMirror)[0];
+        let (source_name, mirror_name) = (
+            self.bufs[source].name.clone(),
+            self.bufs[mirror].name.clone(),
+        );
+        let at = self.fresh("t");
+        let index = if self.rng.chance(20) {
+            // Counted from the end: the reference's BufLen of the type (two 4-bit elements
+            // a byte, zero-stride elements by their size), wrapping below zero.
+            let back = Expr::LitU32(self.rng.range(1, 4));
+            Expr::BinOp {
+                op: BinOp::Sub,
+                left: Box::new(Expr::BufLen {
+                    buffer: source_name.as_str().into(),
+                }),
+                right: Box::new(back),
+            }
+        } else {
+            self.any_index(source, 1)
+        };
+        let mut nodes = vec![Node::Let {
+            name: at.as_str().into(),
+            value: index,
+        }];
+        self.declare(at.clone(), Ty::U32, false);
+        let here = load(&source_name, var(&at));
+        let mut value = match self.rng.below(10) {
+            0..=5 => here,
+            _ => {
+                let next = load(
+                    &source_name,
+                    Expr::BinOp {
+                        op: BinOp::Add,
+                        left: Box::new(var(&at)),
+                        right: Box::new(Expr::LitU32(1)),
+                    },
+                );
+                let even = Expr::BinOp {
+                    op: BinOp::Eq,
+                    left: Box::new(Expr::BinOp {
+                        op: BinOp::BitAnd,
+                        left: Box::new(var(&at)),
+                        right: Box::new(Expr::LitU32(1)),
+                    }),
+                    right: Box::new(Expr::LitU32(0)),
+                };
+                let cond = if self.rng.chance(6) {
+                    // Raw values to the reference's operators: a run-time error.
+                    Expr::BinOp {
+                        op: BinOp::Eq,
+                        left: Box::new(load(&source_name, var(&at))),
+                        right: Box::new(next.clone()),
+                    }
+                } else {
+                    even
+                };
+                Expr::select(cond, here, next)
+            }
+        };
+        if self.rng.chance(35) {
+            let held = self.fresh("raw");
+            nodes.push(Node::Let {
+                name: held.as_str().into(),
+                value,
+            });
+            value = var(&held);
+        }
+        nodes.push(Node::Store {
+            buffer: mirror_name.as_str().into(),
+            index: var(&at),
+            value,
+        });
+        nodes
+    }
+
     /// `mirror[t] = source[t]` (through a `Let` of the load or not), or
     /// `own_u32[own] = source[any]` (the first four bytes of the rest, zero-padded).
     fn bytes_store(&mut self) -> Vec<Node> {
@@ -2614,6 +2718,21 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
             });
         }
     }
+    if !f.raw_elements.is_empty() && rng.chance(f.raw_chance) {
+        let element = rng.pick(&f.raw_elements).clone();
+        for (name, role) in [("rsrc", Role::RawSource), ("rmirror", Role::RawMirror)] {
+            let count = pick_count(rng, max);
+            bufs.push(GBuf {
+                name: name.into(),
+                element: element.clone(),
+                role,
+                count,
+                len: count,
+                uniform: false,
+                atomic: false,
+            });
+        }
+    }
     // A program holds one family of not-yet-lowered constructs (or, a quarter of the
     // time, all of them), so that the emitter's rejection of a program can be put down
     // to the construct it holds.
@@ -2737,7 +2856,7 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
                     Role::Input if b.uniform => {
                         BufferDecl::uniform(&b.name, binding, b.element.clone())
                     }
-                    Role::Input | Role::BytesSource | Role::AsyncSource => {
+                    Role::Input | Role::BytesSource | Role::AsyncSource | Role::RawSource => {
                         BufferDecl::read(&b.name, binding, b.element.clone())
                     }
                     Role::Output { .. } | Role::BytesMirror => {
@@ -2830,15 +2949,15 @@ pub fn reference_grid(program: &Program, inputs: &[Vec<u8>], floor: u32) -> [u32
             has_shared = true;
             continue;
         }
-        let size = values::element_size(&decl.element());
+        let element = decl.element();
         let bytes = if decl.is_backend_allocated_output() {
-            decl.count() as usize * size
+            values::declared_bytes(&element, decl.count())
         } else {
             let len = inputs.get(next_input).map_or(0, Vec::len);
             next_input += 1;
             len
         };
-        let elements = (bytes / size) as u32;
+        let elements = values::element_count(&element, bytes);
         if decl.is_backend_allocated_output() || decl.access() == BufferAccess::ReadWrite {
             has_returned = true;
             max_returned = max_returned.max(elements);
@@ -2869,4 +2988,25 @@ pub fn reference_grid(program: &Program, inputs: &[Vec<u8>], floor: u32) -> [u32
         }
     }
     grid
+}
+
+/// The element types of `Stmt::RawCopy` buffers: each loads as raw bytes in the reference.
+/// Not `Vec` or `DeviceMesh` elements: vyre's wire format, which saved cases are written
+/// in, cannot hold them (the semantic cases cover them).
+fn raw_element_types() -> Vec<DataType> {
+    use vyre_spec::{QuantizationScale, QuantizationZeroPoint};
+    vec![
+        DataType::F8E4M3,
+        DataType::F8E5M2,
+        DataType::I4,
+        DataType::NF4,
+        DataType::FP4,
+        DataType::Quantized {
+            storage: Box::new(DataType::I4),
+            scale: QuantizationScale::PerGroup { group_size: 32 },
+            zero_point: QuantizationZeroPoint::PerGroup { group_size: 32 },
+        },
+        DataType::Handle(vyre_spec::TypeId(7)),
+        DataType::Array { element_size: 2 },
+    ]
 }

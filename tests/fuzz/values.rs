@@ -155,18 +155,45 @@ pub fn buffer_bytes(rng: &mut Rng, element: &DataType, count: usize) -> Vec<u8> 
                 };
                 out.extend(v.to_le_bytes());
             }
+            // Raw element types (`Stmt::RawCopy`): their bytes, whatever they hold.
+            other if other.size_bytes().is_some() => {
+                for _ in 0..element_size(other) {
+                    out.push(u32_edge(rng) as u8);
+                }
+            }
             other => panic!("no test data for element type {other}"),
         }
     }
     out
 }
 
-/// Bytes per element of the element types the generator uses.
+/// Bytes per element of the element types the generator uses (for the raw types of
+/// `Stmt::RawCopy`: their size, one byte for the 4-bit ones).
 pub fn element_size(element: &DataType) -> usize {
     match element {
         DataType::U8 | DataType::I8 | DataType::Bytes => 1,
         DataType::U16 | DataType::I16 => 2,
         DataType::U64 | DataType::I64 => 8,
-        _ => 4,
+        DataType::U32 | DataType::I32 | DataType::F32 | DataType::Bool => 4,
+        other => other.size_bytes().unwrap_or(4),
+    }
+}
+
+/// The reference's element count of a buffer of `bytes` bytes (`Buffer::len`: by the bit
+/// width where the type has one, two 4-bit elements a byte).
+pub fn element_count(element: &DataType, bytes: usize) -> u32 {
+    let count = match (element.bit_width(), element.size_bytes()) {
+        (Some(bits), _) => bytes.saturating_mul(8) / bits,
+        (None, Some(size)) if size > 0 => bytes / size,
+        _ => bytes,
+    };
+    u32::try_from(count).unwrap_or(u32::MAX)
+}
+
+/// The bytes the reference allocates for `count` elements (vyre's packed size).
+pub fn declared_bytes(element: &DataType, count: u32) -> usize {
+    match element.packed_size_bytes(count as usize) {
+        Ok(Some(bytes)) => bytes,
+        _ => count as usize * element_size(element),
     }
 }
