@@ -1962,13 +1962,15 @@ pub fn raw_vector_and_unaddressed_element_cases() -> Vec<Case> {
     let bytes: Vec<u8> = (0..N * 4)
         .map(|i| (i as u8).wrapping_mul(73).wrapping_add(5))
         .collect();
-    // `w` is read and written in place (its stores are visible in the result); `out`
-    // takes a count from `BufLen`.
+    // `w[gid] = v` where `v` reads `a` (of the same type: vyre's validator keeps these
+    // values in their type), never `w` (other invocations write it): `w`'s stores show in
+    // the result; `out` takes a count from `BufLen`.
     let in_place = |ty: DataType, n: u32, value: Expr| {
         Program::wrapped(
             vec![
-                BufferDecl::read_write("w", 0, ty.clone()).with_count(n),
-                BufferDecl::output("out", 1, DataType::U32).with_count(n),
+                BufferDecl::read("a", 0, ty.clone()).with_count(n),
+                BufferDecl::read_write("w", 1, ty.clone()).with_count(n),
+                BufferDecl::output("out", 2, DataType::U32).with_count(n),
             ],
             [64, 1, 1],
             vec![
@@ -1977,13 +1979,21 @@ pub fn raw_vector_and_unaddressed_element_cases() -> Vec<Case> {
                     bin(BinOp::Lt, gid(), Expr::u32(n)),
                     vec![
                         Node::store("w", gid(), Expr::var("v")),
-                        Node::store("out", gid(), bin(BinOp::Add, Expr::buf_len("w"), gid())),
+                        Node::store(
+                            "out",
+                            gid(),
+                            bin(
+                                BinOp::Add,
+                                bin(BinOp::Mul, Expr::buf_len("w"), Expr::u32(1000)),
+                                Expr::buf_len("a"),
+                            ),
+                        ),
                     ],
                 ),
             ],
         )
     };
-    let shifted = |by: u32| Expr::load("w", bin(BinOp::Add, gid(), Expr::u32(by)));
+    let shifted = |by: u32| Expr::load("a", bin(BinOp::Add, gid(), Expr::u32(by)));
     let select_near_or_far = |n: u32| {
         Expr::select(
             bin(
@@ -1999,17 +2009,17 @@ pub fn raw_vector_and_unaddressed_element_cases() -> Vec<Case> {
         Case::new(
             "vec of four u8 lanes moves four raw bytes an element, zero past the end",
             in_place(vec_of(DataType::U8, 4), N / 2, select_near_or_far(N / 2)),
-            vec![bytes.clone()],
+            vec![bytes.clone(), bytes[..(N * 2) as usize].to_vec()],
         ),
         Case::new(
             "vec of two f16 lanes is four raw bytes, not floats",
             in_place(vec_of(DataType::F16, 2), N / 2, shifted(3)),
-            vec![bytes.clone()],
+            vec![bytes.clone(), bytes[..(N * 2) as usize].to_vec()],
         ),
         Case::new(
             "vec of four u16 lanes moves eight raw bytes an element",
             in_place(vec_of(DataType::U16, 4), N / 4, select_near_or_far(N / 4)),
-            vec![bytes.clone()],
+            vec![bytes.clone(), bytes[..(N * 2) as usize].to_vec()],
         ),
         Case::new(
             "vec of two vec4<u32>-sized lanes of u8 moves sixteen raw bytes",
@@ -2018,22 +2028,22 @@ pub fn raw_vector_and_unaddressed_element_cases() -> Vec<Case> {
                 N / 8,
                 select_near_or_far(N / 8),
             ),
-            vec![bytes.clone()],
+            vec![bytes.clone(), bytes[..(N * 2) as usize].to_vec()],
         ),
         Case::new(
             "device-mesh loads are zero and stores write nothing",
             in_place(mesh.clone(), N / 2, shifted(1)),
-            vec![bytes.clone()],
+            vec![bytes.clone(), bytes[..(N * 2) as usize].to_vec()],
         ),
         Case::new(
             "two-byte array elements load as zero and store nothing",
             in_place(array.clone(), N, select_near_or_far(N)),
-            vec![bytes.clone()],
+            vec![bytes.clone(), bytes[..(N * 2) as usize].to_vec()],
         ),
         Case::new(
             "vec of device meshes loads as eight zero bytes",
             in_place(vec_of(mesh.clone(), 2), N / 4, shifted(2)),
-            vec![bytes.clone()],
+            vec![bytes.clone(), bytes[..(N * 2) as usize].to_vec()],
         ),
         // Raw values to the reference's operators: comparing two fails where it runs.
         Case::new(
@@ -2047,7 +2057,7 @@ pub fn raw_vector_and_unaddressed_element_cases() -> Vec<Case> {
                     shifted(2),
                 ),
             ),
-            vec![bytes],
+            vec![bytes.clone(), bytes[..(N * 2) as usize].to_vec()],
         )
         .failing(),
     ]

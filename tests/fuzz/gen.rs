@@ -82,8 +82,8 @@ pub enum Stmt {
     SharedBytesPhase,
     /// An async copy whose start and wait are in different blocks.
     AsyncSplit,
-    /// `rmirror[t] = rsrc[t]` (or a select of `rsrc[t]` and `rsrc[t + 1]` on `t`'s parity,
-    /// through a `Let` or not) on buffers of a raw element type (8-bit float, 4-bit,
+    /// `rmirror[t] = rsrc[t]` (or, in every such statement of a program, a select of
+    /// `rsrc[t]` and `rsrc[t + 1]` on `t`'s parity; through a `Let` or not) on buffers of a raw element type (8-bit float, 4-bit,
     /// quantized, handle, zero-stride array): values vyre's
     /// validator lets only move between buffers of their type. Rarely a comparison of two
     /// such loads, a run-time error in the reference wherever it runs.
@@ -646,6 +646,9 @@ struct Gen<'a> {
     /// Which families of not-yet-lowered statements this program may hold
     /// ([`UNLOWERED_SUBGROUPS`] | [`UNLOWERED_BYTES`] | [`UNLOWERED_ASYNC`]).
     unlowered: u8,
+    /// Every `Stmt::RawCopy` of the program writes the parity select (else the plain
+    /// load): one function of the index per program, so overlapping writes never race.
+    raw_parity: bool,
 }
 
 const UNLOWERED_SUBGROUPS: u8 = 1;
@@ -1799,18 +1802,24 @@ impl Gen<'_> {
         }];
         self.declare(at.clone(), Ty::U32, false);
         let here = load(&source_name, var(&at));
-        let mut value = match self.rng.below(10) {
-            0..=5 => here,
-            _ => {
-                let next = load(
-                    &source_name,
-                    Expr::BinOp {
-                        op: BinOp::Add,
-                        left: Box::new(var(&at)),
-                        right: Box::new(Expr::LitU32(1)),
-                    },
-                );
-                let even = Expr::BinOp {
+        let mut value = if self.raw_parity {
+            let next = load(
+                &source_name,
+                Expr::BinOp {
+                    op: BinOp::Add,
+                    left: Box::new(var(&at)),
+                    right: Box::new(Expr::LitU32(1)),
+                },
+            );
+            let cond = if self.rng.chance(6) {
+                // Raw values to the reference's operators: a run-time error.
+                Expr::BinOp {
+                    op: BinOp::Eq,
+                    left: Box::new(load(&source_name, var(&at))),
+                    right: Box::new(next.clone()),
+                }
+            } else {
+                Expr::BinOp {
                     op: BinOp::Eq,
                     left: Box::new(Expr::BinOp {
                         op: BinOp::BitAnd,
@@ -1818,19 +1827,11 @@ impl Gen<'_> {
                         right: Box::new(Expr::LitU32(1)),
                     }),
                     right: Box::new(Expr::LitU32(0)),
-                };
-                let cond = if self.rng.chance(6) {
-                    // Raw values to the reference's operators: a run-time error.
-                    Expr::BinOp {
-                        op: BinOp::Eq,
-                        left: Box::new(load(&source_name, var(&at))),
-                        right: Box::new(next.clone()),
-                    }
-                } else {
-                    even
-                };
-                Expr::select(cond, here, next)
-            }
+                }
+            };
+            Expr::select(cond, here, next)
+        } else {
+            here
         };
         if self.rng.chance(35) {
             let held = self.fresh("raw");
@@ -2718,7 +2719,9 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
             });
         }
     }
+    let mut raw_parity = false;
     if !f.raw_elements.is_empty() && rng.chance(f.raw_chance) {
+        raw_parity = rng.chance(40);
         let element = rng.pick(&f.raw_elements).clone();
         for (name, role) in [("rsrc", Role::RawSource), ("rmirror", Role::RawMirror)] {
             let count = pick_count(rng, max);
@@ -2822,6 +2825,7 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
         elementwise,
         literal_leaves: false,
         unlowered,
+        raw_parity,
     };
     gen.budget = gen.rng.range(3, cfg.max_statements) as i32;
     let top = Ctx {
