@@ -186,6 +186,44 @@ fn atomics_on_eight_byte_buffers_are_refused_by_both() {
     both_refuse(&program, "atomic on a u64 buffer", "V014:");
 }
 
+/// A bytes load (the rest of the buffer) where vyre's validator wants a u32: a loop bound
+/// (V125) or an atomic's value (V057). (As a subgroup operand the reference runs it.)
+#[test]
+fn bytes_loads_as_loop_bounds_and_atomic_values_are_refused_by_both() {
+    let with_bytes = |body: Vec<Node>| {
+        Program::wrapped(
+            vec![
+                BufferDecl::read("src", 0, DataType::Bytes)
+                    .with_count(16)
+                    .with_bytes_extraction(true),
+                BufferDecl::read_write("c", 1, DataType::U32).with_count(4),
+                BufferDecl::output("out", 2, DataType::U32).with_count(4),
+            ],
+            [4, 1, 1],
+            body,
+        )
+    };
+    let view = || Expr::load("src", Expr::u32(12));
+    let looped = with_bytes(vec![
+        Node::loop_for("i", Expr::u32(0), view(), vec![]),
+        Node::store("out", gid(), Expr::u32(0)),
+    ]);
+    both_refuse(&looped, "run-time-sized bytes value", "V125:");
+    let added = Expr::Atomic {
+        op: AtomicOp::Add,
+        buffer: "c".into(),
+        index: Box::new(Expr::u32(0)),
+        expected: None,
+        value: Box::new(view()),
+        ordering: MemoryOrdering::Relaxed,
+    };
+    let atomic = with_bytes(vec![
+        Node::let_bind("x", added),
+        Node::store("out", gid(), Expr::u32(0)),
+    ]);
+    both_refuse(&atomic, "run-time-sized bytes value", "V057:");
+}
+
 /// The reference would address atomics on a 4-bit buffer four bytes apart (its atomic
 /// stride is at least 4), but vyre's validator refuses them first.
 #[test]

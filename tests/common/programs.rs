@@ -1735,6 +1735,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(raw_operand_cases());
     cases.extend(four_bit_element_cases());
     cases.extend(raw_vector_and_unaddressed_element_cases());
+    cases.extend(bytes_subgroup_operand_cases());
     cases
 }
 
@@ -2060,6 +2061,106 @@ pub fn raw_vector_and_unaddressed_element_cases() -> Vec<Case> {
             vec![bytes.clone(), bytes[..(N * 2) as usize].to_vec()],
         )
         .failing(),
+    ]
+}
+
+/// Bytes loads as subgroup operands: a ballot takes each lane's `truthy()` of its view (more
+/// than four bytes: true), a shuffle's lane its `try_as_u32` (more than four bytes: a
+/// run-time error); a shuffled or reduced view is a run-time error where the operation
+/// runs (the reference combines only u32 and float lanes), and nowhere else.
+pub fn bytes_subgroup_operand_cases() -> Vec<Case> {
+    let source = bytes_tail_source();
+    let program = |body: Vec<Node>| {
+        Program::wrapped(
+            vec![
+                bytes_in("b", 0, source.len() as u32),
+                BufferDecl::output("out", 1, DataType::U32).with_count(64),
+            ],
+            [32, 1, 1],
+            body,
+        )
+    };
+    let view = |index: Expr| Expr::load("b", index);
+    let store = |value: Expr| vec![Node::store("out", gid(), value)];
+    let shuffle = |value: Expr, lane: Expr| Expr::SubgroupShuffle {
+        value: Box::new(value),
+        lane: Box::new(lane),
+    };
+    let reduce = |value: Expr| Expr::SubgroupReduce {
+        op: vyre_foundation::ir::SubgroupReduceOp::Add,
+        value: Box::new(value),
+    };
+    let short_lane = view(bin(
+        BinOp::Add,
+        Expr::u32(33),
+        bin(
+            BinOp::Mul,
+            bin(BinOp::BitAnd, gid(), Expr::u32(1)),
+            Expr::u32(3),
+        ),
+    ));
+    let inputs = vec![source.clone()];
+    vec![
+        Case::new(
+            "ballot of bytes loads takes each lane's truthiness of its view",
+            program(store(Expr::SubgroupBallot {
+                cond: Box::new(view(gid())),
+            })),
+            inputs.clone(),
+        ),
+        Case::new(
+            "ballot of a bytes variable",
+            program(vec![
+                Node::let_bind("v", view(bin(BinOp::Add, gid(), Expr::u32(3)))),
+                Node::store(
+                    "out",
+                    gid(),
+                    Expr::SubgroupBallot {
+                        cond: Box::new(Expr::var("v")),
+                    },
+                ),
+            ]),
+            inputs.clone(),
+        ),
+        Case::new(
+            "shuffle lane read from a short bytes load",
+            program(store(shuffle(
+                bin(
+                    BinOp::Add,
+                    bin(BinOp::Mul, gid(), Expr::u32(3)),
+                    Expr::u32(1),
+                ),
+                short_lane,
+            ))),
+            inputs.clone(),
+        ),
+        Case::new(
+            "shuffle lane read from a long bytes load is a run-time error",
+            program(store(shuffle(gid(), view(gid())))),
+            inputs.clone(),
+        )
+        .failing(),
+        Case::new(
+            "subgroup sum of bytes loads is a run-time error",
+            program(store(reduce(view(gid())))),
+            inputs.clone(),
+        )
+        .failing(),
+        Case::new(
+            "shuffle of a bytes load is a run-time error",
+            program(store(shuffle(view(gid()), Expr::u32(0)))),
+            inputs.clone(),
+        )
+        .failing(),
+        Case::new(
+            "subgroup sum of bytes loads behind a branch no invocation takes runs",
+            program(vec![Node::if_then_else(
+                bin(BinOp::Gt, Expr::buf_len("b"), Expr::u32(1000)),
+                store(reduce(view(gid()))),
+                store(Expr::u32(7)),
+            )]),
+            inputs,
+        ),
     ]
 }
 

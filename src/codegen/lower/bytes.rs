@@ -71,6 +71,14 @@ impl ByteView {
     }
 }
 
+/// What a subgroup operation takes from an operand that is a view.
+#[derive(Clone, Copy)]
+pub(super) enum ViewLaneUse {
+    Condition,
+    Lane,
+    Value,
+}
+
 impl<'p> Lowerer<'p> {
     /// Whether the reference evaluates `expr` to a run-time-sized `Value::Bytes`: a load
     /// from a bytes buffer, or a variable bound to one.
@@ -175,14 +183,53 @@ impl<'p> Lowerer<'p> {
             let value = self.put_expr(cond)?;
             return Ok(self.truthy(value));
         }
-        // More than four bytes have no u32 reading, which `truthy()` takes as true.
         let view = self.put_bytes_view(cond)?;
+        Ok(self.view_truthy(view))
+    }
+
+    /// The reference's `truthy()` of a view: more than four bytes have no u32 reading,
+    /// which it takes as true; else whether the zero-padded word is nonzero.
+    fn view_truthy(&mut self, view: ByteView) -> Reg {
         let word = self.bytes_prefix_u32(view);
         let (long, nonzero) = (self.pred(), self.pred());
         emit!(self.w, "setp.gt.u32 {long}, {}, 4", view.len);
         emit!(self.w, "setp.ne.u32 {nonzero}, {word}, 0");
         emit!(self.w, "or.pred {nonzero}, {nonzero}, {long}");
-        Ok(nonzero)
+        nonzero
+    }
+
+    /// A subgroup operand that is a view, as the lane value the operation needs: a ballot
+    /// condition's truthiness (`Bool`), a shuffle lane's `try_as_u32` (or
+    /// `SubgroupLaneNotU32`), or for a shuffled or reduced value a stand-in of a kind no
+    /// subgroup operation combines (the reference fails on `Value::Bytes` lanes where the
+    /// operation runs). Not in a segment whose returned lanes stay in the warp or that runs
+    /// as a step machine: their lanes read variables as frozen registers, which hold no
+    /// views.
+    pub(super) fn put_view_lane_operand(
+        &mut self,
+        operand: &'p Expr,
+        wanted: ViewLaneUse,
+    ) -> Result<Val, CodegenError> {
+        if self.returned.is_some() || self.steps.is_some() {
+            return Err(runtime_sized_use(
+                "a subgroup operand in a segment whose returned lanes stay in the warp or \
+                 that runs as a step machine",
+            ));
+        }
+        let view = self.put_bytes_view(operand)?;
+        Ok(match wanted {
+            ViewLaneUse::Condition => {
+                let p = self.view_truthy(view);
+                let flag = self.b32();
+                emit!(self.w, "selp.u32 {flag}, 1, 0, {p}");
+                Val::new(ValKind::Bool, flag)
+            }
+            ViewLaneUse::Lane => Val::new(
+                ValKind::U32,
+                self.view_as_u32(view, DeviceFault::SubgroupLaneNotU32),
+            ),
+            ViewLaneUse::Value => self.discarded_zero(ValKind::Bytes(8)),
+        })
     }
 
     /// The reference's `try_as_u32` of a view: its bytes zero-padded when there are at

@@ -1,5 +1,6 @@
 //! Expressions: one `put_*` per `Expr` construct (operators are in `ops.rs`).
 
+use super::bytes::ViewLaneUse;
 use super::memory::Space;
 use super::{bytes, canonical_f32_bits_host, Ids, Lowerer, Val};
 use crate::codegen::fault::DeviceFault;
@@ -214,7 +215,7 @@ impl<'p> Lowerer<'p> {
     }
 
     pub(super) fn put_ballot(&mut self, cond: &'p Expr) -> Result<Val, CodegenError> {
-        let cond = self.put_lane_operand(cond)?;
+        let cond = self.put_subgroup_operand(cond, ViewLaneUse::Condition)?;
         let p = self.truthy(cond);
         let p = self.sync_operand(p);
         let (reg, mask) = (self.b32(), self.subgroup_mask);

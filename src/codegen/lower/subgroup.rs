@@ -7,6 +7,7 @@
 //! does (order matters for f32), except for the integer operators `redux.sync` computes
 //! exactly on sm_80+.
 
+use super::bytes::ViewLaneUse;
 use super::{Lowerer, Val};
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
@@ -29,12 +30,12 @@ impl<'p> Lowerer<'p> {
         match op {
             Expr::SubgroupBallot { cond } => self.put_ballot(cond),
             Expr::SubgroupShuffle { value, lane } => {
-                let value = self.put_lane_operand(value)?;
-                let lane = self.put_lane_operand(lane)?;
+                let value = self.put_subgroup_operand(value, ViewLaneUse::Value)?;
+                let lane = self.put_subgroup_operand(lane, ViewLaneUse::Lane)?;
                 self.put_shuffle(value, lane)
             }
             Expr::SubgroupReduce { op, value } => {
-                let value = self.put_lane_operand(value)?;
+                let value = self.put_subgroup_operand(value, ViewLaneUse::Value)?;
                 self.put_subgroup_reduce(*op, value)
             }
             _ => Err(CodegenError::invalid(
@@ -42,6 +43,18 @@ impl<'p> Lowerer<'p> {
                 "report this vyre-cuda bug",
             )),
         }
+    }
+
+    /// A subgroup operand's lane value; a view (a bytes load) as `wanted` takes it.
+    pub(super) fn put_subgroup_operand(
+        &mut self,
+        operand: &'p Expr,
+        wanted: ViewLaneUse,
+    ) -> Result<Val, CodegenError> {
+        if self.is_bytes_view(operand) {
+            return self.put_view_lane_operand(operand, wanted);
+        }
+        self.put_lane_operand(operand)
     }
 
     pub(super) fn put_shuffle(&mut self, value: Val, lane: Val) -> Result<Val, CodegenError> {
