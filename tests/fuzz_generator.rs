@@ -379,3 +379,78 @@ fn complete_shape_programs_are_valid_deterministic_and_round_trip() {
     assert!(acceptance > 0.25, "acceptance rate fell to {acceptance}");
     assert!(ok > n / 3, "only {ok} of {n} programs run on the reference");
 }
+
+/// Every `Stmt::RawCopy` of a program writes the same function of its index into
+/// `rmirror` (the plain load in all of them or the parity select in all of them), so
+/// invocations writing one slot write one value: a program mixing the forms raced on the
+/// GPU where the sequential reference ordered the writes (call 2 of 2026-11-29, three
+/// programs), and the lane-reversed reference run does not catch every such race. The
+/// comparison form fails the dispatch wherever it runs, so it writes nothing.
+#[test]
+fn raw_copies_of_a_program_write_one_function_of_the_index() {
+    use vyre_foundation::ir::{BinOp, Expr, Node};
+    fn collect<'a>(
+        nodes: &'a [Node],
+        lets: &mut BTreeMap<String, &'a Expr>,
+        out: &mut Vec<(String, &'a Expr)>,
+    ) {
+        for node in nodes {
+            match node {
+                Node::Let { name, value } => {
+                    lets.insert(name.to_string(), value);
+                }
+                Node::Store {
+                    buffer,
+                    index: Expr::Var(index),
+                    value,
+                } if buffer.as_str() == "rmirror" => out.push((index.to_string(), value)),
+                Node::If {
+                    then, otherwise, ..
+                } => {
+                    collect(then, lets, out);
+                    collect(otherwise, lets, out);
+                }
+                Node::Loop { body, .. } => collect(body, lets, out),
+                Node::Block(body) => collect(body, lets, out),
+                Node::Region { body, .. } => collect(body, lets, out),
+                _ => {}
+            }
+        }
+    }
+    /// The value with the index variable renamed and `Let`-held values inlined; `None`
+    /// for the comparison form.
+    fn shape(value: &Expr, index: &str, lets: &BTreeMap<String, &Expr>) -> Option<String> {
+        let value = match value {
+            Expr::Var(held) if held.as_str() != index => lets.get(held.as_str()).copied()?,
+            other => other,
+        };
+        if let Expr::Select { cond, .. } = value {
+            if matches!(**cond, Expr::BinOp { op: BinOp::Eq, ref left, .. } if matches!(**left, Expr::Load { .. }))
+            {
+                return None;
+            }
+        }
+        Some(format!("{value:?}").replace(&format!("{index:?}"), "\"<index>\""))
+    }
+    let config = GenConfig::complete();
+    let mut checked = 0;
+    for i in 0..600 {
+        let case = generate(program_seed(0x4A11, i), &config).case;
+        let mut lets = BTreeMap::new();
+        let mut stores = Vec::new();
+        collect(case.program.entry(), &mut lets, &mut stores);
+        let shapes: std::collections::BTreeSet<String> = stores
+            .iter()
+            .filter_map(|(index, value)| shape(value, index, &lets))
+            .collect();
+        assert!(
+            shapes.len() <= 1,
+            "program {i}: raw copies of several forms: {shapes:#?}"
+        );
+        checked += usize::from(stores.len() > 1);
+    }
+    assert!(
+        checked > 20,
+        "only {checked} programs hold two or more raw copies"
+    );
+}
