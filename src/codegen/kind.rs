@@ -338,4 +338,61 @@ mod tests {
         assert_eq!(unaddressed_width(&DataType::U32), None);
         assert_eq!(unaddressed_width(&DataType::Bytes), None);
     }
+
+    /// `put_load` relies on it: every element the ABI addresses, but bytes, has a load kind.
+    #[test]
+    fn every_addressed_element_but_bytes_has_a_load_kind() {
+        let vec_of = |element: DataType, count: u8| DataType::Vec {
+            element: Box::new(element),
+            count,
+        };
+        let mut elements = vec![
+            DataType::U8,
+            DataType::I8,
+            DataType::U16,
+            DataType::I16,
+            DataType::F16,
+            DataType::BF16,
+            DataType::U32,
+            DataType::I32,
+            DataType::F32,
+            DataType::Bool,
+            DataType::U64,
+            DataType::I64,
+            DataType::F64,
+            DataType::Vec2U32,
+            DataType::Vec4U32,
+            DataType::F8E4M3,
+            DataType::F8E5M2,
+            DataType::I4,
+            DataType::FP4,
+            DataType::NF4,
+            DataType::Handle(vyre_spec::TypeId(1)),
+            DataType::DeviceMesh {
+                axes: [2u32].into_iter().collect(),
+            },
+            DataType::Tensor,
+        ];
+        for size in 0..20 {
+            elements.push(DataType::Array { element_size: size });
+        }
+        for count in 0..20 {
+            for lane in [
+                DataType::U8,
+                DataType::F16,
+                DataType::U32,
+                DataType::I4,
+                DataType::Handle(vyre_spec::TypeId(1)),
+                DataType::Array { element_size: 2 },
+            ] {
+                elements.push(vec_of(lane, count));
+            }
+        }
+        elements.extend(elements.clone().into_iter().map(quantized));
+        for element in elements {
+            if element_stride(&element).is_some() {
+                assert!(ValKind::of_load(&element).is_some(), "{element}");
+            }
+        }
+    }
 }

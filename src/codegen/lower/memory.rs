@@ -120,11 +120,15 @@ impl Lowerer<'_> {
 
     pub(super) fn put_load(&mut self, buffer: &str, index: Reg) -> Result<Val, CodegenError> {
         let slot = self.slot(buffer)?;
+        // Every element `abi::layout` accepts has a load kind but `Bytes`, whose loads
+        // `put_expr` lowers as views before reaching here.
         let Some(kind) = ValKind::of_load(&slot.element) else {
-            return Err(CodegenError::unsupported(
-                format!("Load from a {} buffer", slot.element),
-                "element type not lowered",
-                "use a supported element type",
+            return Err(CodegenError::invalid(
+                format!(
+                    "a load from a {} buffer reached the fixed-size path",
+                    slot.element
+                ),
+                "report this vyre-cuda bug",
             ));
         };
         if unaddressed_width(&slot.element).is_some() {
