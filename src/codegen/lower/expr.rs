@@ -140,15 +140,25 @@ impl<'p> Lowerer<'p> {
     fn put_buf_len(&mut self, buffer: &str) -> Result<Val, CodegenError> {
         let slot = self.slot(buffer)?;
         let reg = self.w.reg(RegClass::B32);
+        // `len` counts addressed elements; the reference's `Buffer::len` may count more in
+        // one (two 4-bit elements a byte), saturating at u32::MAX.
+        let per_addressed = buf_len(&slot.element, u64::from(slot.stride));
         match slot.space {
-            // The reference counts two 4-bit elements a byte (saturating at u32::MAX).
-            Space::Global { len, .. } if slot.element.bit_width() == Some(4) => {
-                let p = self.w.reg(RegClass::Pred);
-                emit!(self.w, "shl.b32 {reg}, {len}, 1");
-                emit!(self.w, "setp.ge.u32 {p}, {len}, 2147483648");
-                emit!(self.w, "selp.b32 {reg}, -1, {reg}, {p}");
-            }
-            Space::Global { len, .. } => self.mov(reg, len),
+            Space::Global { len, .. } => match per_addressed {
+                1 => self.mov(reg, len),
+                2 => {
+                    let p = self.w.reg(RegClass::Pred);
+                    emit!(self.w, "shl.b32 {reg}, {len}, 1");
+                    emit!(self.w, "setp.ge.u32 {p}, {len}, 2147483648");
+                    emit!(self.w, "selp.b32 {reg}, -1, {reg}, {p}");
+                }
+                other => {
+                    return Err(CodegenError::invalid(
+                        format!("buffer `{buffer}` counts {other} elements in each addressed one"),
+                        "report this vyre-cuda bug",
+                    ))
+                }
+            },
             Space::Shared { count, .. } => {
                 let bytes = u64::from(count) * u64::from(slot.stride);
                 let len = buf_len(&slot.element, bytes);
