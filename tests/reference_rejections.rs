@@ -166,21 +166,26 @@ fn buffers_of_unsized_elements_are_refused_by_both() {
     );
 }
 
-#[test]
-fn atomics_on_eight_byte_buffers_are_refused_by_both() {
+/// `let x = atomicAdd(buffer[index], value); out[gid] = 0`.
+fn atomic_add_discarded(buffer: &str, index: Expr, value: Expr) -> Vec<Node> {
     let add = Expr::Atomic {
         op: AtomicOp::Add,
-        buffer: "w".into(),
-        index: Box::new(gid()),
+        buffer: buffer.into(),
+        index: Box::new(index),
         expected: None,
-        value: Box::new(Expr::cast(DataType::U64, Expr::u32(1))),
+        value: Box::new(value),
         ordering: MemoryOrdering::Relaxed,
     };
+    vec![
+        Node::let_bind("x", add),
+        Node::store("out", gid(), Expr::u32(0)),
+    ]
+}
+
+#[test]
+fn atomics_on_eight_byte_buffers_are_refused_by_both() {
     let program = program_with(
-        vec![
-            Node::let_bind("x", add),
-            Node::store("out", gid(), Expr::u32(0)),
-        ],
+        atomic_add_discarded("w", gid(), Expr::cast(DataType::U64, Expr::u32(1))),
         BufferDecl::read_write("w", 3, DataType::U64).with_count(4),
     );
     both_refuse(&program, "atomic on a u64 buffer", "V014:");
@@ -209,18 +214,7 @@ fn bytes_loads_as_loop_bounds_and_atomic_values_are_refused_by_both() {
         Node::store("out", gid(), Expr::u32(0)),
     ]);
     both_refuse(&looped, "run-time-sized bytes value", "V125:");
-    let added = Expr::Atomic {
-        op: AtomicOp::Add,
-        buffer: "c".into(),
-        index: Box::new(Expr::u32(0)),
-        expected: None,
-        value: Box::new(view()),
-        ordering: MemoryOrdering::Relaxed,
-    };
-    let atomic = with_bytes(vec![
-        Node::let_bind("x", added),
-        Node::store("out", gid(), Expr::u32(0)),
-    ]);
+    let atomic = with_bytes(atomic_add_discarded("c", Expr::u32(0), view()));
     both_refuse(&atomic, "run-time-sized bytes value", "V057:");
 }
 
@@ -228,19 +222,8 @@ fn bytes_loads_as_loop_bounds_and_atomic_values_are_refused_by_both() {
 /// stride is at least 4), but vyre's validator refuses them first.
 #[test]
 fn atomics_on_four_bit_buffers_are_refused_by_both() {
-    let add = Expr::Atomic {
-        op: AtomicOp::Add,
-        buffer: "w".into(),
-        index: Box::new(gid()),
-        expected: None,
-        value: Box::new(Expr::u32(1)),
-        ordering: MemoryOrdering::Relaxed,
-    };
     let program = program_with(
-        vec![
-            Node::let_bind("x", add),
-            Node::store("out", gid(), Expr::u32(0)),
-        ],
+        atomic_add_discarded("w", gid(), Expr::u32(1)),
         BufferDecl::read_write("w", 3, DataType::I4).with_count(8),
     );
     both_refuse(&program, "atomic on a i4 buffer", "V014:");

@@ -285,25 +285,34 @@ mod tests {
         assert!(read_message(&mut &wire[..]).is_err());
     }
 
+    /// An executable `sh` script running `body`, in a fresh directory named after `tag` and
+    /// this process (returned for removal). Written by a child process: a file this process
+    /// held open for writing could be inherited by a child another test forks at that
+    /// moment, and executing it would then fail with "Text file busy" (ETXTBSY) until that
+    /// child execs.
+    #[cfg(unix)]
+    fn helper_script(tag: &str, body: &str) -> (PathBuf, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("helper");
+        let written = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("printf '#!/bin/sh\\n%s\\n' \"$2\" > \"$1\" && chmod 755 \"$1\"")
+            .arg("sh")
+            .arg(&script)
+            .arg(body)
+            .status()
+            .unwrap();
+        assert!(written.success());
+        (dir, script)
+    }
+
     /// A helper that dies the way a crashing compiler does (SIGSEGV) fails the kernel with
     /// a clear error, and the next compilation starts a fresh helper.
     #[cfg(unix)]
     #[test]
     fn a_helper_that_crashes_is_reported_and_replaced() {
-        let dir = std::env::temp_dir().join(format!("vyre-cuda-jit-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let script = dir.join("crashing-helper");
-        // Written by a child process: a file this process held open for writing could be
-        // inherited by a child another test forks at that moment, and executing it would
-        // then fail with "Text file busy" (ETXTBSY) until that child execs.
-        let written = std::process::Command::new("sh")
-            .arg("-c")
-            .arg("printf '#!/bin/sh\\nkill -SEGV $$\\n' > \"$1\" && chmod 755 \"$1\"")
-            .arg("sh")
-            .arg(&script)
-            .status()
-            .unwrap();
-        assert!(written.success());
+        let (dir, script) = helper_script("vyre-cuda-jit-test", "kill -SEGV $$");
         let jit = IsolatedJit {
             helper: script,
             device: 0,
@@ -325,17 +334,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn stop_ends_the_running_helper() {
-        let dir = std::env::temp_dir().join(format!("vyre-cuda-jit-stop-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let script = dir.join("idle-helper");
-        let written = std::process::Command::new("sh")
-            .arg("-c")
-            .arg("printf '#!/bin/sh\\nexec sleep 600\\n' > \"$1\" && chmod 755 \"$1\"")
-            .arg("sh")
-            .arg(&script)
-            .status()
-            .unwrap();
-        assert!(written.success());
+        let (dir, script) = helper_script("vyre-cuda-jit-stop", "exec sleep 600");
         let jit = Jit::new(Some(script), 0);
         let Jit::Isolated(isolated) = &jit else {
             unreachable!("a helper path gives an isolated JIT")
