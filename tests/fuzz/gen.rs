@@ -1785,14 +1785,11 @@ impl Gen<'_> {
         let index = if self.rng.chance(20) {
             // Counted from the end: the reference's BufLen of the type (two 4-bit elements
             // a byte, zero-stride elements by their size), wrapping below zero.
-            let back = Expr::LitU32(self.rng.range(1, 4));
-            Expr::BinOp {
-                op: BinOp::Sub,
-                left: Box::new(Expr::BufLen {
-                    buffer: source_name.as_str().into(),
-                }),
-                right: Box::new(back),
-            }
+            let back = lit_u32(self.rng.range(1, 4));
+            let len = Expr::BufLen {
+                buffer: source_name.as_str().into(),
+            };
+            bin(BinOp::Sub, len, back)
         } else {
             self.any_index(source, 1)
         };
@@ -1803,31 +1800,13 @@ impl Gen<'_> {
         self.declare(at.clone(), Ty::U32, false);
         let here = load(&source_name, var(&at));
         let mut value = if self.raw_parity {
-            let next = load(
-                &source_name,
-                Expr::BinOp {
-                    op: BinOp::Add,
-                    left: Box::new(var(&at)),
-                    right: Box::new(Expr::LitU32(1)),
-                },
-            );
+            let next = load(&source_name, bin(BinOp::Add, var(&at), lit_u32(1)));
             let cond = if self.rng.chance(6) {
                 // Raw values to the reference's operators: a run-time error.
-                Expr::BinOp {
-                    op: BinOp::Eq,
-                    left: Box::new(load(&source_name, var(&at))),
-                    right: Box::new(next.clone()),
-                }
+                bin(BinOp::Eq, here.clone(), next.clone())
             } else {
-                Expr::BinOp {
-                    op: BinOp::Eq,
-                    left: Box::new(Expr::BinOp {
-                        op: BinOp::BitAnd,
-                        left: Box::new(var(&at)),
-                        right: Box::new(Expr::LitU32(1)),
-                    }),
-                    right: Box::new(Expr::LitU32(0)),
-                }
+                let parity = bin(BinOp::BitAnd, var(&at), lit_u32(1));
+                bin(BinOp::Eq, parity, lit_u32(0))
             };
             Expr::select(cond, here, next)
         } else {
