@@ -238,6 +238,13 @@ mod tests {
     use super::*;
     use vyre_spec::{QuantizationScale, QuantizationZeroPoint};
 
+    fn vec_of(element: DataType, count: u8) -> DataType {
+        DataType::Vec {
+            element: Box::new(element),
+            count,
+        }
+    }
+
     fn quantized(storage: DataType) -> DataType {
         DataType::Quantized {
             storage: Box::new(storage),
@@ -297,10 +304,6 @@ mod tests {
 
     #[test]
     fn vectors_of_fixed_width_lanes_are_raw_types_of_their_width() {
-        let vec_of = |element: DataType, count: u8| DataType::Vec {
-            element: Box::new(element),
-            count,
-        };
         assert_eq!(raw_alias(&vec_of(DataType::U8, 2)).as_ref(), &DataType::U16);
         assert_eq!(element_stride(&vec_of(DataType::F16, 2)), Some(4));
         assert_eq!(
@@ -342,10 +345,6 @@ mod tests {
     /// `put_load` relies on it: every element the ABI addresses, but bytes, has a load kind.
     #[test]
     fn every_addressed_element_but_bytes_has_a_load_kind() {
-        let vec_of = |element: DataType, count: u8| DataType::Vec {
-            element: Box::new(element),
-            count,
-        };
         let mut elements = vec![
             DataType::U8,
             DataType::I8,
