@@ -369,3 +369,50 @@ fn casts_of_half_loads_to_bytes_are_refused_by_both() {
     );
     both_refuse(&program, "Cast of an f16/bf16 load to bytes", "V023:");
 }
+
+/// An op whose body holds a collective: `AllReduce(out)`, then `out[0] = x[0] + 5`.
+const ALL_REDUCE_OP: &str = "vyre_cuda_tests::all_reduce_then_add";
+
+fn all_reduce_body() -> Program {
+    Program::wrapped(
+        vec![
+            BufferDecl::read("x", 0, DataType::U32).with_count(1),
+            BufferDecl::output("out", 1, DataType::U32).with_count(1),
+        ],
+        [1, 1, 1],
+        vec![
+            Node::AllReduce {
+                buffer: "out".into(),
+                op: vyre_foundation::ir::CollectiveOp::Sum,
+                group: vyre_foundation::ir::CommGroup::WORLD,
+            },
+            Node::store(
+                "out",
+                Expr::u32(0),
+                Expr::add(Expr::load("x", Expr::u32(0)), Expr::u32(5)),
+            ),
+        ],
+    )
+}
+
+inventory::submit! {
+    vyre_foundation::operation::OperationRegistration::new(
+        ALL_REDUCE_OP,
+        vyre_foundation::operation::OperationTier::External,
+        Some(all_reduce_body),
+        None,
+        None,
+    )
+}
+
+#[test]
+fn collectives_from_inlined_calls_are_refused_by_both() {
+    // The program's own collectives are lowered for one rank before calls are inlined (by
+    // the reference and by the emitter's `prepare` alike); a call's body keeps its own.
+    let call = Expr::call(ALL_REDUCE_OP, vec![Expr::load("b", gid())]);
+    both_refuse(
+        &program(store_u32(call)),
+        "collective from an inlined call",
+        "V046:",
+    );
+}

@@ -32,6 +32,7 @@ pub fn dump_ptx(dir: &Path) {
         let _ = std::fs::write(dir.join("incumbent_cold.ptx"), text);
     }
     dump_corpus(&dir.join("corpus"));
+    dump_libs(&dir.join("libs"));
     println!("wrote {}", dir.display());
 }
 
@@ -49,6 +50,32 @@ fn dump_corpus(dir: &Path) {
         if let Ok(k) = vyre_cuda::codegen::emit_ptx(&program, None, target) {
             let _ = std::fs::write(ours.join(&file), k.ptx);
         }
+        if programs::needs_ulp_budget(&program) {
+            config.ulp_budget = Some(crate::engines::incumbent::ULP_BUDGET);
+        }
+        if let Ok(text) = vyre_driver_cuda::codegen::program_to_ptx_for_sm(&program, &config, 90) {
+            let _ = std::fs::write(theirs.join(&file), text);
+        }
+    }
+}
+
+/// Both backends' PTX for every vyre-libs workload at the size the benchmark runs
+/// (`DIR/libs/{vyre_cuda,incumbent}/<id>.ptx`), to compare the kernels the libs rows time.
+fn dump_libs(dir: &Path) {
+    let (ours, theirs) = (dir.join("vyre_cuda"), dir.join("incumbent"));
+    let _ = std::fs::create_dir_all(&ours);
+    let _ = std::fs::create_dir_all(&theirs);
+    for spec in crate::workloads::libs::build::specs() {
+        let Ok(program) = (spec.build)(spec.large) else {
+            continue;
+        };
+        let file = format!("{}.ptx", spec.id);
+        if let Ok(k) =
+            vyre_cuda::codegen::emit_ptx(&program, None, vyre_cuda::codegen::PtxTarget::sm90())
+        {
+            let _ = std::fs::write(ours.join(&file), k.ptx);
+        }
+        let mut config = DispatchConfig::default();
         if programs::needs_ulp_budget(&program) {
             config.ulp_budget = Some(crate::engines::incumbent::ULP_BUDGET);
         }

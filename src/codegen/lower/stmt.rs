@@ -83,16 +83,28 @@ impl<'p> Lowerer<'p> {
                 self.fault_always(DeviceFault::Trap);
                 Ok(())
             }
-            Node::AllReduce { .. } => Err(unsupported_node("Node::AllReduce")),
-            Node::AllGather { .. } => Err(unsupported_node("Node::AllGather")),
-            Node::ReduceScatter { .. } => Err(unsupported_node("Node::ReduceScatter")),
-            Node::Broadcast { .. } => Err(unsupported_node("Node::Broadcast")),
+            // `prepare` lowered the program's own collectives for one rank before it
+            // inlined calls, as the reference does; one left came with a call's body, and
+            // vyre's validator refuses the inlined program (V046).
+            Node::AllReduce { .. }
+            | Node::AllGather { .. }
+            | Node::ReduceScatter { .. }
+            | Node::Broadcast { .. } => Err(CodegenError::unsupported(
+                "collective from an inlined call",
+                "a called op's body holds a collective statement, which only the program's \
+                 top level may hold on a single-GPU backend",
+                "move the collective out of the called op to the caller's top level",
+            )),
             Node::Opaque(_) => {
                 // As `Expr::Opaque`: a run-time failure of the reference where reached.
                 self.fault_always(DeviceFault::RejectedByReference);
                 Ok(())
             }
-            _ => Err(unsupported_node("an unknown Node variant")),
+            _ => Err(CodegenError::unsupported(
+                "an unknown Node variant",
+                "this vyre IR statement is newer than vyre-cuda",
+                "upgrade vyre-cuda",
+            )),
         }
     }
 
@@ -364,12 +376,4 @@ impl<'p> Lowerer<'p> {
         }
         Ok(())
     }
-}
-
-fn unsupported_node(name: &str) -> CodegenError {
-    CodegenError::unsupported(
-        name,
-        "this statement is not lowered by vyre-cuda yet",
-        "remove it or lower it to core IR before dispatch",
-    )
 }
