@@ -1736,6 +1736,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(four_bit_element_cases());
     cases.extend(raw_vector_and_unaddressed_element_cases());
     cases.extend(bytes_subgroup_operand_cases());
+    cases.extend(super::step_programs::bytes_operand_round_cases());
     cases
 }
 

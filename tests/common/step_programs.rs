@@ -482,3 +482,168 @@ fn counters_case(name: &str, operand: impl Fn(&dyn Fn(Expr, Expr) -> Expr) -> Ex
         vec![values(n), u32_bytes(&[10, 20, 30, 40])],
     )
 }
+
+/// Bytes loads as subgroup operands where lanes read one another at different steps: a
+/// returned lane's view variable is the view it held at its `Return`, a step machine's the
+/// lane's own binding (a serial round's: the round-start one). A ballot takes each lane's
+/// truthiness, a shuffle lane its u32 reading (a view of more than four bytes fails), a
+/// shuffled view fails where the operation runs. `b` is 37 bytes ending `[0, 4, 0, 0, 0]`:
+/// views from 32 are 5 bytes (truthy, no u32 reading), from 33 `[4, 0, 0, 0]`, then zeros.
+pub fn bytes_operand_round_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for workgroup in WORKGROUPS {
+        cases.push(bytes_case(
+            "view variables of returned lanes",
+            workgroup,
+            views_after_return(),
+        ));
+        cases.push(bytes_case(
+            "view variable in a data-dependent loop",
+            workgroup,
+            views_in_loop(),
+        ));
+        cases.push(bytes_case(
+            "view variable in a round reading a written buffer",
+            workgroup,
+            views_in_serial_round(),
+        ));
+    }
+    cases.push(
+        bytes_case(
+            "shuffled view variable in a data-dependent loop fails",
+            64,
+            vec![
+                Node::let_bind("x", view(u(0))),
+                Node::loop_for(
+                    "i",
+                    u(0),
+                    rem(var("v"), 3),
+                    vec![
+                        Node::assign("x", view(tail_offset(add(var("v"), var("i"))))),
+                        Node::store("out", gid(), shuffle(var("x"), u(0))),
+                    ],
+                ),
+            ],
+        )
+        .failing(),
+    );
+    cases.push(
+        bytes_case(
+            "long view as a returned lane's shuffle lane fails",
+            64,
+            vec![
+                Node::let_bind("x", view(u(0))),
+                Node::if_then(modulo_is(var("v"), 4, 0), vec![Node::Return]),
+                Node::assign("x", view(u(36))),
+                Node::store("out", gid(), shuffle(var("lin"), var("x"))),
+            ],
+        )
+        .failing(),
+    );
+    cases
+}
+
+/// The rest of `b` from byte `index`.
+fn view(index: Expr) -> Expr {
+    Expr::load("b", index)
+}
+
+/// A byte offset of `b` from 30 to 36, by `value`: views of 7 to 1 bytes.
+fn tail_offset(value: Expr) -> Expr {
+    add(u(30), rem(value, 7))
+}
+
+fn bytes_case(name: &str, workgroup: u32, mut body: Vec<Node>) -> Case {
+    body.push(Node::barrier_with_ordering(MemoryOrdering::SeqCst));
+    let n = workgroup * 2;
+    let mut entry = vec![
+        Node::let_bind("lin", Expr::LocalId { axis: 0 }),
+        Node::let_bind("v", Expr::load("a", gid())),
+    ];
+    entry.extend(body);
+    let mut source: Vec<u8> = (0..37u32).map(|i| (i * 7 + 0x91) as u8).collect();
+    source[32..].copy_from_slice(&[0, 4, 0, 0, 0]);
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(n),
+            BufferDecl::read("b", 1, DataType::Bytes)
+                .with_count(source.len() as u32)
+                .with_bytes_extraction(true),
+            BufferDecl::read_write("out", 2, DataType::U32).with_count(n),
+        ],
+        [workgroup, 1, 1],
+        entry,
+    );
+    let zeros = vec![0u8; n as usize * 4];
+    Case::new(
+        format!("bytes operands in rounds: {name}, workgroup {workgroup}"),
+        program,
+        vec![values(n), source, zeros],
+    )
+}
+
+/// Lanes with `v % 4 == 0` return holding `x` (a view of 7..1 bytes); the others move
+/// theirs on; every lane's view meets the ballot and the shuffle lane.
+fn views_after_return() -> Vec<Node> {
+    vec![
+        Node::let_bind("x", view(tail_offset(var("v")))),
+        Node::let_bind("y", view(add(u(33), rem(var("lin"), 4)))),
+        Node::if_then(modulo_is(var("v"), 4, 0), vec![Node::Return]),
+        Node::assign("x", view(tail_offset(add(var("v"), u(3))))),
+        Node::let_bind("g", ballot(var("x"))),
+        Node::let_bind("s", shuffle(mul3(var("lin")), var("y"))),
+        Node::store("out", gid(), add(rem(var("g"), 1000), var("s"))),
+    ]
+}
+
+/// Lanes iterate 0..3 times, moving their views each time; every iteration's ballot and
+/// shuffle read every lane's current views, wherever the lane is.
+fn views_in_loop() -> Vec<Node> {
+    vec![
+        Node::let_bind("x", view(tail_offset(var("lin")))),
+        Node::let_bind("y", view(u(36))),
+        Node::let_bind("acc", var("v")),
+        Node::loop_for(
+            "i",
+            u(0),
+            rem(var("v"), 4),
+            vec![
+                Node::assign("x", view(tail_offset(add(var("acc"), var("i"))))),
+                Node::assign("y", view(add(u(33), rem(var("acc"), 4)))),
+                Node::assign(
+                    "acc",
+                    add(
+                        var("acc"),
+                        add(rem(ballot(var("x")), 97), shuffle(var("lin"), var("y"))),
+                    ),
+                ),
+            ],
+        ),
+        Node::store("out", gid(), var("acc")),
+    ]
+}
+
+/// A subgroup operand loads `out`, which the lanes store to: the lanes take their steps in
+/// turn, each operand reading the round-start views.
+fn views_in_serial_round() -> Vec<Node> {
+    vec![
+        Node::store("out", gid(), var("v")),
+        Node::let_bind("x", view(tail_offset(var("v")))),
+        Node::loop_for(
+            "i",
+            u(0),
+            add(rem(var("v"), 3), u(1)),
+            vec![
+                Node::store(
+                    "out",
+                    gid(),
+                    add(
+                        rem(sum(Expr::load("out", gid())), 1000),
+                        rem(ballot(var("x")), 89),
+                    ),
+                ),
+                Node::assign("x", view(tail_offset(add(var("v"), var("i"))))),
+            ],
+        ),
+    ]
+}

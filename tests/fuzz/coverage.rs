@@ -208,6 +208,7 @@ pub const UNLOWERED: &[&str] = &[
     "bytes:assign",
     "bytes:let-writable",
     "bytes:workgroup-buffer",
+    "bytes:subgroup-operand",
     "async:split",
     "elements:raw-type-buffer",
 ];
@@ -227,7 +228,8 @@ pub const UNLOWERED: &[&str] = &[
 /// * `bytes:index`, `bytes:condition`, `bytes:arithmetic` (operators and casts),
 ///   `bytes:comparison`, `bytes:assign`, `bytes:let-writable` (a `Let` of a load from a
 ///   writable bytes buffer), `bytes:workgroup-buffer`: the uses of a bytes load
-///   ("view") the emitter rejects. (A select of a view and a fixed-size value, which
+///   ("view") the emitter rejects; `bytes:subgroup-operand`: a view as a subgroup
+///   operation's condition, lane or value. (A select of a view and a fixed-size value, which
 ///   the README also lists, never passes vyre's validator: V029 or V023.)
 /// * `async:split`: an async copy whose start and wait are not in one node list.
 /// * `elements:raw-type-buffer`: a buffer of an element type whose loads are raw bytes
@@ -479,6 +481,15 @@ impl Walk {
                 }
                 if self.changes(e) {
                     self.found.insert("subgroup:changing-value");
+                }
+                let operands: Vec<&Expr> = match e {
+                    Expr::SubgroupBallot { cond } => vec![cond],
+                    Expr::SubgroupShuffle { value, lane } => vec![value, lane],
+                    Expr::SubgroupReduce { value, .. } => vec![value],
+                    _ => Vec::new(),
+                };
+                if operands.into_iter().any(|operand| self.is_view(operand)) {
+                    self.found.insert("bytes:subgroup-operand");
                 }
                 match e {
                     Expr::SubgroupBallot { cond } => sub(self, cond),

@@ -2187,7 +2187,7 @@ impl Gen<'_> {
             }
         };
         let inputs = self.bufs_where(|b| b.role == Role::Input);
-        match self.rng.below(6) {
+        match self.rng.below(7) {
             0 if !inputs.is_empty() => {
                 // As an index.
                 let b = *self.rng.pick(&inputs);
@@ -2234,6 +2234,39 @@ impl Gen<'_> {
                     },
                 ];
                 nodes.extend(keep(self, var(&name)));
+                nodes
+            }
+            5 => {
+                // A subgroup operand: a ballot's condition (each lane's truthiness), a
+                // shuffle's lane (its u32 reading: a run-time error past four bytes), a
+                // view variable in either (read per lane, where the lane is). Shuffled or
+                // reduced views are the reference's run-time error.
+                let subgroup = |g: &mut Self, operand: Expr| match g.rng.below(4) {
+                    0 | 1 => Expr::SubgroupBallot {
+                        cond: Box::new(operand),
+                    },
+                    2 => {
+                        let value = g.expr(Ty::U32, 1);
+                        Expr::SubgroupShuffle {
+                            value: Box::new(value),
+                            lane: Box::new(operand),
+                        }
+                    }
+                    _ => g.reduce(Ty::U32, operand),
+                };
+                let from = readable_or(&readable, &any);
+                if self.rng.chance(50) {
+                    let operand = view(self, &from);
+                    let value = subgroup(self, operand);
+                    return keep(self, value);
+                }
+                let name = self.fresh("y");
+                let mut nodes = vec![Node::Let {
+                    name: name.as_str().into(),
+                    value: view(self, &from),
+                }];
+                let value = subgroup(self, var(&name));
+                nodes.extend(keep(self, value));
                 nodes
             }
             _ => {
@@ -2992,4 +3025,13 @@ fn raw_element_types() -> Vec<DataType> {
         DataType::Handle(vyre_spec::TypeId(7)),
         DataType::Array { element_size: 2 },
     ]
+}
+
+/// The read-only bytes buffers when there are any, else every bytes buffer (a view of a
+/// writable one bound by a `Let` and read is a refusal of its own).
+fn readable_or(readable: &[usize], any: &[usize]) -> Vec<usize> {
+    match readable.is_empty() {
+        true => any.to_vec(),
+        false => readable.to_vec(),
+    }
 }

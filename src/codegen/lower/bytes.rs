@@ -110,11 +110,11 @@ impl<'p> Lowerer<'p> {
                 let index = self.put_index(index)?;
                 self.bytes_region(buffer.as_str(), index)
             }
-            Expr::Var(name) => self
-                .byte_views
-                .get(name.as_str())
-                .copied()
-                .ok_or_else(|| runtime_sized_use(&format!("variable `{name}`"))),
+            Expr::Var(name) => {
+                let view = (self.byte_views.get(name.as_str()).copied())
+                    .ok_or_else(|| runtime_sized_use(&format!("variable `{name}`")))?;
+                self.operand_view(name.as_str(), view)
+            }
             Expr::Cast {
                 target: DataType::Bytes,
                 value,
@@ -135,7 +135,7 @@ impl<'p> Lowerer<'p> {
     }
 
     /// `p ? t : f`, in one space (generic where the arms' spaces differ).
-    fn select_view(&mut self, p: Reg, t: ByteView, f: ByteView) -> ByteView {
+    pub(super) fn select_view(&mut self, p: Reg, t: ByteView, f: ByteView) -> ByteView {
         let (t, f) = self.same_space(t, f);
         let start = self.w.reg(t.space.class());
         let len = self.b32();
@@ -158,8 +158,19 @@ impl<'p> Lowerer<'p> {
         }
     }
 
+    /// Registers of a view with a generic address (what a variable that lanes in
+    /// different scopes bind, or a returned lane's frozen copy, lives in), not yet written.
+    pub(super) fn generic_view_regs(&mut self) -> ByteView {
+        ByteView {
+            start: self.w.reg(RegClass::B64),
+            len: self.b32(),
+            space: ViewSpace::Generic,
+            writable: false,
+        }
+    }
+
     /// The view with a generic address.
-    fn generic(&mut self, view: ByteView) -> ByteView {
+    pub(super) fn generic(&mut self, view: ByteView) -> ByteView {
         let start = self.w.reg(RegClass::B64);
         match view.space {
             ViewSpace::Generic => return view,
@@ -202,20 +213,14 @@ impl<'p> Lowerer<'p> {
     /// condition's truthiness (`Bool`), a shuffle lane's `try_as_u32` (or
     /// `SubgroupLaneNotU32`), or for a shuffled or reduced value a stand-in of a kind no
     /// subgroup operation combines (the reference fails on `Value::Bytes` lanes where the
-    /// operation runs). Not in a segment whose returned lanes stay in the warp or that runs
-    /// as a step machine: their lanes read variables as frozen registers, which hold no
-    /// views.
+    /// operation runs). A view variable reads as the lane's own binding
+    /// ([`Lowerer::operand_view`]: a returned lane's frozen view, a step machine's
+    /// round-start one).
     pub(super) fn put_view_lane_operand(
         &mut self,
         operand: &'p Expr,
         wanted: ViewLaneUse,
     ) -> Result<Val, CodegenError> {
-        if self.returned.is_some() || self.steps.is_some() {
-            return Err(runtime_sized_use(
-                "a subgroup operand in a segment whose returned lanes stay in the warp or \
-                 that runs as a step machine",
-            ));
-        }
         let view = self.put_bytes_view(operand)?;
         Ok(match wanted {
             ViewLaneUse::Condition => {
@@ -277,15 +282,18 @@ impl<'p> Lowerer<'p> {
             true => self.generic(view),
             false => view,
         };
-        let (start, len) = (self.w.reg(view.space.class()), self.b32());
-        let bound = ByteView {
-            start,
-            len,
-            writable: false,
-            ..view
+        let bound = match self.step_view(name)? {
+            Some(named) => named,
+            None => ByteView {
+                start: self.w.reg(view.space.class()),
+                len: self.b32(),
+                space: view.space,
+                writable: false,
+            },
         };
         self.move_view(bound, view);
         self.byte_views.insert(name, bound);
+        self.mark_bound(name);
         Ok(())
     }
 
@@ -303,15 +311,17 @@ impl<'p> Lowerer<'p> {
         let view = self.put_bytes_view(value)?;
         self.check_bindable("Assign", name, view)?;
         let bound = self.byte_views[name];
-        let view = match bound.space == view.space {
-            true => view,
-            false => self.generic(view),
-        };
         self.move_view(bound, view);
         Ok(())
     }
 
-    fn move_view(&mut self, to: ByteView, from: ByteView) {
+    /// Copy view `from` into `to`'s registers: `to` is of `from`'s space or generic (a
+    /// view of another space is converted first).
+    pub(super) fn move_view(&mut self, to: ByteView, from: ByteView) {
+        let from = match to.space != from.space {
+            true => self.generic(from),
+            false => from,
+        };
         self.mov(to.start, from.start);
         self.mov(to.len, from.len);
     }

@@ -21,6 +21,7 @@
 //!   operation, as "reference to undeclared variable" does. A `Return` in uniform control
 //!   flow still ends every lane, returned ones included.
 
+use super::bytes::ByteView;
 use super::{Lowerer, Val};
 use crate::codegen::analysis::lockstep::{own_subgroup_ops, vars_in};
 use crate::codegen::fault::DeviceFault;
@@ -40,6 +41,8 @@ pub(super) struct Returned<'p> {
     exit: Option<Label>,
     /// Per variable some subgroup operand reads, its value at this lane's `Return`.
     frozen: BTreeMap<&'p str, Frozen>,
+    /// The same for variables bound to bytes views: the view (generic) and the flag.
+    frozen_views: BTreeMap<&'p str, (ByteView, Reg)>,
 }
 
 #[derive(Clone, Copy)]
@@ -63,6 +66,7 @@ impl<'p> Returned<'p> {
             pred: w.reg(RegClass::Pred),
             exit: None,
             frozen: BTreeMap::new(),
+            frozen_views: BTreeMap::new(),
         }
     }
 }
@@ -104,6 +108,10 @@ impl<'p> Lowerer<'p> {
             regs.push(frozen.bound);
             regs.extend(self.value_regs(frozen.value.reg));
         }
+        for (view, bound) in returned.frozen_views.values() {
+            regs.push(*bound);
+            regs.extend(view.regs());
+        }
         regs
     }
 
@@ -129,6 +137,12 @@ impl<'p> Lowerer<'p> {
         };
         let facts = self.facts;
         for &name in &facts.subgroup_operand_vars {
+            if let Some(view) = self.byte_views.get(name).copied() {
+                let (frozen, bound) = self.frozen_view(name)?;
+                self.move_view(frozen, view);
+                emit!(self.w, "setp.eq.u32 {bound}, 0, 0");
+                continue;
+            }
             let Some(local) = self.locals.get(name).copied() else {
                 continue;
             };
@@ -150,18 +164,14 @@ impl<'p> Lowerer<'p> {
                 "report this vyre-cuda bug",
             ));
         };
+        let known = match returned.frozen.get(name) {
+            Some(known) => (known.value.kind != val.kind).then(|| known.value.kind.name()),
+            None => returned.frozen_views.get(name).map(|_| VIEW.to_string()),
+        };
+        if let Some(known) = known {
+            return Err(two_types(name, &known, &val.kind.name()));
+        }
         if let Some(known) = returned.frozen.get(name) {
-            if known.value.kind != val.kind {
-                return Err(CodegenError::unsupported(
-                    "subgroup operand variable bound with different types",
-                    format!(
-                        "`{name}` is a {} where a lane may return and a {} where a subgroup operand reads it; the reference would mix the two in one operation",
-                        known.value.kind.name(),
-                        val.kind.name()
-                    ),
-                    "give the variables different names",
-                ));
-            }
             return Ok(*known);
         }
         let frozen = Frozen {
@@ -174,6 +184,49 @@ impl<'p> Lowerer<'p> {
             self.wide_hi.insert(frozen.value.reg, high);
         }
         Ok(frozen)
+    }
+
+    /// The frozen view of variable `name`, bound to a bytes view, and its flag.
+    fn frozen_view(&mut self, name: &'p str) -> Result<(ByteView, Reg), CodegenError> {
+        let known = self.returned.as_ref().map(|r| {
+            (
+                r.frozen_views.get(name).copied(),
+                r.frozen.get(name).map(|f| f.value.kind),
+            )
+        });
+        match known {
+            None => Err(CodegenError::invalid(
+                "a frozen variable outside a segment whose returned lanes stay",
+                "report this vyre-cuda bug",
+            )),
+            Some((Some(frozen), _)) => Ok(frozen),
+            Some((None, Some(kind))) => Err(two_types(name, &kind.name(), VIEW)),
+            Some((None, None)) => {
+                let frozen = (self.generic_view_regs(), self.pred());
+                if let Some(returned) = self.returned.as_mut() {
+                    returned.frozen_views.insert(name, frozen);
+                }
+                Ok(frozen)
+            }
+        }
+    }
+
+    /// View variable `name` (bound to `view`) read in a subgroup operand: a returned
+    /// lane's view at its `Return`, a serial step machine's round-start copy.
+    pub(super) fn operand_view(
+        &mut self,
+        name: &'p str,
+        view: ByteView,
+    ) -> Result<ByteView, CodegenError> {
+        let view = self.snapshot_view(name, view);
+        let Some(pred) = self.returned.as_ref().map(|r| r.pred) else {
+            return Ok(view);
+        };
+        if self.operand_faults.is_empty() {
+            return Ok(view);
+        }
+        let (frozen, _) = self.frozen_view(name)?;
+        Ok(self.select_view(pred, frozen, view))
     }
 
     /// Variable `name` (bound to `val`) read in a subgroup operand: what a returned lane
@@ -236,11 +289,12 @@ impl<'p> Lowerer<'p> {
         let (bad, unbound) = (self.pred(), self.pred());
         self.w.put_zero(bad);
         for name in vars_in(op) {
-            let Some(local) = self.locals.get(name).copied() else {
-                continue;
+            let bound = match self.locals.get(name).copied() {
+                Some(local) => self.frozen(name, local.val)?.bound,
+                None if self.byte_views.contains_key(name) => self.frozen_view(name)?.1,
+                None => continue,
             };
-            let frozen = self.frozen(name, local.val)?;
-            emit!(self.w, "not.pred {unbound}, {}", frozen.bound);
+            emit!(self.w, "not.pred {unbound}, {bound}");
             emit!(self.w, "or.pred {bad}, {bad}, {unbound}");
         }
         emit!(self.w, "and.pred {bad}, {bad}, {pred}");
@@ -352,4 +406,18 @@ impl<'p> Lowerer<'p> {
             returned.exit = exit;
         }
     }
+}
+
+/// What a variable bound to a bytes load is, in errors.
+pub(super) const VIEW: &str = "bytes view (the rest of a bytes buffer)";
+
+/// A variable some subgroup operand reads, bound with two types.
+fn two_types(name: &str, known: &str, now: &str) -> CodegenError {
+    CodegenError::unsupported(
+        "subgroup operand variable bound with different types",
+        format!(
+            "`{name}` is a {known} where a lane may return and a {now} where a subgroup operand reads it; the reference would mix the two in one operation"
+        ),
+        "give the variables different names",
+    )
 }

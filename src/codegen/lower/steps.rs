@@ -26,7 +26,8 @@
 //! copies of the variables made at the round's start, so each lane's operands see the
 //! stores of the lanes before it in the round, as in the reference.
 
-use super::returned::Hoisted;
+use super::bytes::ByteView;
+use super::returned::{Hoisted, VIEW};
 use super::{Lowerer, Val};
 use crate::codegen::analysis::lockstep::{own_subgroup_ops, vars_in};
 use crate::codegen::analysis::steps::RoundMode;
@@ -62,6 +63,8 @@ pub(super) struct StepMachine<'p> {
     sub_round: Label,
     /// Variables some subgroup operand reads: one register each (see the module's header).
     named: BTreeMap<&'p str, Named>,
+    /// The same for variables bound to bytes views (generic views).
+    views: BTreeMap<&'p str, NamedView>,
     /// Set while a subgroup operand is evaluated in serial mode: it reads the copies.
     reading_snapshot: bool,
     /// The writer's register counts before the first round: every register allocated after
@@ -75,6 +78,14 @@ struct Named {
     bound: Reg,
     /// Serial mode: the round-start copies of `val` and `bound`.
     snapshot: Option<(Reg, Reg)>,
+}
+
+#[derive(Clone, Copy)]
+struct NamedView {
+    view: ByteView,
+    bound: Reg,
+    /// Serial mode: the round-start copies.
+    snapshot: Option<(ByteView, Reg)>,
 }
 
 impl<'p> Lowerer<'p> {
@@ -96,6 +107,7 @@ impl<'p> Lowerer<'p> {
             chain: self.w.label(),
             sub_round: self.w.label(),
             named: BTreeMap::new(),
+            views: BTreeMap::new(),
             reading_snapshot: false,
             first_regs: [0; 5],
         });
@@ -205,6 +217,7 @@ impl<'p> Lowerer<'p> {
             (m.pc, m.waiting, m.running, m.turn, m.chain, m.round_end);
         let targets = m.targets.clone();
         let named: Vec<Named> = m.named.values().copied().collect();
+        let views: Vec<NamedView> = m.views.values().copied().collect();
         let sub_round = m.sub_round;
         let mask = self.subgroup_mask;
         self.w.put_label(chain);
@@ -230,8 +243,9 @@ impl<'p> Lowerer<'p> {
         self.define_machine_registers()?;
         emit!(self.w, "mov.u32 {pc}, {first}");
         self.w.put_zero(waiting);
-        for named in &named {
-            self.w.put_zero(named.bound);
+        let flags = named.iter().map(|n| n.bound);
+        for bound in flags.chain(views.iter().map(|v| v.bound)) {
+            self.w.put_zero(bound);
         }
         emit!(self.w, "bra {}", labels.round);
         if turn.is_some() {
@@ -240,6 +254,12 @@ impl<'p> Lowerer<'p> {
                 if let Some((value, bound)) = named.snapshot {
                     self.mov(value, named.val.reg);
                     self.mov_high_half(value, named.val.reg);
+                    emit!(self.w, "mov.pred {bound}, {}", named.bound);
+                }
+            }
+            for named in &views {
+                if let Some((view, bound)) = named.snapshot {
+                    self.move_view(view, named.view);
                     emit!(self.w, "mov.pred {bound}, {}", named.bound);
                 }
             }
@@ -298,8 +318,8 @@ impl<'p> Lowerer<'p> {
         self.begin_step(id)?;
         let names = self.scopes.last().cloned().unwrap_or_default();
         for name in names {
-            if let Some(named) = self.machine()?.named.get(name).copied() {
-                self.w.put_zero(named.bound);
+            if let Some(bound) = self.machine()?.bound_flag(name) {
+                self.w.put_zero(bound);
             }
         }
         self.pop_scope();
@@ -484,16 +504,15 @@ impl<'p> Lowerer<'p> {
         if !self.facts.subgroup_operand_vars.contains(name) {
             return Ok(None);
         }
+        if machine.views.contains_key(name) {
+            return Err(two_types_in_machine(name, VIEW, &value.kind.name()));
+        }
         if let Some(known) = machine.named.get(name) {
             if known.val.kind != value.kind {
-                return Err(CodegenError::unsupported(
-                    "subgroup operand variable bound with different types in a step machine",
-                    format!(
-                        "`{name}` is bound to a {} in one place and to a {} in another; the reference would mix the two in one operation",
-                        known.val.kind.name(),
-                        value.kind.name()
-                    ),
-                    "give the variables different names",
+                return Err(two_types_in_machine(
+                    name,
+                    &known.val.kind.name(),
+                    &value.kind.name(),
                 ));
             }
             return Ok(Some(known.val.reg));
@@ -517,12 +536,50 @@ impl<'p> Lowerer<'p> {
         Ok(Some(named.val.reg))
     }
 
+    /// In a step machine, the generic view registers variable `name` lives in when a
+    /// subgroup operand reads it and it is bound to a bytes view; `None` for registers of
+    /// its own.
+    pub(super) fn step_view(&mut self, name: &'p str) -> Result<Option<ByteView>, CodegenError> {
+        let Some(machine) = self.steps.as_ref() else {
+            return Ok(None);
+        };
+        if !self.facts.subgroup_operand_vars.contains(name) {
+            return Ok(None);
+        }
+        if let Some(known) = machine.named.get(name) {
+            return Err(two_types_in_machine(name, &known.val.kind.name(), VIEW));
+        }
+        if let Some(known) = machine.views.get(name) {
+            return Ok(Some(known.view));
+        }
+        let serial = machine.mode == RoundMode::Serial;
+        let named = NamedView {
+            view: self.generic_view_regs(),
+            bound: self.pred(),
+            snapshot: serial.then(|| (self.generic_view_regs(), self.pred())),
+        };
+        self.machine_mut()?.views.insert(name, named);
+        Ok(Some(named.view))
+    }
+
     /// `name` was just bound in this lane (a step machine's flag for subgroup operands).
     pub(super) fn mark_bound(&mut self, name: &str) {
-        let Some(named) = self.steps.as_ref().and_then(|m| m.named.get(name).copied()) else {
+        let Some(bound) = self.steps.as_ref().and_then(|m| m.bound_flag(name)) else {
             return;
         };
-        emit!(self.w, "setp.eq.u32 {}, 0, 0", named.bound);
+        emit!(self.w, "setp.eq.u32 {bound}, 0, 0");
+    }
+
+    /// View variable `name` (bound to `view`) read in a subgroup operand of a serial
+    /// round: the copy made at the round's start.
+    pub(super) fn snapshot_view(&self, name: &str, view: ByteView) -> ByteView {
+        let Some(machine) = self.steps.as_ref().filter(|m| m.reading_snapshot) else {
+            return view;
+        };
+        match machine.views.get(name).and_then(|named| named.snapshot) {
+            Some((copy, _)) => copy,
+            None => view,
+        }
     }
 
     /// Variable `name` (bound to `val`) read in a subgroup operand of a serial round: the
@@ -543,11 +600,7 @@ impl<'p> Lowerer<'p> {
         let machine = self.steps.as_ref()?;
         let flags: Vec<Reg> = vars_in(op)
             .into_iter()
-            .filter_map(|name| machine.named.get(name))
-            .map(|named| match (machine.reading_snapshot, named.snapshot) {
-                (true, Some((_, bound))) => bound,
-                _ => named.bound,
-            })
+            .filter_map(|name| machine.operand_flag(name))
             .collect();
         let bad = self.pred();
         self.w.put_zero(bad);
@@ -558,6 +611,39 @@ impl<'p> Lowerer<'p> {
         }
         Some(bad)
     }
+}
+
+impl StepMachine<'_> {
+    /// Whether the lane has variable `name` bound, if a subgroup operand reads it.
+    fn bound_flag(&self, name: &str) -> Option<Reg> {
+        let value = self.named.get(name).map(|named| named.bound);
+        value.or_else(|| self.views.get(name).map(|named| named.bound))
+    }
+
+    /// The flag a subgroup operand being evaluated checks: the round-start copy's while
+    /// reading the snapshot.
+    fn operand_flag(&self, name: &str) -> Option<Reg> {
+        let (bound, snapshot) = match (self.named.get(name), self.views.get(name)) {
+            (Some(named), _) => (named.bound, named.snapshot.map(|(_, b)| b)),
+            (None, Some(named)) => (named.bound, named.snapshot.map(|(_, b)| b)),
+            (None, None) => return None,
+        };
+        Some(match (self.reading_snapshot, snapshot) {
+            (true, Some(copy)) => copy,
+            _ => bound,
+        })
+    }
+}
+
+/// A variable some subgroup operand reads, bound with two types in a step machine.
+fn two_types_in_machine(name: &str, known: &str, now: &str) -> CodegenError {
+    CodegenError::unsupported(
+        "subgroup operand variable bound with different types in a step machine",
+        format!(
+            "`{name}` is bound to a {known} in one place and to a {now} in another; the reference would mix the two in one operation"
+        ),
+        "give the variables different names",
+    )
 }
 
 struct RoundLabels {
