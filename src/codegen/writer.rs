@@ -96,6 +96,8 @@ pub(crate) struct PtxWriter {
     body: String,
     counts: [u32; 5],
     labels: u32,
+    /// Labels placed so far (see [`PtxWriter::block_mark`]).
+    placed: u32,
 }
 
 impl PtxWriter {
@@ -155,12 +157,21 @@ impl PtxWriter {
     }
 
     pub(crate) fn put_label(&mut self, label: Label) {
+        self.placed += 1;
         let _ = writeln!(self.body, "{label}:");
     }
 
     /// A label of a fixed name (one per entry, such as the clock's end block).
     pub(crate) fn put_named_label(&mut self, name: &str) {
+        self.placed += 1;
         let _ = writeln!(self.body, "{name}:");
+    }
+
+    /// Changes whenever a label is placed: a register written while the mark had one
+    /// value is defined at every later instruction written under the same value (the code
+    /// between is entered only from above: branches may leave it, none can land in it).
+    pub(crate) fn block_mark(&self) -> u32 {
+        self.placed
     }
 
     pub(crate) fn register_decls(&self) -> String {

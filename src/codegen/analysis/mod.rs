@@ -10,6 +10,7 @@ pub(crate) mod grid_sync;
 pub(crate) mod lockstep;
 pub(crate) mod nesting;
 pub(crate) mod replicated;
+pub(crate) mod shared;
 pub(crate) mod steps;
 pub(crate) mod uniform;
 
@@ -51,6 +52,8 @@ pub(crate) struct ProgramFacts<'p> {
     /// Which bytes buffers are written and which variables are read or assigned, for the
     /// bytes views bound to variables (see [`bytes`]).
     pub(crate) bytes: BytesFacts<'p>,
+    /// Repeated pure sub-expressions of a statement, computed once (see [`shared`]).
+    pub(crate) shared: shared::SharedExprs,
 }
 
 impl<'p> ProgramFacts<'p> {
@@ -69,6 +72,9 @@ impl<'p> ProgramFacts<'p> {
             grid_sync::flatten(entry, &mut nodes);
             nodes
         });
+        // Over the nodes the segments are lowered from (the flattened copy's live in its
+        // vector, whose buffer moves with it into the facts).
+        let shared = shared::shared_subexpressions(flattened.as_deref().unwrap_or(entry));
         // A program split at grid barriers has barriers, so never a vector entry.
         let elementwise = match flattened {
             None => elementwise::classify(program, workgroup_size, &read_vars),
@@ -88,6 +94,7 @@ impl<'p> ProgramFacts<'p> {
             elementwise,
             half_locals: half_locals(program),
             bytes: BytesFacts::analyse(program),
+            shared,
         }
     }
 

@@ -17,6 +17,24 @@ impl<'p> Lowerer<'p> {
             self.record_operand_faults(hoisted.faults);
             return Ok(hoisted.value);
         }
+        let Some(&class) = self.facts.shared.get(&(expr as *const Expr)) else {
+            return self.put_expr_once(expr);
+        };
+        // Reused only where it is defined: no label placed since (a step machine may
+        // lower one statement's expression again in another step's block).
+        let here = self.w.block_mark();
+        match self.shared_values.get(&class) {
+            Some(&(value, mark)) if mark == here => return Ok(value),
+            _ => {}
+        }
+        let value = self.put_expr_once(expr)?;
+        self.shared_values
+            .insert(class, (value, self.w.block_mark()));
+        Ok(value)
+    }
+
+    /// [`Self::put_expr`] of an expression not computed before in this statement.
+    fn put_expr_once(&mut self, expr: &'p Expr) -> Result<Val, CodegenError> {
         match expr {
             Expr::LitU32(v) => Ok(Val::new(ValKind::U32, self.imm_b32(*v))),
             Expr::LitI32(v) => Ok(Val::new(ValKind::I32, self.imm_b32(*v as u32))),

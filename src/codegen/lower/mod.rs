@@ -150,6 +150,10 @@ pub(crate) struct Lowerer<'p> {
     /// Subgroup operations already computed, at their enclosing divergent branch or
     /// before a statement returned lanes skip (see `returned`).
     hoisted: FxHashMap<*const Expr, Hoisted>,
+    /// The value of each class of repeated sub-expressions (`facts.shared`) the current
+    /// statement has computed, with the writer's block mark where it was; emptied when a
+    /// statement starts and ends.
+    shared_values: FxHashMap<u32, (Val, u32)>,
     /// The subgroup operations being lowered, innermost last: the faults their operands
     /// raise, recorded once the whole subgroup has evaluated them (see `returned`).
     operand_faults: Vec<Vec<(Reg, DeviceFault)>>,
@@ -222,6 +226,7 @@ impl<'p> Lowerer<'p> {
             loop_depth: 0,
             branch_history: FxHashMap::default(),
             hoisted: FxHashMap::default(),
+            shared_values: FxHashMap::default(),
             operand_faults: Vec::new(),
             operand_turn: None,
             returned: None,

@@ -32,6 +32,14 @@ impl<'p> Lowerer<'p> {
     }
 
     pub(super) fn put_node_here(&mut self, node: &'p Node) -> Result<(), CodegenError> {
+        // Shared sub-expressions live for one statement (`analysis::shared`).
+        self.shared_values.clear();
+        let result = self.put_node_kind(node);
+        self.shared_values.clear();
+        result
+    }
+
+    fn put_node_kind(&mut self, node: &'p Node) -> Result<(), CodegenError> {
         match node {
             Node::Let { name, value } => self.put_let(name.as_str(), value),
             Node::Assign { name, value } => self.put_assign(name.as_str(), value),
