@@ -413,6 +413,30 @@ fn bytes_loads_of_a_written_buffer_are_not_held_across_statements() {
     assert_rejected(&held, "Let of a load from a writable bytes buffer");
     let assigned = program("a", Node::assign("rest", Expr::load("io", Expr::u32(2))));
     assert_rejected(&assigned, "Assign of a load from a writable bytes buffer");
+    // Read before the store, it lowers; after a barrier (other invocations' stores), not.
+    let read_first = |between: Node| {
+        Program::wrapped(
+            vec![
+                BufferDecl::storage("io", 0, BufferAccess::ReadWrite, DataType::Bytes)
+                    .with_count(8)
+                    .with_bytes_extraction(true),
+                BufferDecl::output("out", 1, DataType::U32).with_count(4),
+            ],
+            [4, 1, 1],
+            vec![
+                Node::let_bind("rest", Expr::load("io", Expr::u32(3))),
+                between,
+                Node::store("out", Expr::u32(0), Expr::var("rest")),
+                Node::store("io", Expr::u32(2), Expr::u32(7)),
+            ],
+        )
+    };
+    assert!(emit(&read_first(Node::Block(vec![]))).is_ok());
+    let barrier = Node::barrier_with_ordering(vyre_foundation::ir::MemoryOrdering::SeqCst);
+    assert_rejected(
+        &read_first(barrier),
+        "Let of a load from a writable bytes buffer",
+    );
 }
 
 #[test]

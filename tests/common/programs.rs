@@ -1737,6 +1737,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(raw_vector_and_unaddressed_element_cases());
     cases.extend(bytes_subgroup_operand_cases());
     cases.extend(super::step_programs::bytes_operand_round_cases());
+    cases.extend(bytes_read_before_write_cases());
     cases
 }
 
@@ -3001,6 +3002,59 @@ fn bytes_binding_cases() -> Vec<Case> {
                 ],
             ),
             vec![io, vec![7; 8]],
+        ),
+    ]
+}
+
+/// A `Let` of a load from a bytes buffer the program writes, its variable read only before
+/// the invocation's next write to the buffer (or by the store of the variable itself, which
+/// reads the bytes before it writes): the reference's snapshot and the late view agree.
+pub fn bytes_read_before_write_cases() -> Vec<Case> {
+    let source: Vec<u8> = (0..64u32).map(|i| (i * 13 + 5) as u8).collect();
+    let lanes = 8u32;
+    let program = |body: Vec<Node>, invocations: u32| {
+        Program::wrapped(
+            vec![
+                bytes_io("io", 0, 64),
+                BufferDecl::output("out", 1, DataType::U32).with_count(lanes),
+            ],
+            [invocations, 1, 1],
+            body,
+        )
+    };
+    let own = || bin(BinOp::Mul, gid(), Expr::u32(8));
+    let own_plus = |k: u32| bin(BinOp::Add, own(), Expr::u32(k));
+    vec![
+        Case::new(
+            "bytes let of a written buffer read before the invocation's own store",
+            program(
+                vec![
+                    Node::let_bind("rest", Expr::load("io", own())),
+                    Node::store(
+                        "out",
+                        gid(),
+                        Expr::select(Expr::var("rest"), gid(), Expr::u32(7)),
+                    ),
+                    Node::store("out", gid(), Expr::var("rest")),
+                    Node::store("io", own(), bin(BinOp::Mul, gid(), Expr::u32(0x0101_0101))),
+                    Node::store("io", own_plus(4), bin(BinOp::Add, gid(), Expr::u32(9))),
+                ],
+                lanes,
+            ),
+            vec![source.clone(), vec![0; lanes as usize * 4]],
+        ),
+        Case::new(
+            "bytes let of a written buffer copied into it by its last read",
+            program(
+                vec![
+                    Node::let_bind("rest", Expr::load("io", Expr::u32(2))),
+                    Node::store("out", Expr::u32(0), Expr::var("rest")),
+                    Node::store("io", Expr::u32(10), Expr::var("rest")),
+                    Node::store("io", Expr::u32(0), Expr::u32(0xAABB_CCDD)),
+                ],
+                1,
+            ),
+            vec![source, vec![0; lanes as usize * 4]],
         ),
     ]
 }

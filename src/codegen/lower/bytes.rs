@@ -274,9 +274,21 @@ impl<'p> Lowerer<'p> {
     pub(super) fn bind_bytes_view(
         &mut self,
         name: &'p str,
+        value: &'p Expr,
         view: ByteView,
     ) -> Result<(), CodegenError> {
-        self.check_bindable("Let", name, view)?;
+        // A view of a written buffer whose variable is read before any write can come
+        // (`analysis::bytes`), unless other lanes read it in subgroup operands, wherever
+        // this lane is by then.
+        let read_in_time = self
+            .facts
+            .bytes
+            .read_before_writes
+            .contains(&(value as *const Expr))
+            && !self.facts.subgroup_operand_vars.contains(name);
+        if !read_in_time {
+            self.check_bindable("Let", name, view)?;
+        }
         self.declare(name)?;
         let view = match self.facts.bytes.assigned.contains(name) {
             true => self.generic(view),
@@ -342,8 +354,9 @@ impl<'p> Lowerer<'p> {
                 "`{name}` would hold the rest of a buffer the program writes, which a later \
                  store could change before the bytes are read"
             ),
-            "store the load directly (`Store(dst, j, Load(buf, i))` copies like memmove), \
-             or load from a buffer the program does not write",
+            "read the variable before the program's next store to the buffer (or store the \
+             load directly: `Store(dst, j, Load(buf, i))` copies like memmove), or load from \
+             a buffer the program does not write",
         ))
     }
 

@@ -119,7 +119,7 @@ impl<'p> Lowerer<'p> {
     fn put_let(&mut self, name: &'p str, value: &'p Expr) -> Result<(), CodegenError> {
         if self.is_bytes_view(value) {
             let view = self.put_bytes_view(value)?;
-            return self.bind_bytes_view(name, view);
+            return self.bind_bytes_view(name, value, view);
         }
         let value = match value {
             Expr::Atomic { .. } if !self.facts.read_vars.contains(name) => {
