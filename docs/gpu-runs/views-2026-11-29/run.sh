@@ -3,7 +3,8 @@
 # every GPU test, vyre-cuda-jit, vyre-compare): the GPU suites (gpu_semantics with the new
 # bytes-operand round cases first), and beside them the complete-shape differential count
 # (generator with views in subgroup operands), seed $SEED, NF shards until LIMIT seconds.
-# Usage on the device: OUT=$OUT SEED=0x17c0de2050 LIMIT=500 bash docs/gpu-runs/views-2026-11-29/run.sh [suites...]
+# Usage on the device: OUT=$OUT SEED=0x17c0de2050 LIMIT=500 bash docs/gpu-runs/views-2026-11-29/run.sh [suites...|none]
+# (calls 1, 3 and 4 ran the earlier form, where an empty argument fell back to the default list)
 set -uo pipefail
 cd "$(dirname "$0")/../../.."
 ROOT=$PWD
@@ -29,8 +30,13 @@ for k in $(seq 0 $((NF-1))); do
   pids+=($!)
 done
 fi
-for t in "${@:-gpu_semantics calls fuzz_regressions gpu_primitives gpu_elementwise gpu_pipeline gpu_artifact gpu_async gpu_grid_sync driver_smoke gpu_resident gpu_stress}"; do
-  for u in $t; do suite $u; done
+# The suites: the arguments (words, or one quoted list; `none` runs no suite), else a default.
+if [ $# -eq 0 ]; then
+  set -- gpu_semantics calls fuzz_regressions gpu_primitives gpu_elementwise gpu_pipeline gpu_artifact \
+         gpu_async gpu_grid_sync driver_smoke gpu_resident gpu_stress
+fi
+for t in "$@"; do
+  for u in $t; do [ "$u" = none ] || suite "$u"; done
 done
 for i in "${!pids[@]}"; do wait "${pids[$i]}"; echo "shard $i rc=$?" >> $S; done
 grep -h "^fuzz: " $L/fuzz/shard_*.log 2>/dev/null | grep -v "last backend metrics\|worker time" >> $S
