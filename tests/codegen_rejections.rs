@@ -387,9 +387,7 @@ fn run_time_sized_bytes_values_lower_only_where_the_reference_computes_them() {
 
 #[test]
 fn bytes_loads_of_a_written_buffer_are_not_held_across_statements() {
-    // `rest` is bound to a view of `bound_from` (then maybe assigned one of `io`), and read
-    // after a store into `io`.
-    let program = |bound_from: &str, binding: Node| {
+    let program = |body: Vec<Node>| {
         Program::wrapped(
             vec![
                 BufferDecl::storage("io", 0, BufferAccess::ReadWrite, DataType::Bytes)
@@ -401,36 +399,22 @@ fn bytes_loads_of_a_written_buffer_are_not_held_across_statements() {
                     .with_bytes_extraction(true),
             ],
             [4, 1, 1],
-            vec![
-                Node::let_bind("rest", Expr::load(bound_from, Expr::u32(3))),
-                binding,
-                Node::store("io", Expr::u32(2), Expr::u32(7)),
-                Node::store("out", Expr::u32(0), Expr::var("rest")),
-            ],
+            body,
         )
     };
-    let held = program("io", Node::Block(vec![]));
+    let bind = |from: &str| Node::let_bind("rest", Expr::load(from, Expr::u32(3)));
+    let store_io = || Node::store("io", Expr::u32(2), Expr::u32(7));
+    let read_rest = || Node::store("out", Expr::u32(0), Expr::var("rest"));
+    // `rest` is bound to a view of `from` (then maybe assigned one of `io`), and read
+    // after a store into `io`.
+    let read_after_store =
+        |from: &str, binding: Node| program(vec![bind(from), binding, store_io(), read_rest()]);
+    let held = read_after_store("io", Node::Block(vec![]));
     assert_rejected(&held, "Let of a load from a writable bytes buffer");
-    let assigned = program("a", Node::assign("rest", Expr::load("io", Expr::u32(2))));
+    let assigned = read_after_store("a", Node::assign("rest", Expr::load("io", Expr::u32(2))));
     assert_rejected(&assigned, "Assign of a load from a writable bytes buffer");
     // Read before the store, it lowers; after a barrier (other invocations' stores), not.
-    let read_first = |between: Node| {
-        Program::wrapped(
-            vec![
-                BufferDecl::storage("io", 0, BufferAccess::ReadWrite, DataType::Bytes)
-                    .with_count(8)
-                    .with_bytes_extraction(true),
-                BufferDecl::output("out", 1, DataType::U32).with_count(4),
-            ],
-            [4, 1, 1],
-            vec![
-                Node::let_bind("rest", Expr::load("io", Expr::u32(3))),
-                between,
-                Node::store("out", Expr::u32(0), Expr::var("rest")),
-                Node::store("io", Expr::u32(2), Expr::u32(7)),
-            ],
-        )
-    };
+    let read_first = |between: Node| program(vec![bind("io"), between, read_rest(), store_io()]);
     assert!(emit(&read_first(Node::Block(vec![]))).is_ok());
     let barrier = Node::barrier_with_ordering(vyre_foundation::ir::MemoryOrdering::SeqCst);
     assert_rejected(

@@ -2490,7 +2490,7 @@ pub fn replicated_cases() -> Vec<Case> {
 }
 
 /// A read-only bytes buffer.
-fn bytes_in(name: &str, binding: u32, count: u32) -> BufferDecl {
+pub(super) fn bytes_in(name: &str, binding: u32, count: u32) -> BufferDecl {
     BufferDecl::read(name, binding, DataType::Bytes)
         .with_count(count)
         .with_bytes_extraction(true)
@@ -2744,7 +2744,7 @@ fn bytes_io(name: &str, binding: u32, count: u32) -> BufferDecl {
 
 /// 37 source bytes ending in `[0, 4, 0, 0, 0]`: the views from bytes 32..37 are 5 bytes
 /// (no u32 reading), then `[4, 0, 0, 0]` (4), then zeros.
-fn bytes_tail_source() -> Vec<u8> {
+pub(super) fn bytes_tail_source() -> Vec<u8> {
     let mut source: Vec<u8> = (0..37u32).map(|i| (i * 7 + 0x91) as u8).collect();
     source[32..].copy_from_slice(&[0, 4, 0, 0, 0]);
     source

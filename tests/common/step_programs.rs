@@ -7,7 +7,7 @@
 #![allow(dead_code)]
 
 use super::gpu::{f32_bytes, u32_bytes};
-use super::programs::Case;
+use super::programs::{bytes_in, bytes_tail_source, Case};
 use super::subgroup_programs::{
     ballot, bin, gid, lanes, modulo_is, reduce, shuffle, u, values, var,
 };
@@ -561,14 +561,11 @@ fn bytes_case(name: &str, workgroup: u32, mut body: Vec<Node>) -> Case {
         Node::let_bind("v", Expr::load("a", gid())),
     ];
     entry.extend(body);
-    let mut source: Vec<u8> = (0..37u32).map(|i| (i * 7 + 0x91) as u8).collect();
-    source[32..].copy_from_slice(&[0, 4, 0, 0, 0]);
+    let source = bytes_tail_source();
     let program = Program::wrapped(
         vec![
             BufferDecl::read("a", 0, DataType::U32).with_count(n),
-            BufferDecl::read("b", 1, DataType::Bytes)
-                .with_count(source.len() as u32)
-                .with_bytes_extraction(true),
+            bytes_in("b", 1, source.len() as u32),
             BufferDecl::read_write("out", 2, DataType::U32).with_count(n),
         ],
         [workgroup, 1, 1],

@@ -7,7 +7,7 @@
 //! and the faults of the first: the lowering computes it once. Sharing stops at the
 //! statement: the next one may follow a store.
 
-use super::super::visit::{for_each_child, for_each_expr, for_each_node};
+use super::super::visit::{for_each_child, for_each_expr, for_each_node, is_pure_operation};
 use rustc_hash::FxHashMap;
 use vyre_foundation::ir::{Expr, Node};
 
@@ -34,31 +34,29 @@ pub(crate) fn shared_subexpressions(nodes: &[Node]) -> SharedExprs {
     shared
 }
 
-/// Push every sub-expression of `expr` worth sharing (an operation, not a leaf) onto
-/// `out`, outermost first; `false` when `expr` holds something with an effect or an
-/// evaluation of its own (atomics, subgroup operations, calls, extensions), in which
-/// case the statement shares nothing.
+/// Push every sub-expression of `expr` worth sharing (an operation or a load, not a leaf)
+/// onto `out`; `false` when `expr` holds something with an effect or an evaluation of its
+/// own (atomics, subgroup operations, calls, extensions), in which case the statement
+/// shares nothing.
 fn collect<'e>(expr: &'e Expr, out: &mut Vec<&'e Expr>) -> bool {
-    match expr {
+    let reads = matches!(
+        expr,
         Expr::Load { .. }
-        | Expr::BinOp { .. }
-        | Expr::UnOp { .. }
-        | Expr::Select { .. }
-        | Expr::Cast { .. }
-        | Expr::Fma { .. } => out.push(expr),
-        Expr::LitU32(_)
-        | Expr::LitI32(_)
-        | Expr::LitF32(_)
-        | Expr::LitBool(_)
-        | Expr::Var(_)
-        | Expr::BufLen { .. }
-        | Expr::InvocationId { .. }
-        | Expr::WorkgroupId { .. }
-        | Expr::LocalId { .. } => return true,
-        _ => return false,
+            | Expr::InvocationId { .. }
+            | Expr::WorkgroupId { .. }
+            | Expr::LocalId { .. }
+    );
+    if !reads && !is_pure_operation(expr) {
+        return false;
     }
-    let mut pure = true;
-    for_each_child(expr, &mut |child| pure = pure && collect(child, out));
+    let (mut pure, mut leaf) = (true, true);
+    for_each_child(expr, &mut |child| {
+        leaf = false;
+        pure = pure && collect(child, out);
+    });
+    if !leaf {
+        out.push(expr);
+    }
     pure
 }
 

@@ -159,10 +159,7 @@ impl<'p> Lowerer<'p> {
     /// The frozen register of variable `name`, currently bound to `val`.
     fn frozen(&mut self, name: &'p str, val: Val) -> Result<Frozen, CodegenError> {
         let Some(returned) = self.returned.as_mut() else {
-            return Err(CodegenError::invalid(
-                "a frozen variable outside a segment whose returned lanes stay",
-                "report this vyre-cuda bug",
-            ));
+            return Err(frozen_outside_returned());
         };
         let known = match returned.frozen.get(name) {
             Some(known) => (known.value.kind != val.kind).then(|| known.value.kind.name()),
@@ -195,10 +192,7 @@ impl<'p> Lowerer<'p> {
             )
         });
         match known {
-            None => Err(CodegenError::invalid(
-                "a frozen variable outside a segment whose returned lanes stay",
-                "report this vyre-cuda bug",
-            )),
+            None => Err(frozen_outside_returned()),
             Some((Some(frozen), _)) => Ok(frozen),
             Some((None, Some(kind))) => Err(two_types(name, &kind.name(), VIEW)),
             Some((None, None)) => {
@@ -419,5 +413,13 @@ fn two_types(name: &str, known: &str, now: &str) -> CodegenError {
             "`{name}` is a {known} where a lane may return and a {now} where a subgroup operand reads it; the reference would mix the two in one operation"
         ),
         "give the variables different names",
+    )
+}
+
+/// A frozen variable asked for outside a segment whose returned lanes stay.
+fn frozen_outside_returned() -> CodegenError {
+    CodegenError::invalid(
+        "a frozen variable outside a segment whose returned lanes stay",
+        "report this vyre-cuda bug",
     )
 }
