@@ -273,6 +273,27 @@ fn the_undefined_read_gate_finds_reads_that_a_path_reaches_unwritten() {
     }
 }
 
+/// The barrier-form gate (`fuzz::check::unaligned_barrier`): a non-`.aligned` barrier or
+/// barrier reduction, guarded or not, is found in an entry whose lanes leave by `exit`;
+/// the `.aligned` forms pass, and so does a cooperative entry's segment end, where leaving
+/// lanes wait at another barrier.
+#[test]
+fn the_barrier_gate_finds_unaligned_barriers_in_exiting_entries() {
+    for body in [
+        "\tbarrier.sync 0;\n",
+        "\t@%p0 barrier.sync 0;\n",
+        "\tbarrier.red.or.pred %p1, 0, %p0;\n",
+    ] {
+        let found = fuzz::check::unaligned_barrier(&gate_kernel(body));
+        assert_eq!(found.as_deref(), Some(body.trim()), "{body:?}");
+        let segment = format!("{body}vyre_segment_end_0:\n");
+        assert_eq!(fuzz::check::unaligned_barrier(&gate_kernel(&segment)), None);
+    }
+    for body in ["\tbar.sync 0;\n", "\tbar.red.or.pred %p1, 0, %p0;\n"] {
+        assert_eq!(fuzz::check::unaligned_barrier(&gate_kernel(body)), None);
+    }
+}
+
 /// `VYRE_CUDA_FUZZ_SHRINK_HANG=<file.case>`: shrink a GPU hang. A hung kernel takes its
 /// process down with it, so each draft runs in a child process (this binary replaying a
 /// directory that holds just the draft) and a draft whose child outlives

@@ -97,11 +97,16 @@ pub struct PtxasHazard {
 /// [`super::defined::undefined_read`].
 pub fn ptxas_hazard(ptx: &str) -> Option<PtxasHazard> {
     type Gate = fn(&str) -> Option<String>;
-    let gates: [(&'static str, &'static str, Gate); 5] = [
+    let gates: [(&'static str, &'static str, Gate); 6] = [
         (
             "sync-operand-visible",
             "a warp-synchronous operand ptxas can see through",
             visible_sync_operand,
+        ),
+        (
+            "unaligned-barrier",
+            "a non-.aligned workgroup barrier in an entry whose leaving lanes exit",
+            unaligned_barrier,
         ),
         (
             "nested-i32-minmax",
@@ -249,6 +254,30 @@ fn unguarded(line: &str) -> &str {
             .map_or("", |(_, op)| op.trim_start()),
         None => line,
     }
+}
+
+/// The first non-`.aligned` workgroup barrier (`barrier.sync`, `barrier.red`) of an entry
+/// whose leaving lanes exit (no cooperative segment end, no clock end block). ptxas 13.0
+/// gives that form a divergent-warp fallback which deadlocks beside warp-synchronous
+/// operations (`tests/fuzz_regressions/gpu-hang-4f2d46484763c667-shrunk.case`); there
+/// every live lane of a warp meets at each barrier, so the emitter uses `bar`.
+pub fn unaligned_barrier(ptx: &str) -> Option<String> {
+    ptx.split(".entry ")
+        .skip(1)
+        .filter(|entry| !entry.contains("vyre_segment_end_") && !entry.contains("vyre_clock_end"))
+        .flat_map(str::lines)
+        .map(str::trim)
+        .find(|line| {
+            // Past a `@p` guard.
+            let op = match line.strip_prefix('@') {
+                Some(guarded) => guarded
+                    .split_once(char::is_whitespace)
+                    .map_or("", |(_, op)| op),
+                None => line,
+            };
+            op.starts_with("barrier.")
+        })
+        .map(str::to_string)
 }
 
 /// The first warp-synchronous instruction (`vote`, `shfl`, `redux`, `match` `.sync`) with

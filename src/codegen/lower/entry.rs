@@ -53,6 +53,23 @@ impl<'p> Lowerer<'p> {
         }
     }
 
+    /// The workgroup barrier instruction of this entry's body. Where a lane that leaves
+    /// the body exits, every live lane of a warp reaches each barrier at the same
+    /// instruction (barriers sit in uniform control flow, and divergent branches holding
+    /// one are checked first), so the `.aligned` form (`bar`) holds, as CUDA's
+    /// `__syncthreads` does. The non-`.aligned` form hangs the GPU there: ptxas 13.0 gives
+    /// it a divergent-warp fallback that deadlocks with a later warp-synchronous operation
+    /// (`tests/fuzz_regressions/gpu-hang-4f2d46484763c667-shrunk.case`). Where a leaving
+    /// lane waits at a segment's end or the clock's end block instead, warp-mates may wait
+    /// at different barrier instructions, which only the non-`.aligned` form allows.
+    pub(super) fn cta_barrier(&self) -> &'static str {
+        if self.segment_end.is_none() && !self.clock {
+            "bar"
+        } else {
+            "barrier"
+        }
+    }
+
     pub(crate) fn lower_entry(
         mut self,
         segment: &Segment<'p>,
@@ -149,7 +166,7 @@ impl<'p> Lowerer<'p> {
         }
         // Zeroing workgroup memory and partials ends with a barrier already.
         if clocked && self.shared.is_empty() && self.partials.is_empty() {
-            emit!(p, "barrier.sync 0");
+            emit!(p, "{}.sync 0", self.cta_barrier());
         }
         p.into_body()
     }
@@ -242,7 +259,7 @@ impl<'p> Lowerer<'p> {
         emit!(p, "add.u32 {offset}, {offset}, {}", threads * 16);
         emit!(p, "bra {top}");
         p.put_label(end);
-        emit!(p, "barrier.sync 0");
+        emit!(p, "{}.sync 0", self.cta_barrier());
     }
 
     /// Every per-workgroup partial starts at its operator's identity.
@@ -257,7 +274,7 @@ impl<'p> Lowerer<'p> {
                 partial.identity()
             );
         }
-        emit!(p, "barrier.sync 0");
+        emit!(p, "{}.sync 0", self.cta_barrier());
     }
 
     /// The shared slot of the partial for `buffer[index]`, allocated on first use.
@@ -292,7 +309,10 @@ impl<'p> Lowerer<'p> {
         if self.partials.is_empty() {
             return Ok(());
         }
-        emit!(self.w, "barrier.sync 0");
+        // Returned lanes branch here from wherever they returned: the label joins every
+        // path, and such programs hold no other barrier, so every live lane of a warp
+        // meets at this one instruction.
+        emit!(self.w, "{}.sync 0", self.cta_barrier());
         let first = self.w.reg(RegClass::Pred);
         emit!(self.w, "setp.eq.u32 {first}, {}, 0", self.ids.linear_local);
         for slot in 0..self.partials.len() {

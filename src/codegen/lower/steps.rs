@@ -165,7 +165,7 @@ impl<'p> Lowerer<'p> {
         let released = self.branch_pred(released);
         let go = self.w.label();
         emit!(self.w, "@!{released} bra {go}");
-        emit!(self.w, "barrier.sync 0");
+        emit!(self.w, "{}.sync 0", self.cta_barrier());
         self.w.put_zero(waiting);
         self.w.put_label(go);
         let sub_round = self.machine()?.sub_round;

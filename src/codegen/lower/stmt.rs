@@ -70,10 +70,9 @@ impl<'p> Lowerer<'p> {
             Node::Barrier { .. } => {
                 // Top-level GridSyncs split the kernel into segments (analysis::grid_sync);
                 // one left inside If/Loop is a workgroup barrier, as in the reference.
-                // Non-`.aligned` form: lanes that returned earlier have exited and are not
-                // waited for, exactly as the reference releases a barrier once every live
-                // lane reached it.
-                emit!(self.w, "barrier.sync 0");
+                // Lanes that returned earlier have exited and are not waited for, exactly
+                // as the reference releases a barrier once every live lane reached it.
+                emit!(self.w, "{}.sync 0", self.cta_barrier());
                 Ok(())
             }
             Node::Block(nodes) => self.put_scoped_block(nodes),
@@ -257,8 +256,9 @@ impl<'p> Lowerer<'p> {
     /// barriers were checked the same way).
     fn check_branch_agreement(&mut self, p: Reg) {
         let (all, any) = (self.pred(), self.pred());
-        emit!(self.w, "barrier.red.and.pred {all}, 0, {p}");
-        emit!(self.w, "barrier.red.or.pred {any}, 0, {p}");
+        let barrier = self.cta_barrier();
+        emit!(self.w, "{barrier}.red.and.pred {all}, 0, {p}");
+        emit!(self.w, "{barrier}.red.or.pred {any}, 0, {p}");
         emit!(self.w, "xor.pred {all}, {all}, {any}");
         // `all` is the same in every lane (a barrier reduction), so all exit.
         self.fault_exit_if(all, DeviceFault::DivergentBarrier);
