@@ -224,6 +224,68 @@ pub fn fault_in_second_segment() -> GridCase {
     }
 }
 
+/// A division by zero in one lane inside a loop of workgroup barriers, in the middle
+/// segment of three: the faulting lane leaves the loop while its workgroup goes on to
+/// the loop's later barriers (in the cooperative entry it waits at the segment's end).
+/// The dispatch fails, without hanging.
+pub fn fault_inside_a_barrier_loop() -> GridCase {
+    let n = 256u32;
+    let lid = || Expr::LocalId { axis: 0 };
+    let neighbour = bin(
+        BinOp::Mod,
+        bin(BinOp::Add, lid(), Expr::u32(1)),
+        Expr::u32(64),
+    );
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::I32).with_count(n),
+            BufferDecl::storage("t", 1, BufferAccess::ReadWrite, DataType::I32).with_count(n),
+            BufferDecl::workgroup("sh", 64, DataType::I32),
+            BufferDecl::output("out", 2, DataType::I32).with_count(n),
+        ],
+        [64, 1, 1],
+        vec![
+            Node::store("t", gid(), Expr::load("a", gid())),
+            grid_sync(),
+            Node::let_bind("v", Expr::load("t", gid())),
+            Node::loop_for(
+                "i",
+                Expr::u32(0),
+                Expr::u32(4),
+                vec![
+                    Node::store("sh", lid(), Expr::var("v")),
+                    Node::barrier(),
+                    // Element 77 is zero: its left neighbour divides by it at once.
+                    Node::assign(
+                        "v",
+                        bin(
+                            BinOp::Add,
+                            Expr::var("v"),
+                            bin(BinOp::Div, Expr::i32(1000), Expr::load("sh", neighbour)),
+                        ),
+                    ),
+                    Node::barrier(),
+                ],
+            ),
+            Node::store("t", gid(), Expr::var("v")),
+            grid_sync(),
+            Node::store("out", gid(), Expr::load("t", elsewhere(3, n))),
+        ],
+    );
+    let values: Vec<i32> = (0..n as i32)
+        .map(|i| if i == 77 { 0 } else { i + 1 })
+        .collect();
+    GridCase {
+        name: "fault inside a barrier loop",
+        program,
+        inputs: vec![
+            values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            vec![0; n as usize * 4],
+        ],
+        expect_error: true,
+    }
+}
+
 /// Atomics in one segment, read (and added to again) in the next.
 pub fn atomics_across_segments() -> GridCase {
     let n = 256u32;
@@ -334,5 +396,6 @@ pub fn all() -> Vec<GridCase> {
         fault_in_second_segment(),
         atomics_across_segments(),
         two_dimensional(),
+        fault_inside_a_barrier_loop(),
     ]
 }
