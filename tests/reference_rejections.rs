@@ -218,6 +218,95 @@ fn bytes_loads_as_loop_bounds_and_atomic_values_are_refused_by_both() {
     both_refuse(&atomic, "run-time-sized bytes value", "V057:");
 }
 
+/// Every other place a bytes load (or a variable bound to one) reaches where only a
+/// fixed-size value lowers is refused by vyre's validator or the interpreter as well: an
+/// `If` condition (V123), a cast to another type (V012), an integer unary operand (V101),
+/// a compare-exchange's expected value (V058), an `Assign` changing the variable's type
+/// either way (V045), a `Select` with one bytes arm (V029) and a trap address. (As an
+/// operand of a binary operator, a Select condition, an index or a store's value the
+/// emitter lowers it, failing at run time where the reference does.)
+#[test]
+fn bytes_loads_where_fixed_size_values_are_needed_are_refused_by_both() {
+    let with_bytes = |body: Vec<Node>| {
+        Program::wrapped(
+            vec![
+                BufferDecl::read("src", 0, DataType::Bytes)
+                    .with_count(16)
+                    .with_bytes_extraction(true),
+                BufferDecl::read_write("c", 1, DataType::U32).with_count(4),
+                BufferDecl::output("out", 2, DataType::U32).with_count(4),
+            ],
+            [4, 1, 1],
+            body,
+        )
+    };
+    let view = || Expr::load("src", Expr::u32(12));
+    let store = |value: Expr| Node::store("out", gid(), value);
+    let compare_exchange = Expr::Atomic {
+        op: AtomicOp::CompareExchange,
+        buffer: "c".into(),
+        index: Box::new(Expr::u32(0)),
+        expected: Some(Box::new(view())),
+        value: Box::new(Expr::u32(1)),
+        ordering: MemoryOrdering::Relaxed,
+    };
+    let cases = [
+        (
+            vec![Node::if_then(view(), vec![store(Expr::u32(1))])],
+            "V123:",
+        ),
+        (vec![store(Expr::cast(DataType::U32, view()))], "V012:"),
+        (
+            vec![store(Expr::UnOp {
+                op: UnOp::BitNot,
+                operand: Box::new(view()),
+            })],
+            "V101:",
+        ),
+        (
+            vec![Node::let_bind("x", compare_exchange), store(Expr::u32(0))],
+            "V058:",
+        ),
+        (
+            vec![
+                Node::let_bind("v", view()),
+                Node::assign("v", Expr::u32(3)),
+                store(Expr::u32(0)),
+            ],
+            "V045:",
+        ),
+        (
+            vec![
+                Node::let_bind("v", Expr::u32(3)),
+                Node::assign("v", view()),
+                store(Expr::var("v")),
+            ],
+            "V045:",
+        ),
+        (
+            vec![store(Expr::Select {
+                cond: Box::new(Expr::bool(true)),
+                true_val: Box::new(view()),
+                false_val: Box::new(Expr::u32(1)),
+            })],
+            "V029:",
+        ),
+        (
+            vec![
+                Node::Trap {
+                    address: Box::new(view()),
+                    tag: "t".into(),
+                },
+                store(Expr::u32(0)),
+            ],
+            "address is not a u32",
+        ),
+    ];
+    for (body, cause) in cases {
+        both_refuse(&with_bytes(body), "run-time-sized bytes value", cause);
+    }
+}
+
 /// The reference would address atomics on a 4-bit buffer four bytes apart (its atomic
 /// stride is at least 4), but vyre's validator refuses them first.
 #[test]
