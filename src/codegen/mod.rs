@@ -67,10 +67,11 @@ pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
-/// Version of the emitter's output format; part of every cache key. (24: workgroup
-/// barriers of entries whose leaving lanes exit take the `.aligned` form; 23: repeated
-/// pure sub-expressions of a statement computed once; 22 was an unmerged experiment.)
-pub const EMITTER_VERSION: u32 = 24;
+/// Version of the emitter's output format; part of every cache key. (25: no cooperative
+/// entry where a lane that faults could be awaited there; 24: workgroup barriers of
+/// entries whose leaving lanes exit take the `.aligned` form; 23: repeated pure
+/// sub-expressions of a statement computed once; 22 was an unmerged experiment.)
+pub const EMITTER_VERSION: u32 = 25;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;
@@ -315,7 +316,7 @@ fn segment<'p>(
 }
 
 /// The segments of the cooperative entry, where it runs them exactly as the split
-/// entries do (see `analysis::grid_sync`); none otherwise.
+/// entries do (see `analysis::grid_sync`), a lane that faults included; none otherwise.
 fn lower_cooperative<'p>(
     segments: &[lower::Segment<'p>],
     lowerer: impl Fn() -> lower::Lowerer<'p>,
@@ -326,7 +327,7 @@ fn lower_cooperative<'p>(
     if steps || !analysis::grid_sync::cooperative_is_exact(&nodes) {
         return Ok(Vec::new());
     }
-    segments
+    let bodies = segments
         .iter()
         .enumerate()
         .map(|(index, segment)| {
@@ -334,7 +335,14 @@ fn lower_cooperative<'p>(
                 .ending_at(module::segment_end_label(index))
                 .lower_entry(segment)
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    let awaited = |(segment, body): (&lower::Segment<'p>, &lower::LoweredBody)| {
+        body.fault_word && analysis::grid_sync::faulted_lanes_may_be_awaited(segment.nodes)
+    };
+    if segments.iter().zip(&bodies).any(awaited) {
+        return Ok(Vec::new());
+    }
+    Ok(bodies)
 }
 
 fn check_workgroup(size: [u32; 3]) -> Result<(), CodegenError> {

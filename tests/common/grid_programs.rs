@@ -8,6 +8,7 @@
 use super::gpu::{u32_bytes, Rng};
 use vyre_foundation::ir::{
     AtomicOp, BinOp, BufferAccess, BufferDecl, DataType, Expr, MemoryOrdering, Node, Program,
+    SubgroupReduceOp,
 };
 
 /// One program and its inputs.
@@ -17,6 +18,9 @@ pub struct GridCase {
     pub inputs: Vec<Vec<u8>>,
     /// The reference fails on it (a device fault).
     pub expect_error: bool,
+    /// The backend has a cooperative entry for it (one launch with a software grid
+    /// barrier, where the grid fits resident); otherwise it launches each segment.
+    pub cooperative: bool,
 }
 
 fn bin(op: BinOp, l: Expr, r: Expr) -> Expr {
@@ -85,6 +89,7 @@ pub fn chained_passes(n: u32) -> GridCase {
             vec![0; n as usize * 4],
         ],
         expect_error: false,
+        cooperative: true,
     }
 }
 
@@ -145,6 +150,7 @@ pub fn workgroup_memory_across_barrier() -> GridCase {
         program,
         inputs: vec![rng.bytes_u32(n as usize), vec![0; n as usize * 4]],
         expect_error: false,
+        cooperative: true,
     }
 }
 
@@ -184,6 +190,7 @@ pub fn return_inside_segment() -> GridCase {
         program,
         inputs: vec![u32_bytes(&vec![7; n as usize])],
         expect_error: false,
+        cooperative: true,
     }
 }
 
@@ -221,13 +228,15 @@ pub fn fault_in_second_segment() -> GridCase {
             vec![0; n as usize * 4],
         ],
         expect_error: true,
+        cooperative: true,
     }
 }
 
 /// A division by zero in one lane inside a loop of workgroup barriers, in the middle
 /// segment of three: the faulting lane leaves the loop while its workgroup goes on to
-/// the loop's later barriers (in the cooperative entry it waits at the segment's end).
-/// The dispatch fails, without hanging.
+/// the loop's later barriers, which in a cooperative entry (where it would wait at the
+/// segment's end) would wait for it; the backend launches it split. The dispatch fails,
+/// without hanging.
 pub fn fault_inside_a_barrier_loop() -> GridCase {
     let n = 256u32;
     let lid = || Expr::LocalId { axis: 0 };
@@ -283,6 +292,73 @@ pub fn fault_inside_a_barrier_loop() -> GridCase {
             vec![0; n as usize * 4],
         ],
         expect_error: true,
+        cooperative: false,
+    }
+}
+
+/// A division by zero in one lane inside a loop, then a subgroup reduction, in the
+/// middle segment of three: the faulting lane leaves the loop while its warp goes on to
+/// the reduction, which in a cooperative entry (where it would wait at the segment's end)
+/// would wait for it; the backend launches it split. The dispatch fails, without hanging.
+pub fn fault_in_a_loop_before_a_subgroup_reduction() -> GridCase {
+    let n = 256u32;
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::I32).with_count(n),
+            BufferDecl::storage("t", 1, BufferAccess::ReadWrite, DataType::I32).with_count(n),
+            BufferDecl::output("out", 2, DataType::I32).with_count(n),
+        ],
+        [64, 1, 1],
+        vec![
+            Node::store("t", gid(), Expr::load("a", gid())),
+            grid_sync(),
+            Node::let_bind("v", Expr::load("t", gid())),
+            Node::loop_for(
+                "i",
+                Expr::u32(0),
+                Expr::u32(4),
+                // Element 77 is zero: element 76 divides by it at once.
+                vec![Node::assign(
+                    "v",
+                    bin(
+                        BinOp::Add,
+                        Expr::var("v"),
+                        bin(
+                            BinOp::Div,
+                            Expr::i32(1000),
+                            Expr::load("t", elsewhere(1, n)),
+                        ),
+                    ),
+                )],
+            ),
+            Node::store(
+                "t",
+                gid(),
+                // The reference combines u32 and float lanes only.
+                Expr::cast(
+                    DataType::I32,
+                    Expr::SubgroupReduce {
+                        op: SubgroupReduceOp::Add,
+                        value: Box::new(Expr::cast(DataType::U32, Expr::var("v"))),
+                    },
+                ),
+            ),
+            grid_sync(),
+            Node::store("out", gid(), Expr::load("t", elsewhere(3, n))),
+        ],
+    );
+    let values: Vec<i32> = (0..n as i32)
+        .map(|i| if i == 77 { 0 } else { i + 1 })
+        .collect();
+    GridCase {
+        name: "fault in a loop before a subgroup reduction",
+        program,
+        inputs: vec![
+            values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            vec![0; n as usize * 4],
+        ],
+        expect_error: true,
+        cooperative: false,
     }
 }
 
@@ -329,6 +405,7 @@ pub fn atomics_across_segments() -> GridCase {
         program,
         inputs: vec![rng.bytes_u32(n as usize), vec![0; 32], vec![0; 4]],
         expect_error: false,
+        cooperative: true,
     }
 }
 
@@ -384,6 +461,7 @@ pub fn two_dimensional() -> GridCase {
         program,
         inputs: vec![rng.bytes_u32(n as usize), vec![0; n as usize * 4]],
         expect_error: false,
+        cooperative: true,
     }
 }
 
@@ -397,5 +475,6 @@ pub fn all() -> Vec<GridCase> {
         atomics_across_segments(),
         two_dimensional(),
         fault_inside_a_barrier_loop(),
+        fault_in_a_loop_before_a_subgroup_reduction(),
     ]
 }

@@ -7,7 +7,8 @@
 //! its own PTX scope, registers and prologue (which re-zeroes workgroup buffers), and `Return`
 //! or a workgroup-wide fault jumps to the segment's end, so every thread reaches every barrier.
 
-use crate::codegen::visit::{has_barrier, has_return};
+use super::uniform::has_subgroup;
+use crate::codegen::visit::{any_node, has_barrier, has_return};
 use vyre_foundation::ir::{MemoryOrdering, Node};
 
 fn is_grid_sync(node: &Node) -> bool {
@@ -65,6 +66,17 @@ pub(crate) fn cooperative_is_exact(segments: &[&[Node]]) -> bool {
             .any(|segment| has_return(segment) && has_barrier(segment))
 }
 
+/// Whether, in the cooperative entry, a lane of `segment` that recorded a fault could be
+/// awaited by its workgroup: a lane that faulted leaves the loop it is in (or the next one
+/// it meets) and ends, which in the cooperative entry means waiting at the segment's end,
+/// while a barrier or a warp-synchronous operation of the others after that waits for it
+/// (a hang; the split entries' lanes exit instead). Only a segment whose lowering records
+/// faults asks this.
+pub(crate) fn faulted_lanes_may_be_awaited(segment: &[Node]) -> bool {
+    any_node(segment, &|node| matches!(node, Node::Loop { .. }))
+        && (has_barrier(segment) || has_subgroup(segment))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,6 +113,23 @@ mod tests {
             !cooperative_is_exact(&[&ret_only]),
             "one segment needs no grid barrier"
         );
+    }
+
+    #[test]
+    fn faulted_lanes_may_be_awaited_after_a_loop_beside_a_barrier_or_subgroup_operation() {
+        use vyre_foundation::ir::{Expr, SubgroupReduceOp};
+        let looped = || Node::loop_for("i", Expr::u32(0), Expr::u32(4), vec![]);
+        let reduce = Node::let_bind(
+            "r",
+            Expr::SubgroupReduce {
+                op: SubgroupReduceOp::Add,
+                value: Box::new(Expr::u32(1)),
+            },
+        );
+        assert!(faulted_lanes_may_be_awaited(&[looped(), Node::barrier()]));
+        assert!(faulted_lanes_may_be_awaited(&[looped(), reduce.clone()]));
+        assert!(!faulted_lanes_may_be_awaited(&[looped()]));
+        assert!(!faulted_lanes_may_be_awaited(&[Node::barrier(), reduce]));
     }
 
     #[test]
