@@ -294,6 +294,46 @@ fn the_barrier_gate_finds_unaligned_barriers_in_exiting_entries() {
     }
 }
 
+/// The early-end gate (`fuzz::check::awaited_early_end`): a cooperative segment that
+/// branches to its end and then runs a warp-synchronous instruction or a barrier before
+/// that end, or whose branch follows a loop holding one, is found; the same branch as the
+/// segment's last instruction, and the grid barrier after the end's label, pass.
+#[test]
+fn the_early_end_gate_finds_synchronisation_after_a_branch_to_the_segment_end() {
+    let segment = |between: &str| {
+        format!(
+            "\t@%p0 bra vyre_segment_end_1;\n{between}\tbra vyre_segment_end_1;\n\
+             vyre_segment_end_1:\n\tbarrier.sync 0;\n"
+        )
+    };
+    for sync in [
+        "\tredux.sync.add.u32 %r1, %r0, -1;\n",
+        "\tbarrier.sync 0;\n",
+        "\tbar.sync 0;\n",
+    ] {
+        let found = fuzz::check::awaited_early_end(&gate_kernel(&segment(sync)));
+        assert_eq!(found.as_deref(), Some(sync.trim()), "{sync:?}");
+    }
+    let plain = segment("\tadd.u32 %r1, %r0, 1;\n");
+    assert_eq!(fuzz::check::awaited_early_end(&gate_kernel(&plain)), None);
+    // Leaving a loop that holds a barrier: the others' later iterations wait at it.
+    let looped = |body: &str, ending: &str| {
+        format!(
+            "$L__1:\n\t@%p1 bra $L__2;\n{body}\tbra $L__1;\n$L__2:\n{ending}\
+             \tbra vyre_segment_end_1;\n$L__3:\n\tbra vyre_segment_end_1;\n\
+             vyre_segment_end_1:\n\tbarrier.sync 0;\n"
+        )
+    };
+    let (barrier, add) = ("\tbar.sync 0;\n", "\tadd.u32 %r1, %r0, 1;\n");
+    let faulted = "\t@!%p0 bra $L__3;\n";
+    let found = fuzz::check::awaited_early_end(&gate_kernel(&looped(barrier, faulted)));
+    assert_eq!(found.as_deref(), Some("bar.sync 0;"));
+    for (body, ending) in [(add, faulted), (barrier, add)] {
+        let calm = gate_kernel(&looped(body, ending));
+        assert_eq!(fuzz::check::awaited_early_end(&calm), None, "{calm}");
+    }
+}
+
 /// `VYRE_CUDA_FUZZ_SHRINK_HANG=<file.case>`: shrink a GPU hang. A hung kernel takes its
 /// process down with it, so each draft runs in a child process (this binary replaying a
 /// directory that holds just the draft) and a draft whose child outlives

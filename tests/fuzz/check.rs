@@ -97,7 +97,7 @@ pub struct PtxasHazard {
 /// [`super::defined::undefined_read`].
 pub fn ptxas_hazard(ptx: &str) -> Option<PtxasHazard> {
     type Gate = fn(&str) -> Option<String>;
-    let gates: [(&'static str, &'static str, Gate); 6] = [
+    let gates: [(&'static str, &'static str, Gate); 7] = [
         (
             "sync-operand-visible",
             "a warp-synchronous operand ptxas can see through",
@@ -107,6 +107,11 @@ pub fn ptxas_hazard(ptx: &str) -> Option<PtxasHazard> {
             "unaligned-barrier",
             "a non-.aligned workgroup barrier in an entry whose leaving lanes exit",
             unaligned_barrier,
+        ),
+        (
+            "awaited-early-end",
+            "a barrier or warp-synchronous instruction its workgroup runs after a lane branched to its segment's end",
+            awaited_early_end,
         ),
         (
             "nested-i32-minmax",
@@ -267,17 +272,82 @@ pub fn unaligned_barrier(ptx: &str) -> Option<String> {
         .filter(|entry| !entry.contains("vyre_segment_end_") && !entry.contains("vyre_clock_end"))
         .flat_map(str::lines)
         .map(str::trim)
-        .find(|line| {
-            // Past a `@p` guard.
-            let op = match line.strip_prefix('@') {
-                Some(guarded) => guarded
-                    .split_once(char::is_whitespace)
-                    .map_or("", |(_, op)| op),
-                None => line,
-            };
-            op.starts_with("barrier.")
-        })
+        .find(|line| past_guard(line).starts_with("barrier."))
         .map(str::to_string)
+}
+
+/// A PTX line past its `@p` guard, if it has one.
+fn past_guard(line: &str) -> &str {
+    match line.strip_prefix('@') {
+        Some(guarded) => guarded
+            .split_once(char::is_whitespace)
+            .map_or("", |(_, op)| op),
+        None => line,
+    }
+}
+
+/// The first workgroup barrier or warp-synchronous instruction that the rest of a lane's
+/// workgroup can run after the lane branched to its cooperative segment's end: one after
+/// the branch (before the end's label), or one inside the loop that the branch follows
+/// (later iterations). The lane waits at the segment's end barrier and that instruction
+/// waits for it: a deadlock (`grid_programs::fault_in_a_loop_before_a_subgroup_reduction`,
+/// `fault_inside_a_barrier_loop`; a lane that faults leaves its loop and ends).
+pub fn awaited_early_end(ptx: &str) -> Option<String> {
+    let synchronises = |line: &str| {
+        let op = past_guard(line);
+        op.starts_with("bar") || op.contains(".sync")
+    };
+    let lines: Vec<&str> = ptx.lines().map(str::trim).collect();
+    let mut ended: Option<&str> = None;
+    for (at, &line) in lines.iter().enumerate() {
+        match ended {
+            Some(end) if line.strip_suffix(':') == Some(end) => ended = None,
+            Some(_) if synchronises(line) => return Some(line.to_string()),
+            Some(_) => {}
+            None => {
+                ended = branch_target(line).filter(|t| t.starts_with("vyre_segment_end_"));
+                if ended.is_some() {
+                    if let Some(&sync) = loop_left(&lines[..at]).iter().find(|l| synchronises(l)) {
+                        return Some(sync.to_string());
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The target of a (possibly guarded) `bra`.
+fn branch_target(line: &str) -> Option<&str> {
+    let op = past_guard(line);
+    let target = op
+        .strip_prefix("bra ")
+        .or_else(|| op.strip_prefix("bra.uni "))?;
+    Some(target.trim_end_matches(';').trim())
+}
+
+/// The loop a lane leaves when `lines` (a segment up to a branch to its end) end the way
+/// the emitter ends a lane that faulted in a loop: the loop's back edge, its exit label,
+/// then a guarded branch around the ending (`@!faulted bra`). Empty for any other ending.
+fn loop_left<'l, 'a>(lines: &'l [&'a str]) -> &'l [&'a str] {
+    let guarded_skip = |l: &&str| l.starts_with('@') && branch_target(l).is_some();
+    if !lines.last().is_some_and(guarded_skip) {
+        return &[];
+    }
+    let Some(exit) = lines.iter().rposition(|l| l.ends_with(':')) else {
+        return &[];
+    };
+    let Some(target) = exit
+        .checked_sub(1)
+        .and_then(|edge| branch_target(lines[edge]))
+    else {
+        return &[];
+    };
+    let label = format!("{target}:");
+    match lines[..exit - 1].iter().rposition(|l| *l == label) {
+        Some(top) => &lines[top..exit - 1],
+        None => &[],
+    }
 }
 
 /// The first warp-synchronous instruction (`vote`, `shfl`, `redux`, `match` `.sync`) with
