@@ -59,9 +59,11 @@ impl<'p> Lowerer<'p> {
     /// one are checked first), so the `.aligned` form (`bar`) holds, as CUDA's
     /// `__syncthreads` does. The non-`.aligned` form hangs the GPU there: ptxas 13.0 gives
     /// it a divergent-warp fallback that deadlocks with a later warp-synchronous operation
-    /// (`tests/fuzz_regressions/gpu-hang-4f2d46484763c667-shrunk.case`). Where a leaving
-    /// lane waits at a segment's end or the clock's end block instead, warp-mates may wait
-    /// at different barrier instructions, which only the non-`.aligned` form allows.
+    /// (`tests/fuzz_regressions/gpu-hang-4f2d46484763c667-shrunk.case`). In a cooperative
+    /// entry a leaving lane waits at its segment's end barrier instead, so warp-mates may
+    /// wait at different barrier instructions, which only the non-`.aligned` form allows;
+    /// timed entries (whose lanes leave through the clock's end block) keep it as well,
+    /// not yet run with the other.
     pub(super) fn cta_barrier(&self) -> &'static str {
         if self.segment_end.is_none() && !self.clock {
             "bar"
