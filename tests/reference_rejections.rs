@@ -191,30 +191,36 @@ fn atomics_on_eight_byte_buffers_are_refused_by_both() {
     both_refuse(&program, "atomic on a u64 buffer", "V014:");
 }
 
+/// `body` over a bytes buffer `src` (16 bytes), a u32 buffer `c` and the u32 output.
+fn with_bytes(body: Vec<Node>) -> Program {
+    Program::wrapped(
+        vec![
+            BufferDecl::read("src", 0, DataType::Bytes)
+                .with_count(16)
+                .with_bytes_extraction(true),
+            BufferDecl::read_write("c", 1, DataType::U32).with_count(4),
+            BufferDecl::output("out", 2, DataType::U32).with_count(4),
+        ],
+        [4, 1, 1],
+        body,
+    )
+}
+
+/// A bytes load: the last four bytes of `src`, a run-time-sized value.
+fn bytes_view() -> Expr {
+    Expr::load("src", Expr::u32(12))
+}
+
 /// A bytes load (the rest of the buffer) where vyre's validator wants a u32: a loop bound
 /// (V125) or an atomic's value (V057). (As a subgroup operand the reference runs it.)
 #[test]
 fn bytes_loads_as_loop_bounds_and_atomic_values_are_refused_by_both() {
-    let with_bytes = |body: Vec<Node>| {
-        Program::wrapped(
-            vec![
-                BufferDecl::read("src", 0, DataType::Bytes)
-                    .with_count(16)
-                    .with_bytes_extraction(true),
-                BufferDecl::read_write("c", 1, DataType::U32).with_count(4),
-                BufferDecl::output("out", 2, DataType::U32).with_count(4),
-            ],
-            [4, 1, 1],
-            body,
-        )
-    };
-    let view = || Expr::load("src", Expr::u32(12));
     let looped = with_bytes(vec![
-        Node::loop_for("i", Expr::u32(0), view(), vec![]),
+        Node::loop_for("i", Expr::u32(0), bytes_view(), vec![]),
         Node::store("out", gid(), Expr::u32(0)),
     ]);
     both_refuse(&looped, "run-time-sized bytes value", "V125:");
-    let atomic = with_bytes(atomic_add_discarded("c", Expr::u32(0), view()));
+    let atomic = with_bytes(atomic_add_discarded("c", Expr::u32(0), bytes_view()));
     both_refuse(&atomic, "run-time-sized bytes value", "V057:");
 }
 
@@ -227,39 +233,28 @@ fn bytes_loads_as_loop_bounds_and_atomic_values_are_refused_by_both() {
 /// emitter lowers it, failing at run time where the reference does.)
 #[test]
 fn bytes_loads_where_fixed_size_values_are_needed_are_refused_by_both() {
-    let with_bytes = |body: Vec<Node>| {
-        Program::wrapped(
-            vec![
-                BufferDecl::read("src", 0, DataType::Bytes)
-                    .with_count(16)
-                    .with_bytes_extraction(true),
-                BufferDecl::read_write("c", 1, DataType::U32).with_count(4),
-                BufferDecl::output("out", 2, DataType::U32).with_count(4),
-            ],
-            [4, 1, 1],
-            body,
-        )
-    };
-    let view = || Expr::load("src", Expr::u32(12));
     let store = |value: Expr| Node::store("out", gid(), value);
     let compare_exchange = Expr::Atomic {
         op: AtomicOp::CompareExchange,
         buffer: "c".into(),
         index: Box::new(Expr::u32(0)),
-        expected: Some(Box::new(view())),
+        expected: Some(Box::new(bytes_view())),
         value: Box::new(Expr::u32(1)),
         ordering: MemoryOrdering::Relaxed,
     };
     let cases = [
         (
-            vec![Node::if_then(view(), vec![store(Expr::u32(1))])],
+            vec![Node::if_then(bytes_view(), vec![store(Expr::u32(1))])],
             "V123:",
         ),
-        (vec![store(Expr::cast(DataType::U32, view()))], "V012:"),
+        (
+            vec![store(Expr::cast(DataType::U32, bytes_view()))],
+            "V012:",
+        ),
         (
             vec![store(Expr::UnOp {
                 op: UnOp::BitNot,
-                operand: Box::new(view()),
+                operand: Box::new(bytes_view()),
             })],
             "V101:",
         ),
@@ -269,7 +264,7 @@ fn bytes_loads_where_fixed_size_values_are_needed_are_refused_by_both() {
         ),
         (
             vec![
-                Node::let_bind("v", view()),
+                Node::let_bind("v", bytes_view()),
                 Node::assign("v", Expr::u32(3)),
                 store(Expr::u32(0)),
             ],
@@ -278,7 +273,7 @@ fn bytes_loads_where_fixed_size_values_are_needed_are_refused_by_both() {
         (
             vec![
                 Node::let_bind("v", Expr::u32(3)),
-                Node::assign("v", view()),
+                Node::assign("v", bytes_view()),
                 store(Expr::var("v")),
             ],
             "V045:",
@@ -286,7 +281,7 @@ fn bytes_loads_where_fixed_size_values_are_needed_are_refused_by_both() {
         (
             vec![store(Expr::Select {
                 cond: Box::new(Expr::bool(true)),
-                true_val: Box::new(view()),
+                true_val: Box::new(bytes_view()),
                 false_val: Box::new(Expr::u32(1)),
             })],
             "V029:",
@@ -294,7 +289,7 @@ fn bytes_loads_where_fixed_size_values_are_needed_are_refused_by_both() {
         (
             vec![
                 Node::Trap {
-                    address: Box::new(view()),
+                    address: Box::new(bytes_view()),
                     tag: "t".into(),
                 },
                 store(Expr::u32(0)),

@@ -194,42 +194,65 @@ pub fn return_inside_segment() -> GridCase {
     }
 }
 
-/// A signed division by zero in the second segment of three: the dispatch fails.
-pub fn fault_in_second_segment() -> GridCase {
+/// A case of three segments over `n = 256` i32 elements whose input is `i + 1` except a
+/// zero at element 77: `t = a`, then `middle` (which divides by that zero somewhere, so
+/// the dispatch fails), then `out` reads `t` three elements on. `workgroup` buffers sit
+/// between `t` and `out`.
+fn faulting_middle(
+    name: &'static str,
+    workgroup: Vec<BufferDecl>,
+    middle: Vec<Node>,
+    cooperative: bool,
+) -> GridCase {
     let n = 256u32;
-    let program = Program::wrapped(
-        vec![
-            BufferDecl::read("a", 0, DataType::I32).with_count(n),
-            BufferDecl::storage("t", 1, BufferAccess::ReadWrite, DataType::I32).with_count(n),
-            BufferDecl::output("out", 2, DataType::I32).with_count(n),
-        ],
-        [64, 1, 1],
-        vec![
-            Node::store("t", gid(), Expr::load("a", gid())),
-            grid_sync(),
-            // The divisor is zero only at element 77.
-            Node::store(
-                "t",
-                gid(),
-                bin(BinOp::Div, Expr::i32(1000), Expr::load("t", gid())),
-            ),
-            grid_sync(),
-            Node::store("out", gid(), Expr::load("t", elsewhere(3, n))),
-        ],
-    );
+    let mut buffers = vec![
+        BufferDecl::read("a", 0, DataType::I32).with_count(n),
+        BufferDecl::storage("t", 1, BufferAccess::ReadWrite, DataType::I32).with_count(n),
+    ];
+    buffers.extend(workgroup);
+    buffers.push(BufferDecl::output("out", 2, DataType::I32).with_count(n));
+    let mut body = vec![Node::store("t", gid(), Expr::load("a", gid())), grid_sync()];
+    body.extend(middle);
+    body.extend([
+        grid_sync(),
+        Node::store("out", gid(), Expr::load("t", elsewhere(3, n))),
+    ]);
     let values: Vec<i32> = (0..n as i32)
         .map(|i| if i == 77 { 0 } else { i + 1 })
         .collect();
     GridCase {
-        name: "fault in segment 1",
-        program,
+        name,
+        program: Program::wrapped(buffers, [64, 1, 1], body),
         inputs: vec![
             values.iter().flat_map(|v| v.to_le_bytes()).collect(),
             vec![0; n as usize * 4],
         ],
         expect_error: true,
-        cooperative: true,
+        cooperative,
     }
+}
+
+/// `v = v + 1000 / divisor`.
+fn add_quotient(divisor: Expr) -> Node {
+    Node::assign(
+        "v",
+        bin(
+            BinOp::Add,
+            Expr::var("v"),
+            bin(BinOp::Div, Expr::i32(1000), divisor),
+        ),
+    )
+}
+
+/// A signed division by zero in the second segment of three: the dispatch fails.
+pub fn fault_in_second_segment() -> GridCase {
+    // The divisor is zero only at element 77.
+    let divide = Node::store(
+        "t",
+        gid(),
+        bin(BinOp::Div, Expr::i32(1000), Expr::load("t", gid())),
+    );
+    faulting_middle("fault in segment 1", Vec::new(), vec![divide], true)
 }
 
 /// A division by zero in one lane inside a loop of workgroup barriers, in the middle
@@ -238,62 +261,30 @@ pub fn fault_in_second_segment() -> GridCase {
 /// segment's end) would wait for it; the backend launches it split. The dispatch fails,
 /// without hanging.
 pub fn fault_inside_a_barrier_loop() -> GridCase {
-    let n = 256u32;
     let lid = || Expr::LocalId { axis: 0 };
     let neighbour = bin(
         BinOp::Mod,
         bin(BinOp::Add, lid(), Expr::u32(1)),
         Expr::u32(64),
     );
-    let program = Program::wrapped(
-        vec![
-            BufferDecl::read("a", 0, DataType::I32).with_count(n),
-            BufferDecl::storage("t", 1, BufferAccess::ReadWrite, DataType::I32).with_count(n),
-            BufferDecl::workgroup("sh", 64, DataType::I32),
-            BufferDecl::output("out", 2, DataType::I32).with_count(n),
-        ],
-        [64, 1, 1],
-        vec![
-            Node::store("t", gid(), Expr::load("a", gid())),
-            grid_sync(),
-            Node::let_bind("v", Expr::load("t", gid())),
-            Node::loop_for(
-                "i",
-                Expr::u32(0),
-                Expr::u32(4),
-                vec![
-                    Node::store("sh", lid(), Expr::var("v")),
-                    Node::barrier(),
-                    // Element 77 is zero: its left neighbour divides by it at once.
-                    Node::assign(
-                        "v",
-                        bin(
-                            BinOp::Add,
-                            Expr::var("v"),
-                            bin(BinOp::Div, Expr::i32(1000), Expr::load("sh", neighbour)),
-                        ),
-                    ),
-                    Node::barrier(),
-                ],
-            ),
-            Node::store("t", gid(), Expr::var("v")),
-            grid_sync(),
-            Node::store("out", gid(), Expr::load("t", elsewhere(3, n))),
-        ],
-    );
-    let values: Vec<i32> = (0..n as i32)
-        .map(|i| if i == 77 { 0 } else { i + 1 })
-        .collect();
-    GridCase {
-        name: "fault inside a barrier loop",
-        program,
-        inputs: vec![
-            values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            vec![0; n as usize * 4],
-        ],
-        expect_error: true,
-        cooperative: false,
-    }
+    let middle = vec![
+        Node::let_bind("v", Expr::load("t", gid())),
+        Node::loop_for(
+            "i",
+            Expr::u32(0),
+            Expr::u32(4),
+            vec![
+                Node::store("sh", lid(), Expr::var("v")),
+                Node::barrier(),
+                // Element 77 is zero: its left neighbour divides by it at once.
+                add_quotient(Expr::load("sh", neighbour)),
+                Node::barrier(),
+            ],
+        ),
+        Node::store("t", gid(), Expr::var("v")),
+    ];
+    let shared = vec![BufferDecl::workgroup("sh", 64, DataType::I32)];
+    faulting_middle("fault inside a barrier loop", shared, middle, false)
 }
 
 /// A division by zero in one lane inside a loop, then a subgroup reduction, in the
@@ -301,65 +292,34 @@ pub fn fault_inside_a_barrier_loop() -> GridCase {
 /// the reduction, which in a cooperative entry (where it would wait at the segment's end)
 /// would wait for it; the backend launches it split. The dispatch fails, without hanging.
 pub fn fault_in_a_loop_before_a_subgroup_reduction() -> GridCase {
-    let n = 256u32;
-    let program = Program::wrapped(
-        vec![
-            BufferDecl::read("a", 0, DataType::I32).with_count(n),
-            BufferDecl::storage("t", 1, BufferAccess::ReadWrite, DataType::I32).with_count(n),
-            BufferDecl::output("out", 2, DataType::I32).with_count(n),
-        ],
-        [64, 1, 1],
-        vec![
-            Node::store("t", gid(), Expr::load("a", gid())),
-            grid_sync(),
-            Node::let_bind("v", Expr::load("t", gid())),
-            Node::loop_for(
-                "i",
-                Expr::u32(0),
-                Expr::u32(4),
-                // Element 77 is zero: element 76 divides by it at once.
-                vec![Node::assign(
-                    "v",
-                    bin(
-                        BinOp::Add,
-                        Expr::var("v"),
-                        bin(
-                            BinOp::Div,
-                            Expr::i32(1000),
-                            Expr::load("t", elsewhere(1, n)),
-                        ),
-                    ),
-                )],
+    let middle = vec![
+        Node::let_bind("v", Expr::load("t", gid())),
+        Node::loop_for(
+            "i",
+            Expr::u32(0),
+            Expr::u32(4),
+            // Element 77 is zero: element 76 divides by it at once.
+            vec![add_quotient(Expr::load("t", elsewhere(1, 256)))],
+        ),
+        Node::store(
+            "t",
+            gid(),
+            // The reference combines u32 and float lanes only.
+            Expr::cast(
+                DataType::I32,
+                Expr::SubgroupReduce {
+                    op: SubgroupReduceOp::Add,
+                    value: Box::new(Expr::cast(DataType::U32, Expr::var("v"))),
+                },
             ),
-            Node::store(
-                "t",
-                gid(),
-                // The reference combines u32 and float lanes only.
-                Expr::cast(
-                    DataType::I32,
-                    Expr::SubgroupReduce {
-                        op: SubgroupReduceOp::Add,
-                        value: Box::new(Expr::cast(DataType::U32, Expr::var("v"))),
-                    },
-                ),
-            ),
-            grid_sync(),
-            Node::store("out", gid(), Expr::load("t", elsewhere(3, n))),
-        ],
-    );
-    let values: Vec<i32> = (0..n as i32)
-        .map(|i| if i == 77 { 0 } else { i + 1 })
-        .collect();
-    GridCase {
-        name: "fault in a loop before a subgroup reduction",
-        program,
-        inputs: vec![
-            values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            vec![0; n as usize * 4],
-        ],
-        expect_error: true,
-        cooperative: false,
-    }
+        ),
+    ];
+    faulting_middle(
+        "fault in a loop before a subgroup reduction",
+        Vec::new(),
+        middle,
+        false,
+    )
 }
 
 /// Atomics in one segment, read (and added to again) in the next.
