@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Twelfth session (2026-11-29), binaries of HEAD (emitter v25) in .smrun21/bin.tar.xz (mkbundle.sh .smrun21:
+# every GPU test, vyre-cuda-jit): the GPU suites (fuzz_regressions with the saved hang cases
+# among the defaults), and beside them the complete-shape differential count, seed $SEED,
+# NF shards until LIMIT seconds.
+# Usage on the device: OUT=$OUT SEED=0x17c0de2050 LIMIT=500 bash docs/gpu-runs/coop-fault-2026-11-29/run.sh [suites...|none]
+set -uo pipefail
+cd "$(dirname "$0")/../../.."
+ROOT=$PWD
+C=/tmp/vhead; rm -rf $C; mkdir -p $C
+python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" ${BUNDLE:-.smrun21}/bin.tar.xz $C
+L=/tmp/vlogs; rm -rf $L; mkdir -p $L/fuzz $L/saved
+S=$L/summary.txt
+export VYRE_CUDA_REQUIRE_GPU=1
+suite() { # name
+  local t=$1 s=$SECONDS
+  VYRE_CUDA_FUZZ_REGRESSION_DIR=$ROOT/tests/fuzz_regressions timeout 200 $C/bin/$t --nocapture --test-threads=1 > $L/$t.log 2>&1
+  echo "=== $t rc=$? $((SECONDS-s)) s" >> $S
+  grep -E "test result|panicked|FAILED|mismatch|failed|differing|semantic cases|cases x2|shutdown: free|stress memory|corpus fixtures" $L/$t.log | grep -v "byte-identical$" | head -8 >> $S
+}
+FUZZT=$((${LIMIT:-500} - SECONDS)); echo "=== seed $SEED, fuzz deadline ${FUZZT} s" >> $S
+NF=${NF:-10}; pids=()
+if [ "$NF" -gt 0 ]; then
+for k in $(seq 0 $((NF-1))); do
+  VYRE_CUDA_FUZZ_SHARD="$k/$NF" VYRE_CUDA_FUZZ_THREADS=2 VYRE_CUDA_FUZZ_SHAPE=complete \
+  VYRE_CUDA_FUZZ_PROGRAMS=100000 VYRE_CUDA_FUZZ_SEED=$SEED VYRE_CUDA_FUZZ_SECONDS=$((FUZZT-40)) \
+  VYRE_CUDA_FUZZ_SAVE_DIR=$L/saved VYRE_CUDA_FUZZ_SHRINK_TOTAL_SECONDS=20 \
+    timeout $FUZZT $C/bin/gpu_fuzz --nocapture --test-threads=1 > $L/fuzz/shard_$k.log 2>&1 &
+  pids+=($!)
+done
+fi
+# The suites: the arguments (words, or one quoted list; `none` runs no suite), else a default.
+if [ $# -eq 0 ]; then
+  set -- gpu_semantics calls fuzz_regressions gpu_primitives gpu_elementwise gpu_pipeline gpu_artifact \
+         gpu_async gpu_grid_sync driver_smoke gpu_resident gpu_stress
+fi
+for t in "$@"; do
+  for u in $t; do [ "$u" = none ] || suite "$u"; done
+done
+for i in "${!pids[@]}"; do wait "${pids[$i]}"; echo "shard $i rc=$?" >> $S; done
+grep -h "^fuzz: " $L/fuzz/shard_*.log 2>/dev/null | grep -v "last backend metrics\|worker time" >> $S
+tar -C /tmp -czf $OUT/logs.tgz vlogs; cp $S $OUT/summary.txt
+grep -E "^===|FAIL|panicked|shard .* rc=[^0]|programs run|semantic cases|cases x2|shutdown: free|stress memory|mismatch" $S | head -90
