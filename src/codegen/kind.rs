@@ -75,7 +75,7 @@ impl ValKind {
     /// What the reference's element load yields for a buffer of `element`, if this
     /// emitter supports that element type.
     pub(crate) fn of_load(element: &DataType) -> Option<Self> {
-        if let Some(width) = unaddressed_width(element) {
+        if let Some(width) = unaddressed_width(element).or_else(|| odd_width(element)) {
             return Some(Self::Bytes(width));
         }
         Some(match raw_alias(element).as_ref() {
@@ -143,6 +143,22 @@ fn vec_alias(element: &DataType) -> Option<DataType> {
         16 => DataType::Vec4U32,
         _ => return None,
     })
+}
+
+/// The width of a `Vec` of fixed-width lanes that is 3, 5, 6 or 7 bytes wide (`Vec<u8; 3>`,
+/// an RGB pixel; `Vec<u16; 3>`): no raw type has that width, so its loads and stores move
+/// that many single bytes (`Value::Bytes` of the width, zeros out of bounds), one element
+/// every `width` bytes. Not one of 4-bit lanes (see [`vec_alias`]).
+pub(crate) fn odd_width(element: &DataType) -> Option<u8> {
+    let DataType::Vec { .. } = element else {
+        return None;
+    };
+    let width = fixed_storage_width(element)?;
+    let whole_bytes = element.min_bytes() == width && element.bit_width() == Some(8 * width);
+    match width {
+        3 | 5..=7 if whole_bytes => Some(width as u8),
+        _ => None,
+    }
 }
 
 /// The reference's `fixed_scalar_storage_width`: the bytes a load of `element` yields
@@ -218,6 +234,9 @@ pub(crate) const OOB_HALF_BITS: u32 = 1;
 pub(crate) fn element_stride(element: &DataType) -> Option<u32> {
     if let Some(width) = unaddressed_width(element) {
         // Never addressed: the host counts (and sizes) it by its size, as `BufLen` does.
+        return Some(u32::from(width));
+    }
+    if let Some(width) = odd_width(element) {
         return Some(u32::from(width));
     }
     match raw_alias(element).as_ref() {
@@ -312,10 +331,32 @@ mod tests {
         );
         assert_eq!(element_stride(&vec_of(DataType::I16, 4)), Some(8));
         assert_eq!(element_stride(&vec_of(DataType::U8, 16)), Some(16));
-        // Refused: lanes without a fixed width, two 4-bit lanes, three bytes.
+        // Refused: lanes without a fixed width, two or three 4-bit lanes, twelve bytes.
         assert_eq!(element_stride(&vec_of(DataType::U32, 2)), None);
         assert_eq!(element_stride(&vec_of(DataType::I4, 2)), None);
-        assert_eq!(element_stride(&vec_of(DataType::U8, 3)), None);
+        assert_eq!(element_stride(&vec_of(DataType::I4, 3)), None);
+        assert_eq!(element_stride(&vec_of(DataType::U8, 12)), None);
+    }
+
+    #[test]
+    fn vectors_of_three_five_six_or_seven_bytes_are_raw_values_of_that_width() {
+        for (element, width) in [
+            (vec_of(DataType::U8, 3), 3),
+            (vec_of(DataType::I8, 5), 5),
+            (vec_of(DataType::F16, 3), 6),
+            (vec_of(vec_of(DataType::U8, 1), 7), 7),
+        ] {
+            assert_eq!(raw_alias(&element).as_ref(), &element);
+            assert_eq!(odd_width(&element), Some(width));
+            assert_eq!(element_stride(&element), Some(u32::from(width)));
+            assert_eq!(ValKind::of_load(&element), Some(ValKind::Bytes(width)));
+            assert_eq!(buf_len(&element, 7 * u64::from(width) + 1), 7);
+            assert_eq!(
+                declared_bytes(&element, 5, u32::from(width)),
+                5 * u64::from(width)
+            );
+        }
+        assert_eq!(odd_width(&vec_of(DataType::U8, 4)), None);
     }
 
     #[test]

@@ -2048,6 +2048,37 @@ pub fn raw_vector_and_unaddressed_element_cases() -> Vec<Case> {
             in_place(vec_of(mesh.clone(), 2), N / 4, shifted(2)),
             vec![bytes.clone(), bytes[..(N * 2) as usize].to_vec()],
         ),
+        // Three, five, six and seven bytes: no raw type of the width, moved byte by byte.
+        Case::new(
+            "vec of three u8 lanes (an RGB pixel) moves three raw bytes, zero past the end",
+            in_place(vec_of(DataType::U8, 3), N / 2, select_near_or_far(N / 2)),
+            vec![bytes.clone(), bytes[..(N / 2 * 3) as usize].to_vec()],
+        ),
+        Case::new(
+            "vec of five i8 lanes moves five raw bytes an element, zero past the end",
+            in_place(vec_of(DataType::I8, 5), N / 4, select_near_or_far(N / 4)),
+            vec![bytes.clone(), bytes[..(N / 4 * 5) as usize].to_vec()],
+        ),
+        Case::new(
+            "vec of three f16 lanes is six raw bytes, not floats",
+            in_place(vec_of(DataType::F16, 3), N / 4, shifted(3)),
+            vec![bytes.clone(), bytes[..(N / 4 * 6) as usize].to_vec()],
+        ),
+        Case::new(
+            "vec of seven u8 lanes moves seven raw bytes an element, zero past the end",
+            in_place(vec_of(DataType::U8, 7), N / 8, select_near_or_far(N / 8)),
+            vec![bytes.clone(), bytes[..(N / 8 * 7) as usize].to_vec()],
+        ),
+        Case::new(
+            "a workgroup buffer of five-byte elements, read back at a neighbour's index",
+            odd_width_through_workgroup(vec_of(DataType::U8, 5)),
+            vec![bytes
+                .iter()
+                .cycle()
+                .take((N * 5) as usize)
+                .copied()
+                .collect()],
+        ),
         // Raw values to the reference's operators: comparing two fails where it runs.
         Case::new(
             "device-mesh comparison is a run-time error",
@@ -2064,6 +2095,28 @@ pub fn raw_vector_and_unaddressed_element_cases() -> Vec<Case> {
         )
         .failing(),
     ]
+}
+
+/// `tile[lid] = a[gid]`, a barrier, `out[gid] = tile[lid ^ 3]` (in and past the tile).
+fn odd_width_through_workgroup(element: DataType) -> Program {
+    let lid = Expr::LocalId { axis: 0 };
+    Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, element.clone()).with_count(N),
+            BufferDecl::output("out", 1, element.clone()).with_count(N),
+            BufferDecl::workgroup("tile", 62, element),
+        ],
+        [64, 1, 1],
+        vec![
+            Node::store("tile", lid.clone(), ld("a")),
+            Node::barrier_with_ordering(MemoryOrdering::SeqCst),
+            Node::store(
+                "out",
+                gid(),
+                Expr::load("tile", bin(BinOp::BitXor, lid, Expr::u32(3))),
+            ),
+        ],
+    )
 }
 
 /// Bytes loads as subgroup operands: a ballot takes each lane's `truthy()` of its view (more

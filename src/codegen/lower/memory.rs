@@ -3,7 +3,7 @@
 
 use super::half::HalfFormat;
 use super::{Lowerer, Val};
-use crate::codegen::kind::{element_stride, unaddressed_width, ValKind};
+use crate::codegen::kind::{element_stride, odd_width, unaddressed_width, ValKind};
 use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
 use vyre_foundation::ir::DataType;
@@ -17,7 +17,7 @@ pub(super) enum Space {
 }
 
 impl Space {
-    fn state_space(self) -> &'static str {
+    pub(super) fn state_space(self) -> &'static str {
         match self {
             Self::Global { .. } => "global",
             Self::Shared { .. } => "shared",
@@ -61,6 +61,10 @@ impl Lowerer<'_> {
         let payload = self.store_payload(&slot.element, value);
         let (in_bounds, addr) = self.element_address(&slot, index);
         if self.lane_store(buffer, in_bounds, payload) {
+            return Ok(());
+        }
+        if let Some(width) = odd_width(&slot.element) {
+            self.store_odd_width(slot.space, in_bounds, addr, payload, width);
             return Ok(());
         }
         let space = slot.space.state_space();
@@ -108,7 +112,7 @@ impl Lowerer<'_> {
                 _ => self.imm_b32(0),
             };
         }
-        if element_stride(element).unwrap_or(4) >= 8 {
+        if element_stride(element).unwrap_or(4) > 4 {
             return self.bytes_b64(value);
         }
         let bytes = match value.kind {
@@ -139,6 +143,9 @@ impl Lowerer<'_> {
             return Ok(self.word_value(kind, word));
         }
         let (in_bounds, addr) = self.element_address(&slot, index);
+        if let Some(width) = odd_width(&slot.element) {
+            return Ok(self.load_odd_width(slot.space, in_bounds, addr, width));
+        }
         if let Some(format) = HalfFormat::of(&slot.element) {
             let raw = self.w.reg(RegClass::B32);
             self.load_or_zero(slot.space, in_bounds, addr, "u16", &[raw]);
@@ -210,7 +217,7 @@ impl Lowerer<'_> {
 
     /// The global address of the module's zeroed [`ZERO_PAGE`], set up in the prologue
     /// of the entries that read it.
-    fn zero_page(&mut self) -> Reg {
+    pub(super) fn zero_page(&mut self) -> Reg {
         match self.zero_page {
             Some(reg) => reg,
             None => {

@@ -14,6 +14,7 @@ mod entry;
 mod expr;
 mod half;
 mod memory;
+mod odd_width;
 mod ops;
 mod peer_sync;
 mod reduction;
