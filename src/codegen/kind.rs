@@ -31,9 +31,9 @@ pub(crate) enum ValKind {
     /// fail on the latter, as the reference's do; elsewhere it reads as +0.0.
     Half,
     /// `Value::Bytes` of 1..=8 little-endian bytes, zero-extended in a `.b32` (<= 4
-    /// bytes) or `.b64` register, or of 16 bytes (`Vec4U32`) in two `.b64` registers (the
-    /// low one is the value's register, the lowerer tracks the high one). Narrow, `I64` and
-    /// vector loads produce these.
+    /// bytes) or `.b64` register, or of 9..=16 bytes (`Vec4U32`, wide `Vec`s) in two `.b64`
+    /// registers (the low one is the value's register, the lowerer tracks the high one,
+    /// zero-extended). Narrow, `I64` and vector loads produce these.
     Bytes(u8),
 }
 
@@ -57,6 +57,11 @@ impl ValKind {
             Self::F32 | Self::F64 | Self::U64 | Self::Half => 8,
             Self::Bytes(width) => width,
         }
+    }
+
+    /// Whether the value lives in two `.b64` registers (see [`Self::Bytes`]).
+    pub(crate) fn is_wide(self) -> bool {
+        matches!(self, Self::Bytes(9..))
     }
 
     pub(crate) fn name(self) -> String {
@@ -145,10 +150,11 @@ fn vec_alias(element: &DataType) -> Option<DataType> {
     })
 }
 
-/// The width of a `Vec` of fixed-width lanes that is 3, 5, 6 or 7 bytes wide (`Vec<u8; 3>`,
-/// an RGB pixel; `Vec<u16; 3>`): no raw type has that width, so its loads and stores move
-/// that many single bytes (`Value::Bytes` of the width, zeros out of bounds), one element
-/// every `width` bytes. Not one of 4-bit lanes (see [`vec_alias`]).
+/// The width of a `Vec` of fixed-width lanes that is 3, 5 to 7 or 9 to 15 bytes wide
+/// (`Vec<u8; 3>`, an RGB pixel; `Vec<u16; 3>`; `Vec<u8; 12>`): no raw type has that width,
+/// so its loads and stores move that many single bytes (`Value::Bytes` of the width, zeros
+/// out of bounds), one element every `width` bytes. Not one of 4-bit lanes (see
+/// [`vec_alias`]).
 pub(crate) fn odd_width(element: &DataType) -> Option<u8> {
     let DataType::Vec { .. } = element else {
         return None;
@@ -156,7 +162,7 @@ pub(crate) fn odd_width(element: &DataType) -> Option<u8> {
     let width = fixed_storage_width(element)?;
     let whole_bytes = element.min_bytes() == width && element.bit_width() == Some(8 * width);
     match width {
-        3 | 5..=7 if whole_bytes => Some(width as u8),
+        3 | 5..=7 | 9..=15 if whole_bytes => Some(width as u8),
         _ => None,
     }
 }
@@ -331,20 +337,22 @@ mod tests {
         );
         assert_eq!(element_stride(&vec_of(DataType::I16, 4)), Some(8));
         assert_eq!(element_stride(&vec_of(DataType::U8, 16)), Some(16));
-        // Refused: lanes without a fixed width, two or three 4-bit lanes, twelve bytes.
+        // Refused: lanes without a fixed width, two or three 4-bit lanes, over 16 bytes.
         assert_eq!(element_stride(&vec_of(DataType::U32, 2)), None);
         assert_eq!(element_stride(&vec_of(DataType::I4, 2)), None);
         assert_eq!(element_stride(&vec_of(DataType::I4, 3)), None);
-        assert_eq!(element_stride(&vec_of(DataType::U8, 12)), None);
+        assert_eq!(element_stride(&vec_of(DataType::U8, 17)), None);
     }
 
     #[test]
-    fn vectors_of_three_five_six_or_seven_bytes_are_raw_values_of_that_width() {
+    fn vectors_of_widths_without_a_raw_type_are_raw_values_of_that_width() {
         for (element, width) in [
             (vec_of(DataType::U8, 3), 3),
             (vec_of(DataType::I8, 5), 5),
             (vec_of(DataType::F16, 3), 6),
             (vec_of(vec_of(DataType::U8, 1), 7), 7),
+            (vec_of(DataType::U8, 12), 12),
+            (vec_of(DataType::BF16, 7), 14),
         ] {
             assert_eq!(raw_alias(&element).as_ref(), &element);
             assert_eq!(odd_width(&element), Some(width));

@@ -2048,7 +2048,7 @@ pub fn raw_vector_and_unaddressed_element_cases() -> Vec<Case> {
             in_place(vec_of(mesh.clone(), 2), N / 4, shifted(2)),
             vec![bytes.clone(), bytes[..(N * 2) as usize].to_vec()],
         ),
-        // Three, five, six and seven bytes: no raw type of the width, moved byte by byte.
+        // Widths without a raw type (3, 5 to 7, 9 to 15 bytes), moved byte by byte.
         Case::new(
             "vec of three u8 lanes (an RGB pixel) moves three raw bytes, zero past the end",
             in_place(vec_of(DataType::U8, 3), N / 2, select_near_or_far(N / 2)),
@@ -2068,6 +2068,26 @@ pub fn raw_vector_and_unaddressed_element_cases() -> Vec<Case> {
             "vec of seven u8 lanes moves seven raw bytes an element, zero past the end",
             in_place(vec_of(DataType::U8, 7), N / 8, select_near_or_far(N / 8)),
             vec![bytes.clone(), bytes[..(N / 8 * 7) as usize].to_vec()],
+        ),
+        Case::new(
+            "vec of twelve u8 lanes moves twelve raw bytes an element, zero past the end",
+            in_place(vec_of(DataType::U8, 12), N / 4, select_near_or_far(N / 4)),
+            vec![bytes.clone(), bytes[..(N / 4 * 12) as usize].to_vec()],
+        ),
+        Case::new(
+            "vec of seven bf16 lanes is fourteen raw bytes, not floats",
+            in_place(vec_of(DataType::BF16, 7), N / 8, shifted(2)),
+            vec![bytes.clone(), bytes[..(N / 8 * 14) as usize].to_vec()],
+        ),
+        Case::new(
+            "a workgroup buffer of ten-byte elements, read back at a neighbour's index",
+            odd_width_through_workgroup(vec_of(DataType::U16, 5)),
+            vec![bytes
+                .iter()
+                .cycle()
+                .take((N * 10) as usize)
+                .copied()
+                .collect()],
         ),
         Case::new(
             "a workgroup buffer of five-byte elements, read back at a neighbour's index",

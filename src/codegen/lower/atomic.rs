@@ -122,7 +122,7 @@ impl<'p> Lowerer<'p> {
         Ok(kept)
     }
 
-    /// A copy of `value` written in the turn `mine` holds (both words of a 16-byte value).
+    /// A copy of `value` written in the turn `mine` holds (both words of a wide value).
     fn keep_in_turn(&mut self, value: Val, mine: Reg) -> Val {
         let kept = Val::new(value.kind, self.w.reg(value.reg.class()));
         emit!(

@@ -64,7 +64,7 @@ impl Lowerer<'_> {
             return Ok(());
         }
         if let Some(width) = odd_width(&slot.element) {
-            self.store_odd_width(slot.space, in_bounds, addr, payload, width);
+            self.store_odd_width(slot.space, in_bounds, addr, (value, payload), width);
             return Ok(());
         }
         let space = slot.space.state_space();

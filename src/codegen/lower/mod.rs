@@ -163,7 +163,7 @@ pub(crate) struct Lowerer<'p> {
     operand_turn: Option<Reg>,
     /// Set in a segment whose returned lanes stay in the warp (see `returned`).
     returned: Option<Returned<'p>>,
-    /// High halves of 16-byte values, keyed by their low register.
+    /// High halves of wide (9 to 16-byte) values, keyed by their low register.
     wide_hi: FxHashMap<Reg, Reg>,
     partials: Vec<Partial<'p>>,
     /// Where the workgroup's partials are applied; `Return` jumps there instead of exiting.

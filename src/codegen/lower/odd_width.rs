@@ -1,5 +1,7 @@
-//! Loads and stores of elements 3, 5, 6 or 7 bytes wide ([`odd_width`]): no PTX type has
-//! that width and the elements sit at every byte offset, so each byte moves on its own.
+//! Loads and stores of elements 3, 5 to 7 or 9 to 15 bytes wide ([`odd_width`]): no PTX
+//! type has that width and the elements sit at every byte offset, so each byte moves on its
+//! own. The value is a [`ValKind::Bytes`] of the width: a `.b32` up to four bytes, a `.b64`
+//! up to eight, else a wide value (its bytes 8.. in the tracked high `.b64`).
 
 use super::memory::Space;
 use super::{Lowerer, Val};
@@ -10,8 +12,8 @@ use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::kind::odd_width;
 
 impl Lowerer<'_> {
-    /// The `width` bytes at `addr` as a [`ValKind::Bytes`] value, zeros where `in_bounds`
-    /// is false (the reference's zero value of the element).
+    /// The `width` bytes at `addr` as a value, zeros where `in_bounds` is false (the
+    /// reference's zero value of the element).
     pub(super) fn load_odd_width(
         &mut self,
         space: Space,
@@ -37,14 +39,21 @@ impl Lowerer<'_> {
                 }
             }
         }
+        let words: Vec<Reg> = bytes.chunks(4).map(|four| self.pack_bytes(four)).collect();
         let kind = ValKind::Bytes(width);
-        let low = self.pack_bytes(&bytes[..bytes.len().min(4)]);
         if width <= 4 {
-            return Val::new(kind, low);
+            return Val::new(kind, words[0]);
         }
-        let high = self.pack_bytes(&bytes[4..]);
-        let reg = self.w.reg(RegClass::B64);
-        emit!(self.w, "mov.b64 {reg}, {{{low}, {high}}}");
+        let reg = self.pair(words[0], words[1]);
+        if kind.is_wide() {
+            // Zero-extended: a width of 9 to 12 bytes fills three words.
+            let top = match words.get(3) {
+                Some(&word) => word,
+                None => self.imm_b32(0),
+            };
+            let hi = self.pair(words[2], top);
+            self.wide_hi.insert(reg, hi);
+        }
         Val::new(kind, reg)
     }
 
@@ -58,24 +67,33 @@ impl Lowerer<'_> {
         word
     }
 
-    /// `@in_bounds` stores of the low `width` bytes of `payload` (a `.b32` up to four
-    /// bytes, else a `.b64`) at `addr`.
+    /// The `.b64` of `low` and `high`.
+    fn pair(&mut self, low: Reg, high: Reg) -> Reg {
+        let reg = self.w.reg(RegClass::B64);
+        emit!(self.w, "mov.b64 {reg}, {{{low}, {high}}}");
+        reg
+    }
+
+    /// `@in_bounds` stores of the low `width` bytes of `value` (its store payload
+    /// `payload`: a `.b32` up to four bytes, else a `.b64`) at `addr`.
     pub(super) fn store_odd_width(
         &mut self,
         space: Space,
         in_bounds: Reg,
         addr: Reg,
-        payload: Reg,
+        (value, payload): (Val, Reg),
         width: u8,
     ) {
-        let words = match width <= 4 {
-            true => vec![payload],
-            false => {
-                let (low, high) = (self.w.reg(RegClass::B32), self.w.reg(RegClass::B32));
-                emit!(self.w, "mov.b64 {{{low}, {high}}}, {payload}");
-                vec![low, high]
-            }
-        };
+        let mut words = Vec::new();
+        if width <= 4 {
+            words.push(payload);
+        } else {
+            self.split_into(payload, &mut words);
+        }
+        if width > 8 {
+            let high = self.high_half(value);
+            self.split_into(high, &mut words);
+        }
         let space = space.state_space();
         for k in 0..usize::from(width) {
             let (word, shift) = (words[k / 4], 8 * (k % 4));
@@ -89,5 +107,12 @@ impl Lowerer<'_> {
             };
             emit!(self.w, "@{in_bounds} st.{space}.u8 [{addr}+{k}], {byte}");
         }
+    }
+
+    /// Push the two words of the `.b64` `pair`, low first.
+    fn split_into(&mut self, pair: Reg, words: &mut Vec<Reg>) {
+        let (low, high) = (self.w.reg(RegClass::B32), self.w.reg(RegClass::B32));
+        emit!(self.w, "mov.b64 {{{low}, {high}}}, {pair}");
+        words.extend([low, high]);
     }
 }

@@ -25,7 +25,6 @@ use super::bytes::ByteView;
 use super::{Lowerer, Val};
 use crate::codegen::analysis::lockstep::{own_subgroup_ops, vars_in};
 use crate::codegen::fault::DeviceFault;
-use crate::codegen::kind::ValKind;
 use crate::codegen::visit::any_expr;
 use crate::codegen::writer::{emit, Label, PtxWriter, Reg, RegClass};
 use crate::codegen::CodegenError;
@@ -176,7 +175,7 @@ impl<'p> Lowerer<'p> {
             bound: self.w.reg(RegClass::Pred),
         };
         returned.frozen.insert(name, frozen);
-        if val.kind == ValKind::Bytes(16) {
+        if val.kind.is_wide() {
             let high = self.w.reg(RegClass::B64);
             self.wide_hi.insert(frozen.value.reg, high);
         }
@@ -353,7 +352,7 @@ impl<'p> Lowerer<'p> {
         Ok(())
     }
 
-    /// The registers variable `name` is bound to: its value (both halves of a 16-byte one)
+    /// The registers variable `name` is bound to: its value (both halves of a wide one)
     /// or its bytes view.
     fn bound_regs(&self, name: &str) -> Vec<Reg> {
         if let Some(view) = self.byte_views.get(name) {

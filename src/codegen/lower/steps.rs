@@ -524,8 +524,8 @@ impl<'p> Lowerer<'p> {
             bound: self.w.reg(RegClass::Pred),
             snapshot: serial.then(|| (self.w.reg(class), self.w.reg(RegClass::Pred))),
         };
-        // A 16-byte value's high half lives in one register too, the copy's in its own.
-        if value.kind == ValKind::Bytes(16) {
+        // A wide value's high half lives in one register too, the copy's in its own.
+        if value.kind.is_wide() {
             let copies = std::iter::once(named.val.reg).chain(named.snapshot.map(|(c, _)| c));
             for low in copies {
                 let high = self.w.reg(RegClass::B64);

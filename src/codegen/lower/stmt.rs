@@ -131,7 +131,7 @@ impl<'p> Lowerer<'p> {
             None => self.w.reg(value.kind.reg_class()),
         };
         self.mov(reg, value.reg);
-        if value.kind == ValKind::Bytes(16) {
+        if value.kind.is_wide() {
             // A step machine's variable keeps one high register for every binding.
             let hi = match self.wide_hi.get(&reg) {
                 Some(&hi) => hi,
@@ -183,7 +183,7 @@ impl<'p> Lowerer<'p> {
             ));
         }
         self.mov(local.val.reg, value.reg);
-        if value.kind == ValKind::Bytes(16) {
+        if value.kind.is_wide() {
             let (dst, src) = (self.high_half(local.val), self.high_half(value));
             self.mov(dst, src);
         }

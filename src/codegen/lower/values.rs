@@ -35,10 +35,10 @@ impl Lowerer<'_> {
     }
 
     /// The all-zero raw value of `kind` (`Value::Bytes` of its width), both halves of a
-    /// 16-byte one.
+    /// wide one.
     pub(super) fn zero_bytes(&mut self, kind: ValKind) -> Val {
         let zero = self.discarded_zero(kind);
-        if kind == ValKind::Bytes(16) {
+        if kind.is_wide() {
             let hi = self.w.reg(RegClass::B64);
             emit!(self.w, "mov.b64 {hi}, 0");
             self.wide_hi.insert(zero.reg, hi);
@@ -89,15 +89,15 @@ impl Lowerer<'_> {
         Val::new(ValKind::F32, self.flush_subnormal(f))
     }
 
-    /// The registers a value lives in: `reg`, and the high half of a 16-byte value.
+    /// The registers a value lives in: `reg`, and the high half of a wide value.
     pub(super) fn value_regs(&self, reg: Reg) -> impl Iterator<Item = Reg> {
         std::iter::once(reg).chain(self.wide_hi.get(&reg).copied())
     }
 
-    /// Bytes 8..16 of a value as a `.b64` register: the tracked high half of a 16-byte
+    /// Bytes 8..16 of a value as a `.b64` register: the tracked high half of a wide
     /// value, zero for anything shorter.
     pub(crate) fn high_half(&mut self, value: Val) -> Reg {
-        if value.kind == ValKind::Bytes(16) {
+        if value.kind.is_wide() {
             if let Some(hi) = self.wide_hi.get(&value.reg) {
                 return *hi;
             }
@@ -107,7 +107,7 @@ impl Lowerer<'_> {
         zero
     }
 
-    /// `p ? t : f` for two values in registers of one class, both halves of a 16-byte
+    /// `p ? t : f` for two values in registers of one class, both halves of a wide
     /// value; the result has `kind`.
     pub(crate) fn select_val(&mut self, kind: ValKind, p: Reg, t: Val, f: Val) -> Val {
         let class = t.reg.class();
@@ -119,7 +119,7 @@ impl Lowerer<'_> {
             t.reg,
             f.reg
         );
-        if t.kind == ValKind::Bytes(16) {
+        if t.kind.is_wide() {
             let (t_hi, f_hi) = (self.high_half(t), self.high_half(f));
             let hi = self.w.reg(RegClass::B64);
             emit!(self.w, "selp.b64 {hi}, {t_hi}, {f_hi}, {p}");
@@ -128,7 +128,7 @@ impl Lowerer<'_> {
         Val::new(kind, reg)
     }
 
-    /// Copy the high half of the 16-byte value whose low register is `src` into `dst`'s
+    /// Copy the high half of the wide value whose low register is `src` into `dst`'s
     /// (nothing when either has none).
     pub(crate) fn mov_high_half(&mut self, dst: Reg, src: Reg) {
         if let (Some(&dst), Some(&src)) = (self.wide_hi.get(&dst), self.wide_hi.get(&src)) {
