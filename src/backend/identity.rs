@@ -1,16 +1,18 @@
 //! A program identity for cache keys that is exact where `Program::fingerprint()` is not:
 //! vyre's wire format folds `-0.0` (and negative subnormal) f32 literals into `+0.0`, yet
-//! the reference keeps a zero literal's sign (`1 / -0.0` is `-inf`). The identity adds
-//! the sign of every zero literal, in walk order, to the fingerprint. It is memoised per
-//! `Program::entry` allocation, together with the last kernel-cache key derived from it,
-//! so a warm dispatch does one map lookup here and hashes nothing.
+//! the reference keeps a zero literal's sign (`1 / -0.0` is `-inf`); and it encodes every
+//! `Vec` element type alike (a `Vec<u8; 3>` buffer and a `Vec<u16; 4>` one) and every
+//! tensor shape alike, though their strides differ. The identity adds the sign of every
+//! zero literal, in walk order, and every buffer's element type to the fingerprint. It is
+//! memoised per `Program::entry` allocation, together with the last kernel-cache key
+//! derived from it, so a warm dispatch does one map lookup here and hashes nothing.
 
 use super::cache::KernelKey;
 use crate::codegen::visit::{children, for_each_child, for_each_expr};
 use crate::codegen::{check_nesting, CodegenError};
 use rustc_hash::FxHashMap;
 use std::sync::{Arc, Mutex, Weak};
-use vyre_foundation::ir::{Expr, Node, Program};
+use vyre_foundation::ir::{BufferDecl, DataType, Expr, Node, Program};
 
 /// Most memoised identities kept; beyond this the memo is cleared (it is only a cache).
 const MEMO_LIMIT: usize = 4096;
@@ -24,6 +26,8 @@ struct Memo {
     /// `Program::fingerprint()` when memoised: programs may share an entry allocation yet
     /// differ in buffers or workgroup (`with_rewritten_buffers`, `set_workgroup_size`).
     fingerprint: [u8; 32],
+    /// Each buffer's element type, which the fingerprint does not always tell apart.
+    elements: Vec<DataType>,
     identity: [u8; 32],
     key: Option<([u32; 3], KernelKey)>,
 }
@@ -37,6 +41,7 @@ impl Memo {
             .upgrade()
             .is_some_and(|live| Arc::ptr_eq(&live, &program.entry))
             && self.fingerprint == program.fingerprint()
+            && (program.buffers().iter().map(|decl| &decl.element)).eq(&self.elements)
     }
 }
 
@@ -88,6 +93,7 @@ impl ProgramIdentities {
         let mut record = Memo {
             entry: Arc::downgrade(&program.entry),
             fingerprint: program.fingerprint(),
+            elements: program.buffers().iter().map(BufferDecl::element).collect(),
             identity: compute(program),
             key: None,
         };
@@ -112,6 +118,10 @@ fn compute(program: &Program) -> [u8; 32] {
     zero_signs(program.entry(), &mut signs);
     hasher.update(&(signs.len() as u64).to_le_bytes());
     hasher.update(&signs);
+    for decl in program.buffers() {
+        hasher.update(format!("{:?}", decl.element).as_bytes());
+        hasher.update(&[0]);
+    }
     *hasher.finalize().as_bytes()
 }
 
@@ -137,7 +147,6 @@ fn expr_zero_signs(expr: &Expr, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vyre_foundation::ir::{BufferDecl, DataType};
 
     fn program(zero: f32) -> Program {
         Program::wrapped(
@@ -181,6 +190,98 @@ mod tests {
         let mut regrouped = p.clone();
         regrouped.set_workgroup_size([32, 1, 1]);
         assert_ne!(ids.of(&p).unwrap(), ids.of(&regrouped).unwrap());
+    }
+
+    #[test]
+    fn vec_element_types_vyre_encodes_alike_get_distinct_identities() {
+        let ids = ProgramIdentities::default();
+        let of = |count: u8| {
+            let vec = DataType::Vec {
+                element: Box::new(DataType::U8),
+                count,
+            };
+            Program::wrapped(
+                vec![BufferDecl::read_write("w", 0, vec).with_count(4)],
+                [1, 1, 1],
+                vec![Node::store(
+                    "w",
+                    Expr::u32(1),
+                    Expr::load("w", Expr::u32(0)),
+                )],
+            )
+        };
+        let (three, four) = (of(3), of(4));
+        assert_eq!(
+            three.fingerprint(),
+            four.fingerprint(),
+            "vyre folds the count"
+        );
+        assert_ne!(ids.of(&three).unwrap(), ids.of(&four).unwrap());
+        // Sharing the entry too: the memo must not answer for the other.
+        let four_on_three = three.with_rewritten_buffers(four.buffers().to_vec());
+        assert!(Arc::ptr_eq(&three.entry, &four_on_three.entry));
+        assert_eq!(ids.of(&four_on_three).unwrap(), ids.of(&four).unwrap());
+        assert_ne!(ids.of(&three).unwrap(), ids.of(&four_on_three).unwrap());
+    }
+
+    /// The class of the collision above: no two element types share an identity.
+    #[test]
+    fn every_element_type_gets_its_own_identity() {
+        use vyre_spec::{QuantizationScale, QuantizationZeroPoint, TypeId};
+        let vec = |element: DataType, count: u8| DataType::Vec {
+            element: Box::new(element),
+            count,
+        };
+        let shaped = |shape: [u32; 2]| DataType::TensorShaped {
+            element: Box::new(DataType::U8),
+            shape: shape.into_iter().collect(),
+        };
+        let quantized = |storage: DataType, group_size: u32| DataType::Quantized {
+            storage: Box::new(storage),
+            scale: QuantizationScale::PerGroup { group_size },
+            zero_point: QuantizationZeroPoint::Absent,
+        };
+        let types = [
+            DataType::U8,
+            DataType::U16,
+            DataType::U32,
+            DataType::F32,
+            DataType::Bytes,
+            DataType::Vec4U32,
+            vec(DataType::U8, 3),
+            vec(DataType::U8, 4),
+            vec(DataType::U16, 2),
+            vec(DataType::U32, 2),
+            vec(vec(DataType::U8, 2), 2),
+            shaped([2, 3]),
+            shaped([3, 2]),
+            DataType::Array { element_size: 2 },
+            DataType::Array { element_size: 3 },
+            DataType::Handle(TypeId(1)),
+            DataType::Handle(TypeId(2)),
+            DataType::DeviceMesh {
+                axes: [2u32, 4].into_iter().collect(),
+            },
+            DataType::DeviceMesh {
+                axes: [4u32, 2].into_iter().collect(),
+            },
+            quantized(DataType::I4, 32),
+            quantized(DataType::I4, 64),
+            quantized(DataType::U8, 32),
+        ];
+        let ids = ProgramIdentities::default();
+        let identities: Vec<[u8; 32]> = (types.iter())
+            .map(|element| {
+                let decl = BufferDecl::read_write("w", 0, element.clone()).with_count(4);
+                ids.of(&Program::wrapped(vec![decl], [1, 1, 1], vec![]))
+                    .unwrap()
+            })
+            .collect();
+        for (i, a) in identities.iter().enumerate() {
+            for (j, b) in identities.iter().enumerate().skip(i + 1) {
+                assert_ne!(a, b, "{} and {} share an identity", types[i], types[j]);
+            }
+        }
     }
 
     #[test]
