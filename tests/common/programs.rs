@@ -1997,6 +1997,8 @@ pub fn raw_vector_and_unaddressed_element_cases() -> Vec<Case> {
         )
     };
     let shifted = |by: u32| Expr::load("a", bin(BinOp::Add, gid(), Expr::u32(by)));
+    // An input of whole `stride`-byte elements (vyre-cuda refuses a trailing partial one).
+    let whole = |stride: usize| bytes[..bytes.len() / stride * stride].to_vec();
     let select_near_or_far = |n: u32| {
         Expr::select(
             bin(
@@ -2052,32 +2054,32 @@ pub fn raw_vector_and_unaddressed_element_cases() -> Vec<Case> {
         Case::new(
             "vec of three u8 lanes (an RGB pixel) moves three raw bytes, zero past the end",
             in_place(vec_of(DataType::U8, 3), N / 2, select_near_or_far(N / 2)),
-            vec![bytes.clone(), bytes[..(N / 2 * 3) as usize].to_vec()],
+            vec![whole(3), bytes[..(N / 2 * 3) as usize].to_vec()],
         ),
         Case::new(
             "vec of five i8 lanes moves five raw bytes an element, zero past the end",
             in_place(vec_of(DataType::I8, 5), N / 4, select_near_or_far(N / 4)),
-            vec![bytes.clone(), bytes[..(N / 4 * 5) as usize].to_vec()],
+            vec![whole(5), bytes[..(N / 4 * 5) as usize].to_vec()],
         ),
         Case::new(
             "vec of three f16 lanes is six raw bytes, not floats",
             in_place(vec_of(DataType::F16, 3), N / 4, shifted(3)),
-            vec![bytes.clone(), bytes[..(N / 4 * 6) as usize].to_vec()],
+            vec![whole(6), bytes[..(N / 4 * 6) as usize].to_vec()],
         ),
         Case::new(
             "vec of seven u8 lanes moves seven raw bytes an element, zero past the end",
             in_place(vec_of(DataType::U8, 7), N / 8, select_near_or_far(N / 8)),
-            vec![bytes.clone(), bytes[..(N / 8 * 7) as usize].to_vec()],
+            vec![whole(7), bytes[..(N / 8 * 7) as usize].to_vec()],
         ),
         Case::new(
             "vec of twelve u8 lanes moves twelve raw bytes an element, zero past the end",
             in_place(vec_of(DataType::U8, 12), N / 4, select_near_or_far(N / 4)),
-            vec![bytes.clone(), bytes[..(N / 4 * 12) as usize].to_vec()],
+            vec![whole(12), bytes[..(N / 4 * 12) as usize].to_vec()],
         ),
         Case::new(
             "vec of seven bf16 lanes is fourteen raw bytes, not floats",
             in_place(vec_of(DataType::BF16, 7), N / 8, shifted(2)),
-            vec![bytes.clone(), bytes[..(N / 8 * 14) as usize].to_vec()],
+            vec![whole(14), bytes[..(N / 8 * 14) as usize].to_vec()],
         ),
         Case::new(
             "a workgroup buffer of ten-byte elements, read back at a neighbour's index",
@@ -2099,6 +2101,18 @@ pub fn raw_vector_and_unaddressed_element_cases() -> Vec<Case> {
                 .copied()
                 .collect()],
         ),
+        Case::new(
+            "inputs ending in a partial element: BufLen counts whole ones, the tail is kept",
+            partial_element_inputs(),
+            vec![
+                whole(4)
+                    .iter()
+                    .chain(&[0xa1, 0xb2, 0xc3])
+                    .copied()
+                    .collect(),
+                bytes[..18].to_vec(),
+            ],
+        ),
         // Raw values to the reference's operators: comparing two fails where it runs.
         Case::new(
             "device-mesh comparison is a run-time error",
@@ -2115,6 +2129,35 @@ pub fn raw_vector_and_unaddressed_element_cases() -> Vec<Case> {
         )
         .failing(),
     ]
+}
+
+/// `out[gid] = a[gid + 1] + BufLen(a) + BufLen(w)` and `w[gid] *= 3`: the last `a` read
+/// (the partial element) and the last `w` update are out of bounds.
+fn partial_element_inputs() -> Program {
+    Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(N),
+            BufferDecl::read_write("w", 1, DataType::U32).with_count(4),
+            BufferDecl::output("out", 2, DataType::U32).with_count(N),
+        ],
+        [64, 1, 1],
+        vec![
+            Node::store(
+                "out",
+                gid(),
+                bin(
+                    BinOp::Add,
+                    Expr::load("a", bin(BinOp::Add, gid(), Expr::u32(1))),
+                    bin(BinOp::Add, Expr::buf_len("a"), Expr::buf_len("w")),
+                ),
+            ),
+            Node::store(
+                "w",
+                gid(),
+                bin(BinOp::Mul, Expr::load("w", gid()), Expr::u32(3)),
+            ),
+        ],
+    )
 }
 
 /// `tile[lid] = a[gid]`, a barrier, `out[gid] = tile[lid ^ 3]` (in and past the tile).
