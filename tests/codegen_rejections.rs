@@ -322,12 +322,12 @@ fn impossible_workgroups_are_invalid() {
 #[test]
 fn unsupported_element_types_are_rejected_up_front() {
     // Still refused: lanes without a fixed storage width (out-of-bounds loads are empty
-    // bytes), a zero value of twelve bytes.
+    // bytes), a zero value of seventeen bytes.
     let u32_pairs = DataType::Vec {
         element: Box::new(DataType::U32),
         count: 2,
     };
-    for element in [u32_pairs, DataType::Array { element_size: 12 }] {
+    for element in [u32_pairs, DataType::Array { element_size: 17 }] {
         let program = Program::wrapped(
             vec![BufferDecl::output("out", 0, element.clone()).with_count(4)],
             [4, 1, 1],

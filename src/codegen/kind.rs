@@ -195,17 +195,20 @@ fn fixed_storage_width(element: &DataType) -> Option<usize> {
     }
 }
 
-/// For an element the reference addresses with a zero stride (`min_bytes` 0: `Array`,
-/// `DeviceMesh`, vectors of them) but counts by its size: the width of the zero value every
-/// load yields (every store writes nothing), when this emitter holds such a value (1..=8
-/// or 16 bytes).
+/// For an element the reference addresses with a zero stride (`min_bytes` 0 but a size:
+/// `Array`, `DeviceMesh`, vectors of them or of bytes) and counts by its size: the width of
+/// the zero value every load yields (every store writes nothing), up to 16 bytes. A type
+/// without a fixed storage width (`Vec<bytes; 2>`) has no zero value: its loads are the
+/// empty bytes, width 0 (as `Array { element_size: 0 }`'s zero value is).
 pub(crate) fn unaddressed_width(element: &DataType) -> Option<u8> {
-    if element.min_bytes() != 0 || element.size_bytes().is_none_or(|size| size == 0) {
+    let sized = element.size_bytes().is_some() && *element != DataType::Bytes;
+    if element.min_bytes() != 0 || !sized {
         return None;
     }
-    match fixed_storage_width(element)? {
-        width @ (1..=8 | 16) => Some(width as u8),
-        _ => None,
+    match fixed_storage_width(element) {
+        None => Some(0),
+        Some(width @ 0..=16) => Some(width as u8),
+        Some(_) => None,
     }
 }
 
@@ -238,9 +241,10 @@ pub(crate) const OOB_HALF_BITS: u32 = 1;
 
 /// The byte stride of one element of a buffer this emitter can address, if supported.
 pub(crate) fn element_stride(element: &DataType) -> Option<u32> {
-    if let Some(width) = unaddressed_width(element) {
-        // Never addressed: the host counts (and sizes) it by its size, as `BufLen` does.
-        return Some(u32::from(width));
+    if unaddressed_width(element).is_some() {
+        // Never addressed: the host counts (and sizes) it by its size, as `BufLen` does
+        // (by its bytes where the size is zero).
+        return element.size_bytes().map(|size| size.max(1) as u32);
     }
     if let Some(width) = odd_width(element) {
         return Some(u32::from(width));
@@ -379,14 +383,22 @@ mod tests {
         let pair = DataType::Array { element_size: 2 };
         assert_eq!(unaddressed_width(&pair), Some(2));
         assert_eq!(buf_len(&pair, 40), 20);
-        assert_eq!(
-            unaddressed_width(&DataType::Array { element_size: 0 }),
-            None
-        );
-        assert_eq!(
-            unaddressed_width(&DataType::Array { element_size: 12 }),
-            None
-        );
+        // Zero values of 0 and 12 bytes; a vector of bytes lanes loads the empty bytes.
+        let empty = DataType::Array { element_size: 0 };
+        assert_eq!(unaddressed_width(&empty), Some(0));
+        assert_eq!(element_stride(&empty), Some(1));
+        assert_eq!(buf_len(&empty, 40), 40);
+        let twelve = DataType::Array { element_size: 12 };
+        assert_eq!(ValKind::of_load(&twelve), Some(ValKind::Bytes(12)));
+        assert_eq!(element_stride(&twelve), Some(12));
+        let bytes_pair = vec_of(DataType::Bytes, 2);
+        assert_eq!(ValKind::of_load(&bytes_pair), Some(ValKind::Bytes(0)));
+        assert_eq!(element_stride(&bytes_pair), Some(2));
+        assert_eq!(buf_len(&bytes_pair, 41), 20);
+        // Refused: a zero value over 16 bytes.
+        let wide = DataType::Array { element_size: 17 };
+        assert_eq!(unaddressed_width(&wide), None);
+        assert_eq!(element_stride(&wide), None);
         assert_eq!(unaddressed_width(&DataType::U32), None);
         assert_eq!(unaddressed_width(&DataType::Bytes), None);
     }

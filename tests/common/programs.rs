@@ -2046,6 +2046,21 @@ pub fn raw_vector_and_unaddressed_element_cases() -> Vec<Case> {
             vec![bytes.clone(), bytes[..(N * 2) as usize].to_vec()],
         ),
         Case::new(
+            "zero-size array elements load the empty bytes and count their buffer's bytes",
+            in_place(DataType::Array { element_size: 0 }, N / 2, shifted(1)),
+            vec![bytes.clone(), bytes[..(N * 2) as usize].to_vec()],
+        ),
+        Case::new(
+            "twelve-byte array elements load twelve zero bytes",
+            in_place(DataType::Array { element_size: 12 }, N / 4, shifted(1)),
+            vec![whole(12), bytes[..(N / 4 * 12) as usize].to_vec()],
+        ),
+        Case::new(
+            "vec of bytes lanes loads the empty bytes and counts by its size",
+            in_place(vec_of(DataType::Bytes, 2), N / 2, shifted(1)),
+            vec![bytes.clone(), bytes[..N as usize].to_vec()],
+        ),
+        Case::new(
             "vec of device meshes loads as eight zero bytes",
             in_place(vec_of(mesh.clone(), 2), N / 4, shifted(2)),
             vec![bytes.clone(), bytes[..(N * 2) as usize].to_vec()],
