@@ -426,15 +426,17 @@ impl Shared<'_> {
         }
     }
 
-    /// Bytes of binding `b` that some invocation of the dispatch can address (none of an
-    /// accumulated binding, which is read back whole after the chunks).
+    /// Bytes of binding `b` that some invocation of the dispatch can address: whole
+    /// elements below the invocation count (none of an accumulated binding, which is read
+    /// back whole after the chunks). Bytes of a trailing partial element, which no chunk
+    /// moves, are not covered: they come from the input like the rest.
     fn covered_bytes(&self, b: usize) -> usize {
         let binding = &self.kernel.abi.bindings[b];
         if binding.accumulated {
             return 0;
         }
-        let stride = binding.element_size as usize;
-        (self.geometry.total as usize * stride).min(self.plan.bindings[b].len)
+        let elements = self.plan.bindings[b].elements as usize;
+        (self.geometry.total as usize).min(elements) * binding.element_size as usize
     }
 
     /// Cuts each returned buffer's addressed bytes into the chunks' pieces.
