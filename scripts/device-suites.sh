@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Twelfth session (2026-11-29), binaries of HEAD (emitter v25) in .smrun21/bin.tar.xz (mkbundle.sh .smrun21:
-# every GPU test, vyre-cuda-jit): the GPU suites (fuzz_regressions with the saved hang cases
-# among the defaults), and beside them the complete-shape differential count, seed $SEED,
-# NF shards until LIMIT seconds.
-# Usage on the device: OUT=$OUT SEED=0x17c0de2050 LIMIT=500 bash docs/gpu-runs/coop-fault-2026-11-29/run.sh [suites...|none]
+# On the GPU machine: the GPU suites one after another and, beside them, the complete-shape
+# differential fuzz count (NF shards of `gpu_fuzz`, 2 workers each, seed $SEED, until LIMIT
+# seconds), from a bundle made here by scripts/device-bundle-gpu.sh (carry its folder).
+# Logs go to $OUT/logs.tgz and $OUT/summary.txt (the device tool returns at most 8 files).
+#   OUT=$OUT BUNDLE=.smrun SEED=0x17c0de2070 LIMIT=540 NF=12 bash scripts/device-suites.sh \
+#     ["gpu_semantics gpu_primitives ..." | none]
+# Without suite names it runs the default list; `none` runs only the count (NF=0: no count).
 set -uo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/.."
 ROOT=$PWD
 C=/tmp/vhead; rm -rf $C; mkdir -p $C
-python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" ${BUNDLE:-.smrun21}/bin.tar.xz $C
+python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" ${BUNDLE:-.smrun}/bin.tar.xz $C
 L=/tmp/vlogs; rm -rf $L; mkdir -p $L/fuzz $L/saved
 S=$L/summary.txt
 export VYRE_CUDA_REQUIRE_GPU=1
@@ -18,7 +20,7 @@ suite() { # name
   echo "=== $t rc=$? $((SECONDS-s)) s" >> $S
   grep -E "test result|panicked|FAILED|mismatch|failed|differing|semantic cases|cases x2|shutdown: free|stress memory|corpus fixtures" $L/$t.log | grep -v "byte-identical$" | head -8 >> $S
 }
-FUZZT=$((${LIMIT:-500} - SECONDS)); echo "=== seed $SEED, fuzz deadline ${FUZZT} s" >> $S
+FUZZT=$((${LIMIT:-500} - SECONDS)); echo "=== seed ${SEED:=0x17c0de2000}, fuzz deadline ${FUZZT} s" >> $S
 NF=${NF:-10}; pids=()
 if [ "$NF" -gt 0 ]; then
 for k in $(seq 0 $((NF-1))); do

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Bundle every GPU test binary, vyre-cuda-jit and (with --compare) vyre-compare into $1/bin.tar.xz
+# Here: bundle every single-GPU test binary (and fuzz_regressions, calls, driver_smoke), the
+# JIT helper, the quickstart example and (with --compare) vyre-compare, stripped, into
+# $1/bin.tar.xz (default .smrun, git-ignored) for scripts/device-suites.sh:
+#   bash scripts/device-bundle-gpu.sh .smrun [--compare]
 set -euo pipefail
-cd /work/main
-D=${1:-.smrun21}
+cd "$(dirname "$0")/.."
+D=${1:-.smrun}
 rm -rf $D && mkdir -p $D/bin
 cargo test --release --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, sys
