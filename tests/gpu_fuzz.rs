@@ -327,6 +327,8 @@ fn gpu_fuzz_matches_the_reference() {
     let counters = Counters::default();
     let found: Mutex<Vec<Found>> = Mutex::new(Vec::new());
     let rejected_by: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
+    // Programs checked on the GPU holding each construct of issue 17's gate.
+    let constructs: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
     let mut fatal: Option<String> = None;
     let fatal_slot: Mutex<Option<String>> = Mutex::new(None);
     // Per worker (plus one slot for the shrinker): seed in flight and when its dispatch
@@ -344,7 +346,7 @@ fn gpu_fuzz_matches_the_reference() {
     std::thread::scope(|scope| {
         let mut workers = Vec::new();
         for worker in 0..threads as usize {
-            let explicit = &explicit;
+            let (explicit, constructs) = (&explicit, &constructs);
             let (next, stop, counters, found, rejected_by, backends, config, watch, fatal_slot) = (
                 &next,
                 &stop,
@@ -386,6 +388,12 @@ fn gpu_fuzz_matches_the_reference() {
                 if verdict.lane_order_dependent {
                     counters.lane_dependent.fetch_add(1, Ordering::Relaxed);
                     continue;
+                }
+                {
+                    let mut held = constructs.lock().unwrap();
+                    for construct in fuzz::coverage::unlowered_constructs(&case.program) {
+                        *held.entry(construct).or_default() += 1;
+                    }
                 }
                 let backend = backends.get(local);
                 watch.begin(worker, seed);
@@ -608,6 +616,11 @@ fn gpu_fuzz_matches_the_reference() {
     if !rejected_by.is_empty() {
         println!("fuzz: rejected by construct: {rejected_by:?}");
     }
+    let checked = (run - c.lane_dependent.load(Ordering::Relaxed)).max(1);
+    let held: Vec<String> = (constructs.into_inner().unwrap().iter())
+        .map(|(name, n)| format!("{name} {n} ({:.1}%)", 100.0 * *n as f64 / checked as f64))
+        .collect();
+    println!("fuzz: programs holding each construct: {}", held.join(", "));
     let mut by_kind: BTreeMap<&str, u64> = BTreeMap::new();
     for f in &found {
         *by_kind.entry(f.failure.kind.as_str()).or_default() += 1;
