@@ -6,6 +6,7 @@
 #   OUT=$OUT BUNDLE=.smrun SEED=0x17c0de2070 LIMIT=540 NF=12 bash scripts/device-suites.sh \
 #     ["gpu_semantics gpu_primitives ..." | none]
 # Without suite names it runs the default list; `none` runs only the count (NF=0: no count).
+# gpu_resident and gpu_stress (free-memory checks) run before the count starts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -20,6 +21,18 @@ suite() { # name
   echo "=== $t rc=$? $((SECONDS-s)) s" >> $S
   grep -E "test result|panicked|FAILED|mismatch|failed|differing|semantic cases|cases x2|shutdown: free|stress memory|corpus fixtures" $L/$t.log | grep -v "byte-identical$" | head -8 >> $S
 }
+# The suites: the arguments (words, or one quoted list; `none` runs no suite), else a default.
+if [ $# -eq 0 ]; then
+  set -- gpu_semantics calls fuzz_regressions gpu_primitives gpu_elementwise gpu_pipeline gpu_artifact \
+         gpu_artifact_chain gpu_async gpu_grid_sync gpu_half driver_smoke gpu_resident gpu_stress
+fi
+# The suites that measure free device memory run first, before the fuzz processes allocate.
+ALONE=" gpu_resident gpu_stress "; rest=()
+for t in "$@"; do
+  for u in $t; do
+    case "$ALONE" in *" $u "*) suite "$u" ;; *) [ "$u" = none ] || rest+=("$u") ;; esac
+  done
+done
 FUZZT=$((${LIMIT:-500} - SECONDS)); echo "=== seed ${SEED:=0x17c0de2000}, fuzz deadline ${FUZZT} s" >> $S
 NF=${NF:-10}; pids=()
 if [ "$NF" -gt 0 ]; then
@@ -31,14 +44,7 @@ for k in $(seq 0 $((NF-1))); do
   pids+=($!)
 done
 fi
-# The suites: the arguments (words, or one quoted list; `none` runs no suite), else a default.
-if [ $# -eq 0 ]; then
-  set -- gpu_semantics calls fuzz_regressions gpu_primitives gpu_elementwise gpu_pipeline gpu_artifact \
-         gpu_async gpu_grid_sync driver_smoke gpu_resident gpu_stress
-fi
-for t in "$@"; do
-  for u in $t; do [ "$u" = none ] || suite "$u"; done
-done
+for u in ${rest[@]+"${rest[@]}"}; do suite "$u"; done
 for i in "${!pids[@]}"; do wait "${pids[$i]}"; echo "shard $i rc=$?" >> $S; done
 grep -h "^fuzz: " $L/fuzz/shard_*.log 2>/dev/null | grep -v "last backend metrics\|worker time" >> $S
 tar -C /tmp -czf $OUT/logs.tgz vlogs; cp $S $OUT/summary.txt
