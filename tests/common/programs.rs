@@ -2303,6 +2303,14 @@ pub fn raw_operand_cases() -> Vec<Case> {
             .failing(),
         );
     }
+    // A u64 cast reads up to eight raw bytes as a little-endian prefix (`try_as_u64`).
+    for ty in [DataType::U8, DataType::I16, DataType::U16, DataType::I64] {
+        cases.push(Case::new(
+            format!("u64 cast of a {ty} load reads its bytes as a little-endian prefix"),
+            elementwise(&[("a", ty)], DataType::U64, N, cast(DataType::U64, ld("a"))),
+            vec![bytes.clone()],
+        ));
+    }
     cases
 }
 

@@ -928,6 +928,13 @@ impl Gen<'_> {
             (Ty::U32, DataType::U32) | (Ty::I32, DataType::I32) | (Ty::F32, DataType::F32) => l,
             (Ty::U32, DataType::Bool) => cast(DataType::U32, l),
             (Ty::Bool, DataType::Bool) => cast(DataType::Bool, l),
+            // Now and then through a u64: a raw value of up to eight bytes reads as a
+            // little-endian prefix there (the emitter once failed every such cast).
+            (Ty::U32, DataType::U8 | DataType::U16 | DataType::I8 | DataType::I16)
+                if self.rng.chance(12) =>
+            {
+                cast(DataType::U32, cast(DataType::U64, l))
+            }
             (Ty::U32, DataType::U8 | DataType::U16) => cast(DataType::U32, l),
             (Ty::U32, DataType::I8 | DataType::I16) if self.rng.chance(50) => {
                 cast(DataType::U32, l)

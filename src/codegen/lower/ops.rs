@@ -785,6 +785,9 @@ impl Lowerer<'_> {
         match v.kind {
             ValKind::I32 => emit!(self.w, "cvt.s64.s32 {reg}, {a}"),
             ValKind::U64 | ValKind::Bytes(5..=8) => self.mov(reg, a),
+            // Up to four raw bytes, zero-extended in their `.b32`: the reference's
+            // `try_as_u64` reads them as a little-endian prefix (a `u8` load casts to it).
+            ValKind::Bytes(0..=4) => emit!(self.w, "cvt.u64.u32 {reg}, {a}"),
             // More than eight raw bytes never read as a u64 in the reference.
             ValKind::Bytes(_) => {
                 self.fault_always(DeviceFault::CastOutOfRange);
