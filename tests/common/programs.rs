@@ -2303,6 +2303,28 @@ pub fn raw_operand_cases() -> Vec<Case> {
             .failing(),
         );
     }
+    // A cast to a type whose values are raw bytes (8-bit floats, 4-bit types, handles,
+    // raw vectors) keeps the value's own bytes: the reference's catch-all.
+    let vec_u8 = |count: u8| DataType::Vec {
+        element: Box::new(DataType::U8),
+        count,
+    };
+    for ty in [
+        DataType::F8E4M3,
+        DataType::F8E5M2,
+        DataType::NF4,
+        DataType::Handle(vyre_spec::TypeId(7)),
+        vec_u8(3),
+        vec_u8(4),
+        DataType::F16,
+        DataType::BF16,
+    ] {
+        cases.push(Case::new(
+            format!("{ty} load cast to {ty} keeps its value"),
+            elementwise(&[("a", ty.clone())], ty.clone(), N, cast(ty, ld("a"))),
+            vec![bytes.clone()],
+        ));
+    }
     // A u64 cast reads up to eight raw bytes as a little-endian prefix (`try_as_u64`).
     for ty in [DataType::U8, DataType::I16, DataType::U16, DataType::I64] {
         cases.push(Case::new(

@@ -742,15 +742,21 @@ impl Lowerer<'_> {
             }
             // The value's bytes, zero-padded or truncated to eight.
             DataType::Vec2U32 => Val::new(ValKind::Bytes(8), self.bytes_b64(v)),
-            // The reference's catch-all: the value's own bytes, unconverted.
-            DataType::Bytes | DataType::F64 => Val {
-                kind: ValKind::Bytes(v.kind.byte_len()),
-                reg: if is_float(v.kind) {
-                    self.float_bytes(v)
-                } else {
-                    v.reg
-                },
-            },
+            // The reference's catch-all: the value's own bytes, unconverted (also for the
+            // targets whose values are raw bytes: 8-bit floats, handles, raw vectors).
+            other
+                if matches!(other, DataType::Bytes | DataType::F64)
+                    || matches!(ValKind::of_load(other), Some(ValKind::Bytes(_))) =>
+            {
+                Val {
+                    kind: ValKind::Bytes(v.kind.byte_len()),
+                    reg: if is_float(v.kind) {
+                        self.float_bytes(v)
+                    } else {
+                        v.reg
+                    },
+                }
+            }
             other => {
                 return Err(CodegenError::unsupported(
                     format!("Cast to {other}"),
