@@ -202,7 +202,9 @@ fn fixed_storage_width(element: &DataType) -> Option<usize> {
 /// empty bytes, width 0 (as `Array { element_size: 0 }`'s zero value is).
 pub(crate) fn unaddressed_width(element: &DataType) -> Option<u8> {
     let sized = element.size_bytes().is_some() && *element != DataType::Bytes;
-    if element.min_bytes() != 0 || !sized {
+    // A bit width of zero (`Vec<f32; 0>`): the reference divides by it to count the
+    // buffer's elements, so it never runs such a buffer.
+    if element.min_bytes() != 0 || !sized || element.bit_width() == Some(0) {
         return None;
     }
     match fixed_storage_width(element) {
@@ -395,7 +397,10 @@ mod tests {
         assert_eq!(ValKind::of_load(&bytes_pair), Some(ValKind::Bytes(0)));
         assert_eq!(element_stride(&bytes_pair), Some(2));
         assert_eq!(buf_len(&bytes_pair, 41), 20);
-        // Refused: a zero value over 16 bytes.
+        // Refused: a zero value over 16 bytes; no lanes at all (a bit width of zero).
+        let no_lanes = vec_of(DataType::F32, 0);
+        assert_eq!(unaddressed_width(&no_lanes), None);
+        assert_eq!(element_stride(&no_lanes), None);
         let wide = DataType::Array { element_size: 17 };
         assert_eq!(unaddressed_width(&wide), None);
         assert_eq!(element_stride(&wide), None);

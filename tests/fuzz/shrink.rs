@@ -617,7 +617,9 @@ impl Search<'_> {
                 let decl = w.buffers[d].clone();
                 let size = element_size(&decl.element());
                 let slot = input_slot(&w.buffers, d);
-                let current = slot.map_or(decl.count() as usize, |s| w.inputs[s].len() / size);
+                // A case without inputs (the emitter-panic shrinker's) halves the count.
+                let current = (slot.and_then(|s| w.inputs.get(s)))
+                    .map_or(decl.count() as usize, |input| input.len() / size.max(1));
                 if current <= 1 {
                     break;
                 }
@@ -628,8 +630,8 @@ impl Search<'_> {
                         .clone()
                         .with_count((decl.count() as usize).min(half) as u32);
                 }
-                if let Some(s) = slot {
-                    c.inputs[s].truncate(half * size);
+                if let Some(input) = slot.and_then(|s| c.inputs.get_mut(s)) {
+                    input.truncate(half * size);
                 }
                 if !self.attempt(w, c) {
                     break;
