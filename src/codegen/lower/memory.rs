@@ -200,9 +200,7 @@ impl Lowerer<'_> {
         };
         match space {
             Space::Global { .. } => {
-                let zero = self.zero_page();
-                let safe = self.w.reg(RegClass::B64);
-                emit!(self.w, "selp.b64 {safe}, {addr}, {zero}, {in_bounds}");
+                let safe = self.address_or_zero_page(in_bounds, addr);
                 emit!(self.w, "ld.global.{ty} {list}, [{safe}]");
             }
             Space::Shared { .. } => {
@@ -215,9 +213,18 @@ impl Lowerer<'_> {
         }
     }
 
+    /// `addr` where `in_bounds` holds, else the module's zero page (16 zero bytes): an
+    /// unpredicated global load from it reads the reference's out-of-bounds zeros.
+    pub(super) fn address_or_zero_page(&mut self, in_bounds: Reg, addr: Reg) -> Reg {
+        let zero = self.zero_page();
+        let safe = self.w.reg(RegClass::B64);
+        emit!(self.w, "selp.b64 {safe}, {addr}, {zero}, {in_bounds}");
+        safe
+    }
+
     /// The global address of the module's zeroed [`ZERO_PAGE`], set up in the prologue
     /// of the entries that read it.
-    pub(super) fn zero_page(&mut self) -> Reg {
+    fn zero_page(&mut self) -> Reg {
         match self.zero_page {
             Some(reg) => reg,
             None => {

@@ -25,9 +25,7 @@ impl Lowerer<'_> {
         match space {
             Space::Global { .. } => {
                 // Out of bounds, the module's zero page (16 bytes) is read instead.
-                let zero = self.zero_page();
-                let safe = self.w.reg(RegClass::B64);
-                emit!(self.w, "selp.b64 {safe}, {addr}, {zero}, {in_bounds}");
+                let safe = self.address_or_zero_page(in_bounds, addr);
                 for (k, byte) in bytes.iter().enumerate() {
                     emit!(self.w, "ld.global.u8 {byte}, [{safe}+{k}]");
                 }
