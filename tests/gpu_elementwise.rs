@@ -416,16 +416,22 @@ fn pipeline(n: u32, half: u32, out_count: u32) -> Program {
     )
 }
 
-/// Inputs of [`pipeline`]: a, b (7 longer), half, x (`x_extra` longer), wide.
+/// Inputs of [`pipeline`]: a (and a byte of a partial element), b (7 longer), half, x
+/// (`x_extra` longer, and two bytes of a partial element, which the reference keeps),
+/// wide.
 fn pipeline_inputs(n: u32, half: u32, x_extra: usize) -> Vec<Vec<u8>> {
     let mut rng = Rng::new(u64::from(n));
     let mut half_bytes = rng.bytes_u32(half.div_ceil(4) as usize);
     half_bytes.truncate(half as usize);
+    let mut a = rng.bytes_u32(n as usize);
+    a.push(0x3d);
+    let mut x = rng.bytes_u32(n as usize + x_extra);
+    x.extend([0xa7, 0x5c]);
     vec![
-        rng.bytes_u32(n as usize),
+        a,
         rng.bytes_u32(n as usize + 7),
         half_bytes,
-        rng.bytes_u32(n as usize + x_extra),
+        x,
         rng.bytes_u32((n / 3) as usize * 2),
     ]
 }
@@ -483,6 +489,11 @@ fn chunked_dispatches_match_the_single_launch_byte_for_byte() {
         let tail = (n as usize + 1000) * 4;
         assert!(got[0][(n as usize + 7) * 4..tail].iter().all(|&b| b == 0));
         assert_eq!(got[2].len(), inputs[3].len());
+        assert_eq!(
+            got[2][got[2].len() - 2..],
+            [0xa7, 0x5c],
+            "n={n}: x's partial element"
+        );
         // A reused output Vec gives the same bytes.
         let mut reused = got.clone();
         for out in &mut reused {
@@ -750,14 +761,15 @@ fn resident_elementwise_dispatch_matches_the_reference_and_aliases_safely() {
     let program = pipeline(n, half, n + 5);
     let inputs = pipeline_inputs(n, half, 0);
     let want = reference(&program, &inputs).unwrap();
-    // Binding order: a, b, out, half, x, wide.
+    // Binding order: a, b, out, half, x, wide; each input's buffer is as long as the input
+    // (a and x end in a partial element).
     let sizes = [
-        n as usize * 4,
-        (n as usize + 7) * 4,
+        inputs[0].len(),
+        inputs[1].len(),
         (n as usize + 5) * 4,
-        half as usize,
-        n as usize * 4,
-        (n / 3) as usize * 8,
+        inputs[2].len(),
+        inputs[3].len(),
+        inputs[4].len(),
     ];
     let handles: Vec<_> = sizes
         .iter()
@@ -797,8 +809,11 @@ fn resident_elementwise_dispatch_matches_the_reference_and_aliases_safely() {
         .dispatch_resident_timed(&step, &aliased, &DispatchConfig::default())
         .unwrap();
     let got = backend.download_resident(&handles[0]).unwrap();
-    // Invocation by invocation, the load sees its own earlier store of 9.
-    assert!(got.chunks(4).all(|w| w == 10u32.to_le_bytes()));
+    // Invocation by invocation, the load sees its own earlier store of 9; the byte of the
+    // partial element past `n` is never addressed and stays.
+    let (whole, tail) = got.split_at(n as usize * 4);
+    assert!(whole.chunks(4).all(|w| w == 10u32.to_le_bytes()));
+    assert_eq!(tail, [0x3d]);
     for handle in handles {
         backend.free_resident(handle).unwrap();
     }

@@ -87,15 +87,6 @@ impl DispatchPlan {
                         "provide at least the declared number of bytes",
                     ));
                 }
-                if len % stride != 0 {
-                    return Err(CudaError::invalid_input(
-                        format!(
-                            "input {index} for buffer `{}` has {len} bytes, not a multiple of its {stride}-byte {} elements",
-                            binding.name, binding.element
-                        ),
-                        "pass whole elements",
-                    ));
-                }
                 lens.push((len, Some(index)));
             } else {
                 if binding.role == BindingRole::Output {
@@ -499,12 +490,21 @@ mod tests {
         assert_eq!(p.bindings[0].elements, 200);
         // Only returned buffers size the grid when the program has outputs.
         assert_eq!(p.grid, [2, 1, 1]);
+        // A trailing partial element is accepted, as the reference does, and not counted.
+        for (len, elements) in [(399, 99), (398, 99)] {
+            let p = plan(
+                &copy_program([64, 1, 1]),
+                &[len],
+                &DispatchConfig::default(),
+            );
+            assert_eq!(p.unwrap().bindings[0].elements, elements);
+        }
     }
 
     #[test]
     fn bad_inputs_are_rejected_with_a_fix() {
         let program = copy_program([64, 1, 1]);
-        for inputs in [&[][..], &[400, 400, 4][..], &[399][..], &[398][..]] {
+        for inputs in [&[][..], &[400, 400, 4][..]] {
             let error = plan(&program, inputs, &DispatchConfig::default()).unwrap_err();
             let backend = error.to_string();
             assert!(backend.to_string().contains("Fix:"), "{backend}");
@@ -624,6 +624,17 @@ mod tests {
         )
         .unwrap();
         assert_eq!(borrowed.grid, [1, 1, 1]);
+        // As the reference, an input may end in a partial element, never addressed.
+        let ragged = DispatchPlan::new(
+            &program,
+            &kernel.abi,
+            &[43, 4 * 5 + 1, 6],
+            &DispatchConfig::default(),
+            LIMITS,
+        )
+        .unwrap();
+        let elements: Vec<u32> = ragged.bindings.iter().map(|b| b.elements).collect();
+        assert_eq!(elements, [10, 4, 5, 1]);
         let error = DispatchPlan::resident(
             &program,
             &kernel.abi,

@@ -2116,6 +2116,18 @@ pub fn raw_vector_and_unaddressed_element_cases() -> Vec<Case> {
                 .copied()
                 .collect()],
         ),
+        Case::new(
+            "inputs ending in a partial element: BufLen counts whole ones, the tail is kept",
+            partial_element_inputs(),
+            vec![
+                whole(4)
+                    .iter()
+                    .chain(&[0xa1, 0xb2, 0xc3])
+                    .copied()
+                    .collect(),
+                bytes[..18].to_vec(),
+            ],
+        ),
         // Raw values to the reference's operators: comparing two fails where it runs.
         Case::new(
             "device-mesh comparison is a run-time error",
@@ -2132,6 +2144,35 @@ pub fn raw_vector_and_unaddressed_element_cases() -> Vec<Case> {
         )
         .failing(),
     ]
+}
+
+/// `out[gid] = a[gid + 1] + BufLen(a) + BufLen(w)` and `w[gid] *= 3`: the last `a` read
+/// (the partial element) and the last `w` update are out of bounds.
+fn partial_element_inputs() -> Program {
+    Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(N),
+            BufferDecl::read_write("w", 1, DataType::U32).with_count(4),
+            BufferDecl::output("out", 2, DataType::U32).with_count(N),
+        ],
+        [64, 1, 1],
+        vec![
+            Node::store(
+                "out",
+                gid(),
+                bin(
+                    BinOp::Add,
+                    Expr::load("a", bin(BinOp::Add, gid(), Expr::u32(1))),
+                    bin(BinOp::Add, Expr::buf_len("a"), Expr::buf_len("w")),
+                ),
+            ),
+            Node::store(
+                "w",
+                gid(),
+                bin(BinOp::Mul, Expr::load("w", gid()), Expr::u32(3)),
+            ),
+        ],
+    )
 }
 
 /// `tile[lid] = a[gid]`, a barrier, `out[gid] = tile[lid ^ 3]` (in and past the tile).
