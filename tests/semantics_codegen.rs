@@ -135,3 +135,21 @@ fn async_snapshot_cases_copy_the_source_as_it_was_at_the_start() {
         );
     }
 }
+
+/// The dot-product loop of vyre-libs' matmul runs in two copies (`analysis::loop_bounds`):
+/// one with the per-load out-of-bounds select (two loads), one without (two plain loads).
+/// The GPU suite runs both copies (`loop_programs`) against the reference.
+#[test]
+fn a_dot_product_loop_gets_a_copy_without_per_load_checks() {
+    let cases = common::loop_programs::hoisted_bounds_cases();
+    let kernel = emit_ptx(&cases[0].program, None, PtxTarget::sm90()).unwrap();
+    let count = |prefix: &str| {
+        kernel
+            .ptx
+            .lines()
+            .filter(|line| line.trim_start().starts_with(prefix))
+            .count()
+    };
+    assert_eq!(count("ld.global.u32"), 4, "{}", kernel.ptx);
+    assert_eq!(count("selp.b64"), 2, "{}", kernel.ptx);
+}

@@ -10,6 +10,7 @@ pub mod gpu;
 pub mod grid_programs;
 pub mod half_programs;
 pub mod kernels;
+pub mod loop_programs;
 pub mod multirank;
 pub mod programs;
 pub mod ptxas;

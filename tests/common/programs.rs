@@ -1738,6 +1738,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(bytes_subgroup_operand_cases());
     cases.extend(super::step_programs::bytes_operand_round_cases());
     cases.extend(bytes_read_before_write_cases());
+    cases.extend(super::loop_programs::hoisted_bounds_cases());
     cases
 }
 

@@ -8,6 +8,7 @@ pub(crate) mod bytes;
 pub(crate) mod elementwise;
 pub(crate) mod grid_sync;
 pub(crate) mod lockstep;
+pub(crate) mod loop_bounds;
 pub(crate) mod nesting;
 pub(crate) mod replicated;
 pub(crate) mod shared;
@@ -18,7 +19,7 @@ use super::libm::Libm;
 use super::visit::{any_expr_in, for_each_node};
 use bytes::BytesFacts;
 use elementwise::Elementwise;
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeSet;
 use uniform::Uniformity;
 use vyre_foundation::ir::{DataType, Expr, Node, Program};
@@ -54,6 +55,8 @@ pub(crate) struct ProgramFacts<'p> {
     pub(crate) bytes: BytesFacts<'p>,
     /// Repeated pure sub-expressions of a statement, computed once (see [`shared`]).
     pub(crate) shared: shared::SharedExprs,
+    /// Loops whose loads one test before the loop can check (see [`loop_bounds`]).
+    pub(crate) hoisted_checks: FxHashMap<*const Node, Vec<loop_bounds::HoistedCheck<'p>>>,
 }
 
 impl<'p> ProgramFacts<'p> {
@@ -76,6 +79,12 @@ impl<'p> ProgramFacts<'p> {
         // vector, whose buffer moves with it into the facts).
         let shared = shared::shared_subexpressions(flattened.as_deref().unwrap_or(entry));
         // A program split at grid barriers has barriers, so never a vector entry.
+        // Over the entry only: a program split at grid barriers lowers a flattened copy
+        // (whose loops then keep their per-load checks).
+        let hoisted_checks = match flattened {
+            None => loop_bounds::hoistable_checks(entry),
+            Some(_) => FxHashMap::default(),
+        };
         let elementwise = match flattened {
             None => elementwise::classify(program, workgroup_size, &read_vars),
             Some(_) => None,
@@ -95,6 +104,7 @@ impl<'p> ProgramFacts<'p> {
             half_locals: half_locals(program),
             bytes: BytesFacts::analyse(program),
             shared,
+            hoisted_checks,
         }
     }
 

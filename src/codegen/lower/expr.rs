@@ -49,7 +49,8 @@ impl<'p> Lowerer<'p> {
                 if self.slot(buffer.as_str())?.element == DataType::Bytes {
                     return Err(bytes::runtime_sized_use(&format!("a load from `{buffer}`")));
                 }
-                self.put_load(buffer.as_str(), index)
+                let proven = self.proven_loads.contains(&(expr as *const Expr));
+                self.put_load(buffer.as_str(), index, proven)
             }
             Expr::BufLen { buffer } => self.put_buf_len(buffer.as_str()),
             Expr::InvocationId { axis } => self.id_axis(*axis, |ids| &ids.global),

@@ -6,7 +6,8 @@ use super::{Lowerer, Val};
 use crate::codegen::kind::{element_stride, odd_width, unaddressed_width, ValKind};
 use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
-use vyre_foundation::ir::DataType;
+use rustc_hash::FxHashSet;
+use vyre_foundation::ir::{DataType, Expr, Node};
 
 #[derive(Clone, Copy)]
 pub(super) enum Space {
@@ -122,7 +123,14 @@ impl Lowerer<'_> {
         self.low_word(bytes)
     }
 
-    pub(super) fn put_load(&mut self, buffer: &str, index: Reg) -> Result<Val, CodegenError> {
+    /// `buffer[index]`; `proven` where a test before the enclosing loop showed the index
+    /// in bounds (a plain global load then skips the check).
+    pub(super) fn put_load(
+        &mut self,
+        buffer: &str,
+        index: Reg,
+        proven: bool,
+    ) -> Result<Val, CodegenError> {
         let slot = self.slot(buffer)?;
         // Every element `abi::layout` accepts has a load kind but `Bytes`, whose loads
         // `put_expr` lowers as views before reaching here.
@@ -142,21 +150,37 @@ impl Lowerer<'_> {
         if let Some(word) = self.lane_load(buffer, index) {
             return Ok(self.word_value(kind, word));
         }
+        if let (true, Space::Global { base, .. }) = (proven && plain_element(&slot), slot.space) {
+            let addr = self.scaled_address(base, index, slot.stride);
+            return Ok(self.load_plain(&slot, kind, None, addr));
+        }
         let (in_bounds, addr) = self.element_address(&slot, index);
         if let Some(width) = odd_width(&slot.element) {
             return Ok(self.load_odd_width(slot.space, in_bounds, addr, width));
         }
         if let Some(format) = HalfFormat::of(&slot.element) {
             let raw = self.w.reg(RegClass::B32);
-            self.load_or_zero(slot.space, in_bounds, addr, "u16", &[raw]);
+            self.load_or_zero(slot.space, Some(in_bounds), addr, "u16", &[raw]);
             return Ok(self.half_value(format, raw, in_bounds));
         }
+        Ok(self.load_plain(&slot, kind, Some(in_bounds), addr))
+    }
+
+    /// A load of one element of a fixed width (1, 2, 4, 8 or 16 bytes) as `kind`, checked
+    /// by `in_bounds` unless proven in bounds (`None`).
+    fn load_plain(
+        &mut self,
+        slot: &BufferSlot,
+        kind: ValKind,
+        in_bounds: Option<Reg>,
+        addr: Reg,
+    ) -> Val {
         let reg = self.w.reg(kind.reg_class());
         if slot.stride == 16 {
             let hi = self.w.reg(RegClass::B64);
             self.load_or_zero(slot.space, in_bounds, addr, "v2.u64", &[reg, hi]);
             self.wide_hi.insert(reg, hi);
-            return Ok(Val { kind, reg });
+            return Val { kind, reg };
         }
         let class = reg.class();
         let width = if class.is_float() {
@@ -170,12 +194,12 @@ impl Lowerer<'_> {
         } else {
             reg
         };
-        Ok(Val { kind, reg })
+        Val { kind, reg }
     }
 
     /// `ld.{space}.{ty}` of `dsts` (one register, or the two of a `v2`) from `addr`, reading
     /// zeros when `in_bounds` is false (the reference's out-of-bounds load), never another
-    /// element. A global load reads the module's zero page instead (`selp` of the address,
+    /// element; `None` is a load proven in bounds. A global load reads the module's zero page instead (`selp` of the address,
     /// then an unpredicated load): a predicated load into a zeroed register is a partial
     /// definition, and ptxas's time grows steeply with many of them in one block (the
     /// corpus's straight-line attention passes: 192 -> 88 ms). Shared loads keep the
@@ -183,7 +207,7 @@ impl Lowerer<'_> {
     pub(super) fn load_or_zero(
         &mut self,
         space: Space,
-        in_bounds: Reg,
+        in_bounds: Option<Reg>,
         addr: Reg,
         ty: &str,
         dsts: &[Reg],
@@ -197,6 +221,11 @@ impl Lowerer<'_> {
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
+        };
+        let Some(in_bounds) = in_bounds else {
+            let space = space.state_space();
+            emit!(self.w, "ld.{space}.{ty} {list}, [{addr}]");
+            return;
         };
         match space {
             Space::Global { .. } => {
@@ -284,6 +313,96 @@ impl Lowerer<'_> {
         addr
     }
 
+    /// For a loop whose loads `analysis::loop_bounds` found checkable before it: the test
+    /// that every iteration's index of those loads is in bounds (`S + c * (to - 1) <
+    /// len`, without wrapping), and the loads it covers. `None` where the loop keeps one
+    /// checked copy (a step machine's or returned lanes' segment, the vector entry, no
+    /// plain global load, or a term that is not a u32).
+    pub(super) fn hoisted_bounds_test(
+        &mut self,
+        node: &Node,
+        to: Reg,
+    ) -> Result<Option<(Reg, FxHashSet<*const Expr>)>, CodegenError> {
+        let facts = self.facts;
+        let Some(checks) = facts.hoisted_checks.get(&(node as *const Node)) else {
+            return Ok(None);
+        };
+        if self.steps.is_some() || self.returned.is_some() || self.lanes.is_some() {
+            return Ok(None);
+        }
+        let mut covered = Vec::new();
+        for check in checks {
+            let slot = self.slot(check.buffer)?;
+            let global = matches!(slot.space, Space::Global { .. });
+            let u32_terms = check
+                .index
+                .terms
+                .iter()
+                .all(|(term, _)| self.u32_term(term));
+            if global && plain_element(&slot) && u32_terms {
+                covered.push((check, slot));
+            }
+        }
+        if covered.is_empty() {
+            return Ok(None);
+        }
+        let last = self.w.reg(RegClass::B32);
+        emit!(self.w, "sub.u32 {last}, {to}, 1");
+        let all = self.w.reg(RegClass::Pred);
+        emit!(self.w, "mov.pred {all}, 1");
+        let mut proven = FxHashSet::default();
+        for (check, slot) in covered {
+            let sum = self.imm_b32(0);
+            for &(term, multiplier) in &check.index.terms {
+                let term = self.put_expr(term)?;
+                if term.kind != ValKind::U32 {
+                    return Ok(None);
+                }
+                emit!(
+                    self.w,
+                    "mad.lo.u32 {sum}, {}, {multiplier}, {sum}",
+                    term.reg
+                );
+            }
+            let Space::Global { len, .. } = slot.space else {
+                continue;
+            };
+            let (highest, sum64, len64) = (
+                self.w.reg(RegClass::B64),
+                self.w.reg(RegClass::B64),
+                self.w.reg(RegClass::B64),
+            );
+            emit!(
+                self.w,
+                "mul.wide.u32 {highest}, {last}, {}",
+                check.index.coef
+            );
+            emit!(self.w, "cvt.u64.u32 {sum64}, {sum}");
+            emit!(self.w, "add.u64 {highest}, {highest}, {sum64}");
+            emit!(self.w, "cvt.u64.u32 {len64}, {len}");
+            let fits = self.w.reg(RegClass::Pred);
+            emit!(self.w, "setp.lt.u64 {fits}, {highest}, {len64}");
+            emit!(self.w, "and.pred {all}, {all}, {fits}");
+            proven.insert(check.load as *const Expr);
+        }
+        Ok(Some((all, proven)))
+    }
+
+    /// Whether `expr` (an invariant term of `analysis::loop_bounds`) is a u32 here.
+    fn u32_term(&self, expr: &Expr) -> bool {
+        match expr {
+            Expr::Var(name) => {
+                !self.byte_views.contains_key(name.as_str())
+                    && self
+                        .locals
+                        .get(name.as_str())
+                        .is_some_and(|local| local.val.kind == ValKind::U32)
+            }
+            Expr::BinOp { left, right, .. } => self.u32_term(left) && self.u32_term(right),
+            _ => true,
+        }
+    }
+
     /// `(in-bounds predicate, address register)` for `slot[index]`.
     pub(super) fn element_address(&mut self, slot: &BufferSlot, index: Reg) -> (Reg, Reg) {
         let p = self.w.reg(RegClass::Pred);
@@ -308,6 +427,15 @@ impl Lowerer<'_> {
             }
         }
     }
+}
+
+/// Whether loads of `slot` are one plain `ld` of its stride (no byte-by-byte, half or
+/// zero-stride form), the only ones a proven bounds test lets skip the check.
+fn plain_element(slot: &BufferSlot) -> bool {
+    odd_width(&slot.element).is_none()
+        && HalfFormat::of(&slot.element).is_none()
+        && unaddressed_width(&slot.element).is_none()
+        && slot.element != DataType::Bytes
 }
 
 /// The integer type of a `ld`/`st` of one element of `stride` bytes.

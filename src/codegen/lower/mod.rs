@@ -39,7 +39,7 @@ use async_copy::AsyncTag;
 use memory::{BufferSlot, Space};
 use reduction::Partial;
 use returned::{Hoisted, Returned};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::collections::BTreeSet;
 use vyre_foundation::ir::{Expr, Node, Program};
 
@@ -174,6 +174,9 @@ pub(crate) struct Lowerer<'p> {
     schedule: Option<replica::Schedule>,
     /// Set while lowering a segment as a step machine.
     steps: Option<steps::StepMachine<'p>>,
+    /// The loads of the loop copy being lowered whose bounds a test before the loop
+    /// proved (see `analysis::loop_bounds`): they skip the per-access check.
+    proven_loads: FxHashSet<*const Expr>,
 }
 
 impl<'p> Lowerer<'p> {
@@ -237,6 +240,7 @@ impl<'p> Lowerer<'p> {
             lanes: None,
             schedule: None,
             steps: None,
+            proven_loads: FxHashSet::default(),
         }
     }
 

@@ -342,12 +342,51 @@ impl<'p> Lowerer<'p> {
         let from = self.u32_checked(from, DeviceFault::LoopBoundNotU32)?;
         let to = self.put_expr(to)?;
         let to = self.u32_checked(to, DeviceFault::LoopBoundNotU32)?;
+        let labels = early.unwrap_or_else(|| (self.w.label(), self.w.label()));
+        let checked = match early {
+            None => self.hoisted_bounds_test(node, to)?,
+            Some(_) => None,
+        };
+        let result = match checked {
+            None => self.put_iterations(var, (from, to), body, divergent, labels),
+            Some((all_in_bounds, proven)) => {
+                // Two copies of the loop; the one without per-load checks where the test
+                // before it covers every iteration (`analysis::loop_bounds`).
+                let (unchecked, after) = (self.w.label(), self.w.label());
+                let all_in_bounds = self.branch_pred(all_in_bounds);
+                emit!(self.w, "@{all_in_bounds} bra {unchecked}");
+                self.put_iterations(var, (from, to), body, divergent, labels)?;
+                emit!(self.w, "bra {after}");
+                self.w.put_label(unchecked);
+                let saved = std::mem::replace(&mut self.proven_loads, proven);
+                let labels = (self.w.label(), self.w.label());
+                let result = self.put_iterations(var, (from, to), body, divergent, labels);
+                self.proven_loads = saved;
+                self.w.put_label(after);
+                result
+            }
+        };
+        result?;
+        if outermost {
+            self.leave_divergent(exit);
+        }
+        Ok(())
+    }
+
+    /// The loop's iterations, from its evaluated bounds to `end`.
+    fn put_iterations(
+        &mut self,
+        var: &'p str,
+        (from, to): (Reg, Reg),
+        body: &'p [Node],
+        divergent: bool,
+        (top, end): (crate::codegen::writer::Label, crate::codegen::writer::Label),
+    ) -> Result<(), CodegenError> {
         let counter = self.w.reg(RegClass::B32);
         let bound = self.w.reg(RegClass::B32);
         self.mov(counter, from);
         self.mov(bound, to);
         let mut done = self.w.reg(RegClass::Pred);
-        let (top, end) = early.unwrap_or_else(|| (self.w.label(), self.w.label()));
         self.w.put_label(top);
         emit!(self.w, "setp.ge.u32 {done}, {counter}, {bound}");
         // A lane that recorded a fault stops iterating, so no garbage bound keeps it
@@ -379,9 +418,6 @@ impl<'p> Lowerer<'p> {
         emit!(self.w, "@!{faulted} bra {end}");
         self.end_invocation();
         self.w.put_label(end);
-        if outermost {
-            self.leave_divergent(exit);
-        }
         Ok(())
     }
 }
