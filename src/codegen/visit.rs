@@ -167,3 +167,17 @@ pub(crate) fn is_pure_operation(expr: &Expr) -> bool {
             | Expr::Fma { .. }
     )
 }
+
+/// Whether `expr` is built of literals alone (operators, casts and selects over them): a
+/// value ptxas knows at compile time.
+pub(crate) fn is_constant(expr: &Expr) -> bool {
+    match expr {
+        Expr::LitU32(_) | Expr::LitI32(_) | Expr::LitF32(_) | Expr::LitBool(_) => true,
+        Expr::BinOp { .. }
+        | Expr::UnOp { .. }
+        | Expr::Cast { .. }
+        | Expr::Select { .. }
+        | Expr::Fma { .. } => all_children(expr, is_constant),
+        _ => false,
+    }
+}

@@ -65,6 +65,12 @@ impl Lowerer<'_> {
         if !self.facts.calls_libm {
             return p;
         }
+        self.opaque_pred(p)
+    }
+
+    /// `p` xor a predicate that is false at run time but opaque to ptxas (see
+    /// [`Self::branch_pred`]).
+    pub(super) fn opaque_pred(&mut self, p: Reg) -> Reg {
         let never = self.pred();
         emit!(self.w, "setp.eq.u32 {never}, {}, 16", self.opaque_zero);
         let out = self.pred();

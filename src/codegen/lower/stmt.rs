@@ -3,7 +3,7 @@
 use super::{Lowerer, Val};
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
-use crate::codegen::visit::{for_each_node, has_barrier};
+use crate::codegen::visit::{for_each_node, has_barrier, is_constant};
 use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
 use vyre_foundation::ir::{Expr, Node};
@@ -226,7 +226,14 @@ impl<'p> Lowerer<'p> {
         };
         let cond = self.put_expr(cond_expr)?;
         let p = self.truthy(cond);
-        let p = self.branch_pred(p);
+        // A condition of literals (`if false`, `if cast<bool>(1.5)`) is hidden from ptxas's
+        // constant folding: ptxas 12.9-13.0 crash with SIGSEGV deleting such a dead branch
+        // inside a loop whose live path exits (`tests/fuzz_regressions/
+        // cpu-ptxas-crash-3-constant-branch-in-loop-with-exit.case`).
+        let p = match is_constant(cond_expr) {
+            true => self.opaque_pred(p),
+            false => self.branch_pred(p),
+        };
         if divergent && (has_barrier(then) || has_barrier(otherwise)) {
             self.check_branch_agreement(p);
         }
