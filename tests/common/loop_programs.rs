@@ -8,15 +8,8 @@
 
 use super::gpu::{f32_bytes, Rng};
 use super::programs::Case;
+use super::subgroup_programs::{bin, gid, u, var};
 use vyre_foundation::ir::{BinOp, BufferDecl, DataType, Expr, Node, Program};
-
-fn bin(op: BinOp, l: Expr, r: Expr) -> Expr {
-    Expr::BinOp {
-        op,
-        left: Box::new(l),
-        right: Box::new(r),
-    }
-}
 
 fn add(l: Expr, r: Expr) -> Expr {
     bin(BinOp::Add, l, r)
@@ -24,18 +17,6 @@ fn add(l: Expr, r: Expr) -> Expr {
 
 fn mul(l: Expr, r: Expr) -> Expr {
     bin(BinOp::Mul, l, r)
-}
-
-fn u(v: u32) -> Expr {
-    Expr::u32(v)
-}
-
-fn var(name: &str) -> Expr {
-    Expr::var(name)
-}
-
-fn gid() -> Expr {
-    Expr::InvocationId { axis: 0 }
 }
 
 /// vyre-libs' matmul body (`out[r, c] = sum_k a[r, k] * b[k, c]`, u32 wrapping) over an
