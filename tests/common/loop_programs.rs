@@ -115,6 +115,36 @@ fn vec4_copy(a_count: u32, out_count: u32) -> Program {
     )
 }
 
+/// `tile[lid] = a[gid]`, a barrier, then `out[gid] = sum over kk in 0..8 of
+/// tile[lid + kk]`: a workgroup buffer of 64 elements, whose last seven lanes' sums read
+/// past its end (zeros) through the checked copy.
+fn workgroup_window_sums() -> Program {
+    let lid = Expr::LocalId { axis: 0 };
+    Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(128),
+            BufferDecl::workgroup("tile", 64, DataType::U32),
+            BufferDecl::output("out", 1, DataType::U32).with_count(128),
+        ],
+        [64, 1, 1],
+        vec![
+            Node::store("tile", lid.clone(), Expr::load("a", gid())),
+            Node::barrier(),
+            Node::let_bind("acc", u(0)),
+            Node::loop_for(
+                "kk",
+                u(0),
+                u(8),
+                vec![Node::assign(
+                    "acc",
+                    add(var("acc"), Expr::load("tile", add(lid, var("kk")))),
+                )],
+            ),
+            Node::store("out", gid(), var("acc")),
+        ],
+    )
+}
+
 /// The cases: see the module documentation.
 pub fn hoisted_bounds_cases() -> Vec<Case> {
     let mut rng = Rng::new(0x100b);
@@ -190,6 +220,11 @@ pub fn hoisted_bounds_cases() -> Vec<Case> {
                 add(var("kk"), u(0)),
             ),
             vec![words(&mut rng, 24)],
+        ),
+        Case::new(
+            "workgroup-buffer window sums: the last lanes read past the tile's end",
+            workgroup_window_sums(),
+            vec![words(&mut rng, 128)],
         ),
         Case::new(
             "vec4 copy loop: the last invocations read past a's end",

@@ -150,8 +150,8 @@ impl Lowerer<'_> {
         if let Some(word) = self.lane_load(buffer, index) {
             return Ok(self.word_value(kind, word));
         }
-        if let (true, Space::Global { base, .. }) = (proven && plain_element(&slot), slot.space) {
-            let addr = self.scaled_address(base, index, slot.stride);
+        if proven && plain_element(&slot) {
+            let addr = self.unchecked_address(&slot, index);
             return Ok(self.load_plain(&slot, kind, None, addr));
         }
         let (in_bounds, addr) = self.element_address(&slot, index);
@@ -315,9 +315,10 @@ impl Lowerer<'_> {
 
     /// For a loop whose loads `analysis::loop_bounds` found checkable before it: the test
     /// that every iteration's index of those loads is in bounds (`S + c * (to - 1) <
-    /// len`, without wrapping), and the loads it covers. `None` where the loop keeps one
-    /// checked copy (a step machine's or returned lanes' segment, the vector entry, no
-    /// plain global load, or a term that is not a u32).
+    /// len`, without wrapping; a workgroup buffer's length is its static count), and the
+    /// loads it covers. `None` where the loop keeps one checked copy (a step machine's or
+    /// returned lanes' segment, the vector entry, no plain load, or a term that is not a
+    /// u32).
     pub(super) fn hoisted_bounds_test(
         &mut self,
         node: &Node,
@@ -333,13 +334,12 @@ impl Lowerer<'_> {
         let mut covered = Vec::new();
         for check in checks {
             let slot = self.slot(check.buffer)?;
-            let global = matches!(slot.space, Space::Global { .. });
             let u32_terms = check
                 .index
                 .terms
                 .iter()
                 .all(|(term, _)| self.u32_term(term));
-            if global && plain_element(&slot) && u32_terms {
+            if plain_element(&slot) && u32_terms {
                 covered.push((check, slot));
             }
         }
@@ -364,9 +364,6 @@ impl Lowerer<'_> {
                     term.reg
                 );
             }
-            let Space::Global { len, .. } = slot.space else {
-                continue;
-            };
             let (highest, sum64, len64) = (
                 self.w.reg(RegClass::B64),
                 self.w.reg(RegClass::B64),
@@ -379,7 +376,10 @@ impl Lowerer<'_> {
             );
             emit!(self.w, "cvt.u64.u32 {sum64}, {sum}");
             emit!(self.w, "add.u64 {highest}, {highest}, {sum64}");
-            emit!(self.w, "cvt.u64.u32 {len64}, {len}");
+            match slot.space {
+                Space::Global { len, .. } => emit!(self.w, "cvt.u64.u32 {len64}, {len}"),
+                Space::Shared { count, .. } => emit!(self.w, "mov.u64 {len64}, {count}"),
+            }
             let fits = self.w.reg(RegClass::Pred);
             emit!(self.w, "setp.lt.u64 {fits}, {highest}, {len64}");
             emit!(self.w, "and.pred {all}, {all}, {fits}");
@@ -407,12 +407,17 @@ impl Lowerer<'_> {
     pub(super) fn element_address(&mut self, slot: &BufferSlot, index: Reg) -> (Reg, Reg) {
         let p = self.w.reg(RegClass::Pred);
         match slot.space {
-            Space::Global { base, len } => {
-                emit!(self.w, "setp.lt.u32 {p}, {index}, {len}");
-                (p, self.scaled_address(base, index, slot.stride))
-            }
-            Space::Shared { offset, count } => {
-                emit!(self.w, "setp.lt.u32 {p}, {index}, {count}");
+            Space::Global { len, .. } => emit!(self.w, "setp.lt.u32 {p}, {index}, {len}"),
+            Space::Shared { count, .. } => emit!(self.w, "setp.lt.u32 {p}, {index}, {count}"),
+        }
+        (p, self.unchecked_address(slot, index))
+    }
+
+    /// The address of `slot[index]`, in bounds or not.
+    fn unchecked_address(&mut self, slot: &BufferSlot, index: Reg) -> Reg {
+        match slot.space {
+            Space::Global { base, .. } => self.scaled_address(base, index, slot.stride),
+            Space::Shared { offset, .. } => {
                 let addr = self.w.reg(RegClass::B32);
                 emit!(
                     self.w,
@@ -423,7 +428,7 @@ impl Lowerer<'_> {
                 if offset != 0 {
                     emit!(self.w, "add.u32 {addr}, {addr}, {offset}");
                 }
-                (p, addr)
+                addr
             }
         }
     }
