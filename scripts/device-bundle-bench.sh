@@ -7,7 +7,7 @@
 # with; the incumbent's corpus is always added as `incumbent`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-D=${1:-.smrunB}; NAME=${2:?name of this tree's PTX, e.g. v26}; shift 2 || true
+D=${1:-.smrunB}; NAME=${2:?name for the PTX of this tree, e.g. v26}; shift 2 || true
 rm -rf $D && mkdir -p $D/b/ptx
 cargo build --release --quiet --manifest-path bench/compare/Cargo.toml
 strip -o $D/b/vyre-compare bench/compare/target/release/vyre-compare
