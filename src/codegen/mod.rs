@@ -67,8 +67,8 @@ pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
-/// Version of the emitter's output format; part of every cache key. (27: workgroup-buffer
-/// loads too, and `If`s on literal conditions steer by an opaque predicate; 26: bounds
+/// Version of the emitter's output format; part of every cache key. (27: `If`s on literal
+/// conditions steer by an opaque predicate; 26: bounds
 /// checks of loop loads hoisted before the loop, `analysis::loop_bounds`; 25: no cooperative
 /// entry where a lane that faults could be awaited there; 24: workgroup barriers of
 /// entries whose leaving lanes exit take the `.aligned` form; 23: repeated pure

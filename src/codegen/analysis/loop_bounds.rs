@@ -1,6 +1,6 @@
 //! Loads whose bounds check one test before their loop covers (loop versioning).
 //!
-//! A load (global or workgroup memory) in a loop body whose index is `S + c * v` (`v` the loop variable, `c` a
+//! A global load in a loop body whose index is `S + c * v` (`v` the loop variable, `c` a
 //! literal, `S` a sum of loop-invariant u32 terms, all wrapping u32 arithmetic) reads, for
 //! `v` in `[from, to)`, indices at most `S + c * (to - 1)`. When that sum, computed without
 //! wrapping, is below the buffer's length, every iteration's load is in bounds and the
