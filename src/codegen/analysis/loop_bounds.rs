@@ -59,36 +59,33 @@ fn loop_checks<'p>(var: &'p str, body: &'p [Node]) -> Vec<HoistedCheck<'p>> {
     let Some(names) = plain_body(body) else {
         return Vec::new();
     };
-    let mut exprs = 0usize;
-    let mut opaque = false;
+    let invariant = Invariance { var, names };
+    let (mut exprs, mut opaque) = (0usize, false);
+    let mut checks = Vec::new();
     for_each_expr_in(body, &mut |expr| {
         exprs += 1;
-        opaque |= matches!(
-            expr,
+        match expr {
             Expr::Atomic { .. }
-                | Expr::SubgroupBallot { .. }
-                | Expr::SubgroupShuffle { .. }
-                | Expr::SubgroupReduce { .. }
-                | Expr::Call { .. }
-                | Expr::Opaque(_)
-        );
+            | Expr::SubgroupBallot { .. }
+            | Expr::SubgroupShuffle { .. }
+            | Expr::SubgroupReduce { .. }
+            | Expr::Call { .. }
+            | Expr::Opaque(_) => opaque = true,
+            Expr::Load { buffer, index } => {
+                if let Some(index) = invariant.affine(index) {
+                    checks.push(HoistedCheck {
+                        load: expr,
+                        buffer: buffer.as_str(),
+                        index,
+                    });
+                }
+            }
+            _ => {}
+        }
     });
     if opaque || exprs > MAX_BODY_EXPRS {
         return Vec::new();
     }
-    let invariant = Invariance { var, names };
-    let mut checks = Vec::new();
-    for_each_expr_in(body, &mut |expr| {
-        if let Expr::Load { buffer, index } = expr {
-            if let Some(index) = invariant.affine(index) {
-                checks.push(HoistedCheck {
-                    load: expr,
-                    buffer: buffer.as_str(),
-                    index,
-                });
-            }
-        }
-    });
     if exprs > MAX_EXPRS_PER_LOAD * checks.len() {
         checks.clear();
     }

@@ -78,13 +78,13 @@ impl<'p> ProgramFacts<'p> {
         // Over the nodes the segments are lowered from (the flattened copy's live in its
         // vector, whose buffer moves with it into the facts).
         let shared = shared::shared_subexpressions(flattened.as_deref().unwrap_or(entry));
-        // A program split at grid barriers has barriers, so never a vector entry.
         // Over the entry only: a program split at grid barriers lowers a flattened copy
         // (whose loops then keep their per-load checks).
         let hoisted_checks = match flattened {
             None => loop_bounds::hoistable_checks(entry),
             Some(_) => FxHashMap::default(),
         };
+        // A program split at grid barriers has barriers, so never a vector entry.
         let elementwise = match flattened {
             None => elementwise::classify(program, workgroup_size, &read_vars),
             Some(_) => None,

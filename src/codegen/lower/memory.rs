@@ -150,7 +150,8 @@ impl Lowerer<'_> {
         if let Some(word) = self.lane_load(buffer, index) {
             return Ok(self.word_value(kind, word));
         }
-        if proven && plain_element(&slot) {
+        if proven {
+            // `hoisted_bounds_test` proves plain global loads only.
             let addr = self.unchecked_address(&slot, index);
             return Ok(self.load_plain(&slot, kind, None, addr));
         }
@@ -199,10 +200,11 @@ impl Lowerer<'_> {
 
     /// `ld.{space}.{ty}` of `dsts` (one register, or the two of a `v2`) from `addr`, reading
     /// zeros when `in_bounds` is false (the reference's out-of-bounds load), never another
-    /// element; `None` is a load proven in bounds. A global load reads the module's zero page instead (`selp` of the address,
-    /// then an unpredicated load): a predicated load into a zeroed register is a partial
-    /// definition, and ptxas's time grows steeply with many of them in one block (the
-    /// corpus's straight-line attention passes: 192 -> 88 ms). Shared loads keep the
+    /// element; `None` is a load proven in bounds. A global load reads the module's zero
+    /// page instead (`selp` of the address, then an unpredicated load): a predicated load
+    /// into a zeroed register is a partial definition, and ptxas's time grows steeply with
+    /// many of them in one block (the corpus's straight-line attention passes: 192 -> 88
+    /// ms). Shared loads keep the
     /// predicate.
     pub(super) fn load_or_zero(
         &mut self,
@@ -333,16 +335,14 @@ impl Lowerer<'_> {
         let mut covered = Vec::new();
         for check in checks {
             let slot = self.slot(check.buffer)?;
-            let u32_terms = check
-                .index
-                .terms
-                .iter()
-                .all(|(term, _)| self.u32_term(term));
             // Workgroup-buffer loads keep their predicated form: hoisting their checks
             // measured no gain (vyre-libs' matmul_tiled 400.6 -> 409.2 us on the H200).
-            let global = matches!(slot.space, Space::Global { .. });
-            if global && plain_element(&slot) && u32_terms {
-                covered.push((check, slot));
+            let Space::Global { len, .. } = slot.space else {
+                continue;
+            };
+            let terms = &check.index.terms;
+            if plain_element(&slot) && terms.iter().all(|(term, _)| self.u32_term(term)) {
+                covered.push((check, len));
             }
         }
         if covered.is_empty() {
@@ -353,7 +353,7 @@ impl Lowerer<'_> {
         let all = self.w.reg(RegClass::Pred);
         emit!(self.w, "mov.pred {all}, 1");
         let mut proven = FxHashSet::default();
-        for (check, slot) in covered {
+        for (check, len) in covered {
             let sum = self.imm_b32(0);
             for &(term, multiplier) in &check.index.terms {
                 let term = self.put_expr(term)?;
@@ -378,9 +378,7 @@ impl Lowerer<'_> {
             );
             emit!(self.w, "cvt.u64.u32 {sum64}, {sum}");
             emit!(self.w, "add.u64 {highest}, {highest}, {sum64}");
-            if let Space::Global { len, .. } = slot.space {
-                emit!(self.w, "cvt.u64.u32 {len64}, {len}");
-            }
+            emit!(self.w, "cvt.u64.u32 {len64}, {len}");
             let fits = self.w.reg(RegClass::Pred);
             emit!(self.w, "setp.lt.u64 {fits}, {highest}, {len64}");
             emit!(self.w, "and.pred {all}, {all}, {fits}");

@@ -4,7 +4,7 @@ use super::{Lowerer, Val};
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
 use crate::codegen::visit::{for_each_node, has_barrier, is_constant};
-use crate::codegen::writer::{emit, Reg, RegClass};
+use crate::codegen::writer::{emit, Label, Reg, RegClass};
 use crate::codegen::CodegenError;
 use vyre_foundation::ir::{Expr, Node};
 
@@ -387,7 +387,7 @@ impl<'p> Lowerer<'p> {
         (from, to): (Reg, Reg),
         body: &'p [Node],
         divergent: bool,
-        (top, end): (crate::codegen::writer::Label, crate::codegen::writer::Label),
+        (top, end): (Label, Label),
     ) -> Result<(), CodegenError> {
         let counter = self.w.reg(RegClass::B32);
         let bound = self.w.reg(RegClass::B32);
