@@ -223,9 +223,17 @@ fn resident_async_dispatch_returns_before_the_kernel_ends() {
     assert_eq!(dynamic.download_resident(&acc_r).unwrap(), want[0]);
 
     // A long kernel (about 2^24 dependent steps per thread) is still running when the
-    // call returns; `is_ready` polls; awaiting waits.
-    reset(&acc);
+    // call returns; `is_ready` polls; awaiting waits. Compiling a new program happens in
+    // the call (before anything is enqueued), so the timed call reuses a module loaded by
+    // a first dispatch: under load (a fuzz run beside it) the JIT alone took longer than
+    // the kernel.
     let slow = slow_in_place(n, 1 << 24);
+    dynamic
+        .dispatch_resident_async(&slow, &handles, &DispatchConfig::default())
+        .unwrap()
+        .await_timed_result()
+        .unwrap();
+    reset(&acc);
     let started = std::time::Instant::now();
     let pending = dynamic
         .dispatch_resident_async(&slow, &handles, &DispatchConfig::default())

@@ -132,11 +132,12 @@ pub(crate) fn raw_alias(element: &DataType) -> Cow<'_, DataType> {
 /// A `Vec` of elements with a fixed storage width (in the reference's
 /// `fixed_scalar_storage_width`: 8/16-bit integers and floats, 4-bit types, handles, i64,
 /// nested such vectors) is loaded as that many raw bytes (zero out of bounds) and stored as
-/// the value's bytes: the raw type of the same width, when there is one. Not a vector of
+/// the value's bytes: the raw type of the same width, when there is one. So is a `Vec` of
+/// other lanes (see [`maybe_empty_width`]), but for its out-of-bounds loads' emptiness. Not a vector of
 /// 4-bit elements of more than one lane (its bytes hold more elements than its stride
 /// counts), nor one whose lanes have no width in loads (see [`unaddressed_width`]).
 fn vec_alias(element: &DataType) -> Option<DataType> {
-    let width = fixed_storage_width(element)?;
+    let width = vec_storage_width(element)?;
     if element.min_bytes() != width || element.bit_width() != Some(8 * width) {
         return None;
     }
@@ -156,15 +157,42 @@ fn vec_alias(element: &DataType) -> Option<DataType> {
 /// out of bounds), one element every `width` bytes. Not one of 4-bit lanes (see
 /// [`vec_alias`]).
 pub(crate) fn odd_width(element: &DataType) -> Option<u8> {
-    let DataType::Vec { .. } = element else {
-        return None;
-    };
-    let width = fixed_storage_width(element)?;
+    let width = vec_storage_width(element)?;
     let whole_bytes = element.min_bytes() == width && element.bit_width() == Some(8 * width);
     match width {
         3 | 5..=7 | 9..=15 if whole_bytes => Some(width as u8),
         _ => None,
     }
+}
+
+/// The bytes a load of a `Vec` element yields in bounds: its fixed storage width (see
+/// [`fixed_storage_width`]), or, for a vector of lanes without one (u32, i32, f32, bool,
+/// u64, f64, vec2/vec4 lanes, vectors of them), every byte of the element: see
+/// [`maybe_empty_width`].
+fn vec_storage_width(element: &DataType) -> Option<usize> {
+    let DataType::Vec { .. } = element else {
+        return None;
+    };
+    fixed_storage_width(element).or_else(|| maybe_empty_width(element).map(usize::from))
+}
+
+/// For a `Vec` of lanes without a fixed storage width (`Vec<f32; 4>`, `Vec<u32; 3>`,
+/// `Vec<u64; 2>`), up to 16 bytes wide: its width. The reference loads such an element as
+/// all of its bytes (`Value::Bytes` of the width, which no operator takes and which is
+/// truthy beyond four bytes), but out of bounds as the *empty* bytes (its type has no zero
+/// value), which is falsy; stored into an element, both write the value's bytes
+/// zero-padded. So its values are those of the raw type of the width, except that a value
+/// wider than four bytes carries whether it is filled (see `Lowerer::filled`).
+pub(crate) fn maybe_empty_width(element: &DataType) -> Option<u8> {
+    let DataType::Vec { .. } = element else {
+        return None;
+    };
+    if fixed_storage_width(element).is_some() {
+        return None;
+    }
+    let width = element.size_bytes()?;
+    let whole_bytes = element.min_bytes() == width && element.bit_width() == Some(8 * width);
+    (whole_bytes && (1..=16).contains(&width)).then_some(width as u8)
 }
 
 /// The reference's `fixed_scalar_storage_width`: the bytes a load of `element` yields
@@ -343,8 +371,7 @@ mod tests {
         );
         assert_eq!(element_stride(&vec_of(DataType::I16, 4)), Some(8));
         assert_eq!(element_stride(&vec_of(DataType::U8, 16)), Some(16));
-        // Refused: lanes without a fixed width, two or three 4-bit lanes, over 16 bytes.
-        assert_eq!(element_stride(&vec_of(DataType::U32, 2)), None);
+        // Refused: two or three 4-bit lanes, over 16 bytes.
         assert_eq!(element_stride(&vec_of(DataType::I4, 2)), None);
         assert_eq!(element_stride(&vec_of(DataType::I4, 3)), None);
         assert_eq!(element_stride(&vec_of(DataType::U8, 17)), None);
@@ -406,6 +433,30 @@ mod tests {
         assert_eq!(element_stride(&wide), None);
         assert_eq!(unaddressed_width(&DataType::U32), None);
         assert_eq!(unaddressed_width(&DataType::Bytes), None);
+    }
+
+    #[test]
+    fn vectors_of_lanes_without_a_storage_width_are_their_raw_bytes_or_empty() {
+        for (element, width, stride) in [
+            (vec_of(DataType::F32, 4), 16, 16),
+            (vec_of(DataType::U64, 2), 16, 16),
+            (vec_of(vec_of(DataType::F32, 2), 2), 16, 16),
+            (vec_of(DataType::U32, 2), 8, 8),
+            (vec_of(DataType::F32, 3), 12, 12),
+            (vec_of(DataType::I32, 1), 4, 4),
+        ] {
+            assert_eq!(maybe_empty_width(&element), Some(width), "{element}");
+            assert_eq!(ValKind::of_load(&element), Some(ValKind::Bytes(width)));
+            assert_eq!(element_stride(&element), Some(stride));
+            assert_eq!(buf_len(&element, 5 * u64::from(stride) + 3), 5);
+        }
+        assert_eq!(odd_width(&vec_of(DataType::F32, 3)), Some(12));
+        // Fixed-width lanes, no lanes, and more than 16 bytes are not such vectors.
+        assert_eq!(maybe_empty_width(&vec_of(DataType::U8, 4)), None);
+        assert_eq!(maybe_empty_width(&vec_of(DataType::F32, 0)), None);
+        assert_eq!(maybe_empty_width(&vec_of(DataType::F32, 8)), None);
+        assert_eq!(maybe_empty_width(&vec_of(DataType::Bytes, 2)), None);
+        assert_eq!(maybe_empty_width(&DataType::Vec4U32), None);
     }
 
     /// `put_load` relies on it: every element the ABI addresses, but bytes, has a load kind.

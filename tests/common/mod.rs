@@ -16,3 +16,4 @@ pub mod programs;
 pub mod ptxas;
 pub mod step_programs;
 pub mod subgroup_programs;
+pub mod vector_programs;

@@ -1739,6 +1739,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(super::step_programs::bytes_operand_round_cases());
     cases.extend(bytes_read_before_write_cases());
     cases.extend(super::loop_programs::hoisted_bounds_cases());
+    cases.extend(super::vector_programs::maybe_empty_vector_cases());
     cases
 }
 

@@ -137,6 +137,11 @@ impl<'p> Lowerer<'p> {
             emit!(self.w, "@{mine} mov.{} {kept_hi}, {hi}", hi.class().ty());
             self.wide_hi.insert(kept.reg, kept_hi);
         }
+        if let Some(filled) = self.filled.get(&value.reg).copied() {
+            let kept_filled = self.b32();
+            emit!(self.w, "@{mine} mov.b32 {kept_filled}, {filled}");
+            self.filled.insert(kept.reg, kept_filled);
+        }
         kept
     }
 

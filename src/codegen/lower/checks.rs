@@ -111,8 +111,11 @@ impl Lowerer<'_> {
             ValKind::Half => emit!(self.w, "setp.neu.ftz.f32 {p}, {}, 0f00000000", value.reg),
             ValKind::U64 => emit!(self.w, "setp.ne.u64 {p}, {}, 0", value.reg),
             // A raw value wider than 4 bytes has no u32 reading, which the reference
-            // treats as true.
-            ValKind::Bytes(width) if width > 4 => emit!(self.w, "setp.eq.u32 {p}, 0, 0"),
+            // treats as true; the empty bytes read as 0.
+            ValKind::Bytes(width) if width > 4 => match self.filled.get(&value.reg) {
+                Some(filled) => emit!(self.w, "setp.ne.u32 {p}, {filled}, 0"),
+                None => emit!(self.w, "setp.eq.u32 {p}, 0, 0"),
+            },
             _ => emit!(self.w, "setp.ne.u32 {p}, {}, 0", value.reg),
         }
         p
@@ -135,9 +138,17 @@ impl Lowerer<'_> {
                 self.fault_if(p, fault);
                 self.zero_if(p, value.reg)
             }
+            // More than four raw bytes never read as a u32 in the reference; the empty
+            // bytes read as 0.
             ValKind::Bytes(_) => {
-                // More than four raw bytes never read as a u32 in the reference.
-                self.fault_always(fault);
+                match self.filled.get(&value.reg).copied() {
+                    Some(filled) => {
+                        let p = self.pred();
+                        emit!(self.w, "setp.ne.u32 {p}, {filled}, 0");
+                        self.fault_if(p, fault);
+                    }
+                    None => self.fault_always(fault),
+                }
                 self.imm_b32(0)
             }
             ValKind::U64 => {

@@ -153,18 +153,24 @@ impl Lowerer<'_> {
         if proven {
             // `hoisted_bounds_test` proves plain global loads only.
             let addr = self.unchecked_address(&slot, index);
-            return Ok(self.load_plain(&slot, kind, None, addr));
+            let value = self.load_plain(&slot, kind, None, addr);
+            self.mark_filled(&slot.element, value, None);
+            return Ok(value);
         }
         let (in_bounds, addr) = self.element_address(&slot, index);
         if let Some(width) = odd_width(&slot.element) {
-            return Ok(self.load_odd_width(slot.space, in_bounds, addr, width));
+            let value = self.load_odd_width(slot.space, in_bounds, addr, width);
+            self.mark_filled(&slot.element, value, Some(in_bounds));
+            return Ok(value);
         }
         if let Some(format) = HalfFormat::of(&slot.element) {
             let raw = self.w.reg(RegClass::B32);
             self.load_or_zero(slot.space, Some(in_bounds), addr, "u16", &[raw]);
             return Ok(self.half_value(format, raw, in_bounds));
         }
-        Ok(self.load_plain(&slot, kind, Some(in_bounds), addr))
+        let value = self.load_plain(&slot, kind, Some(in_bounds), addr);
+        self.mark_filled(&slot.element, value, Some(in_bounds));
+        Ok(value)
     }
 
     /// A load of one element of a fixed width (1, 2, 4, 8 or 16 bytes) as `kind`, checked

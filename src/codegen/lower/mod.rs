@@ -31,7 +31,7 @@ use super::analysis::replicated::Replication;
 use super::analysis::steps::RoundMode;
 use super::analysis::ProgramFacts;
 use super::fault::DeviceFault;
-use super::kind::{element_stride, ValKind};
+use super::kind::{element_stride, maybe_empty_width, ValKind};
 use super::libm::Libm;
 use super::writer::{Label, PtxWriter, Reg, RegClass};
 use super::CodegenError;
@@ -165,6 +165,13 @@ pub(crate) struct Lowerer<'p> {
     returned: Option<Returned<'p>>,
     /// High halves of wide (9 to 16-byte) values, keyed by their low register.
     wide_hi: FxHashMap<Reg, Reg>,
+    /// Whether the program has buffers of [`maybe_empty_width`] elements wider than four
+    /// bytes: its raw values over four bytes wide then carry a filled flag.
+    maybe_empty: bool,
+    /// The filled flags of such values (`.b32`, 1 for the element's bytes, 0 for the empty
+    /// bytes of an out-of-bounds load), keyed by their low register; a value without one
+    /// is filled.
+    filled: FxHashMap<Reg, Reg>,
     partials: Vec<Partial<'p>>,
     /// Where the workgroup's partials are applied; `Return` jumps there instead of exiting.
     epilogue: Option<Label>,
@@ -199,6 +206,9 @@ impl<'p> Lowerer<'p> {
         let subgroup_lanes = w.reg(RegClass::B32);
         let subgroup_mask = w.reg(RegClass::B32);
         let epilogue = (!facts.partial_buffers.is_empty()).then(|| w.label());
+        let maybe_empty = buffers
+            .values()
+            .any(|slot| maybe_empty_width(&slot.element).is_some_and(|width| width > 4));
         Self {
             w,
             facts,
@@ -235,6 +245,8 @@ impl<'p> Lowerer<'p> {
             operand_turn: None,
             returned: None,
             wide_hi: FxHashMap::default(),
+            maybe_empty,
+            filled: FxHashMap::default(),
             partials: Vec::new(),
             epilogue,
             lanes: None,

@@ -147,7 +147,7 @@ impl<'p> Lowerer<'p> {
             };
             let frozen = self.frozen(name, local.val)?;
             self.mov(frozen.value.reg, local.val.reg);
-            self.mov_high_half(frozen.value.reg, local.val.reg);
+            self.mov_companions(frozen.value.reg, local.val);
             emit!(self.w, "setp.eq.u32 {}, 0, 0", frozen.bound);
         }
         emit!(self.w, "setp.eq.u32 {pred}, 0, 0");
@@ -175,10 +175,7 @@ impl<'p> Lowerer<'p> {
             bound: self.w.reg(RegClass::Pred),
         };
         returned.frozen.insert(name, frozen);
-        if val.kind.is_wide() {
-            let high = self.w.reg(RegClass::B64);
-            self.wide_hi.insert(frozen.value.reg, high);
-        }
+        self.add_companions(frozen.value.reg, val.kind);
         Ok(frozen)
     }
 

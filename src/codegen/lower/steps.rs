@@ -253,7 +253,7 @@ impl<'p> Lowerer<'p> {
             for named in &named {
                 if let Some((value, bound)) = named.snapshot {
                     self.mov(value, named.val.reg);
-                    self.mov_high_half(value, named.val.reg);
+                    self.mov_companions(value, named.val);
                     emit!(self.w, "mov.pred {bound}, {}", named.bound);
                 }
             }
@@ -524,13 +524,11 @@ impl<'p> Lowerer<'p> {
             bound: self.w.reg(RegClass::Pred),
             snapshot: serial.then(|| (self.w.reg(class), self.w.reg(RegClass::Pred))),
         };
-        // A wide value's high half lives in one register too, the copy's in its own.
-        if value.kind.is_wide() {
-            let copies = std::iter::once(named.val.reg).chain(named.snapshot.map(|(c, _)| c));
-            for low in copies {
-                let high = self.w.reg(RegClass::B64);
-                self.wide_hi.insert(low, high);
-            }
+        // A wide value's high half (a filled flag) lives in one register too, the copy's
+        // in its own.
+        let copies = std::iter::once(named.val.reg).chain(named.snapshot.map(|(c, _)| c));
+        for low in copies {
+            self.add_companions(low, value.kind);
         }
         self.machine_mut()?.named.insert(name, named);
         Ok(Some(named.val.reg))

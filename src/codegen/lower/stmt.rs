@@ -131,16 +131,9 @@ impl<'p> Lowerer<'p> {
             None => self.w.reg(value.kind.reg_class()),
         };
         self.mov(reg, value.reg);
-        if value.kind.is_wide() {
-            // A step machine's variable keeps one high register for every binding.
-            let hi = match self.wide_hi.get(&reg) {
-                Some(&hi) => hi,
-                None => self.w.reg(RegClass::B64),
-            };
-            let source_hi = self.high_half(value);
-            self.mov(hi, source_hi);
-            self.wide_hi.insert(reg, hi);
-        }
+        // A step machine's variable keeps its companions for every binding.
+        self.add_companions(reg, value.kind);
+        self.mov_companions(reg, value);
         // An f32 variable that may later be assigned a half load holds a `Half` (an f32
         // value never reads as the out-of-bounds mark).
         let kind = if value.kind == ValKind::F32 && self.facts.half_locals.contains(name) {
@@ -183,10 +176,7 @@ impl<'p> Lowerer<'p> {
             ));
         }
         self.mov(local.val.reg, value.reg);
-        if value.kind.is_wide() {
-            let (dst, src) = (self.high_half(local.val), self.high_half(value));
-            self.mov(dst, src);
-        }
+        self.mov_companions(local.val.reg, value);
         Ok(())
     }
 

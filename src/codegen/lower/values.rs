@@ -2,9 +2,10 @@
 //! reference's float canonicalisation, the opaque zero, and libm calls.
 
 use super::{Lowerer, Val};
-use crate::codegen::kind::ValKind;
+use crate::codegen::kind::{maybe_empty_width, ValKind};
 use crate::codegen::libm::{self, Libm};
 use crate::codegen::writer::{emit, Reg, RegClass};
+use vyre_foundation::ir::DataType;
 
 impl Lowerer<'_> {
     pub(crate) fn mov(&mut self, dst: Reg, src: Reg) {
@@ -89,9 +90,69 @@ impl Lowerer<'_> {
         Val::new(ValKind::F32, self.flush_subnormal(f))
     }
 
-    /// The registers a value lives in: `reg`, and the high half of a wide value.
+    /// The registers a value lives in: `reg`, the high half of a wide value, the filled
+    /// flag of a value that may be empty.
     pub(super) fn value_regs(&self, reg: Reg) -> impl Iterator<Item = Reg> {
-        std::iter::once(reg).chain(self.wide_hi.get(&reg).copied())
+        let companions = [
+            self.wide_hi.get(&reg).copied(),
+            self.filled.get(&reg).copied(),
+        ];
+        std::iter::once(reg).chain(companions.into_iter().flatten())
+    }
+
+    /// Give the register `low` of a variable (or a copy) holding values of `kind` the
+    /// companions such values have: a high half for a wide value; a filled flag for a raw
+    /// value over four bytes in a program where such values may be empty. Kept where
+    /// `low` has them already (a step machine's variable, bound again).
+    pub(super) fn add_companions(&mut self, low: Reg, kind: ValKind) {
+        if kind.is_wide() && !self.wide_hi.contains_key(&low) {
+            let hi = self.w.reg(RegClass::B64);
+            self.wide_hi.insert(low, hi);
+        }
+        let may_be_empty = self.maybe_empty && matches!(kind, ValKind::Bytes(5..));
+        if may_be_empty && !self.filled.contains_key(&low) {
+            let filled = self.b32();
+            self.filled.insert(low, filled);
+        }
+    }
+
+    /// Copy `src`'s companions into those of the value whose low register is `dst` (a
+    /// missing high half is zero, a missing filled flag 1).
+    pub(super) fn mov_companions(&mut self, dst: Reg, src: Val) {
+        if let Some(hi) = self.wide_hi.get(&dst).copied() {
+            let source = self.high_half(src);
+            self.mov(hi, source);
+        }
+        if let Some(filled) = self.filled.get(&dst).copied() {
+            let source = self.filled_flag(src);
+            self.mov(filled, source);
+        }
+    }
+
+    /// The filled flag of `value` (see `Lowerer::filled`): its tracked one, or 1.
+    pub(super) fn filled_flag(&mut self, value: Val) -> Reg {
+        match self.filled.get(&value.reg) {
+            Some(&filled) => filled,
+            None => self.imm_b32(1),
+        }
+    }
+
+    /// Track `value` as filled where `in_bounds` holds, else the empty bytes (`None`:
+    /// in bounds), if it is a raw value over four bytes loaded from a buffer of
+    /// [`maybe_empty_width`] elements.
+    pub(super) fn mark_filled(&mut self, element: &DataType, value: Val, in_bounds: Option<Reg>) {
+        if maybe_empty_width(element).is_none_or(|width| width <= 4) {
+            return;
+        }
+        let filled = match in_bounds {
+            Some(p) => {
+                let filled = self.b32();
+                emit!(self.w, "selp.u32 {filled}, 1, 0, {p}");
+                filled
+            }
+            None => self.imm_b32(1),
+        };
+        self.filled.insert(value.reg, filled);
     }
 
     /// Bytes 8..16 of a value as a `.b64` register: the tracked high half of a wide
@@ -125,15 +186,13 @@ impl Lowerer<'_> {
             emit!(self.w, "selp.b64 {hi}, {t_hi}, {f_hi}, {p}");
             self.wide_hi.insert(reg, hi);
         }
-        Val::new(kind, reg)
-    }
-
-    /// Copy the high half of the wide value whose low register is `src` into `dst`'s
-    /// (nothing when either has none).
-    pub(crate) fn mov_high_half(&mut self, dst: Reg, src: Reg) {
-        if let (Some(&dst), Some(&src)) = (self.wide_hi.get(&dst), self.wide_hi.get(&src)) {
-            self.mov(dst, src);
+        if self.filled.contains_key(&t.reg) || self.filled.contains_key(&f.reg) {
+            let (t_filled, f_filled) = (self.filled_flag(t), self.filled_flag(f));
+            let filled = self.b32();
+            emit!(self.w, "selp.b32 {filled}, {t_filled}, {f_filled}, {p}");
+            self.filled.insert(reg, filled);
         }
+        Val::new(kind, reg)
     }
 
     /// An f32 constant ptxas cannot fold (see `opaque_zero`).
