@@ -321,13 +321,12 @@ fn impossible_workgroups_are_invalid() {
 
 #[test]
 fn unsupported_element_types_are_rejected_up_front() {
-    // Still refused: lanes without a fixed storage width (out-of-bounds loads are empty
-    // bytes), a zero value of seventeen bytes.
-    let u32_pairs = DataType::Vec {
-        element: Box::new(DataType::U32),
-        count: 2,
+    // Still refused: values over 255 bytes (a zero value of 256 bytes, 64 f32 lanes).
+    let f32_lanes = DataType::Vec {
+        element: Box::new(DataType::F32),
+        count: 64,
     };
-    for element in [u32_pairs, DataType::Array { element_size: 17 }] {
+    for element in [DataType::Array { element_size: 256 }, f32_lanes] {
         let program = Program::wrapped(
             vec![BufferDecl::output("out", 0, element.clone()).with_count(4)],
             [4, 1, 1],

@@ -155,7 +155,8 @@ impl DispatchPlan {
                     "split the dispatch into smaller buffers",
                 ));
             }
-            let elements = u32::try_from(len / stride).map_err(|_| {
+            let count = crate::codegen::count_param(&binding.element, stride as u32, len as u64);
+            let elements = u32::try_from(count).map_err(|_| {
                 CudaError::invalid_input(
                     format!(
                         "buffer `{}` holds more than u32::MAX elements",
@@ -165,7 +166,8 @@ impl DispatchPlan {
                 )
             })?;
             // The grid follows the reference's element counts (two 4-bit elements a byte);
-            // the kernel gets the elements it can address.
+            // the kernel gets the elements it can address (or, for vectors of 4-bit lanes,
+            // the reference's count: `count_param`).
             let counted = crate::codegen::buf_len(&binding.element, len as u64);
             if binding.role.is_returned() {
                 max_returned = max_returned.max(counted);

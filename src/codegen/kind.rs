@@ -31,9 +31,10 @@ pub(crate) enum ValKind {
     /// fail on the latter, as the reference's do; elsewhere it reads as +0.0.
     Half,
     /// `Value::Bytes` of 1..=8 little-endian bytes, zero-extended in a `.b32` (<= 4
-    /// bytes) or `.b64` register, or of 9..=16 bytes (`Vec4U32`, wide `Vec`s) in two `.b64`
-    /// registers (the low one is the value's register, the lowerer tracks the high one,
-    /// zero-extended). Narrow, `I64` and vector loads produce these.
+    /// bytes) or `.b64` register, or of 9..=255 bytes (`Vec4U32`, wide `Vec`s) in one
+    /// `.b64` register per eight bytes (the first is the value's register, the lowerer
+    /// tracks the others, the last zero-extended). Narrow, `I64` and vector loads produce
+    /// these.
     Bytes(u8),
 }
 
@@ -59,9 +60,18 @@ impl ValKind {
         }
     }
 
-    /// Whether the value lives in two `.b64` registers (see [`Self::Bytes`]).
+    /// Whether the value lives in several `.b64` registers (see [`Self::Bytes`]).
     pub(crate) fn is_wide(self) -> bool {
         matches!(self, Self::Bytes(9..))
+    }
+
+    /// The `.b64` registers a wide value has beside its own: one per eight bytes past
+    /// the first eight.
+    pub(crate) fn upper_words(self) -> usize {
+        match self {
+            Self::Bytes(width @ 9..) => usize::from(width).div_ceil(8) - 1,
+            _ => 0,
+        }
     }
 
     pub(crate) fn name(self) -> String {
@@ -137,10 +147,7 @@ pub(crate) fn raw_alias(element: &DataType) -> Cow<'_, DataType> {
 /// 4-bit elements of more than one lane (its bytes hold more elements than its stride
 /// counts), nor one whose lanes have no width in loads (see [`unaddressed_width`]).
 fn vec_alias(element: &DataType) -> Option<DataType> {
-    let width = vec_storage_width(element)?;
-    if element.min_bytes() != width || element.bit_width() != Some(8 * width) {
-        return None;
-    }
+    let width = addressed_vec_width(element)?;
     Some(match width {
         1 => DataType::U8,
         2 => DataType::U16,
@@ -151,19 +158,41 @@ fn vec_alias(element: &DataType) -> Option<DataType> {
     })
 }
 
-/// The width of a `Vec` of fixed-width lanes that is 3, 5 to 7 or 9 to 15 bytes wide
-/// (`Vec<u8; 3>`, an RGB pixel; `Vec<u16; 3>`; `Vec<u8; 12>`): no raw type has that width,
-/// so its loads and stores move that many single bytes (`Value::Bytes` of the width, zeros
-/// out of bounds), one element every `width` bytes. Not one of 4-bit lanes (see
-/// [`vec_alias`]).
+/// The width of a `Vec` that is 3, 5 to 7 or 9 to 15 bytes wide (`Vec<u8; 3>`, an RGB
+/// pixel; `Vec<u16; 3>`; `Vec<u8; 12>`), or 17 to [`MAX_VALUE_BYTES`] (`Vec<u8; 32>`, a
+/// digest; `Vec<f32; 8>`): no raw type has that width, so its loads and stores move that
+/// many single bytes (`Value::Bytes` of the width, zeros out of bounds; the empty bytes for
+/// lanes without a storage width, see [`maybe_empty_width`]), one element every `width`
+/// bytes. Not one of 4-bit lanes (see [`vec_alias`]).
 pub(crate) fn odd_width(element: &DataType) -> Option<u8> {
-    let width = vec_storage_width(element)?;
-    let whole_bytes = element.min_bytes() == width && element.bit_width() == Some(8 * width);
-    match width {
-        3 | 5..=7 | 9..=15 if whole_bytes => Some(width as u8),
+    match addressed_vec_width(element)? {
+        width @ (3 | 5..=7 | 9..=15 | 17..=MAX_VALUE_BYTES) => Some(width as u8),
         _ => None,
     }
 }
+
+/// The width of a `Vec` the reference addresses one element every `width` bytes and loads
+/// as those bytes: its storage width equals its stride (`min_bytes`), and its bits are its
+/// bytes' (whole-byte lanes) or half of them (4-bit lanes, a byte each: see
+/// [`nibble_vector`]).
+fn addressed_vec_width(element: &DataType) -> Option<usize> {
+    let width = vec_storage_width(element)?;
+    let bits = element.bit_width()?;
+    (element.min_bytes() == width && (bits == 8 * width || bits == 4 * width)).then_some(width)
+}
+
+/// A `Vec` of 4-bit lanes (`Vec<i4; 2>`, `Vec<nf4; 8>`): each lane takes a byte of the
+/// element, but the reference counts the buffer by its bits (`BufLen`, the grid, the
+/// declared size): two elements for every one it addresses. Of more than one lane, the
+/// kernel takes the reference's count and addresses half of it (`Lowerer::buffer_slots`):
+/// a trailing partial element of half the stride or more counts one more element.
+pub(crate) fn nibble_vector(element: &DataType) -> bool {
+    matches!(element, DataType::Vec { .. })
+        && addressed_vec_width(element).is_some_and(|width| element.bit_width() == Some(4 * width))
+}
+
+/// The widest raw value held in registers (32 `.b64`s), and so the widest element loaded.
+pub(crate) const MAX_VALUE_BYTES: usize = 255;
 
 /// The bytes a load of a `Vec` element yields in bounds: its fixed storage width (see
 /// [`fixed_storage_width`]), or, for a vector of lanes without one (u32, i32, f32, bool,
@@ -177,7 +206,7 @@ fn vec_storage_width(element: &DataType) -> Option<usize> {
 }
 
 /// For a `Vec` of lanes without a fixed storage width (`Vec<f32; 4>`, `Vec<u32; 3>`,
-/// `Vec<u64; 2>`), up to 16 bytes wide: its width. The reference loads such an element as
+/// `Vec<u64; 2>`), up to [`MAX_VALUE_BYTES`] wide: its width. The reference loads such an element as
 /// all of its bytes (`Value::Bytes` of the width, which no operator takes and which is
 /// truthy beyond four bytes), but out of bounds as the *empty* bytes (its type has no zero
 /// value), which is falsy; stored into an element, both write the value's bytes
@@ -192,7 +221,7 @@ pub(crate) fn maybe_empty_width(element: &DataType) -> Option<u8> {
     }
     let width = element.size_bytes()?;
     let whole_bytes = element.min_bytes() == width && element.bit_width() == Some(8 * width);
-    (whole_bytes && (1..=16).contains(&width)).then_some(width as u8)
+    (whole_bytes && (1..=MAX_VALUE_BYTES).contains(&width)).then_some(width as u8)
 }
 
 /// The reference's `fixed_scalar_storage_width`: the bytes a load of `element` yields
@@ -225,7 +254,7 @@ fn fixed_storage_width(element: &DataType) -> Option<usize> {
 
 /// For an element the reference addresses with a zero stride (`min_bytes` 0 but a size:
 /// `Array`, `DeviceMesh`, vectors of them or of bytes) and counts by its size: the width of
-/// the zero value every load yields (every store writes nothing), up to 16 bytes. A type
+/// the zero value every load yields (every store writes nothing), up to [`MAX_VALUE_BYTES`]. A type
 /// without a fixed storage width (`Vec<bytes; 2>`) has no zero value: its loads are the
 /// empty bytes, width 0 (as `Array { element_size: 0 }`'s zero value is).
 pub(crate) fn unaddressed_width(element: &DataType) -> Option<u8> {
@@ -237,7 +266,7 @@ pub(crate) fn unaddressed_width(element: &DataType) -> Option<u8> {
     }
     match fixed_storage_width(element) {
         None => Some(0),
-        Some(width @ 0..=16) => Some(width as u8),
+        Some(width @ 0..=MAX_VALUE_BYTES) => Some(width as u8),
         Some(_) => None,
     }
 }
@@ -252,6 +281,17 @@ pub(crate) fn buf_len(element: &DataType, byte_len: u64) -> u32 {
         _ => byte_len,
     };
     u32::try_from(count).unwrap_or(u32::MAX)
+}
+
+/// The count parameter a kernel takes for a buffer of `element`s holding `byte_len`
+/// bytes `stride` apart: the elements it addresses, or, for a vector of several 4-bit
+/// lanes, the reference's count, of which it addresses half (see [`nibble_vector`]).
+pub(crate) fn count_param(element: &DataType, stride: u32, byte_len: u64) -> u64 {
+    let stride = u64::from(stride.max(1));
+    match nibble_vector(element) && stride > 1 {
+        true => byte_len * 2 / stride,
+        false => byte_len / stride,
+    }
 }
 
 /// The bytes the reference allocates for `count` elements of `element` (an output, a
@@ -371,10 +411,17 @@ mod tests {
         );
         assert_eq!(element_stride(&vec_of(DataType::I16, 4)), Some(8));
         assert_eq!(element_stride(&vec_of(DataType::U8, 16)), Some(16));
-        // Refused: two or three 4-bit lanes, over 16 bytes.
-        assert_eq!(element_stride(&vec_of(DataType::I4, 2)), None);
-        assert_eq!(element_stride(&vec_of(DataType::I4, 3)), None);
-        assert_eq!(element_stride(&vec_of(DataType::U8, 17)), None);
+        // Several 4-bit lanes: a byte each, counted by their bits (two per addressed one).
+        assert_eq!(element_stride(&vec_of(DataType::I4, 2)), Some(2));
+        assert_eq!(element_stride(&vec_of(DataType::I4, 3)), Some(3));
+        assert!(nibble_vector(&vec_of(DataType::NF4, 3)));
+        assert!(!nibble_vector(&vec_of(DataType::U8, 3)));
+        assert_eq!(count_param(&vec_of(DataType::I4, 3), 3, 8), 5);
+        assert_eq!(count_param(&vec_of(DataType::U8, 3), 3, 8), 2);
+        assert_eq!(buf_len(&vec_of(DataType::I4, 3), 8), 5);
+        assert_eq!(element_stride(&vec_of(DataType::U8, 255)), Some(255));
+        // Refused: over 255 bytes.
+        assert_eq!(element_stride(&vec_of(DataType::U16, 128)), None);
     }
 
     #[test]
@@ -424,11 +471,15 @@ mod tests {
         assert_eq!(ValKind::of_load(&bytes_pair), Some(ValKind::Bytes(0)));
         assert_eq!(element_stride(&bytes_pair), Some(2));
         assert_eq!(buf_len(&bytes_pair, 41), 20);
-        // Refused: a zero value over 16 bytes; no lanes at all (a bit width of zero).
+        // Refused: a zero value over 255 bytes; no lanes at all (a bit width of zero).
         let no_lanes = vec_of(DataType::F32, 0);
         assert_eq!(unaddressed_width(&no_lanes), None);
         assert_eq!(element_stride(&no_lanes), None);
-        let wide = DataType::Array { element_size: 17 };
+        assert_eq!(
+            unaddressed_width(&DataType::Array { element_size: 255 }),
+            Some(255)
+        );
+        let wide = DataType::Array { element_size: 256 };
         assert_eq!(unaddressed_width(&wide), None);
         assert_eq!(element_stride(&wide), None);
         assert_eq!(unaddressed_width(&DataType::U32), None);
@@ -451,10 +502,12 @@ mod tests {
             assert_eq!(buf_len(&element, 5 * u64::from(stride) + 3), 5);
         }
         assert_eq!(odd_width(&vec_of(DataType::F32, 3)), Some(12));
-        // Fixed-width lanes, no lanes, and more than 16 bytes are not such vectors.
+        // Fixed-width lanes, no lanes, and more than 255 bytes are not such vectors.
         assert_eq!(maybe_empty_width(&vec_of(DataType::U8, 4)), None);
         assert_eq!(maybe_empty_width(&vec_of(DataType::F32, 0)), None);
-        assert_eq!(maybe_empty_width(&vec_of(DataType::F32, 8)), None);
+        assert_eq!(maybe_empty_width(&vec_of(DataType::F32, 8)), Some(32));
+        assert_eq!(odd_width(&vec_of(DataType::F32, 8)), Some(32));
+        assert_eq!(maybe_empty_width(&vec_of(DataType::F32, 64)), None);
         assert_eq!(maybe_empty_width(&vec_of(DataType::Bytes, 2)), None);
         assert_eq!(maybe_empty_width(&DataType::Vec4U32), None);
     }

@@ -39,7 +39,7 @@ mod collective;
 mod error;
 mod fault;
 mod kind;
-pub(crate) use kind::{buf_len, declared_bytes};
+pub(crate) use kind::{buf_len, count_param, declared_bytes};
 mod libm;
 mod lower;
 mod module;

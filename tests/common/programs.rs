@@ -1740,6 +1740,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(bytes_read_before_write_cases());
     cases.extend(super::loop_programs::hoisted_bounds_cases());
     cases.extend(super::vector_programs::maybe_empty_vector_cases());
+    cases.extend(super::vector_programs::nibble_vector_cases());
     cases
 }
 

@@ -5,6 +5,10 @@
 //! loads on both sides of a buffer's end, and reads the loads' truthiness (a `Select`
 //! condition, a ballot) beside their bytes: directly, through variables, a workgroup
 //! buffer, a step machine, returned lanes and a loop whose loads a test before it proves.
+//! The same for elements wider than 16 bytes (up to 255), whose values span more than two
+//! registers: `Vec<f32; 8>`, `Vec<u32; 5>` (empty out of bounds), `Vec<u8; 32>` (a digest),
+//! `Vec<u16; 9>`, `Vec<u8; 255>` (fixed-width lanes: zeros out of bounds, truthy), and
+//! 20-byte arrays (a zero stride: every load a 20-byte zero value, every store nothing).
 //! Appended after every other semantic case.
 
 #![allow(dead_code)]
@@ -27,20 +31,31 @@ fn vec_of(element: DataType, count: u8) -> DataType {
 }
 
 /// The element types, with their width in bytes.
-fn elements() -> [(DataType, u32); 5] {
+fn elements() -> [(DataType, u32); 11] {
     [
         (vec_of(DataType::F32, 4), 16),
         (vec_of(DataType::U64, 2), 16),
         (vec_of(DataType::U32, 2), 8),
         (vec_of(DataType::F32, 3), 12),
         (vec_of(DataType::I32, 1), 4),
+        (vec_of(DataType::F32, 8), 32),
+        (vec_of(DataType::U32, 5), 20),
+        (vec_of(DataType::U8, 32), 32),
+        (vec_of(DataType::U16, 9), 18),
+        (vec_of(DataType::U8, 255), 255),
+        (DataType::Array { element_size: 20 }, 20),
     ]
 }
 
 /// `count` elements of `width` bytes; every fourth element all zero bytes (truthy all the
 /// same in bounds, when wider than four bytes).
 fn input(count: u32, width: u32) -> Vec<u8> {
-    (0..count * width)
+    input_bytes(count * width, width)
+}
+
+/// `len` bytes of elements `width` bytes wide, every fourth element zero.
+fn input_bytes(len: u32, width: u32) -> Vec<u8> {
+    (0..len)
         .map(|i| match (i / width) % 4 {
             2 => 0,
             _ => (i as u8).wrapping_mul(53).wrapping_add(7),
@@ -265,6 +280,60 @@ pub fn maybe_empty_vector_cases() -> Vec<Case> {
                 format!("{ty} ({width} bytes): {name}"),
                 program,
                 inputs,
+            ));
+        }
+    }
+    cases
+}
+
+/// Buffers of vectors of several 4-bit lanes (`Vec<i4; 2>`): a byte a lane, so each
+/// element is `lanes` bytes apart, but the reference counts them by their bits, two for
+/// every addressed element, and a trailing partial element of half the stride or more
+/// counts one more. `vals[gid] = a[gid + 1]`, and `flags` takes both buffers' and a
+/// workgroup buffer's `BufLen` and the truthiness of a load, over inputs with such tails.
+pub fn nibble_vector_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for (lanes, tail) in [(2u32, 1u32), (3, 2), (3, 1), (8, 5), (5, 0)] {
+        for lane in [DataType::I4, DataType::NF4, DataType::FP4] {
+            let ty = vec_of(lane, lanes as u8);
+            let flags = add(
+                add(
+                    bin(BinOp::Mul, Expr::buf_len("a"), u(1_000_000)),
+                    bin(BinOp::Mul, Expr::buf_len("vals"), u(1000)),
+                ),
+                add(
+                    bin(BinOp::Mul, Expr::buf_len("tile"), u(10)),
+                    Expr::select(Expr::load("a", gid()), u(1), u(2)),
+                ),
+            );
+            let program = Program::wrapped(
+                vec![
+                    BufferDecl::read("a", 0, ty.clone()).with_count(N / 2),
+                    BufferDecl::read_write("vals", 1, ty.clone()).with_count(N),
+                    BufferDecl::output("flags", 2, DataType::U32).with_count(N),
+                    BufferDecl::workgroup("tile", 61, ty.clone()),
+                ],
+                [N, 1, 1],
+                vec![
+                    Node::store("tile", Expr::LocalId { axis: 0 }, Expr::load("a", gid())),
+                    Node::barrier_with_ordering(MemoryOrdering::SeqCst),
+                    Node::store("vals", gid(), Expr::load("a", add(gid(), u(1)))),
+                    Node::store("flags", gid(), flags),
+                    Node::store(
+                        "vals",
+                        add(gid(), u(N / 2)),
+                        Expr::load("tile", bin(BinOp::BitXor, Expr::LocalId { axis: 0 }, u(5))),
+                    ),
+                ],
+            );
+            // At least the declared (packed) size, plus whole elements and a tail.
+            let declared = |count: u32| (count * lanes).div_ceil(2);
+            let a = input_bytes(declared(N / 2) + lanes * 3 + tail, lanes);
+            let vals = vec![0x5a; (declared(N) + tail) as usize];
+            cases.push(Case::new(
+                format!("{ty}: a byte a lane, counted by bits, a {tail}-byte tail"),
+                program,
+                vec![a, vals],
             ));
         }
     }

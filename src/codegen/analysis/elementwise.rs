@@ -16,7 +16,7 @@
 
 use super::atomics::{commutative_opcode, discarded_let};
 use crate::codegen::abi::{role, BindingRole};
-use crate::codegen::kind::{maybe_empty_width, unaddressed_width};
+use crate::codegen::kind::{maybe_empty_width, nibble_vector, unaddressed_width};
 use crate::codegen::visit::{all_children, for_each_expr, for_each_node, is_pure_operation};
 use rustc_hash::{FxHashMap, FxHashSet};
 use vyre_foundation::ir::{BufferAccess, DataType, Expr, Node, Program};
@@ -50,12 +50,14 @@ pub(crate) fn classify<'p>(
     // a whole value's bytes from its index: both reach past element `i`. An element the
     // reference never addresses (zero stride) has no element `i` to carry in a lane. A
     // load of a vector of lanes that may be empty carries a filled flag, which raw words
-    // in a lane do not.
+    // in a lane do not; a vector of 4-bit lanes takes the reference's count, not the
+    // addressed one the chunks and lanes split.
     if program.buffers().iter().any(|decl| {
         decl.access() == BufferAccess::Workgroup
             || decl.element() == DataType::Bytes
             || unaddressed_width(&decl.element()).is_some()
             || maybe_empty_width(&decl.element()).is_some_and(|width| width > 4)
+            || nibble_vector(&decl.element())
     }) {
         return None;
     }

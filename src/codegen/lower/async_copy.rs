@@ -356,7 +356,7 @@ impl<'p> Lowerer<'p> {
         match value.kind {
             ValKind::U64 | ValKind::Bytes(5..=8) => self.mov(wide, value.reg),
             ValKind::Bytes(9..) => {
-                self.fault_always(fault);
+                self.fault_unless_empty(value, fault);
                 emit!(self.w, "mov.u64 {wide}, 0");
             }
             ValKind::F32 | ValKind::F64 => {

@@ -132,10 +132,15 @@ impl<'p> Lowerer<'p> {
             kept.reg,
             value.reg
         );
-        if let Some(hi) = self.wide_hi.get(&value.reg).copied() {
-            let kept_hi = self.w.reg(hi.class());
-            emit!(self.w, "@{mine} mov.{} {kept_hi}, {hi}", hi.class().ty());
-            self.wide_hi.insert(kept.reg, kept_hi);
+        if let Some(words) = self.upper.get(&value.reg).cloned() {
+            let kept_words = (words.into_iter())
+                .map(|word| {
+                    let kept_word = self.w.reg(RegClass::B64);
+                    emit!(self.w, "@{mine} mov.b64 {kept_word}, {word}");
+                    kept_word
+                })
+                .collect();
+            self.upper.insert(kept.reg, kept_words);
         }
         if let Some(filled) = self.filled.get(&value.reg).copied() {
             let kept_filled = self.b32();

@@ -524,8 +524,17 @@ impl<'p> Lowerer<'p> {
             }
             _ => None,
         };
+        // The empty bytes (an out-of-bounds load of a vector of lanes) write nothing.
+        let filled = match self.filled.get(&value.reg).copied() {
+            Some(flag) => {
+                let filled = self.pred();
+                emit!(self.w, "setp.ne.u32 {filled}, {flag}, 0");
+                Some(filled)
+            }
+            None => None,
+        };
         let low = self.bytes_b64(value);
-        let high = self.high_half(value);
+        let upper = self.upper_of(value, value.kind.upper_words().max(1));
         let dst = self.bytes_region(buffer, index)?;
         let q = dst.space.qualifier();
         for k in 0..u32::from(value.kind.byte_len()) {
@@ -534,7 +543,13 @@ impl<'p> Lowerer<'p> {
             if let Some(float) = float.filter(|_| k >= 2) {
                 emit!(self.w, "and.pred {fits}, {fits}, {float}");
             }
-            let half = if k < 8 { low } else { high };
+            if let Some(filled) = filled {
+                emit!(self.w, "and.pred {fits}, {fits}, {filled}");
+            }
+            let half = match k / 8 {
+                0 => low,
+                word => upper[word as usize - 1],
+            };
             let shifted = self.w.reg(RegClass::B64);
             emit!(self.w, "shr.b64 {shifted}, {half}, {}", 8 * (k % 8));
             let byte = self.b32();

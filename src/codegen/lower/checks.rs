@@ -138,17 +138,9 @@ impl Lowerer<'_> {
                 self.fault_if(p, fault);
                 self.zero_if(p, value.reg)
             }
-            // More than four raw bytes never read as a u32 in the reference; the empty
-            // bytes read as 0.
+            // More than four raw bytes never read as a u32 in the reference.
             ValKind::Bytes(_) => {
-                match self.filled.get(&value.reg).copied() {
-                    Some(filled) => {
-                        let p = self.pred();
-                        emit!(self.w, "setp.ne.u32 {p}, {filled}, 0");
-                        self.fault_if(p, fault);
-                    }
-                    None => self.fault_always(fault),
-                }
+                self.fault_unless_empty(value, fault);
                 self.imm_b32(0)
             }
             ValKind::U64 => {
@@ -171,6 +163,19 @@ impl Lowerer<'_> {
                 self.zero_if(bad, r)
             }
         })
+    }
+
+    /// Record `fault` for a raw value too wide for the reading asked of it (which the
+    /// reference has no reading for), unless it is the empty bytes (which read as 0).
+    pub(super) fn fault_unless_empty(&mut self, value: Val, fault: DeviceFault) {
+        match self.filled.get(&value.reg).copied() {
+            Some(filled) => {
+                let p = self.pred();
+                emit!(self.w, "setp.ne.u32 {p}, {filled}, 0");
+                self.fault_if(p, fault);
+            }
+            None => self.fault_always(fault),
+        }
     }
 
     /// Record `fault` unless the float `x` is `>= 0` and `{below} max` (never for NaN);

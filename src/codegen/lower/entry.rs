@@ -198,11 +198,19 @@ impl<'p> Lowerer<'p> {
     }
 
     fn load_params(&self, p: &mut PtxWriter, fault_word: bool) {
-        for (index, (base, len)) in self.binding_regs.iter().enumerate() {
+        for (index, regs) in self.binding_regs.iter().enumerate() {
             let (pointer, count) = (KernelParam::Pointer(index), KernelParam::Count(index));
+            let (base, len) = (regs.base, regs.len);
             emit!(p, "ld.param.u64 {base}, [{}]", pointer.name());
             emit!(p, "cvta.to.global.u64 {base}, {base}");
-            emit!(p, "ld.param.u32 {len}, [{}]", count.name());
+            match regs.counted {
+                // Two counted elements to every addressed one (`kind::nibble_vector`).
+                Some(counted) => {
+                    emit!(p, "ld.param.u32 {counted}, [{}]", count.name());
+                    emit!(p, "shr.u32 {len}, {counted}, 1");
+                }
+                None => emit!(p, "ld.param.u32 {len}, [{}]", count.name()),
+            }
         }
         if fault_word {
             let fault = KernelParam::FaultArea.name();

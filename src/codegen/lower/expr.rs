@@ -1,7 +1,7 @@
 //! Expressions: one `put_*` per `Expr` construct (operators are in `ops.rs`).
 
 use super::bytes::ViewLaneUse;
-use super::memory::Space;
+use super::memory::{Counted, Space};
 use super::{bytes, canonical_f32_bits_host, Ids, Lowerer, Val};
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::{buf_len, ValKind};
@@ -159,6 +159,13 @@ impl<'p> Lowerer<'p> {
     fn put_buf_len(&mut self, buffer: &str) -> Result<Val, CodegenError> {
         let slot = self.slot(buffer)?;
         let reg = self.w.reg(RegClass::B32);
+        if let Some(counted) = slot.counted {
+            match counted {
+                Counted::Param(counted) => self.mov(reg, counted),
+                Counted::Static(counted) => emit!(self.w, "mov.u32 {reg}, {counted}"),
+            }
+            return Ok(Val::new(ValKind::U32, reg));
+        }
         // `len` counts addressed elements; the reference's `Buffer::len` may count more in
         // one (two 4-bit elements a byte), saturating at u32::MAX.
         let per_addressed = buf_len(&slot.element, u64::from(slot.stride));

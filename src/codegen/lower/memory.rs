@@ -3,6 +3,8 @@
 
 use super::half::HalfFormat;
 use super::{Lowerer, Val};
+#[cfg(doc)]
+use crate::codegen::kind::nibble_vector;
 use crate::codegen::kind::{element_stride, odd_width, unaddressed_width, ValKind};
 use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
@@ -33,6 +35,19 @@ pub(super) struct BufferSlot {
     pub(super) stride: u32,
     /// Storage buffer the reference allows atomics on.
     pub(super) storage: bool,
+    /// The reference's element count (`BufLen`) where the addressed count does not give
+    /// it: a buffer of a [`nibble_vector`] of several lanes, whose trailing partial element
+    /// may count.
+    pub(super) counted: Option<Counted>,
+}
+
+/// Where a buffer's reference element count is (see [`BufferSlot::counted`]).
+#[derive(Clone, Copy)]
+pub(super) enum Counted {
+    /// A storage buffer's: its count parameter, of which it addresses half.
+    Param(Reg),
+    /// A workgroup buffer's, from its declared size.
+    Static(u32),
 }
 
 impl Lowerer<'_> {
@@ -186,7 +201,7 @@ impl Lowerer<'_> {
         if slot.stride == 16 {
             let hi = self.w.reg(RegClass::B64);
             self.load_or_zero(slot.space, in_bounds, addr, "v2.u64", &[reg, hi]);
-            self.wide_hi.insert(reg, hi);
+            self.upper.insert(reg, smallvec::smallvec![hi]);
             return Val { kind, reg };
         }
         let class = reg.class();

@@ -31,15 +31,18 @@ use super::analysis::replicated::Replication;
 use super::analysis::steps::RoundMode;
 use super::analysis::ProgramFacts;
 use super::fault::DeviceFault;
-use super::kind::{element_stride, maybe_empty_width, ValKind};
+use super::kind::{
+    buf_len, declared_bytes, element_stride, maybe_empty_width, nibble_vector, ValKind,
+};
 use super::libm::Libm;
 use super::writer::{Label, PtxWriter, Reg, RegClass};
 use super::CodegenError;
 use async_copy::AsyncTag;
-use memory::{BufferSlot, Space};
+use memory::{BufferSlot, Counted, Space};
 use reduction::Partial;
 use returned::{Hoisted, Returned};
 use rustc_hash::{FxHashMap, FxHashSet};
+use smallvec::SmallVec;
 use std::collections::BTreeSet;
 use vyre_foundation::ir::{Expr, Node, Program};
 
@@ -100,7 +103,7 @@ pub(crate) struct Lowerer<'p> {
     workgroup_size: [u32; 3],
     buffers: FxHashMap<&'p str, BufferSlot>,
     /// Base and length registers of each binding, in ABI order.
-    binding_regs: Vec<(Reg, Reg)>,
+    binding_regs: Vec<BindingRegs>,
     shared: &'p [SharedBuffer],
     shared_bytes: u32,
     shared_base: Reg,
@@ -163,8 +166,9 @@ pub(crate) struct Lowerer<'p> {
     operand_turn: Option<Reg>,
     /// Set in a segment whose returned lanes stay in the warp (see `returned`).
     returned: Option<Returned<'p>>,
-    /// High halves of wide (9 to 16-byte) values, keyed by their low register.
-    wide_hi: FxHashMap<Reg, Reg>,
+    /// The upper words (bytes 8.., a `.b64` each) of wide values, keyed by their low
+    /// register.
+    upper: FxHashMap<Reg, SmallVec<[Reg; 1]>>,
     /// Whether the program has buffers of [`maybe_empty_width`] elements wider than four
     /// bytes: its raw values over four bytes wide then carry a filled flag.
     maybe_empty: bool,
@@ -244,7 +248,7 @@ impl<'p> Lowerer<'p> {
             operand_faults: Vec::new(),
             operand_turn: None,
             returned: None,
-            wide_hi: FxHashMap::default(),
+            upper: FxHashMap::default(),
             maybe_empty,
             filled: FxHashMap::default(),
             partials: Vec::new(),
@@ -297,13 +301,16 @@ fn buffer_slots<'p>(
     program: &'p Program,
     abi: &KernelAbi,
     shared: &[SharedBuffer],
-) -> (FxHashMap<&'p str, BufferSlot>, Vec<(Reg, Reg)>) {
+) -> (FxHashMap<&'p str, BufferSlot>, Vec<BindingRegs>) {
     let mut buffers = FxHashMap::default();
     let mut binding_regs = Vec::with_capacity(abi.bindings.len());
     for binding in &abi.bindings {
         let base = w.reg(RegClass::B64);
         let len = w.reg(RegClass::B32);
-        binding_regs.push((base, len));
+        // A vector of several 4-bit lanes: the count parameter is the reference's count.
+        let halved = nibble_vector(&binding.element) && binding.element_size > 1;
+        let counted = halved.then(|| w.reg(RegClass::B32));
+        binding_regs.push(BindingRegs { base, len, counted });
         let decl = &program.buffers()[binding.decl_index];
         buffers.insert(
             decl.name(),
@@ -312,24 +319,40 @@ fn buffer_slots<'p>(
                 element: binding.element.clone(),
                 stride: binding.element_size,
                 storage: true,
+                counted: counted.map(Counted::Param),
             },
         );
     }
     for buffer in shared {
+        let decl = &program.buffers()[buffer.decl_index];
+        let stride = element_stride(&buffer.element).unwrap_or(4);
+        let counted = (nibble_vector(&buffer.element)).then(|| {
+            let bytes = declared_bytes(&buffer.element, decl.count(), stride);
+            Counted::Static(buf_len(&buffer.element, bytes))
+        });
         buffers.insert(
-            program.buffers()[buffer.decl_index].name(),
+            decl.name(),
             BufferSlot {
                 space: Space::Shared {
                     offset: buffer.offset,
                     count: buffer.count,
                 },
                 element: buffer.element.clone(),
-                stride: element_stride(&buffer.element).unwrap_or(4),
+                stride,
                 storage: false,
+                counted,
             },
         );
     }
     (buffers, binding_regs)
+}
+
+/// The registers of a storage buffer's parameters: its base address, the elements it
+/// addresses, and the reference's count where that differs (see [`BufferSlot::counted`]).
+struct BindingRegs {
+    base: Reg,
+    len: Reg,
+    counted: Option<Reg>,
 }
 
 pub(crate) struct LoweredBody {

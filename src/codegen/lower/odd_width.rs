@@ -1,7 +1,8 @@
-//! Loads and stores of elements 3, 5 to 7 or 9 to 15 bytes wide ([`odd_width`]): no PTX
-//! type has that width and the elements sit at every byte offset, so each byte moves on its
-//! own. The value is a [`ValKind::Bytes`] of the width: a `.b32` up to four bytes, a `.b64`
-//! up to eight, else a wide value (its bytes 8.. in the tracked high `.b64`).
+//! Loads and stores of elements 3, 5 to 7, 9 to 15 or 17 to 255 bytes wide ([`odd_width`]):
+//! no PTX type has that width and the elements sit at every byte offset, so each byte
+//! moves on its own. The value is a [`ValKind::Bytes`] of the width: a `.b32` up to four
+//! bytes, a `.b64` up to eight, else a wide value (its bytes 8.. in the tracked upper
+//! `.b64`s).
 
 use super::memory::Space;
 use super::{Lowerer, Val};
@@ -23,17 +24,18 @@ impl Lowerer<'_> {
     ) -> Val {
         let bytes: Vec<Reg> = (0..width).map(|_| self.w.reg(RegClass::B32)).collect();
         match space {
-            Space::Global { .. } => {
-                // Out of bounds, the module's zero page (16 bytes) is read instead.
+            // Out of bounds, the module's zero page (16 bytes) is read instead.
+            Space::Global { .. } if width <= 16 => {
                 let safe = self.address_or_zero_page(in_bounds, addr);
                 for (k, byte) in bytes.iter().enumerate() {
                     emit!(self.w, "ld.global.u8 {byte}, [{safe}+{k}]");
                 }
             }
-            Space::Shared { .. } => {
+            _ => {
+                let space = space.state_space();
                 for (k, byte) in bytes.iter().enumerate() {
                     emit!(self.w, "mov.u32 {byte}, 0");
-                    emit!(self.w, "@{in_bounds} ld.shared.u8 {byte}, [{addr}+{k}]");
+                    emit!(self.w, "@{in_bounds} ld.{space}.u8 {byte}, [{addr}+{k}]");
                 }
             }
         }
@@ -42,17 +44,21 @@ impl Lowerer<'_> {
         if width <= 4 {
             return Val::new(kind, words[0]);
         }
-        let reg = self.pair(words[0], words[1]);
+        // Zero-extended: a width of 9 to 12 bytes fills three words.
+        let pairs: Vec<Reg> = (words.chunks(2))
+            .map(|two| {
+                let high = match two.get(1) {
+                    Some(&word) => word,
+                    None => self.imm_b32(0),
+                };
+                self.pair(two[0], high)
+            })
+            .collect();
         if kind.is_wide() {
-            // Zero-extended: a width of 9 to 12 bytes fills three words.
-            let top = match words.get(3) {
-                Some(&word) => word,
-                None => self.imm_b32(0),
-            };
-            let hi = self.pair(words[2], top);
-            self.wide_hi.insert(reg, hi);
+            self.upper
+                .insert(pairs[0], pairs[1..].iter().copied().collect());
         }
-        Val::new(kind, reg)
+        Val::new(kind, pairs[0])
     }
 
     /// Bytes (each the low byte of its register) packed little-endian into one word.
@@ -89,8 +95,10 @@ impl Lowerer<'_> {
             self.split_into(payload, &mut words);
         }
         if width > 8 {
-            let high = self.high_half(value);
-            self.split_into(high, &mut words);
+            let count = ValKind::Bytes(width).upper_words();
+            for word in self.upper_of(value, count) {
+                self.split_into(word, &mut words);
+            }
         }
         let space = space.state_space();
         for k in 0..usize::from(width) {

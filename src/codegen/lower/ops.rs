@@ -737,7 +737,7 @@ impl Lowerer<'_> {
                 let hi = self.high_half(v);
                 let reg = self.w.reg(RegClass::B64);
                 self.mov(reg, lo);
-                self.wide_hi.insert(reg, hi);
+                self.upper.insert(reg, smallvec::smallvec![hi]);
                 Val::new(ValKind::Bytes(16), reg)
             }
             // The value's bytes, zero-padded or truncated to eight.
@@ -796,7 +796,7 @@ impl Lowerer<'_> {
             ValKind::Bytes(0..=4) => emit!(self.w, "cvt.u64.u32 {reg}, {a}"),
             // More than eight raw bytes never read as a u64 in the reference.
             ValKind::Bytes(_) => {
-                self.fault_always(DeviceFault::CastOutOfRange);
+                self.fault_unless_empty(v, DeviceFault::CastOutOfRange);
                 emit!(self.w, "mov.u64 {reg}, 0");
             }
             _ => emit!(self.w, "cvt.u64.u32 {reg}, {a}"),

@@ -5,6 +5,7 @@ use super::{Lowerer, Val};
 use crate::codegen::kind::{maybe_empty_width, ValKind};
 use crate::codegen::libm::{self, Libm};
 use crate::codegen::writer::{emit, Reg, RegClass};
+use smallvec::SmallVec;
 use vyre_foundation::ir::DataType;
 
 impl Lowerer<'_> {
@@ -35,14 +36,19 @@ impl Lowerer<'_> {
         Val::new(kind, zero)
     }
 
-    /// The all-zero raw value of `kind` (`Value::Bytes` of its width), both halves of a
+    /// The all-zero raw value of `kind` (`Value::Bytes` of its width), every word of a
     /// wide one.
     pub(super) fn zero_bytes(&mut self, kind: ValKind) -> Val {
         let zero = self.discarded_zero(kind);
         if kind.is_wide() {
-            let hi = self.w.reg(RegClass::B64);
-            emit!(self.w, "mov.b64 {hi}, 0");
-            self.wide_hi.insert(zero.reg, hi);
+            let words = (0..kind.upper_words())
+                .map(|_| {
+                    let word = self.w.reg(RegClass::B64);
+                    emit!(self.w, "mov.b64 {word}, 0");
+                    word
+                })
+                .collect();
+            self.upper.insert(zero.reg, words);
         }
         zero
     }
@@ -93,21 +99,22 @@ impl Lowerer<'_> {
     /// The registers a value lives in: `reg`, the high half of a wide value, the filled
     /// flag of a value that may be empty.
     pub(super) fn value_regs(&self, reg: Reg) -> impl Iterator<Item = Reg> {
-        let companions = [
-            self.wide_hi.get(&reg).copied(),
-            self.filled.get(&reg).copied(),
-        ];
-        std::iter::once(reg).chain(companions.into_iter().flatten())
+        let upper = self.upper.get(&reg).cloned().unwrap_or_default();
+        std::iter::once(reg)
+            .chain(upper)
+            .chain(self.filled.get(&reg).copied())
     }
 
     /// Give the register `low` of a variable (or a copy) holding values of `kind` the
-    /// companions such values have: a high half for a wide value; a filled flag for a raw
-    /// value over four bytes in a program where such values may be empty. Kept where
+    /// companions such values have: the upper words of a wide value; a filled flag for a
+    /// raw value over four bytes in a program where such values may be empty. Kept where
     /// `low` has them already (a step machine's variable, bound again).
     pub(super) fn add_companions(&mut self, low: Reg, kind: ValKind) {
-        if kind.is_wide() && !self.wide_hi.contains_key(&low) {
-            let hi = self.w.reg(RegClass::B64);
-            self.wide_hi.insert(low, hi);
+        if kind.is_wide() && !self.upper.contains_key(&low) {
+            let words = (0..kind.upper_words())
+                .map(|_| self.w.reg(RegClass::B64))
+                .collect();
+            self.upper.insert(low, words);
         }
         let may_be_empty = self.maybe_empty && matches!(kind, ValKind::Bytes(5..));
         if may_be_empty && !self.filled.contains_key(&low) {
@@ -117,11 +124,13 @@ impl Lowerer<'_> {
     }
 
     /// Copy `src`'s companions into those of the value whose low register is `dst` (a
-    /// missing high half is zero, a missing filled flag 1).
+    /// missing upper word is zero, a missing filled flag 1).
     pub(super) fn mov_companions(&mut self, dst: Reg, src: Val) {
-        if let Some(hi) = self.wide_hi.get(&dst).copied() {
-            let source = self.high_half(src);
-            self.mov(hi, source);
+        if let Some(words) = self.upper.get(&dst).cloned() {
+            let sources = self.upper_of(src, words.len());
+            for (word, source) in words.into_iter().zip(sources) {
+                self.mov(word, source);
+            }
         }
         if let Some(filled) = self.filled.get(&dst).copied() {
             let source = self.filled_flag(src);
@@ -155,17 +164,27 @@ impl Lowerer<'_> {
         self.filled.insert(value.reg, filled);
     }
 
-    /// Bytes 8..16 of a value as a `.b64` register: the tracked high half of a wide
-    /// value, zero for anything shorter.
+    /// Bytes 8..16 of a value as a `.b64` register: the tracked first upper word of a
+    /// wide value, zero for anything shorter.
     pub(crate) fn high_half(&mut self, value: Val) -> Reg {
+        self.upper_of(value, 1)[0]
+    }
+
+    /// The first `count` upper words of a value (bytes 8.., eight a word): its tracked
+    /// ones, then zero.
+    pub(crate) fn upper_of(&mut self, value: Val, count: usize) -> SmallVec<[Reg; 1]> {
+        let mut words = SmallVec::new();
         if value.kind.is_wide() {
-            if let Some(hi) = self.wide_hi.get(&value.reg) {
-                return *hi;
+            if let Some(tracked) = self.upper.get(&value.reg) {
+                words.extend(tracked.iter().copied().take(count));
             }
         }
-        let zero = self.w.reg(RegClass::B64);
-        emit!(self.w, "mov.u64 {zero}, 0");
-        zero
+        if words.len() < count {
+            let zero = self.w.reg(RegClass::B64);
+            emit!(self.w, "mov.u64 {zero}, 0");
+            words.resize(count, zero);
+        }
+        words
     }
 
     /// `p ? t : f` for two values in registers of one class, both halves of a wide
@@ -181,10 +200,16 @@ impl Lowerer<'_> {
             f.reg
         );
         if t.kind.is_wide() {
-            let (t_hi, f_hi) = (self.high_half(t), self.high_half(f));
-            let hi = self.w.reg(RegClass::B64);
-            emit!(self.w, "selp.b64 {hi}, {t_hi}, {f_hi}, {p}");
-            self.wide_hi.insert(reg, hi);
+            let count = t.kind.upper_words();
+            let (t_words, f_words) = (self.upper_of(t, count), self.upper_of(f, count));
+            let words = (t_words.into_iter().zip(f_words))
+                .map(|(t_word, f_word)| {
+                    let word = self.w.reg(RegClass::B64);
+                    emit!(self.w, "selp.b64 {word}, {t_word}, {f_word}, {p}");
+                    word
+                })
+                .collect();
+            self.upper.insert(reg, words);
         }
         if self.filled.contains_key(&t.reg) || self.filled.contains_key(&f.reg) {
             let (t_filled, f_filled) = (self.filled_flag(t), self.filled_flag(f));
