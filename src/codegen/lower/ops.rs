@@ -573,7 +573,13 @@ impl Lowerer<'_> {
         let d = self.w.reg(t.class);
         let value = |reg| Val { kind: v.kind, reg };
         match op {
-            UnOp::Negate => emit!(self.w, "neg.{} {d}, {a}", t.signed),
+            UnOp::Negate => {
+                // Operand through the opaque zero: ptxas 13.0 (sm_90) folds an unsigned
+                // compare of `neg` of a 0/1 value (a `selp 1, 0`) as if signed: `0 > -b`
+                // became `b != 0` (fuzz seed 0xe65391424bfe6cd3).
+                let a = self.opaque(a);
+                emit!(self.w, "neg.{} {d}, {a}", t.signed);
+            }
             UnOp::ReverseBits => emit!(self.w, "brev.{bits} {d}, {a}"),
             UnOp::BitNot => {
                 // Operand through the opaque zero: ptxas 13.0 (sm_90) folds `not x` to 0
