@@ -358,7 +358,7 @@ fn element_size(decl: &BufferDecl) -> Result<u32, CodegenError> {
         return Ok(stride);
     }
     let use_instead =
-        "use u8/i8/u16/i16/f16/bf16/f8/4-bit/u32/i32/f32/bool/u64/i64/f64/handle/vec2<u32>/vec4<u32>/bytes elements, or vectors and arrays up to 255 bytes wide (vectors of at most one 4-bit lane)";
+        "use u8/i8/u16/i16/f16/bf16/f8/4-bit/u32/i32/f32/bool/u64/i64/f64/handle/vec2<u32>/vec4<u32>/bytes elements, or vectors and arrays up to 255 bytes wide";
     if element.size_bytes().is_none() {
         return Err(CodegenError::unsupported(
             format!("buffer of unsized element type {element}"),
