@@ -78,6 +78,13 @@ fn buffers(ty: &DataType) -> Vec<BufferDecl> {
     ]
 }
 
+/// A program over `a` and `flags` (no `vals`) of `N` invocations running `body`.
+fn flags_only(ty: &DataType, body: Vec<Node>) -> Program {
+    let mut decls = buffers(ty);
+    decls.remove(1);
+    Program::wrapped(decls, [N, 1, 1], body)
+}
+
 /// `vals[gid] = v` and `flags[gid] = truth(v)` for a `v` of `ty` computed by `body`.
 fn both(ty: &DataType, workgroup: u32, mut body: Vec<Node>) -> Program {
     body.push(Node::store("vals", gid(), var("v")));
@@ -162,11 +169,8 @@ fn ballot_of_loads(ty: &DataType) -> Program {
 /// ballot reads every lane's `v`, the returned lanes' frozen ones included. A barrier at
 /// the end keeps the lanes that run on with their variables bound.
 fn returned_lanes(ty: &DataType) -> Program {
-    let mut decls = buffers(ty);
-    decls.remove(1);
-    Program::wrapped(
-        decls,
-        [N, 1, 1],
+    flags_only(
+        ty,
         vec![
             Node::let_bind("v", Expr::load("a", add(gid(), u(5)))),
             Node::if_then(
@@ -186,11 +190,8 @@ fn returned_lanes(ty: &DataType) -> Program {
 /// A loop of `gid % 3` iterations (a step machine) assigning `v` a load each and taking
 /// a ballot of it; then a ballot after the loop.
 fn step_machine(ty: &DataType) -> Program {
-    let mut decls = buffers(ty);
-    decls.remove(1);
-    Program::wrapped(
-        decls,
-        [N, 1, 1],
+    flags_only(
+        ty,
         vec![
             Node::let_bind("v", Expr::load("a", gid())),
             Node::let_bind("acc", u(0)),
@@ -216,11 +217,8 @@ fn step_machine(ty: &DataType) -> Program {
 /// proven in bounds by one test before it for the first invocations (filled without a
 /// check), checked one by one for the others.
 fn hoisted_loop(ty: &DataType) -> Program {
-    let mut decls = buffers(ty);
-    decls.remove(1);
-    Program::wrapped(
-        decls,
-        [N, 1, 1],
+    flags_only(
+        ty,
         vec![
             Node::let_bind("count", u(0)),
             Node::loop_for(
