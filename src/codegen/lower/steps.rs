@@ -524,8 +524,8 @@ impl<'p> Lowerer<'p> {
             bound: self.w.reg(RegClass::Pred),
             snapshot: serial.then(|| (self.w.reg(class), self.w.reg(RegClass::Pred))),
         };
-        // A wide value's high half (a filled flag) lives in one register too, the copy's
-        // in its own.
+        // A wide value's upper words (and a filled flag) live in registers of their own
+        // too, the copy's in its own.
         let copies = std::iter::once(named.val.reg).chain(named.snapshot.map(|(c, _)| c));
         for low in copies {
             self.add_companions(low, value.kind);

@@ -96,7 +96,7 @@ impl Lowerer<'_> {
         Val::new(ValKind::F32, self.flush_subnormal(f))
     }
 
-    /// The registers a value lives in: `reg`, the high half of a wide value, the filled
+    /// The registers a value lives in: `reg`, the upper words of a wide value, the filled
     /// flag of a value that may be empty.
     pub(super) fn value_regs(&self, reg: Reg) -> impl Iterator<Item = Reg> {
         let upper = self.upper.get(&reg).cloned().unwrap_or_default();
