@@ -45,6 +45,10 @@ fn types() -> Vec<DataType> {
         vec(DataType::U8, 3),
         vec(DataType::U8, 4),
         vec(DataType::U16, 6),
+        vec(DataType::F32, 4),
+        vec(DataType::U32, 3),
+        vec(DataType::U8, 32),
+        vec(DataType::I4, 2),
         DataType::Quantized {
             storage: Box::new(DataType::I4),
             scale: QuantizationScale::PerTensor,
