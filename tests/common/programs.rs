@@ -1741,6 +1741,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(super::loop_programs::hoisted_bounds_cases());
     cases.extend(super::vector_programs::maybe_empty_vector_cases());
     cases.extend(super::vector_programs::nibble_vector_cases());
+    cases.extend(zero_bound_of_mask_cases());
     cases
 }
 
@@ -2402,6 +2403,56 @@ pub fn minmax_of_negation_cases() -> Vec<Case> {
             Case::new(
                 format!("i32 {op:?} of {op:?} of a negation"),
                 elementwise(&buffers, DataType::I32, N, value),
+                inputs.clone(),
+            )
+        })
+        .collect()
+}
+
+/// Unsigned order comparisons of a literal zero with a value that is 0 or all ones (`-b`,
+/// `b * 0xFFFFFFFF`, `select(c, 0xFFFFFFFF, 0)` of a condition `b`): tautologies that ptxas
+/// 13.0 (sm_90) folded as signed comparisons (`0 > -1` true), seen in the SASS of fuzz seed
+/// 0xe65391424bfe6cd3's kernel and of minimal kernels. Half the lanes hold `b` = 1.
+pub fn zero_bound_of_mask_cases() -> Vec<Case> {
+    let inputs = vec![u32_bytes(
+        &(0..N).map(|i| i % 2 * 5 + i / 2).collect::<Vec<_>>(),
+    )];
+    let cond = || bin(BinOp::Ne, ld("a"), Expr::u32(5));
+    let b = || cast(DataType::U32, cond());
+    let neg = || Expr::UnOp {
+        op: UnOp::Negate,
+        operand: Box::new(b()),
+    };
+    let times_all_ones = || bin(BinOp::Mul, b(), Expr::u32(u32::MAX));
+    let mask = || Expr::select(cond(), Expr::u32(u32::MAX), Expr::u32(0));
+    let zero = || Expr::u32(0);
+    let compares = [
+        ("0 > -b", bin(BinOp::Gt, zero(), neg())),
+        (
+            "0 > b * 0xFFFFFFFF",
+            bin(BinOp::Gt, zero(), times_all_ones()),
+        ),
+        (
+            "0 > select(c, 0xFFFFFFFF, 0)",
+            bin(BinOp::Gt, zero(), mask()),
+        ),
+        (
+            "b * 0xFFFFFFFF >= 0",
+            bin(BinOp::Ge, times_all_ones(), zero()),
+        ),
+        (
+            "select(c, 0xFFFFFFFF, 0) < 0",
+            bin(BinOp::Lt, mask(), zero()),
+        ),
+        ("0 <= -b", bin(BinOp::Le, zero(), neg())),
+    ];
+    compares
+        .into_iter()
+        .map(|(name, compare)| {
+            let value = Expr::select(compare, Expr::u32(1), Expr::u32(2));
+            Case::new(
+                format!("unsigned {name} of a condition b is a tautology"),
+                elementwise(&[("a", DataType::U32)], DataType::U32, N, value),
                 inputs.clone(),
             )
         })

@@ -7,7 +7,7 @@ use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::{buf_len, ValKind};
 use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
-use vyre_foundation::ir::{DataType, Expr};
+use vyre_foundation::ir::{BinOp, DataType, Expr};
 
 impl<'p> Lowerer<'p> {
     /// The recursion depth is bounded by `analysis::nesting`, checked up front.
@@ -62,12 +62,26 @@ impl<'p> Lowerer<'p> {
                 self.put_bytes_operand(*op, left, right)
             }
             Expr::BinOp { op, left, right } => {
-                let left = self.put_expr(left)?;
-                if let Some(quotient) = self.put_div_by_literal(*op, left, right) {
+                let left_val = self.put_expr(left)?;
+                if let Some(quotient) = self.put_div_by_literal(*op, left_val, right) {
                     return Ok(quotient);
                 }
-                let right = self.put_expr(right)?;
-                self.put_binop(*op, left, right)
+                let right_val = self.put_expr(right)?;
+                // ptxas 13.0 (sm_90) folds the unsigned tautologies `0 > y`, `0 <= y`,
+                // `y < 0`, `y >= 0` as signed comparisons when it knows `y` is 0 or all
+                // ones (`-b`, `b * 0xFFFFFFFF`, `selp -1, 0` of a condition `b`): `0 > -1`
+                // came out true (fuzz seed 0xe65391424bfe6cd3). An opaque zero keeps the
+                // comparison.
+                let (left_val, right_val) = match op {
+                    BinOp::Gt | BinOp::Le if is_unsigned_zero(left) => {
+                        (self.opaque_val(left_val), right_val)
+                    }
+                    BinOp::Lt | BinOp::Ge if is_unsigned_zero(right) => {
+                        (left_val, self.opaque_val(right_val))
+                    }
+                    _ => (left_val, right_val),
+                };
+                self.put_binop(*op, left_val, right_val)
             }
             Expr::UnOp { op, operand } => {
                 let operand = self.put_expr(operand)?;
@@ -154,6 +168,11 @@ impl<'p> Lowerer<'p> {
             })?;
         let val = self.snapshot_var(name, val);
         self.operand_var(name, val)
+    }
+
+    /// `value` passed through the opaque zero (its kind kept).
+    fn opaque_val(&mut self, value: Val) -> Val {
+        Val::new(value.kind, self.opaque(value.reg))
     }
 
     fn put_buf_len(&mut self, buffer: &str) -> Result<Val, CodegenError> {
@@ -257,5 +276,16 @@ impl<'p> Lowerer<'p> {
         let (reg, mask) = (self.b32(), self.subgroup_mask);
         emit!(self.w, "vote.sync.ballot.b32 {reg}, {p}, {mask}");
         Ok(Val::new(ValKind::U32, reg))
+    }
+}
+
+/// A literal unsigned zero (`0u`, or `0u` cast to u64).
+fn is_unsigned_zero(expr: &Expr) -> bool {
+    match expr {
+        Expr::LitU32(0) => true,
+        Expr::Cast { target, value } => {
+            *target == DataType::U64 && matches!(**value, Expr::LitU32(0))
+        }
+        _ => false,
     }
 }
