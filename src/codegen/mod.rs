@@ -67,11 +67,11 @@ pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
-/// Version of the emitter's output format; part of every cache key. (29: the literal zero
-/// of an unsigned tautology (`0 > y`, `y >= 0`) through the opaque zero; 28: integer `Negate`
-/// takes its operand through the opaque zero; 27: `If`s on literal
-/// conditions steer by an opaque predicate; 26: bounds
-/// checks of loop loads hoisted before the loop, `analysis::loop_bounds`; 25: no cooperative
+/// Version of the emitter's output format; part of every cache key. (29: the zero of an
+/// unsigned tautology (`0 > y`, `y >= 0`; a literal or a variable bound to one) through the
+/// opaque zero; 28: integer `Negate` takes its operand through the opaque zero; 27: `If`s
+/// on literal conditions steer by an opaque predicate; 26: bounds checks of loop loads
+/// hoisted before the loop, `analysis::loop_bounds`; 25: no cooperative
 /// entry where a lane that faults could be awaited there; 24: workgroup barriers of
 /// entries whose leaving lanes exit take the `.aligned` form; 23: repeated pure
 /// sub-expressions of a statement computed once; 22 was an unmerged experiment.)

@@ -2446,7 +2446,7 @@ pub fn zero_bound_of_mask_cases() -> Vec<Case> {
         ),
         ("0 <= -b", bin(BinOp::Le, zero(), neg())),
     ];
-    compares
+    let mut cases: Vec<Case> = compares
         .into_iter()
         .map(|(name, compare)| {
             let value = Expr::select(compare, Expr::u32(1), Expr::u32(2));
@@ -2456,7 +2456,30 @@ pub fn zero_bound_of_mask_cases() -> Vec<Case> {
                 inputs.clone(),
             )
         })
-        .collect()
+        .collect();
+    // The zero through a variable: `let z = 0u; out = select(z > b * 0xFFFFFFFF, 1, 2)`.
+    let through_variable = Program::wrapped(
+        elementwise_buffers(&[("a", DataType::U32)], DataType::U32, N),
+        [64, 1, 1],
+        vec![
+            Node::let_bind("z", zero()),
+            Node::store(
+                "out",
+                gid(),
+                Expr::select(
+                    bin(BinOp::Gt, Expr::var("z"), times_all_ones()),
+                    Expr::u32(1),
+                    Expr::u32(2),
+                ),
+            ),
+        ],
+    );
+    cases.push(Case::new(
+        "unsigned z > b * 0xFFFFFFFF with z bound to 0 is a tautology",
+        through_variable,
+        inputs,
+    ));
+    cases
 }
 
 /// IR extensions no evaluator knows fail the dispatch where a lane reaches them, and

@@ -57,6 +57,9 @@ pub(crate) struct ProgramFacts<'p> {
     pub(crate) shared: shared::SharedExprs,
     /// Loops whose loads one test before the loop can check (see [`loop_bounds`]).
     pub(crate) hoisted_checks: FxHashMap<*const Node, Vec<loop_bounds::HoistedCheck<'p>>>,
+    /// Variables a `Let` or `Assign` gives a literal unsigned zero: compared as one (see
+    /// [`is_unsigned_zero`]), ptxas knows their value.
+    pub(crate) zero_vars: FxHashSet<&'p str>,
 }
 
 impl<'p> ProgramFacts<'p> {
@@ -105,6 +108,16 @@ impl<'p> ProgramFacts<'p> {
             bytes: BytesFacts::analyse(program),
             shared,
             hoisted_checks,
+            zero_vars: zero_vars(entry),
+        }
+    }
+
+    /// Whether `expr` is an unsigned zero ptxas sees as a constant: a literal `0u` (or
+    /// one cast to u64), or a variable bound to one.
+    pub(crate) fn is_unsigned_zero(&self, expr: &Expr) -> bool {
+        match expr {
+            Expr::Var(name) => self.zero_vars.contains(name.as_str()),
+            other => is_unsigned_zero_literal(other),
         }
     }
 
@@ -115,6 +128,31 @@ impl<'p> ProgramFacts<'p> {
             None => vec![self.entry],
         }
     }
+}
+
+/// A literal `0u`, or one cast to u64.
+fn is_unsigned_zero_literal(expr: &Expr) -> bool {
+    match expr {
+        Expr::LitU32(0) => true,
+        Expr::Cast { target, value } => {
+            *target == DataType::U64 && matches!(**value, Expr::LitU32(0))
+        }
+        _ => false,
+    }
+}
+
+/// See [`ProgramFacts::zero_vars`].
+fn zero_vars(entry: &[Node]) -> FxHashSet<&str> {
+    let mut zero = FxHashSet::default();
+    for_each_node(entry, &mut |node| match node {
+        Node::Let { name, value } | Node::Assign { name, value }
+            if is_unsigned_zero_literal(value) =>
+        {
+            zero.insert(name.as_str());
+        }
+        _ => {}
+    });
+    zero
 }
 
 /// See [`ProgramFacts::half_locals`].

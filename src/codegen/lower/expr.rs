@@ -73,10 +73,10 @@ impl<'p> Lowerer<'p> {
                 // came out true (fuzz seed 0xe65391424bfe6cd3). An opaque zero keeps the
                 // comparison.
                 let (left_val, right_val) = match op {
-                    BinOp::Gt | BinOp::Le if is_unsigned_zero(left) => {
+                    BinOp::Gt | BinOp::Le if self.facts.is_unsigned_zero(left) => {
                         (self.opaque_val(left_val), right_val)
                     }
-                    BinOp::Lt | BinOp::Ge if is_unsigned_zero(right) => {
+                    BinOp::Lt | BinOp::Ge if self.facts.is_unsigned_zero(right) => {
                         (left_val, self.opaque_val(right_val))
                     }
                     _ => (left_val, right_val),
@@ -276,16 +276,5 @@ impl<'p> Lowerer<'p> {
         let (reg, mask) = (self.b32(), self.subgroup_mask);
         emit!(self.w, "vote.sync.ballot.b32 {reg}, {p}, {mask}");
         Ok(Val::new(ValKind::U32, reg))
-    }
-}
-
-/// A literal unsigned zero (`0u`, or `0u` cast to u64).
-fn is_unsigned_zero(expr: &Expr) -> bool {
-    match expr {
-        Expr::LitU32(0) => true,
-        Expr::Cast { target, value } => {
-            *target == DataType::U64 && matches!(**value, Expr::LitU32(0))
-        }
-        _ => false,
     }
 }
