@@ -143,9 +143,9 @@ pub(crate) fn raw_alias(element: &DataType) -> Cow<'_, DataType> {
 /// `fixed_scalar_storage_width`: 8/16-bit integers and floats, 4-bit types, handles, i64,
 /// nested such vectors) is loaded as that many raw bytes (zero out of bounds) and stored as
 /// the value's bytes: the raw type of the same width, when there is one. So is a `Vec` of
-/// other lanes (see [`maybe_empty_width`]), but for its out-of-bounds loads' emptiness. Not a vector of
-/// 4-bit elements of more than one lane (its bytes hold more elements than its stride
-/// counts), nor one whose lanes have no width in loads (see [`unaddressed_width`]).
+/// other lanes (see [`maybe_empty_width`]), but for its out-of-bounds loads' emptiness,
+/// and one of several 4-bit lanes, but for its count (see [`nibble_vector`]). Not one whose
+/// lanes have no width in loads (see [`unaddressed_width`]).
 fn vec_alias(element: &DataType) -> Option<DataType> {
     let width = addressed_vec_width(element)?;
     Some(match width {
@@ -163,7 +163,7 @@ fn vec_alias(element: &DataType) -> Option<DataType> {
 /// digest; `Vec<f32; 8>`): no raw type has that width, so its loads and stores move that
 /// many single bytes (`Value::Bytes` of the width, zeros out of bounds; the empty bytes for
 /// lanes without a storage width, see [`maybe_empty_width`]), one element every `width`
-/// bytes. Not one of 4-bit lanes (see [`vec_alias`]).
+/// bytes.
 pub(crate) fn odd_width(element: &DataType) -> Option<u8> {
     match addressed_vec_width(element)? {
         width @ (3 | 5..=7 | 9..=15 | 17..=MAX_VALUE_BYTES) => Some(width as u8),
@@ -206,10 +206,10 @@ fn vec_storage_width(element: &DataType) -> Option<usize> {
 }
 
 /// For a `Vec` of lanes without a fixed storage width (`Vec<f32; 4>`, `Vec<u32; 3>`,
-/// `Vec<u64; 2>`), up to [`MAX_VALUE_BYTES`] wide: its width. The reference loads such an element as
-/// all of its bytes (`Value::Bytes` of the width, which no operator takes and which is
-/// truthy beyond four bytes), but out of bounds as the *empty* bytes (its type has no zero
-/// value), which is falsy; stored into an element, both write the value's bytes
+/// `Vec<u64; 2>`), up to [`MAX_VALUE_BYTES`] wide: its width. The reference loads such an
+/// element as all of its bytes (`Value::Bytes` of the width, which no operator takes and
+/// which is truthy beyond four bytes), but out of bounds as the *empty* bytes (its type has
+/// no zero value), which is falsy; stored into an element, both write the value's bytes
 /// zero-padded. So its values are those of the raw type of the width, except that a value
 /// wider than four bytes carries whether it is filled (see `Lowerer::filled`).
 pub(crate) fn maybe_empty_width(element: &DataType) -> Option<u8> {
@@ -222,6 +222,12 @@ pub(crate) fn maybe_empty_width(element: &DataType) -> Option<u8> {
     let width = element.size_bytes()?;
     let whole_bytes = element.min_bytes() == width && element.bit_width() == Some(8 * width);
     (whole_bytes && (1..=MAX_VALUE_BYTES).contains(&width)).then_some(width as u8)
+}
+
+/// Whether loads of `element` yield values a filled flag must tell from zeros: a
+/// [`maybe_empty_width`] over four bytes (up to four, the empty bytes read as zeros do).
+pub(crate) fn loads_may_be_empty(element: &DataType) -> bool {
+    maybe_empty_width(element).is_some_and(|width| width > 4)
 }
 
 /// The reference's `fixed_scalar_storage_width`: the bytes a load of `element` yields
@@ -254,9 +260,10 @@ fn fixed_storage_width(element: &DataType) -> Option<usize> {
 
 /// For an element the reference addresses with a zero stride (`min_bytes` 0 but a size:
 /// `Array`, `DeviceMesh`, vectors of them or of bytes) and counts by its size: the width of
-/// the zero value every load yields (every store writes nothing), up to [`MAX_VALUE_BYTES`]. A type
-/// without a fixed storage width (`Vec<bytes; 2>`) has no zero value: its loads are the
-/// empty bytes, width 0 (as `Array { element_size: 0 }`'s zero value is).
+/// the zero value every load yields (every store writes nothing), up to
+/// [`MAX_VALUE_BYTES`]. A type without a fixed storage width (`Vec<bytes; 2>`) has no zero
+/// value: its loads are the empty bytes, width 0 (as `Array { element_size: 0 }`'s zero
+/// value is).
 pub(crate) fn unaddressed_width(element: &DataType) -> Option<u8> {
     let sized = element.size_bytes().is_some() && *element != DataType::Bytes;
     // A bit width of zero (`Vec<f32; 0>`): the reference divides by it to count the
@@ -287,11 +294,18 @@ pub(crate) fn buf_len(element: &DataType, byte_len: u64) -> u32 {
 /// bytes `stride` apart: the elements it addresses, or, for a vector of several 4-bit
 /// lanes, the reference's count, of which it addresses half (see [`nibble_vector`]).
 pub(crate) fn count_param(element: &DataType, stride: u32, byte_len: u64) -> u64 {
-    let stride = u64::from(stride.max(1));
-    match nibble_vector(element) && stride > 1 {
-        true => byte_len * 2 / stride,
-        false => byte_len / stride,
+    let per_stride = u64::from(stride.max(1));
+    match param_is_reference_count(element, stride) {
+        true => byte_len * 2 / per_stride,
+        false => byte_len / per_stride,
     }
+}
+
+/// Whether a storage buffer's count parameter is the reference's count, of which the
+/// kernel addresses half (a vector of several 4-bit lanes), rather than the addressed
+/// count: the host ([`count_param`]) and the kernel's prologue must agree.
+pub(crate) fn param_is_reference_count(element: &DataType, stride: u32) -> bool {
+    nibble_vector(element) && stride > 1
 }
 
 /// The bytes the reference allocates for `count` elements of `element` (an output, a

@@ -16,7 +16,7 @@
 
 use super::atomics::{commutative_opcode, discarded_let};
 use crate::codegen::abi::{role, BindingRole};
-use crate::codegen::kind::{maybe_empty_width, nibble_vector, unaddressed_width};
+use crate::codegen::kind::{loads_may_be_empty, nibble_vector, unaddressed_width};
 use crate::codegen::visit::{all_children, for_each_expr, for_each_node, is_pure_operation};
 use rustc_hash::{FxHashMap, FxHashSet};
 use vyre_foundation::ir::{BufferAccess, DataType, Expr, Node, Program};
@@ -56,7 +56,7 @@ pub(crate) fn classify<'p>(
         decl.access() == BufferAccess::Workgroup
             || decl.element() == DataType::Bytes
             || unaddressed_width(&decl.element()).is_some()
-            || maybe_empty_width(&decl.element()).is_some_and(|width| width > 4)
+            || loads_may_be_empty(&decl.element())
             || nibble_vector(&decl.element())
     }) {
         return None;

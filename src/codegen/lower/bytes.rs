@@ -525,14 +525,7 @@ impl<'p> Lowerer<'p> {
             _ => None,
         };
         // The empty bytes (an out-of-bounds load of a vector of lanes) write nothing.
-        let filled = match self.filled.get(&value.reg).copied() {
-            Some(flag) => {
-                let filled = self.pred();
-                emit!(self.w, "setp.ne.u32 {filled}, {flag}, 0");
-                Some(filled)
-            }
-            None => None,
-        };
+        let filled = self.filled_pred(value);
         let low = self.bytes_b64(value);
         let upper = self.upper_of(value, value.kind.upper_words().max(1));
         let dst = self.bytes_region(buffer, index)?;

@@ -100,6 +100,13 @@ impl Lowerer<'_> {
 
     /// Predicate that is true when the reference's `truthy()` holds for `value`.
     pub(crate) fn truthy(&mut self, value: Val) -> Reg {
+        // A raw value wider than 4 bytes has no u32 reading, which the reference treats as
+        // true; the empty bytes read as 0.
+        if matches!(value.kind, ValKind::Bytes(5..)) {
+            if let Some(filled) = self.filled_pred(value) {
+                return filled;
+            }
+        }
         let p = self.pred();
         match value.kind {
             ValKind::F32 | ValKind::F64 => {
@@ -110,12 +117,7 @@ impl Lowerer<'_> {
             // in-bounds half is subnormal.
             ValKind::Half => emit!(self.w, "setp.neu.ftz.f32 {p}, {}, 0f00000000", value.reg),
             ValKind::U64 => emit!(self.w, "setp.ne.u64 {p}, {}, 0", value.reg),
-            // A raw value wider than 4 bytes has no u32 reading, which the reference
-            // treats as true; the empty bytes read as 0.
-            ValKind::Bytes(width) if width > 4 => match self.filled.get(&value.reg) {
-                Some(filled) => emit!(self.w, "setp.ne.u32 {p}, {filled}, 0"),
-                None => emit!(self.w, "setp.eq.u32 {p}, 0, 0"),
-            },
+            ValKind::Bytes(width) if width > 4 => emit!(self.w, "setp.eq.u32 {p}, 0, 0"),
             _ => emit!(self.w, "setp.ne.u32 {p}, {}, 0", value.reg),
         }
         p
@@ -168,12 +170,8 @@ impl Lowerer<'_> {
     /// Record `fault` for a raw value too wide for the reading asked of it (which the
     /// reference has no reading for), unless it is the empty bytes (which read as 0).
     pub(super) fn fault_unless_empty(&mut self, value: Val, fault: DeviceFault) {
-        match self.filled.get(&value.reg).copied() {
-            Some(filled) => {
-                let p = self.pred();
-                emit!(self.w, "setp.ne.u32 {p}, {filled}, 0");
-                self.fault_if(p, fault);
-            }
+        match self.filled_pred(value) {
+            Some(filled) => self.fault_if(filled, fault),
             None => self.fault_always(fault),
         }
     }

@@ -67,20 +67,8 @@ impl<'p> Lowerer<'p> {
                     return Ok(quotient);
                 }
                 let right_val = self.put_expr(right)?;
-                // ptxas 13.0 (sm_90) folds the unsigned tautologies `0 > y`, `0 <= y`,
-                // `y < 0`, `y >= 0` as signed comparisons when it knows `y` is 0 or all
-                // ones (`-b`, `b * 0xFFFFFFFF`, `selp -1, 0` of a condition `b`): `0 > -1`
-                // came out true (fuzz seed 0xe65391424bfe6cd3). An opaque zero keeps the
-                // comparison.
-                let (left_val, right_val) = match op {
-                    BinOp::Gt | BinOp::Le if self.facts.is_unsigned_zero(left) => {
-                        (self.opaque_val(left_val), right_val)
-                    }
-                    BinOp::Lt | BinOp::Ge if self.facts.is_unsigned_zero(right) => {
-                        (left_val, self.opaque_val(right_val))
-                    }
-                    _ => (left_val, right_val),
-                };
+                let (left_val, right_val) =
+                    self.unfoldable_tautology(*op, (left, left_val), (right, right_val));
                 self.put_binop(*op, left_val, right_val)
             }
             Expr::UnOp { op, operand } => {
@@ -170,9 +158,27 @@ impl<'p> Lowerer<'p> {
         self.operand_var(name, val)
     }
 
-    /// `value` passed through the opaque zero (its kind kept).
-    fn opaque_val(&mut self, value: Val) -> Val {
-        Val::new(value.kind, self.opaque(value.reg))
+    /// The operands of `op`, the zero of an unsigned tautology (`0 > y`, `0 <= y`,
+    /// `y < 0`, `y >= 0`) passed through the opaque zero. ptxas 13.0 (sm_90) folds these as
+    /// signed comparisons when it knows `y` is 0 or all ones (`-b`, `b * 0xFFFFFFFF`,
+    /// `selp -1, 0` of a condition `b`): `0 > -1` came out true (fuzz seed
+    /// 0xe65391424bfe6cd3).
+    fn unfoldable_tautology(
+        &mut self,
+        op: BinOp,
+        (left, left_val): (&Expr, Val),
+        (right, right_val): (&Expr, Val),
+    ) -> (Val, Val) {
+        let opaque = |s: &mut Self, v: Val| Val::new(v.kind, s.opaque(v.reg));
+        match op {
+            BinOp::Gt | BinOp::Le if self.facts.is_unsigned_zero(left) => {
+                (opaque(self, left_val), right_val)
+            }
+            BinOp::Lt | BinOp::Ge if self.facts.is_unsigned_zero(right) => {
+                (left_val, opaque(self, right_val))
+            }
+            _ => (left_val, right_val),
+        }
     }
 
     fn put_buf_len(&mut self, buffer: &str) -> Result<Val, CodegenError> {

@@ -225,8 +225,7 @@ impl Lowerer<'_> {
     /// page instead (`selp` of the address, then an unpredicated load): a predicated load
     /// into a zeroed register is a partial definition, and ptxas's time grows steeply with
     /// many of them in one block (the corpus's straight-line attention passes: 192 -> 88
-    /// ms). Shared loads keep the
-    /// predicate.
+    /// ms). Shared loads keep the predicate.
     pub(super) fn load_or_zero(
         &mut self,
         space: Space,

@@ -32,7 +32,8 @@ use super::analysis::steps::RoundMode;
 use super::analysis::ProgramFacts;
 use super::fault::DeviceFault;
 use super::kind::{
-    buf_len, declared_bytes, element_stride, maybe_empty_width, nibble_vector, ValKind,
+    buf_len, declared_bytes, element_stride, loads_may_be_empty, nibble_vector,
+    param_is_reference_count, ValKind,
 };
 use super::libm::Libm;
 use super::writer::{Label, PtxWriter, Reg, RegClass};
@@ -169,8 +170,8 @@ pub(crate) struct Lowerer<'p> {
     /// The upper words (bytes 8.., a `.b64` each) of wide values, keyed by their low
     /// register.
     upper: FxHashMap<Reg, SmallVec<[Reg; 1]>>,
-    /// Whether the program has buffers of [`maybe_empty_width`] elements wider than four
-    /// bytes: its raw values over four bytes wide then carry a filled flag.
+    /// Whether the program has buffers whose loads may be empty ([`loads_may_be_empty`]):
+    /// its raw values over four bytes wide then carry a filled flag.
     maybe_empty: bool,
     /// The filled flags of such values (`.b32`, 1 for the element's bytes, 0 for the empty
     /// bytes of an out-of-bounds load), keyed by their low register; a value without one
@@ -212,7 +213,7 @@ impl<'p> Lowerer<'p> {
         let epilogue = (!facts.partial_buffers.is_empty()).then(|| w.label());
         let maybe_empty = buffers
             .values()
-            .any(|slot| maybe_empty_width(&slot.element).is_some_and(|width| width > 4));
+            .any(|slot| loads_may_be_empty(&slot.element));
         Self {
             w,
             facts,
@@ -307,9 +308,8 @@ fn buffer_slots<'p>(
     for binding in &abi.bindings {
         let base = w.reg(RegClass::B64);
         let len = w.reg(RegClass::B32);
-        // A vector of several 4-bit lanes: the count parameter is the reference's count.
-        let halved = nibble_vector(&binding.element) && binding.element_size > 1;
-        let counted = halved.then(|| w.reg(RegClass::B32));
+        let counted = param_is_reference_count(&binding.element, binding.element_size)
+            .then(|| w.reg(RegClass::B32));
         binding_regs.push(BindingRegs { base, len, counted });
         let decl = &program.buffers()[binding.decl_index];
         buffers.insert(

@@ -2,7 +2,7 @@
 //! reference's float canonicalisation, the opaque zero, and libm calls.
 
 use super::{Lowerer, Val};
-use crate::codegen::kind::{maybe_empty_width, ValKind};
+use crate::codegen::kind::{loads_may_be_empty, ValKind};
 use crate::codegen::libm::{self, Libm};
 use crate::codegen::writer::{emit, Reg, RegClass};
 use smallvec::SmallVec;
@@ -138,6 +138,15 @@ impl Lowerer<'_> {
         }
     }
 
+    /// A predicate that holds where `value` is filled, if it tracks a filled flag (see
+    /// `Lowerer::filled`).
+    pub(super) fn filled_pred(&mut self, value: Val) -> Option<Reg> {
+        let flag = self.filled.get(&value.reg).copied()?;
+        let filled = self.pred();
+        emit!(self.w, "setp.ne.u32 {filled}, {flag}, 0");
+        Some(filled)
+    }
+
     /// The filled flag of `value` (see `Lowerer::filled`): its tracked one, or 1.
     pub(super) fn filled_flag(&mut self, value: Val) -> Reg {
         match self.filled.get(&value.reg) {
@@ -147,10 +156,10 @@ impl Lowerer<'_> {
     }
 
     /// Track `value` as filled where `in_bounds` holds, else the empty bytes (`None`:
-    /// in bounds), if it is a raw value over four bytes loaded from a buffer of
-    /// [`maybe_empty_width`] elements.
+    /// in bounds), if it is loaded from a buffer whose loads may be empty
+    /// ([`loads_may_be_empty`]).
     pub(super) fn mark_filled(&mut self, element: &DataType, value: Val, in_bounds: Option<Reg>) {
-        if maybe_empty_width(element).is_none_or(|width| width <= 4) {
+        if !loads_may_be_empty(element) {
             return;
         }
         let filled = match in_bounds {
