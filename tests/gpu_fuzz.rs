@@ -23,6 +23,7 @@
 //! * `VYRE_CUDA_FUZZ_SKIP_SHRINK` — `|`-separated substrings: failures whose kind or
 //!   detail contains one (known, already saved bugs) are counted but not shrunk;
 //! * `VYRE_CUDA_FUZZ_SAVE_DIR` — where shrunk failures are written.
+//! * `VYRE_CUDA_FUZZ_HANG_SECONDS` — a dispatch running longer is a hang (default 90).
 //!
 //! Without a device it prints `skipped: no CUDA device` (or fails under
 //! `VYRE_CUDA_REQUIRE_GPU=1`).
@@ -58,8 +59,12 @@ use vyre_cuda::CudaBackend;
 
 const DEFAULT_PROGRAMS: u64 = 2000;
 const DEFAULT_SEED: u64 = 0x6F75_7A7A_2024;
-/// A dispatch running longer than this is a hang: the process saves the case and exits.
-const HANG: Duration = Duration::from_secs(90);
+/// A dispatch running longer than this is a hang: the process saves the case and exits
+/// (`VYRE_CUDA_FUZZ_HANG_SECONDS` overrides it; keep it below the time a shard's caller
+/// leaves after `VYRE_CUDA_FUZZ_SECONDS`, or a late hang is killed unreported).
+fn hang_limit() -> Duration {
+    Duration::from_secs(env_u64("VYRE_CUDA_FUZZ_HANG_SECONDS").unwrap_or(90))
+}
 
 fn env_u64(name: &str) -> Option<u64> {
     let v = std::env::var(name).ok()?;
@@ -162,7 +167,7 @@ fn spawn_watchdog(watch: Arc<Watch>, config: GenConfig) {
             let now = watch.start.elapsed().as_millis() as u64;
             let hung = watch.slots.iter().any(|(_, since)| {
                 let since = since.load(Ordering::Relaxed);
-                since != 0 && now.saturating_sub(since) > HANG.as_millis() as u64
+                since != 0 && now.saturating_sub(since) > hang_limit().as_millis() as u64
             });
             if hung {
                 report_hang(&watch, &config, now);
@@ -171,7 +176,7 @@ fn spawn_watchdog(watch: Arc<Watch>, config: GenConfig) {
     });
 }
 
-/// Saves every program in flight when a dispatch outlived [`HANG`] and exits. Workers
+/// Saves every program in flight when a dispatch outlived [`hang_limit`] and exits. Workers
 /// share one device, so a dispatch can wait behind another worker's hanging kernel (or
 /// the module load it blocks): the longest-running one is not necessarily the culprit.
 /// Re-run the printed seeds one at a time (`VYRE_CUDA_FUZZ_THREADS=1`) to find it.
@@ -197,7 +202,8 @@ fn report_hang(watch: &Watch, config: &GenConfig, now: u64) -> ! {
         .map(|(_, seed, _)| format!("{seed:#x}"))
         .collect();
     println!(
-        "fuzz: HANG: a dispatch ran longer than {HANG:?}; {} programs in flight (longest first): {}",
+        "fuzz: HANG: a dispatch ran longer than {:?}; {} programs in flight (longest first): {}",
+        hang_limit(),
         in_flight.len(),
         seeds.join(",")
     );
@@ -208,7 +214,10 @@ fn report_hang(watch: &Watch, config: &GenConfig, now: u64) -> ! {
             case: generate(*seed, config).case,
             failure: Failure::new(
                 "hang",
-                format!("in flight for {running_ms} ms when a dispatch outlived {HANG:?}"),
+                format!(
+                    "in flight for {running_ms} ms when a dispatch outlived {:?}",
+                    hang_limit()
+                ),
             ),
         };
         let note = format!(
