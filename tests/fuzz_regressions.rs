@@ -277,6 +277,44 @@ fn the_undefined_read_gate_finds_reads_that_a_path_reaches_unwritten() {
 /// barrier reduction, guarded or not, is found in an entry whose lanes leave by `exit`;
 /// the `.aligned` forms pass, and so does a cooperative entry's segment end, where leaving
 /// lanes wait at another barrier.
+/// The anchoring gate (`fuzz::check::unanchored_collective`): a warp-synchronous result
+/// the next conditional branch does not steer by is found, also past an unconditional
+/// jump; a branch steering by it through the opaque zero (`Lowerer::anchor`), a loop's
+/// back edge, a libm routine's inner branch and a member mask of the lanes present pass.
+#[test]
+fn the_anchoring_gate_finds_collectives_a_later_branch_may_take_in() {
+    let vote = "\tvote.sync.any.pred %p1, %p0, %r9;\n";
+    let steered =
+        "\tsetp.eq.u32 %p2, %r8, 16;\n\tand.pred %p2, %p2, %p1;\n\txor.pred %p3, %p4, %p2;\n";
+    let branch = "\t@%p3 bra $L__9;\n\texit;\n$L__9:\n";
+    let unsteered = format!("{vote}\tsetp.eq.u32 %p3, %r8, 3;\n{branch}");
+    let found = fuzz::check::unanchored_collective(&gate_kernel(&unsteered));
+    assert!(
+        found.is_some_and(|line| line.starts_with(vote.trim())),
+        "{unsteered}"
+    );
+    let jumped = format!(
+        "{vote}\tbra $L__5;\n$L__4:\n\texit;\n$L__5:\n\tsetp.eq.u32 %p3, %r8, 3;\n{branch}"
+    );
+    assert!(
+        fuzz::check::unanchored_collective(&gate_kernel(&jumped)).is_some(),
+        "{jumped}"
+    );
+    let passing = [
+        format!("{vote}{steered}{branch}"),
+        format!("$L__1:\n{vote}\tbra $L__1;\n"),
+        format!("{vote}\t@%p5 bra $Lv1_1;\n$Lv1_1:\n{steered}{branch}"),
+        format!("\tactivemask.b32 %r9;\n{vote}\tsetp.eq.u32 %p3, %r8, 3;\n{branch}"),
+    ];
+    for body in passing {
+        assert_eq!(
+            fuzz::check::unanchored_collective(&gate_kernel(&body)),
+            None,
+            "{body}"
+        );
+    }
+}
+
 #[test]
 fn the_barrier_gate_finds_unaligned_barriers_in_exiting_entries() {
     for body in [

@@ -97,7 +97,7 @@ pub struct PtxasHazard {
 /// [`super::defined::undefined_read`].
 pub fn ptxas_hazard(ptx: &str) -> Option<PtxasHazard> {
     type Gate = fn(&str) -> Option<String>;
-    let gates: [(&'static str, &'static str, Gate); 7] = [
+    let gates: [(&'static str, &'static str, Gate); 8] = [
         (
             "sync-operand-visible",
             "a warp-synchronous operand ptxas can see through",
@@ -122,6 +122,11 @@ pub fn ptxas_hazard(ptx: &str) -> Option<PtxasHazard> {
             "skipped-collective",
             "a warp-synchronous instruction a vote-steered branch skips",
             skipped_collective,
+        ),
+        (
+            "unanchored-collective",
+            "a warp-synchronous result the next conditional branch does not steer by",
+            unanchored_collective,
         ),
         (
             "function-call",
@@ -246,6 +251,106 @@ pub fn skipped_collective(ptx: &str) -> Option<String> {
         };
         if let Some(found) = region.iter().find(|l| collective(l)) {
             return Some(found.to_string());
+        }
+    }
+    None
+}
+
+/// The first warp-synchronous instruction (`vote`, `shfl`, `redux`, `match` `.sync`)
+/// whose result the first conditional branch after it does not steer by, directly or
+/// through what was computed from it (the path is followed through forward unconditional
+/// branches, up to a loop's back edge; a libm routine's inner branches and a grid
+/// barrier's own do not count).
+/// ptxas 13.0 sinks such an instruction into a data-dependent branch that reads its
+/// result, where the lanes that took it wait for lanes that never come
+/// (`tests/fuzz_regressions/gpu-hang-vote-sunk-into-a-branch.case`); the emitter makes the
+/// next branch depend on every subgroup result (`Lowerer::anchor`).
+pub fn unanchored_collective(ptx: &str) -> Option<String> {
+    let lines: Vec<&str> = ptx.lines().map(str::trim).collect();
+    let labels: std::collections::HashMap<&str, usize> = lines
+        .iter()
+        .enumerate()
+        .filter_map(|(at, line)| line.strip_suffix(':').map(|name| (name, at)))
+        .collect();
+    // Aggregated atomics combine over the lanes present (`activemask`): no lane waits.
+    let present: std::collections::HashSet<&str> = lines
+        .iter()
+        .filter_map(|line| line.strip_prefix("activemask.b32 "))
+        .map(|dest| dest.trim_end_matches(';'))
+        .collect();
+    lines.iter().enumerate().find_map(|(at, line)| {
+        let (opcode, args) = instruction(past_guard(line));
+        let collective = ["redux.sync", "shfl.sync", "vote.sync", "match.sync"]
+            .iter()
+            .any(|c| opcode.starts_with(c))
+            && !args.last().is_some_and(|mask| present.contains(mask));
+        let branch = collective.then(|| unsteered_branch(&lines, &labels, at + 1, args[0]));
+        branch
+            .flatten()
+            .map(|branch| format!("{line} (the next branch: {branch})"))
+    })
+}
+
+/// A register operand without its braces, brackets or negation.
+fn register(operand: &str) -> String {
+    operand
+        .trim_matches(|c| matches!(c, '{' | '}' | '[' | ']' | '!'))
+        .trim()
+        .to_string()
+}
+
+/// The first conditional branch from line `from` on (following unconditional ones) whose
+/// guard does not depend on `dest`, if that is the first conditional branch.
+fn unsteered_branch<'a>(
+    lines: &[&'a str],
+    labels: &std::collections::HashMap<&str, usize>,
+    mut from: usize,
+    dest: &str,
+) -> Option<&'a str> {
+    let mut tainted: std::collections::HashSet<String> = dest.split('|').map(register).collect();
+    let mut followed = std::collections::HashSet::new();
+    while let Some(&line) = lines.get(from) {
+        from += 1;
+        let op = past_guard(line);
+        let guard = line
+            .strip_prefix('@')
+            .and_then(|g| g.split_whitespace().next())
+            .map(register);
+        if op.starts_with("exit") || op.starts_with("ret") {
+            return None;
+        }
+        if op.starts_with("bra") || op.starts_with("brx.idx") {
+            let target = op
+                .split_whitespace()
+                .last()
+                .unwrap_or("")
+                .trim_end_matches(';');
+            match guard {
+                // A loop's back edge: the instruction runs once per iteration, so ptxas
+                // cannot sink it past the loop's test.
+                None => match labels.get(target) {
+                    Some(&at) if at >= from && followed.insert(at) => from = at + 1,
+                    _ => return None,
+                },
+                Some(g) if g.starts_with("%gp") || target.starts_with("$Lv") => {}
+                Some(g) => return (!tainted.contains(&g)).then_some(line),
+            }
+            continue;
+        }
+        let (_, args) = instruction(op);
+        let Some(dest) = args
+            .first()
+            .filter(|d| d.starts_with('%') || d.starts_with('{'))
+        else {
+            continue;
+        };
+        let reads_tainted = args[1..]
+            .iter()
+            .map(|a| register(a))
+            .chain(guard)
+            .any(|s| tainted.contains(&s));
+        if reads_tainted {
+            tainted.extend(dest.split(['|', ',']).map(register));
         }
     }
     None

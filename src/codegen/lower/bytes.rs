@@ -473,6 +473,7 @@ impl<'p> Lowerer<'p> {
         self.w.put_label(top);
         let done = self.pred();
         emit!(self.w, "setp.ge.u32 {done}, {k}, {count}");
+        let done = self.anchored_pred(done);
         emit!(self.w, "@{done} bra {end}");
         let down = self.b32();
         emit!(self.w, "sub.u32 {down}, {count}, {k}");

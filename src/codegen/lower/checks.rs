@@ -62,20 +62,54 @@ impl Lowerer<'_> {
     /// learn the opaque zero's value and fold what it guards, bringing back the
     /// miscompiles it prevents (`gpu-mismatch-97b6641b948d4a05.case`).
     pub(super) fn branch_pred(&mut self, p: Reg) -> Reg {
-        if !self.facts.calls_libm {
-            return p;
+        match self.facts.calls_libm {
+            true => self.opaque_pred(p),
+            false => self.anchored_pred(p),
         }
-        self.opaque_pred(p)
+    }
+
+    /// `p`, or, after subgroup operations no branch steers by yet, `p` through the
+    /// opaque predicate that depends on their results (see [`Self::anchor`]).
+    pub(super) fn anchored_pred(&mut self, p: Reg) -> Reg {
+        match self.unanchored.is_empty() {
+            true => p,
+            false => self.opaque_pred(p),
+        }
     }
 
     /// `p` xor a predicate that is false at run time but opaque to ptxas (see
-    /// [`Self::branch_pred`]).
+    /// [`Self::branch_pred`]), which also depends on the subgroup results not anchored yet.
     pub(super) fn opaque_pred(&mut self, p: Reg) -> Reg {
         let never = self.pred();
         emit!(self.w, "setp.eq.u32 {never}, {}, 16", self.opaque_zero);
+        self.anchor(never);
         let out = self.pred();
         emit!(self.w, "xor.pred {out}, {p}, {never}");
         out
+    }
+
+    /// Make the hidden predicate `never` depend on every subgroup result computed since
+    /// the last branch. ptxas 13.0 (sm_90) may otherwise sink a warp-synchronous
+    /// instruction whose result only a data-dependent branch reads into that branch: the
+    /// lanes that took it wait in the `vote.sync`/`shfl.sync` for lanes that never come,
+    /// and the warp hangs (`tests/fuzz_regressions/gpu-hang-vote-sunk-into-a-branch.case`:
+    /// the fault vote of a subgroup reduction, sunk past the `If` that used it, in a
+    /// kernel with a barrier in a loop). A branch steering by the result keeps the
+    /// instruction above it, where every lane still runs.
+    fn anchor(&mut self, never: Reg) {
+        let results = std::mem::take(&mut self.unanchored);
+        self.anchored.extend(&results);
+        for r in results {
+            match r.class() {
+                RegClass::Pred => emit!(self.w, "and.pred {never}, {never}, {r}"),
+                RegClass::B64 | RegClass::F64 => {
+                    emit!(self.w, "setp.ne.and.b64 {never}, {r}, 0, {never}")
+                }
+                RegClass::B32 | RegClass::F32 => {
+                    emit!(self.w, "setp.ne.and.b32 {never}, {r}, 0, {never}")
+                }
+            }
+        }
     }
 
     /// `p ? 0 : r`: the safe operand substituted after a recorded fault.

@@ -140,6 +140,9 @@ impl<'p> Lowerer<'p> {
         let mut p = PtxWriter::default();
         self.load_params(&mut p, fault_word);
         p.put_zero(self.faulted);
+        for &reg in &self.anchored {
+            p.put_zero(reg);
+        }
         emit!(p, "mov.u32 {}, %dynamic_smem_size", self.opaque_zero);
         if let Some(zero) = self.zero_page {
             emit!(p, "mov.u64 {zero}, {ZERO_PAGE}");
@@ -179,6 +182,7 @@ impl<'p> Lowerer<'p> {
     pub(super) fn lazy_prologue_regs(&self) -> Vec<Reg> {
         let mut regs = self.returned_prologue_regs();
         regs.extend(self.zero_page);
+        regs.extend(&self.anchored);
         regs
     }
 

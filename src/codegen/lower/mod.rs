@@ -162,6 +162,15 @@ pub(crate) struct Lowerer<'p> {
     /// The subgroup operations being lowered, innermost last: the faults their operands
     /// raise, recorded once the whole subgroup has evaluated them (see `returned`).
     operand_faults: Vec<Vec<(Reg, DeviceFault)>>,
+    /// Results of subgroup operations that no branch steers by yet: the next branch
+    /// steers by them too (see `checks::anchor`).
+    unanchored: Vec<Reg>,
+    /// Every register an anchor reads: the prologue writes them, as an anchor may be
+    /// reached on a path that skipped the operation (a loop's exit before any iteration).
+    anchored: Vec<Reg>,
+    /// Results not anchored yet where a lane returned (and left its construct): anchored
+    /// after that construct, where its path goes on.
+    carried: Vec<Reg>,
     /// Set while a step machine evaluates a subgroup operand in lane turns: whether this
     /// lane's turn it is (its atomics run then; see `atomic::put_lane_operand`).
     operand_turn: Option<Reg>,
@@ -247,6 +256,9 @@ impl<'p> Lowerer<'p> {
             hoisted: FxHashMap::default(),
             shared_values: FxHashMap::default(),
             operand_faults: Vec::new(),
+            unanchored: Vec::new(),
+            anchored: Vec::new(),
+            carried: Vec::new(),
             operand_turn: None,
             returned: None,
             upper: FxHashMap::default(),

@@ -151,6 +151,8 @@ impl<'p> Lowerer<'p> {
             emit!(self.w, "setp.eq.u32 {}, 0, 0", frozen.bound);
         }
         emit!(self.w, "setp.eq.u32 {pred}, 0, 0");
+        let pending = std::mem::take(&mut self.unanchored);
+        self.carried.extend(pending);
         emit!(self.w, "bra {exit}");
         Ok(true)
     }
@@ -256,7 +258,10 @@ impl<'p> Lowerer<'p> {
                 emit!(self.w, "vote.sync.any.pred {any}, {p}, {mask}");
                 (any, fault)
             })
-            .collect();
+            .collect::<Vec<_>>();
+        let results: Vec<Reg> = self.value_regs(value.reg).collect();
+        self.unanchored.extend(results);
+        self.unanchored.extend(anywhere.iter().map(|(any, _)| *any));
         Ok((value, anywhere))
     }
 
@@ -395,6 +400,8 @@ impl<'p> Lowerer<'p> {
         if let Some(returned) = self.returned.as_mut() {
             returned.exit = exit;
         }
+        let carried = std::mem::take(&mut self.carried);
+        self.unanchored.extend(carried);
     }
 }
 

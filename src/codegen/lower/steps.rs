@@ -67,6 +67,9 @@ pub(super) struct StepMachine<'p> {
     views: BTreeMap<&'p str, NamedView>,
     /// Set while a subgroup operand is evaluated in serial mode: it reads the copies.
     reading_snapshot: bool,
+    /// The results of the rounds' subgroup operations: the dispatch to the steps that
+    /// read them steers by them (see `checks::anchor`).
+    unanchored: Vec<Reg>,
     /// The writer's register counts before the first round: every register allocated after
     /// it belongs to the machine's rounds and steps.
     first_regs: [u32; 5],
@@ -109,6 +112,7 @@ impl<'p> Lowerer<'p> {
             named: BTreeMap::new(),
             views: BTreeMap::new(),
             reading_snapshot: false,
+            unanchored: Vec::new(),
             first_regs: [0; 5],
         });
         let labels = RoundLabels {
@@ -228,6 +232,8 @@ impl<'p> Lowerer<'p> {
             .collect::<Vec<_>>()
             .join(", ");
         emit!(self.w, "{table}: .branchtargets {list}");
+        let results = std::mem::take(&mut self.machine_mut()?.unanchored);
+        self.unanchored.extend(results);
         let running = self.branch_pred(running);
         emit!(self.w, "@{running} brx.idx {pc}, {table}");
         self.w.put_label(round_end);
@@ -472,6 +478,9 @@ impl<'p> Lowerer<'p> {
             emit!(self.w, "setp.eq.and.u32 {here}, {pc}, {id}, {running}");
             let here = self.sync_operand(here);
             emit!(self.w, "vote.sync.any.pred {any}, {here}, {mask}");
+            // The earlier evaluations of the round run before this branch too.
+            let results = std::mem::take(&mut self.machine_mut()?.unanchored);
+            self.unanchored.extend(results);
             let any = self.branch_pred(any);
             emit!(self.w, "@!{any} bra {next}");
         }
@@ -483,11 +492,14 @@ impl<'p> Lowerer<'p> {
     }
 
     fn hoist_in_step(&mut self, ops: Vec<&'p Expr>) -> Result<(), CodegenError> {
+        let before = self.unanchored.len();
         for op in ops {
             let (value, faults) = self.put_subgroup_op(op)?;
             self.hoisted
                 .insert(op as *const Expr, Hoisted { value, faults });
         }
+        let results = self.unanchored.split_off(before);
+        self.machine_mut()?.unanchored.extend(results);
         Ok(())
     }
 

@@ -237,8 +237,12 @@ impl<'p> Lowerer<'p> {
             self.w.put_label(end_label);
         } else {
             emit!(self.w, "bra {end_label}");
+            // The then-branch's subgroup results are anchored after the `If`, on its way
+            // on, not by the else-branch's first branch.
+            let then_results = std::mem::take(&mut self.unanchored);
             self.w.put_label(else_label);
             result = result.and_then(|()| self.put_scoped_block(otherwise));
+            self.unanchored.extend(then_results);
             self.w.put_label(end_label);
         }
         self.divergence -= u32::from(divergent);

@@ -129,6 +129,7 @@ impl<'p> Lowerer<'p> {
         let step = self.b32();
         emit!(self.w, "cvt.u32.u64 {step}, {stride}");
         emit!(self.w, "@{more} add.u32 {first}, {first}, {step}");
+        let more = self.anchored_pred(more);
         emit!(self.w, "@{more} bra {top}");
     }
 
@@ -207,6 +208,7 @@ impl<'p> Lowerer<'p> {
             emit!(self.w, "add.u32 {gid}, {first}, {lane}");
             let past = self.pred();
             emit!(self.w, "setp.ge.u32 {past}, {gid}, {inv_end}");
+            let past = self.anchored_pred(past);
             emit!(self.w, "@{past} bra {flush}");
             let lane_end = self.w.label();
             if let Some(lanes) = self.lanes.as_mut() {
