@@ -62,9 +62,7 @@ const DEFAULT_SEED: u64 = 0x6F75_7A7A_2024;
 /// A dispatch running longer than this is a hang: the process saves the case and exits
 /// (`VYRE_CUDA_FUZZ_HANG_SECONDS` overrides it; keep it below the time a shard's caller
 /// leaves after `VYRE_CUDA_FUZZ_SECONDS`, or a late hang is killed unreported).
-fn hang_limit() -> Duration {
-    Duration::from_secs(env_u64("VYRE_CUDA_FUZZ_HANG_SECONDS").unwrap_or(90))
-}
+const DEFAULT_HANG: Duration = Duration::from_secs(90);
 
 fn env_u64(name: &str) -> Option<u64> {
     let v = std::env::var(name).ok()?;
@@ -144,6 +142,8 @@ struct Watch {
     slots: Vec<(AtomicU64, AtomicU64)>,
     done: AtomicBool,
     start: Instant,
+    /// A dispatch running longer is a hang ([`DEFAULT_HANG`]).
+    hang: Duration,
 }
 
 impl Watch {
@@ -167,7 +167,7 @@ fn spawn_watchdog(watch: Arc<Watch>, config: GenConfig) {
             let now = watch.start.elapsed().as_millis() as u64;
             let hung = watch.slots.iter().any(|(_, since)| {
                 let since = since.load(Ordering::Relaxed);
-                since != 0 && now.saturating_sub(since) > hang_limit().as_millis() as u64
+                since != 0 && now.saturating_sub(since) > watch.hang.as_millis() as u64
             });
             if hung {
                 report_hang(&watch, &config, now);
@@ -176,7 +176,7 @@ fn spawn_watchdog(watch: Arc<Watch>, config: GenConfig) {
     });
 }
 
-/// Saves every program in flight when a dispatch outlived [`hang_limit`] and exits. Workers
+/// Saves every program in flight when a dispatch outlived `watch.hang` and exits. Workers
 /// share one device, so a dispatch can wait behind another worker's hanging kernel (or
 /// the module load it blocks): the longest-running one is not necessarily the culprit.
 /// Re-run the printed seeds one at a time (`VYRE_CUDA_FUZZ_THREADS=1`) to find it.
@@ -203,7 +203,7 @@ fn report_hang(watch: &Watch, config: &GenConfig, now: u64) -> ! {
         .collect();
     println!(
         "fuzz: HANG: a dispatch ran longer than {:?}; {} programs in flight (longest first): {}",
-        hang_limit(),
+        watch.hang,
         in_flight.len(),
         seeds.join(",")
     );
@@ -216,7 +216,7 @@ fn report_hang(watch: &Watch, config: &GenConfig, now: u64) -> ! {
                 "hang",
                 format!(
                     "in flight for {running_ms} ms when a dispatch outlived {:?}",
-                    hang_limit()
+                    watch.hang
                 ),
             ),
         };
@@ -348,6 +348,7 @@ fn gpu_fuzz_matches_the_reference() {
             .collect(),
         done: AtomicBool::new(false),
         start,
+        hang: env_u64("VYRE_CUDA_FUZZ_HANG_SECONDS").map_or(DEFAULT_HANG, Duration::from_secs),
     });
     spawn_watchdog(Arc::clone(&watch), config.clone());
     let watch_ref: &Watch = &watch;

@@ -232,8 +232,7 @@ impl<'p> Lowerer<'p> {
             .collect::<Vec<_>>()
             .join(", ");
         emit!(self.w, "{table}: .branchtargets {list}");
-        let results = std::mem::take(&mut self.machine_mut()?.unanchored);
-        self.unanchored.extend(results);
+        self.release_round_results()?;
         let running = self.branch_pred(running);
         emit!(self.w, "@{running} brx.idx {pc}, {table}");
         self.w.put_label(round_end);
@@ -479,8 +478,7 @@ impl<'p> Lowerer<'p> {
             let here = self.sync_operand(here);
             emit!(self.w, "vote.sync.any.pred {any}, {here}, {mask}");
             // The earlier evaluations of the round run before this branch too.
-            let results = std::mem::take(&mut self.machine_mut()?.unanchored);
-            self.unanchored.extend(results);
+            self.release_round_results()?;
             let any = self.branch_pred(any);
             emit!(self.w, "@!{any} bra {next}");
         }
@@ -489,6 +487,14 @@ impl<'p> Lowerer<'p> {
         self.machine_mut()?.reading_snapshot = false;
         emit!(self.w, "bra {next}");
         result
+    }
+
+    /// Hand the results of the round's evaluations so far to the next branch, which every
+    /// lane of the round takes after them (see `checks::anchor`).
+    fn release_round_results(&mut self) -> Result<(), CodegenError> {
+        let results = std::mem::take(&mut self.machine_mut()?.unanchored);
+        self.unanchored.extend(results);
+        Ok(())
     }
 
     fn hoist_in_step(&mut self, ops: Vec<&'p Expr>) -> Result<(), CodegenError> {
