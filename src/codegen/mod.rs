@@ -67,7 +67,10 @@ pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
-/// Version of the emitter's output format; part of every cache key. (29: the zero of an
+/// Version of the emitter's output format; part of every cache key. (31: step machines
+/// with a barrier in a data-dependent branch take their rounds workgroup-wide, and a
+/// barrier-holding branch's body counts as uniform control flow; 30: the first branch
+/// after subgroup operations steers by their results; 29: the zero of an
 /// unsigned tautology (`0 > y`, `y >= 0`; a literal or a variable bound to one) through the
 /// opaque zero; 28: integer `Negate` takes its operand through the opaque zero; 27: `If`s
 /// on literal conditions steer by an opaque predicate; 26: bounds checks of loop loads
@@ -75,7 +78,7 @@ use vyre_foundation::ir::{Node, Program};
 /// entry where a lane that faults could be awaited there; 24: workgroup barriers of
 /// entries whose leaving lanes exit take the `.aligned` form; 23: repeated pure
 /// sub-expressions of a statement computed once; 22 was an unmerged experiment.)
-pub const EMITTER_VERSION: u32 = 30;
+pub const EMITTER_VERSION: u32 = 31;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;
@@ -310,7 +313,7 @@ fn segment<'p>(
     // one is never replicated (`analysis::replicated`), so a step machine runs in parallel.
     let steps = match analysis::lockstep::check(nodes, &facts.uniformity) {
         Ok(()) => None,
-        Err(_) => Some(analysis::steps::round_mode(nodes, &facts.uniformity)?),
+        Err(_) => Some(analysis::steps::plan(nodes, &facts.uniformity)?),
     };
     Ok(lower::Segment {
         nodes,

@@ -1742,6 +1742,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(super::vector_programs::maybe_empty_vector_cases());
     cases.extend(super::vector_programs::nibble_vector_cases());
     cases.extend(zero_bound_of_mask_cases());
+    cases.extend(super::step_programs::divergent_barrier_cases());
     cases
 }
 

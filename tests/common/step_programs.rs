@@ -142,6 +142,152 @@ pub fn step_machine_cases() -> Vec<Case> {
     cases
 }
 
+/// Step machines whose data-dependent branches hold barriers (appended last: the
+/// semantic cases before keep their indices).
+pub fn divergent_barrier_cases() -> Vec<Case> {
+    WORKGROUPS
+        .into_iter()
+        .flat_map(barrier_in_data_dependent_branch)
+        .collect()
+}
+
+/// A barrier in a branch whose condition is data-dependent (the workgroup takes its
+/// rounds together and checks the branch's histories after each): every lane taking it;
+/// lanes disagreeing within a warp and across warps (the reference fails); lanes
+/// disagreeing, but the ones that took the other side done before the others choose (the
+/// reference checks running invocations only), and the same where they are not done yet.
+///
+/// vyre's validator refuses a barrier under a condition it cannot prove uniform (V010),
+/// but it keeps a variable uniform when a data-dependent branch assigns it a uniform
+/// value: the condition is such a flag (`c = 0; if cond { c = 1 }; if c == 1 {..}`).
+fn barrier_in_data_dependent_branch(workgroup: u32) -> Vec<Case> {
+    let flag = |cond: Expr| {
+        vec![
+            Node::let_bind("c", u(0)),
+            Node::if_then(cond, vec![Node::assign("c", u(1))]),
+        ]
+    };
+    let branch = || {
+        Node::if_then_else(
+            bin(BinOp::Eq, var("c"), u(1)),
+            vec![
+                Node::barrier_with_ordering(MemoryOrdering::SeqCst),
+                Node::store("out", gid(), add(var("g"), u(1))),
+            ],
+            vec![Node::store("out", gid(), add(var("g"), u(2)))],
+        )
+    };
+    let below = |bound: u32| bin(BinOp::Lt, var("lin"), u(bound));
+    let with = |cond: Expr| {
+        let mut body = unequal_branch();
+        body.extend(flag(cond));
+        body.push(branch());
+        body
+    };
+    // The lanes with `lin % 8 == 0` spend `slow` iterations before the branch; the
+    // others take its other side and finish first.
+    let late = |slow: u32| {
+        let mut body = unequal_branch();
+        body.push(Node::if_then(
+            modulo_is(var("lin"), 8, 0),
+            vec![Node::loop_for(
+                "j",
+                u(0),
+                u(slow),
+                vec![Node::let_bind("t", var("j"))],
+            )],
+        ));
+        body.extend(flag(modulo_is(var("lin"), 8, 0)));
+        body.push(branch());
+        body
+    };
+    vec![
+        case(
+            "barrier in a data-dependent branch every lane takes",
+            workgroup,
+            with(below(workgroup)),
+        ),
+        case(
+            "barrier in a branch lanes of a warp disagree on",
+            workgroup,
+            with(below(5)),
+        )
+        .failing(),
+        case(
+            "barrier in a branch the workgroup's warps disagree on",
+            workgroup,
+            with(below(32)),
+        )
+        .failing(),
+        padded(
+            "barrier in a branch its other side's lanes left before",
+            workgroup,
+            late(20),
+        ),
+        padded(
+            "barrier in a branch its other side's lanes are still at",
+            workgroup,
+            late(0),
+        )
+        .failing(),
+        case(
+            "barrier loop in a data-dependent branch every lane takes",
+            workgroup,
+            barrier_loop_in_branch(true, below(workgroup)),
+        ),
+        case(
+            "barrier loop in a data-dependent branch lanes disagree on",
+            workgroup,
+            barrier_loop_in_branch(true, below(7)),
+        )
+        .failing(),
+        // Converged code (no subgroup operation): the branch's agreement is checked there.
+        case(
+            "converged: barrier loop in a data-dependent branch every lane takes",
+            workgroup,
+            barrier_loop_in_branch(false, below(workgroup + 1)),
+        ),
+        case(
+            "converged: barrier loop in a data-dependent branch lanes disagree on",
+            workgroup,
+            barrier_loop_in_branch(false, below(workgroup - 1)),
+        )
+        .failing(),
+    ]
+}
+
+/// `c = 0; if cond { c = 1 }; if c == 1 { k = 3; loop j in 0..k { barrier; y += j } }`
+/// (vyre's validator takes `k` for uniform, and so the loop's bounds), after a step
+/// machine's subgroup operation or none.
+fn barrier_loop_in_branch(subgroup: bool, cond: Expr) -> Vec<Node> {
+    let mut body = match subgroup {
+        true => unequal_branch(),
+        false => vec![Node::let_bind("g", var("v"))],
+    };
+    body.extend([
+        Node::let_bind("c", u(0)),
+        Node::if_then(cond, vec![Node::assign("c", u(1))]),
+        Node::let_bind("y", var("g")),
+        Node::if_then(
+            bin(BinOp::Eq, var("c"), u(1)),
+            vec![
+                Node::let_bind("k", u(3)),
+                Node::loop_for(
+                    "j",
+                    u(0),
+                    var("k"),
+                    vec![
+                        Node::barrier_with_ordering(MemoryOrdering::SeqCst),
+                        Node::assign("y", add(var("y"), var("j"))),
+                    ],
+                ),
+            ],
+        ),
+        Node::store("out", gid(), var("y")),
+    ]);
+    body
+}
+
 /// Lanes with `v % 3 == 0` take three statements more; `x` changes there.
 fn unequal_branch() -> Vec<Node> {
     vec![

@@ -211,6 +211,7 @@ pub const UNLOWERED: &[&str] = &[
     "bytes:subgroup-operand",
     "async:split",
     "elements:raw-type-buffer",
+    "barrier:data-dependent-branch",
 ];
 
 /// The constructs of issue 17 (what vyre-reference runs and the emitter did not lower;
@@ -234,6 +235,8 @@ pub const UNLOWERED: &[&str] = &[
 /// * `async:split`: an async copy whose start and wait are not in one node list.
 /// * `elements:raw-type-buffer`: a buffer of an element type whose loads are raw bytes
 ///   (8-bit float, 4-bit, handle, vector, array, device mesh, quantized).
+/// * `barrier:data-dependent-branch`: a barrier inside an `If` whose condition is not
+///   built from literals, workgroup ids and buffer lengths alone.
 pub fn unlowered_constructs(program: &Program) -> BTreeSet<&'static str> {
     let mut walk = Walk::default();
     for decl in program.buffers().iter() {
@@ -304,6 +307,19 @@ fn is_compare(op: &BinOp) -> bool {
 
 /// Built from literals, workgroup ids and buffer lengths only: the same for every
 /// invocation of a workgroup.
+/// Whether a barrier is among `nodes` or nested in them.
+fn holds_barrier(nodes: &[Node]) -> bool {
+    nodes.iter().any(|node| match node {
+        Node::Barrier { .. } => true,
+        Node::If {
+            then, otherwise, ..
+        } => holds_barrier(then) || holds_barrier(otherwise),
+        Node::Loop { body, .. } | Node::Block(body) => holds_barrier(body),
+        Node::Region { body, .. } => holds_barrier(body),
+        _ => false,
+    })
+}
+
 fn uniform(e: &Expr) -> bool {
     match e {
         Expr::LitU32(_)
@@ -434,6 +450,9 @@ impl Walk {
                     }
                     ex(self, cond);
                     let inner = divergent || !uniform(cond);
+                    if inner && (holds_barrier(then) || holds_barrier(otherwise)) {
+                        self.found.insert("barrier:data-dependent-branch");
+                    }
                     self.nodes(then, inner, loop_in_divergent);
                     self.nodes(otherwise, inner, loop_in_divergent);
                 }

@@ -82,6 +82,11 @@ pub enum Stmt {
     SharedBytesPhase,
     /// An async copy whose start and wait are in different blocks.
     AsyncSplit,
+    /// `c = 0; if <data-dependent> { c = 1 }; if c == 1 { barrier; .. } else { .. }`: a
+    /// barrier in a branch vyre's validator takes for uniform (a literal assigned in a
+    /// data-dependent branch keeps `c` uniform to it) but whose lanes may disagree at run
+    /// time (the reference then fails). Uniform control flow only.
+    DivergentBarrier,
     /// `rmirror[t] = rsrc[t]` (or, in every such statement of a program, a select of
     /// `rsrc[t]` and `rsrc[t + 1]` on `t`'s parity; through a `Let` or not) on buffers of a raw element type (8-bit float, 4-bit,
     /// quantized, handle, zero-stride array): values vyre's
@@ -432,6 +437,7 @@ impl GenConfig {
             (Stmt::SharedBytesPhase, 3),
             (Stmt::AsyncSplit, 5),
             (Stmt::RawCopy, 5),
+            (Stmt::DivergentBarrier, 2),
         ]);
         Self {
             features,
@@ -1568,6 +1574,7 @@ impl Gen<'_> {
                     Stmt::CounterAtomic => has_counter,
                     Stmt::SharedPhase => has_shared && ctx.uniform,
                     Stmt::Barrier => ctx.uniform && !self.elementwise,
+                    Stmt::DivergentBarrier => ctx.uniform && !self.elementwise && !deep,
                     Stmt::BytesStore => has_bytes,
                     Stmt::SubgroupLet | Stmt::SubgroupChanged => subgroups,
                     Stmt::SubgroupBranch => subgroups && !deep,
@@ -1726,10 +1733,56 @@ impl Gen<'_> {
             Stmt::BytesUse => self.bytes_use(),
             Stmt::SharedBytesPhase => self.shared_bytes_phase(),
             Stmt::AsyncSplit => self.async_split(ctx),
+            Stmt::DivergentBarrier => self.divergent_barrier(ctx),
             Stmt::Barrier => vec![Node::Barrier {
                 ordering: *self.rng.pick(BARRIER_ORDERINGS),
             }],
         }
+    }
+
+    /// See [`Stmt::DivergentBarrier`]. Mostly the flag's condition holds in every lane or
+    /// in none (a local id against the largest workgroup side), so the program runs; else
+    /// it is a data-dependent condition, on which the workgroup's lanes usually disagree.
+    fn divergent_barrier(&mut self, ctx: Ctx) -> Vec<Node> {
+        let flag = self.fresh("c");
+        let side = self.cfg.features.workgroups.iter().flatten().max().copied();
+        let bound = lit_u32(side.unwrap_or(1) + self.rng.below(3));
+        let id = Expr::LocalId {
+            axis: self.rng.below(3) as u8,
+        };
+        let cond = match self.rng.below(10) {
+            0..=3 => bin(BinOp::Lt, id, bound),
+            4 | 5 => bin(BinOp::Ge, id, bound),
+            _ => self.divergent_cond(self.cfg.max_expr_depth),
+        };
+        let inner = self.nested(ctx, true);
+        let mut then = vec![Node::Barrier {
+            ordering: *self.rng.pick(BARRIER_ORDERINGS),
+        }];
+        then.extend(self.block(inner, 3));
+        let otherwise = match self.rng.chance(40) {
+            true => self.block(inner, 2),
+            false => Vec::new(),
+        };
+        vec![
+            Node::Let {
+                name: flag.as_str().into(),
+                value: lit_u32(0),
+            },
+            Node::If {
+                cond,
+                then: vec![Node::Assign {
+                    name: flag.as_str().into(),
+                    value: lit_u32(1),
+                }],
+                otherwise: Vec::new(),
+            },
+            Node::If {
+                cond: bin(BinOp::Eq, var(&flag), lit_u32(1)),
+                then,
+                otherwise,
+            },
+        ]
     }
 
     fn loop_stmt(&mut self, ctx: Ctx) -> Vec<Node> {

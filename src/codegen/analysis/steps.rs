@@ -4,10 +4,11 @@
 //! A segment whose subgroup operations [`super::lockstep::check`] cannot place in
 //! converged code runs the reference's schedule itself: every warp takes the reference's
 //! rounds, each lane one step per round. That is exact for every statement this module
-//! accepts; it refuses what a warp stepping alone cannot reproduce: a barrier in a
-//! data-dependent branch (the reference checks every invocation's choice there against the
-//! others', across the workgroup) and two atomics on one buffer in a subgroup operand that
-//! also holds another subgroup operation (the operand runs lane by lane, see
+//! accepts. A barrier in a data-dependent branch makes the workgroup's warps take every
+//! round together ([`StepPlan::workgroup_rounds`]): after each round the reference checks
+//! every running invocation's choices at such branches against the others', across the
+//! workgroup. The module refuses two atomics on one buffer in a subgroup operand that also
+//! holds another subgroup operation (the operand runs lane by lane, see
 //! `lower::atomic::put_lane_operand`, which a nested collective cannot).
 
 use super::lockstep::outermost_subgroup_ops;
@@ -29,22 +30,43 @@ pub(crate) enum RoundMode {
     Serial,
 }
 
-/// The round mode for `segment`, or the refusal of a construct the step machine does not
-/// reproduce.
-pub(crate) fn round_mode(
+/// How a step machine takes its rounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StepPlan {
+    pub(crate) mode: RoundMode,
+    /// Set when a data-dependent branch holds a barrier: the reference then checks, after
+    /// every round, that the invocations still running took one side at each such branch
+    /// (each invocation's whole history of it counts), so the workgroup's warps take each
+    /// round together and compare their lanes' histories with barrier reductions.
+    pub(crate) workgroup_rounds: bool,
+}
+
+/// How `segment` runs as a step machine, or the refusal of a construct the step machine
+/// does not reproduce.
+pub(crate) fn plan(
     segment: &[Node],
     uniformity: &Uniformity<'_>,
-) -> Result<RoundMode, CodegenError> {
+) -> Result<StepPlan, CodegenError> {
     let mut refusal = None;
+    let mut workgroup_rounds = false;
     for_each_node(segment, &mut |node| {
         if refusal.is_some() {
             return;
         }
-        refusal = refused(node, uniformity).err();
+        workgroup_rounds |= is_divergent_barrier_branch(node, uniformity);
+        refusal = refused(node).err();
     });
     if let Some(refusal) = refusal {
         return Err(refusal);
     }
+    Ok(StepPlan {
+        mode: round_mode(segment),
+        workgroup_rounds,
+    })
+}
+
+/// Serial when a subgroup operand loads a buffer the segment writes or holds an atomic.
+fn round_mode(segment: &[Node]) -> RoundMode {
     let written = written_buffers(segment);
     let mut loads_written = false;
     for_each_node(segment, &mut |node| {
@@ -60,10 +82,10 @@ pub(crate) fn round_mode(
             }
         })
     });
-    Ok(match loads_written {
+    match loads_written {
         true => RoundMode::Serial,
         false => RoundMode::Parallel,
-    })
+    }
 }
 
 /// Whether two atomics in `operand` act on one buffer: the reference then runs all of one
@@ -88,39 +110,35 @@ fn atomic_buffers(expr: &Expr) -> Vec<&str> {
     buffers
 }
 
-fn refused(node: &Node, uniformity: &Uniformity<'_>) -> Result<(), CodegenError> {
+/// A branch whose condition may differ between invocations and which holds a barrier. (Of
+/// a uniform condition every lane's own history (`put_branch_history`) is the workgroup's.)
+fn is_divergent_barrier_branch(node: &Node, uniformity: &Uniformity<'_>) -> bool {
     match node {
-        // A uniform condition is the same in every lane, so each lane's own history of it
-        // (`put_branch_history`) is the workgroup's.
         Node::If {
             cond,
             then,
             otherwise,
-        } if !uniformity.is_uniform(cond) && (has_barrier(then) || has_barrier(otherwise)) => {
-            Err(CodegenError::unsupported(
-                "Barrier in a data-dependent branch of a segment run as a step machine",
-                "the reference checks the choices of every invocation still running at a branch holding a barrier against each other, round by round across the workgroup, which a warp stepping alone cannot see",
-                "make the branch's condition uniform, move the Barrier out of the branch, or move the subgroup operations into converged control flow",
-            ))
-        }
-        _ => {
-            let mut nested = false;
-            for_each_expr(node, &mut |expr| {
-                for op in outermost_subgroup_ops(expr) {
-                    nested |= subgroup_operands(op).into_iter().any(|operand| {
-                        shares_an_atomic_buffer(operand) && any_expr(operand, &is_subgroup_op)
-                    });
-                }
+        } => !uniformity.is_uniform(cond) && (has_barrier(then) || has_barrier(otherwise)),
+        _ => false,
+    }
+}
+
+fn refused(node: &Node) -> Result<(), CodegenError> {
+    let mut nested = false;
+    for_each_expr(node, &mut |expr| {
+        for op in outermost_subgroup_ops(expr) {
+            nested |= subgroup_operands(op).into_iter().any(|operand| {
+                shares_an_atomic_buffer(operand) && any_expr(operand, &is_subgroup_op)
             });
-            match nested {
-                true => Err(CodegenError::unsupported(
-                    "two atomics on one buffer in a subgroup operand holding another subgroup operation",
-                    "the reference evaluates the operand lane by lane, both atomics of one lane before the next lane's; the step machine runs such an operand in lane turns, inside which another subgroup operation cannot see every lane's turn",
-                    "run the atomics in Lets before the subgroup operation",
-                )),
-                false => Ok(()),
-            }
         }
+    });
+    match nested {
+        true => Err(CodegenError::unsupported(
+            "two atomics on one buffer in a subgroup operand holding another subgroup operation",
+            "the reference evaluates the operand lane by lane, both atomics of one lane before the next lane's; the step machine runs such an operand in lane turns, inside which another subgroup operation cannot see every lane's turn",
+            "run the atomics in Lets before the subgroup operation",
+        )),
+        false => Ok(()),
     }
 }
 

@@ -66,7 +66,15 @@ impl<'p> Uniformity<'p> {
     fn body_uniform(&self, node: &Node, uniform_ctx: bool) -> bool {
         uniform_ctx
             && match node {
-                Node::If { cond, .. } => self.is_uniform(cond),
+                // Every running invocation takes the same side of a branch holding a
+                // barrier, or the dispatch fails there, as in the reference (which checks
+                // it: converged code with `check_branch_agreement`, a step machine after
+                // each round).
+                Node::If {
+                    cond,
+                    then,
+                    otherwise,
+                } => self.is_uniform(cond) || has_barrier(then) || has_barrier(otherwise),
                 Node::Loop { from, to, .. } => self.is_uniform(from) && self.is_uniform(to),
                 _ => true,
             }

@@ -77,9 +77,9 @@ impl<'p> Lowerer<'p> {
         segment: &Segment<'p>,
     ) -> Result<LoweredBody, CodegenError> {
         match (segment.steps, segment.replication) {
-            (Some(mode), _) => {
+            (Some(plan), _) => {
                 self.plan_async_copies(segment.nodes)?;
-                self.put_step_machine(segment.nodes, mode)?;
+                self.put_step_machine(segment.nodes, plan)?;
             }
             (None, Replication::Parallel) => {
                 if lockstep::keeps_returned_lanes(segment.nodes, &self.facts.uniformity) {

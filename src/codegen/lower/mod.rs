@@ -28,7 +28,7 @@ mod vector;
 
 use super::abi::{KernelAbi, SharedBuffer};
 use super::analysis::replicated::Replication;
-use super::analysis::steps::RoundMode;
+use super::analysis::steps::StepPlan;
 use super::analysis::ProgramFacts;
 use super::fault::DeviceFault;
 use super::kind::{
@@ -91,7 +91,7 @@ pub(crate) struct Segment<'p> {
     pub(crate) nodes: &'p [Node],
     pub(crate) replication: Replication,
     /// Set when the segment runs as a step machine (see `steps`).
-    pub(crate) steps: Option<RoundMode>,
+    pub(crate) steps: Option<StepPlan>,
 }
 
 /// Lowers one entry body. One per segment, cooperative segment and vector entry: each has

@@ -9,7 +9,10 @@
 //! hold different `pc`s. A warp loops over rounds:
 //!
 //! 1. every lane done: leave; every lane done or waiting at a barrier: `barrier.sync`,
-//!    as the reference releases a barrier once every invocation still running waits;
+//!    as the reference releases a barrier once every invocation still running waits
+//!    (with [`StepPlan::workgroup_rounds`], the workgroup's warps take every round
+//!    together: first the reference's check of the barrier-holding branches' histories,
+//!    then "done" and "released" are barrier reductions over the workgroup);
 //! 2. each subgroup operation that some lane is at is evaluated by the whole warp, every
 //!    lane with its own registers, which are the reference's round-start snapshot (the
 //!    steps have not run yet); a variable some lane has not bound fails the dispatch, as
@@ -30,7 +33,8 @@ use super::bytes::ByteView;
 use super::returned::{Hoisted, VIEW};
 use super::{Lowerer, Val};
 use crate::codegen::analysis::lockstep::{own_subgroup_ops, vars_in};
-use crate::codegen::analysis::steps::RoundMode;
+use crate::codegen::analysis::steps::{RoundMode, StepPlan};
+use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
 use crate::codegen::visit::any_expr;
 use crate::codegen::writer::{emit, Label, Reg, RegClass};
@@ -45,6 +49,9 @@ const DONE: StepId = 0;
 /// The state of a segment lowered as a step machine.
 pub(super) struct StepMachine<'p> {
     mode: RoundMode,
+    /// Each barrier-holding branch's history, checked across the workgroup at every
+    /// round's start when the workgroup takes its rounds together (else empty).
+    workgroup_histories: Option<Vec<Reg>>,
     /// The lane's next step.
     pc: Reg,
     /// Set while the lane waits at a barrier.
@@ -96,11 +103,13 @@ impl<'p> Lowerer<'p> {
     pub(super) fn put_step_machine(
         &mut self,
         nodes: &'p [Node],
-        mode: RoundMode,
+        plan: StepPlan,
     ) -> Result<(), CodegenError> {
+        let mode = plan.mode;
         let round_end = self.w.label();
         self.steps = Some(StepMachine {
             mode,
+            workgroup_histories: None,
             pc: self.w.reg(RegClass::B32),
             waiting: self.w.reg(RegClass::Pred),
             running: self.w.reg(RegClass::Pred),
@@ -123,7 +132,8 @@ impl<'p> Lowerer<'p> {
         };
         // Each lane's history of every barrier-holding branch, kept for its whole run as
         // the reference keeps it.
-        self.start_branch_histories(nodes);
+        let histories = self.start_branch_histories(nodes);
+        self.machine_mut()?.workgroup_histories = plan.workgroup_rounds.then_some(histories);
         emit!(self.w, "bra {}", labels.init);
         self.machine_mut()?.first_regs = self.w.reg_mark();
         self.put_round_start(&labels)?;
@@ -154,22 +164,47 @@ impl<'p> Lowerer<'p> {
     fn put_round_start(&mut self, labels: &RoundLabels) -> Result<(), CodegenError> {
         let m = self.machine()?;
         let (pc, waiting, running, turn, chain) = (m.pc, m.waiting, m.running, m.turn, m.chain);
-        let mask = self.subgroup_mask;
+        let histories = m.workgroup_histories.clone();
         self.w.put_label(labels.round);
         let (done, idle, all) = (self.pred(), self.pred(), self.pred());
         emit!(self.w, "setp.eq.u32 {done}, {pc}, {DONE}");
-        let synced = self.sync_operand(done);
-        emit!(self.w, "vote.sync.all.pred {all}, {synced}, {mask}");
+        let barrier = self.cta_barrier();
+        let mask = self.subgroup_mask;
+        // Each is true in every lane of the warp, or of the workgroup taking its rounds
+        // together (a barrier reduction every warp of it takes at the same round).
+        match &histories {
+            Some(histories) => {
+                self.check_histories_across_workgroup(done, histories);
+                emit!(self.w, "{barrier}.red.and.pred {all}, 0, {done}");
+            }
+            None => {
+                let synced = self.sync_operand(done);
+                emit!(self.w, "vote.sync.all.pred {all}, {synced}, {mask}");
+            }
+        }
         let all = self.branch_pred(all);
         emit!(self.w, "@{all} bra {}", labels.finish);
         emit!(self.w, "or.pred {idle}, {done}, {waiting}");
-        let synced = self.sync_operand(idle);
-        let released = self.pred();
-        emit!(self.w, "vote.sync.all.pred {released}, {synced}, {mask}");
+        let released = match histories.is_some() {
+            true => {
+                let released = self.pred();
+                emit!(self.w, "{barrier}.red.and.pred {released}, 0, {idle}");
+                released
+            }
+            false => {
+                let synced = self.sync_operand(idle);
+                let released = self.pred();
+                emit!(self.w, "vote.sync.all.pred {released}, {synced}, {mask}");
+                released
+            }
+        };
         let released = self.branch_pred(released);
         let go = self.w.label();
         emit!(self.w, "@!{released} bra {go}");
-        emit!(self.w, "{}.sync 0", self.cta_barrier());
+        // Warps stepping alone meet here; a workgroup's reduction was its barrier already.
+        if histories.is_none() {
+            emit!(self.w, "{barrier}.sync 0");
+        }
         self.w.put_zero(waiting);
         self.w.put_label(go);
         let sub_round = self.machine()?.sub_round;
@@ -192,6 +227,25 @@ impl<'p> Lowerer<'p> {
         }
         emit!(self.w, "bra {chain}");
         Ok(())
+    }
+
+    /// The reference's check after every round: the invocations still running (not
+    /// `done`) took one side at each barrier-holding branch, each one's whole history of
+    /// it counting. Barrier reductions give every lane of the workgroup the same answer, so
+    /// on a disagreement all of them leave.
+    fn check_histories_across_workgroup(&mut self, done: Reg, histories: &[Reg]) {
+        let barrier = self.cta_barrier();
+        for &history in histories {
+            let (then_taken, else_taken, both) = (self.pred(), self.pred(), self.pred());
+            for (side, bit) in [(then_taken, 1), (else_taken, 2)] {
+                let (seen, mine) = (self.b32(), self.pred());
+                emit!(self.w, "and.b32 {seen}, {history}, {bit}");
+                emit!(self.w, "setp.ne.and.u32 {mine}, {seen}, 0, !{done}");
+                emit!(self.w, "{barrier}.red.or.pred {side}, 0, {mine}");
+            }
+            emit!(self.w, "and.pred {both}, {then_taken}, {else_taken}");
+            self.fault_exit_if(both, DeviceFault::DivergentBarrier);
+        }
     }
 
     /// Write every register of the machine's rounds and steps once before the first round.
@@ -410,7 +464,6 @@ impl<'p> Lowerer<'p> {
         body: &'p [Node],
         next: StepId,
     ) -> Result<(), CodegenError> {
-        use crate::codegen::fault::DeviceFault;
         let from = self.put_expr(from)?;
         let from = self.u32_checked(from, DeviceFault::LoopBoundNotU32)?;
         let to = self.put_expr(to)?;

@@ -281,8 +281,8 @@ impl<'p> Lowerer<'p> {
     }
 
     /// Empty histories for the barrier-holding `If`s of an outermost loop, which runs
-    /// at most once per invocation.
-    pub(super) fn start_branch_histories(&mut self, body: &'p [Node]) {
+    /// at most once per invocation (or of a step machine); their registers, in order.
+    pub(super) fn start_branch_histories(&mut self, body: &'p [Node]) -> Vec<Reg> {
         let mut branches = Vec::new();
         for_each_node(body, &mut |node| {
             if let Node::If {
@@ -294,11 +294,14 @@ impl<'p> Lowerer<'p> {
                 }
             }
         });
+        let mut histories = Vec::new();
         for branch in branches {
             let history = self.b32();
             emit!(self.w, "mov.u32 {history}, 0");
             self.branch_history.insert(branch, history);
+            histories.push(history);
         }
+        histories
     }
 
     /// The subgroup operations in the branches of the outermost divergent branch: the
@@ -337,7 +340,7 @@ impl<'p> Lowerer<'p> {
             false => None,
         };
         if self.loop_depth == 0 {
-            self.start_branch_histories(body);
+            let _ = self.start_branch_histories(body);
         }
         let from = self.put_expr(from)?;
         let from = self.u32_checked(from, DeviceFault::LoopBoundNotU32)?;
