@@ -67,7 +67,8 @@ pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
-/// Version of the emitter's output format; part of every cache key. (31: step machines
+/// Version of the emitter's output format; part of every cache key. (32: async payload
+/// snapshots without a static size of at most 4096 bytes in device-heap blocks; 31: step machines
 /// with a barrier in a data-dependent branch take their rounds workgroup-wide, and a
 /// barrier-holding branch's body counts as uniform control flow; 30: the first branch
 /// after subgroup operations steers by their results; 29: the zero of an
@@ -78,7 +79,7 @@ use vyre_foundation::ir::{Node, Program};
 /// entry where a lane that faults could be awaited there; 24: workgroup barriers of
 /// entries whose leaving lanes exit take the `.aligned` form; 23: repeated pure
 /// sub-expressions of a statement computed once; 22 was an unmerged experiment.)
-pub const EMITTER_VERSION: u32 = 31;
+pub const EMITTER_VERSION: u32 = 32;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;

@@ -5,7 +5,7 @@
 
 use super::abi::{layout, KernelAbi};
 use super::libm::Libm;
-use super::module::{header, reads_zero_page};
+use super::module::{calls_heap, header, reads_zero_page};
 use super::{CodegenError, PtxTarget};
 use std::collections::BTreeSet;
 use vyre_foundation::ir::Program;
@@ -160,7 +160,8 @@ pub fn compose_module(target: PtxTarget, kernels: &[&KernelEntries], provenance:
         .flat_map(|k| k.libm.iter().copied())
         .collect();
     let zero_page = kernels.iter().any(|k| reads_zero_page(&k.text));
-    let mut ptx = header(target, &libm, provenance, zero_page);
+    let heap = kernels.iter().any(|k| calls_heap(&k.text));
+    let mut ptx = header(target, &libm, provenance, zero_page, heap);
     for kernel in kernels {
         ptx.push_str(&kernel.text);
     }

@@ -1611,6 +1611,124 @@ pub fn async_snapshot_cases() -> Vec<Case> {
     ]
 }
 
+/// Async copies whose source changes before the wait and whose payload has no static
+/// size of at most 4096 bytes: each invocation keeps it in a device-heap block from the
+/// start to the wait (`lower::async_copy`). Appended last (earlier cases keep their
+/// indices).
+pub fn async_heap_snapshot_cases() -> Vec<Case> {
+    let s = u32_bytes(&(0..8).map(|i| 0x1111_1111 * (i + 1)).collect::<Vec<_>>());
+    let program = |body: Vec<Node>| {
+        Program::wrapped(
+            vec![
+                BufferDecl::read_write("s", 0, DataType::U32).with_count(8),
+                BufferDecl::output("out", 1, DataType::U32).with_count(8),
+            ],
+            [4, 1, 1],
+            body,
+        )
+    };
+    let first = |body: Vec<Node>| Node::if_then(bin(BinOp::Eq, gid(), Expr::u32(0)), body);
+    let clobber = |at: Expr| Node::store("s", at, Expr::u32(0xdead_beef));
+    // `s[7] - 0x8888_8870`: 24 at run time.
+    let twenty_four = || {
+        bin(
+            BinOp::Sub,
+            Expr::load("s", Expr::u32(7)),
+            Expr::u32(0x8888_8870),
+        )
+    };
+    let case = |name: &str, body: Vec<Node>| {
+        Case::new(
+            format!("heap snapshot: {name}"),
+            program(body),
+            vec![s.clone()],
+        )
+    };
+    vec![
+        case(
+            "source stored to between start and wait",
+            vec![first(vec![
+                async_copy(false, "s", "out", Expr::u32(6), twenty_four()),
+                clobber(Expr::u32(2)),
+                async_wait(),
+            ])],
+        ),
+        case(
+            "store source changed in an If and a Loop",
+            vec![first(vec![
+                async_copy(true, "s", "out", Expr::u32(3), Expr::u32(5000)),
+                Node::if_then(
+                    bin(
+                        BinOp::Eq,
+                        Expr::load("s", Expr::u32(0)),
+                        Expr::u32(0x1111_1111),
+                    ),
+                    vec![clobber(Expr::u32(0))],
+                ),
+                Node::loop_for(
+                    "i",
+                    Expr::u32(1),
+                    Expr::u32(4),
+                    vec![Node::store("s", Expr::var("i"), Expr::var("i"))],
+                ),
+                async_wait(),
+            ])],
+        ),
+        // A block taken and given back each iteration.
+        case(
+            "a transfer per loop iteration",
+            vec![first(vec![Node::loop_for(
+                "i",
+                Expr::u32(0),
+                Expr::u32(3),
+                vec![
+                    async_copy(
+                        true,
+                        "s",
+                        "out",
+                        bin(BinOp::Mul, Expr::var("i"), Expr::u32(4)),
+                        bin(BinOp::Add, Expr::var("i"), Expr::u32(6)),
+                    ),
+                    clobber(Expr::var("i")),
+                    async_wait(),
+                ],
+            )])],
+        ),
+        // Every invocation copies `s[0..2]` to its own eight bytes of `out` and writes a
+        // word of `s` outside that range: no two invocations race.
+        case(
+            "every invocation at once",
+            vec![
+                async_copy(
+                    true,
+                    "s",
+                    "out",
+                    bin(BinOp::Mul, gid(), Expr::u32(8)),
+                    bin(
+                        BinOp::Min,
+                        bin(BinOp::Add, gid(), Expr::u32(8)),
+                        Expr::u32(8),
+                    ),
+                ),
+                clobber(bin(BinOp::Add, gid(), Expr::u32(4))),
+                async_wait(),
+            ],
+        ),
+        // A lane that returns with its transfer pending fails the dispatch (and gives its
+        // block back: the cases after this one run on the same device heap).
+        case(
+            "returned with the transfer pending",
+            vec![
+                async_copy(false, "s", "out", Expr::u32(0), twenty_four()),
+                clobber(Expr::u32(5)),
+                Node::if_then(bin(BinOp::Eq, gid(), Expr::u32(2)), vec![Node::Return]),
+                async_wait(),
+            ],
+        )
+        .failing(),
+    ]
+}
+
 /// Run-time errors the reference raises; the GPU must fail too.
 pub fn fault_cases() -> Vec<Case> {
     let a = u32_bytes(&[10, 20, 30, 40]);
@@ -1743,6 +1861,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(super::vector_programs::nibble_vector_cases());
     cases.extend(zero_bound_of_mask_cases());
     cases.extend(super::step_programs::divergent_barrier_cases());
+    cases.extend(async_heap_snapshot_cases());
     cases
 }
 

@@ -201,12 +201,22 @@ pub fn nested_i32_minmax(ptx: &str) -> Option<String> {
 /// caller keeps live across the call: `log2f(0)` set `UR4`, which held the kernel's zero
 /// page address, to `1.0f`, and a later out-of-bounds load faulted
 /// (`tests/fuzz_regressions/gpu-illegal-address-libm-call-clobbers-uniform-register.case`).
-/// The emitter inlines the libm routines instead.
+/// The emitter inlines the libm routines instead. Exempt: the device heap's system calls
+/// `malloc` and `free` (`lower::async_copy`'s snapshots of run-time size), which ptxas
+/// does not compile: they are calls across the ABI (`CALL.ABS.NOINC`), after which
+/// ptxas keeps only what the ABI says the callee preserves.
 pub fn function_call(ptx: &str) -> Option<String> {
+    let heap = |line: &str| {
+        line.starts_with(".extern .func (.param .b64 vyre_heap_block) malloc (")
+            || line.starts_with(".extern .func free (")
+            || line.starts_with("call (vyre_heap_block), malloc, (")
+            || line.starts_with("call free, (")
+    };
     ptx.lines()
         .map(str::trim)
         .find(|line| {
-            line.starts_with(".func") || line.starts_with("call") || line.contains(" .func ")
+            (line.starts_with(".func") || line.starts_with("call") || line.contains(" .func "))
+                && !heap(line)
         })
         .map(str::to_string)
 }

@@ -5,9 +5,12 @@
 //! pending, a wait faults if it is not, and `Return` or the segment's end faults while any
 //! is, as the reference errors. The wait writes the destination: with the source's bytes
 //! as they are then, or, for a start the analysis says must capture its payload, with the
-//! bytes that start copied into a `.local` snapshot. A snapshot needs a static size: the
-//! literal byte count, or the size of a workgroup source or destination, at most
-//! [`MAX_SNAPSHOT_BYTES`].
+//! bytes that start copied into a snapshot: a `.local` array where the payload has a static
+//! size of at most [`MAX_SNAPSHOT_BYTES`] (the literal byte count, or the size of a
+//! workgroup source or destination), else a block of the device heap (`malloc`) of the
+//! run-time payload's size, freed at the wait or wherever the invocation leaves with the
+//! transfer pending (a block left behind would stay taken for later dispatches). A block
+//! the heap cannot give fails the dispatch ([`DeviceFault::AsyncSnapshotHeap`]).
 
 use super::memory::Space;
 use super::{Lowerer, Val};
@@ -41,8 +44,16 @@ struct Start<'p> {
     store: bool,
     source: &'p str,
     destination: &'p str,
-    /// The `.local` array the payload is captured into, and its size.
-    snapshot: Option<(String, u64)>,
+    /// Where the payload is captured at the start, if it must be.
+    snapshot: Option<Snapshot>,
+}
+
+#[derive(Clone)]
+enum Snapshot {
+    /// A `.local` array of a static size.
+    Local { symbol: String, bytes: u64 },
+    /// A device-heap block's address (0 while the lane holds none).
+    Heap { block: Reg },
 }
 
 impl<'p> Lowerer<'p> {
@@ -65,12 +76,18 @@ impl<'p> Lowerer<'p> {
                 _ => continue,
             };
             let (source, destination) = (source.as_str(), destination.as_str());
-            let snapshot = if start.snapshot {
-                let bytes = self.snapshot_bound(source, destination, size, start.tag)?;
-                let count: usize = self.async_tags.iter().map(|t| t.starts.len()).sum();
-                Some((format!("vyre_async{count}"), bytes))
-            } else {
-                None
+            let snapshot = match start.snapshot {
+                false => None,
+                true => Some(match self.snapshot_bound(source, destination, size)? {
+                    Some(bytes) => {
+                        let count: usize = self.async_tags.iter().map(|t| t.starts.len()).sum();
+                        let symbol = format!("vyre_async{count}");
+                        Snapshot::Local { symbol, bytes }
+                    }
+                    None => Snapshot::Heap {
+                        block: self.w.reg(RegClass::B64),
+                    },
+                }),
             };
             let tag = self.async_tag(start.tag);
             tag.starts.push(Start {
@@ -87,6 +104,11 @@ impl<'p> Lowerer<'p> {
         for tag in &self.async_tags {
             for reg in [tag.pending, tag.offset, tag.size, tag.held] {
                 self.w.put_zero(reg);
+            }
+            for start in &tag.starts {
+                if let Some(Snapshot::Heap { block }) = start.snapshot {
+                    self.w.put_zero(block);
+                }
             }
         }
         Ok(())
@@ -111,16 +133,16 @@ impl<'p> Lowerer<'p> {
         &mut self.async_tags[index]
     }
 
-    /// The snapshot's static size: no payload byte past it reaches the destination
-    /// non-zero (past a literal size there is none, past a workgroup source's end they
-    /// are zeros, past a workgroup destination's end they are dropped).
+    /// The snapshot's static size, if it has one of at most [`MAX_SNAPSHOT_BYTES`]: no
+    /// payload byte past it reaches the destination non-zero (past a literal size there is
+    /// none, past a workgroup source's end they are zeros, past a workgroup destination's
+    /// end they are dropped).
     fn snapshot_bound(
         &mut self,
         source: &str,
         destination: &str,
         size: &Expr,
-        tag: &str,
-    ) -> Result<u64, CodegenError> {
+    ) -> Result<Option<u64>, CodegenError> {
         let literal = match size {
             Expr::LitU32(v) => Some(u64::from(*v)),
             Expr::LitI32(v) => u64::try_from(*v).ok(),
@@ -133,30 +155,26 @@ impl<'p> Lowerer<'p> {
                 bounds.push(Some(u64::from(count) * u64::from(slot.stride)));
             }
         }
-        match bounds.into_iter().flatten().min() {
-            Some(bytes) if bytes <= MAX_SNAPSHOT_BYTES => Ok(bytes),
-            _ => Err(CodegenError::unsupported(
-                "async copy whose source may change before its wait",
-                format!(
-                    "async transfer `{tag}` reads `{source}`, which the program writes, and its wait is not next in the same block with nothing in between that writes `{source}`, synchronises or returns; its payload would be captured at the start, but it has no static size of at most {MAX_SNAPSHOT_BYTES} bytes (a literal byte count or a workgroup source or destination)"
-                ),
-                "give the transfer a literal size of at most 4096 bytes, or put its AsyncWait right after it",
-            )),
-        }
+        Ok(bounds
+            .into_iter()
+            .flatten()
+            .min()
+            .filter(|&bytes| bytes <= MAX_SNAPSHOT_BYTES))
     }
 
     /// `.local` declarations of the snapshots.
     pub(super) fn async_decls(&self) -> String {
         let mut decls = String::new();
         for start in self.async_tags.iter().flat_map(|t| &t.starts) {
-            if let Some((symbol, bytes)) = &start.snapshot {
+            if let Some(Snapshot::Local { symbol, bytes }) = &start.snapshot {
                 decls.push_str(&format!("\t.local .align 4 .b8 {symbol}[{bytes}];\n"));
             }
         }
         decls
     }
 
-    /// Record a fault if any transfer is pending where the invocation ends.
+    /// Record a fault if any transfer is pending where the invocation ends, and give back
+    /// the heap blocks of the pending ones.
     pub(super) fn fault_pending_copies(&mut self) {
         let pending: Vec<Reg> = self.async_tags.iter().map(|t| t.pending).collect();
         for reg in pending {
@@ -164,6 +182,53 @@ impl<'p> Lowerer<'p> {
             emit!(self.w, "setp.ne.u32 {p}, {reg}, 0");
             self.fault_if(p, DeviceFault::AsyncTransferPending);
         }
+        self.free_heap_snapshots();
+    }
+
+    /// Give back every heap block the lane holds (a pending transfer's snapshot), where it
+    /// leaves the kernel.
+    pub(super) fn free_heap_snapshots(&mut self) {
+        let blocks: Vec<Reg> = (self.async_tags.iter().flat_map(|t| &t.starts))
+            .filter_map(|start| match start.snapshot {
+                Some(Snapshot::Heap { block }) => Some(block),
+                _ => None,
+            })
+            .collect();
+        for block in blocks {
+            self.free_block(block);
+        }
+    }
+
+    /// `block = malloc(bytes)` where `bytes` > 0 (else 0); a block the heap cannot give
+    /// fails the dispatch and holds nothing (`bytes` becomes 0). A block the start still
+    /// holds (started twice, a run-time error) is given back first.
+    fn alloc_block(&mut self, block: Reg, bytes: Reg) {
+        self.free_block(block);
+        let (none, skip) = (self.pred(), self.w.label());
+        emit!(self.w, "setp.eq.u64 {none}, {bytes}, 0");
+        let none = self.branch_pred(none);
+        emit!(self.w, "@{none} bra {skip}");
+        self.w.raw(&format!(
+            "\t{{\n\t.param .b64 vyre_heap_bytes;\n\tst.param.b64 [vyre_heap_bytes], {bytes};\n\t.param .b64 vyre_heap_block;\n\tcall (vyre_heap_block), malloc, (vyre_heap_bytes);\n\tld.param.b64 {block}, [vyre_heap_block];\n\t}}\n"
+        ));
+        let failed = self.pred();
+        emit!(self.w, "setp.eq.u64 {failed}, {block}, 0");
+        self.fault_if(failed, DeviceFault::AsyncSnapshotHeap);
+        emit!(self.w, "selp.b64 {bytes}, 0, {bytes}, {failed}");
+        self.w.put_label(skip);
+    }
+
+    /// `free(block)` unless it is 0; then it is 0.
+    fn free_block(&mut self, block: Reg) {
+        let (none, skip) = (self.pred(), self.w.label());
+        emit!(self.w, "setp.eq.u64 {none}, {block}, 0");
+        let none = self.branch_pred(none);
+        emit!(self.w, "@{none} bra {skip}");
+        self.w.raw(&format!(
+            "\t{{\n\t.param .b64 vyre_heap_free;\n\tst.param.b64 [vyre_heap_free], {block};\n\tcall free, (vyre_heap_free);\n\t}}\n"
+        ));
+        self.w.put_zero(block);
+        self.w.put_label(skip);
     }
 
     /// Evaluate a start node's byte counts, mark its tag pending, take its snapshot.
@@ -200,8 +265,8 @@ impl<'p> Lowerer<'p> {
         self.mov(offset_reg, offset);
         self.mov(size_reg, size);
         emit!(self.w, "mov.u32 {pending}, {}", k + 1);
-        if let Some((symbol, bytes)) = &start.snapshot {
-            self.capture(&start, symbol, *bytes, [offset, size, held])?;
+        if let Some(snapshot) = &start.snapshot {
+            self.capture(&start, snapshot, [offset, size, held])?;
         }
         Ok(())
     }
@@ -211,8 +276,7 @@ impl<'p> Lowerer<'p> {
     fn capture(
         &mut self,
         start: &Start<'p>,
-        symbol: &str,
-        bytes: u64,
+        snapshot: &Snapshot,
         [offset, size, held]: [Reg; 3],
     ) -> Result<(), CodegenError> {
         let (src_space, src_len) = self.byte_range_of(start.source)?;
@@ -221,17 +285,31 @@ impl<'p> Lowerer<'p> {
         let count = self.written_count(size, dst_start, dst_len);
         let src_room = self.room(src_start, src_len);
         emit!(self.w, "min.u64 {held}, {count}, {src_room}");
-        emit!(self.w, "min.u64 {held}, {held}, {bytes}");
+        match snapshot {
+            Snapshot::Local { bytes, .. } => emit!(self.w, "min.u64 {held}, {held}, {bytes}"),
+            &Snapshot::Heap { block } => self.alloc_block(block, held),
+        }
         let (always, byte) = (self.true_pred(), self.b32());
-        let symbol = symbol.to_string();
         self.byte_loop(held, |this, i| {
             let at = this.w.reg(RegClass::B64);
             emit!(this.w, "add.u64 {at}, {src_start}, {i}");
             this.byte_access(always, src_space, at, byte, false);
-            let addr = this.local_address(&symbol, i);
-            emit!(this.w, "st.local.u8 [{addr}], {byte}");
+            let (space, addr) = this.snapshot_address(snapshot, i);
+            emit!(this.w, "st{space}.u8 [{addr}], {byte}");
         });
         Ok(())
+    }
+
+    /// The state space suffix and address of byte `i` of `snapshot`.
+    fn snapshot_address(&mut self, snapshot: &Snapshot, i: Reg) -> (&'static str, Reg) {
+        match snapshot {
+            Snapshot::Local { symbol, .. } => (".local", self.local_address(symbol, i)),
+            &Snapshot::Heap { block } => {
+                let addr = self.w.reg(RegClass::B64);
+                emit!(self.w, "add.u64 {addr}, {block}, {i}");
+                ("", addr)
+            }
+        }
     }
 
     /// Apply the transfer pending under `tag`: zero-fill past the source's end, truncate
@@ -268,33 +346,36 @@ impl<'p> Lowerer<'p> {
         let (dst_space, dst_len) = self.byte_range_of(start.destination)?;
         let (src_start, dst_start) = self.copy_starts(start.store, offset);
         let count = self.written_count(size, dst_start, dst_len);
-        let source = match &start.snapshot {
-            Some((symbol, _)) => (held, None, symbol.clone()),
+        // The payload's bytes: the source's as they are now, or the snapshot's.
+        let (available, payload) = match &start.snapshot {
+            Some(snapshot) => (held, Err(snapshot)),
             None => {
                 let (space, len) = self.byte_range_of(start.source)?;
-                (self.room(src_start, len), Some(space), String::new())
+                (self.room(src_start, len), Ok(space))
             }
         };
-        let (available, src_space, symbol) = source;
         let (in_src, always, byte) = (self.pred(), self.true_pred(), self.b32());
         self.byte_loop(count, |this, i| {
             emit!(this.w, "setp.lt.u64 {in_src}, {i}, {available}");
             emit!(this.w, "mov.u32 {byte}, 0");
-            match src_space {
-                Some(space) => {
+            match payload {
+                Ok(space) => {
                     let at = this.w.reg(RegClass::B64);
                     emit!(this.w, "add.u64 {at}, {src_start}, {i}");
                     this.byte_access(in_src, space, at, byte, false);
                 }
-                None => {
-                    let addr = this.local_address(&symbol, i);
-                    emit!(this.w, "@{in_src} ld.local.u8 {byte}, [{addr}]");
+                Err(snapshot) => {
+                    let (space, addr) = this.snapshot_address(snapshot, i);
+                    emit!(this.w, "@{in_src} ld{space}.u8 {byte}, [{addr}]");
                 }
             }
             let at = this.w.reg(RegClass::B64);
             emit!(this.w, "add.u64 {at}, {dst_start}, {i}");
             this.byte_access(always, dst_space, at, byte, true);
         });
+        if let Some(Snapshot::Heap { block }) = start.snapshot {
+            self.free_block(block);
+        }
         Ok(())
     }
 

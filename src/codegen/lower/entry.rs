@@ -104,6 +104,7 @@ impl<'p> Lowerer<'p> {
         for (fault, label) in std::mem::take(&mut self.exit_faults) {
             self.w.put_label(label);
             self.write_fault("", fault);
+            self.free_heap_snapshots();
             self.exit_kernel();
         }
         let clocked = self.stamps_clock();

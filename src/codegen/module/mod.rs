@@ -72,13 +72,16 @@ pub(crate) fn compose(
     let main_zero_page = (bodies.segments.iter())
         .chain(bodies.cooperative)
         .any(|b| reads_zero_page(&b.prologue));
-    let header_for = |zero_page| header(target, &libm, &provenance, zero_page);
+    let main_heap = (bodies.segments.iter())
+        .chain(bodies.cooperative)
+        .any(|b| calls_heap(&b.body));
+    let header_for = |zero_page, heap| header(target, &libm, &provenance, zero_page, heap);
     let shared = match abi.shared_bytes {
         0 => String::new(),
         bytes => format!("\t.shared .align 16 .b8 vyre_shared[{bytes}];\n"),
     };
     let size: usize = bodies.all().map(|b| b.body.len() + b.prologue.len()).sum();
-    let header = header_for(main_zero_page);
+    let header = header_for(main_zero_page, main_heap);
     let mut ptx = String::with_capacity(header.len() + size + 1024);
     ptx.push_str(&header);
     let entries_at = ptx.len();
@@ -97,7 +100,7 @@ pub(crate) fn compose(
         cooperative.put(&mut ptx, bodies.cooperative);
     }
     let vector_ptx = bodies.vector.map(|vector| {
-        let mut text = header_for(reads_zero_page(&vector.prologue));
+        let mut text = header_for(reads_zero_page(&vector.prologue), calls_heap(&vector.body));
         let params = param_list(abi.vector_params());
         put_entry(&mut text, VECTOR_ENTRY, &params, abi, &shared, vector);
         text
@@ -119,14 +122,25 @@ pub(crate) fn reads_zero_page(body: &str) -> bool {
     body.contains(ZERO_PAGE)
 }
 
+/// Whether an entry takes blocks of the device heap (`lower::async_copy`'s snapshots of
+/// run-time size): it calls the PTX system call `malloc`.
+pub(crate) fn calls_heap(body: &str) -> bool {
+    body.contains(", malloc, (")
+}
+
+/// The device heap's system calls, declared where an entry calls them.
+const HEAP_DECLS: &str = ".extern .func (.param .b64 vyre_heap_block) malloc (.param .b64 vyre_heap_bytes);\n.extern .func free (.param .b64 vyre_heap_free);\n\n";
+
 /// Provenance comment, `.version`/`.target`, the zero page when an entry reads it (an
-/// unused module variable still costs the JIT time), and the `.const` tables of the libm
-/// routines `libm` (their code is inlined into the entries).
+/// unused module variable still costs the JIT time), the heap's system calls when an entry
+/// calls them, and the `.const` tables of the libm routines `libm` (their code is inlined
+/// into the entries).
 pub(crate) fn header(
     target: PtxTarget,
     libm: &BTreeSet<Libm>,
     provenance: &str,
     zero_page: bool,
+    heap: bool,
 ) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -139,6 +153,9 @@ pub(crate) fn header(
     let _ = writeln!(out, ".address_size 64\n");
     if zero_page {
         let _ = writeln!(out, ".global .align 16 .b8 {ZERO_PAGE}[16];\n");
+    }
+    if heap {
+        out.push_str(HEAP_DECLS);
     }
     out.push_str(&libm::tables_text(libm));
     out
