@@ -387,7 +387,7 @@ fn run_time_sized_bytes_values_lower_only_where_the_reference_computes_them() {
 }
 
 #[test]
-fn bytes_loads_of_a_written_buffer_are_not_held_across_statements() {
+fn bytes_loads_of_a_written_buffer_are_copied_where_a_store_could_change_them() {
     let program = |body: Vec<Node>| {
         Program::wrapped(
             vec![
@@ -410,18 +410,22 @@ fn bytes_loads_of_a_written_buffer_are_not_held_across_statements() {
     // after a store into `io`.
     let read_after_store =
         |from: &str, binding: Node| program(vec![bind(from), binding, store_io(), read_rest()]);
-    let held = read_after_store("io", Node::Block(vec![]));
-    assert_rejected(&held, "Let of a load from a writable bytes buffer");
+    // Such a binding copies the bytes into a device-heap block (one `malloc`), which the
+    // lane gives back where it leaves; read before the store, the view is read in place;
+    // read after a barrier (other invocations' stores), it is copied.
+    let copies = |program: &Program| {
+        let ptx = emit(program).unwrap();
+        ptx.matches(", malloc, (").count() == 1 && ptx.contains("call free, (")
+    };
+    assert!(copies(&read_after_store("io", Node::Block(vec![]))));
     let assigned = read_after_store("a", Node::assign("rest", Expr::load("io", Expr::u32(2))));
-    assert_rejected(&assigned, "Assign of a load from a writable bytes buffer");
-    // Read before the store, it lowers; after a barrier (other invocations' stores), not.
+    assert!(copies(&assigned));
     let read_first = |between: Node| program(vec![bind("io"), between, read_rest(), store_io()]);
-    assert!(emit(&read_first(Node::Block(vec![]))).is_ok());
+    assert!(!emit(&read_first(Node::Block(vec![])))
+        .unwrap()
+        .contains("malloc"));
     let barrier = Node::barrier_with_ordering(vyre_foundation::ir::MemoryOrdering::SeqCst);
-    assert_rejected(
-        &read_first(barrier),
-        "Let of a load from a writable bytes buffer",
-    );
+    assert!(copies(&read_first(barrier)));
 }
 
 #[test]

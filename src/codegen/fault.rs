@@ -55,9 +55,10 @@ pub enum DeviceFault {
     /// vec, 8-bit float or handle element, or a value cast to bytes: a `Value::Bytes`),
     /// which the reference's operators reject.
     RawOperand = 21,
-    /// The device heap could not give the block an async copy's payload snapshot needs (a
-    /// copy of run-time size whose source the program may write before the wait).
-    AsyncSnapshotHeap = 22,
+    /// The device heap could not give the block a snapshot of run-time size needs (an async
+    /// copy's payload whose source the program may write before the wait, or the bytes a
+    /// `Let`/`Assign` binds from a bytes buffer it writes).
+    SnapshotHeap = 22,
 }
 
 impl DeviceFault {
@@ -83,7 +84,7 @@ impl DeviceFault {
         Self::SubgroupLanesNotCombinable,
         Self::BytesOperand,
         Self::RawOperand,
-        Self::AsyncSnapshotHeap,
+        Self::SnapshotHeap,
     ];
 
     /// The fault word value.
@@ -127,7 +128,7 @@ impl DeviceFault {
             Self::AsyncTransferPending => "an invocation completed with an async transfer still pending",
             Self::BytesOperand => "a binary operator received mismatched operands: a load of a bytes buffer is raw bytes (the rest of the buffer), not a number",
             Self::RawOperand => "an operator received raw bytes, not a number: the reference loads u8, i8, u16, i16, i64, vec, 8-bit float and handle elements (and holds values cast to bytes) as raw bytes, which no operator takes",
-            Self::AsyncSnapshotHeap => "the device heap could not hold an async copy's payload: the payload is read at the copy's start and the program may write its source before the wait, so each invocation keeps a copy of it (of run-time size) on the device heap (CUDA's default: 8 MiB for the context)",
+            Self::SnapshotHeap => "the device heap could not hold a snapshot the reference takes: an async copy's payload (read at the copy's start; the program may write its source before the wait) or the bytes a Let/Assign of a bytes load binds (the program may write the buffer before reading the variable); each invocation keeps such a copy, of run-time size, on the device heap (CUDA's default: 8 MiB for the context)",
         }
     }
 
@@ -172,8 +173,8 @@ impl DeviceFault {
             Self::RawOperand => {
                 "Cast the load to u32 or i32 (or a wide one to u64) before computing with it"
             }
-            Self::AsyncSnapshotHeap => {
-                "give the transfer a literal size of at most 4096 bytes, or put its AsyncWait before the next write of its source"
+            Self::SnapshotHeap => {
+                "give an async transfer a literal size of at most 4096 bytes or wait for it before writing its source, read a bytes variable before writing its buffer, or raise CU_LIMIT_MALLOC_HEAP_SIZE before the first dispatch"
             }
         }
     }

@@ -67,7 +67,10 @@ pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
-/// Version of the emitter's output format; part of every cache key. (32: async payload
+/// Version of the emitter's output format; part of every cache key. (33: bytes views
+/// bound by `Let`/`Assign` and read after their buffer may change are copied into
+/// device-heap blocks, and a parallel segment with a barrier in a data-dependent branch
+/// runs as a step machine; 32: async payload
 /// snapshots without a static size of at most 4096 bytes in device-heap blocks; 31: step machines
 /// with a barrier in a data-dependent branch take their rounds workgroup-wide, and a
 /// barrier-holding branch's body counts as uniform control flow; 30: the first branch
@@ -79,7 +82,7 @@ use vyre_foundation::ir::{Node, Program};
 /// entry where a lane that faults could be awaited there; 24: workgroup barriers of
 /// entries whose leaving lanes exit take the `.aligned` form; 23: repeated pure
 /// sub-expressions of a statement computed once; 22 was an unmerged experiment.)
-pub const EMITTER_VERSION: u32 = 32;
+pub const EMITTER_VERSION: u32 = 33;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;
@@ -312,9 +315,14 @@ fn segment<'p>(
         analysis::replicated::classify(program, nodes, workgroup_size.iter().product());
     // `lockstep::check` passes segments without subgroup operations, and a segment with
     // one is never replicated (`analysis::replicated`), so a step machine runs in parallel.
+    // A parallel segment with a barrier in a data-dependent branch takes the reference's
+    // schedule too (`analysis::steps::has_divergent_barrier_branch`); a replicated one has
+    // no data-dependent branch its invocations could take at different times.
+    let divergent_barrier = replication == analysis::replicated::Replication::Parallel
+        && analysis::steps::has_divergent_barrier_branch(nodes, &facts.uniformity);
     let steps = match analysis::lockstep::check(nodes, &facts.uniformity) {
-        Ok(()) => None,
-        Err(_) => Some(analysis::steps::plan(nodes, &facts.uniformity)?),
+        Ok(()) if !divergent_barrier => None,
+        _ => Some(analysis::steps::plan(nodes, &facts.uniformity)?),
     };
     Ok(lower::Segment {
         nodes,

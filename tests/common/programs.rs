@@ -1729,6 +1729,99 @@ pub fn async_heap_snapshot_cases() -> Vec<Case> {
     ]
 }
 
+/// A `Let` or `Assign` of a load from a bytes buffer the program writes, read after the
+/// buffer may have changed: the variable holds the bytes as they were at the binding, in a
+/// device-heap block (`lower::bytes`). Appended last.
+pub fn bytes_snapshot_cases() -> Vec<Case> {
+    let io: Vec<u8> = (1..=8).map(|i| i * 0x11).collect();
+    let a: Vec<u8> = (1..=8).map(|i| 0xa0 + i).collect();
+    let program = |body: Vec<Node>| {
+        Program::wrapped(
+            vec![
+                BufferDecl::storage("io", 0, BufferAccess::ReadWrite, DataType::Bytes)
+                    .with_count(8)
+                    .with_bytes_extraction(true),
+                BufferDecl::output("out", 1, DataType::U32).with_count(4),
+                BufferDecl::read("a", 2, DataType::Bytes)
+                    .with_count(8)
+                    .with_bytes_extraction(true),
+            ],
+            [4, 1, 1],
+            body,
+        )
+    };
+    let first = |body: Vec<Node>| Node::if_then(bin(BinOp::Eq, gid(), Expr::u32(0)), body);
+    let store_io = |at: Expr, value: u32| Node::store("io", at, Expr::u32(value));
+    let case = |name: &str, body: Vec<Node>| {
+        Case::new(
+            format!("bytes snapshot: {name}"),
+            program(body),
+            vec![io.clone(), vec![0; 16], a.clone()],
+        )
+    };
+    vec![
+        case(
+            "Let, store into its bytes, read",
+            vec![first(vec![
+                Node::let_bind("rest", Expr::load("io", Expr::u32(3))),
+                store_io(Expr::u32(2), 0xdead_beef),
+                Node::store("out", Expr::u32(0), Expr::var("rest")),
+                Node::store("out", Expr::u32(1), Expr::load("io", Expr::u32(3))),
+            ])],
+        ),
+        case(
+            "Assign, store, read",
+            vec![first(vec![
+                Node::let_bind("rest", Expr::load("a", Expr::u32(1))),
+                Node::assign("rest", Expr::load("io", Expr::u32(1))),
+                store_io(Expr::u32(0), 0x0102_0304),
+                Node::store("out", Expr::u32(0), Expr::var("rest")),
+            ])],
+        ),
+        // A block per iteration, each kept on the lane's list until it leaves.
+        case(
+            "a Let per loop iteration",
+            vec![first(vec![Node::loop_for(
+                "i",
+                Expr::u32(0),
+                Expr::u32(4),
+                vec![
+                    Node::let_bind("rest", Expr::load("io", Expr::var("i"))),
+                    store_io(Expr::var("i"), 0x7777_7777),
+                    Node::store("out", Expr::var("i"), Expr::var("rest")),
+                ],
+            )])],
+        ),
+        // Every invocation binds before the barrier; one stores after it.
+        case(
+            "another invocation stores after a barrier",
+            vec![
+                Node::let_bind("rest", Expr::load("io", Expr::u32(4))),
+                Node::barrier_with_ordering(MemoryOrdering::SeqCst),
+                Node::if_then(
+                    bin(BinOp::Eq, gid(), Expr::u32(1)),
+                    vec![store_io(Expr::u32(4), 0xaaaa_aaaa)],
+                ),
+                Node::barrier_with_ordering(MemoryOrdering::SeqCst),
+                Node::store("out", gid(), Expr::var("rest")),
+            ],
+        ),
+        // The lane leaves by `Return` with its blocks (given back there).
+        case(
+            "a lane returns holding a snapshot",
+            vec![
+                first(vec![
+                    Node::let_bind("rest", Expr::load("io", Expr::u32(5))),
+                    store_io(Expr::u32(4), 0x0505_0505),
+                    Node::store("out", Expr::u32(0), Expr::var("rest")),
+                    Node::Return,
+                ]),
+                Node::store("out", gid(), Expr::u32(9)),
+            ],
+        ),
+    ]
+}
+
 /// Run-time errors the reference raises; the GPU must fail too.
 pub fn fault_cases() -> Vec<Case> {
     let a = u32_bytes(&[10, 20, 30, 40]);
@@ -1862,6 +1955,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(zero_bound_of_mask_cases());
     cases.extend(super::step_programs::divergent_barrier_cases());
     cases.extend(async_heap_snapshot_cases());
+    cases.extend(bytes_snapshot_cases());
     cases
 }
 

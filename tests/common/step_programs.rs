@@ -241,14 +241,14 @@ fn barrier_in_data_dependent_branch(workgroup: u32) -> Vec<Case> {
             barrier_loop_in_branch(true, below(7)),
         )
         .failing(),
-        // Converged code (no subgroup operation): the branch's agreement is checked there.
+        // Without a subgroup operation the segment runs as a step machine all the same.
         case(
-            "converged: barrier loop in a data-dependent branch every lane takes",
+            "no subgroup operation: barrier loop in a data-dependent branch every lane takes",
             workgroup,
             barrier_loop_in_branch(false, below(workgroup + 1)),
         ),
         case(
-            "converged: barrier loop in a data-dependent branch lanes disagree on",
+            "no subgroup operation: barrier loop in a data-dependent branch lanes disagree on",
             workgroup,
             barrier_loop_in_branch(false, below(workgroup - 1)),
         )

@@ -526,8 +526,9 @@ enum Role {
     /// Bytes output written only by `mirror[t] = source[t]`: every invocation that
     /// writes byte `m` writes `source[m]`, so the overlapping copies never race.
     BytesMirror,
-    /// Read-write bytes input that is only read (`Stmt::BytesUse`): a `Let` of its load
-    /// is what the emitter rejects, and never writing it keeps the program race-free.
+    /// Read-write bytes input (`Stmt::BytesUse`) whose stores copy its bytes onto
+    /// themselves: a `Let` of its load read after one is a snapshot, and storing only what
+    /// is there keeps the program race-free.
     BytesWritable,
     /// Workgroup bytes buffer: `Stmt::SharedBytesPhase` writes 4 bytes at `lid * 4`.
     SharedBytes,
@@ -2330,13 +2331,26 @@ impl Gen<'_> {
                 nodes
             }
             _ => {
-                // A `Let` of a load from a writable bytes buffer.
+                // A `Let` of a load from a writable bytes buffer; sometimes the buffer is
+                // then stored to before the variable is read (the reference reads the
+                // bytes as they were at the `Let`): a copy of its bytes onto themselves,
+                // which changes nothing, so invocations never race.
                 let from = if writable.is_empty() { &any } else { &writable };
                 let name = self.fresh("y");
                 let mut nodes = vec![Node::Let {
                     name: name.as_str().into(),
                     value: view(self, from),
                 }];
+                if !writable.is_empty() && self.rng.chance(50) {
+                    let b = *self.rng.pick(&writable);
+                    let buffer = self.bufs[b].name.clone();
+                    let at = self.any_index(b, 1);
+                    nodes.push(Node::Store {
+                        buffer: buffer.as_str().into(),
+                        index: at.clone(),
+                        value: load(&buffer, at),
+                    });
+                }
                 if self.rng.chance(70) {
                     nodes.extend(keep(self, var(&name)));
                 }

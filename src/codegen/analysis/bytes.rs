@@ -30,6 +30,10 @@ pub(crate) struct BytesFacts<'p> {
     /// The values of the `Let`s of loads from written bytes buffers whose variable is read
     /// only before the buffer can change (see the module's header).
     pub(crate) read_before_writes: FxHashSet<*const Expr>,
+    /// Some `Let` or `Assign` may bind a view of a written bytes buffer to a variable read
+    /// later: its bytes are then copied at the binding (`lower::bytes`), into device-heap
+    /// blocks the invocation gives back where it leaves.
+    pub(crate) snapshots: bool,
 }
 
 impl<'p> BytesFacts<'p> {
@@ -56,6 +60,23 @@ impl<'p> BytesFacts<'p> {
             _ => {}
         });
         facts.find_reads_before_writes(entry);
+        let bytes_buffers: FxHashSet<&str> = (program.buffers().iter())
+            .filter(|buffer| buffer.element() == DataType::Bytes)
+            .map(|buffer| buffer.name())
+            .collect();
+        let written_bytes =
+            |buffer: &str| bytes_buffers.contains(buffer) && facts.written.contains(buffer);
+        let mut snapshots = false;
+        for_each_node(entry, &mut |node| {
+            if let Node::Let { name, value } | Node::Assign { name, value } = node {
+                let in_time = matches!(node, Node::Let { .. })
+                    && facts.read_before_writes.contains(&(value as *const Expr));
+                snapshots |= facts.read_vars.contains(name.as_str())
+                    && !in_time
+                    && views_written(value, &written_bytes);
+            }
+        });
+        facts.snapshots = snapshots;
         facts
     }
 
@@ -76,6 +97,24 @@ impl<'p> BytesFacts<'p> {
                 self.find_reads_before_writes(body);
             }
         }
+    }
+}
+
+/// Whether `value` is a bytes view (`lower::bytes::is_bytes_view`: a load, a cast to bytes
+/// of one, a select of two) with bytes in a buffer `written` says the program writes.
+fn views_written(value: &Expr, written: &impl Fn(&str) -> bool) -> bool {
+    match value {
+        Expr::Load { buffer, .. } => written(buffer.as_str()),
+        Expr::Cast {
+            target: DataType::Bytes,
+            value,
+        } => views_written(value, written),
+        Expr::Select {
+            true_val,
+            false_val,
+            ..
+        } => views_written(true_val, written) || views_written(false_val, written),
+        _ => false,
     }
 }
 

@@ -110,6 +110,21 @@ fn atomic_buffers(expr: &Expr) -> Vec<&str> {
     buffers
 }
 
+/// Whether `segment` holds a branch whose condition may differ between invocations and
+/// which holds a barrier. Such a segment runs as a step machine even without subgroup
+/// operations: whether the reference fails there depends on its schedule (it checks the
+/// invocations still running after every round, so lanes that took one side and finished
+/// before others reached the branch do not count), which converged code does not follow:
+/// lanes that took an extra statement on the way reach the branch rounds later
+/// (`tests/fuzz_regressions/gpu-error-divergent-barrier-after-others-finished.case`).
+pub(crate) fn has_divergent_barrier_branch(segment: &[Node], uniformity: &Uniformity<'_>) -> bool {
+    let mut found = false;
+    for_each_node(segment, &mut |node| {
+        found |= is_divergent_barrier_branch(node, uniformity);
+    });
+    found
+}
+
 /// A branch whose condition may differ between invocations and which holds a barrier. (Of
 /// a uniform condition every lane's own history (`put_branch_history`) is the workgroup's.)
 fn is_divergent_barrier_branch(node: &Node, uniformity: &Uniformity<'_>) -> bool {

@@ -8,9 +8,8 @@
 //! bytes that start copied into a snapshot: a `.local` array where the payload has a static
 //! size of at most [`MAX_SNAPSHOT_BYTES`] (the literal byte count, or the size of a
 //! workgroup source or destination), else a block of the device heap (`malloc`) of the
-//! run-time payload's size, freed at the wait or wherever the invocation leaves with the
-//! transfer pending (a block left behind would stay taken for later dispatches). A block
-//! the heap cannot give fails the dispatch ([`DeviceFault::AsyncSnapshotHeap`]).
+//! run-time payload's size (`heap`), freed at the wait or wherever the invocation leaves
+//! with the transfer pending.
 
 use super::memory::Space;
 use super::{Lowerer, Val};
@@ -195,7 +194,7 @@ impl<'p> Lowerer<'p> {
             })
             .collect();
         for block in blocks {
-            self.free_block(block);
+            self.heap_free(block);
         }
     }
 
@@ -203,31 +202,13 @@ impl<'p> Lowerer<'p> {
     /// fails the dispatch and holds nothing (`bytes` becomes 0). A block the start still
     /// holds (started twice, a run-time error) is given back first.
     fn alloc_block(&mut self, block: Reg, bytes: Reg) {
-        self.free_block(block);
+        self.heap_free(block);
         let (none, skip) = (self.pred(), self.w.label());
         emit!(self.w, "setp.eq.u64 {none}, {bytes}, 0");
         let none = self.branch_pred(none);
         emit!(self.w, "@{none} bra {skip}");
-        self.w.raw(&format!(
-            "\t{{\n\t.param .b64 vyre_heap_bytes;\n\tst.param.b64 [vyre_heap_bytes], {bytes};\n\t.param .b64 vyre_heap_block;\n\tcall (vyre_heap_block), malloc, (vyre_heap_bytes);\n\tld.param.b64 {block}, [vyre_heap_block];\n\t}}\n"
-        ));
-        let failed = self.pred();
-        emit!(self.w, "setp.eq.u64 {failed}, {block}, 0");
-        self.fault_if(failed, DeviceFault::AsyncSnapshotHeap);
+        let failed = self.heap_alloc(block, bytes);
         emit!(self.w, "selp.b64 {bytes}, 0, {bytes}, {failed}");
-        self.w.put_label(skip);
-    }
-
-    /// `free(block)` unless it is 0; then it is 0.
-    fn free_block(&mut self, block: Reg) {
-        let (none, skip) = (self.pred(), self.w.label());
-        emit!(self.w, "setp.eq.u64 {none}, {block}, 0");
-        let none = self.branch_pred(none);
-        emit!(self.w, "@{none} bra {skip}");
-        self.w.raw(&format!(
-            "\t{{\n\t.param .b64 vyre_heap_free;\n\tst.param.b64 [vyre_heap_free], {block};\n\tcall free, (vyre_heap_free);\n\t}}\n"
-        ));
-        self.w.put_zero(block);
         self.w.put_label(skip);
     }
 
@@ -374,7 +355,7 @@ impl<'p> Lowerer<'p> {
             this.byte_access(always, dst_space, at, byte, true);
         });
         if let Some(Snapshot::Heap { block }) = start.snapshot {
-            self.free_block(block);
+            self.heap_free(block);
         }
         Ok(())
     }

@@ -5,9 +5,9 @@
 //!
 //! A bytes load is lowered as a *view* (first-byte address and length) read late. The
 //! reference snapshots the bytes at the load, so a view is read within the statement that
-//! loads it, or, once bound by `Let` or `Assign`, only if the program never writes its
-//! buffer (see `analysis::bytes`); a bound view that is never read may come from any
-//! buffer. A view may be stored into a bytes buffer (a byte copy) or a u32 buffer (its
+//! loads it; bound by `Let` or `Assign` it stays a view where no store or barrier can come
+//! between the binding and the reads (see `analysis::bytes`), else the binding copies the
+//! bytes into a device-heap block (`heap`; [`Lowerer::copy_to_heap`]). A view may be stored into a bytes buffer (a byte copy) or a u32 buffer (its
 //! first four bytes, zero-padded), used as an index or a `Select` condition (its `try_as_u32` and `truthy`), or meet an operator (the
 //! reference's mismatched-operands error, recorded as a fault). Overlapping copies of the
 //! same bytes agree under any interleaving, so byte copies add no race beyond those plain
@@ -286,9 +286,10 @@ impl<'p> Lowerer<'p> {
             .read_before_writes
             .contains(&(value as *const Expr))
             && !self.facts.subgroup_operand_vars.contains(name);
-        if !read_in_time {
-            self.check_bindable("Let", name, view)?;
-        }
+        let view = match !read_in_time && self.must_snapshot(name, view) {
+            true => self.copy_to_heap(view)?,
+            false => view,
+        };
         self.declare(name)?;
         let view = match self.facts.bytes.assigned.contains(name) {
             true => self.generic(view),
@@ -321,7 +322,10 @@ impl<'p> Lowerer<'p> {
             )));
         }
         let view = self.put_bytes_view(value)?;
-        self.check_bindable("Assign", name, view)?;
+        let view = match self.must_snapshot(name, view) {
+            true => self.copy_to_heap(view)?,
+            false => view,
+        };
         let bound = self.byte_views[name];
         self.move_view(bound, view);
         Ok(())
@@ -338,26 +342,36 @@ impl<'p> Lowerer<'p> {
         self.mov(to.len, from.len);
     }
 
-    /// A variable may hold a view read late unless its bytes may change before it is read.
-    fn check_bindable(
-        &self,
-        binding: &str,
-        name: &str,
-        view: ByteView,
-    ) -> Result<(), CodegenError> {
-        if !view.writable || !self.facts.bytes.read_vars.contains(name) {
-            return Ok(());
-        }
-        Err(CodegenError::unsupported(
-            format!("{binding} of a load from a writable bytes buffer"),
-            format!(
-                "`{name}` would hold the rest of a buffer the program writes, which a later \
-                 store could change before the bytes are read"
-            ),
-            "read the variable before the program's next store to the buffer (or store the \
-             load directly: `Store(dst, j, Load(buf, i))` copies like memmove), or load from \
-             a buffer the program does not write",
-        ))
+    /// Whether variable `name` must hold a copy of `view`'s bytes rather than the view:
+    /// they are in a buffer the program writes, which may change them before the variable
+    /// is read (the reference snapshots them at the binding).
+    fn must_snapshot(&self, name: &str, view: ByteView) -> bool {
+        view.writable && self.facts.bytes.read_vars.contains(name)
+    }
+
+    /// A copy of `view`'s bytes in a heap block of the lane's list (`heap`): a generic view
+    /// of no bytes where the heap cannot give the block (the dispatch fails there).
+    fn copy_to_heap(&mut self, view: ByteView) -> Result<ByteView, CodegenError> {
+        let head = self.view_blocks.ok_or_else(|| {
+            CodegenError::invalid(
+                "a bytes snapshot `analysis::bytes` did not foresee",
+                "report this vyre-cuda bug",
+            )
+        })?;
+        let bytes = self.w.reg(RegClass::B64);
+        emit!(self.w, "cvt.u64.u32 {bytes}, {}", view.len);
+        let start = self.heap_alloc_listed(head, bytes);
+        let (failed, len) = (self.pred(), self.b32());
+        emit!(self.w, "setp.eq.u64 {failed}, {start}, 0");
+        emit!(self.w, "selp.b32 {len}, 0, {}, {failed}", view.len);
+        let copy = ByteView {
+            start,
+            len,
+            space: ViewSpace::Generic,
+            writable: false,
+        };
+        self.copy_bytes(view, copy);
+        Ok(copy)
     }
 
     /// The bytes of `buffer` from byte `index` on (none when `index` is past the end): a

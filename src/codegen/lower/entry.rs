@@ -46,6 +46,9 @@ impl<'p> Lowerer<'p> {
     /// Leave the kernel (or, in a cooperative entry, the segment: a thread that exits would
     /// never reach the next grid barrier; in a timed entry, through the clock's end block).
     pub(super) fn exit_kernel(&mut self) {
+        if let Some(head) = self.view_blocks {
+            self.heap_free_list(head);
+        }
         match &self.segment_end {
             Some(label) => emit!(self.w, "bra {label}"),
             None if self.clock => emit!(self.w, "bra {CLOCK_END}"),
@@ -141,6 +144,9 @@ impl<'p> Lowerer<'p> {
         let mut p = PtxWriter::default();
         self.load_params(&mut p, fault_word);
         p.put_zero(self.faulted);
+        if let Some(head) = self.view_blocks {
+            p.put_zero(head);
+        }
         for &reg in &self.anchored {
             p.put_zero(reg);
         }

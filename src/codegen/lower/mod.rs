@@ -13,6 +13,7 @@ mod checks;
 mod entry;
 mod expr;
 mod half;
+mod heap;
 mod memory;
 mod odd_width;
 mod ops;
@@ -128,6 +129,9 @@ pub(crate) struct Lowerer<'p> {
     /// Set once this lane has recorded a fault: its later results are discarded anyway,
     /// so it leaves data-dependent loops early.
     faulted: Reg,
+    /// Where a `Let`/`Assign` may snapshot a bytes view (`analysis::bytes`): the head of
+    /// the lane's list of heap blocks holding such snapshots, given back where it leaves.
+    view_blocks: Option<Reg>,
     /// Zero that ptxas cannot prove is zero (`%dynamic_smem_size`; kernels are always
     /// launched without dynamic shared memory). ORed into f32 constants and into the
     /// inputs of int->float conversions, it keeps ptxas 13.0 (sm_90) from constant-folding
@@ -216,6 +220,7 @@ impl<'p> Lowerer<'p> {
         let shared_base = w.reg(RegClass::B32);
         let fault_ptr = w.reg(RegClass::B64);
         let faulted = w.reg(RegClass::Pred);
+        let view_blocks = facts.bytes.snapshots.then(|| w.reg(RegClass::B64));
         let opaque_zero = w.reg(RegClass::B32);
         let subgroup_lanes = w.reg(RegClass::B32);
         let subgroup_mask = w.reg(RegClass::B32);
@@ -243,6 +248,7 @@ impl<'p> Lowerer<'p> {
             uses_fault_word: false,
             clock: false,
             faulted,
+            view_blocks,
             opaque_zero,
             zero_page: None,
             libm_used: BTreeSet::new(),
