@@ -15,6 +15,7 @@ use super::atomics::read_variables;
 use super::uniform::written_buffers;
 use crate::codegen::visit::{any_expr_in, for_each_node, has_barrier};
 use rustc_hash::FxHashSet;
+use std::collections::BTreeSet;
 use vyre_foundation::ir::{DataType, Expr, Node, Program};
 
 /// Facts about a program with bytes buffers (all empty for one without).
@@ -37,7 +38,9 @@ pub(crate) struct BytesFacts<'p> {
 }
 
 impl<'p> BytesFacts<'p> {
-    pub(crate) fn analyse(program: &'p Program) -> Self {
+    /// `subgroup_operand_vars`: the variables subgroup operands read (their views are
+    /// copied even where read in time, see `lower::bytes::bind_bytes_view`).
+    pub(crate) fn analyse(program: &'p Program, subgroup_operand_vars: &BTreeSet<&str>) -> Self {
         let mut facts = Self::default();
         let has_bytes = program
             .buffers()
@@ -67,10 +70,13 @@ impl<'p> BytesFacts<'p> {
         let written_bytes =
             |buffer: &str| bytes_buffers.contains(buffer) && facts.written.contains(buffer);
         let mut snapshots = false;
+        // The bindings `lower::bytes` copies: every `Assign`, and every `Let` but those read
+        // in time (`read_before_writes`) whose variable no subgroup operand reads.
         for_each_node(entry, &mut |node| {
             if let Node::Let { name, value } | Node::Assign { name, value } = node {
                 let in_time = matches!(node, Node::Let { .. })
-                    && facts.read_before_writes.contains(&(value as *const Expr));
+                    && facts.read_before_writes.contains(&(value as *const Expr))
+                    && !subgroup_operand_vars.contains(name.as_str());
                 snapshots |= facts.read_vars.contains(name.as_str())
                     && !in_time
                     && views_written(value, &written_bytes);

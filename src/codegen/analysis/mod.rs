@@ -92,9 +92,11 @@ impl<'p> ProgramFacts<'p> {
             None => elementwise::classify(program, workgroup_size, &read_vars),
             Some(_) => None,
         };
+        let subgroup_operand_vars = lockstep::subgroup_operand_vars(entry);
         Self {
             uniformity: Uniformity::analyse(program),
-            subgroup_operand_vars: lockstep::subgroup_operand_vars(entry),
+            bytes: BytesFacts::analyse(program, &subgroup_operand_vars),
+            subgroup_operand_vars,
             read_vars,
             partial_buffers,
             calls_libm: any_expr_in(
@@ -105,7 +107,6 @@ impl<'p> ProgramFacts<'p> {
             entry,
             elementwise,
             half_locals: half_locals(program),
-            bytes: BytesFacts::analyse(program),
             shared,
             hoisted_checks,
             zero_vars: zero_vars(entry),
