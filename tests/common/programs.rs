@@ -1520,18 +1520,7 @@ pub fn async_split_cases() -> Vec<Case> {
 /// Async copies whose source changes between start and wait: the bytes at the start win.
 /// Only invocation 0 copies (`s` is one read-write buffer), so nothing races.
 pub fn async_snapshot_cases() -> Vec<Case> {
-    let s = u32_bytes(&(0..8).map(|i| 0x1111_1111 * (i + 1)).collect::<Vec<_>>());
-    let program = |shared: bool, body: Vec<Node>| {
-        let mut buffers = vec![
-            BufferDecl::read_write("s", 0, DataType::U32).with_count(8),
-            BufferDecl::output("out", 1, DataType::U32).with_count(8),
-        ];
-        if shared {
-            buffers.push(BufferDecl::workgroup("tile", 4, DataType::U32));
-        }
-        Program::wrapped(buffers, [4, 1, 1], body)
-    };
-    let first = |body: Vec<Node>| Node::if_then(bin(BinOp::Eq, gid(), Expr::u32(0)), body);
+    let (s, program, first) = (snapshot_source(), snapshot_program, in_first_invocation);
     let clobber = |at: u32| Node::store("s", Expr::u32(at), Expr::u32(0xdead_beef));
     let load = |size: Expr| async_copy(false, "s", "out", Expr::u32(6), size);
     vec![
@@ -1611,23 +1600,36 @@ pub fn async_snapshot_cases() -> Vec<Case> {
     ]
 }
 
+/// The source of the async snapshot cases: eight words `0x11111111 * (i + 1)`.
+fn snapshot_source() -> Vec<u8> {
+    u32_bytes(&(0..8).map(|i| 0x1111_1111 * (i + 1)).collect::<Vec<_>>())
+}
+
+/// Four invocations over `s` (read-write, eight words), `out` (eight words) and, if
+/// `shared`, a workgroup `tile` of four words.
+fn snapshot_program(shared: bool, body: Vec<Node>) -> Program {
+    let mut buffers = vec![
+        BufferDecl::read_write("s", 0, DataType::U32).with_count(8),
+        BufferDecl::output("out", 1, DataType::U32).with_count(8),
+    ];
+    if shared {
+        buffers.push(BufferDecl::workgroup("tile", 4, DataType::U32));
+    }
+    Program::wrapped(buffers, [4, 1, 1], body)
+}
+
+/// `body` run by invocation 0 alone.
+fn in_first_invocation(body: Vec<Node>) -> Node {
+    Node::if_then(bin(BinOp::Eq, gid(), Expr::u32(0)), body)
+}
+
 /// Async copies whose source changes before the wait and whose payload has no static
 /// size of at most 4096 bytes: each invocation keeps it in a device-heap block from the
 /// start to the wait (`lower::async_copy`). Appended last (earlier cases keep their
 /// indices).
 pub fn async_heap_snapshot_cases() -> Vec<Case> {
-    let s = u32_bytes(&(0..8).map(|i| 0x1111_1111 * (i + 1)).collect::<Vec<_>>());
-    let program = |body: Vec<Node>| {
-        Program::wrapped(
-            vec![
-                BufferDecl::read_write("s", 0, DataType::U32).with_count(8),
-                BufferDecl::output("out", 1, DataType::U32).with_count(8),
-            ],
-            [4, 1, 1],
-            body,
-        )
-    };
-    let first = |body: Vec<Node>| Node::if_then(bin(BinOp::Eq, gid(), Expr::u32(0)), body);
+    let (s, first) = (snapshot_source(), in_first_invocation);
+    let program = |body| snapshot_program(false, body);
     let clobber = |at: Expr| Node::store("s", at, Expr::u32(0xdead_beef));
     // `s[7] - 0x8888_8870`: 24 at run time.
     let twenty_four = || {
@@ -1750,7 +1752,7 @@ pub fn bytes_snapshot_cases() -> Vec<Case> {
             body,
         )
     };
-    let first = |body: Vec<Node>| Node::if_then(bin(BinOp::Eq, gid(), Expr::u32(0)), body);
+    let first = in_first_invocation;
     let store_io = |at: Expr, value: u32| Node::store("io", at, Expr::u32(value));
     let case = |name: &str, body: Vec<Node>| {
         Case::new(
