@@ -1536,24 +1536,7 @@ pub fn async_snapshot_cases() -> Vec<Case> {
             "async store source changed in an If and a Loop before the wait",
             program(
                 false,
-                vec![first(vec![
-                    async_copy(true, "s", "out", Expr::u32(3), Expr::u32(20)),
-                    Node::if_then(
-                        bin(
-                            BinOp::Eq,
-                            Expr::load("s", Expr::u32(0)),
-                            Expr::u32(0x1111_1111),
-                        ),
-                        vec![clobber(0)],
-                    ),
-                    Node::loop_for(
-                        "i",
-                        Expr::u32(1),
-                        Expr::u32(4),
-                        vec![Node::store("s", Expr::var("i"), Expr::var("i"))],
-                    ),
-                    async_wait(),
-                ])],
+                vec![store_changed_in_an_if_and_a_loop(Expr::u32(20))],
             ),
             vec![s.clone()],
         ),
@@ -1618,6 +1601,29 @@ fn snapshot_program(shared: bool, body: Vec<Node>) -> Program {
     Program::wrapped(buffers, [4, 1, 1], body)
 }
 
+/// Invocation 0 starts an `AsyncStore` of `size` bytes of `s` to `out` at byte 3, then
+/// changes `s` in an `If` and a `Loop`, then waits.
+fn store_changed_in_an_if_and_a_loop(size: Expr) -> Node {
+    in_first_invocation(vec![
+        async_copy(true, "s", "out", Expr::u32(3), size),
+        Node::if_then(
+            bin(
+                BinOp::Eq,
+                Expr::load("s", Expr::u32(0)),
+                Expr::u32(0x1111_1111),
+            ),
+            vec![Node::store("s", Expr::u32(0), Expr::u32(0xdead_beef))],
+        ),
+        Node::loop_for(
+            "i",
+            Expr::u32(1),
+            Expr::u32(4),
+            vec![Node::store("s", Expr::var("i"), Expr::var("i"))],
+        ),
+        async_wait(),
+    ])
+}
+
 /// `body` run by invocation 0 alone.
 fn in_first_invocation(body: Vec<Node>) -> Node {
     Node::if_then(bin(BinOp::Eq, gid(), Expr::u32(0)), body)
@@ -1657,24 +1663,7 @@ pub fn async_heap_snapshot_cases() -> Vec<Case> {
         ),
         case(
             "store source changed in an If and a Loop",
-            vec![first(vec![
-                async_copy(true, "s", "out", Expr::u32(3), Expr::u32(5000)),
-                Node::if_then(
-                    bin(
-                        BinOp::Eq,
-                        Expr::load("s", Expr::u32(0)),
-                        Expr::u32(0x1111_1111),
-                    ),
-                    vec![clobber(Expr::u32(0))],
-                ),
-                Node::loop_for(
-                    "i",
-                    Expr::u32(1),
-                    Expr::u32(4),
-                    vec![Node::store("s", Expr::var("i"), Expr::var("i"))],
-                ),
-                async_wait(),
-            ])],
+            vec![store_changed_in_an_if_and_a_loop(Expr::u32(5000))],
         ),
         // A block taken and given back each iteration.
         case(
