@@ -48,12 +48,10 @@ pub(crate) fn plan(
     uniformity: &Uniformity<'_>,
 ) -> Result<StepPlan, CodegenError> {
     let mut refusal = None;
-    let mut workgroup_rounds = false;
     for_each_node(segment, &mut |node| {
         if refusal.is_some() {
             return;
         }
-        workgroup_rounds |= is_divergent_barrier_branch(node, uniformity);
         refusal = refused(node).err();
     });
     if let Some(refusal) = refusal {
@@ -61,7 +59,7 @@ pub(crate) fn plan(
     }
     Ok(StepPlan {
         mode: round_mode(segment),
-        workgroup_rounds,
+        workgroup_rounds: has_divergent_barrier_branch(segment, uniformity),
     })
 }
 
