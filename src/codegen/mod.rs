@@ -322,7 +322,7 @@ fn segment<'p>(
         && analysis::steps::has_divergent_barrier_branch(nodes, &facts.uniformity);
     let steps = match analysis::lockstep::check(nodes, &facts.uniformity) {
         Ok(()) if !divergent_barrier => None,
-        _ => Some(analysis::steps::plan(nodes, &facts.uniformity)?),
+        _ => Some(analysis::steps::plan(nodes, &facts.uniformity)),
     };
     Ok(lower::Segment {
         nodes,

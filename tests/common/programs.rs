@@ -1947,6 +1947,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(super::step_programs::divergent_barrier_cases());
     cases.extend(async_heap_snapshot_cases());
     cases.extend(bytes_snapshot_cases());
+    cases.extend(super::step_programs::nested_operand_cases());
     cases
 }
 

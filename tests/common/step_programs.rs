@@ -579,6 +579,66 @@ fn f32_fold_in_loop() -> Case {
 /// memory it shares), lane 0 upward, after the real atomics of the lanes before it in the
 /// round. One warp (the reference interleaves the warps of a workgroup round by round,
 /// which independent warps touching the same counters would not reproduce).
+/// Subgroup operations nested in an operand with two atomics on one buffer: the reference
+/// evaluates the outer operand lane by lane and, within each lane's evaluation, the nested
+/// operation whole (every lane's operand, its own atomics in lane order) on the memory
+/// that lane's atomics so far left. Appended after every other semantic case.
+pub fn nested_operand_cases() -> Vec<Case> {
+    let load_c = |index: Expr| Expr::load("c", index);
+    vec![
+        counters_case(
+            "a reduce between two atomics on one buffer, in a reduce operand",
+            |atomic| {
+                sum(add(
+                    add(atomic(u(0), u(1)), sum(load_c(rem(var("lin"), 4)))),
+                    atomic(u(0), var("v")),
+                ))
+            },
+        ),
+        counters_case(
+            "a reduce over two atomics on one buffer, in a ballot",
+            |atomic| {
+                ballot(bin(
+                    BinOp::Lt,
+                    rem(sum(add(atomic(u(1), u(1)), atomic(u(1), var("v")))), 64),
+                    u(32),
+                ))
+            },
+        ),
+        counters_case(
+            "a ballot and an atomic in a shuffle's value, an atomic in its lane",
+            |atomic| {
+                shuffle(
+                    bin(
+                        BinOp::BitXor,
+                        atomic(u(2), u(5)),
+                        add(
+                            ballot(bin(BinOp::Lt, load_c(u(2)), u(400))),
+                            atomic(u(2), var("v")),
+                        ),
+                    ),
+                    rem(add(var("lin"), atomic(u(3), u(1))), 32),
+                )
+            },
+        ),
+        counters_case(
+            "a shuffle of an atomic, nested twice, between two atomics",
+            |atomic| {
+                sum(add(
+                    atomic(u(0), u(3)),
+                    add(
+                        shuffle(
+                            add(sum(load_c(u(0))), atomic(u(1), u(2))),
+                            rem(add(var("lin"), u(1)), 32),
+                        ),
+                        atomic(u(0), var("lin")),
+                    ),
+                ))
+            },
+        ),
+    ]
+}
+
 fn atomic_in_operand() -> Case {
     counters_case("atomic in a subgroup operand", |atomic| {
         sum(atomic(rem(var("lin"), 4), var("v")))

@@ -212,7 +212,14 @@ pub const UNLOWERED: &[&str] = &[
     "async:split",
     "elements:raw-type-buffer",
     "barrier:data-dependent-branch",
+    "subgroup:nested",
+    "subgroup:nested-between-atomics",
 ];
+
+/// The constructs of [`UNLOWERED`] in only about 2% of complete-shape programs (those
+/// needing a buffer of the invocations' own atomic slots): a sweep expects them from
+/// 1000 programs on.
+pub const RARE: &[&str] = &["subgroup:nested-between-atomics"];
 
 /// The constructs of issue 17 (what vyre-reference runs and the emitter did not lower;
 /// README "Not yet lowered" lists what is still refused) that `program` contains, read off the IR itself (not the
@@ -237,6 +244,8 @@ pub const UNLOWERED: &[&str] = &[
 ///   (8-bit float, 4-bit, handle, vector, array, device mesh, quantized).
 /// * `barrier:data-dependent-branch`: a barrier inside an `If` whose condition is not
 ///   built from literals, workgroup ids and buffer lengths alone.
+/// * `subgroup:nested`: a subgroup operand holding another subgroup operation;
+///   `subgroup:nested-between-atomics`: one also holding two atomics on one buffer.
 pub fn unlowered_constructs(program: &Program) -> BTreeSet<&'static str> {
     let mut walk = Walk::default();
     for decl in program.buffers().iter() {
@@ -296,6 +305,58 @@ struct Walk {
     /// Async tag -> (node lists of its starts, node lists of its waits).
     tags: BTreeMap<String, (BTreeSet<u32>, BTreeSet<u32>)>,
     found: BTreeSet<&'static str>,
+}
+
+/// Whether `operand` holds a subgroup operation, and whether two atomics on one buffer.
+fn nesting(operand: &Expr) -> (bool, bool) {
+    fn visit<'e>(e: &'e Expr, buffers: &mut Vec<&'e str>, nested: &mut bool) {
+        let children: Vec<&Expr> = match e {
+            Expr::SubgroupBallot { cond } => {
+                *nested = true;
+                vec![cond]
+            }
+            Expr::SubgroupShuffle { value, lane } => {
+                *nested = true;
+                vec![value, lane]
+            }
+            Expr::SubgroupReduce { value, .. } => {
+                *nested = true;
+                vec![value]
+            }
+            Expr::Atomic {
+                buffer,
+                index,
+                expected,
+                value,
+                ..
+            } => {
+                buffers.push(buffer.as_str());
+                [index, value]
+                    .into_iter()
+                    .chain(expected)
+                    .map(|x| &**x)
+                    .collect()
+            }
+            Expr::Load { index, .. } => vec![index],
+            Expr::BinOp { left, right, .. } => vec![left, right],
+            Expr::UnOp { operand, .. } => vec![operand],
+            Expr::Cast { value, .. } => vec![value],
+            Expr::Select {
+                cond,
+                true_val,
+                false_val,
+            } => vec![cond, true_val, false_val],
+            Expr::Fma { a, b, c } => vec![a, b, c],
+            _ => Vec::new(),
+        };
+        for child in children {
+            visit(child, buffers, nested);
+        }
+    }
+    let (mut buffers, mut nested) = (Vec::new(), false);
+    visit(operand, &mut buffers, &mut nested);
+    buffers.sort_unstable();
+    (nested, buffers.windows(2).any(|pair| pair[0] == pair[1]))
 }
 
 fn is_compare(op: &BinOp) -> bool {
@@ -507,8 +568,17 @@ impl Walk {
                     Expr::SubgroupReduce { value, .. } => vec![value],
                     _ => Vec::new(),
                 };
-                if operands.into_iter().any(|operand| self.is_view(operand)) {
+                if operands.iter().any(|operand| self.is_view(operand)) {
                     self.found.insert("bytes:subgroup-operand");
+                }
+                for operand in &operands {
+                    let (nested, two_atomics_on_one_buffer) = nesting(operand);
+                    if nested {
+                        self.found.insert("subgroup:nested");
+                    }
+                    if nested && two_atomics_on_one_buffer {
+                        self.found.insert("subgroup:nested-between-atomics");
+                    }
                 }
                 match e {
                     Expr::SubgroupBallot { cond } => sub(self, cond),

@@ -656,6 +656,9 @@ struct Gen<'a> {
     /// Every `Stmt::RawCopy` of the program writes the parity select (else the plain
     /// load): one function of the index per program, so overlapping writes never race.
     raw_parity: bool,
+    /// Set while generating the operand of a subgroup operation nested in another's
+    /// operand (one level of nesting, see [`Gen::nested_operand`]).
+    in_nested_operand: bool,
 }
 
 const UNLOWERED_SUBGROUPS: u8 = 1;
@@ -1006,25 +1009,35 @@ impl Gen<'_> {
     }
 
     fn atomic_own(&mut self, depth: u32) -> Option<Expr> {
+        let b = self.own_atomic_buffer()?;
+        Some(self.atomic_own_on(b, depth))
+    }
+
+    /// A buffer of invocations' own slots that atomics use, if the program has one.
+    fn own_atomic_buffer(&mut self) -> Option<usize> {
         let candidates = self.bufs_where(|b| b.own_k().is_some() && b.atomic);
         if candidates.is_empty() || self.cfg.features.own_atomics.is_empty() {
             return None;
         }
-        let b = *self.rng.pick(&candidates);
+        Some(*self.rng.pick(&candidates))
+    }
+
+    /// An atomic on the invocation's own slot of buffer `b`.
+    fn atomic_own_on(&mut self, b: usize, depth: u32) -> Expr {
         let cfg: &GenConfig = self.cfg;
         let op = *self.rng.pick(&cfg.features.own_atomics);
         let index = self.own_index(b);
         let expected =
             (op == AtomicOp::CompareExchange).then(|| Box::new(self.expr(Ty::U32, depth.min(1))));
         let value = self.expr(Ty::U32, depth.min(1));
-        Some(Expr::Atomic {
+        Expr::Atomic {
             op,
             buffer: self.bufs[b].name.as_str().into(),
             index: Box::new(index),
             expected,
             value: Box::new(value),
             ordering: *self.rng.pick(ORDERINGS),
-        })
+        }
     }
 
     // ---------------------------------------------------------------- expressions
@@ -2013,6 +2026,10 @@ impl Gen<'_> {
     /// reference), half the time one every lane can evaluate (ids, input loads,
     /// literals), so that many of these programs run on the reference.
     fn subgroup_operand(&mut self, ty: Ty, d: u32) -> Expr {
+        let nesting = self.unlowered & UNLOWERED_SUBGROUPS != 0 && !self.in_nested_operand;
+        if nesting && self.rng.chance(20) {
+            return self.nested_operand(ty, d);
+        }
         if self.rng.chance(50) {
             return self.expr(ty, d);
         }
@@ -2030,6 +2047,41 @@ impl Gen<'_> {
                     .pick(&[BinOp::Add, BinOp::Mul, BinOp::BitXor, BinOp::Shr]);
                 bin(op, id, lit_u32(self.rng.below(9)))
             }
+        }
+    }
+
+    /// An operand holding another subgroup operation between two atomics on invocations'
+    /// own slots (where the program has such a buffer; of one buffer, the reference runs
+    /// the operand lane by lane, the nested operation whole in each lane's evaluation).
+    fn nested_operand(&mut self, ty: Ty, d: u32) -> Expr {
+        self.in_nested_operand = true;
+        let inner = match (ty, self.rng.below(3)) {
+            (Ty::U32, 0) => Expr::SubgroupBallot {
+                cond: Box::new(self.cond(d)),
+            },
+            (_, 1) => {
+                let value = self.subgroup_operand(ty, d);
+                self.shuffle(value)
+            }
+            _ => {
+                let value = self.subgroup_operand(ty, d);
+                self.reduce(ty, value)
+            }
+        };
+        self.in_nested_operand = false;
+        let buffer = self.own_atomic_buffer();
+        let atomic = |g: &mut Self| match buffer {
+            Some(b) => g.atomic_own_on(b, d),
+            None => g.expr(Ty::U32, d),
+        };
+        let (before, after) = (atomic(self), atomic(self));
+        match ty {
+            Ty::F32 => bin(
+                BinOp::Add,
+                bin(BinOp::Add, cast(DataType::F32, before), inner),
+                cast(DataType::F32, after),
+            ),
+            _ => bin(BinOp::Add, bin(BinOp::BitXor, before, inner), after),
         }
     }
 
@@ -2912,6 +2964,7 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
         literal_leaves: false,
         unlowered,
         raw_parity,
+        in_nested_operand: false,
     };
     gen.budget = gen.rng.range(3, cfg.max_statements) as i32;
     let top = Ctx {

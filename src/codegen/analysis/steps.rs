@@ -7,14 +7,11 @@
 //! accepts. A barrier in a data-dependent branch makes the workgroup's warps take every
 //! round together ([`StepPlan::workgroup_rounds`]): after each round the reference checks
 //! every running invocation's choices at such branches against the others', across the
-//! workgroup. The module refuses two atomics on one buffer in a subgroup operand that also
-//! holds another subgroup operation (the operand runs lane by lane, see
-//! `lower::atomic::put_lane_operand`, which a nested collective cannot).
+//! workgroup.
 
 use super::lockstep::outermost_subgroup_ops;
-use super::uniform::{is_subgroup_op, written_buffers, Uniformity};
+use super::uniform::{written_buffers, Uniformity};
 use crate::codegen::visit::{any_expr, for_each_child, for_each_expr, for_each_node, has_barrier};
-use crate::codegen::CodegenError;
 use vyre_foundation::ir::{Expr, Node};
 
 /// How a step machine's warp takes a round.
@@ -41,26 +38,12 @@ pub(crate) struct StepPlan {
     pub(crate) workgroup_rounds: bool,
 }
 
-/// How `segment` runs as a step machine, or the refusal of a construct the step machine
-/// does not reproduce.
-pub(crate) fn plan(
-    segment: &[Node],
-    uniformity: &Uniformity<'_>,
-) -> Result<StepPlan, CodegenError> {
-    let mut refusal = None;
-    for_each_node(segment, &mut |node| {
-        if refusal.is_some() {
-            return;
-        }
-        refusal = refused(node).err();
-    });
-    if let Some(refusal) = refusal {
-        return Err(refusal);
-    }
-    Ok(StepPlan {
+/// How `segment` runs as a step machine.
+pub(crate) fn plan(segment: &[Node], uniformity: &Uniformity<'_>) -> StepPlan {
+    StepPlan {
         mode: round_mode(segment),
         workgroup_rounds: has_divergent_barrier_branch(segment, uniformity),
-    })
+    }
 }
 
 /// Serial when a subgroup operand loads a buffer the segment writes or holds an atomic.
@@ -133,34 +116,5 @@ fn is_divergent_barrier_branch(node: &Node, uniformity: &Uniformity<'_>) -> bool
             otherwise,
         } => !uniformity.is_uniform(cond) && (has_barrier(then) || has_barrier(otherwise)),
         _ => false,
-    }
-}
-
-fn refused(node: &Node) -> Result<(), CodegenError> {
-    let mut nested = false;
-    for_each_expr(node, &mut |expr| {
-        for op in outermost_subgroup_ops(expr) {
-            nested |= subgroup_operands(op).into_iter().any(|operand| {
-                shares_an_atomic_buffer(operand) && any_expr(operand, &is_subgroup_op)
-            });
-        }
-    });
-    match nested {
-        true => Err(CodegenError::unsupported(
-            "two atomics on one buffer in a subgroup operand holding another subgroup operation",
-            "the reference evaluates the operand lane by lane, both atomics of one lane before the next lane's; the step machine runs such an operand in lane turns, inside which another subgroup operation cannot see every lane's turn",
-            "run the atomics in Lets before the subgroup operation",
-        )),
-        false => Ok(()),
-    }
-}
-
-/// The operands of subgroup operation `op`, each evaluated for every lane in turn.
-pub(crate) fn subgroup_operands(op: &Expr) -> Vec<&Expr> {
-    match op {
-        Expr::SubgroupBallot { cond } => vec![&**cond],
-        Expr::SubgroupShuffle { value, lane } => vec![&**value, &**lane],
-        Expr::SubgroupReduce { value, .. } => vec![&**value],
-        _ => Vec::new(),
     }
 }

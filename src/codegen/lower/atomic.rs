@@ -91,8 +91,9 @@ impl<'p> Lowerer<'p> {
     /// Subgroup operand `operand` of a step machine, evaluated as the reference does when
     /// two of its atomics act on one buffer: lane by lane, every atomic of lane k (in the
     /// operand's order) before lane k + 1's. Each turn the whole warp evaluates the operand
-    /// and only the turn's lane runs the atomics; a lane keeps the value and the faults of
-    /// its own turn. Other operands are evaluated at once (`put_expr`).
+    /// and only the turn's lane runs the atomics (a subgroup operation nested in the operand
+    /// runs whole in every turn, `leave_operand_turn`); a lane keeps the value and the
+    /// faults of its own turn. Other operands are evaluated at once (`put_expr`).
     pub(super) fn put_lane_operand(&mut self, operand: &'p Expr) -> Result<Val, CodegenError> {
         if self.steps.is_none() || self.operand_turn.is_some() || !shares_an_atomic_buffer(operand)
         {
@@ -120,6 +121,17 @@ impl<'p> Lowerer<'p> {
         emit!(self.w, "bar.warp.sync {}", self.subgroup_mask);
         self.put_next_turn(turn, top);
         Ok(kept)
+    }
+
+    /// Leave the lane turn of an enclosing operand (`put_lane_operand`) for a subgroup
+    /// operation nested in it: the reference evaluates that operation whole within the
+    /// turn's lane's evaluation, every lane's operand (its atomics in lane order too,
+    /// `put_atomic_in_lane_order`) on the memory the turn's atomics so far left, which a
+    /// warp barrier makes visible to the other lanes. The enclosing turn, to restore.
+    pub(super) fn leave_operand_turn(&mut self) -> Option<Reg> {
+        let turn = self.operand_turn.take()?;
+        emit!(self.w, "bar.warp.sync {}", self.subgroup_mask);
+        Some(turn)
     }
 
     /// A copy of `value` written in the turn `mine` holds (both words of a wide value).

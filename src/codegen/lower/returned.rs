@@ -241,9 +241,11 @@ impl<'p> Lowerer<'p> {
         &mut self,
         op: &'p Expr,
     ) -> Result<(Val, Vec<(Reg, DeviceFault)>), CodegenError> {
+        let enclosing_turn = self.leave_operand_turn();
         self.operand_faults.push(Vec::new());
         let value = self.put_subgroup_value(op);
         let mut raised = self.operand_faults.pop().unwrap_or_default();
+        self.operand_turn = enclosing_turn;
         let value = value?;
         if self.operand_faults.is_empty() {
             if let Some(unbound) = self.unbound_in_returned_lane(op)? {
