@@ -67,7 +67,11 @@ pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
-/// Version of the emitter's output format; part of every cache key. (33: bytes views
+/// Version of the emitter's output format; part of every cache key. (34: an 8-byte raw
+/// value's truthiness, and a literal branch condition anchoring subgroup results, go
+/// through the opaque zero (ptxas miscompiled a constant branch anchoring a ballot for
+/// sm_90), and subgroup operations nested in an operand with two atomics on one buffer
+/// lower; 33: bytes views
 /// bound by `Let`/`Assign` and read after their buffer may change are copied into
 /// device-heap blocks, and a parallel segment with a barrier in a data-dependent branch
 /// runs as a step machine; 32: async payload
@@ -82,7 +86,7 @@ use vyre_foundation::ir::{Node, Program};
 /// entry where a lane that faults could be awaited there; 24: workgroup barriers of
 /// entries whose leaving lanes exit take the `.aligned` form; 23: repeated pure
 /// sub-expressions of a statement computed once; 22 was an unmerged experiment.)
-pub const EMITTER_VERSION: u32 = 33;
+pub const EMITTER_VERSION: u32 = 34;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;

@@ -1948,6 +1948,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(async_heap_snapshot_cases());
     cases.extend(bytes_snapshot_cases());
     cases.extend(super::step_programs::nested_operand_cases());
+    cases.extend(super::step_programs::constant_branch_after_subgroup_cases());
     cases
 }
 

@@ -639,6 +639,58 @@ pub fn nested_operand_cases() -> Vec<Case> {
     ]
 }
 
+/// A branch on a condition known before the run, right after a subgroup operation whose
+/// result it anchors, whose taken side does nothing (the kernel ends there) and whose other
+/// side stores: a literal condition, and an 8-byte raw value's truthiness (true whatever
+/// its bytes), both through the opaque zero since v34 (`checks::hide_constant`). (The
+/// shape ptxas 12.9-13.0 miscompiled for sm_90 is the saved fuzz case
+/// `gpu-error-constant-branch-after-a-ballot-takes-the-other-side.case`; these two compile
+/// correctly either way.) Appended after every other case.
+pub fn constant_branch_after_subgroup_cases() -> Vec<Case> {
+    let workgroup = 16;
+    let branch = |cond: Expr| {
+        vec![
+            Node::let_bind("g", ballot(bin(BinOp::Lt, var("v"), u(500)))),
+            Node::if_then_else(cond, vec![], vec![Node::store("out", gid(), u(7))]),
+        ]
+    };
+    let literal = Case::new(
+        "literal-true branch after a ballot, workgroup 16",
+        lanes(
+            DataType::U32,
+            32,
+            32,
+            workgroup,
+            branch(Expr::LitBool(true)),
+        ),
+        vec![values(32)],
+    );
+    let mut body = vec![
+        Node::let_bind("lin", Expr::LocalId { axis: 0 }),
+        Node::let_bind("v", Expr::load("a", gid())),
+    ];
+    let wide = Expr::Cast {
+        target: DataType::Bool,
+        value: Box::new(Expr::load("w", gid())),
+    };
+    body.extend(branch(wide));
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(32),
+            BufferDecl::output("out", 1, DataType::U32).with_count(32),
+            BufferDecl::read("w", 2, DataType::I64).with_count(4),
+        ],
+        [workgroup, 1, 1],
+        body,
+    );
+    let truthy = Case::new(
+        "branch on an 8-byte load's truthiness after a ballot, workgroup 16",
+        program,
+        vec![values(32), vec![0; 32]],
+    );
+    vec![literal, truthy]
+}
+
 fn atomic_in_operand() -> Case {
     counters_case("atomic in a subgroup operand", |atomic| {
         sum(atomic(rem(var("lin"), 4), var("v")))

@@ -88,6 +88,19 @@ impl Lowerer<'_> {
         out
     }
 
+    /// `p`, a predicate of literals, xor the hidden `opaque zero == 16`: the same at run
+    /// time, but not foldable. ptxas 12.9-13.0 (sm_90) compile a branch steering by
+    /// `true xor (hidden && subgroup result)` ([`Self::opaque_pred`] of a constant) whose
+    /// taken side ends the kernel into an exit guarded with the wrong polarity: every lane
+    /// took the other side (`tests/fuzz_regressions/
+    /// gpu-error-constant-branch-after-a-ballot-takes-the-other-side.case`).
+    pub(super) fn hide_constant(&mut self, p: Reg) -> Reg {
+        let (hidden, out) = (self.pred(), self.pred());
+        emit!(self.w, "setp.eq.u32 {hidden}, {}, 16", self.opaque_zero);
+        emit!(self.w, "xor.pred {out}, {p}, {hidden}");
+        out
+    }
+
     /// Make the hidden predicate `never` depend on every subgroup result computed since
     /// the last branch. ptxas 13.0 (sm_90) may otherwise sink a warp-synchronous
     /// instruction whose result only a data-dependent branch reads into that branch: the
@@ -151,7 +164,10 @@ impl Lowerer<'_> {
             // in-bounds half is subnormal.
             ValKind::Half => emit!(self.w, "setp.neu.ftz.f32 {p}, {}, 0f00000000", value.reg),
             ValKind::U64 => emit!(self.w, "setp.ne.u64 {p}, {}, 0", value.reg),
-            ValKind::Bytes(width) if width > 4 => emit!(self.w, "setp.eq.u32 {p}, 0, 0"),
+            // True at run time, but not to ptxas: see [`Self::hide_constant`].
+            ValKind::Bytes(width) if width > 4 => {
+                emit!(self.w, "setp.ne.u32 {p}, {}, 16", self.opaque_zero)
+            }
             _ => emit!(self.w, "setp.ne.u32 {p}, {}, 0", value.reg),
         }
         p
