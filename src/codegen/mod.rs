@@ -67,8 +67,8 @@ pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
-/// Version of the emitter's output format; part of every cache key. (34: an 8-byte raw
-/// value's truthiness, and a literal branch condition anchoring subgroup results, go
+/// Version of the emitter's output format; part of every cache key. (34: the truthiness of a
+/// raw value wider than four bytes, and a literal branch condition anchoring subgroup results, go
 /// through the opaque zero (ptxas miscompiled a constant branch anchoring a ballot for
 /// sm_90), and subgroup operations nested in an operand with two atomics on one buffer
 /// lower; 33: bytes views
