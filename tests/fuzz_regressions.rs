@@ -481,3 +481,34 @@ fn hangs_in_a_child(
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// The constant-branch gate (`fuzz::check::constant_anchored_branch`): a predicate of
+/// literals (directly, or through `selp` and `setp` of constants) xor a predicate anchoring
+/// a vote is found; the same through the opaque zero first (`Lowerer::hide_constant`), and
+/// a data-dependent predicate, pass. The saved case's kernel as v33 emitted it is found.
+#[test]
+fn the_constant_branch_gate_finds_literals_xor_an_anchor() {
+    let vote = "\tmov.u32 %r8, %dynamic_smem_size;\n\tvote.sync.ballot.b32 %r3, %p0, -1;\n\
+                \tsetp.eq.u32 %p1, %r8, 16;\n\tsetp.ne.and.b32 %p1, %r3, 0, %p1;\n";
+    let branch = "\t@!%p3 bra $L__9;\n\texit;\n$L__9:\n";
+    let literal =
+        "\tsetp.eq.u32 %p4, 0, 0;\n\tselp.u32 %r2, 1, 0, %p4;\n\tsetp.ne.u32 %p2, %r2, 0;\n";
+    let found = format!("{vote}{literal}\txor.pred %p3, %p2, %p1;\n{branch}");
+    assert_eq!(
+        fuzz::check::constant_anchored_branch(&gate_kernel(&found)).as_deref(),
+        Some("xor.pred %p3, %p2, %p1;"),
+        "{found}"
+    );
+    let passing = [
+        format!("{vote}{literal}\tsetp.eq.u32 %p5, %r8, 16;\n\txor.pred %p6, %p2, %p5;\n\txor.pred %p3, %p6, %p1;\n{branch}"),
+        format!("{vote}\tsetp.ne.u32 %p2, %r8, 16;\n\txor.pred %p3, %p2, %p1;\n{branch}"),
+        format!("{vote}\tsetp.lt.u32 %p2, %r0, 5;\n\txor.pred %p3, %p2, %p1;\n{branch}"),
+    ];
+    for body in passing {
+        assert_eq!(
+            fuzz::check::constant_anchored_branch(&gate_kernel(&body)),
+            None,
+            "{body}"
+        );
+    }
+}

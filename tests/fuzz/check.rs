@@ -97,7 +97,7 @@ pub struct PtxasHazard {
 /// [`super::defined::undefined_read`].
 pub fn ptxas_hazard(ptx: &str) -> Option<PtxasHazard> {
     type Gate = fn(&str) -> Option<String>;
-    let gates: [(&'static str, &'static str, Gate); 8] = [
+    let gates: [(&'static str, &'static str, Gate); 9] = [
         (
             "sync-operand-visible",
             "a warp-synchronous operand ptxas can see through",
@@ -127,6 +127,11 @@ pub fn ptxas_hazard(ptx: &str) -> Option<PtxasHazard> {
             "unanchored-collective",
             "a warp-synchronous result the next conditional branch does not steer by",
             unanchored_collective,
+        ),
+        (
+            "constant-anchored-branch",
+            "a branch predicate ptxas can fold, xor a predicate anchoring subgroup results",
+            constant_anchored_branch,
         ),
         (
             "function-call",
@@ -490,6 +495,79 @@ pub fn visible_sync_operand(ptx: &str) -> Option<String> {
         define(line, op, &args, &mut defs);
     }
     None
+}
+
+/// The first `xor.pred` of a predicate ptxas can prove constant with one anchoring
+/// subgroup results (`and.pred`/`setp.*.and` onto the hidden `opaque zero == 16`,
+/// `Lowerer::anchor`). ptxas 12.9-13.0 (sm_90) compile a branch steering by `true xor
+/// (hidden && result)` whose taken side ends the kernel into an exit of the wrong polarity
+/// (`tests/fuzz_regressions/gpu-error-constant-branch-after-a-ballot-takes-the-other-side.case`);
+/// `Lowerer::hide_constant` passes such a constant through the opaque zero first.
+pub fn constant_anchored_branch(ptx: &str) -> Option<String> {
+    // A register written more than once (a flag set in a branch) is no constant.
+    let mut written = std::collections::HashMap::<&str, u32>::new();
+    for line in ptx.lines().map(str::trim) {
+        // A guarded write counts too: past the guard, the instruction and its operands.
+        let unguarded = match line.starts_with('@') {
+            true => line
+                .split_once(char::is_whitespace)
+                .map_or("", |(_, rest)| rest.trim()),
+            false => line,
+        };
+        let (op, args) = instruction(unguarded);
+        let mut once = Definitions::new();
+        define(unguarded, op, &args, &mut once);
+        for reg in once.into_keys() {
+            *written.entry(reg).or_default() += 1;
+        }
+    }
+    let mut defs = Definitions::new();
+    for line in ptx.lines().map(str::trim) {
+        let (op, args) = instruction(line);
+        if op == "xor.pred" && args.len() == 3 {
+            let (left, right) = (args[1], args[2]);
+            let anchored = |r: &str| {
+                defs.get(r).is_some_and(|def| {
+                    def.starts_with("and.pred") || def.starts_with("setp.ne.and.")
+                })
+            };
+            let constant = |r: &str| is_folded_constant(r, &defs, &written, 0);
+            let flagged =
+                (constant(left) && anchored(right)) || (constant(right) && anchored(left));
+            if flagged {
+                return Some(line.to_string());
+            }
+        }
+        define(line, op, &args, &mut defs);
+    }
+    None
+}
+
+/// Whether ptxas can prove `operand` constant: an immediate, or a register written once
+/// (`written`), by a `mov`, `setp`, `selp` or `not`/`and`/`or`/`xor` of predicates that
+/// reads constants alone (special registers such as `%dynamic_smem_size`, the opaque
+/// zero, are not).
+fn is_folded_constant(
+    operand: &str,
+    defs: &Definitions<'_>,
+    written: &std::collections::HashMap<&str, u32>,
+    depth: u32,
+) -> bool {
+    if !operand.starts_with('%') {
+        return !operand.is_empty();
+    }
+    let (Some(def), Some(1)) = (defs.get(operand), written.get(operand)) else {
+        return false;
+    };
+    let (op, args) = instruction(def);
+    let folds = [
+        "mov.", "setp.", "selp.", "not.pred", "and.pred", "or.pred", "xor.pred",
+    ];
+    depth < 6
+        && folds.iter().any(|f| op.starts_with(f))
+        && args[1..]
+            .iter()
+            .all(|a| *a != operand && is_folded_constant(a, defs, written, depth + 1))
 }
 
 /// Whether `reg` was defined through the opaque zero: directly, by widening it, or as a
