@@ -81,7 +81,7 @@ impl Lowerer<'_> {
     /// [`Self::branch_pred`]), which also depends on the subgroup results not anchored yet.
     pub(super) fn opaque_pred(&mut self, p: Reg) -> Reg {
         let never = self.pred();
-        emit!(self.w, "setp.eq.u32 {never}, {}, 16", self.opaque_zero);
+        self.put_hidden(never, false);
         self.anchor(never);
         let out = self.pred();
         emit!(self.w, "xor.pred {out}, {p}, {never}");
@@ -96,9 +96,17 @@ impl Lowerer<'_> {
     /// gpu-error-constant-branch-after-a-ballot-takes-the-other-side.case`).
     pub(super) fn hide_constant(&mut self, p: Reg) -> Reg {
         let (hidden, out) = (self.pred(), self.pred());
-        emit!(self.w, "setp.eq.u32 {hidden}, {}, 16", self.opaque_zero);
+        self.put_hidden(hidden, false);
         emit!(self.w, "xor.pred {out}, {p}, {hidden}");
         out
+    }
+
+    /// Set `p` to `holds` through the opaque zero (`opaque zero != 16`, or `== 16` for
+    /// false): its run-time value, which ptxas cannot fold (see [`Self::branch_pred`] for
+    /// why 16 and not 0).
+    fn put_hidden(&mut self, p: Reg, holds: bool) {
+        let compare = if holds { "ne" } else { "eq" };
+        emit!(self.w, "setp.{compare}.u32 {p}, {}, 16", self.opaque_zero);
     }
 
     /// Make the hidden predicate `never` depend on every subgroup result computed since
@@ -164,10 +172,8 @@ impl Lowerer<'_> {
             // in-bounds half is subnormal.
             ValKind::Half => emit!(self.w, "setp.neu.ftz.f32 {p}, {}, 0f00000000", value.reg),
             ValKind::U64 => emit!(self.w, "setp.ne.u64 {p}, {}, 0", value.reg),
-            // True at run time, but not to ptxas: see [`Self::hide_constant`].
-            ValKind::Bytes(width) if width > 4 => {
-                emit!(self.w, "setp.ne.u32 {p}, {}, 16", self.opaque_zero)
-            }
+            // True, but not to ptxas: see [`Self::hide_constant`].
+            ValKind::Bytes(width) if width > 4 => self.put_hidden(p, true),
             _ => emit!(self.w, "setp.ne.u32 {p}, {}, 0", value.reg),
         }
         p
