@@ -294,7 +294,7 @@ pub fn unanchored_collective(ptx: &str) -> Option<String> {
         .map(|dest| dest.trim_end_matches(';'))
         .collect();
     lines.iter().enumerate().find_map(|(at, line)| {
-        let (opcode, args) = instruction(past_guard(line));
+        let (opcode, args) = instruction(unguarded(line));
         let collective = ["redux.sync", "shfl.sync", "vote.sync", "match.sync"]
             .iter()
             .any(|c| opcode.starts_with(c))
@@ -326,7 +326,7 @@ fn unsteered_branch<'a>(
     let mut followed = std::collections::HashSet::new();
     while let Some(&line) = lines.get(from) {
         from += 1;
-        let op = past_guard(line);
+        let op = unguarded(line);
         let guard = line
             .strip_prefix('@')
             .and_then(|g| g.split_whitespace().next())
@@ -392,18 +392,8 @@ pub fn unaligned_barrier(ptx: &str) -> Option<String> {
         .filter(|entry| !entry.contains("vyre_segment_end_") && !entry.contains("vyre_clock_end"))
         .flat_map(str::lines)
         .map(str::trim)
-        .find(|line| past_guard(line).starts_with("barrier."))
+        .find(|line| unguarded(line).starts_with("barrier."))
         .map(str::to_string)
-}
-
-/// A PTX line past its `@p` guard, if it has one.
-fn past_guard(line: &str) -> &str {
-    match line.strip_prefix('@') {
-        Some(guarded) => guarded
-            .split_once(char::is_whitespace)
-            .map_or("", |(_, op)| op),
-        None => line,
-    }
 }
 
 /// The first workgroup barrier or warp-synchronous instruction that the rest of a lane's
@@ -414,7 +404,7 @@ fn past_guard(line: &str) -> &str {
 /// `fault_inside_a_barrier_loop`; a lane that faults leaves its loop and ends).
 pub fn awaited_early_end(ptx: &str) -> Option<String> {
     let synchronises = |line: &str| {
-        let op = past_guard(line);
+        let op = unguarded(line);
         op.starts_with("bar") || op.contains(".sync")
     };
     let lines: Vec<&str> = ptx.lines().map(str::trim).collect();
@@ -439,7 +429,7 @@ pub fn awaited_early_end(ptx: &str) -> Option<String> {
 
 /// The target of a (possibly guarded) `bra`.
 fn branch_target(line: &str) -> Option<&str> {
-    let op = past_guard(line);
+    let op = unguarded(line);
     let target = op
         .strip_prefix("bra ")
         .or_else(|| op.strip_prefix("bra.uni "))?;
@@ -507,16 +497,11 @@ pub fn constant_anchored_branch(ptx: &str) -> Option<String> {
     // A register written more than once (a flag set in a branch) is no constant.
     let mut written = std::collections::HashMap::<&str, u32>::new();
     for line in ptx.lines().map(str::trim) {
-        // A guarded write counts too: past the guard, the instruction and its operands.
-        let unguarded = match line.starts_with('@') {
-            true => line
-                .split_once(char::is_whitespace)
-                .map_or("", |(_, rest)| rest.trim()),
-            false => line,
-        };
-        let (op, args) = instruction(unguarded);
+        // A guarded write counts too.
+        let line = unguarded(line);
+        let (op, args) = instruction(line);
         let mut once = Definitions::new();
-        define(unguarded, op, &args, &mut once);
+        define(line, op, &args, &mut once);
         for reg in once.into_keys() {
             *written.entry(reg).or_default() += 1;
         }
