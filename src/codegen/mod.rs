@@ -67,7 +67,9 @@ pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
-/// Version of the emitter's output format; part of every cache key. (34: the truthiness of a
+/// Version of the emitter's output format; part of every cache key. (35: every branch
+/// predicate anchoring subgroup results goes through the opaque zero first, not only literal
+/// `If` conditions (ptxas folds more: `buflen` of a workgroup buffer); 34: the truthiness of a
 /// raw value wider than four bytes, and a literal branch condition anchoring subgroup results, go
 /// through the opaque zero (ptxas miscompiled a constant branch anchoring a ballot for
 /// sm_90), and subgroup operations nested in an operand with two atomics on one buffer
@@ -86,7 +88,7 @@ use vyre_foundation::ir::{Node, Program};
 /// entry where a lane that faults could be awaited there; 24: workgroup barriers of
 /// entries whose leaving lanes exit take the `.aligned` form; 23: repeated pure
 /// sub-expressions of a statement computed once; 22 was an unmerged experiment.)
-pub const EMITTER_VERSION: u32 = 34;
+pub const EMITTER_VERSION: u32 = 35;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;

@@ -78,8 +78,15 @@ impl Lowerer<'_> {
     }
 
     /// `p` xor a predicate that is false at run time but opaque to ptxas (see
-    /// [`Self::branch_pred`]), which also depends on the subgroup results not anchored yet.
+    /// [`Self::branch_pred`]), which also depends on the subgroup results not anchored yet;
+    /// where there are such results, `p` is hidden first ([`Self::hide_constant`]): the
+    /// emitter cannot tell every predicate ptxas folds (`buflen` of a workgroup buffer, a
+    /// bounds check at a literal index), so it hides them all.
     pub(super) fn opaque_pred(&mut self, p: Reg) -> Reg {
+        let p = match self.unanchored.is_empty() {
+            true => p,
+            false => self.hide_constant(p),
+        };
         let never = self.pred();
         self.put_hidden(never, false);
         self.anchor(never);
@@ -88,13 +95,13 @@ impl Lowerer<'_> {
         out
     }
 
-    /// `p`, a predicate of literals, xor the hidden `opaque zero == 16`: the same at run
-    /// time, but not foldable. ptxas 12.9-13.0 (sm_90) compile a branch steering by
+    /// `p` xor the hidden `opaque zero == 16`: the same at run time, but not foldable
+    /// where `p` is a constant to ptxas. ptxas 12.9-13.0 (sm_90) compile a branch steering by
     /// `true xor (hidden && subgroup result)` ([`Self::opaque_pred`] of a constant) whose
     /// taken side ends the kernel into an exit guarded with the wrong polarity: every lane
     /// took the other side (`tests/fuzz_regressions/
     /// gpu-error-constant-branch-after-a-ballot-takes-the-other-side.case`).
-    pub(super) fn hide_constant(&mut self, p: Reg) -> Reg {
+    fn hide_constant(&mut self, p: Reg) -> Reg {
         let (hidden, out) = (self.pred(), self.pred());
         self.put_hidden(hidden, false);
         emit!(self.w, "xor.pred {out}, {p}, {hidden}");

@@ -219,13 +219,8 @@ impl<'p> Lowerer<'p> {
         // A condition of literals (`if false`, `if cast<bool>(1.5)`) is hidden from ptxas's
         // constant folding: ptxas 12.9-13.0 crash with SIGSEGV deleting such a dead branch
         // inside a loop whose live path exits (`tests/fuzz_regressions/
-        // cpu-ptxas-crash-3-constant-branch-in-loop-with-exit.case`); where subgroup
-        // results are anchored to it, through the opaque zero first (`hide_constant`).
+        // cpu-ptxas-crash-3-constant-branch-in-loop-with-exit.case`).
         let p = match is_constant(cond_expr) {
-            true if !self.unanchored.is_empty() => {
-                let p = self.hide_constant(p);
-                self.opaque_pred(p)
-            }
             true => self.opaque_pred(p),
             false => self.branch_pred(p),
         };
