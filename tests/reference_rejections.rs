@@ -166,6 +166,37 @@ fn buffers_of_unsized_elements_are_refused_by_both() {
     );
 }
 
+/// An element of no bits (a vector of no lanes): the reference counts a buffer by its
+/// element's bit width and divides by zero, a panic rather than an error, so it never runs
+/// such a program either.
+#[test]
+fn buffers_of_elements_without_bits_are_refused_by_both() {
+    let no_lanes = DataType::Vec {
+        element: Box::new(DataType::F32),
+        count: 0,
+    };
+    let program = program_with(
+        vec![Node::store("out", gid(), Expr::buf_len("t"))],
+        BufferDecl::read("t", 3, no_lanes).with_count(4),
+    );
+    let error = emit_ptx(&program, None, PtxTarget::sm90()).expect_err("the emitter must refuse");
+    assert_eq!(
+        error.construct(),
+        Some("buffer element type vec<f32;0>"),
+        "{error}"
+    );
+    let text = BackendError::from(vyre_cuda::CudaError::from(error)).to_string();
+    assert_eq!(text.matches("Fix:").count(), 1, "{text}");
+    let inputs = inputs(&program);
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        vyre_reference::reference_eval(&program, &inputs).is_ok()
+    }));
+    assert!(
+        !matches!(ran, Ok(true)),
+        "vyre-reference runs a buffer of elements without bits"
+    );
+}
+
 /// `let x = atomicAdd(buffer[index], value); out[gid] = 0`.
 fn atomic_add_discarded(buffer: &str, index: Expr, value: Expr) -> Vec<Node> {
     let add = Expr::Atomic {

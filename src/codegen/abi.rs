@@ -358,7 +358,7 @@ fn element_size(decl: &BufferDecl) -> Result<u32, CodegenError> {
         return Ok(stride);
     }
     let use_instead =
-        "use u8/i8/u16/i16/f16/bf16/f8/4-bit/u32/i32/f32/bool/u64/i64/f64/handle/vec2<u32>/vec4<u32>/bytes elements, or vectors and arrays up to 255 bytes wide";
+        "use u8/i8/u16/i16/f16/bf16/f8/4-bit/u32/i32/f32/bool/u64/i64/f64/handle/vec2<u32>/vec4<u32>/bytes elements, or vectors and arrays of them";
     if element.size_bytes().is_none() {
         return Err(CodegenError::unsupported(
             format!("buffer of unsized element type {element}"),
@@ -369,10 +369,12 @@ fn element_size(decl: &BufferDecl) -> Result<u32, CodegenError> {
             use_instead,
         ));
     }
+    // What is left has no bits (a vector of no lanes): the reference counts a buffer by
+    // its element's bit width, and divides by zero.
     Err(CodegenError::unsupported(
         format!("buffer element type {element}"),
         format!(
-            "buffer `{}` has an element type the emitter does not address yet",
+            "buffer `{}` has an element of no bits, which vyre-reference cannot count",
             decl.name()
         ),
         use_instead,

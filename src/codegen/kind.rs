@@ -202,7 +202,21 @@ fn vec_storage_width(element: &DataType) -> Option<usize> {
     let DataType::Vec { .. } = element else {
         return None;
     };
-    fixed_storage_width(element).or_else(|| maybe_empty_width(element).map(usize::from))
+    fixed_storage_width(element).or_else(|| lanes_width(element))
+}
+
+/// The width of a `Vec` of lanes without a fixed storage width whose bits are all of its
+/// bytes: see [`maybe_empty_width`].
+fn lanes_width(element: &DataType) -> Option<usize> {
+    let DataType::Vec { .. } = element else {
+        return None;
+    };
+    if fixed_storage_width(element).is_some() {
+        return None;
+    }
+    let width = element.size_bytes()?;
+    let whole_bytes = element.min_bytes() == width && element.bit_width() == Some(8 * width);
+    whole_bytes.then_some(width)
 }
 
 /// For a `Vec` of lanes without a fixed storage width (`Vec<f32; 4>`, `Vec<u32; 3>`,
@@ -213,15 +227,10 @@ fn vec_storage_width(element: &DataType) -> Option<usize> {
 /// zero-padded. So its values are those of the raw type of the width, except that a value
 /// wider than four bytes carries whether it is filled (see `Lowerer::filled`).
 pub(crate) fn maybe_empty_width(element: &DataType) -> Option<u8> {
-    let DataType::Vec { .. } = element else {
-        return None;
-    };
-    if fixed_storage_width(element).is_some() {
-        return None;
-    }
-    let width = element.size_bytes()?;
-    let whole_bytes = element.min_bytes() == width && element.bit_width() == Some(8 * width);
-    (whole_bytes && (1..=MAX_VALUE_BYTES).contains(&width)).then_some(width as u8)
+    let width = lanes_width(element)?;
+    (1..=MAX_VALUE_BYTES)
+        .contains(&width)
+        .then_some(width as u8)
 }
 
 /// Whether loads of `element` yield values a filled flag must tell from zeros: a
@@ -278,6 +287,70 @@ pub(crate) fn unaddressed_width(element: &DataType) -> Option<u8> {
     }
 }
 
+/// An element whose loads are wider than a value held in registers
+/// ([`MAX_VALUE_BYTES`]): its loads are lowered as bytes views (`lower::bytes`), whose bytes
+/// only a store into such an element, a copy (`Let`) or a `Select` moves; vyre's validator
+/// lets nothing else take them (but operators and subgroup operations, which fail on them
+/// at run time, and conditions, for which they are truthy where not empty).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WideElement {
+    /// A `Vec` addressed `width` bytes apart and loaded as those bytes; out of bounds as
+    /// `width` zero bytes where its lanes have a fixed storage width (`zeros`), else as the
+    /// empty bytes (see [`maybe_empty_width`]).
+    Addressed { width: u32, zeros: bool },
+    /// A zero-stride element (see [`unaddressed_width`]): every load is its zero value of
+    /// `width` bytes, every store writes nothing; `size` is its byte size (what counts it).
+    Zeros { width: u32, size: u32 },
+}
+
+impl WideElement {
+    /// The stride the kernel addresses (and counts) the buffer by.
+    pub(crate) fn stride(self) -> u32 {
+        match self {
+            Self::Addressed { width, .. } => width,
+            Self::Zeros { size, .. } => size.max(1),
+        }
+    }
+
+    /// Whether some load yields zero bytes that are in no buffer.
+    pub(crate) fn loads_zeros(self) -> bool {
+        matches!(
+            self,
+            Self::Addressed { zeros: true, .. } | Self::Zeros { .. }
+        )
+    }
+}
+
+/// `element`'s [`WideElement`], when it is one.
+pub(crate) fn wide_element(element: &DataType) -> Option<WideElement> {
+    let narrow = |width: usize| width <= MAX_VALUE_BYTES;
+    let sized = element.size_bytes().is_some() && *element != DataType::Bytes;
+    if element.min_bytes() == 0 && sized && element.bit_width() != Some(0) {
+        let width = fixed_storage_width(element)?;
+        let size = element.size_bytes()?;
+        return match narrow(width) {
+            true => None,
+            false => Some(WideElement::Zeros {
+                width: u32::try_from(width).ok()?,
+                size: u32::try_from(size).ok()?,
+            }),
+        };
+    }
+    let width = addressed_vec_width(element).filter(|&width| !narrow(width))?;
+    Some(WideElement::Addressed {
+        width: u32::try_from(width).ok()?,
+        zeros: fixed_storage_width(element).is_some(),
+    })
+}
+
+/// Whether loads of `element` are bytes views (`lower::bytes`): a `Bytes` buffer's (the
+/// rest of the buffer) or a [`WideElement`]'s. A `Cast` of a view to such a type is the
+/// view: the reference's cast to `Bytes`, or to a type without a conversion of its own (a
+/// wide element's, the only target vyre's validator lets its values take), is `to_bytes()`.
+pub(crate) fn view_element(element: &DataType) -> bool {
+    *element == DataType::Bytes || wide_element(element).is_some()
+}
+
 /// The reference's `Buffer::len` (what `BufLen` reads, and what its dispatch sizes the grid
 /// from) of a buffer of `element` holding `byte_len` bytes: by the element's bit width where
 /// it has one (two 4-bit elements a byte), else by its byte size; saturated to `u32::MAX`.
@@ -325,6 +398,9 @@ pub(crate) const OOB_HALF_BITS: u32 = 1;
 
 /// The byte stride of one element of a buffer this emitter can address, if supported.
 pub(crate) fn element_stride(element: &DataType) -> Option<u32> {
+    if let Some(wide) = wide_element(element) {
+        return Some(wide.stride());
+    }
     if unaddressed_width(element).is_some() {
         // Never addressed: the host counts (and sizes) it by its size, as `BufLen` does
         // (by its bytes where the size is zero).
@@ -434,8 +510,29 @@ mod tests {
         assert_eq!(count_param(&vec_of(DataType::U8, 3), 3, 8), 2);
         assert_eq!(buf_len(&vec_of(DataType::I4, 3), 8), 5);
         assert_eq!(element_stride(&vec_of(DataType::U8, 255)), Some(255));
-        // Refused: over 255 bytes.
-        assert_eq!(element_stride(&vec_of(DataType::U16, 128)), None);
+        // Over 255 bytes: a wide element, loaded as a view.
+        let wide = vec_of(DataType::U16, 128);
+        assert_eq!(odd_width(&wide), None);
+        assert_eq!(ValKind::of_load(&wide), None);
+        assert_eq!(
+            wide_element(&wide),
+            Some(WideElement::Addressed {
+                width: 256,
+                zeros: true
+            })
+        );
+        assert_eq!(element_stride(&wide), Some(256));
+        let lanes = vec_of(DataType::U32, 100);
+        assert_eq!(maybe_empty_width(&lanes), None);
+        assert_eq!(
+            wide_element(&lanes),
+            Some(WideElement::Addressed {
+                width: 400,
+                zeros: false
+            })
+        );
+        assert!(view_element(&lanes) && view_element(&DataType::Bytes));
+        assert!(!view_element(&vec_of(DataType::U32, 63)));
     }
 
     #[test]
@@ -485,7 +582,7 @@ mod tests {
         assert_eq!(ValKind::of_load(&bytes_pair), Some(ValKind::Bytes(0)));
         assert_eq!(element_stride(&bytes_pair), Some(2));
         assert_eq!(buf_len(&bytes_pair, 41), 20);
-        // Refused: a zero value over 255 bytes; no lanes at all (a bit width of zero).
+        // Over 255 bytes: a wide element (a view); refused: no lanes at all (a bit width of zero).
         let no_lanes = vec_of(DataType::F32, 0);
         assert_eq!(unaddressed_width(&no_lanes), None);
         assert_eq!(element_stride(&no_lanes), None);
@@ -495,7 +592,15 @@ mod tests {
         );
         let wide = DataType::Array { element_size: 256 };
         assert_eq!(unaddressed_width(&wide), None);
-        assert_eq!(element_stride(&wide), None);
+        assert_eq!(
+            wide_element(&wide),
+            Some(WideElement::Zeros {
+                width: 256,
+                size: 256
+            })
+        );
+        assert_eq!(element_stride(&wide), Some(256));
+        assert_eq!(wide_element(&no_lanes), None);
         assert_eq!(unaddressed_width(&DataType::U32), None);
         assert_eq!(unaddressed_width(&DataType::Bytes), None);
     }

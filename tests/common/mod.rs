@@ -17,3 +17,4 @@ pub mod ptxas;
 pub mod step_programs;
 pub mod subgroup_programs;
 pub mod vector_programs;
+pub mod wide_programs;

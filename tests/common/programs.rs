@@ -1949,6 +1949,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(bytes_snapshot_cases());
     cases.extend(super::step_programs::nested_operand_cases());
     cases.extend(super::step_programs::constant_branch_after_subgroup_cases());
+    cases.extend(super::wide_programs::wide_element_cases());
     cases
 }
 

@@ -13,10 +13,11 @@
 
 use super::atomics::read_variables;
 use super::uniform::written_buffers;
+use crate::codegen::kind::{view_element, wide_element, WideElement};
 use crate::codegen::visit::{any_expr_in, for_each_node, has_barrier};
 use rustc_hash::FxHashSet;
 use std::collections::BTreeSet;
-use vyre_foundation::ir::{DataType, Expr, Node, Program};
+use vyre_foundation::ir::{Expr, Node, Program};
 
 /// Facts about a program with bytes buffers (all empty for one without).
 #[derive(Default)]
@@ -35,6 +36,9 @@ pub(crate) struct BytesFacts<'p> {
     /// later: its bytes are then copied at the binding (`lower::bytes`), into device-heap
     /// blocks the invocation gives back where it leaves.
     pub(crate) snapshots: bool,
+    /// Some load is a view of zero bytes in no buffer (a [`WideElement`] out of bounds or of
+    /// zero stride): its address is null, and view reads test for it.
+    pub(crate) zero_views: bool,
 }
 
 impl<'p> BytesFacts<'p> {
@@ -45,10 +49,12 @@ impl<'p> BytesFacts<'p> {
         let has_bytes = program
             .buffers()
             .iter()
-            .any(|buffer| buffer.element() == DataType::Bytes);
+            .any(|buffer| view_element(&buffer.element()));
         if !has_bytes {
             return facts;
         }
+        facts.zero_views = (program.buffers().iter())
+            .any(|buffer| wide_element(&buffer.element()).is_some_and(WideElement::loads_zeros));
         let entry = program.entry();
         facts.written = written_buffers(entry);
         read_variables(entry, &mut facts.read_vars);
@@ -64,7 +70,7 @@ impl<'p> BytesFacts<'p> {
         });
         facts.find_reads_before_writes(entry);
         let bytes_buffers: FxHashSet<&str> = (program.buffers().iter())
-            .filter(|buffer| buffer.element() == DataType::Bytes)
+            .filter(|buffer| view_element(&buffer.element()))
             .map(|buffer| buffer.name())
             .collect();
         let written_bytes =
@@ -107,14 +113,11 @@ impl<'p> BytesFacts<'p> {
 }
 
 /// Whether `value` is a bytes view (`lower::bytes::is_bytes_view`: a load, a cast to bytes
-/// of one, a select of two) with bytes in a buffer `written` says the program writes.
+/// or to a wide element of one, a select of two) with bytes in a buffer `written` says the program writes.
 fn views_written(value: &Expr, written: &impl Fn(&str) -> bool) -> bool {
     match value {
         Expr::Load { buffer, .. } => written(buffer.as_str()),
-        Expr::Cast {
-            target: DataType::Bytes,
-            value,
-        } => views_written(value, written),
+        Expr::Cast { target, value } if view_element(target) => views_written(value, written),
         Expr::Select {
             true_val,
             false_val,

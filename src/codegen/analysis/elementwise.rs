@@ -16,10 +16,10 @@
 
 use super::atomics::{commutative_opcode, discarded_let};
 use crate::codegen::abi::{role, BindingRole};
-use crate::codegen::kind::{loads_may_be_empty, nibble_vector, unaddressed_width};
+use crate::codegen::kind::{loads_may_be_empty, nibble_vector, unaddressed_width, view_element};
 use crate::codegen::visit::{all_children, for_each_expr, for_each_node, is_pure_operation};
 use rustc_hash::{FxHashMap, FxHashSet};
-use vyre_foundation::ir::{BufferAccess, DataType, Expr, Node, Program};
+use vyre_foundation::ir::{BufferAccess, Expr, Node, Program};
 
 /// What the vector lowering needs to know about an elementwise program.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -47,14 +47,15 @@ pub(crate) fn classify<'p>(
         return None;
     }
     // A `Bytes` load is the rest of the buffer from its index and a `Bytes` store writes
-    // a whole value's bytes from its index: both reach past element `i`. An element the
+    // a whole value's bytes from its index: both reach past element `i`; a wide element's
+    // loads are views too, not words a lane carries. An element the
     // reference never addresses (zero stride) has no element `i` to carry in a lane. A
     // load of a vector of lanes that may be empty carries a filled flag, which raw words
     // in a lane do not; a vector of 4-bit lanes takes the reference's count, not the
     // addressed one the chunks and lanes split.
     if program.buffers().iter().any(|decl| {
         decl.access() == BufferAccess::Workgroup
-            || decl.element() == DataType::Bytes
+            || view_element(&decl.element())
             || unaddressed_width(&decl.element()).is_some()
             || loads_may_be_empty(&decl.element())
             || nibble_vector(&decl.element())

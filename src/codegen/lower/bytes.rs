@@ -12,12 +12,17 @@
 //! reference's mismatched-operands error, recorded as a fault). Overlapping copies of the
 //! same bytes agree under any interleaving, so byte copies add no race beyond those plain
 //! stores already have.
+//!
+//! Loads of elements wider than registers hold ([`WideElement`]) are views too, generic
+//! ones: the element's bytes, or out of bounds its zero bytes (at the null address, which
+//! every read of a view tests in a program with such loads) or the empty bytes. Stored
+//! into an element of their type, their bytes are copied and the rest zeroed.
 
-use super::memory::Space;
+use super::memory::{BufferSlot, Space};
 use super::ops::binop_is_boolean;
 use super::{Lowerer, Val};
 use crate::codegen::fault::DeviceFault;
-use crate::codegen::kind::ValKind;
+use crate::codegen::kind::{view_element, wide_element, ValKind, WideElement};
 use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
 use vyre_foundation::ir::{BinOp, DataType, Expr};
@@ -65,6 +70,31 @@ pub(super) struct ByteView {
 }
 
 impl ByteView {
+    /// A generic view of `len` bytes from `start` (`writable`: of a buffer the program
+    /// writes).
+    fn generic_at(start: Reg, len: Reg, writable: bool) -> Self {
+        Self {
+            start,
+            len,
+            space: ViewSpace::Generic,
+            writable,
+        }
+    }
+
+    /// `len` bytes from `start`, an address in a buffer of `space`.
+    fn in_buffer(space: Space, start: Reg, len: Reg) -> Self {
+        let space = match space {
+            Space::Global { .. } => ViewSpace::Global,
+            Space::Shared { .. } => ViewSpace::Shared,
+        };
+        Self {
+            start,
+            len,
+            space,
+            writable: true,
+        }
+    }
+
     /// The registers the view lives in.
     pub(super) fn regs(&self) -> [Reg; 2] {
         [self.start, self.len]
@@ -87,13 +117,11 @@ impl<'p> Lowerer<'p> {
             Expr::Load { buffer, .. } => self
                 .buffers
                 .get(buffer.as_str())
-                .is_some_and(|slot| slot.element == DataType::Bytes),
+                .is_some_and(|slot| view_element(&slot.element)),
             Expr::Var(name) => self.byte_views.contains_key(name.as_str()),
-            // The reference's cast to bytes of a bytes value is `to_bytes()`: the same bytes.
-            Expr::Cast {
-                target: DataType::Bytes,
-                value,
-            } => self.is_bytes_view(value),
+            // The reference's cast of a bytes value to bytes (or a wide element) is
+            // `to_bytes()`: the same bytes.
+            Expr::Cast { target, value } if view_element(target) => self.is_bytes_view(value),
             Expr::Select {
                 true_val,
                 false_val,
@@ -108,17 +136,20 @@ impl<'p> Lowerer<'p> {
         match expr {
             Expr::Load { buffer, index } => {
                 let index = self.put_index(index)?;
-                self.bytes_region(buffer.as_str(), index)
+                let slot = self.slot(buffer)?;
+                match wide_element(&slot.element) {
+                    Some(wide) => Ok(self.wide_load(buffer, &slot, wide, index)),
+                    None => self.bytes_region(buffer.as_str(), index),
+                }
             }
             Expr::Var(name) => {
                 let view = (self.byte_views.get(name.as_str()).copied())
                     .ok_or_else(|| runtime_sized_use(&format!("variable `{name}`")))?;
                 self.operand_view(name.as_str(), view)
             }
-            Expr::Cast {
-                target: DataType::Bytes,
-                value,
-            } if self.is_bytes_view(value) => self.put_bytes_view(value),
+            Expr::Cast { target, value } if view_element(target) && self.is_bytes_view(value) => {
+                self.put_bytes_view(value)
+            }
             Expr::Select {
                 cond,
                 true_val,
@@ -443,6 +474,13 @@ impl<'p> Lowerer<'p> {
         view: ByteView,
     ) -> Result<(), CodegenError> {
         let slot = self.slot(buffer)?;
+        if let Some(wide) = wide_element(&slot.element) {
+            if let Some(dst) = self.wide_destination(&slot, wide, index) {
+                let copied = self.copy_bytes(view, dst);
+                self.zero_bytes_from(dst, copied);
+            }
+            return Ok(());
+        }
         match &slot.element {
             DataType::Bytes => {
                 let dst = self.bytes_region(buffer, index)?;
@@ -462,11 +500,12 @@ impl<'p> Lowerer<'p> {
     }
 
     /// Copy `min(view.len, dst.len)` bytes from the view to `dst`, one byte per
-    /// iteration. The reference snapshots the view before writing, so a copy within one
-    /// buffer behaves like `memmove`: it runs from the last byte down when the
+    /// iteration; that count. The reference snapshots the view before writing, so a copy
+    /// within one buffer behaves like `memmove`: it runs from the last byte down when the
     /// destination lies above the source (views in different spaces never overlap).
-    fn copy_bytes(&mut self, view: ByteView, dst: ByteView) {
+    fn copy_bytes(&mut self, view: ByteView, dst: ByteView) -> Reg {
         let (view, dst) = self.same_space(view, dst);
+        let present = self.zero_view_test(view);
         let count = self.b32();
         emit!(self.w, "min.u32 {count}, {}, {}", dst.len, view.len);
         // Byte `step` of the copy is byte `k` (forward) or `count - 1 - k` (backward).
@@ -496,21 +535,32 @@ impl<'p> Lowerer<'p> {
         emit!(self.w, "selp.b32 {at}, {down}, {k}, {backward}");
         let (from, to) = (self.byte_of(view, at), self.byte_of(dst, at));
         let (q, byte) = (view.space.qualifier(), self.b32());
-        emit!(self.w, "ld{q}.u8 {byte}, [{from}]");
+        match present {
+            Some(present) => {
+                emit!(self.w, "mov.u32 {byte}, 0");
+                emit!(self.w, "@{present} ld{q}.u8 {byte}, [{from}]");
+            }
+            None => emit!(self.w, "ld{q}.u8 {byte}, [{from}]"),
+        }
         emit!(self.w, "st{q}.u8 [{to}], {byte}");
         emit!(self.w, "add.u32 {k}, {k}, 1");
         emit!(self.w, "bra {top}");
         self.w.put_label(end);
+        count
     }
 
     /// The view's first four bytes, little-endian, zero-padded past its end.
     fn bytes_prefix_u32(&mut self, view: ByteView) -> Reg {
         let (start, len, q) = (view.start, view.len, view.space.qualifier());
+        let backed = self.zero_view_test(view);
         let word = self.b32();
         emit!(self.w, "mov.u32 {word}, 0");
         for k in 0..4u32 {
             let present = self.pred();
             emit!(self.w, "setp.gt.u32 {present}, {len}, {k}");
+            if let Some(backed) = backed {
+                emit!(self.w, "and.pred {present}, {present}, {backed}");
+            }
             let byte = self.b32();
             emit!(self.w, "mov.u32 {byte}, 0");
             emit!(self.w, "@{present} ld{q}.u8 {byte}, [{start}+{k}]");
@@ -530,6 +580,34 @@ impl<'p> Lowerer<'p> {
         index: Reg,
         value: Val,
     ) -> Result<(), CodegenError> {
+        self.put_value_bytes(value, |this| this.bytes_region(buffer, index))
+    }
+
+    /// `Store(buffer, index, value)` of a fixed-size value into a [`WideElement`] (vyre's
+    /// validator refuses it, the reference's `write_element` would run it): the element
+    /// zeroed, then the value's bytes as into a bytes buffer.
+    pub(super) fn put_value_into_wide(
+        &mut self,
+        slot: &BufferSlot,
+        wide: WideElement,
+        index: Reg,
+        value: Val,
+    ) {
+        if let Some(dst) = self.wide_destination(slot, wide, index) {
+            let start = self.imm_b32(0);
+            self.zero_bytes_from(dst, start);
+            // Infallible: the destination is known.
+            let _ = self.put_value_bytes(value, |_| Ok(dst));
+        }
+    }
+
+    /// All of fixed-size `value`'s `to_bytes()` into the view `dst` gives (lowered once the
+    /// value's bytes are), truncated at its end.
+    fn put_value_bytes(
+        &mut self,
+        value: Val,
+        dst: impl FnOnce(&mut Self) -> Result<ByteView, CodegenError>,
+    ) -> Result<(), CodegenError> {
         // An out-of-bounds half load is two zero bytes, not a Float's eight.
         let float = match value.kind {
             ValKind::Half => {
@@ -543,7 +621,7 @@ impl<'p> Lowerer<'p> {
         let filled = self.filled_pred(value);
         let low = self.bytes_b64(value);
         let upper = self.upper_of(value, value.kind.upper_words().max(1));
-        let dst = self.bytes_region(buffer, index)?;
+        let dst = dst(self)?;
         let q = dst.space.qualifier();
         for k in 0..u32::from(value.kind.byte_len()) {
             let fits = self.pred();
@@ -566,6 +644,87 @@ impl<'p> Lowerer<'p> {
         }
         Ok(())
     }
+
+    /// `buffer[index]` of a wide element: a generic view of its bytes; out of bounds (or
+    /// of zero stride) its zero bytes, at the null address (see [`Self::zero_view_test`]),
+    /// or the empty bytes where its type has no zero value.
+    fn wide_load(
+        &mut self,
+        buffer: &str,
+        slot: &BufferSlot,
+        wide: WideElement,
+        index: Reg,
+    ) -> ByteView {
+        let (start, len) = (self.w.reg(RegClass::B64), self.b32());
+        let (width, zeros) = match wide {
+            WideElement::Zeros { width, .. } => {
+                emit!(self.w, "mov.u64 {start}, 0");
+                emit!(self.w, "mov.u32 {len}, {width}");
+                return ByteView::generic_at(start, len, false);
+            }
+            WideElement::Addressed { width, zeros } => (width, zeros),
+        };
+        let (in_bounds, addr) = self.element_address(slot, index);
+        let out_of_bounds = if zeros { width } else { 0 };
+        emit!(
+            self.w,
+            "selp.b32 {len}, {width}, {out_of_bounds}, {in_bounds}"
+        );
+        let element = self.generic(ByteView::in_buffer(slot.space, addr, len));
+        emit!(
+            self.w,
+            "selp.b64 {start}, {}, 0, {in_bounds}",
+            element.start
+        );
+        ByteView::generic_at(start, len, self.facts.bytes.written.contains(buffer))
+    }
+
+    /// The bytes a store into `slot[index]` of a wide element writes: none out of bounds
+    /// (an empty view), `None` for a zero-stride element (the reference's stride is zero:
+    /// every store is out of bounds).
+    fn wide_destination(
+        &mut self,
+        slot: &BufferSlot,
+        wide: WideElement,
+        index: Reg,
+    ) -> Option<ByteView> {
+        let WideElement::Addressed { width, .. } = wide else {
+            return None;
+        };
+        let (in_bounds, addr) = self.element_address(slot, index);
+        let len = self.b32();
+        emit!(self.w, "selp.b32 {len}, {width}, 0, {in_bounds}");
+        Some(ByteView::in_buffer(slot.space, addr, len))
+    }
+
+    /// Zero the bytes of `dst` from byte `from` (`.b32`) to its end.
+    fn zero_bytes_from(&mut self, dst: ByteView, from: Reg) {
+        let k = self.b32();
+        self.mov(k, from);
+        let (top, end) = (self.w.label(), self.w.label());
+        self.w.put_label(top);
+        let done = self.pred();
+        emit!(self.w, "setp.ge.u32 {done}, {k}, {}", dst.len);
+        let done = self.anchored_pred(done);
+        emit!(self.w, "@{done} bra {end}");
+        let to = self.byte_of(dst, k);
+        emit!(self.w, "st{}.u8 [{to}], 0", dst.space.qualifier());
+        emit!(self.w, "add.u32 {k}, {k}, 1");
+        emit!(self.w, "bra {top}");
+        self.w.put_label(end);
+    }
+
+    /// For a program with views of zero bytes in no buffer (`BytesFacts::zero_views`):
+    /// whether `view`'s bytes are in memory (its address is not null); a read of a null
+    /// view's byte is a zero.
+    fn zero_view_test(&mut self, view: ByteView) -> Option<Reg> {
+        if !self.facts.bytes.zero_views || view.space != ViewSpace::Generic {
+            return None;
+        }
+        let backed = self.pred();
+        emit!(self.w, "setp.ne.u64 {backed}, {}, 0", view.start);
+        Some(backed)
+    }
 }
 
 /// The error for a run-time-sized bytes value used where only a fixed-size value lowers.
@@ -573,9 +732,10 @@ pub(super) fn runtime_sized_use(what: &str) -> CodegenError {
     CodegenError::unsupported(
         "run-time-sized bytes value",
         format!(
-            "{what} is a `Load` of a bytes buffer: the rest of the buffer, whose length is \
-             known only at run time; it lowers as the value of a Store, an index, a Select \
-             condition or an operand (a run-time error), directly or through a Let"
+            "{what} is a `Load` of a bytes buffer (the rest of the buffer, whose length is \
+             known only at run time) or of an element over 255 bytes; it lowers as the value \
+             of a Store, an index, a Select condition or an operand (a run-time error), \
+             directly or through a Let"
         ),
         "store the loaded bytes directly (`out[j] = in[i]`), or read single bytes from a u8 \
          buffer to compute with them",

@@ -4,7 +4,7 @@ use super::bytes::ViewLaneUse;
 use super::memory::{Counted, Space};
 use super::{bytes, canonical_f32_bits_host, Ids, Lowerer, Val};
 use crate::codegen::fault::DeviceFault;
-use crate::codegen::kind::{buf_len, ValKind};
+use crate::codegen::kind::{buf_len, view_element, ValKind};
 use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
 use vyre_foundation::ir::{BinOp, DataType, Expr};
@@ -46,7 +46,7 @@ impl<'p> Lowerer<'p> {
             Expr::Var(name) => self.put_var(name.as_str()),
             Expr::Load { buffer, index } => {
                 let index = self.put_index(index)?;
-                if self.slot(buffer.as_str())?.element == DataType::Bytes {
+                if view_element(&self.slot(buffer.as_str())?.element) {
                     return Err(bytes::runtime_sized_use(&format!("a load from `{buffer}`")));
                 }
                 let proven = self.proven_loads.contains(&(expr as *const Expr));

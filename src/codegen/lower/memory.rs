@@ -5,7 +5,9 @@ use super::half::HalfFormat;
 use super::{Lowerer, Val};
 #[cfg(doc)]
 use crate::codegen::kind::nibble_vector;
-use crate::codegen::kind::{element_stride, odd_width, unaddressed_width, ValKind};
+use crate::codegen::kind::{
+    element_stride, odd_width, unaddressed_width, view_element, wide_element, ValKind,
+};
 use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
 use rustc_hash::FxHashSet;
@@ -69,6 +71,10 @@ impl Lowerer<'_> {
         let slot = self.slot(buffer)?;
         if slot.element == DataType::Bytes {
             return self.put_value_into_bytes(buffer, index, value);
+        }
+        if let Some(wide) = wide_element(&slot.element) {
+            self.put_value_into_wide(&slot, wide, index, value);
+            return Ok(());
         }
         if unaddressed_width(&slot.element).is_some() {
             // The reference's stride is zero: every store is out of bounds.
@@ -459,7 +465,7 @@ fn plain_element(slot: &BufferSlot) -> bool {
     odd_width(&slot.element).is_none()
         && HalfFormat::of(&slot.element).is_none()
         && unaddressed_width(&slot.element).is_none()
-        && slot.element != DataType::Bytes
+        && !view_element(&slot.element)
 }
 
 /// The integer type of a `ld`/`st` of one element of `stride` bytes.
