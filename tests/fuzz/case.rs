@@ -454,8 +454,10 @@ pub fn describe_bytes(element: &DataType, bytes: &[u8]) -> String {
         .chunks(size)
         .take(64)
         .map(|c| {
+            // An element over eight bytes shows its first eight.
             let mut w = [0u8; 8];
-            w[..c.len()].copy_from_slice(c);
+            let shown = c.len().min(8);
+            w[..shown].copy_from_slice(&c[..shown]);
             let v = u64::from_le_bytes(w);
             match element {
                 DataType::F32 => {

@@ -214,12 +214,13 @@ pub const UNLOWERED: &[&str] = &[
     "barrier:data-dependent-branch",
     "subgroup:nested",
     "subgroup:nested-between-atomics",
+    "elements:wide",
 ];
 
-/// The constructs of [`UNLOWERED`] in only about 2% of complete-shape programs (those
-/// needing a buffer of the invocations' own atomic slots): a sweep expects them from
-/// 1000 programs on.
-pub const RARE: &[&str] = &["subgroup:nested-between-atomics"];
+/// The constructs of [`UNLOWERED`] in only about 2-3% of complete-shape programs (those
+/// needing a buffer of the invocations' own atomic slots; a raw-type buffer of the one
+/// wide element type of nine): a sweep expects them from 1000 programs on.
+pub const RARE: &[&str] = &["subgroup:nested-between-atomics", "elements:wide"];
 
 /// The constructs of issue 17 (what vyre-reference runs and the emitter did not lower;
 /// README "Not yet lowered" lists what is still refused) that `program` contains, read off the IR itself (not the
@@ -246,12 +247,16 @@ pub const RARE: &[&str] = &["subgroup:nested-between-atomics"];
 ///   built from literals, workgroup ids and buffer lengths alone.
 /// * `subgroup:nested`: a subgroup operand holding another subgroup operation;
 ///   `subgroup:nested-between-atomics`: one also holding two atomics on one buffer.
+/// * `elements:wide`: a buffer of elements over 255 bytes (wider than registers hold).
 pub fn unlowered_constructs(program: &Program) -> BTreeSet<&'static str> {
     let mut walk = Walk::default();
     for decl in program.buffers().iter() {
         let bytes = decl.element() == DataType::Bytes;
         if raw_element(&decl.element()) {
             walk.found.insert("elements:raw-type-buffer");
+        }
+        if decl.element().size_bytes().is_some_and(|size| size > 255) {
+            walk.found.insert("elements:wide");
         }
         if bytes && decl.access() == BufferAccess::Workgroup {
             walk.found.insert("bytes:workgroup-buffer");

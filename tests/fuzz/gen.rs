@@ -3151,6 +3151,9 @@ fn raw_element_types() -> Vec<DataType> {
         },
         DataType::Handle(vyre_spec::TypeId(7)),
         DataType::Array { element_size: 2 },
+        // Wider than registers hold: every load a view of 300 zero bytes at the null
+        // address (`kind::wide_element`).
+        DataType::Array { element_size: 300 },
     ]
 }
 
