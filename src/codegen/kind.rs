@@ -274,10 +274,7 @@ fn fixed_storage_width(element: &DataType) -> Option<usize> {
 /// value: its loads are the empty bytes, width 0 (as `Array { element_size: 0 }`'s zero
 /// value is).
 pub(crate) fn unaddressed_width(element: &DataType) -> Option<u8> {
-    let sized = element.size_bytes().is_some() && *element != DataType::Bytes;
-    // A bit width of zero (`Vec<f32; 0>`): the reference divides by it to count the
-    // buffer's elements, so it never runs such a buffer.
-    if element.min_bytes() != 0 || !sized || element.bit_width() == Some(0) {
+    if !zero_stride(element) {
         return None;
     }
     match fixed_storage_width(element) {
@@ -285,6 +282,14 @@ pub(crate) fn unaddressed_width(element: &DataType) -> Option<u8> {
         Some(width @ 0..=MAX_VALUE_BYTES) => Some(width as u8),
         Some(_) => None,
     }
+}
+
+/// Whether the reference addresses `element` with a zero stride (`min_bytes` 0) but counts
+/// it by its size. Not a bit width of zero (`Vec<f32; 0>`): the reference divides by it to
+/// count the buffer's elements, so it never runs such a buffer.
+fn zero_stride(element: &DataType) -> bool {
+    let sized = element.size_bytes().is_some() && *element != DataType::Bytes;
+    element.min_bytes() == 0 && sized && element.bit_width() != Some(0)
 }
 
 /// An element whose loads are wider than a value held in registers
@@ -324,8 +329,7 @@ impl WideElement {
 /// `element`'s [`WideElement`], when it is one.
 pub(crate) fn wide_element(element: &DataType) -> Option<WideElement> {
     let narrow = |width: usize| width <= MAX_VALUE_BYTES;
-    let sized = element.size_bytes().is_some() && *element != DataType::Bytes;
-    if element.min_bytes() == 0 && sized && element.bit_width() != Some(0) {
+    if zero_stride(element) {
         let width = fixed_storage_width(element)?;
         let size = element.size_bytes()?;
         return match narrow(width) {
