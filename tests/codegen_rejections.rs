@@ -457,3 +457,67 @@ fn deep_nesting_is_an_error_not_a_stack_overflow() {
         .unwrap();
     assert!(result.is_err());
 }
+
+/// Issue 17's pending sites: a variable subgroup operands read, bound with two types (a
+/// u32 in one branch or before a lane's `Return`, an f32 where the operation stands). The
+/// reference evaluates the operand per lane with that lane's binding and runs both
+/// programs (a ballot takes each lane's truthiness); the emitter still refuses them. When
+/// they are lowered this test turns into semantic cases (a shuffle of such a variable and
+/// `x > 0u32` fail in the reference: mixed lane types, mismatched operands).
+#[test]
+fn two_typed_subgroup_operand_variables_are_refused_though_the_reference_runs_them() {
+    let var = |name: &str| Expr::var(name);
+    let lin_below_5 = Expr::lt(var("lin"), Expr::u32(5));
+    let as_u32 = Node::let_bind("x", var("v"));
+    let as_f32 = Node::let_bind("x", Expr::cast(DataType::F32, var("v")));
+    let ballot_x = Node::store(
+        "out",
+        Expr::InvocationId { axis: 0 },
+        Expr::SubgroupBallot {
+            cond: Box::new(var("x")),
+        },
+    );
+    let program = |body: Vec<Node>| {
+        let mut entry = vec![
+            Node::let_bind("lin", Expr::LocalId { axis: 0 }),
+            Node::let_bind("v", Expr::load("a", Expr::InvocationId { axis: 0 })),
+        ];
+        entry.extend(body);
+        entry.push(Node::barrier_with_ordering(MemoryOrdering::SeqCst));
+        Program::wrapped(
+            vec![
+                BufferDecl::read("a", 0, DataType::U32).with_count(32),
+                BufferDecl::output("out", 1, DataType::U32).with_count(32),
+            ],
+            [32, 1, 1],
+            entry,
+        )
+    };
+    let branches = program(vec![Node::if_then_else(
+        lin_below_5.clone(),
+        vec![as_u32.clone(), ballot_x.clone()],
+        vec![as_f32.clone(), ballot_x.clone()],
+    )]);
+    let returned = program(vec![
+        Node::if_then(lin_below_5, vec![as_u32, Node::Return]),
+        as_f32,
+        ballot_x,
+    ]);
+    let input: Vec<u8> = (1..=32u32).flat_map(|i| (i * 37).to_le_bytes()).collect();
+    for (program, construct) in [
+        (
+            branches,
+            "subgroup operand variable bound with different types in a step machine",
+        ),
+        (
+            returned,
+            "subgroup operand variable bound with different types",
+        ),
+    ] {
+        assert_rejected(&program, construct);
+        let input = vyre_reference::value::Value::from(input.clone());
+        if let Err(error) = vyre_reference::reference_eval(&program, &[input]) {
+            panic!("the reference no longer runs the `{construct}` program: {error}");
+        }
+    }
+}
