@@ -105,7 +105,14 @@ fn count_into_out() -> Node {
 
 fn copies() -> Vec<Case> {
     let mut cases = Vec::new();
-    for (name, ty) in [("u32", u32_lanes()), ("i64", i64_lanes())] {
+    // 510 bytes of 4-bit lanes, a byte each: counted by their bits, two elements per
+    // addressed one (`kind::nibble_vector`).
+    let nibbles = vec_of(vec_of(DataType::I4, 255), 2);
+    for (name, ty) in [
+        ("u32", u32_lanes()),
+        ("i64", i64_lanes()),
+        ("4-bit", nibbles),
+    ] {
         cases.push(Case::new(
             format!("wide vec<{name}> elements are copied whole, out of bounds as their zero or empty bytes"),
             program(&ty, vec![Node::store("w", gid(), near_or_far()), count_into_out()]),
