@@ -8,14 +8,11 @@
 
 use super::kernels::bin;
 use super::programs::Case;
+use super::subgroup_programs::{ballot, gid, shuffle};
 use vyre_foundation::ir::{BinOp, BufferDecl, DataType, Expr, MemoryOrdering, Node, Program};
 
 /// Elements of each buffer; workgroups of 64 invocations.
 const N: u32 = 24;
-
-fn gid() -> Expr {
-    Expr::InvocationId { axis: 0 }
-}
 
 fn lid() -> Expr {
     Expr::LocalId { axis: 0 }
@@ -160,9 +157,7 @@ fn conditions() -> Vec<Case> {
     let ty = u32_lanes();
     let far = Expr::load("a", bin(BinOp::Mul, gid(), Expr::u32(2)));
     let select = Expr::select(far.clone(), Expr::u32(1), Expr::u32(2));
-    let ballot = Expr::SubgroupBallot {
-        cond: Box::new(far),
-    };
+    let far_ballot = ballot(far);
     let zeros = DataType::Array { element_size: 300 };
     let zero_ballot = Program::wrapped(
         vec![
@@ -173,13 +168,7 @@ fn conditions() -> Vec<Case> {
         [64, 1, 1],
         guarded(vec![
             Node::store("w", gid(), Expr::load("z", gid())),
-            Node::store(
-                "out",
-                gid(),
-                Expr::SubgroupBallot {
-                    cond: Box::new(Expr::load("z", gid())),
-                },
-            ),
+            Node::store("out", gid(), ballot(Expr::load("z", gid()))),
         ]),
     );
     vec![
@@ -190,7 +179,7 @@ fn conditions() -> Vec<Case> {
         ),
         Case::new(
             "a ballot of wide values takes each lane's truthiness",
-            program(&ty, vec![Node::store("out", gid(), ballot)]),
+            program(&ty, vec![Node::store("out", gid(), far_ballot)]),
             inputs(&ty),
         ),
         Case::new(
@@ -208,9 +197,6 @@ fn conditions() -> Vec<Case> {
 /// `Return`) or took the other side of a branch.
 fn subgroup_operands() -> Vec<Case> {
     let ty = u32_lanes();
-    let ballot = |cond: Expr| Expr::SubgroupBallot {
-        cond: Box::new(cond),
-    };
     let lane_bit = |bit: u32| {
         bin(
             BinOp::Eq,
@@ -282,10 +268,7 @@ fn failures() -> Vec<Case> {
         DataType::U32,
         bin(BinOp::Eq, Expr::load("a", gid()), Expr::load("w", gid())),
     );
-    let shuffle = Expr::SubgroupShuffle {
-        value: Box::new(Expr::load("a", gid())),
-        lane: Box::new(Expr::u32(0)),
-    };
+    let shuffle = shuffle(Expr::load("a", gid()), Expr::u32(0));
     vec![
         Case::new(
             "an operator on wide values fails",

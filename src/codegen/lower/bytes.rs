@@ -520,14 +520,21 @@ impl<'p> Lowerer<'p> {
             dst.start,
             view.start
         );
-        let k = self.b32();
-        emit!(self.w, "mov.u32 {k}, 0");
-        let (top, end) = (self.w.label(), self.w.label());
-        self.w.put_label(top);
-        let done = self.pred();
-        emit!(self.w, "setp.ge.u32 {done}, {k}, {count}");
-        let done = self.anchored_pred(done);
-        emit!(self.w, "@{done} bra {end}");
+        self.view_byte_loop("0", count, |this, k| {
+            this.copy_byte(view, dst, (k, count, backward), present)
+        });
+        count
+    }
+
+    /// Byte `k` of a copy of `count` (`backward`: byte `count - 1 - k`), read as zero where
+    /// `present` (see [`Self::zero_view_test`]) does not hold.
+    fn copy_byte(
+        &mut self,
+        view: ByteView,
+        dst: ByteView,
+        (k, count, backward): (Reg, Reg, Reg),
+        present: Option<Reg>,
+    ) {
         let down = self.b32();
         emit!(self.w, "sub.u32 {down}, {count}, {k}");
         emit!(self.w, "sub.u32 {down}, {down}, 1");
@@ -543,10 +550,30 @@ impl<'p> Lowerer<'p> {
             None => emit!(self.w, "ld{q}.u8 {byte}, [{from}]"),
         }
         emit!(self.w, "st{q}.u8 [{to}], {byte}");
+    }
+
+    /// `for k in first..limit { body(k) }` over a view's `.b32` byte indices, the exit test
+    /// steering by subgroup results not anchored yet (see `checks::anchor`). The async
+    /// copies' `byte_loop` is its `.u64` twin (steering by `branch_pred`); one loop for both
+    /// would change either family's kernels, which waits for a GPU run.
+    fn view_byte_loop(
+        &mut self,
+        first: impl std::fmt::Display,
+        limit: Reg,
+        body: impl FnOnce(&mut Self, Reg),
+    ) {
+        let k = self.b32();
+        emit!(self.w, "mov.u32 {k}, {first}");
+        let (top, end) = (self.w.label(), self.w.label());
+        self.w.put_label(top);
+        let done = self.pred();
+        emit!(self.w, "setp.ge.u32 {done}, {k}, {limit}");
+        let done = self.anchored_pred(done);
+        emit!(self.w, "@{done} bra {end}");
+        body(self, k);
         emit!(self.w, "add.u32 {k}, {k}, 1");
         emit!(self.w, "bra {top}");
         self.w.put_label(end);
-        count
     }
 
     /// The view's first four bytes, little-endian, zero-padded past its end.
@@ -592,12 +619,13 @@ impl<'p> Lowerer<'p> {
         wide: WideElement,
         index: Reg,
         value: Val,
-    ) {
-        if let Some(dst) = self.wide_destination(slot, wide, index) {
-            let start = self.imm_b32(0);
-            self.zero_bytes_from(dst, start);
-            // Infallible: the destination is known.
-            let _ = self.put_value_bytes(value, |_| Ok(dst));
+    ) -> Result<(), CodegenError> {
+        match self.wide_destination(slot, wide, index) {
+            Some(dst) => {
+                self.zero_bytes_from(dst, 0);
+                self.put_value_bytes(value, |_| Ok(dst))
+            }
+            None => Ok(()),
         }
     }
 
@@ -698,20 +726,11 @@ impl<'p> Lowerer<'p> {
     }
 
     /// Zero the bytes of `dst` from byte `from` (`.b32`) to its end.
-    fn zero_bytes_from(&mut self, dst: ByteView, from: Reg) {
-        let k = self.b32();
-        self.mov(k, from);
-        let (top, end) = (self.w.label(), self.w.label());
-        self.w.put_label(top);
-        let done = self.pred();
-        emit!(self.w, "setp.ge.u32 {done}, {k}, {}", dst.len);
-        let done = self.anchored_pred(done);
-        emit!(self.w, "@{done} bra {end}");
-        let to = self.byte_of(dst, k);
-        emit!(self.w, "st{}.u8 [{to}], 0", dst.space.qualifier());
-        emit!(self.w, "add.u32 {k}, {k}, 1");
-        emit!(self.w, "bra {top}");
-        self.w.put_label(end);
+    fn zero_bytes_from(&mut self, dst: ByteView, from: impl std::fmt::Display) {
+        self.view_byte_loop(from, dst.len, |this, k| {
+            let to = this.byte_of(dst, k);
+            emit!(this.w, "st{}.u8 [{to}], 0", dst.space.qualifier());
+        });
     }
 
     /// For a program with views of zero bytes in no buffer (`BytesFacts::zero_views`):

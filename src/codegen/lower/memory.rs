@@ -73,8 +73,7 @@ impl Lowerer<'_> {
             return self.put_value_into_bytes(buffer, index, value);
         }
         if let Some(wide) = wide_element(&slot.element) {
-            self.put_value_into_wide(&slot, wide, index, value);
-            return Ok(());
+            return self.put_value_into_wide(&slot, wide, index, value);
         }
         if unaddressed_width(&slot.element).is_some() {
             // The reference's stride is zero: every store is out of bounds.
