@@ -67,7 +67,10 @@ pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
-/// Version of the emitter's output format; part of every cache key. (35: every branch
+/// Version of the emitter's output format; part of every cache key. (36: a step machine
+/// whose workgroup takes its rounds together spends one round on the reference's root
+/// frame after a lane's last statement, so its branch histories count in that round's
+/// check; 35: every branch
 /// predicate anchoring subgroup results goes through the opaque zero first, not only literal
 /// `If` conditions (ptxas folds more: `buflen` of a workgroup buffer); 34: the truthiness of a
 /// raw value wider than four bytes, and a literal branch condition anchoring subgroup results, go
@@ -88,7 +91,7 @@ use vyre_foundation::ir::{Node, Program};
 /// entry where a lane that faults could be awaited there; 24: workgroup barriers of
 /// entries whose leaving lanes exit take the `.aligned` form; 23: repeated pure
 /// sub-expressions of a statement computed once; 22 was an unmerged experiment.)
-pub const EMITTER_VERSION: u32 = 35;
+pub const EMITTER_VERSION: u32 = 36;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;

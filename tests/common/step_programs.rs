@@ -902,3 +902,67 @@ fn views_in_serial_round() -> Vec<Node> {
         ),
     ]
 }
+
+/// A barrier in a branch whose other side's lanes run off the program's end around the
+/// round the barrier's lanes choose: the reference counts a lane that ran off the end as
+/// running one round more (it pops its root frame then), so its history still counts in
+/// the check after its last statement's round
+/// (`tests/fuzz_regressions/gpu-missed-error-divergent-barrier-lane-done-a-round-after-its-last-step.case`).
+/// The lanes with `lin % 8 == 0` bind `pad` variables before the flag and take the
+/// barrier; the others take the other side and finish: with 2 they are in their last
+/// round when the barrier's lanes choose (the reference fails), with 3 done (it runs).
+/// With and without a subgroup operation before (a step machine either way).
+pub fn finishing_lane_barrier_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for workgroup in WORKGROUPS {
+        for subgroup in [false, true] {
+            let what = match subgroup {
+                true => "after a subgroup sum",
+                false => "no subgroup operation",
+            };
+            cases.push(
+                padded(
+                    &format!(
+                        "{what}: barrier branch chosen in the round its other side's lanes finish"
+                    ),
+                    workgroup,
+                    finishing_lanes(subgroup, 2),
+                )
+                .failing(),
+            );
+            cases.push(padded(
+                &format!(
+                    "{what}: barrier branch chosen a round after its other side's lanes finished"
+                ),
+                workgroup,
+                finishing_lanes(subgroup, 3),
+            ));
+        }
+    }
+    cases
+}
+
+fn finishing_lanes(subgroup: bool, pad: u32) -> Vec<Node> {
+    let slow = || modulo_is(var("lin"), 8, 0);
+    let mut body = Vec::new();
+    if subgroup {
+        body.push(Node::let_bind("g", sum(var("v"))));
+    }
+    body.push(Node::if_then(
+        slow(),
+        (0..pad)
+            .map(|i| Node::let_bind(format!("p{i}"), u(i)))
+            .collect(),
+    ));
+    body.push(Node::let_bind("c", u(0)));
+    body.push(Node::if_then(slow(), vec![Node::assign("c", u(1))]));
+    body.push(Node::if_then_else(
+        bin(BinOp::Eq, var("c"), u(1)),
+        vec![
+            Node::barrier_with_ordering(MemoryOrdering::SeqCst),
+            Node::store("out", gid(), add(var("v"), u(1))),
+        ],
+        vec![Node::store("out", gid(), add(var("v"), u(2)))],
+    ));
+    body
+}
