@@ -153,3 +153,30 @@ fn a_dot_product_loop_gets_a_copy_without_per_load_checks() {
     assert_eq!(count("ld.global.u32"), 4, "{}", kernel.ptx);
     assert_eq!(count("selp.b64"), 2, "{}", kernel.ptx);
 }
+
+/// The speculated branches' loops hold one branch, their exit test: the body's `If` is
+/// straight-line code (`lower::speculate`), which ptxas unrolls, issuing the loads of
+/// several iterations before their uses. (The cases' results are checked on the GPU.)
+#[test]
+fn speculated_branches_leave_their_loops_without_a_branch_in_the_body() {
+    for case in common::speculation_programs::speculated_branch_cases() {
+        let kernel = emit_ptx(&case.program, None, PtxTarget::sm90()).unwrap();
+        let lines: Vec<&str> = kernel.ptx.lines().map(str::trim).collect();
+        let loops: Vec<usize> = lines
+            .iter()
+            .enumerate()
+            .filter_map(|(at, line)| {
+                let label = line.strip_suffix(':')?;
+                let back = format!("bra {label};");
+                let end = lines[at..].iter().position(|l| *l == back)?;
+                Some(
+                    lines[at + 1..at + end]
+                        .iter()
+                        .filter(|l| l.contains("bra "))
+                        .count(),
+                )
+            })
+            .collect();
+        assert_eq!(loops, vec![1], "{}: {}", case.name, kernel.ptx);
+    }
+}

@@ -67,7 +67,9 @@ pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
-/// Version of the emitter's output format; part of every cache key. (36: a step machine
+/// Version of the emitter's output format; part of every cache key. (37: a small `If`
+/// without `else` in a loop whose body loads runs as straight-line code, its faults,
+/// stores and assignments guarded (`lower::speculate`), so ptxas unrolls the loop; 36: a step machine
 /// whose workgroup takes its rounds together spends one round on the reference's root
 /// frame after a lane's last statement, so its branch histories count in that round's
 /// check; 35: every branch
@@ -91,7 +93,7 @@ use vyre_foundation::ir::{Node, Program};
 /// entry where a lane that faults could be awaited there; 24: workgroup barriers of
 /// entries whose leaving lanes exit take the `.aligned` form; 23: repeated pure
 /// sub-expressions of a statement computed once; 22 was an unmerged experiment.)
-pub const EMITTER_VERSION: u32 = 36;
+pub const EMITTER_VERSION: u32 = 37;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;

@@ -1951,6 +1951,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(super::step_programs::constant_branch_after_subgroup_cases());
     cases.extend(super::wide_programs::wide_element_cases());
     cases.extend(super::step_programs::finishing_lane_barrier_cases());
+    cases.extend(super::speculation_programs::speculated_branch_cases());
     cases
 }
 

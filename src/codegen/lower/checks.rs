@@ -22,6 +22,7 @@ impl Lowerer<'_> {
             return;
         }
         let p = self.running_only(p);
+        let p = self.guarded(p);
         self.uses_fault_word = true;
         self.write_fault(&format!("@{p} "), fault);
         emit!(self.w, "or.pred {0}, {0}, {p}", self.faulted);

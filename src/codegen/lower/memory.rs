@@ -81,6 +81,7 @@ impl Lowerer<'_> {
         }
         let payload = self.store_payload(&slot.element, value);
         let (in_bounds, addr) = self.element_address(&slot, index);
+        let in_bounds = self.guarded(in_bounds);
         if self.lane_store(buffer, in_bounds, payload) {
             return Ok(());
         }

@@ -21,6 +21,7 @@ mod peer_sync;
 mod reduction;
 mod replica;
 mod returned;
+mod speculate;
 mod steps;
 mod stmt;
 mod subgroup;
@@ -202,6 +203,9 @@ pub(crate) struct Lowerer<'p> {
     /// The loads of the loop copy being lowered whose bounds a test before the loop
     /// proved (see `analysis::loop_bounds`): they skip the per-access check.
     proven_loads: FxHashSet<*const Expr>,
+    /// While a branch is lowered as straight-line code, its condition: it guards the
+    /// branch's faults, stores and assignments (see `speculate`).
+    speculation: Option<Reg>,
 }
 
 impl<'p> Lowerer<'p> {
@@ -276,6 +280,7 @@ impl<'p> Lowerer<'p> {
             schedule: None,
             steps: None,
             proven_loads: FxHashSet::default(),
+            speculation: None,
         }
     }
 

@@ -175,7 +175,7 @@ impl<'p> Lowerer<'p> {
                 "assign a value of the variable's own type (insert a Cast)",
             ));
         }
-        self.mov(local.val.reg, value.reg);
+        self.assign_reg(local.val.reg, value.reg);
         self.mov_companions(local.val.reg, value);
         Ok(())
     }
@@ -202,6 +202,9 @@ impl<'p> Lowerer<'p> {
         then: &'p [Node],
         otherwise: &'p [Node],
     ) -> Result<(), CodegenError> {
+        if self.speculates(cond_expr, then, otherwise) {
+            return self.put_speculated(cond_expr, then);
+        }
         let divergent = !self.facts.uniformity.is_uniform(cond_expr);
         let outermost = divergent && self.divergence == 0;
         // Where returned lanes stay, they skip the outermost divergent branch: its end is
