@@ -5,7 +5,7 @@
 
 use super::abi::{layout, KernelAbi};
 use super::libm::Libm;
-use super::module::{calls_heap, header, reads_zero_page};
+use super::module::{header, ModuleUses};
 use super::{CodegenError, PtxTarget};
 use std::collections::BTreeSet;
 use vyre_foundation::ir::Program;
@@ -159,9 +159,8 @@ pub fn compose_module(target: PtxTarget, kernels: &[&KernelEntries], provenance:
         .iter()
         .flat_map(|k| k.libm.iter().copied())
         .collect();
-    let zero_page = kernels.iter().any(|k| reads_zero_page(&k.text));
-    let heap = kernels.iter().any(|k| calls_heap(&k.text));
-    let mut ptx = header(target, &libm, provenance, zero_page, heap);
+    let uses = ModuleUses::of(kernels.iter().map(|k| k.text.as_str()));
+    let mut ptx = header(target, &libm, provenance, uses);
     for kernel in kernels {
         ptx.push_str(&kernel.text);
     }

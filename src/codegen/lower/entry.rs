@@ -8,7 +8,7 @@ use crate::codegen::abi::KernelParam;
 use crate::codegen::analysis::lockstep;
 use crate::codegen::analysis::replicated::Replication;
 use crate::codegen::clock::{self, EndRegs, CLOCK_END};
-use crate::codegen::module::ZERO_PAGE;
+use crate::codegen::module::{STORE_SINK, ZERO_PAGE};
 use crate::codegen::writer::{emit, PtxWriter, Reg, RegClass};
 use crate::codegen::CodegenError;
 
@@ -155,6 +155,10 @@ impl<'p> Lowerer<'p> {
             emit!(p, "mov.u64 {zero}, {ZERO_PAGE}");
             emit!(p, "cvta.to.global.u64 {zero}, {zero}");
         }
+        if let Some(sink) = self.store_sink {
+            emit!(p, "mov.u64 {sink}, {STORE_SINK}");
+            emit!(p, "cvta.to.global.u64 {sink}, {sink}");
+        }
         self.compute_ids(&mut p);
         self.compute_subgroup(&mut p);
         if clocked {
@@ -189,6 +193,7 @@ impl<'p> Lowerer<'p> {
     pub(super) fn lazy_prologue_regs(&self) -> Vec<Reg> {
         let mut regs = self.returned_prologue_regs();
         regs.extend(self.zero_page);
+        regs.extend(self.store_sink);
         regs.extend(&self.anchored);
         regs
     }

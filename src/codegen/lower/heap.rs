@@ -1,5 +1,5 @@
 //! Blocks of the device heap (the PTX system calls `malloc` and `free`, declared by the
-//! module where an entry calls them: `module::calls_heap`), for the snapshots the
+//! module where an entry calls them: `module::ModuleUses`), for the snapshots the
 //! reference takes of run-time size: an async copy's payload (`async_copy`) and the bytes
 //! a `Let` or `Assign` binds from a buffer the program writes (`bytes`). A block the heap
 //! cannot give fails the dispatch ([`DeviceFault::SnapshotHeap`]); every block is given

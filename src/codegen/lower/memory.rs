@@ -100,6 +100,10 @@ impl Lowerer<'_> {
             return Ok(());
         }
         let width = int_width(slot.stride);
+        if let Some(sunk) = self.sunk_store_address(&slot, in_bounds, addr) {
+            emit!(self.w, "st.{space}.{width} [{sunk}], {payload}");
+            return Ok(());
+        }
         emit!(
             self.w,
             "@{in_bounds} st.{space}.{width} [{addr}], {payload}"

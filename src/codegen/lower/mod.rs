@@ -142,6 +142,9 @@ pub(crate) struct Lowerer<'p> {
     /// The global address of the module's zero page, once a load reads it (see
     /// `memory::load_or_zero`).
     zero_page: Option<Reg>,
+    /// The global address of the module's store sink, once a speculated store writes it
+    /// (see `speculate`).
+    store_sink: Option<Reg>,
     libm_used: BTreeSet<Libm>,
     /// Inlined libm instances so far (their labels and `.local` arrays are numbered).
     libm_inlines: u32,
@@ -255,6 +258,7 @@ impl<'p> Lowerer<'p> {
             view_blocks,
             opaque_zero,
             zero_page: None,
+            store_sink: None,
             libm_used: BTreeSet::new(),
             libm_inlines: 0,
             subgroup_lanes,

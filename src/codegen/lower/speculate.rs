@@ -17,11 +17,11 @@
 //! track lanes across statements (step machines, returned lanes, replicated and vector
 //! entries).
 
-use super::memory::BufferSlot;
+use super::memory::{BufferSlot, Space};
 use super::Lowerer;
 use crate::codegen::libm::Libm;
 use crate::codegen::visit::{any_expr, for_each_child, is_constant};
-use crate::codegen::writer::{emit, Reg};
+use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
 use vyre_foundation::ir::{DataType, Expr, Node};
 
@@ -92,6 +92,28 @@ impl<'p> Lowerer<'p> {
         let both = self.pred();
         emit!(self.w, "and.pred {both}, {p}, {taken}");
         both
+    }
+
+    /// In a speculated branch, where a global store writes: `addr` where `in_bounds`
+    /// (which includes the branch's condition) holds, else the module's store sink. A
+    /// predicated store kept ptxas from unrolling the loop (`nn::norm::rms_norm`'s
+    /// write-back loop, ptxas 13.0 sm_90); an unpredicated one to a selected address does
+    /// not. Workgroup stores stay predicated.
+    pub(super) fn sunk_store_address(
+        &mut self,
+        slot: &BufferSlot,
+        in_bounds: Reg,
+        addr: Reg,
+    ) -> Option<Reg> {
+        if self.speculation.is_none() || !matches!(slot.space, Space::Global { .. }) {
+            return None;
+        }
+        let sink = *self
+            .store_sink
+            .get_or_insert_with(|| self.w.reg(RegClass::B64));
+        let sunk = self.w.reg(RegClass::B64);
+        emit!(self.w, "selp.b64 {sunk}, {addr}, {sink}, {in_bounds}");
+        Some(sunk)
     }
 
     /// `dst = src` for an assignment: guarded in a speculated branch.

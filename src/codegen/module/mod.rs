@@ -69,19 +69,18 @@ pub(crate) fn compose(
         "program {:02x}{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
         digest[0], digest[1], digest[2], digest[3], digest[4], digest[5], digest[6], digest[7]
     );
-    let main_zero_page = (bodies.segments.iter())
-        .chain(bodies.cooperative)
-        .any(|b| reads_zero_page(&b.prologue));
-    let main_heap = (bodies.segments.iter())
-        .chain(bodies.cooperative)
-        .any(|b| calls_heap(&b.body));
-    let header_for = |zero_page, heap| header(target, &libm, &provenance, zero_page, heap);
+    let main_uses = ModuleUses::of(
+        (bodies.segments.iter())
+            .chain(bodies.cooperative)
+            .flat_map(|b| [b.prologue.as_str(), b.body.as_str()]),
+    );
+    let header_for = |uses| header(target, &libm, &provenance, uses);
     let shared = match abi.shared_bytes {
         0 => String::new(),
         bytes => format!("\t.shared .align 16 .b8 vyre_shared[{bytes}];\n"),
     };
     let size: usize = bodies.all().map(|b| b.body.len() + b.prologue.len()).sum();
-    let header = header_for(main_zero_page, main_heap);
+    let header = header_for(main_uses);
     let mut ptx = String::with_capacity(header.len() + size + 1024);
     ptx.push_str(&header);
     let entries_at = ptx.len();
@@ -100,7 +99,10 @@ pub(crate) fn compose(
         cooperative.put(&mut ptx, bodies.cooperative);
     }
     let vector_ptx = bodies.vector.map(|vector| {
-        let mut text = header_for(reads_zero_page(&vector.prologue), calls_heap(&vector.body));
+        let mut text = header_for(ModuleUses::of([
+            vector.prologue.as_str(),
+            vector.body.as_str(),
+        ]));
         let params = param_list(abi.vector_params());
         put_entry(&mut text, VECTOR_ENTRY, &params, abi, &shared, vector);
         text
@@ -117,15 +119,32 @@ pub(crate) fn compose(
 /// instead of being predicated (`lower::memory`). Nothing writes it.
 pub(crate) const ZERO_PAGE: &str = "vyre_zero_page";
 
-/// Whether an entry reads the zero page: its prologue (or whole text) takes its address.
-pub(crate) fn reads_zero_page(body: &str) -> bool {
-    body.contains(ZERO_PAGE)
+/// The module's 16 bytes that the stores of speculated branches (`lower::speculate`)
+/// write where the branch is not taken or the index is out of bounds: an unpredicated
+/// store lets ptxas unroll the loop. Nothing reads it.
+pub(crate) const STORE_SINK: &str = "vyre_store_sink";
+
+/// What a module's header declares for its entries.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct ModuleUses {
+    /// An entry reads the zero page (its prologue takes its address).
+    zero_page: bool,
+    /// An entry writes the store sink (its prologue takes its address).
+    store_sink: bool,
+    /// An entry takes blocks of the device heap (`lower::async_copy`'s snapshots of
+    /// run-time size): it calls the PTX system call `malloc`.
+    heap: bool,
 }
 
-/// Whether an entry takes blocks of the device heap (`lower::async_copy`'s snapshots of
-/// run-time size): it calls the PTX system call `malloc`.
-pub(crate) fn calls_heap(body: &str) -> bool {
-    body.contains(", malloc, (")
+impl ModuleUses {
+    /// What the entry texts `texts` (prologues and bodies) use.
+    pub(crate) fn of<'t>(texts: impl IntoIterator<Item = &'t str>) -> Self {
+        texts.into_iter().fold(Self::default(), |uses, text| Self {
+            zero_page: uses.zero_page || text.contains(ZERO_PAGE),
+            store_sink: uses.store_sink || text.contains(STORE_SINK),
+            heap: uses.heap || text.contains(", malloc, ("),
+        })
+    }
 }
 
 /// The device heap's system calls, declared where an entry calls them.
@@ -139,8 +158,7 @@ pub(crate) fn header(
     target: PtxTarget,
     libm: &BTreeSet<Libm>,
     provenance: &str,
-    zero_page: bool,
-    heap: bool,
+    uses: ModuleUses,
 ) -> String {
     let mut out = String::new();
     let _ = writeln!(
@@ -151,10 +169,13 @@ pub(crate) fn header(
     let _ = writeln!(out, ".version {}", target.isa());
     let _ = writeln!(out, ".target sm_{}", target.sm());
     let _ = writeln!(out, ".address_size 64\n");
-    if zero_page {
+    if uses.zero_page {
         let _ = writeln!(out, ".global .align 16 .b8 {ZERO_PAGE}[16];\n");
     }
-    if heap {
+    if uses.store_sink {
+        let _ = writeln!(out, ".global .align 16 .b8 {STORE_SINK}[16];\n");
+    }
+    if uses.heap {
         out.push_str(HEAP_DECLS);
     }
     out.push_str(&libm::tables_text(libm));
