@@ -43,30 +43,28 @@ impl<'p> Lowerer<'p> {
         if !context || !otherwise.is_empty() || then.is_empty() || is_constant(cond) {
             return false;
         }
-        let mut nodes = expr_nodes(cond);
-        let mut loads = any_expr(cond, &|e| matches!(e, Expr::Load { .. }));
+        let mut exprs = vec![cond];
         for node in then {
-            let exprs: &[&Expr] = match node {
-                Node::Let { value, .. } if !self.is_bytes_view(value) => &[value],
-                Node::Assign { name, value } if self.guardable_local(name.as_str()) => &[value],
+            match node {
+                Node::Let { value, .. } if !self.is_bytes_view(value) => exprs.push(value),
+                Node::Assign { name, value } if self.guardable_local(name.as_str()) => {
+                    exprs.push(value)
+                }
                 Node::Store {
                     buffer,
                     index,
                     value,
-                } if self.plain_slot(buffer.as_str()).is_some() && !self.is_bytes_view(value) => {
-                    &[index, value]
+                } if self.plain_buffer(buffer.as_str()) && !self.is_bytes_view(value) => {
+                    exprs.extend([index, value])
                 }
                 _ => return false,
-            };
-            for expr in exprs {
-                if any_expr(expr, &|e| !self.speculable(e)) {
-                    return false;
-                }
-                nodes += expr_nodes(expr);
-                loads |= any_expr(expr, &|e| matches!(e, Expr::Load { .. }));
             }
         }
-        loads && nodes <= MAX_NODES && !any_expr(cond, &|e| !self.speculable(e))
+        exprs.iter().map(|e| expr_nodes(e)).sum::<usize>() <= MAX_NODES
+            && exprs
+                .iter()
+                .any(|e| any_expr(e, &|x| matches!(x, Expr::Load { .. })))
+            && !exprs.iter().any(|e| any_expr(e, &|x| !self.speculable(x)))
     }
 
     /// The branch `if cond { then }` as straight-line code (see the module's header).
@@ -124,8 +122,9 @@ impl<'p> Lowerer<'p> {
         }
     }
 
-    /// A variable an assignment in a speculated branch may write: one register, no
-    /// companions, no bytes view.
+    /// A variable an assignment in a speculated branch may write: one register (raw
+    /// `Bytes` values, the only ones with companion registers, are not among the kinds),
+    /// no bytes view.
     fn guardable_local(&self, name: &str) -> bool {
         use crate::codegen::kind::ValKind as K;
         let Some(local) = self.locals.get(name) else {
@@ -133,20 +132,17 @@ impl<'p> Lowerer<'p> {
         };
         !local.loop_var
             && !self.byte_views.contains_key(name)
-            && !self.upper.contains_key(&local.val.reg)
-            && !self.filled.contains_key(&local.val.reg)
             && matches!(
                 local.val.kind,
                 K::U32 | K::I32 | K::Bool | K::F32 | K::F64 | K::U64 | K::Half
             )
     }
 
-    /// The slot of `buffer` if its loads and stores are plain checked accesses of a 32-bit
-    /// element.
-    fn plain_slot(&self, buffer: &str) -> Option<&BufferSlot> {
-        self.buffers
-            .get(buffer)
-            .filter(|slot| matches!(slot.element, DataType::U32 | DataType::I32 | DataType::F32))
+    /// Whether `buffer`'s loads and stores are plain checked accesses of a 32-bit element.
+    fn plain_buffer(&self, buffer: &str) -> bool {
+        self.buffers.get(buffer).is_some_and(|slot| {
+            matches!(slot.element, DataType::U32 | DataType::I32 | DataType::F32)
+        })
     }
 
     /// Whether evaluating `expr` itself (not its children) has no effect but guarded faults.
@@ -169,7 +165,7 @@ impl<'p> Lowerer<'p> {
             Expr::UnOp { op, .. } => Libm::for_unop(op).is_none(),
             Expr::Var(name) => !self.byte_views.contains_key(name.as_str()),
             Expr::Load { buffer, .. } | Expr::BufLen { buffer } => {
-                self.plain_slot(buffer.as_str()).is_some()
+                self.plain_buffer(buffer.as_str())
             }
             _ => false,
         }
