@@ -842,6 +842,19 @@ pub struct OwnKernel {
 /// One upload of a round trip: host bytes and the device offset they go to.
 pub type Upload<'a> = (&'a [u8], u64);
 
+/// A parameter of one of the floor's own kernels, as its PTX signature declares it.
+#[derive(Clone, Copy, Debug)]
+pub enum Arg {
+    /// `.u64`: a device pointer.
+    Ptr(u64),
+    U32(u32),
+    F32(f32),
+}
+
+/// One launch of an own kernel: the kernel, its 1-D grid (`BLOCK` threads a block), its
+/// parameters in signature order.
+pub type Launch<'a> = (&'a OwnKernel, u32, &'a [Arg]);
+
 impl Floor {
     /// JIT `ptx_text` into a module of its own and fetch kernel `name`.
     pub fn load_kernel(&self, ptx_text: &str, name: &str) -> R<OwnKernel> {
@@ -851,6 +864,39 @@ impl Floor {
             f: module.function(name)?,
             _module: module,
         })
+    }
+
+    /// Device time (events on stream 0) of `launches`, enqueued back to back.
+    pub fn kernels_time(&self, launches: &[Launch<'_>]) -> R<Duration> {
+        self.event_time(|| {
+            launches
+                .iter()
+                .try_for_each(|&(k, grid, args)| self.launch_args(k, grid, args))
+        })
+    }
+
+    /// `launches` on stream 0, then a synchronisation.
+    pub fn run_kernels(&self, launches: &[Launch<'_>]) -> R<()> {
+        self.bind()?;
+        for &(k, grid, args) in launches {
+            self.launch_args(k, grid, args)?;
+        }
+        self.sync(0)
+    }
+
+    fn launch_args(&self, k: &OwnKernel, grid: u32, args: &[Arg]) -> R<()> {
+        // Each value in a u64 slot: the driver copies the parameter's declared width from
+        // the slot's start, which holds a u32 or f32 in its low bytes (little endian).
+        let mut slots: Vec<u64> = (args.iter())
+            .map(|a| match *a {
+                Arg::Ptr(p) => p,
+                Arg::U32(v) => u64::from(v),
+                Arg::F32(v) => u64::from(v.to_bits()),
+            })
+            .collect();
+        let mut params: Vec<*mut c_void> =
+            slots.iter_mut().map(|s| (s as *mut u64).cast()).collect();
+        self.launch(k.f, grid, &mut params, 0)
     }
 
     /// A round trip of a 1-D kernel on stream 0: `uploads` into `dev`, one launch of `k`

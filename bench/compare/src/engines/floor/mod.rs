@@ -3,6 +3,7 @@
 //! hand-written kernels through [`FloorEngine::device`].
 
 pub mod driver;
+pub mod norm_ptx;
 pub mod ptx;
 
 use super::Engine;

@@ -62,6 +62,19 @@ pub struct Spec {
     /// Arithmetic operations of one run at `size` (multiply and add count one each),
     /// where the workload is arithmetic.
     pub ops: Option<fn(u32) -> f64>,
+    /// The hand-written floor of the workload, where one is simple.
+    pub floor: Option<FloorKernel>,
+}
+
+/// The workloads a hand-written floor kernel exists for (`engines::floor::norm_ptx`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FloorKernel {
+    /// The RMS norm of one vector (`EPS`), grid-wide: two launches.
+    RmsNorm,
+    /// The layer norm of one vector (`EPS`): two launches.
+    LayerNorm,
+    /// The softmax of one vector: three launches (max, sum of exponentials, output).
+    Softmax,
 }
 
 /// Every workload, in run order.
@@ -77,6 +90,7 @@ pub fn specs() -> Vec<Spec> {
             build: |d| Ok(matmul("a", "b", "out", d, d, d)),
             data: |d| random_u32(d as usize * d as usize, 2, d),
             ops: Some(|d| 2.0 * f64::from(d).powi(3)),
+            floor: None,
         },
         Spec {
             id: "libs_matmul_tiled",
@@ -88,6 +102,7 @@ pub fn specs() -> Vec<Spec> {
             build: |d| Ok(matmul_tiled("a", "b", "out", d, d, d, TILE)),
             data: |d| random_u32(d as usize * d as usize, 2, d ^ 0x71),
             ops: Some(|d| 2.0 * f64::from(d).powi(3)),
+            floor: None,
         },
         Spec {
             id: "libs_rms_norm",
@@ -99,6 +114,7 @@ pub fn specs() -> Vec<Spec> {
             build: |n| Ok(rms_norm("input", "output", n, EPS)),
             data: |n| vec![Rng::new(u64::from(n) ^ 0x4e).f32_bytes(n as usize)],
             ops: None,
+            floor: Some(FloorKernel::RmsNorm),
         },
         Spec {
             id: "libs_layer_norm",
@@ -110,6 +126,7 @@ pub fn specs() -> Vec<Spec> {
             build: |n| Ok(layer_norm("input", "output", n, EPS)),
             data: |n| vec![Rng::new(u64::from(n) ^ 0x1a).f32_bytes(n as usize)],
             ops: None,
+            floor: Some(FloorKernel::LayerNorm),
         },
         Spec {
             id: "libs_gelu",
@@ -121,6 +138,7 @@ pub fn specs() -> Vec<Spec> {
             build: |n| Ok(gelu("input", "output", n)),
             data: |n| vec![activations(n as usize, u64::from(n) ^ 0x6e)],
             ops: None,
+            floor: None,
         },
         Spec {
             id: "libs_swiglu",
@@ -138,6 +156,7 @@ pub fn specs() -> Vec<Spec> {
                 ]
             },
             ops: None,
+            floor: None,
         },
         Spec {
             id: "libs_prefix_sum",
@@ -150,6 +169,7 @@ pub fn specs() -> Vec<Spec> {
             build: |n| Ok(scan_prefix_sum("input", "output", n)),
             data: |n| random_u32(n as usize, 1, n ^ 0x5c),
             ops: None,
+            floor: None,
         },
         Spec {
             id: "libs_conv2d_3x3",
@@ -165,6 +185,7 @@ pub fn specs() -> Vec<Spec> {
                 vec![rng.f32_bytes(s as usize * s as usize), rng.f32_bytes(9)]
             },
             ops: Some(|s| 18.0 * f64::from(s) * f64::from(s)),
+            floor: None,
         },
         Spec {
             id: "libs_base64_decode",
@@ -177,6 +198,7 @@ pub fn specs() -> Vec<Spec> {
             build: |n| Ok(base64_decode("input", "output", n)),
             data: |n| vec![words(&base64_text(n as usize)), table()],
             ops: None,
+            floor: None,
         },
         Spec {
             id: "libs_inflate_stored",
@@ -189,6 +211,7 @@ pub fn specs() -> Vec<Spec> {
             build: |n| Ok(inflate_stored_block("input", "output", n)),
             data: |n| vec![words(&stored_block(n as usize - 5))],
             ops: None,
+            floor: None,
         },
         Spec {
             id: "libs_softmax",
@@ -200,6 +223,7 @@ pub fn specs() -> Vec<Spec> {
             build: |n| Ok(softmax("input", "output", n)),
             data: |n| vec![activations(n as usize, u64::from(n) ^ 0x50)],
             ops: None,
+            floor: Some(FloorKernel::Softmax),
         },
         Spec {
             id: "libs_flash_attention",
@@ -216,6 +240,7 @@ pub fn specs() -> Vec<Spec> {
             },
             // QK^T and PV: s^2 d multiply-adds each.
             ops: Some(|s| 4.0 * f64::from(s) * f64::from(s) * f64::from(HEAD_DIM)),
+            floor: None,
         },
         Spec {
             id: "libs_quest_paging",
@@ -234,6 +259,7 @@ pub fn specs() -> Vec<Spec> {
             },
             // One multiply-add per metadata element (the scores).
             ops: Some(|p| 2.0 * f64::from(p) * f64::from(QUEST_D)),
+            floor: None,
         },
     ]
 }

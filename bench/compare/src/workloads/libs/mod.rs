@@ -11,6 +11,7 @@
 //! and the FP32 peak from the SM count and clock.
 
 pub mod build;
+mod floor_kernels;
 
 use crate::check::Expect;
 use crate::engines::floor::driver::DevBuf;
@@ -143,11 +144,21 @@ pub fn run(ctx: &Ctx, sink: &mut Sink, spec: &Spec) {
         &format!("end to end wall (borrowed dispatch), {size}"),
         Some(large.bytes),
     );
+    let s = ctx.sampling(3, ctx.samples(30));
     let no_floor =
         || Err("no hand-written floor kernel for this workload in this harness".to_string());
-    kernel.insert_floor(no_floor());
-    e2e.insert_floor(no_floor());
-    let s = ctx.sampling(3, ctx.samples(30));
+    match spec.floor {
+        Some(kind) => {
+            let floor = (ctx.engines.floor.device())
+                .map(|f| floor_kernels::kernel_outcome(f, kind, (&small, &large), &expect, s));
+            kernel.insert_floor(floor.map(|k| with_rates(k, &large, roof, spec.bound)));
+            e2e.insert_floor(Err("the floor's row is its kernel time".to_string()));
+        }
+        None => {
+            kernel.insert_floor(no_floor());
+            e2e.insert_floor(no_floor());
+        }
+    }
     for engine in ctx.engines.vyre() {
         let (k, e) = match engine.backend() {
             Some(backend) => {

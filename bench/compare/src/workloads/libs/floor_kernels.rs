@@ -1,0 +1,200 @@
+//! The floor's kernel rows of the vyre-libs workloads that have a hand-written kernel
+//! (`build::FloorKernel`): the grid-wide form of the workload, checked against
+//! vyre-reference's output at the small size to a relative tolerance (it sums in another
+//! order than the program, so not bit for bit), then timed with device events on resident
+//! buffers at the large size.
+
+use super::build::{FloorKernel, EPS};
+use super::Job;
+use crate::check::Expect;
+use crate::engines::floor::driver::{Arg, DevBuf, Floor, Launch, OwnKernel, BLOCK};
+use crate::engines::floor::{norm_ptx, ptx};
+use crate::measure::{measure, Sampling, R};
+use crate::report::Outcome;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// The largest difference from the reference's element, relative to it, the floor may
+/// show (its sums in another order move the statistics by a few ulp; softmax's
+/// `ex2.approx` is within 2 ulp).
+const TOLERANCE: f32 = 1e-4;
+
+/// The floor's kernel row of `kind`: checked on `small`, timed on `large`.
+pub(super) fn kernel_outcome(
+    floor: &Floor,
+    kind: FloorKernel,
+    (small, large): (&Job, &Job),
+    expect: &Expect,
+    s: Sampling,
+) -> Outcome {
+    let unsupported = |reason: String| Outcome::Unsupported { reason };
+    let norm = match Reduction::load(floor, kind) {
+        Ok(norm) => norm,
+        Err(e) => return unsupported(e),
+    };
+    let want = match expect {
+        Expect::Full(outs) if outs.len() == 1 => &outs[0],
+        _ => return unsupported("the floor checks a workload of one full output".into()),
+    };
+    match norm.run(floor, &small.inputs[0]) {
+        Ok(got) => {
+            if let Err(reason) = within_tolerance(&got, want) {
+                return Outcome::Fail { reason };
+            }
+        }
+        Err(e) => return unsupported(e),
+    }
+    let timed = norm
+        .buffers(floor, &large.inputs[0])
+        .and_then(|b| measure(s.warmup, s.samples, s.budget, || norm.time(floor, &b)));
+    match timed {
+        Ok(stats) => Outcome::Ok {
+            stats,
+            extra: BTreeMap::new(),
+            note: Some(format!(
+                "hand-written grid-wide kernels ({} launches), checked to {TOLERANCE:e} relative",
+                norm.kernels.len()
+            )),
+        },
+        Err(e) => Outcome::Fail {
+            reason: format!("error while timing: {e}"),
+        },
+    }
+}
+
+/// Every element of `got` within [`TOLERANCE`] of `want`'s (f32 words).
+fn within_tolerance(got: &[u8], want: &[u8]) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!("{} bytes out, {} expected", got.len(), want.len()));
+    }
+    let words = |b: &[u8]| -> Vec<f32> {
+        (b.chunks_exact(4))
+            .map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+            .collect()
+    };
+    let (got, want) = (words(got), words(want));
+    // Relative to the element or, where it nearly cancels (a layer norm's `x - mean`), to
+    // the output's mean magnitude; NaN anywhere is far (the comparison is false).
+    let typical = want.iter().map(|w| w.abs()).sum::<f32>() / want.len().max(1) as f32;
+    let close =
+        |g: f32, w: f32| (g - w).abs() <= TOLERANCE * w.abs().max(typical).max(f32::MIN_POSITIVE);
+    let far = (got.iter().zip(&want).enumerate()).find(|&(_, (&g, &w))| !close(g, w));
+    match far {
+        None => Ok(()),
+        Some((i, (g, w))) => Err(format!(
+            "element {i}: {g:e} against the reference's {w:e} (over {TOLERANCE:e} relative)"
+        )),
+    }
+}
+
+/// One of the floor's reductions over an f32 vector (`norm_ptx`), its kernels loaded.
+struct Reduction {
+    kind: FloorKernel,
+    kernels: Vec<OwnKernel>,
+    multiprocessors: u32,
+}
+
+/// One vector's device buffers: `x`, the blocks' partial results (two arrays of `G`), `y`.
+struct Buffers {
+    x: DevBuf,
+    partials: DevBuf,
+    y: DevBuf,
+    n: u32,
+}
+
+impl Reduction {
+    fn load(floor: &Floor, kind: FloorKernel) -> R<Self> {
+        let (major, minor) = floor.facts.compute_capability;
+        let (text, names): (String, &[&str]) = match kind {
+            FloorKernel::RmsNorm => (
+                norm_ptx::rms_norm(),
+                &["floor_rms_partials", "floor_rms_apply"],
+            ),
+            FloorKernel::LayerNorm => (
+                norm_ptx::layer_norm(),
+                &["floor_ln_partials", "floor_ln_apply"],
+            ),
+            FloorKernel::Softmax => (
+                norm_ptx::softmax(),
+                &[
+                    "floor_softmax_max",
+                    "floor_softmax_sum",
+                    "floor_softmax_apply",
+                ],
+            ),
+        };
+        let text = ptx::header(major, minor) + &text;
+        let kernels = (names.iter())
+            .map(|name| floor.load_kernel(&text, name))
+            .collect::<R<Vec<_>>>()?;
+        Ok(Self {
+            kind,
+            kernels,
+            multiprocessors: floor.facts.multiprocessors.max(1) as u32,
+        })
+    }
+
+    /// Blocks of each launch: enough to cover the `v4` groups, at most 8 a multiprocessor.
+    fn grid(&self, n: u32) -> u32 {
+        (n / 4).div_ceil(BLOCK).clamp(1, self.multiprocessors * 8)
+    }
+
+    fn buffers(&self, floor: &Floor, x: &[u8]) -> R<Buffers> {
+        if x.len() % 16 != 0 {
+            return Err("the floor's reductions take a multiple of 4 elements".into());
+        }
+        let n = u32::try_from(x.len() / 4).map_err(|_| "over 2^32 elements".to_string())?;
+        floor.bind()?;
+        let b = Buffers {
+            x: DevBuf::new(x.len())?,
+            partials: DevBuf::new(2 * self.grid(n) as usize * 4)?,
+            y: DevBuf::new(x.len())?,
+            n,
+        };
+        floor.upload(&b.x, x)?;
+        Ok(b)
+    }
+
+    /// `f` over the launches of one run over `b` (the parameters as `norm_ptx` declares
+    /// them: x, n, then the kernel's own).
+    fn with_launches<T>(&self, b: &Buffers, f: impl FnOnce(&[Launch<'_>]) -> R<T>) -> R<T> {
+        let grid = self.grid(b.n);
+        let (x, n, y) = (Arg::Ptr(b.x.ptr), Arg::U32(b.n), Arg::Ptr(b.y.ptr));
+        let (first, second) = (
+            Arg::Ptr(b.partials.ptr),
+            Arg::Ptr(b.partials.ptr + u64::from(grid) * 4),
+        );
+        let g = Arg::U32(grid);
+        let k = &self.kernels;
+        match self.kind {
+            FloorKernel::RmsNorm | FloorKernel::LayerNorm => {
+                let sums = [x, n, first];
+                let apply = [x, n, first, y, g, Arg::F32(EPS)];
+                f(&[(&k[0], grid, &sums), (&k[1], grid, &apply)])
+            }
+            FloorKernel::Softmax => {
+                let maxes = [x, n, first];
+                let sums = [x, n, first, second, g];
+                let apply = [x, n, first, second, y, g];
+                f(&[
+                    (&k[0], grid, &maxes),
+                    (&k[1], grid, &sums),
+                    (&k[2], grid, &apply),
+                ])
+            }
+        }
+    }
+
+    /// The reduction of `x`, read back.
+    fn run(&self, floor: &Floor, x: &[u8]) -> R<Vec<u8>> {
+        let b = self.buffers(floor, x)?;
+        self.with_launches(&b, |launches| floor.run_kernels(launches))?;
+        let mut y = vec![0u8; x.len()];
+        floor.download(&mut y, &b.y)?;
+        Ok(y)
+    }
+
+    fn time(&self, floor: &Floor, b: &Buffers) -> R<Duration> {
+        self.with_launches(b, |launches| floor.kernels_time(launches))
+    }
+}
