@@ -5,6 +5,7 @@
 pub mod driver;
 pub mod norm_ptx;
 pub mod ptx;
+pub mod scan_ptx;
 
 use super::Engine;
 use crate::measure::R;

@@ -349,7 +349,7 @@ mod tests {
     use std::path::PathBuf;
     use std::process::Command;
 
-    /// The norms' and softmax's kernels assemble with the pinned ptxas for sm_90 and sm_80 (the driver's JIT
+    /// The norms', softmax's and the prefix sum's kernels assemble with the pinned ptxas for sm_90 and sm_80 (the driver's JIT
     /// is the same compiler); skipped, saying so, where the wheel is not installed.
     #[test]
     fn the_reduction_floors_assemble_for_sm_90_and_sm_80() {
@@ -367,7 +367,8 @@ mod tests {
             let text = super::super::ptx::header(major, minor)
                 + &super::rms_norm()
                 + &super::layer_norm()
-                + &super::softmax();
+                + &super::softmax()
+                + &super::super::scan_ptx::prefix_sum();
             std::fs::write(&file, text).unwrap();
             let out = Command::new(&ptxas)
                 .arg(format!("-arch=sm_{major}{minor}"))

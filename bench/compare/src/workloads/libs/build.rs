@@ -75,6 +75,8 @@ pub enum FloorKernel {
     LayerNorm,
     /// The softmax of one vector: three launches (max, sum of exponentials, output).
     Softmax,
+    /// The inclusive u32 prefix sum: three launches (tile totals, their offsets, output).
+    PrefixSum,
 }
 
 /// Every workload, in run order.
@@ -169,7 +171,7 @@ pub fn specs() -> Vec<Spec> {
             build: |n| Ok(scan_prefix_sum("input", "output", n)),
             data: |n| random_u32(n as usize, 1, n ^ 0x5c),
             ops: None,
-            floor: None,
+            floor: Some(FloorKernel::PrefixSum),
         },
         Spec {
             id: "libs_conv2d_3x3",

@@ -8,11 +8,14 @@ use super::build::{FloorKernel, EPS};
 use super::Job;
 use crate::check::Expect;
 use crate::engines::floor::driver::{Arg, DevBuf, Floor, Launch, OwnKernel, BLOCK};
-use crate::engines::floor::{norm_ptx, ptx};
+use crate::engines::floor::{norm_ptx, ptx, scan_ptx};
 use crate::measure::{measure, Sampling, R};
 use crate::report::Outcome;
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+/// Elements of the scan's tile: a block of `BLOCK` threads, a `v4` each.
+const SCAN_TILE: u32 = 4 * BLOCK;
 
 /// The largest difference from the reference's element, relative to it, the floor may
 /// show (its sums in another order move the statistics by a few ulp; softmax's
@@ -28,37 +31,63 @@ pub(super) fn kernel_outcome(
     s: Sampling,
 ) -> Outcome {
     let unsupported = |reason: String| Outcome::Unsupported { reason };
-    let norm = match Reduction::load(floor, kind) {
-        Ok(norm) => norm,
+    let reduction = match Reduction::load(floor, kind) {
+        Ok(reduction) => reduction,
         Err(e) => return unsupported(e),
     };
+    // The output of the input's length (a program may declare scratch outputs too).
+    let input = small.inputs[0].len();
     let want = match expect {
-        Expect::Full(outs) if outs.len() == 1 => &outs[0],
-        _ => return unsupported("the floor checks a workload of one full output".into()),
+        Expect::Full(outs) => {
+            match outs.iter().filter(|o| o.len() == input).collect::<Vec<_>>()[..] {
+                [want] => want,
+                _ => return unsupported("no single output of the input's length to check".into()),
+            }
+        }
+        Expect::Sampled { .. } => return unsupported("the floor checks full outputs".into()),
     };
-    match norm.run(floor, &small.inputs[0]) {
+    let check = match kind {
+        FloorKernel::PrefixSum => identical,
+        _ => within_tolerance,
+    };
+    match reduction.run(floor, &small.inputs[0]) {
         Ok(got) => {
-            if let Err(reason) = within_tolerance(&got, want) {
+            if let Err(reason) = check(&got, want) {
                 return Outcome::Fail { reason };
             }
         }
         Err(e) => return unsupported(e),
     }
-    let timed = norm
+    let timed = reduction
         .buffers(floor, &large.inputs[0])
-        .and_then(|b| measure(s.warmup, s.samples, s.budget, || norm.time(floor, &b)));
+        .and_then(|b| measure(s.warmup, s.samples, s.budget, || reduction.time(floor, &b)));
     match timed {
         Ok(stats) => Outcome::Ok {
             stats,
             extra: BTreeMap::new(),
             note: Some(format!(
-                "hand-written grid-wide kernels ({} launches), checked to {TOLERANCE:e} relative",
-                norm.kernels.len()
+                "hand-written grid-wide kernels ({} launches), checked {}",
+                reduction.kernels.len(),
+                match kind {
+                    FloorKernel::PrefixSum => "bit for bit".to_string(),
+                    _ => format!("to {TOLERANCE:e} relative"),
+                }
             )),
         },
         Err(e) => Outcome::Fail {
             reason: format!("error while timing: {e}"),
         },
+    }
+}
+
+/// `got` bit for bit `want` (u32 words).
+fn identical(got: &[u8], want: &[u8]) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!("{} bytes out, {} expected", got.len(), want.len()));
+    }
+    match (got.chunks_exact(4).zip(want.chunks_exact(4))).position(|(g, w)| g != w) {
+        None => Ok(()),
+        Some(i) => Err(format!("word {i} differs from the reference's")),
     }
 }
 
@@ -87,7 +116,8 @@ fn within_tolerance(got: &[u8], want: &[u8]) -> Result<(), String> {
     }
 }
 
-/// One of the floor's reductions over an f32 vector (`norm_ptx`), its kernels loaded.
+/// One of the floor's reductions over a vector (`norm_ptx`, `scan_ptx`), its kernels
+/// loaded.
 struct Reduction {
     kind: FloorKernel,
     kernels: Vec<OwnKernel>,
@@ -122,6 +152,14 @@ impl Reduction {
                     "floor_softmax_apply",
                 ],
             ),
+            FloorKernel::PrefixSum => (
+                scan_ptx::prefix_sum(),
+                &[
+                    "floor_scan_totals",
+                    "floor_scan_offsets",
+                    "floor_scan_apply",
+                ],
+            ),
         };
         let text = ptx::header(major, minor) + &text;
         let kernels = (names.iter())
@@ -139,15 +177,29 @@ impl Reduction {
         (n / 4).div_ceil(BLOCK).clamp(1, self.multiprocessors * 8)
     }
 
+    /// Words of the partial results: two arrays of `G` (the scan: a total a tile).
+    fn partial_words(&self, n: u32) -> u32 {
+        match self.kind {
+            FloorKernel::PrefixSum => n / SCAN_TILE,
+            _ => 2 * self.grid(n),
+        }
+    }
+
     fn buffers(&self, floor: &Floor, x: &[u8]) -> R<Buffers> {
-        if x.len() % 16 != 0 {
-            return Err("the floor's reductions take a multiple of 4 elements".into());
+        let multiple = match self.kind {
+            FloorKernel::PrefixSum => SCAN_TILE as usize,
+            _ => 4,
+        };
+        if x.len() % (4 * multiple) != 0 {
+            return Err(format!(
+                "the floor's kernel takes a multiple of {multiple} elements"
+            ));
         }
         let n = u32::try_from(x.len() / 4).map_err(|_| "over 2^32 elements".to_string())?;
         floor.bind()?;
         let b = Buffers {
             x: DevBuf::new(x.len())?,
-            partials: DevBuf::new(2 * self.grid(n) as usize * 4)?,
+            partials: DevBuf::new(self.partial_words(n) as usize * 4)?,
             y: DevBuf::new(x.len())?,
             n,
         };
@@ -180,6 +232,17 @@ impl Reduction {
                     (&k[0], grid, &maxes),
                     (&k[1], grid, &sums),
                     (&k[2], grid, &apply),
+                ])
+            }
+            FloorKernel::PrefixSum => {
+                let tiles = b.n / SCAN_TILE;
+                let totals = [x, n, first];
+                let offsets = [first, Arg::U32(tiles)];
+                let apply = [x, n, first, y];
+                f(&[
+                    (&k[0], tiles, &totals),
+                    (&k[1], 1, &offsets),
+                    (&k[2], tiles, &apply),
                 ])
             }
         }
