@@ -1,7 +1,9 @@
 //! Which constructs a set of programs exercised (for the generator's coverage report).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use vyre_foundation::ir::{BinOp, BufferAccess, DataType, Expr, Node, Program};
+use std::ops::ControlFlow;
+use vyre_foundation::ir::{BinOp, BufferAccess, DataType, Expr, Ident, Node, Program};
+use vyre_foundation::visit::{visit_preorder, ExprVisitor};
 
 /// Construct name -> number of occurrences.
 #[derive(Debug, Default, Clone)]
@@ -215,6 +217,7 @@ pub const UNLOWERED: &[&str] = &[
     "subgroup:nested",
     "subgroup:nested-between-atomics",
     "elements:wide",
+    "loop:guarded-branch",
 ];
 
 /// The constructs of [`UNLOWERED`] in only about 2-3% of complete-shape programs (those
@@ -248,6 +251,9 @@ pub const RARE: &[&str] = &["subgroup:nested-between-atomics", "elements:wide"];
 /// * `subgroup:nested`: a subgroup operand holding another subgroup operation;
 ///   `subgroup:nested-between-atomics`: one also holding two atomics on one buffer.
 /// * `elements:wide`: a buffer of elements over 255 bytes (wider than registers hold).
+/// * `loop:guarded-branch`: not one of issue 17's but a shape emitter v37 lowers its own
+///   way (`lower::speculate`, straight-line): an `If` without `else` in a `Loop` whose
+///   branch holds only `Let`/`Assign`/`Store` and loads.
 pub fn unlowered_constructs(program: &Program) -> BTreeSet<&'static str> {
     let mut walk = Walk::default();
     for decl in program.buffers().iter() {
@@ -271,12 +277,58 @@ pub fn unlowered_constructs(program: &Program) -> BTreeSet<&'static str> {
     }
     walk.writes(program.entry());
     walk.nodes(program.entry(), false, false);
+    if guarded_branch_in_loop(program.entry(), false) {
+        walk.found.insert("loop:guarded-branch");
+    }
     for (starts, waits) in walk.tags.values() {
         if starts != waits || starts.is_empty() {
             walk.found.insert("async:split");
         }
     }
     walk.found
+}
+
+/// Whether `nodes` (inside a loop: `in_loop`) hold an `If` without `else` in a loop whose
+/// branch is only `Let`/`Assign`/`Store` and loads something.
+fn guarded_branch_in_loop(nodes: &[Node], in_loop: bool) -> bool {
+    nodes.iter().any(|node| match node {
+        Node::If {
+            cond,
+            then,
+            otherwise,
+        } => {
+            let straight = then.iter().all(|n| {
+                matches!(
+                    n,
+                    Node::Let { .. } | Node::Assign { .. } | Node::Store { .. }
+                )
+            });
+            let loads = then.iter().any(|n| match n {
+                Node::Let { value, .. } | Node::Assign { value, .. } => has_load(value),
+                Node::Store { index, value, .. } => has_load(index) || has_load(value),
+                _ => false,
+            });
+            (in_loop && otherwise.is_empty() && straight && (loads || has_load(cond)))
+                || guarded_branch_in_loop(then, in_loop)
+                || guarded_branch_in_loop(otherwise, in_loop)
+        }
+        Node::Loop { body, .. } => guarded_branch_in_loop(body, true),
+        Node::Block(body) => guarded_branch_in_loop(body, in_loop),
+        Node::Region { body, .. } => guarded_branch_in_loop(body, in_loop),
+        _ => false,
+    })
+}
+
+/// Whether `e` loads from a buffer.
+fn has_load(e: &Expr) -> bool {
+    struct FirstLoad;
+    impl ExprVisitor for FirstLoad {
+        type Break = ();
+        fn visit_load(&mut self, _: &Expr, _: &Ident, _: &Expr) -> ControlFlow<()> {
+            ControlFlow::Break(())
+        }
+    }
+    visit_preorder(&mut FirstLoad, e).is_break()
 }
 
 /// An element type whose loads are raw bytes (8-bit floats, 4-bit types, handles,

@@ -93,6 +93,11 @@ pub enum Stmt {
     /// validator lets only move between buffers of their type. Rarely a comparison of two
     /// such loads, a run-time error in the reference wherever it runs.
     RawCopy,
+    /// `loop c { let idx = c * s + <u32>; if idx < <bound> { Let/Assign/Store over loads
+    /// at idx } }`: the strided, guarded loop of vyre-libs' reductions and write-backs,
+    /// whose branch emitter v37 evaluates straight-line (`lower::speculate`), its faults,
+    /// stores and assignments guarded, its loads past the end reading zeros.
+    GuardedLoop,
 }
 
 /// The table of enabled constructs.
@@ -438,6 +443,7 @@ impl GenConfig {
             (Stmt::AsyncSplit, 5),
             (Stmt::RawCopy, 5),
             (Stmt::DivergentBarrier, 2),
+            (Stmt::GuardedLoop, 4),
         ]);
         Self {
             features,
@@ -1602,6 +1608,10 @@ impl Gen<'_> {
                     Stmt::SharedBytesPhase => has_shared_bytes && ctx.uniform,
                     Stmt::AsyncSplit => has_async && !deep,
                     Stmt::RawCopy => has_raw,
+                    Stmt::GuardedLoop => {
+                        ctx.depth + 1 < self.cfg.max_nesting
+                            && ctx.trip * 2 <= self.cfg.max_trip_product
+                    }
                 };
                 if ok {
                     *w
@@ -1748,6 +1758,7 @@ impl Gen<'_> {
             Stmt::SharedBytesPhase => self.shared_bytes_phase(),
             Stmt::AsyncSplit => self.async_split(ctx),
             Stmt::DivergentBarrier => self.divergent_barrier(ctx),
+            Stmt::GuardedLoop => self.guarded_loop(ctx),
             Stmt::Barrier => vec![Node::Barrier {
                 ordering: *self.rng.pick(BARRIER_ORDERINGS),
             }],
@@ -1844,6 +1855,114 @@ impl Gen<'_> {
             to,
             body,
         }]
+    }
+
+    /// See [`Stmt::GuardedLoop`]. The body's statements are each a `Let` of a load at
+    /// `idx` mixed with another value, an accumulation of one into a variable of the
+    /// enclosing scopes, or a store to the invocation's own slot.
+    fn guarded_loop(&mut self, ctx: Ctx) -> Vec<Node> {
+        let room = (self.cfg.max_trip_product / ctx.trip.max(1)).clamp(1, 6);
+        let trips = self.rng.range(1, room + 1);
+        let (counter, idx) = (self.fresh("i"), self.fresh("v"));
+        let stride = *self.rng.pick(&[1, 2, 4, 32, 64]);
+        let lane = self.expr(Ty::U32, 1);
+        let bound = match self.rng.below(3) {
+            0 => lit_u32(self.rng.below(2 * stride * trips + 2)),
+            1 => self.buf_len(),
+            _ => self.expr(Ty::U32, 1),
+        };
+        self.scopes.push(vec![Var {
+            name: counter.clone(),
+            ty: Ty::U32,
+            assignable: false,
+        }]);
+        self.declare(idx.clone(), Ty::U32, false);
+        self.scopes.push(Vec::new());
+        let mut body = Vec::new();
+        for _ in 0..self.rng.range(1, 4) {
+            body.extend(self.guarded_statement(&idx));
+        }
+        self.scopes.pop();
+        self.scopes.pop();
+        let index = bin(
+            BinOp::Add,
+            bin(BinOp::Mul, var(&counter), lit_u32(stride)),
+            lane,
+        );
+        vec![Node::Loop {
+            var: counter.as_str().into(),
+            from: lit_u32(0),
+            to: lit_u32(trips),
+            body: vec![
+                Node::Let {
+                    name: idx.as_str().into(),
+                    value: index,
+                },
+                Node::If {
+                    cond: bin(BinOp::Lt, var(&idx), bound),
+                    then: body,
+                    otherwise: Vec::new(),
+                },
+            ],
+        }]
+    }
+
+    /// One statement of a [`Stmt::GuardedLoop`]'s branch (none where no input buffer
+    /// loads as the type drawn).
+    fn guarded_statement(&mut self, idx: &str) -> Vec<Node> {
+        let ty = *self
+            .rng
+            .pick(&[Ty::U32, Ty::U32, Ty::I32, Ty::F32, Ty::F32]);
+        let inputs = self.bufs_where(|b| b.role == Role::Input && can_load_as(ty, &b.element));
+        if inputs.is_empty() {
+            return Vec::new();
+        }
+        let b = *self.rng.pick(&inputs);
+        let Some(loaded) = self.load_as(ty, b, var(idx)) else {
+            return Vec::new();
+        };
+        let ops = match ty {
+            Ty::F32 => [BinOp::Add, BinOp::Mul, BinOp::Sub],
+            _ => [BinOp::Add, BinOp::Mul, BinOp::BitXor],
+        };
+        let op = *self.rng.pick(&ops);
+        let accumulators: Vec<String> = (self.vars_of(ty).into_iter())
+            .filter(|v| v.assignable)
+            .map(|v| v.name.clone())
+            .collect();
+        let own = self.bufs_where(|b| b.own_k().is_some() && !b.atomic);
+        match self.rng.below(3) {
+            0 if !accumulators.is_empty() => {
+                let name = self.rng.pick(&accumulators).clone();
+                let value = bin(op, var(&name), loaded);
+                vec![Node::Assign {
+                    name: name.as_str().into(),
+                    value,
+                }]
+            }
+            1 if !own.is_empty() => {
+                let target = *self.rng.pick(&own);
+                let index = self.own_index(target);
+                let value = self.store_value(&self.bufs[target].element.clone());
+                vec![Node::Store {
+                    buffer: self.bufs[target].name.as_str().into(),
+                    index,
+                    value: match self.bufs[target].element == DataType::F32 && ty == Ty::F32 {
+                        true => bin(op, value, loaded),
+                        false => value,
+                    },
+                }]
+            }
+            _ => {
+                let other = self.expr(ty, 1);
+                let name = self.fresh("v");
+                self.declare(name.clone(), ty, true);
+                vec![Node::Let {
+                    name: name.as_str().into(),
+                    value: bin(op, loaded, other),
+                }]
+            }
+        }
     }
 
     /// `sh[lid] = v; barrier; let x = sh[any]...; barrier` (uniform control flow only).
