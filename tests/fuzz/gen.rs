@@ -1579,6 +1579,9 @@ impl Gen<'_> {
             && !self.bufs_where(|b| b.role == Role::AsyncDest).is_empty();
         let has_raw = !self.bufs_where(|b| b.role == Role::RawMirror).is_empty();
         let deep = ctx.depth >= self.cfg.max_nesting;
+        // Room for a loop holding a branch: two levels of nesting, twice the trips.
+        let room_for_loop_and_branch =
+            ctx.depth + 1 < self.cfg.max_nesting && ctx.trip * 2 <= self.cfg.max_trip_product;
         let weights: Vec<u32> = features
             .statements
             .iter()
@@ -1598,20 +1601,13 @@ impl Gen<'_> {
                     Stmt::BytesStore => has_bytes,
                     Stmt::SubgroupLet | Stmt::SubgroupChanged => subgroups,
                     Stmt::SubgroupBranch => subgroups && !deep,
-                    Stmt::SubgroupDivergentLoop => {
-                        subgroups
-                            && ctx.depth + 1 < self.cfg.max_nesting
-                            && ctx.trip * 2 <= self.cfg.max_trip_product
-                    }
+                    Stmt::SubgroupDivergentLoop => subgroups && room_for_loop_and_branch,
                     Stmt::SubgroupAfterReturn => subgroups && !ctx.no_return,
                     Stmt::BytesUse => has_bytes_use && !deep,
                     Stmt::SharedBytesPhase => has_shared_bytes && ctx.uniform,
                     Stmt::AsyncSplit => has_async && !deep,
                     Stmt::RawCopy => has_raw,
-                    Stmt::GuardedLoop => {
-                        ctx.depth + 1 < self.cfg.max_nesting
-                            && ctx.trip * 2 <= self.cfg.max_trip_product
-                    }
+                    Stmt::GuardedLoop => room_for_loop_and_branch,
                 };
                 if ok {
                     *w

@@ -79,7 +79,9 @@ impl Expect {
     }
 }
 
-fn compare(output: usize, got: &[u8], want: &[u8]) -> R<()> {
+/// `got` byte for byte `want` (output `output` of a run): the count of differing words
+/// and the first one, or `Ok`.
+pub fn compare(output: usize, got: &[u8], want: &[u8]) -> R<()> {
     if got.len() != want.len() {
         return Err(format!(
             "output {output}: {} bytes, the reference has {}",

@@ -157,9 +157,9 @@ $L_{tag}_end:
     )
 }
 
-/// Thread 0 writes `reg` to `partials[block + offset]` (`%rd2`, offset in elements `%r{offset}`
-/// or none).
-fn write_partial(tag: &str, reg: &str, second: bool) -> String {
+/// Thread 0 writes `reg` to the partials array at `%rd{base}`: at `[block]`, or at
+/// `[G + block]` for a second moment (`second`).
+fn write_partial(tag: &str, reg: &str, base: u32, second: bool) -> String {
     let index = match second {
         true => "\tadd.u32 %r11, %r2, %r6;\n",
         false => "\tmov.u32 %r11, %r2;\n",
@@ -168,7 +168,7 @@ fn write_partial(tag: &str, reg: &str, second: bool) -> String {
         r#"	setp.ne.u32 %p2, %r4, 0;
 	@%p2 bra $L_{tag}_written;
 {index}	mul.wide.u32 %rd4, %r11, 4;
-	add.u64 %rd5, %rd2, %rd4;
+	add.u64 %rd5, %rd{base}, %rd4;
 	st.global.f32 [%rd5], {reg};
 $L_{tag}_written:
 "#
@@ -206,6 +206,22 @@ fn sum4() -> &'static str {
     "\tadd.rn.f32 %f16, %f11, %f12;\n\tadd.rn.f32 %f17, %f13, %f14;\n\tadd.rn.f32 %f16, %f16, %f17;\n"
 }
 
+/// The parameters of a norm's second kernel (after x and n), and their loads: `%rd2`
+/// partials, `%rd7` y, `%r9` G, `%f10` eps.
+const NORM_APPLY_PARAMS: &[&str] = &[
+    ".param .u64 ppart",
+    ".param .u64 py",
+    ".param .u32 pparts",
+    ".param .f32 peps",
+];
+const NORM_APPLY_LOADS: &str = "\tld.param.u64 %rd2, [ppart];\n\tld.param.u64 %rd7, [py];\n\tld.param.u32 %r9, [pparts];\n\tld.param.f32 %f10, [peps];\n";
+
+/// `%f6` := `1 / sqrt(reg + eps)` (`%f10`), correctly rounded at each step as the
+/// program's `InverseSqrt` of the sum.
+fn inverse_sqrt_plus_eps(reg: &str) -> String {
+    format!("\tadd.rn.f32 {reg}, {reg}, %f10;\n\tsqrt.rn.f32 {reg}, {reg};\n\tdiv.rn.f32 %f6, 0f3F800000, {reg};\n")
+}
+
 /// The floor's RMS norm: `floor_rms_partials(x, n, partials)` then
 /// `floor_rms_apply(x, n, partials, y, G, eps)`.
 pub fn rms_norm() -> String {
@@ -214,11 +230,12 @@ pub fn rms_norm() -> String {
         "\tld.param.u64 %rd2, [ppart];\n\tmov.f32 %f1, 0f00000000;\n{}{}{}",
         v4_loop("rms_sq", &sum_sq),
         block_fold("rms_p", "%f1", SUM.0, SUM.1),
-        write_partial("rms_p", "%f1", false)
+        write_partial("rms_p", "%f1", 2, false)
     );
-    let scale = "\tcvt.rn.f32.u32 %f3, %r1;\n\tdiv.rn.f32 %f1, %f1, %f3;\n\tadd.rn.f32 %f1, %f1, %f10;\n\tsqrt.rn.f32 %f1, %f1;\n\tdiv.rn.f32 %f6, 0f3F800000, %f1;\n";
+    let scale = "\tcvt.rn.f32.u32 %f3, %r1;\n\tdiv.rn.f32 %f1, %f1, %f3;\n".to_string()
+        + &inverse_sqrt_plus_eps("%f1");
     let apply = format!(
-        "\tld.param.u64 %rd2, [ppart];\n\tld.param.u64 %rd7, [py];\n\tld.param.u32 %r9, [pparts];\n\tld.param.f32 %f10, [peps];\n{}{scale}{}",
+        "{NORM_APPLY_LOADS}{}{scale}{}",
         fold_partials("rms_a", 2, "%f1", SUM),
         v4_loop("rms_y", &(each("mul.rn.f32", "%f6") + STORE_Y))
     );
@@ -227,17 +244,7 @@ pub fn rms_norm() -> String {
         &[".param .u64 ppart"],
         &["rms_p"],
         &partials,
-    ) + &kernel(
-        "floor_rms_apply",
-        &[
-            ".param .u64 ppart",
-            ".param .u64 py",
-            ".param .u32 pparts",
-            ".param .f32 peps",
-        ],
-        &["rms_a"],
-        &apply,
-    )
+    ) + &kernel("floor_rms_apply", NORM_APPLY_PARAMS, &["rms_a"], &apply)
 }
 
 /// The floor's layer norm: `floor_ln_partials(x, n, partials)` (sums at `[b]`, sums of
@@ -254,13 +261,14 @@ pub fn layer_norm() -> String {
         v4_loop("ln_m", &moments),
         block_fold("ln_s", "%f1", SUM.0, SUM.1),
         block_fold("ln_q", "%f7", SUM.0, SUM.1),
-        write_partial("ln_s", "%f1", false),
-        write_partial("ln_q", "%f7", true)
+        write_partial("ln_s", "%f1", 2, false),
+        write_partial("ln_q", "%f7", 2, true)
     );
-    let stats = "\tcvt.rn.f32.u32 %f3, %r1;\n\tdiv.rn.f32 %f15, %f1, %f3;\n\tdiv.rn.f32 %f7, %f7, %f3;\n\tmul.rn.f32 %f4, %f15, %f15;\n\tsub.rn.f32 %f7, %f7, %f4;\n\tadd.rn.f32 %f7, %f7, %f10;\n\tsqrt.rn.f32 %f7, %f7;\n\tdiv.rn.f32 %f6, 0f3F800000, %f7;\n";
+    let stats = "\tcvt.rn.f32.u32 %f3, %r1;\n\tdiv.rn.f32 %f15, %f1, %f3;\n\tdiv.rn.f32 %f7, %f7, %f3;\n\tmul.rn.f32 %f4, %f15, %f15;\n\tsub.rn.f32 %f7, %f7, %f4;\n".to_string()
+        + &inverse_sqrt_plus_eps("%f7");
     let second = "\tmul.wide.u32 %rd9, %r9, 4;\n\tadd.u64 %rd3, %rd2, %rd9;\n";
     let apply = format!(
-        "\tld.param.u64 %rd2, [ppart];\n\tld.param.u64 %rd7, [py];\n\tld.param.u32 %r9, [pparts];\n\tld.param.f32 %f10, [peps];\n{second}{}{}{stats}{}",
+        "{NORM_APPLY_LOADS}{second}{}{}{stats}{}",
         fold_partials("ln_as", 2, "%f1", SUM),
         fold_partials("ln_aq", 3, "%f7", SUM),
         v4_loop(
@@ -275,12 +283,7 @@ pub fn layer_norm() -> String {
         &partials,
     ) + &kernel(
         "floor_ln_apply",
-        &[
-            ".param .u64 ppart",
-            ".param .u64 py",
-            ".param .u32 pparts",
-            ".param .f32 peps",
-        ],
+        NORM_APPLY_PARAMS,
         &["ln_as", "ln_aq"],
         &apply,
     )
@@ -298,7 +301,7 @@ pub fn softmax() -> String {
         MAX.1,
         v4_loop("sm_m", &max4),
         block_fold("sm_m", "%f1", MAX.0, MAX.1),
-        write_partial("sm_m", "%f1", false)
+        write_partial("sm_m", "%f1", 2, false)
     );
     let params = "\tld.param.u64 %rd2, [pmax];\n\tld.param.u64 %rd3, [psum];\n\tld.param.u32 %r9, [pparts];\n";
     let sums = format!(
@@ -309,8 +312,8 @@ pub fn softmax() -> String {
             &(exp_minus_max() + sum4() + "\tadd.rn.f32 %f1, %f1, %f16;\n")
         ),
         block_fold("sm_s", "%f1", SUM.0, SUM.1),
-        // The sums are the second array's (`%rd3`), not the maxes' (`%rd2`).
-        write_partial("sm_s", "%f1", false).replace("%rd2", "%rd3")
+        // The sums go to the second array (`%rd3`), not the maxes' (`%rd2`).
+        write_partial("sm_s", "%f1", 3, false)
     );
     let apply = format!(
         "{params}\tld.param.u64 %rd7, [py];\n{}{}{}",
@@ -349,8 +352,9 @@ mod tests {
     use std::path::PathBuf;
     use std::process::Command;
 
-    /// The norms', softmax's and the prefix sum's kernels assemble with the pinned ptxas for sm_90 and sm_80 (the driver's JIT
-    /// is the same compiler); skipped, saying so, where the wheel is not installed.
+    /// The norms', softmax's and the prefix sum's kernels assemble with the pinned ptxas
+    /// for sm_90 and sm_80 (the driver's JIT is the same compiler); skipped, saying so,
+    /// where the wheel is not installed.
     #[test]
     fn the_reduction_floors_assemble_for_sm_90_and_sm_80() {
         let ptxas = std::env::var_os("VYRE_CUDA_PTXAS")
@@ -363,7 +367,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("floor_reductions_{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         for (major, minor) in [(9, 0), (8, 0)] {
-            let file = dir.join(format!("rms_{major}{minor}.ptx"));
+            let file = dir.join(format!("floors_{major}{minor}.ptx"));
             let text = super::super::ptx::header(major, minor)
                 + &super::rms_norm()
                 + &super::layer_norm()

@@ -6,7 +6,7 @@
 
 use super::build::{FloorKernel, EPS};
 use super::Job;
-use crate::check::Expect;
+use crate::check::{compare, Expect};
 use crate::engines::floor::driver::{Arg, DevBuf, Floor, Launch, OwnKernel, BLOCK};
 use crate::engines::floor::{norm_ptx, ptx, scan_ptx};
 use crate::measure::{measure, Sampling, R};
@@ -37,22 +37,27 @@ pub(super) fn kernel_outcome(
     };
     // The output of the input's length (a program may declare scratch outputs too).
     let input = small.inputs[0].len();
-    let want = match expect {
+    let (output, want) = match expect {
         Expect::Full(outs) => {
-            match outs.iter().filter(|o| o.len() == input).collect::<Vec<_>>()[..] {
-                [want] => want,
+            let sized: Vec<_> = (outs.iter().enumerate())
+                .filter(|(_, o)| o.len() == input)
+                .collect();
+            match sized[..] {
+                [(output, want)] => (output, want),
                 _ => return unsupported("no single output of the input's length to check".into()),
             }
         }
         Expect::Sampled { .. } => return unsupported("the floor checks full outputs".into()),
     };
-    let check = match kind {
-        FloorKernel::PrefixSum => identical,
-        _ => within_tolerance,
-    };
+    // The scan is integer arithmetic: bit for bit; the f32 reductions sum in another order.
+    let exact = kind == FloorKernel::PrefixSum;
     match reduction.run(floor, &small.inputs[0]) {
         Ok(got) => {
-            if let Err(reason) = check(&got, want) {
+            let checked = match exact {
+                true => compare(output, &got, want),
+                false => within_tolerance(&got, want),
+            };
+            if let Err(reason) = checked {
                 return Outcome::Fail { reason };
             }
         }
@@ -68,26 +73,15 @@ pub(super) fn kernel_outcome(
             note: Some(format!(
                 "hand-written grid-wide kernels ({} launches), checked {}",
                 reduction.kernels.len(),
-                match kind {
-                    FloorKernel::PrefixSum => "bit for bit".to_string(),
-                    _ => format!("to {TOLERANCE:e} relative"),
+                match exact {
+                    true => "bit for bit".to_string(),
+                    false => format!("to {TOLERANCE:e} relative"),
                 }
             )),
         },
         Err(e) => Outcome::Fail {
             reason: format!("error while timing: {e}"),
         },
-    }
-}
-
-/// `got` bit for bit `want` (u32 words).
-fn identical(got: &[u8], want: &[u8]) -> Result<(), String> {
-    if got.len() != want.len() {
-        return Err(format!("{} bytes out, {} expected", got.len(), want.len()));
-    }
-    match (got.chunks_exact(4).zip(want.chunks_exact(4))).position(|(g, w)| g != w) {
-        None => Ok(()),
-        Some(i) => Err(format!("word {i} differs from the reference's")),
     }
 }
 
