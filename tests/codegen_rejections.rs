@@ -458,66 +458,50 @@ fn deep_nesting_is_an_error_not_a_stack_overflow() {
     assert!(result.is_err());
 }
 
-/// Issue 17's pending sites: a variable subgroup operands read, bound with two types (a
-/// u32 in one branch or before a lane's `Return`, an f32 where the operation stands). The
-/// reference evaluates the operand per lane with that lane's binding and runs both
-/// programs (a ballot takes each lane's truthiness); the emitter still refuses them. When
-/// they are lowered this test turns into semantic cases (a shuffle of such a variable and
-/// `x > 0u32` fail in the reference: mixed lane types, mismatched operands).
+/// Issue 17's last pending site: a shuffle at a lane whose variable is an f32 where some
+/// lane of its subgroup bound that name to an f64 (`lower::typed_lanes`). The reference
+/// hands the f64 lane's value over whole as its one float type, so the f32 lane would hold
+/// an f64 its type cannot; the emitter refuses it (a reduction, which rounds every lane to
+/// f32, and a shuffle at the f64 lane are lowered: `tests/common/typed_lane_programs.rs`).
 #[test]
-fn two_typed_subgroup_operand_variables_are_refused_though_the_reference_runs_them() {
+fn a_shuffle_of_f64_lanes_at_an_f32_lane_is_refused_though_the_reference_runs_it() {
     let var = |name: &str| Expr::var(name);
-    let lin_below_5 = Expr::lt(var("lin"), Expr::u32(5));
-    let as_u32 = Node::let_bind("x", var("v"));
-    let as_f32 = Node::let_bind("x", Expr::cast(DataType::F32, var("v")));
-    let ballot_x = Node::store(
-        "out",
-        Expr::InvocationId { axis: 0 },
-        Expr::SubgroupBallot {
-            cond: Box::new(var("x")),
-        },
-    );
-    let program = |body: Vec<Node>| {
-        let mut entry = vec![
-            Node::let_bind("lin", Expr::LocalId { axis: 0 }),
-            Node::let_bind("v", Expr::load("a", Expr::InvocationId { axis: 0 })),
-        ];
-        entry.extend(body);
-        entry.push(Node::barrier_with_ordering(MemoryOrdering::SeqCst));
-        Program::wrapped(
-            vec![
-                BufferDecl::read("a", 0, DataType::U32).with_count(32),
-                BufferDecl::output("out", 1, DataType::U32).with_count(32),
-            ],
-            [32, 1, 1],
-            entry,
-        )
+    let shuffled = || Expr::SubgroupShuffle {
+        value: Box::new(var("x")),
+        lane: Box::new(Expr::u32(0)),
     };
-    let branches = program(vec![Node::if_then_else(
-        lin_below_5.clone(),
-        vec![as_u32.clone(), ballot_x.clone()],
-        vec![as_f32.clone(), ballot_x.clone()],
-    )]);
-    let returned = program(vec![
-        Node::if_then(lin_below_5, vec![as_u32, Node::Return]),
-        as_f32,
-        ballot_x,
-    ]);
-    let input: Vec<u8> = (1..=32u32).flat_map(|i| (i * 37).to_le_bytes()).collect();
-    for (program, construct) in [
-        (
-            branches,
-            "subgroup operand variable bound with different types in a step machine",
+    let entry = vec![
+        Node::let_bind("lin", Expr::LocalId { axis: 0 }),
+        Node::if_then_else(
+            Expr::lt(var("lin"), Expr::u32(5)),
+            vec![
+                Node::let_bind("x", Expr::load("d", Expr::InvocationId { axis: 0 })),
+                Node::store("wide", Expr::InvocationId { axis: 0 }, shuffled()),
+            ],
+            vec![
+                Node::let_bind("x", Expr::f32(1.5)),
+                Node::store("out", Expr::InvocationId { axis: 0 }, shuffled()),
+            ],
         ),
-        (
-            returned,
-            "subgroup operand variable bound with different types",
-        ),
-    ] {
-        assert_rejected(&program, construct);
-        let input = vyre_reference::value::Value::from(input.clone());
-        if let Err(error) = vyre_reference::reference_eval(&program, &[input]) {
-            panic!("the reference no longer runs the `{construct}` program: {error}");
-        }
+        Node::barrier_with_ordering(MemoryOrdering::SeqCst),
+    ];
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("d", 0, DataType::F64).with_count(32),
+            BufferDecl::read_write("wide", 1, DataType::F64).with_count(32),
+            BufferDecl::output("out", 2, DataType::F32).with_count(32),
+        ],
+        [32, 1, 1],
+        entry,
+    );
+    let construct =
+        "subgroup shuffle of a variable some lanes bound to an f64 and this lane to an f32";
+    assert_rejected(&program, construct);
+    let doubles: Vec<u8> = (0..32)
+        .flat_map(|i| (f64::from(i) + 0.1).to_le_bytes())
+        .collect();
+    let inputs = [doubles, vec![0; 256], vec![0; 128]].map(vyre_reference::value::Value::from);
+    if let Err(error) = vyre_reference::reference_eval(&program, &inputs) {
+        panic!("the reference no longer runs the `{construct}` program: {error}");
     }
 }

@@ -67,7 +67,9 @@ pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
-/// Version of the emitter's output format; part of every cache key. (37: a small `If`
+/// Version of the emitter's output format; part of every cache key. (38: a subgroup
+/// operand over a variable lanes hold with different types takes each lane's own
+/// (`lower::typed_lanes`); 37: a small `If`
 /// without `else` in a loop whose body loads runs as straight-line code, its faults,
 /// stores and assignments guarded (`lower::speculate`), so ptxas unrolls the loop; 36: a step machine
 /// whose workgroup takes its rounds together spends one round on the reference's root
@@ -93,7 +95,7 @@ use vyre_foundation::ir::{Node, Program};
 /// entry where a lane that faults could be awaited there; 24: workgroup barriers of
 /// entries whose leaving lanes exit take the `.aligned` form; 23: repeated pure
 /// sub-expressions of a statement computed once; 22 was an unmerged experiment.)
-pub const EMITTER_VERSION: u32 = 37;
+pub const EMITTER_VERSION: u32 = 38;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;
@@ -271,7 +273,7 @@ fn emit_entries(
         || lower::Lowerer::new(program, &facts, &abi, &shared, target.sm()).stamping_clock(timed);
     let bodies = segments
         .iter()
-        .map(|segment| lowerer().lower_entry(segment))
+        .map(|segment| lower::lower_segment(lowerer, segment))
         .collect::<Result<Vec<_>, _>>()?;
     let cooperative = lower_cooperative(&segments, lowerer)?;
     let vector = match &facts.elementwise {
@@ -358,9 +360,8 @@ fn lower_cooperative<'p>(
         .iter()
         .enumerate()
         .map(|(index, segment)| {
-            lowerer()
-                .ending_at(module::segment_end_label(index))
-                .lower_entry(segment)
+            let ending = || lowerer().ending_at(module::segment_end_label(index));
+            lower::lower_segment(ending, segment)
         })
         .collect::<Result<Vec<_>, _>>()?;
     let awaited = |(segment, body): (&lower::Segment<'p>, &lower::LoweredBody)| {

@@ -174,6 +174,18 @@ impl PtxWriter {
         self.placed
     }
 
+    /// Where the text ends now: a mark for [`PtxWriter::truncate`].
+    pub(crate) fn text_mark(&self) -> usize {
+        self.body.len()
+    }
+
+    /// Drop the text written after `mark`, for a lowering abandoned halfway. Registers and
+    /// labels stay allocated; the block mark moves on as though a label were placed.
+    pub(crate) fn truncate(&mut self, mark: usize) {
+        self.body.truncate(mark);
+        self.placed += 1;
+    }
+
     pub(crate) fn register_decls(&self) -> String {
         register_decls(&self.counts)
     }

@@ -17,5 +17,6 @@ pub mod ptxas;
 pub mod speculation_programs;
 pub mod step_programs;
 pub mod subgroup_programs;
+pub mod typed_lane_programs;
 pub mod vector_programs;
 pub mod wide_programs;

@@ -1952,6 +1952,7 @@ pub fn all_cases() -> Vec<Case> {
     cases.extend(super::wide_programs::wide_element_cases());
     cases.extend(super::step_programs::finishing_lane_barrier_cases());
     cases.extend(super::speculation_programs::speculated_branch_cases());
+    cases.extend(super::typed_lane_programs::typed_lane_cases());
     cases
 }
 

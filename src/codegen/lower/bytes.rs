@@ -20,6 +20,7 @@
 
 use super::memory::{BufferSlot, Space};
 use super::ops::binop_is_boolean;
+use super::typed_lanes::Typing;
 use super::{Lowerer, Val};
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::{view_element, wide_element, ValKind, WideElement};
@@ -106,7 +107,8 @@ impl ByteView {
 pub(super) enum ViewLaneUse {
     Condition,
     Lane,
-    Value,
+    Shuffled,
+    Reduced,
 }
 
 impl<'p> Lowerer<'p> {
@@ -264,7 +266,7 @@ impl<'p> Lowerer<'p> {
                 ValKind::U32,
                 self.view_as_u32(view, DeviceFault::SubgroupLaneNotU32),
             ),
-            ViewLaneUse::Value => self.discarded_zero(ValKind::Bytes(8)),
+            ViewLaneUse::Shuffled | ViewLaneUse::Reduced => self.discarded_zero(ValKind::Bytes(8)),
         })
     }
 
@@ -337,6 +339,7 @@ impl<'p> Lowerer<'p> {
         };
         self.move_view(bound, view);
         self.byte_views.insert(name, bound);
+        self.note_typing(name, Typing::View);
         self.mark_bound(name);
         Ok(())
     }

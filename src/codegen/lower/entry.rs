@@ -127,7 +127,9 @@ impl<'p> Lowerer<'p> {
                 self.partials.len()
             ));
         }
+        let typings_to_know = self.typings_to_know();
         Ok(LoweredBody {
+            typings_to_know,
             libm_used: std::mem::take(&mut self.libm_used),
             decls,
             prologue,

@@ -25,6 +25,7 @@ mod speculate;
 mod steps;
 mod stmt;
 mod subgroup;
+mod typed_lanes;
 mod values;
 mod vector;
 
@@ -47,6 +48,8 @@ use returned::{Hoisted, Returned};
 use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 use std::collections::BTreeSet;
+pub(crate) use typed_lanes::lower_segment;
+use typed_lanes::{Typing, Typings};
 use vyre_foundation::ir::{Expr, Node, Program};
 
 /// A lowered value: which reference variant it is and the register holding it.
@@ -209,6 +212,11 @@ pub(crate) struct Lowerer<'p> {
     /// While a branch is lowered as straight-line code, its condition: it guards the
     /// branch's faults, stores and assignments (see `speculate`).
     speculation: Option<Reg>,
+    /// The types each variable some subgroup operand reads is bound to so far, in a step
+    /// machine or a segment whose returned lanes stay (see `typed_lanes`).
+    typings: Typings,
+    /// The same, complete, from an earlier lowering of this entry.
+    known_typings: Typings,
 }
 
 impl<'p> Lowerer<'p> {
@@ -285,6 +293,8 @@ impl<'p> Lowerer<'p> {
             steps: None,
             proven_loads: FxHashSet::default(),
             speculation: None,
+            typings: Typings::new(),
+            known_typings: Typings::new(),
         }
     }
 
@@ -317,6 +327,7 @@ impl<'p> Lowerer<'p> {
 
     fn bind(&mut self, name: &'p str, val: Val, loop_var: bool) -> Result<(), CodegenError> {
         self.declare(name)?;
+        self.note_typing(name, Typing::Value(val.kind));
         self.locals.insert(name, Local { val, loop_var });
         Ok(())
     }
@@ -389,6 +400,10 @@ pub(crate) struct LoweredBody {
     pub(crate) prologue: String,
     pub(crate) body: String,
     pub(crate) fault_word: bool,
+    /// Set when variables that subgroup operands read turned out to be bound with several
+    /// types that this lowering did not know in advance: lower the entry again knowing
+    /// them (`typed_lanes::lower_segment`).
+    pub(crate) typings_to_know: Option<Typings>,
 }
 
 /// The reference canonicalises every f32 literal: NaN to `0x7FC00000`, subnormals to ±0.

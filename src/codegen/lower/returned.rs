@@ -16,18 +16,22 @@
 //!   flow, whose values it still computes (so it takes the same branches and meets every
 //!   barrier), but skips each statement with a side effect and each data-dependent
 //!   construct, after evaluating the subgroup operations they hold with the others. Its
-//!   own faults are never recorded. In a subgroup operand it reads its frozen values; a
-//!   variable it never bound fails the dispatch when a running lane evaluates the
-//!   operation, as "reference to undeclared variable" does. A `Return` in uniform control
+//!   own faults are never recorded. In a subgroup operand it reads its frozen values
+//!   (one register per type the variable is frozen with, see `typed_lanes`); a variable
+//!   it never bound fails the dispatch when a running lane evaluates the operation, as
+//!   "reference to undeclared variable" does. A `Return` in uniform control
 //!   flow still ends every lane, returned ones included.
 
 use super::bytes::ByteView;
+use super::typed_lanes::Typing;
 use super::{Lowerer, Val};
 use crate::codegen::analysis::lockstep::{own_subgroup_ops, vars_in};
 use crate::codegen::fault::DeviceFault;
+use crate::codegen::kind::ValKind;
 use crate::codegen::visit::any_expr;
 use crate::codegen::writer::{emit, Label, PtxWriter, Reg, RegClass};
 use crate::codegen::CodegenError;
+use smallvec::SmallVec;
 use std::collections::BTreeMap;
 use vyre_foundation::ir::{Expr, Node};
 
@@ -38,8 +42,9 @@ pub(super) struct Returned<'p> {
     /// Where a returning lane goes: the end of the outermost data-dependent construct being
     /// lowered (`None` in uniform control flow, where `Return` ends every lane).
     exit: Option<Label>,
-    /// Per variable some subgroup operand reads, its value at this lane's `Return`.
-    frozen: BTreeMap<&'p str, Frozen>,
+    /// Per variable some subgroup operand reads, its value at this lane's `Return`: a
+    /// register per type it may have there.
+    frozen: BTreeMap<&'p str, SmallVec<[Frozen; 1]>>,
     /// The same for variables bound to bytes views: the view (generic) and the flag.
     frozen_views: BTreeMap<&'p str, (ByteView, Reg)>,
 }
@@ -103,7 +108,7 @@ impl<'p> Lowerer<'p> {
             return Vec::new();
         };
         let mut regs = vec![returned.pred];
-        for frozen in returned.frozen.values() {
+        for frozen in returned.frozen.values().flatten() {
             regs.push(frozen.bound);
             regs.extend(self.value_regs(frozen.value.reg));
         }
@@ -145,7 +150,7 @@ impl<'p> Lowerer<'p> {
             let Some(local) = self.locals.get(name).copied() else {
                 continue;
             };
-            let frozen = self.frozen(name, local.val)?;
+            let frozen = self.frozen(name, local.val.kind)?;
             self.mov(frozen.value.reg, local.val.reg);
             self.mov_companions(frozen.value.reg, local.val);
             emit!(self.w, "setp.eq.u32 {}, 0, 0", frozen.bound);
@@ -157,43 +162,63 @@ impl<'p> Lowerer<'p> {
         Ok(true)
     }
 
-    /// The frozen register of variable `name`, currently bound to `val`.
-    fn frozen(&mut self, name: &'p str, val: Val) -> Result<Frozen, CodegenError> {
+    /// The frozen register of variable `name` bound to a value of `kind`.
+    fn frozen(&mut self, name: &'p str, kind: ValKind) -> Result<Frozen, CodegenError> {
         let Some(returned) = self.returned.as_mut() else {
             return Err(frozen_outside_returned());
         };
-        let known = match returned.frozen.get(name) {
-            Some(known) => (known.value.kind != val.kind).then(|| known.value.kind.name()),
-            None => returned.frozen_views.get(name).map(|_| VIEW.to_string()),
-        };
-        if let Some(known) = known {
-            return Err(two_types(name, &known, &val.kind.name()));
-        }
-        if let Some(known) = returned.frozen.get(name) {
+        let known = returned.frozen.get(name).into_iter().flatten();
+        if let Some(known) = known.into_iter().find(|f| f.value.kind == kind) {
             return Ok(*known);
         }
         let frozen = Frozen {
-            value: Val::new(val.kind, self.w.reg(val.reg.class())),
+            value: Val::new(kind, self.w.reg(kind.reg_class())),
             bound: self.w.reg(RegClass::Pred),
         };
-        returned.frozen.insert(name, frozen);
-        self.add_companions(frozen.value.reg, val.kind);
+        returned.frozen.entry(name).or_default().push(frozen);
+        self.add_companions(frozen.value.reg, kind);
         Ok(frozen)
+    }
+
+    /// Whether this returned lane froze variable `name` bound to `typing`.
+    pub(super) fn frozen_flag(
+        &mut self,
+        name: &'p str,
+        typing: Typing,
+    ) -> Result<Reg, CodegenError> {
+        Ok(match typing {
+            Typing::Value(kind) => self.frozen(name, kind)?.bound,
+            Typing::View => self.frozen_view(name)?.1,
+        })
+    }
+
+    /// The frozen registers of variable `name` bound to `typing`.
+    pub(super) fn frozen_binding(
+        &mut self,
+        name: &'p str,
+        typing: Typing,
+    ) -> Result<Result<Val, ByteView>, CodegenError> {
+        Ok(match typing {
+            Typing::Value(kind) => Ok(self.frozen(name, kind)?.value),
+            Typing::View => Err(self.frozen_view(name)?.0),
+        })
+    }
+
+    /// Set in a returned lane: whether it has returned.
+    pub(super) fn returned_pred(&self) -> Option<Reg> {
+        self.returned.as_ref().map(|r| r.pred)
     }
 
     /// The frozen view of variable `name`, bound to a bytes view, and its flag.
     fn frozen_view(&mut self, name: &'p str) -> Result<(ByteView, Reg), CodegenError> {
-        let known = self.returned.as_ref().map(|r| {
-            (
-                r.frozen_views.get(name).copied(),
-                r.frozen.get(name).map(|f| f.value.kind),
-            )
-        });
+        let known = self
+            .returned
+            .as_ref()
+            .map(|r| r.frozen_views.get(name).copied());
         match known {
             None => Err(frozen_outside_returned()),
-            Some((Some(frozen), _)) => Ok(frozen),
-            Some((None, Some(kind))) => Err(two_types(name, &kind.name(), VIEW)),
-            Some((None, None)) => {
+            Some(Some(frozen)) => Ok(frozen),
+            Some(None) => {
                 let frozen = (self.generic_view_regs(), self.pred());
                 if let Some(returned) = self.returned.as_mut() {
                     returned.frozen_views.insert(name, frozen);
@@ -230,7 +255,7 @@ impl<'p> Lowerer<'p> {
         if self.operand_faults.is_empty() {
             return Ok(val);
         }
-        let frozen = self.frozen(name, val)?;
+        let frozen = self.frozen(name, val.kind)?;
         Ok(self.select_val(val.kind, pred, frozen.value, val))
     }
 
@@ -286,16 +311,35 @@ impl<'p> Lowerer<'p> {
         let (bad, unbound) = (self.pred(), self.pred());
         self.w.put_zero(bad);
         for name in vars_in(op) {
-            let bound = match self.locals.get(name).copied() {
-                Some(local) => self.frozen(name, local.val)?.bound,
-                None if self.byte_views.contains_key(name) => self.frozen_view(name)?.1,
+            match self.locals.get(name).copied() {
+                Some(local) => {
+                    self.frozen(name, local.val.kind)?;
+                }
+                None if self.byte_views.contains_key(name) => {
+                    self.frozen_view(name)?;
+                }
                 None => continue,
-            };
+            }
+            // Frozen with any type (`typed_lanes`).
+            let flags = self.frozen_flags(name);
+            let bound = self.any_of(&flags);
             emit!(self.w, "not.pred {unbound}, {bound}");
             emit!(self.w, "or.pred {bad}, {bad}, {unbound}");
         }
         emit!(self.w, "and.pred {bad}, {bad}, {pred}");
         Ok(Some(bad))
+    }
+
+    /// Whether this returned lane froze variable `name`, one flag per type.
+    fn frozen_flags(&self, name: &str) -> Vec<Reg> {
+        let Some(returned) = &self.returned else {
+            return Vec::new();
+        };
+        let values = returned.frozen.get(name).into_iter().flatten();
+        let views = returned.frozen_views.get(name).into_iter();
+        (values.map(|f| f.bound))
+            .chain(views.map(|(_, bound)| *bound))
+            .collect()
     }
 
     /// `p` of a lane that has not returned (a returned lane's faults are not recorded).
@@ -405,20 +449,6 @@ impl<'p> Lowerer<'p> {
         let carried = std::mem::take(&mut self.carried);
         self.unanchored.extend(carried);
     }
-}
-
-/// What a variable bound to a bytes load is, in errors.
-pub(super) const VIEW: &str = "bytes view (the rest of a bytes buffer)";
-
-/// A variable some subgroup operand reads, bound with two types.
-fn two_types(name: &str, known: &str, now: &str) -> CodegenError {
-    CodegenError::unsupported(
-        "subgroup operand variable bound with different types",
-        format!(
-            "`{name}` is a {known} where a lane may return and a {now} where a subgroup operand reads it; the reference would mix the two in one operation"
-        ),
-        "give the variables different names",
-    )
 }
 
 /// A frozen variable asked for outside a segment whose returned lanes stay.

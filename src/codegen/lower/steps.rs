@@ -19,10 +19,12 @@
 //!    the reference's "undeclared variable" does;
 //! 3. every running lane takes its step (`brx.idx pc`), and the warp meets again.
 //!
-//! A variable some subgroup operand reads has one register whichever `Let` binds it and a
-//! flag saying whether the lane has it bound: the reference evaluates another lane's
-//! operand on that lane's variables by name, so lanes in different scopes still agree.
-//! Closing a scope clears its flags; `Return` keeps them, as the reference does.
+//! A variable some subgroup operand reads has one register per type it is bound to,
+//! whichever `Let` binds it, and a flag per type saying whether the lane has it bound so:
+//! the reference evaluates another lane's operand on that lane's variables by name, so
+//! lanes in different scopes still agree (`typed_lanes` evaluates an operand whose
+//! variables lanes hold with different types). Closing a scope clears its flags; `Return`
+//! keeps them, as the reference does.
 //!
 //! In [`RoundMode::Serial`] (a subgroup operand loads a buffer the segment writes) lane
 //! after lane takes its step, the subgroup operations it meets evaluated just before on
@@ -30,7 +32,8 @@
 //! stores of the lanes before it in the round, as in the reference.
 
 use super::bytes::ByteView;
-use super::returned::{Hoisted, VIEW};
+use super::returned::Hoisted;
+use super::typed_lanes::Typing;
 use super::{Lowerer, Val};
 use crate::codegen::analysis::lockstep::{own_subgroup_ops, vars_in};
 use crate::codegen::analysis::steps::{RoundMode, StepPlan};
@@ -39,6 +42,7 @@ use crate::codegen::kind::ValKind;
 use crate::codegen::visit::any_expr;
 use crate::codegen::writer::{emit, Label, Reg, RegClass};
 use crate::codegen::CodegenError;
+use smallvec::SmallVec;
 use std::collections::BTreeMap;
 use vyre_foundation::ir::{Expr, Node};
 
@@ -68,8 +72,9 @@ pub(super) struct StepMachine<'p> {
     chain: Label,
     /// Where each (serial: each lane's) turn of a round starts.
     sub_round: Label,
-    /// Variables some subgroup operand reads: one register each (see the module's header).
-    named: BTreeMap<&'p str, Named>,
+    /// Variables some subgroup operand reads: one register per type each (see the
+    /// module's header).
+    named: BTreeMap<&'p str, SmallVec<[Named; 1]>>,
     /// The same for variables bound to bytes views (generic views).
     views: BTreeMap<&'p str, NamedView>,
     /// Set while a subgroup operand is evaluated in serial mode: it reads the copies.
@@ -281,7 +286,7 @@ impl<'p> Lowerer<'p> {
         let (pc, waiting, running, turn, chain, round_end) =
             (m.pc, m.waiting, m.running, m.turn, m.chain, m.round_end);
         let targets = m.targets.clone();
-        let named: Vec<Named> = m.named.values().copied().collect();
+        let named: Vec<Named> = m.named.values().flatten().copied().collect();
         let views: Vec<NamedView> = m.views.values().copied().collect();
         let sub_round = m.sub_round;
         let mask = self.subgroup_mask;
@@ -395,7 +400,7 @@ impl<'p> Lowerer<'p> {
         self.begin_step(id)?;
         let names = self.scopes.last().cloned().unwrap_or_default();
         for name in names {
-            if let Some(bound) = self.machine()?.bound_flag(name) {
+            for bound in self.machine()?.bound_flags(name) {
                 self.w.put_zero(bound);
             }
         }
@@ -593,21 +598,12 @@ impl<'p> Lowerer<'p> {
         if !self.facts.subgroup_operand_vars.contains(name) {
             return Ok(None);
         }
-        if machine.views.contains_key(name) {
-            return Err(two_types_in_machine(name, VIEW, &value.kind.name()));
-        }
-        if let Some(known) = machine.named.get(name) {
-            if known.val.kind != value.kind {
-                return Err(two_types_in_machine(
-                    name,
-                    &known.val.kind.name(),
-                    &value.kind.name(),
-                ));
-            }
+        let known = machine.named.get(name).into_iter().flatten();
+        if let Some(known) = known.into_iter().find(|n| n.val.kind == value.kind) {
             return Ok(Some(known.val.reg));
         }
         let serial = machine.mode == RoundMode::Serial;
-        let class = value.reg.class();
+        let class = value.kind.reg_class();
         let named = Named {
             val: Val::new(value.kind, self.w.reg(class)),
             bound: self.w.reg(RegClass::Pred),
@@ -619,7 +615,11 @@ impl<'p> Lowerer<'p> {
         for low in copies {
             self.add_companions(low, value.kind);
         }
-        self.machine_mut()?.named.insert(name, named);
+        self.machine_mut()?
+            .named
+            .entry(name)
+            .or_default()
+            .push(named);
         Ok(Some(named.val.reg))
     }
 
@@ -632,9 +632,6 @@ impl<'p> Lowerer<'p> {
         };
         if !self.facts.subgroup_operand_vars.contains(name) {
             return Ok(None);
-        }
-        if let Some(known) = machine.named.get(name) {
-            return Err(two_types_in_machine(name, &known.val.kind.name(), VIEW));
         }
         if let Some(known) = machine.views.get(name) {
             return Ok(Some(known.view));
@@ -649,12 +646,44 @@ impl<'p> Lowerer<'p> {
         Ok(Some(named.view))
     }
 
-    /// `name` was just bound in this lane (a step machine's flag for subgroup operands).
+    /// `name` was just bound in this lane (a step machine's flags for subgroup operands:
+    /// that of the type it is bound to now is set, the others cleared).
     pub(super) fn mark_bound(&mut self, name: &str) {
-        let Some(bound) = self.steps.as_ref().and_then(|m| m.bound_flag(name)) else {
+        let Some(machine) = self.steps.as_ref() else {
             return;
         };
-        emit!(self.w, "setp.eq.u32 {bound}, 0, 0");
+        let now = match self.locals.get(name) {
+            Some(local) => (machine.named.get(name).into_iter().flatten())
+                .find(|named| named.val.reg == local.val.reg)
+                .map(|named| named.bound),
+            None => machine.views.get(name).map(|named| named.bound),
+        };
+        for flag in machine.bound_flags(name) {
+            match Some(flag) == now {
+                true => emit!(self.w, "setp.eq.u32 {flag}, 0, 0"),
+                false => self.w.put_zero(flag),
+            }
+        }
+    }
+
+    /// In a step machine, whether this lane holds variable `name` bound to `typing` (at
+    /// the round's start while a serial round's operand reads the snapshot); `None`
+    /// where no binding of that type has registers yet.
+    pub(super) fn step_typing_flag(&self, name: &str, typing: Typing) -> Option<Reg> {
+        let machine = self.steps.as_ref()?;
+        let (bound, snapshot) = match typing {
+            Typing::Value(kind) => (machine.named.get(name).into_iter().flatten())
+                .find(|named| named.val.kind == kind)
+                .map(|named| (named.bound, named.snapshot.map(|(_, b)| b)))?,
+            Typing::View => machine
+                .views
+                .get(name)
+                .map(|named| (named.bound, named.snapshot.map(|(_, b)| b)))?,
+        };
+        Some(match (machine.reading_snapshot, snapshot) {
+            (true, Some(copy)) => copy,
+            _ => bound,
+        })
     }
 
     /// View variable `name` (bound to `view`) read in a subgroup operand of a serial
@@ -675,9 +704,13 @@ impl<'p> Lowerer<'p> {
         let Some(machine) = self.steps.as_ref().filter(|m| m.reading_snapshot) else {
             return val;
         };
-        match machine.named.get(name).and_then(|named| named.snapshot) {
-            Some((reg, _)) => Val::new(val.kind, reg),
-            None => val,
+        let named = machine.named.get(name).into_iter().flatten();
+        match named.into_iter().find(|named| named.val.reg == val.reg) {
+            Some(Named {
+                snapshot: Some((reg, _)),
+                ..
+            }) => Val::new(val.kind, *reg),
+            _ => val,
         }
     }
 
@@ -685,13 +718,15 @@ impl<'p> Lowerer<'p> {
     /// in serial mode) a variable `op` reads.
     pub(super) fn unbound_in_step_machine(&mut self, op: &'p Expr) -> Option<Reg> {
         let machine = self.steps.as_ref()?;
-        let flags: Vec<Reg> = vars_in(op)
+        let flags: Vec<Vec<Reg>> = vars_in(op)
             .into_iter()
-            .filter_map(|name| machine.operand_flag(name))
+            .map(|name| machine.operand_flags(name))
+            .filter(|flags| !flags.is_empty())
             .collect();
         let bad = self.pred();
         self.w.put_zero(bad);
-        for bound in flags {
+        for typings in flags {
+            let bound = self.any_of(&typings);
             let unbound = self.pred();
             emit!(self.w, "not.pred {unbound}, {bound}");
             emit!(self.w, "or.pred {bad}, {bad}, {unbound}");
@@ -701,36 +736,32 @@ impl<'p> Lowerer<'p> {
 }
 
 impl StepMachine<'_> {
-    /// Whether the lane has variable `name` bound, if a subgroup operand reads it.
-    fn bound_flag(&self, name: &str) -> Option<Reg> {
-        let value = self.named.get(name).map(|named| named.bound);
-        value.or_else(|| self.views.get(name).map(|named| named.bound))
+    /// Whether the lane has variable `name` bound, one flag per type, if a subgroup
+    /// operand reads it.
+    fn bound_flags(&self, name: &str) -> Vec<Reg> {
+        let values = self.named.get(name).into_iter().flatten();
+        let views = self.views.get(name).into_iter();
+        (values.map(|named| named.bound))
+            .chain(views.map(|named| named.bound))
+            .collect()
     }
 
-    /// The flag a subgroup operand being evaluated checks: the round-start copy's while
+    /// The flags a subgroup operand being evaluated checks: the round-start copies while
     /// reading the snapshot.
-    fn operand_flag(&self, name: &str) -> Option<Reg> {
-        let (bound, snapshot) = match (self.named.get(name), self.views.get(name)) {
-            (Some(named), _) => (named.bound, named.snapshot.map(|(_, b)| b)),
-            (None, Some(named)) => (named.bound, named.snapshot.map(|(_, b)| b)),
-            (None, None) => return None,
-        };
-        Some(match (self.reading_snapshot, snapshot) {
-            (true, Some(copy)) => copy,
-            _ => bound,
-        })
+    fn operand_flags(&self, name: &str) -> Vec<Reg> {
+        let values = self.named.get(name).into_iter().flatten();
+        let views = self.views.get(name).into_iter();
+        let flags = (values.map(|named| (named.bound, named.snapshot.map(|(_, b)| b))))
+            .chain(views.map(|named| (named.bound, named.snapshot.map(|(_, b)| b))));
+        flags
+            .map(
+                |(bound, snapshot)| match (self.reading_snapshot, snapshot) {
+                    (true, Some(copy)) => copy,
+                    _ => bound,
+                },
+            )
+            .collect()
     }
-}
-
-/// A variable some subgroup operand reads, bound with two types in a step machine.
-fn two_types_in_machine(name: &str, known: &str, now: &str) -> CodegenError {
-    CodegenError::unsupported(
-        "subgroup operand variable bound with different types in a step machine",
-        format!(
-            "`{name}` is bound to a {known} in one place and to a {now} in another; the reference would mix the two in one operation"
-        ),
-        "give the variables different names",
-    )
 }
 
 struct RoundLabels {

@@ -126,14 +126,6 @@ impl<'p> Lowerer<'p> {
             }
             _ => self.put_expr(value)?,
         };
-        let reg = match self.step_register(name, value)? {
-            Some(reg) => reg,
-            None => self.w.reg(value.kind.reg_class()),
-        };
-        self.mov(reg, value.reg);
-        // A step machine's variable keeps its companions for every binding.
-        self.add_companions(reg, value.kind);
-        self.mov_companions(reg, value);
         // An f32 variable that may later be assigned a half load holds a `Half` (an f32
         // value never reads as the out-of-bounds mark).
         let kind = if value.kind == ValKind::F32 && self.facts.half_locals.contains(name) {
@@ -141,6 +133,14 @@ impl<'p> Lowerer<'p> {
         } else {
             value.kind
         };
+        let reg = match self.step_register(name, Val::new(kind, value.reg))? {
+            Some(reg) => reg,
+            None => self.w.reg(value.kind.reg_class()),
+        };
+        self.mov(reg, value.reg);
+        // A step machine's variable keeps its companions for every binding.
+        self.add_companions(reg, value.kind);
+        self.mov_companions(reg, value);
         self.bind(name, Val::new(kind, reg), false)?;
         self.mark_bound(name);
         Ok(())

@@ -30,12 +30,12 @@ impl<'p> Lowerer<'p> {
         match op {
             Expr::SubgroupBallot { cond } => self.put_ballot(cond),
             Expr::SubgroupShuffle { value, lane } => {
-                let value = self.put_subgroup_operand(value, ViewLaneUse::Value)?;
+                let value = self.put_subgroup_operand(value, ViewLaneUse::Shuffled)?;
                 let lane = self.put_subgroup_operand(lane, ViewLaneUse::Lane)?;
                 self.put_shuffle(value, lane)
             }
             Expr::SubgroupReduce { op, value } => {
-                let value = self.put_subgroup_operand(value, ViewLaneUse::Value)?;
+                let value = self.put_subgroup_operand(value, ViewLaneUse::Reduced)?;
                 self.put_subgroup_reduce(*op, value)
             }
             _ => Err(CodegenError::invalid(
@@ -47,6 +47,20 @@ impl<'p> Lowerer<'p> {
 
     /// A subgroup operand's lane value; a view (a bytes load) as `wanted` takes it.
     pub(super) fn put_subgroup_operand(
+        &mut self,
+        operand: &'p Expr,
+        wanted: ViewLaneUse,
+    ) -> Result<Val, CodegenError> {
+        let several = self.several_typed_vars(operand);
+        if !several.is_empty() {
+            return self.put_typed_lanes(operand, wanted, several);
+        }
+        self.put_one_typing_operand(operand, wanted)
+    }
+
+    /// [`Self::put_subgroup_operand`] where every lane holds the operand's variables with
+    /// the types they have here.
+    pub(super) fn put_one_typing_operand(
         &mut self,
         operand: &'p Expr,
         wanted: ViewLaneUse,

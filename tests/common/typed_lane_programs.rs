@@ -1,0 +1,283 @@
+//! Subgroup operands over a variable that lanes of one subgroup bound with different types
+//! (`lower::typed_lanes`): a u32 in one branch and an f32 in the other of a step machine's
+//! data-dependent branch, a returned lane's u32 against the running lanes' f32, a bytes
+//! view against a u32. The reference evaluates each lane's operand on that lane's own
+//! bindings: a ballot tests each lane's value as its own type; a shuffle or reduction of
+//! a u32 and a float fails the dispatch ("mixed value types"), as does an operator the
+//! other type does not take; floats of two widths combine. Appended to the semantic cases.
+
+#![allow(dead_code)]
+
+use super::gpu::u32_bytes;
+use super::programs::{bytes_in, bytes_tail_source, Case};
+use super::subgroup_programs::{
+    ballot, bin, gid, lanes, modulo_is, reduce, shuffle, u, values, var,
+};
+use vyre_foundation::ir::{
+    BinOp, BufferDecl, DataType, Expr, MemoryOrdering, Node, Program, SubgroupReduceOp,
+};
+
+const WORKGROUPS: [u32; 2] = [64, 40];
+
+fn cast(target: DataType, value: Expr) -> Expr {
+    Expr::cast(target, value)
+}
+
+fn rem(l: Expr, m: u32) -> Expr {
+    bin(BinOp::Mod, l, u(m))
+}
+
+/// `f32(v % 4) - 1.0`: -1, 0, 1 or 2, falsy where `v % 4 == 1`.
+fn small_f32() -> Expr {
+    bin(
+        BinOp::Sub,
+        cast(DataType::F32, rem(var("v"), 4)),
+        Expr::f32(1.0),
+    )
+}
+
+/// `body` then a barrier (lanes finishing early keep their variables bound for the
+/// others' operands), over `a` and a u32 `out`.
+fn case(name: &str, workgroup: u32, mut body: Vec<Node>) -> Case {
+    body.push(Node::barrier_with_ordering(MemoryOrdering::SeqCst));
+    let n = workgroup * 2;
+    Case::new(
+        format!("lanes of two types: {name}, workgroup {workgroup}"),
+        lanes(DataType::U32, n, n, workgroup, body),
+        vec![values(n)],
+    )
+}
+
+/// `x` a u32 where `v % 3 == 0`, an f32 elsewhere, each branch storing `result(x)`.
+fn branches(as_u32: Expr, as_f32: Expr, result: impl Fn() -> Expr) -> Vec<Node> {
+    vec![Node::if_then_else(
+        modulo_is(var("v"), 3, 0),
+        vec![
+            Node::let_bind("x", as_u32),
+            Node::store("out", gid(), result()),
+        ],
+        vec![
+            Node::let_bind("x", as_f32),
+            Node::store("out", gid(), result()),
+        ],
+    )]
+}
+
+/// Lanes with `lin % 5 == 0` bind `x` to `as_u32` and return; the others bind it to
+/// `as_f32` and store `result(x)`.
+fn returned(as_u32: Expr, as_f32: Expr, result: Expr) -> Vec<Node> {
+    vec![
+        Node::if_then(
+            modulo_is(var("lin"), 5, 0),
+            vec![Node::let_bind("x", as_u32), Node::Return],
+        ),
+        Node::let_bind("x", as_f32),
+        Node::store("out", gid(), result),
+    ]
+}
+
+pub fn typed_lane_cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for workgroup in WORKGROUPS {
+        let ballot_x = || ballot(var("x"));
+        cases.push(case(
+            "ballot in both branches",
+            workgroup,
+            branches(rem(var("v"), 2), small_f32(), ballot_x),
+        ));
+        // The cast truncates the f32 lanes' quarters, passes the u32 lanes' values.
+        let odd = || ballot(modulo_is(cast(DataType::U32, var("x")), 2, 1));
+        let quarter = bin(BinOp::Mul, cast(DataType::F32, var("v")), Expr::f32(0.25));
+        cases.push(case(
+            "ballot of a cast in both branches",
+            workgroup,
+            branches(var("v"), quarter, odd),
+        ));
+        cases.push(case(
+            "ballot after a return",
+            workgroup,
+            returned(rem(var("v"), 2), small_f32(), ballot(var("x"))),
+        ));
+        // Every value is at least 1: every lane binds the u32, nothing mixes.
+        let shuffled = || shuffle(var("x"), rem(bin(BinOp::Add, var("lin"), u(3)), 32));
+        cases.push(case(
+            "shuffle where every lane took the u32 branch",
+            workgroup,
+            vec![Node::if_then_else(
+                bin(BinOp::Ge, var("v"), u(1)),
+                vec![
+                    Node::let_bind("x", var("v")),
+                    Node::store("out", gid(), shuffled()),
+                ],
+                vec![
+                    Node::let_bind("x", small_f32()),
+                    Node::store("out", gid(), cast(DataType::U32, shuffled())),
+                ],
+            )],
+        ));
+        cases.push(
+            case(
+                "shuffle of a u32 and an f32",
+                workgroup,
+                branches(var("v"), small_f32(), || cast(DataType::U32, shuffled())),
+            )
+            .failing(),
+        );
+        cases.push(
+            case(
+                "reduction of a u32 and an f32 after a return",
+                workgroup,
+                returned(
+                    var("v"),
+                    small_f32(),
+                    cast(DataType::U32, reduce(SubgroupReduceOp::Max, var("x"))),
+                ),
+            )
+            .failing(),
+        );
+        // `x & 1` of the f32 lanes: an operator floats do not take.
+        let low_bit = || ballot(bin(BinOp::BitAnd, var("x"), u(1)));
+        cases.push(
+            case(
+                "operator the other type does not take",
+                workgroup,
+                vec![Node::if_then_else(
+                    modulo_is(var("v"), 3, 0),
+                    vec![
+                        Node::let_bind("x", var("v")),
+                        Node::store("out", gid(), low_bit()),
+                    ],
+                    vec![
+                        Node::let_bind("x", small_f32()),
+                        Node::store("out", gid(), ballot(var("x"))),
+                    ],
+                )],
+            )
+            .failing(),
+        );
+        cases.push(view_and_u32(workgroup, false));
+        cases.push(view_and_u32(workgroup, true));
+        cases.push(serial_round(workgroup));
+    }
+    cases.push(f32_and_f64(SubgroupReduceOp::Add));
+    cases.push(f32_and_f64(SubgroupReduceOp::Max));
+    cases
+}
+
+/// `x` a bytes view of `b` (7 to 1 bytes, some all zero) where `v % 3 == 0`, a u32
+/// elsewhere (after a return: in the returning lanes); every lane's ballot tests its own.
+fn view_and_u32(workgroup: u32, after_return: bool) -> Case {
+    let view = Expr::load("b", bin(BinOp::Add, u(30), rem(var("v"), 7)));
+    let body = match after_return {
+        false => branches(view, rem(var("v"), 2), || ballot(var("x"))),
+        true => returned(view, rem(var("v"), 2), ballot(var("x"))),
+    };
+    let mut body = body;
+    body.push(Node::barrier_with_ordering(MemoryOrdering::SeqCst));
+    let n = workgroup * 2;
+    let mut entry = vec![
+        Node::let_bind("lin", Expr::LocalId { axis: 0 }),
+        Node::let_bind("v", Expr::load("a", gid())),
+    ];
+    entry.extend(body);
+    let source = bytes_tail_source();
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(n),
+            bytes_in("b", 1, source.len() as u32),
+            BufferDecl::output("out", 2, DataType::U32).with_count(n),
+        ],
+        [workgroup, 1, 1],
+        entry,
+    );
+    let place = match after_return {
+        false => "in branches",
+        true => "after a return",
+    };
+    Case::new(
+        format!("lanes of two types: a bytes view and a u32 {place}, workgroup {workgroup}"),
+        program,
+        vec![values(n), source],
+    )
+}
+
+/// The operand reads `out`, which the segment writes: lanes take turns, each reading the
+/// others' bindings as they were at the round's start.
+fn serial_round(workgroup: u32) -> Case {
+    let seen = || {
+        ballot(bin(
+            BinOp::Or,
+            bin(BinOp::Ne, cast(DataType::U32, var("x")), u(0)),
+            bin(BinOp::Eq, Expr::load("out", var("lin")), u(7)),
+        ))
+    };
+    let mut body = branches(rem(var("v"), 3), small_f32(), seen);
+    body.push(Node::barrier_with_ordering(MemoryOrdering::SeqCst));
+    let n = workgroup * 2;
+    let mut entry = vec![
+        Node::let_bind("lin", Expr::LocalId { axis: 0 }),
+        Node::let_bind("v", Expr::load("a", gid())),
+    ];
+    entry.extend(body);
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(n),
+            BufferDecl::read_write("out", 1, DataType::U32).with_count(n),
+        ],
+        [workgroup, 1, 1],
+        entry,
+    );
+    let seven: Vec<u32> = (0..n).map(|i| if i % 5 == 0 { 7 } else { 0 }).collect();
+    Case::new(
+        format!("lanes of two types: a serial round, workgroup {workgroup}"),
+        program,
+        vec![values(n), u32_bytes(&seven)],
+    )
+}
+
+/// `x` an f64 load where `v % 3 == 0`, an f32 elsewhere: both are the reference's one
+/// float, which reductions fold as f32s and a shuffle at the f64 lanes hands over whole.
+fn f32_and_f64(op: SubgroupReduceOp) -> Case {
+    let (workgroup, n) = (64, 128);
+    let x_f32 = bin(BinOp::Mul, cast(DataType::F32, var("v")), Expr::f32(0.3));
+    let reduced = || reduce(op, var("x"));
+    let body = vec![
+        Node::let_bind("lin", Expr::LocalId { axis: 0 }),
+        Node::let_bind("v", Expr::load("a", gid())),
+        Node::if_then_else(
+            modulo_is(var("v"), 3, 0),
+            vec![
+                Node::let_bind("x", Expr::load("d", gid())),
+                Node::store("wide", gid(), reduced()),
+                Node::store(
+                    "wide",
+                    bin(BinOp::Add, gid(), u(n)),
+                    shuffle(var("x"), rem(bin(BinOp::Add, var("lin"), u(1)), 32)),
+                ),
+            ],
+            vec![
+                Node::let_bind("x", x_f32),
+                Node::store("out", gid(), reduced()),
+            ],
+        ),
+        Node::barrier_with_ordering(MemoryOrdering::SeqCst),
+    ];
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(n),
+            BufferDecl::read("d", 1, DataType::F64).with_count(n),
+            BufferDecl::output("out", 2, DataType::F32).with_count(n),
+            BufferDecl::read_write("wide", 3, DataType::F64).with_count(2 * n),
+        ],
+        [workgroup, 1, 1],
+        body,
+    );
+    let doubles: Vec<u8> = (0..n)
+        .flat_map(|i| (f64::from(i) * 1.000_000_1 + 1e-9).to_le_bytes())
+        .collect();
+    Case::new(
+        format!("lanes of two types: {op:?} of f32 and f64 lanes, workgroup {workgroup}"),
+        program,
+        vec![values(n), doubles, vec![0; n as usize * 16]],
+    )
+}
