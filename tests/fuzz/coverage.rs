@@ -218,6 +218,7 @@ pub const UNLOWERED: &[&str] = &[
     "subgroup:nested-between-atomics",
     "elements:wide",
     "loop:guarded-branch",
+    "subgroup:two-typed-variable",
 ];
 
 /// The constructs of [`UNLOWERED`] in only about 2-3% of complete-shape programs (those
@@ -251,6 +252,8 @@ pub const RARE: &[&str] = &["subgroup:nested-between-atomics", "elements:wide"];
 /// * `subgroup:nested`: a subgroup operand holding another subgroup operation;
 ///   `subgroup:nested-between-atomics`: one also holding two atomics on one buffer.
 /// * `elements:wide`: a buffer of elements over 255 bytes (wider than registers hold).
+/// * `subgroup:two-typed-variable`: a subgroup operand reading a variable that two `Let`s
+///   bind (in sibling scopes: lanes may hold it with different types);
 /// * `loop:guarded-branch`: not one of issue 17's but a shape emitter v37 lowers its own
 ///   way (`lower::speculate`, straight-line): an `If` without `else` in a `Loop` whose
 ///   branch holds only `Let`/`Assign`/`Store` and loads.
@@ -276,6 +279,7 @@ pub fn unlowered_constructs(program: &Program) -> BTreeSet<&'static str> {
         }
     }
     walk.writes(program.entry());
+    walk.lets(program.entry());
     walk.nodes(program.entry(), false, false);
     if guarded_branch_in_loop(program.entry(), false) {
         walk.found.insert("loop:guarded-branch");
@@ -357,11 +361,36 @@ struct Walk {
     views: HashSet<String>,
     assigned: HashSet<String>,
     written: HashSet<String>,
+    /// Variables that two or more `Let`s bind.
+    rebound: HashSet<String>,
+    bound: HashSet<String>,
     seen_return: bool,
     next_list: u32,
     /// Async tag -> (node lists of its starts, node lists of its waits).
     tags: BTreeMap<String, (BTreeSet<u32>, BTreeSet<u32>)>,
     found: BTreeSet<&'static str>,
+}
+
+/// Whether `e` reads one of `names` (outside nested subgroup operations too).
+fn reads_any(e: &Expr, names: &HashSet<String>) -> bool {
+    let any = |es: &[&Expr]| es.iter().any(|e| reads_any(e, names));
+    match e {
+        Expr::Var(name) => names.contains(name.as_str()),
+        Expr::Load { index, .. } => any(&[index]),
+        Expr::BinOp { left, right, .. } => any(&[left, right]),
+        Expr::UnOp { operand, .. } => any(&[operand]),
+        Expr::Cast { value, .. } => any(&[value]),
+        Expr::Select {
+            cond,
+            true_val,
+            false_val,
+        } => any(&[cond, true_val, false_val]),
+        Expr::Fma { a, b, c } => any(&[a, b, c]),
+        Expr::SubgroupBallot { cond } => any(&[cond]),
+        Expr::SubgroupShuffle { value, lane } => any(&[value, lane]),
+        Expr::SubgroupReduce { value, .. } => any(&[value]),
+        _ => false,
+    }
 }
 
 /// Whether `operand` holds a subgroup operation, and whether two atomics on one buffer.
@@ -460,6 +489,33 @@ fn uniform(e: &Expr) -> bool {
 
 impl Walk {
     /// Variables assigned and buffers written anywhere in `nodes`.
+    fn lets(&mut self, nodes: &[Node]) {
+        for node in nodes {
+            match node {
+                Node::Let { name, .. } => self.bind(name),
+                Node::Loop { var, body, .. } => {
+                    self.bind(var);
+                    self.lets(body);
+                }
+                Node::If {
+                    then, otherwise, ..
+                } => {
+                    self.lets(then);
+                    self.lets(otherwise);
+                }
+                Node::Block(body) => self.lets(body),
+                Node::Region { body, .. } => self.lets(body),
+                _ => {}
+            }
+        }
+    }
+
+    fn bind(&mut self, name: &str) {
+        if !self.bound.insert(name.to_string()) {
+            self.rebound.insert(name.to_string());
+        }
+    }
+
     fn writes(&mut self, nodes: &[Node]) {
         for node in nodes {
             match node {
@@ -627,6 +683,9 @@ impl Walk {
                 };
                 if operands.iter().any(|operand| self.is_view(operand)) {
                     self.found.insert("bytes:subgroup-operand");
+                }
+                if (operands.iter()).any(|operand| reads_any(operand, &self.rebound)) {
+                    self.found.insert("subgroup:two-typed-variable");
                 }
                 for operand in &operands {
                     let (nested, two_atomics_on_one_buffer) = nesting(operand);

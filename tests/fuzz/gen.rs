@@ -73,6 +73,11 @@ pub enum Stmt {
     SubgroupAfterReturn,
     /// `let x = ..; if <data-dependent> { x = .. }; let s = <subgroup op over x>`.
     SubgroupChanged,
+    /// `x` bound with two types where lanes of one subgroup hold it differently:
+    /// `if <data-dependent> { let x: A = ..; <op over x> } else { let x: B = ..; <op> }`,
+    /// or `if <data-dependent> { let x: A = ..; return }; let x: B = ..; <op over x>`
+    /// (the reference evaluates each lane's operand with that lane's own binding).
+    SubgroupTwoTyped,
     /// A bytes load used as an index, a select condition, an operand (a run-time error
     /// in the reference), an assigned value, or a `Let` of a load from a writable bytes
     /// buffer (see [`Gen::bytes_use`] for the uses vyre's validator rejects).
@@ -438,6 +443,7 @@ impl GenConfig {
             (Stmt::SubgroupDivergentLoop, 3),
             (Stmt::SubgroupAfterReturn, 2),
             (Stmt::SubgroupChanged, 3),
+            (Stmt::SubgroupTwoTyped, 3),
             (Stmt::BytesUse, 8),
             (Stmt::SharedBytesPhase, 3),
             (Stmt::AsyncSplit, 5),
@@ -1600,6 +1606,7 @@ impl Gen<'_> {
                     Stmt::DivergentBarrier => ctx.uniform && !self.elementwise && !deep,
                     Stmt::BytesStore => has_bytes,
                     Stmt::SubgroupLet | Stmt::SubgroupChanged => subgroups,
+                    Stmt::SubgroupTwoTyped => subgroups && !deep,
                     Stmt::SubgroupBranch => subgroups && !deep,
                     Stmt::SubgroupDivergentLoop => subgroups && room_for_loop_and_branch,
                     Stmt::SubgroupAfterReturn => subgroups && !ctx.no_return,
@@ -1750,6 +1757,7 @@ impl Gen<'_> {
             | Stmt::SubgroupDivergentLoop
             | Stmt::SubgroupAfterReturn
             | Stmt::SubgroupChanged => self.subgroup_stmt(kind, ctx),
+            Stmt::SubgroupTwoTyped => self.subgroup_two_typed(ctx),
             Stmt::BytesUse => self.bytes_use(),
             Stmt::SharedBytesPhase => self.shared_bytes_phase(),
             Stmt::AsyncSplit => self.async_split(ctx),
@@ -2338,6 +2346,80 @@ impl Gen<'_> {
             }
             _ => self.subgroup_let(),
         }
+    }
+
+    /// See [`Stmt::SubgroupTwoTyped`]: `x` is a u32, an i32 or an f32 on each side (two
+    /// different ones); its operations are a ballot of `x` itself (each lane's own
+    /// truthiness), a shuffle or a reduction (mixed u32 and float lanes, and i32 lanes,
+    /// fail in the reference).
+    fn subgroup_two_typed(&mut self, ctx: Ctx) -> Vec<Node> {
+        let d = self.cfg.max_expr_depth;
+        let first = *self.rng.pick(&[Ty::U32, Ty::F32, Ty::I32]);
+        let second = *self.rng.pick(match first {
+            Ty::U32 => &[Ty::F32, Ty::I32],
+            Ty::F32 => &[Ty::U32, Ty::I32],
+            _ => &[Ty::U32, Ty::F32],
+        });
+        let x = self.fresh("x");
+        let cond = self.divergent_cond(d);
+        let inner = self.nested(ctx, false);
+        let returns = !ctx.no_return && self.rng.chance(35);
+        let bind = |g: &mut Self, ty: Ty| {
+            let value = g.expr(ty, d);
+            g.declare(x.clone(), ty, false);
+            Node::Let {
+                name: x.as_str().into(),
+                value,
+            }
+        };
+        let then = self.block_with(inner, 1, |g| match returns {
+            true => vec![bind(g, first), Node::Return],
+            false => {
+                let mut nodes = vec![bind(g, first)];
+                nodes.extend(g.subgroup_over_two_typed(&x, first));
+                nodes
+            }
+        });
+        if returns {
+            let mut nodes = vec![Node::If {
+                cond,
+                then,
+                otherwise: Vec::new(),
+            }];
+            nodes.push(bind(self, second));
+            nodes.extend(self.subgroup_over_two_typed(&x, second));
+            return nodes;
+        }
+        let otherwise = self.block_with(inner, 1, |g| {
+            let mut nodes = vec![bind(g, second)];
+            nodes.extend(g.subgroup_over_two_typed(&x, second));
+            nodes
+        });
+        vec![Node::If {
+            cond,
+            then,
+            otherwise,
+        }]
+    }
+
+    /// `let g = <ballot of x | shuffle of x | reduction of x>`, `x` of type `ty` here.
+    fn subgroup_over_two_typed(&mut self, x: &str, ty: Ty) -> Vec<Node> {
+        let (value, result) = match self.rng.below(4) {
+            0 | 1 => (
+                Expr::SubgroupBallot {
+                    cond: Box::new(var(x)),
+                },
+                Ty::U32,
+            ),
+            2 => (self.shuffle(var(x)), ty),
+            _ => (self.reduce(ty, var(x)), ty),
+        };
+        let name = self.fresh("g");
+        self.declare(name.clone(), result, true);
+        vec![Node::Let {
+            name: name.as_str().into(),
+            value,
+        }]
     }
 
     /// A short loop whose body ends with a subgroup operation (for a divergent branch).
