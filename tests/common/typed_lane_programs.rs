@@ -201,14 +201,15 @@ fn view_and_u32(workgroup: u32, after_return: bool) -> Case {
     )
 }
 
-/// The operand reads `out`, which the segment writes: lanes take turns, each reading the
-/// others' bindings as they were at the round's start.
+/// The operand reads `out`, which the segment writes (each lane's own slot, so no other
+/// workgroup writes what it reads): lanes take turns, each reading the others' bindings
+/// as they were at the round's start.
 fn serial_round(workgroup: u32) -> Case {
     let seen = || {
         ballot(bin(
             BinOp::Or,
             bin(BinOp::Ne, cast(DataType::U32, var("x")), u(0)),
-            bin(BinOp::Eq, Expr::load("out", var("lin")), u(7)),
+            bin(BinOp::Eq, Expr::load("out", gid()), u(7)),
         ))
     };
     let mut body = branches(rem(var("v"), 3), small_f32(), seen);
@@ -250,8 +251,8 @@ fn f32_and_f64(op: SubgroupReduceOp) -> Case {
                 Node::let_bind("x", Expr::load("d", gid())),
                 Node::store("wide", gid(), reduced()),
                 Node::store(
-                    "wide",
-                    bin(BinOp::Add, gid(), u(n)),
+                    "shuffled",
+                    gid(),
                     shuffle(var("x"), rem(bin(BinOp::Add, var("lin"), u(1)), 32)),
                 ),
             ],
@@ -267,7 +268,8 @@ fn f32_and_f64(op: SubgroupReduceOp) -> Case {
             BufferDecl::read("a", 0, DataType::U32).with_count(n),
             BufferDecl::read("d", 1, DataType::F64).with_count(n),
             BufferDecl::output("out", 2, DataType::F32).with_count(n),
-            BufferDecl::read_write("wide", 3, DataType::F64).with_count(2 * n),
+            BufferDecl::read_write("wide", 3, DataType::F64).with_count(n),
+            BufferDecl::read_write("shuffled", 4, DataType::F64).with_count(n),
         ],
         [workgroup, 1, 1],
         body,
@@ -278,6 +280,11 @@ fn f32_and_f64(op: SubgroupReduceOp) -> Case {
     Case::new(
         format!("lanes of two types: {op:?} of f32 and f64 lanes, workgroup {workgroup}"),
         program,
-        vec![values(n), doubles, vec![0; n as usize * 16]],
+        vec![
+            values(n),
+            doubles,
+            vec![0; n as usize * 8],
+            vec![0; n as usize * 8],
+        ],
     )
 }
