@@ -67,7 +67,9 @@ pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
-/// Version of the emitter's output format; part of every cache key. (38: a subgroup
+/// Version of the emitter's output format; part of every cache key. (39: loops of a
+/// short constant trip whose unrolled body would be large, or that hold other loops, carry
+/// `.pragma "nounroll"` (`analysis::unroll`); 38: a subgroup
 /// operand over a variable lanes hold with different types takes each lane's own
 /// (`lower::typed_lanes`); 37: a small `If`
 /// without `else` in a loop whose body loads runs as straight-line code, its faults,
@@ -95,7 +97,7 @@ use vyre_foundation::ir::{Node, Program};
 /// entry where a lane that faults could be awaited there; 24: workgroup barriers of
 /// entries whose leaving lanes exit take the `.aligned` form; 23: repeated pure
 /// sub-expressions of a statement computed once; 22 was an unmerged experiment.)
-pub const EMITTER_VERSION: u32 = 38;
+pub const EMITTER_VERSION: u32 = 39;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;

@@ -14,6 +14,7 @@ pub(crate) mod replicated;
 pub(crate) mod shared;
 pub(crate) mod steps;
 pub(crate) mod uniform;
+pub(crate) mod unroll;
 
 use super::libm::Libm;
 use super::visit::{any_expr_in, for_each_node};

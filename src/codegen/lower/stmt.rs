@@ -1,6 +1,7 @@
 //! Statements: one `put_*` per `Node` construct.
 
 use super::{Lowerer, Val};
+use crate::codegen::analysis::unroll;
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::ValKind;
 use crate::codegen::visit::{for_each_node, has_barrier, is_constant};
@@ -345,29 +346,32 @@ impl<'p> Lowerer<'p> {
         if self.loop_depth == 0 {
             let _ = self.start_branch_histories(body);
         }
+        let (node_from, node_to) = (from, to);
         let from = self.put_expr(from)?;
         let from = self.u32_checked(from, DeviceFault::LoopBoundNotU32)?;
         let to = self.put_expr(to)?;
         let to = self.u32_checked(to, DeviceFault::LoopBoundNotU32)?;
         let labels = early.unwrap_or_else(|| (self.w.label(), self.w.label()));
+        let rolled = unroll::keeps_rolled(node_from, node_to, body);
         let checked = match early {
             None => self.hoisted_bounds_test(node, to)?,
             Some(_) => None,
         };
         let result = match checked {
-            None => self.put_iterations(var, (from, to), body, divergent, labels),
+            None => self.put_iterations(var, (from, to), body, (divergent, rolled), labels),
             Some((all_in_bounds, proven)) => {
                 // Two copies of the loop; the one without per-load checks where the test
                 // before it covers every iteration (`analysis::loop_bounds`).
                 let (unchecked, after) = (self.w.label(), self.w.label());
                 let all_in_bounds = self.branch_pred(all_in_bounds);
                 emit!(self.w, "@{all_in_bounds} bra {unchecked}");
-                self.put_iterations(var, (from, to), body, divergent, labels)?;
+                self.put_iterations(var, (from, to), body, (divergent, rolled), labels)?;
                 emit!(self.w, "bra {after}");
                 self.w.put_label(unchecked);
                 let saved = std::mem::replace(&mut self.proven_loads, proven);
                 let labels = (self.w.label(), self.w.label());
-                let result = self.put_iterations(var, (from, to), body, divergent, labels);
+                let result =
+                    self.put_iterations(var, (from, to), body, (divergent, rolled), labels);
                 self.proven_loads = saved;
                 self.w.put_label(after);
                 result
@@ -386,7 +390,7 @@ impl<'p> Lowerer<'p> {
         var: &'p str,
         (from, to): (Reg, Reg),
         body: &'p [Node],
-        divergent: bool,
+        (divergent, rolled): (bool, bool),
         (top, end): (Label, Label),
     ) -> Result<(), CodegenError> {
         let counter = self.w.reg(RegClass::B32);
@@ -395,6 +399,10 @@ impl<'p> Lowerer<'p> {
         self.mov(bound, to);
         let mut done = self.w.reg(RegClass::Pred);
         self.w.put_label(top);
+        if rolled {
+            // See `analysis::unroll`: the pragma sits in the loop's header block.
+            self.w.raw("\t.pragma \"nounroll\";\n");
+        }
         emit!(self.w, "setp.ge.u32 {done}, {counter}, {bound}");
         // A lane that recorded a fault stops iterating, so no garbage bound keeps it
         // looping, and ends (its results are discarded): going on past the loop would
