@@ -13,6 +13,7 @@ use crate::measure::{measure, Sampling, R};
 use crate::report::Outcome;
 use std::collections::BTreeMap;
 use std::time::Duration;
+use vyre_foundation::ir::BufferAccess;
 
 /// Elements of the scan's tile: a block of `BLOCK` threads, a `v4` each.
 const SCAN_TILE: u32 = 4 * BLOCK;
@@ -21,6 +22,21 @@ const SCAN_TILE: u32 = 4 * BLOCK;
 /// show (its sums in another order move the statistics by a few ulp; softmax's
 /// `ex2.approx` is within 2 ulp).
 const TOLERANCE: f32 = 1e-4;
+
+/// Where the buffer named `output` is among the reference's outputs: the buffers the
+/// program writes, in binding order.
+fn output_position(program: &vyre_foundation::ir::Program) -> Option<usize> {
+    let mut written: Vec<_> = (program.buffers().iter())
+        .filter(|b| {
+            matches!(
+                b.access(),
+                BufferAccess::ReadWrite | BufferAccess::WriteOnly
+            )
+        })
+        .collect();
+    written.sort_by_key(|b| b.binding());
+    written.iter().position(|b| b.name() == "output")
+}
 
 /// The floor's kernel row of `kind`: checked on `small`, timed on `large`.
 pub(super) fn kernel_outcome(
@@ -35,19 +51,12 @@ pub(super) fn kernel_outcome(
         Ok(reduction) => reduction,
         Err(e) => return unsupported(e),
     };
-    // The output of the input's length (a program may declare scratch outputs too).
-    let input = small.inputs[0].len();
-    let (output, want) = match expect {
-        Expect::Full(outs) => {
-            let sized: Vec<_> = (outs.iter().enumerate())
-                .filter(|(_, o)| o.len() == input)
-                .collect();
-            match sized[..] {
-                [(output, want)] => (output, want),
-                _ => return unsupported("no single output of the input's length to check".into()),
-            }
-        }
-        Expect::Sampled { .. } => return unsupported("the floor checks full outputs".into()),
+    // The buffer named `output` (a program may declare scratch outputs of the same length:
+    // the multi-block scan's partials).
+    let (output, want) = match (expect, output_position(&small.program)) {
+        (Expect::Full(outs), Some(output)) if output < outs.len() => (output, &outs[output]),
+        (Expect::Full(_), _) => return unsupported("no buffer named `output` to check".into()),
+        (Expect::Sampled { .. }, _) => return unsupported("the floor checks full outputs".into()),
     };
     // The scan is integer arithmetic: bit for bit; the f32 reductions sum in another order.
     let exact = kind == FloorKernel::PrefixSum;
@@ -253,5 +262,39 @@ impl Reduction {
 
     fn time(&self, floor: &Floor, b: &Buffers) -> R<Duration> {
         self.with_launches(b, |launches| floor.kernels_time(launches))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::build::{inputs, specs};
+    use super::output_position;
+
+    /// The output each floor is checked against is the workload's result: as long as the
+    /// input, and for the scan its inclusive prefix sum.
+    #[test]
+    fn every_floor_checks_the_workloads_result() {
+        for spec in specs().into_iter().filter(|s| s.floor.is_some()) {
+            let program = (spec.build)(spec.small).unwrap();
+            let data = inputs(&program, (spec.data)(spec.small)).unwrap();
+            let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+            let outs = crate::programs::reference(&program, &refs).unwrap();
+            let at = output_position(&program).expect("a buffer named output");
+            assert_eq!(outs[at].len(), data[0].len(), "{}", spec.id);
+            if spec.id == "libs_prefix_sum" {
+                let words = |b: &[u8]| -> Vec<u32> {
+                    b.chunks(4)
+                        .map(|w| u32::from_le_bytes(w.try_into().unwrap()))
+                        .collect()
+                };
+                let sums: Vec<u32> = (words(&data[0]).iter())
+                    .scan(0u32, |acc, x| {
+                        *acc = acc.wrapping_add(*x);
+                        Some(*acc)
+                    })
+                    .collect();
+                assert_eq!(words(&outs[at]), sums);
+            }
+        }
     }
 }
