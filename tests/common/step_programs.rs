@@ -9,7 +9,7 @@
 use super::gpu::{f32_bytes, u32_bytes};
 use super::programs::{bytes_in, bytes_tail_source, Case};
 use super::subgroup_programs::{
-    ballot, bin, gid, lanes, modulo_is, reduce, shuffle, u, values, var,
+    ballot, bin, gid, lanes, modulo_is, reduce, shuffle, u, values, var, with_lane_ids,
 };
 use vyre_foundation::ir::{
     AtomicOp, BinOp, BufferDecl, DataType, Expr, MemoryOrdering, Node, Program, SubgroupReduceOp,
@@ -814,11 +814,7 @@ fn tail_offset(value: Expr) -> Expr {
 fn bytes_case(name: &str, workgroup: u32, mut body: Vec<Node>) -> Case {
     body.push(Node::barrier_with_ordering(MemoryOrdering::SeqCst));
     let n = workgroup * 2;
-    let mut entry = vec![
-        Node::let_bind("lin", Expr::LocalId { axis: 0 }),
-        Node::let_bind("v", Expr::load("a", gid())),
-    ];
-    entry.extend(body);
+    let entry = with_lane_ids(body);
     let source = bytes_tail_source();
     let program = Program::wrapped(
         vec![

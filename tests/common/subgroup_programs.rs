@@ -71,11 +71,7 @@ pub(super) fn lanes(
     workgroup: u32,
     body: Vec<Node>,
 ) -> Program {
-    let mut entry = vec![
-        Node::let_bind("lin", Expr::LocalId { axis: 0 }),
-        Node::let_bind("v", Expr::load("a", gid())),
-    ];
-    entry.extend(body);
+    let entry = with_lane_ids(body);
     Program::wrapped(
         vec![
             BufferDecl::read("a", 0, ty.clone()).with_count(n),
@@ -84,6 +80,16 @@ pub(super) fn lanes(
         [workgroup, 1, 1],
         entry,
     )
+}
+
+/// `lin` (the linear local id) and `v = a[gid]` bound, then `body`.
+pub(super) fn with_lane_ids(body: Vec<Node>) -> Vec<Node> {
+    let mut entry = vec![
+        Node::let_bind("lin", Expr::LocalId { axis: 0 }),
+        Node::let_bind("v", Expr::load("a", gid())),
+    ];
+    entry.extend(body);
+    entry
 }
 
 /// Values 1..=997 in a fixed scatter (every residue class mod 2..8 occurs per subgroup).

@@ -11,7 +11,7 @@
 use super::gpu::u32_bytes;
 use super::programs::{bytes_in, bytes_tail_source, Case};
 use super::subgroup_programs::{
-    ballot, bin, gid, lanes, modulo_is, reduce, shuffle, u, values, var,
+    ballot, bin, gid, lanes, modulo_is, reduce, shuffle, u, values, var, with_lane_ids,
 };
 use vyre_foundation::ir::{
     BinOp, BufferDecl, DataType, Expr, MemoryOrdering, Node, Program, SubgroupReduceOp,
@@ -36,14 +36,19 @@ fn small_f32() -> Expr {
     )
 }
 
-/// `body` then a barrier (lanes finishing early keep their variables bound for the
-/// others' operands), over `a` and a u32 `out`.
-fn case(name: &str, workgroup: u32, mut body: Vec<Node>) -> Case {
+/// `body` then a barrier: lanes finishing early keep their variables bound for the
+/// others' operands.
+fn settled(mut body: Vec<Node>) -> Vec<Node> {
     body.push(Node::barrier_with_ordering(MemoryOrdering::SeqCst));
+    body
+}
+
+/// [`settled`] `body` over `a` and a u32 `out`.
+fn case(name: &str, workgroup: u32, body: Vec<Node>) -> Case {
     let n = workgroup * 2;
     Case::new(
         format!("lanes of two types: {name}, workgroup {workgroup}"),
-        lanes(DataType::U32, n, n, workgroup, body),
+        lanes(DataType::U32, n, n, workgroup, settled(body)),
         vec![values(n)],
     )
 }
@@ -172,14 +177,8 @@ fn view_and_u32(workgroup: u32, after_return: bool) -> Case {
         false => branches(view, rem(var("v"), 2), || ballot(var("x"))),
         true => returned(view, rem(var("v"), 2), ballot(var("x"))),
     };
-    let mut body = body;
-    body.push(Node::barrier_with_ordering(MemoryOrdering::SeqCst));
     let n = workgroup * 2;
-    let mut entry = vec![
-        Node::let_bind("lin", Expr::LocalId { axis: 0 }),
-        Node::let_bind("v", Expr::load("a", gid())),
-    ];
-    entry.extend(body);
+    let entry = with_lane_ids(settled(body));
     let source = bytes_tail_source();
     let program = Program::wrapped(
         vec![
@@ -212,14 +211,9 @@ fn serial_round(workgroup: u32) -> Case {
             bin(BinOp::Eq, Expr::load("out", gid()), u(7)),
         ))
     };
-    let mut body = branches(rem(var("v"), 3), small_f32(), seen);
-    body.push(Node::barrier_with_ordering(MemoryOrdering::SeqCst));
+    let body = branches(rem(var("v"), 3), small_f32(), seen);
     let n = workgroup * 2;
-    let mut entry = vec![
-        Node::let_bind("lin", Expr::LocalId { axis: 0 }),
-        Node::let_bind("v", Expr::load("a", gid())),
-    ];
-    entry.extend(body);
+    let entry = with_lane_ids(settled(body));
     let program = Program::wrapped(
         vec![
             BufferDecl::read("a", 0, DataType::U32).with_count(n),
@@ -242,27 +236,22 @@ fn f32_and_f64(op: SubgroupReduceOp) -> Case {
     let (workgroup, n) = (64, 128);
     let x_f32 = bin(BinOp::Mul, cast(DataType::F32, var("v")), Expr::f32(0.3));
     let reduced = || reduce(op, var("x"));
-    let body = vec![
-        Node::let_bind("lin", Expr::LocalId { axis: 0 }),
-        Node::let_bind("v", Expr::load("a", gid())),
-        Node::if_then_else(
-            modulo_is(var("v"), 3, 0),
-            vec![
-                Node::let_bind("x", Expr::load("d", gid())),
-                Node::store("wide", gid(), reduced()),
-                Node::store(
-                    "shuffled",
-                    gid(),
-                    shuffle(var("x"), rem(bin(BinOp::Add, var("lin"), u(1)), 32)),
-                ),
-            ],
-            vec![
-                Node::let_bind("x", x_f32),
-                Node::store("out", gid(), reduced()),
-            ],
-        ),
-        Node::barrier_with_ordering(MemoryOrdering::SeqCst),
-    ];
+    let body = vec![Node::if_then_else(
+        modulo_is(var("v"), 3, 0),
+        vec![
+            Node::let_bind("x", Expr::load("d", gid())),
+            Node::store("wide", gid(), reduced()),
+            Node::store(
+                "shuffled",
+                gid(),
+                shuffle(var("x"), rem(bin(BinOp::Add, var("lin"), u(1)), 32)),
+            ),
+        ],
+        vec![
+            Node::let_bind("x", x_f32),
+            Node::store("out", gid(), reduced()),
+        ],
+    )];
     let program = Program::wrapped(
         vec![
             BufferDecl::read("a", 0, DataType::U32).with_count(n),
@@ -272,7 +261,7 @@ fn f32_and_f64(op: SubgroupReduceOp) -> Case {
             BufferDecl::read_write("shuffled", 4, DataType::F64).with_count(n),
         ],
         [workgroup, 1, 1],
-        body,
+        with_lane_ids(settled(body)),
     );
     let doubles: Vec<u8> = (0..n)
         .flat_map(|i| (f64::from(i) * 1.000_000_1 + 1e-9).to_le_bytes())

@@ -2245,6 +2245,11 @@ impl Gen<'_> {
     /// `let g = <subgroup op>`.
     fn subgroup_let(&mut self) -> Vec<Node> {
         let (value, ty) = self.subgroup_value();
+        self.let_fresh_g(value, ty)
+    }
+
+    /// `let g = value`, a fresh `g` of type `ty` that later statements may read and assign.
+    fn let_fresh_g(&mut self, value: Expr, ty: Ty) -> Vec<Node> {
         let name = self.fresh("g");
         self.declare(name.clone(), ty, true);
         vec![Node::Let {
@@ -2265,12 +2270,7 @@ impl Gen<'_> {
             1 => (self.shuffle(var(x)), ty),
             _ => (self.reduce(ty, var(x)), ty),
         };
-        let name = self.fresh("g");
-        self.declare(name.clone(), result, true);
-        vec![Node::Let {
-            name: name.as_str().into(),
-            value,
-        }]
+        self.let_fresh_g(value, result)
     }
 
     fn subgroup_stmt(&mut self, kind: Stmt, ctx: Ctx) -> Vec<Node> {
@@ -2414,12 +2414,7 @@ impl Gen<'_> {
             2 => (self.shuffle(var(x)), ty),
             _ => (self.reduce(ty, var(x)), ty),
         };
-        let name = self.fresh("g");
-        self.declare(name.clone(), result, true);
-        vec![Node::Let {
-            name: name.as_str().into(),
-            value,
-        }]
+        self.let_fresh_g(value, result)
     }
 
     /// A short loop whose body ends with a subgroup operation (for a divergent branch).
