@@ -8,6 +8,15 @@ use super::writer::RegClass;
 use std::borrow::Cow;
 use vyre_foundation::ir::DataType;
 
+/// What a variable is bound to: a value of one kind, or a bytes view (a run-time-sized
+/// `Value::Bytes`; `lower::bytes`). Lanes may hold one name with different typings
+/// (`lower::typed_lanes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Typing {
+    Value(ValKind),
+    View,
+}
+
 /// Which reference `Value` variant an expression produces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ValKind {

@@ -20,10 +20,9 @@
 
 use super::memory::{BufferSlot, Space};
 use super::ops::binop_is_boolean;
-use super::typed_lanes::Typing;
 use super::{Lowerer, Val};
 use crate::codegen::fault::DeviceFault;
-use crate::codegen::kind::{view_element, wide_element, ValKind, WideElement};
+use crate::codegen::kind::{view_element, wide_element, Typing, ValKind, WideElement};
 use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
 use vyre_foundation::ir::{BinOp, DataType, Expr};

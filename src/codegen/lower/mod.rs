@@ -36,7 +36,7 @@ use super::analysis::ProgramFacts;
 use super::fault::DeviceFault;
 use super::kind::{
     buf_len, declared_bytes, element_stride, loads_may_be_empty, nibble_vector,
-    param_is_reference_count, ValKind,
+    param_is_reference_count, Typing, ValKind,
 };
 use super::libm::Libm;
 use super::writer::{Label, PtxWriter, Reg, RegClass};
@@ -49,7 +49,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 use std::collections::BTreeSet;
 pub(crate) use typed_lanes::lower_segment;
-use typed_lanes::{Typing, Typings};
+use typed_lanes::Typings;
 use vyre_foundation::ir::{Expr, Node, Program};
 
 /// A lowered value: which reference variant it is and the register holding it.

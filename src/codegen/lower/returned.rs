@@ -23,11 +23,10 @@
 //!   flow still ends every lane, returned ones included.
 
 use super::bytes::ByteView;
-use super::typed_lanes::Typing;
 use super::{Lowerer, Val};
 use crate::codegen::analysis::lockstep::{own_subgroup_ops, vars_in};
 use crate::codegen::fault::DeviceFault;
-use crate::codegen::kind::ValKind;
+use crate::codegen::kind::{Typing, ValKind};
 use crate::codegen::visit::any_expr;
 use crate::codegen::writer::{emit, Label, PtxWriter, Reg, RegClass};
 use crate::codegen::CodegenError;

@@ -33,12 +33,11 @@
 
 use super::bytes::ByteView;
 use super::returned::Hoisted;
-use super::typed_lanes::Typing;
 use super::{Lowerer, Val};
 use crate::codegen::analysis::lockstep::{own_subgroup_ops, vars_in};
 use crate::codegen::analysis::steps::{RoundMode, StepPlan};
 use crate::codegen::fault::DeviceFault;
-use crate::codegen::kind::ValKind;
+use crate::codegen::kind::{Typing, ValKind};
 use crate::codegen::visit::any_expr;
 use crate::codegen::writer::{emit, Label, Reg, RegClass};
 use crate::codegen::CodegenError;

@@ -21,19 +21,12 @@ use super::bytes::{ByteView, ViewLaneUse};
 use super::{Local, LoweredBody, Lowerer, Segment, Val};
 use crate::codegen::analysis::lockstep::vars_in;
 use crate::codegen::fault::DeviceFault;
-use crate::codegen::kind::ValKind;
+use crate::codegen::kind::{Typing, ValKind};
 use crate::codegen::writer::{emit, Reg};
 use crate::codegen::CodegenError;
 use smallvec::SmallVec;
 use std::collections::BTreeMap;
 use vyre_foundation::ir::Expr;
-
-/// What a variable is bound to: a value of one kind, or a bytes view.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Typing {
-    Value(ValKind),
-    View,
-}
 
 /// The typings of each variable, in the order the lowering met them.
 pub(crate) type Typings = BTreeMap<String, SmallVec<[Typing; 2]>>;
