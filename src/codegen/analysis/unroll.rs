@@ -29,14 +29,20 @@ const MAX_NESTING_TRIP: u64 = 16;
 
 /// Whether the loop `from..to` over `body` keeps ptxas from unrolling it.
 pub(crate) fn keeps_rolled(from: &Expr, to: &Expr, body: &[Node]) -> bool {
-    let Some(trip) = constant_trip(from, to) else {
-        return false;
-    };
-    if !(2..=FULL_UNROLL_TRIP).contains(&trip) {
-        return false;
+    // Only a trip ptxas unrolls whole needs the body's size.
+    match constant_trip(from, to) {
+        Some(trip) if (2..=FULL_UNROLL_TRIP).contains(&trip) => {
+            rolled(trip, body, unrolled_exprs(body))
+        }
+        _ => false,
     }
+}
+
+/// [`keeps_rolled`] for a loop of `trip` (in `2..=FULL_UNROLL_TRIP`) over `body`, whose
+/// unrolled body holds `exprs` expression nodes.
+fn rolled(trip: u64, body: &[Node], exprs: u64) -> bool {
     let nests = any_node(body, &|node| matches!(node, Node::Loop { .. }));
-    (nests && trip <= MAX_NESTING_TRIP) || trip * unrolled_exprs(body) > MAX_UNROLLED_EXPRS
+    (nests && trip <= MAX_NESTING_TRIP) || trip * exprs > MAX_UNROLLED_EXPRS
 }
 
 fn constant_trip(from: &Expr, to: &Expr) -> Option<u64> {
@@ -48,21 +54,24 @@ fn constant_trip(from: &Expr, to: &Expr) -> Option<u64> {
 
 /// Expression nodes of `nodes` as ptxas sees them unrolled: a nested loop's body counts
 /// once per copy it gets (every iteration of a constant trip it unrolls whole, a few of
-/// another, one of a loop kept rolled).
+/// another, one of a loop kept rolled). Each body is sized once, so the walk is linear
+/// however deep the loops nest.
 fn unrolled_exprs(nodes: &[Node]) -> u64 {
     nodes
         .iter()
         .map(|node| {
             let mut own = 0;
             for_each_expr(node, &mut |expr| own += expr_nodes(expr));
+            let nested: u64 = children(node).into_iter().map(unrolled_exprs).sum();
             let copies = match node {
-                Node::Loop { from, to, body, .. } if keeps_rolled(from, to, body) => 1,
-                Node::Loop { from, to, .. } => constant_trip(from, to)
-                    .filter(|trip| *trip <= FULL_UNROLL_TRIP)
-                    .unwrap_or(PARTIAL_UNROLL),
+                Node::Loop { from, to, body, .. } => match constant_trip(from, to) {
+                    Some(trip) if trip > FULL_UNROLL_TRIP => PARTIAL_UNROLL,
+                    Some(trip) if trip >= 2 && rolled(trip, body, nested) => 1,
+                    Some(trip) => trip,
+                    None => PARTIAL_UNROLL,
+                },
                 _ => 1,
             };
-            let nested: u64 = children(node).into_iter().map(unrolled_exprs).sum();
             own + copies * nested
         })
         .sum()
@@ -114,5 +123,13 @@ mod tests {
         // 64 copies of a 16-trip inner loop: 64 * 16 * 8 expressions.
         assert!(is_rolled(&counted(64, vec![counted(16, vec![dot()])])));
         assert!(!is_rolled(&counted(64, vec![counted(1, vec![dot()])])));
+    }
+
+    /// Each body is sized once: 60 nested loops of 17 trips (none kept rolled by nesting
+    /// alone) are decided at once, not in 2^60 walks.
+    #[test]
+    fn deep_nests_are_sized_in_one_walk() {
+        let nest = (0..60).fold(vec![dot()], |body, _| vec![counted(17, body)]);
+        assert!(is_rolled(&nest[0]));
     }
 }

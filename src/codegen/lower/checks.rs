@@ -161,6 +161,25 @@ impl Lowerer<'_> {
         p
     }
 
+    /// A predicate that does not hold.
+    pub(super) fn false_pred(&mut self) -> Reg {
+        let p = self.pred();
+        self.w.put_zero(p);
+        p
+    }
+
+    /// Set where any of `flags` is (the one flag itself when there is one).
+    pub(super) fn any_of(&mut self, flags: &[Reg]) -> Reg {
+        if let [flag] = flags {
+            return *flag;
+        }
+        let any = self.false_pred();
+        for flag in flags {
+            emit!(self.w, "or.pred {any}, {any}, {flag}");
+        }
+        any
+    }
+
     /// Predicate that is true when the reference's `truthy()` holds for `value`.
     pub(crate) fn truthy(&mut self, value: Val) -> Reg {
         // A raw value wider than 4 bytes has no u32 reading, which the reference treats as

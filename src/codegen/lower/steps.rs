@@ -670,7 +670,7 @@ impl<'p> Lowerer<'p> {
     /// where no binding of that type has registers yet.
     pub(super) fn step_typing_flag(&self, name: &str, typing: Typing) -> Option<Reg> {
         let machine = self.steps.as_ref()?;
-        let (bound, snapshot) = match typing {
+        let flags = match typing {
             Typing::Value(kind) => (machine.named.get(name).into_iter().flatten())
                 .find(|named| named.val.kind == kind)
                 .map(|named| (named.bound, named.snapshot.map(|(_, b)| b)))?,
@@ -679,10 +679,7 @@ impl<'p> Lowerer<'p> {
                 .get(name)
                 .map(|named| (named.bound, named.snapshot.map(|(_, b)| b)))?,
         };
-        Some(match (machine.reading_snapshot, snapshot) {
-            (true, Some(copy)) => copy,
-            _ => bound,
-        })
+        Some(machine.flag_read(flags))
     }
 
     /// View variable `name` (bound to `view`) read in a subgroup operand of a serial
@@ -750,16 +747,19 @@ impl StepMachine<'_> {
     fn operand_flags(&self, name: &str) -> Vec<Reg> {
         let values = self.named.get(name).into_iter().flatten();
         let views = self.views.get(name).into_iter();
-        let flags = (values.map(|named| (named.bound, named.snapshot.map(|(_, b)| b))))
-            .chain(views.map(|named| (named.bound, named.snapshot.map(|(_, b)| b))));
-        flags
-            .map(
-                |(bound, snapshot)| match (self.reading_snapshot, snapshot) {
-                    (true, Some(copy)) => copy,
-                    _ => bound,
-                },
-            )
+        (values.map(|named| (named.bound, named.snapshot.map(|(_, b)| b))))
+            .chain(views.map(|named| (named.bound, named.snapshot.map(|(_, b)| b))))
+            .map(|flags| self.flag_read(flags))
             .collect()
+    }
+
+    /// Of a bound flag and its serial round-start copy, the one a subgroup operand being
+    /// evaluated reads.
+    fn flag_read(&self, (bound, snapshot): (Reg, Option<Reg>)) -> Reg {
+        match (self.reading_snapshot, snapshot) {
+            (true, Some(copy)) => copy,
+            _ => bound,
+        }
     }
 }
 

@@ -346,13 +346,12 @@ impl<'p> Lowerer<'p> {
         if self.loop_depth == 0 {
             let _ = self.start_branch_histories(body);
         }
-        let (node_from, node_to) = (from, to);
+        let rolled = unroll::keeps_rolled(from, to, body);
         let from = self.put_expr(from)?;
         let from = self.u32_checked(from, DeviceFault::LoopBoundNotU32)?;
         let to = self.put_expr(to)?;
         let to = self.u32_checked(to, DeviceFault::LoopBoundNotU32)?;
         let labels = early.unwrap_or_else(|| (self.w.label(), self.w.label()));
-        let rolled = unroll::keeps_rolled(node_from, node_to, body);
         let checked = match early {
             None => self.hoisted_bounds_test(node, to)?,
             Some(_) => None,

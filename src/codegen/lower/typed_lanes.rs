@@ -78,6 +78,16 @@ struct Lanes {
     value: Val,
 }
 
+/// Why a combination gave no value.
+enum Unlowered {
+    /// The operand does not lower with the typings here: the program's own error.
+    Here(CodegenError),
+    /// Nor with another combination's, whose lanes (set in the register) then fail.
+    Elsewhere(Reg),
+    /// The combination's registers could not be found: an emitter bug.
+    Bug(CodegenError),
+}
+
 impl<'p> Lowerer<'p> {
     /// Note that `name` is bound to `typing` here (a variable some subgroup operand reads,
     /// where lanes may evaluate each other's operands: a step machine, returned lanes).
@@ -149,19 +159,22 @@ impl<'p> Lowerer<'p> {
         let mut outcome = Ok(());
         for combination in combinations(&vars) {
             let is_here = combination.iter().zip(&here).all(|(t, h)| Some(*t) == *h);
-            let lowered = self.put_operand_typed(operand, wanted, &vars, &combination, &here);
+            let lowered =
+                self.put_operand_typed(operand, wanted, &vars, (&combination, &here), is_here);
             self.restore_bindings(&vars, &saved);
             match lowered {
                 Ok(lane) => {
                     value_here = value_here.or(is_here.then_some(lane.value));
                     lanes.push(lane);
                 }
-                Err((error, _)) if is_here => {
+                Err(Unlowered::Here(error) | Unlowered::Bug(error)) => {
                     outcome = Err(error);
                     break;
                 }
                 // The reference fails evaluating such a lane's operand.
-                Err((_, holding)) => self.fault_if(holding, DeviceFault::RejectedByReference),
+                Err(Unlowered::Elsewhere(holding)) => {
+                    self.fault_if(holding, DeviceFault::RejectedByReference)
+                }
             }
         }
         self.shared_values = shared;
@@ -176,25 +189,27 @@ impl<'p> Lowerer<'p> {
     }
 
     /// The operand lowered with its variables bound to `combination`'s registers, as
-    /// `wanted` takes it; the faults it raises count in the combination's lanes. On an
-    /// error, the text it wrote is dropped.
+    /// `wanted` takes it; the faults it raises count in the combination's lanes. When the
+    /// operand does not lower under a combination other than the one here, the text it
+    /// wrote is dropped and the combination's lanes are returned (the reference fails
+    /// there); the lanes and the bindings themselves never fail but by a bug.
     fn put_operand_typed(
         &mut self,
         operand: &'p Expr,
         wanted: ViewLaneUse,
         vars: &[TypedVar<'p>],
-        combination: &[Typing],
-        here: &[Option<Typing>],
-    ) -> Result<Lanes, (CodegenError, Reg)> {
-        let holding = self
-            .lanes_holding(vars, combination, here)
-            .map_err(|e| (e, self.pred()))?;
+        (combination, here): (&[Typing], &[Option<Typing>]),
+        is_here: bool,
+    ) -> Result<Lanes, Unlowered> {
+        let holding = (self.lanes_holding(vars, combination, here)).map_err(Unlowered::Bug)?;
         let (text, unanchored) = (self.w.text_mark(), self.unanchored.len());
         let raised_from = self.operand_faults.last().map_or(0, Vec::len);
         self.shared_values.clear();
-        let value = (vars.iter().zip(combination).zip(here))
+        (vars.iter().zip(combination).zip(here))
             .try_for_each(|(((name, _), typing), here)| self.bind_typing(name, *typing, *here))
-            .and_then(|()| self.put_one_typing_operand(operand, wanted))
+            .map_err(Unlowered::Bug)?;
+        let value = self
+            .put_one_typing_operand(operand, wanted)
             .and_then(|value| self.lane_value_as(wanted, value));
         let raised = match self.operand_faults.last_mut() {
             Some(raised) => raised.split_off(raised_from.min(raised.len())),
@@ -202,10 +217,11 @@ impl<'p> Lowerer<'p> {
         };
         let value = match value {
             Ok(value) => value,
-            Err(error) => {
+            Err(error) if is_here => return Err(Unlowered::Here(error)),
+            Err(_) => {
                 self.w.truncate(text);
                 self.unanchored.truncate(unanchored);
-                return Err((error, holding));
+                return Err(Unlowered::Elsewhere(holding));
             }
         };
         for (p, fault) in raised {
@@ -255,24 +271,6 @@ impl<'p> Lowerer<'p> {
         emit!(self.w, "not.pred {holding}, {returned}");
         emit!(self.w, "or.pred {holding}, {holding}, {frozen}");
         Ok(holding)
-    }
-
-    /// Set where any of `flags` is (the one flag itself when there is one).
-    pub(super) fn any_of(&mut self, flags: &[Reg]) -> Reg {
-        if let [flag] = flags {
-            return *flag;
-        }
-        let any = self.false_pred();
-        for flag in flags {
-            emit!(self.w, "or.pred {any}, {any}, {flag}");
-        }
-        any
-    }
-
-    fn false_pred(&mut self) -> Reg {
-        let p = self.pred();
-        self.w.put_zero(p);
-        p
     }
 
     /// The registers variable `name` lives in when bound to `typing`: a step machine's, or
