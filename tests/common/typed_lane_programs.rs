@@ -166,6 +166,11 @@ pub fn typed_lane_cases() -> Vec<Case> {
     }
     cases.push(f32_and_f64(SubgroupReduceOp::Add));
     cases.push(f32_and_f64(SubgroupReduceOp::Max));
+    for (workgroup, after_return, half) in
+        [(64, false, false), (40, true, false), (64, false, true)]
+    {
+        cases.push(f64_shuffled_at_f32(workgroup, after_return, half));
+    }
     cases
 }
 
@@ -275,5 +280,110 @@ fn f32_and_f64(op: SubgroupReduceOp) -> Case {
             vec![0; n as usize * 8],
             vec![0; n as usize * 8],
         ],
+    )
+}
+
+/// f64 values where rounding to f32 changes what f32 code sees: integers nudged below an
+/// f32 ulp (a cast truncates the f64), magnitudes under the smallest f32 (truthy, yet
+/// ±0 as an f32) and over the largest (±inf), a NaN with a payload, -0 and an f32 value.
+fn f64_edges(n: u32) -> Vec<u8> {
+    let edges = [
+        |i: f64| i + 0.999_999_999_9,
+        |_| 1e-50,
+        |_| -3e-300,
+        |i: f64| 1e300 * (i - 500.0),
+        |_| f64::from_bits(0x7FF8_0000_0000_0001),
+        |_| -0.0,
+        |i: f64| f64::from(i as f32 * 0.25),
+    ];
+    (0..n)
+        .flat_map(|i| edges[i as usize % edges.len()](f64::from(i)).to_le_bytes())
+        .collect()
+}
+
+/// `x` an f64 load where `v % 3 == 0` ([`f64_edges`]), an f32 elsewhere (`after_return`:
+/// the f64 lanes bind it and return). The f32 lanes shuffle it from the next lane,
+/// receiving the f64 lanes' values whole, and use them as f32 code does: stored into an
+/// f32 buffer (rounded there), cast to u32 (truncating the f64) and to bool, picked by a
+/// select into an f32 variable (which then holds f64 values: cast to i32, truncated) and
+/// computed with. The f64 lanes shuffle it too (the f32 lanes' values, as f64 bits). With
+/// `half` the program also has an f16 buffer (whose programs hold assigned f32 variables
+/// as halves).
+fn f64_shuffled_at_f32(workgroup: u32, after_return: bool, half: bool) -> Case {
+    let n = workgroup * 2;
+    let next_lane = || rem(bin(BinOp::Add, var("lin"), u(1)), 32);
+    let f64_lanes = vec![
+        Node::let_bind("x", Expr::load("d", gid())),
+        Node::store("bits", gid(), shuffle(var("x"), next_lane())),
+    ];
+    let truth = Expr::select(cast(DataType::Bool, var("g")), u(1000), u(2000));
+    let f32_lanes = vec![
+        Node::let_bind(
+            "x",
+            bin(BinOp::Mul, cast(DataType::F32, var("v")), Expr::f32(0.3)),
+        ),
+        Node::let_bind("g", shuffle(var("x"), next_lane())),
+        Node::store("out", gid(), var("g")),
+        Node::store(
+            "ints",
+            gid(),
+            bin(BinOp::Add, cast(DataType::U32, var("g")), truth),
+        ),
+        Node::let_bind("y", Expr::f32(0.5)),
+        Node::assign(
+            "y",
+            Expr::select(modulo_is(var("lin"), 2, 0), var("g"), var("y")),
+        ),
+        Node::store("signed", gid(), cast(DataType::I32, var("y"))),
+        Node::assign("y", bin(BinOp::Mul, var("y"), Expr::f32(2.0))),
+        Node::store("twice", gid(), var("y")),
+    ];
+    let body = match after_return {
+        false => vec![Node::if_then_else(
+            modulo_is(var("v"), 3, 0),
+            f64_lanes,
+            f32_lanes,
+        )],
+        true => {
+            let mut body = vec![Node::if_then(
+                modulo_is(var("v"), 3, 0),
+                vec![Node::let_bind("x", Expr::load("d", gid())), Node::Return],
+            )];
+            body.extend(f32_lanes);
+            body
+        }
+    };
+    let mut buffers = vec![
+        BufferDecl::read("a", 0, DataType::U32).with_count(n),
+        BufferDecl::read("d", 1, DataType::F64).with_count(n),
+        BufferDecl::output("out", 2, DataType::F32).with_count(n),
+        BufferDecl::read_write("ints", 3, DataType::U32).with_count(n),
+        BufferDecl::read_write("bits", 4, DataType::F64).with_count(n),
+        BufferDecl::read_write("twice", 5, DataType::F32).with_count(n),
+        BufferDecl::read_write("signed", 6, DataType::I32).with_count(n),
+    ];
+    let mut inputs = vec![
+        values(n),
+        f64_edges(n),
+        vec![0; n as usize * 4],
+        vec![0; n as usize * 8],
+        vec![0; n as usize * 4],
+        vec![0; n as usize * 4],
+    ];
+    if half {
+        buffers.push(BufferDecl::read("h", 7, DataType::F16).with_count(4));
+        inputs.push(vec![0; 8]);
+    }
+    let place = match (after_return, half) {
+        (false, false) => "in branches",
+        (true, _) => "after a return",
+        (false, true) => "in branches, with an f16 buffer",
+    };
+    Case::new(
+        format!(
+            "lanes of two types: f64 lanes shuffled at f32 lanes {place}, workgroup {workgroup}"
+        ),
+        Program::wrapped(buffers, [workgroup, 1, 1], with_lane_ids(settled(body))),
+        inputs,
     )
 }

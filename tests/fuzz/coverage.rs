@@ -219,6 +219,7 @@ pub const UNLOWERED: &[&str] = &[
     "elements:wide",
     "loop:guarded-branch",
     "subgroup:two-typed-variable",
+    "subgroup:f64-lanes-shuffled",
 ];
 
 /// The constructs of [`UNLOWERED`] in only about 2-3% of complete-shape programs (those
@@ -254,6 +255,8 @@ pub const RARE: &[&str] = &["subgroup:nested-between-atomics", "elements:wide"];
 /// * `elements:wide`: a buffer of elements over 255 bytes (wider than registers hold).
 /// * `subgroup:two-typed-variable`: a subgroup operand reading a variable that two `Let`s
 ///   bind (in sibling scopes: lanes may hold it with different types);
+///   `subgroup:f64-lanes-shuffled`: a shuffle of such a variable that one of them binds
+///   to a load of an f64 buffer (lanes holding an f32 receive f64 values whole);
 /// * `loop:guarded-branch`: not one of issue 17's but a shape emitter v37 lowers its own
 ///   way (`lower::speculate`, straight-line): an `If` without `else` in a `Loop` whose
 ///   branch holds only `Let`/`Assign`/`Store` and loads.
@@ -269,6 +272,9 @@ pub fn unlowered_constructs(program: &Program) -> BTreeSet<&'static str> {
         }
         if bytes && decl.access() == BufferAccess::Workgroup {
             walk.found.insert("bytes:workgroup-buffer");
+        }
+        if decl.element() == DataType::F64 {
+            walk.f64_buffers.insert(decl.name().to_string());
         }
         if bytes {
             let writable = !matches!(
@@ -363,6 +369,9 @@ struct Walk {
     written: HashSet<String>,
     /// Variables that two or more `Let`s bind.
     rebound: HashSet<String>,
+    /// F64 buffers, and the variables some `Let` binds to a load of one.
+    f64_buffers: HashSet<String>,
+    f64_bound: HashSet<String>,
     bound: HashSet<String>,
     seen_return: bool,
     next_list: u32,
@@ -492,7 +501,13 @@ impl Walk {
     fn lets(&mut self, nodes: &[Node]) {
         for node in nodes {
             match node {
-                Node::Let { name, .. } => self.bind(name),
+                Node::Let { name, value } => {
+                    if matches!(value, Expr::Load { buffer, .. } if self.f64_buffers.contains(buffer.as_str()))
+                    {
+                        self.f64_bound.insert(name.to_string());
+                    }
+                    self.bind(name)
+                }
                 Node::Loop { var, body, .. } => {
                     self.bind(var);
                     self.lets(body);
@@ -686,6 +701,16 @@ impl Walk {
                 }
                 if (operands.iter()).any(|operand| reads_any(operand, &self.rebound)) {
                     self.found.insert("subgroup:two-typed-variable");
+                }
+                if let Expr::SubgroupShuffle { value, .. } = e {
+                    let wide: HashSet<String> = self
+                        .rebound
+                        .intersection(&self.f64_bound)
+                        .cloned()
+                        .collect();
+                    if reads_any(value, &wide) {
+                        self.found.insert("subgroup:f64-lanes-shuffled");
+                    }
                 }
                 for operand in &operands {
                     let (nested, two_atomics_on_one_buffer) = nesting(operand);

@@ -555,6 +555,9 @@ enum Role {
     /// Read-write buffer of the same type written only by `Stmt::RawCopy`, always with
     /// a value that depends on the index alone (so overlapping writes never race).
     RawMirror,
+    /// Read-only f64 input, loaded only as one side's binding of `Stmt::SubgroupTwoTyped`
+    /// (the other side an f32, whose shuffles receive the f64 lanes' values whole).
+    WideFloats,
 }
 
 #[derive(Debug, Clone)]
@@ -593,6 +596,7 @@ impl GBuf {
                 | Role::AsyncDest
                 | Role::RawSource
                 | Role::RawMirror
+                | Role::WideFloats
         )
     }
 
@@ -2353,6 +2357,10 @@ impl Gen<'_> {
     /// truthiness), a shuffle or a reduction (mixed u32 and float lanes, and i32 lanes,
     /// fail in the reference).
     fn subgroup_two_typed(&mut self, ctx: Ctx) -> Vec<Node> {
+        let wide = self.bufs_where(|b| b.role == Role::WideFloats);
+        if !wide.is_empty() && self.rng.chance(50) {
+            return self.subgroup_f64_and_f32(ctx, wide[0]);
+        }
         let d = self.cfg.max_expr_depth;
         let first = *self.rng.pick(&[Ty::U32, Ty::F32, Ty::I32]);
         let second = *self.rng.pick(match first {
@@ -2400,6 +2408,124 @@ impl Gen<'_> {
             then,
             otherwise,
         }]
+    }
+
+    /// [`Stmt::SubgroupTwoTyped`] with `x` an f64 load of `fd` on one side and an f32 on
+    /// the other: the f32 side's shuffles hand the f64 lanes' values over whole (the
+    /// reference's one `Value::Float`), which then meet f32 code (see
+    /// [`Gen::f32_lane_ops`]). The f64 side only binds `x` (vyre's validator types it
+    /// f64, which no f32 expression takes).
+    fn subgroup_f64_and_f32(&mut self, ctx: Ctx, fd: usize) -> Vec<Node> {
+        let d = self.cfg.max_expr_depth;
+        let x = self.fresh("x");
+        let cond = self.divergent_cond(d);
+        let inner = self.nested(ctx, false);
+        let returns = !ctx.no_return && self.rng.chance(35);
+        let f64_first = self.rng.chance(50) || returns;
+        let wide_let = |g: &mut Self| {
+            let index = g.any_index(fd, 1);
+            Node::let_bind(&x, Expr::load("fd", index))
+        };
+        let f32_side = |g: &mut Self| {
+            let mut nodes = vec![Node::let_bind(&x, g.expr(Ty::F32, d))];
+            g.declare(x.clone(), Ty::F32, false);
+            nodes.extend(g.f32_lane_ops(&x));
+            nodes
+        };
+        if returns {
+            let then = self.block_with(inner, 1, |g| vec![wide_let(g), Node::Return]);
+            let mut nodes = vec![Node::if_then(cond, then)];
+            nodes.extend(f32_side(self));
+            return nodes;
+        }
+        let mut sides = [
+            self.block_with(inner, 1, |g| vec![wide_let(g)]),
+            self.block_with(inner, 1, f32_side),
+        ];
+        if !f64_first {
+            sides.reverse();
+        }
+        let [then, otherwise] = sides;
+        vec![Node::if_then_else(cond, then, otherwise)]
+    }
+
+    /// Operations over `x` at the f32 lanes whose subgroup's other lanes hold it as an
+    /// f64, and uses of what they give: a shuffle bound by a `Let`, assigned to `x`
+    /// itself (an in-place update), or chosen by a `Select`; a reduction; then the value
+    /// cast to an integer, tested for truth, computed with, stored, or assigned to an
+    /// outer f32 variable.
+    fn f32_lane_ops(&mut self, x: &str) -> Vec<Node> {
+        let d = self.cfg.max_expr_depth.min(3);
+        let (mut nodes, g) = match self.rng.below(5) {
+            0 => {
+                let shuffled = self.shuffle(var(x));
+                (vec![Node::assign(x, shuffled)], x.to_string())
+            }
+            1 => {
+                let (shuffled, other) = (self.shuffle(var(x)), self.expr(Ty::F32, d));
+                let pick = self.cond(d);
+                let g = self.fresh("g");
+                let value = Expr::select(pick, shuffled, other);
+                (vec![Node::let_bind(&g, value)], g)
+            }
+            2 => {
+                let reduced = self.reduce(Ty::F32, var(x));
+                let g = self.fresh("g");
+                (vec![Node::let_bind(&g, reduced)], g)
+            }
+            _ => {
+                let g = self.fresh("g");
+                (vec![Node::let_bind(&g, self.shuffle(var(x)))], g)
+            }
+        };
+        self.declare(g.clone(), Ty::F32, true);
+        for _ in 0..self.rng.range(1, 2) {
+            nodes.extend(self.f32_use(&g));
+        }
+        nodes
+    }
+
+    /// One use of the f32 variable `g`, which may hold an f64 lane's value.
+    fn f32_use(&mut self, g: &str) -> Vec<Node> {
+        let d = self.cfg.max_expr_depth.min(3);
+        let outer: Vec<String> = (self.vars_of(Ty::F32).into_iter())
+            .filter(|v| v.assignable && v.name != g)
+            .map(|v| v.name.clone())
+            .collect();
+        let stores =
+            self.bufs_where(|b| b.own_k().is_some() && !b.atomic && b.element == DataType::F32);
+        match self.rng.below(5) {
+            0 if !outer.is_empty() => {
+                let y = self.rng.pick(&outer).clone();
+                let value = match self.rng.chance(50) {
+                    true => var(g),
+                    false => Expr::select(self.cond(d), var(g), var(&y)),
+                };
+                vec![Node::assign(&y, value)]
+            }
+            1 if !stores.is_empty() => {
+                let b = *self.rng.pick(&stores);
+                let index = self.own_index(b);
+                vec![Node::store(&self.bufs[b].name, index, var(g))]
+            }
+            2 => {
+                let truth = Expr::cast(DataType::Bool, var(g));
+                let value = Expr::select(truth, lit_u32(1), lit_u32(2));
+                self.let_fresh_g(value, Ty::U32)
+            }
+            3 => {
+                let (target, ty) = match self.rng.chance(50) {
+                    true => (DataType::U32, Ty::U32),
+                    false => (DataType::I32, Ty::I32),
+                };
+                self.let_fresh_g(Expr::cast(target, var(g)), ty)
+            }
+            _ => {
+                let other = self.expr(Ty::F32, d);
+                let op = *self.rng.pick(&[BinOp::Add, BinOp::Mul, BinOp::Sub]);
+                self.let_fresh_g(bin(op, var(g), other), Ty::F32)
+            }
+        }
     }
 
     /// `let g = <ballot of x | shuffle of x | reduction of x>`, `x` of type `ty` here.
@@ -3049,6 +3175,22 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
             });
         }
     }
+    let two_typed = f
+        .statements
+        .iter()
+        .any(|(s, w)| *s == Stmt::SubgroupTwoTyped && *w > 0);
+    if two_typed && rng.chance(50) {
+        let count = pick_count(rng, max);
+        bufs.push(GBuf {
+            name: "fd".into(),
+            element: DataType::F64,
+            role: Role::WideFloats,
+            count,
+            len: count,
+            uniform: false,
+            atomic: false,
+        });
+    }
     let mut raw_parity = false;
     if !f.raw_elements.is_empty() && rng.chance(f.raw_chance) {
         raw_parity = rng.chance(40);
@@ -3191,9 +3333,11 @@ fn draft(rng: &mut Rng, cfg: &GenConfig, seed: u64) -> FuzzCase {
                     Role::Input if b.uniform => {
                         BufferDecl::uniform(&b.name, binding, b.element.clone())
                     }
-                    Role::Input | Role::BytesSource | Role::AsyncSource | Role::RawSource => {
-                        BufferDecl::read(&b.name, binding, b.element.clone())
-                    }
+                    Role::Input
+                    | Role::BytesSource
+                    | Role::AsyncSource
+                    | Role::RawSource
+                    | Role::WideFloats => BufferDecl::read(&b.name, binding, b.element.clone()),
                     Role::Output { .. } | Role::BytesMirror => {
                         BufferDecl::output(&b.name, binding, b.element.clone())
                     }

@@ -103,6 +103,36 @@ pub fn f32_edge(rng: &mut Rng) -> f32 {
     }
 }
 
+/// An f64 where rounding it to f32 changes what code sees: f32 values, integers and
+/// halves nudged by less than an f32 ulp (casts truncate the f64, not its rounding),
+/// magnitudes under the smallest f32 (truthy, rounding to ±0) or over the largest
+/// (rounding to ±inf), NaNs with payloads, and raw bits.
+pub fn f64_edge(rng: &mut Rng) -> f64 {
+    let nudge = *rng.pick(&[1e-12, -1e-12, 1e-9, -1e-9]);
+    match rng.below(10) {
+        0..=1 => f64::from(f32_edge(rng)),
+        2..=3 => f64::from(rng.below(70)) - 5.0 + nudge,
+        4 => f64::from(rng.below(16)) + 0.5 + nudge,
+        5 => *rng.pick(&[1e-50, -1e-50, 1e-320, 5e-46, 1e-39, -1e-40]),
+        6 => *rng.pick(&[
+            1e39,
+            -1e39,
+            1e300,
+            3.4028235677973366e38,
+            4294967296.5,
+            -2147483648.9,
+        ]),
+        7 => f64::from_bits(*rng.pick(&[
+            0x7FF8_0000_0000_0001u64,
+            0xFFF0_0000_0000_0001,
+            0x7FF0_0000_0000_0000,
+            0x8000_0000_0000_0000,
+        ])),
+        8 => f64::from(random_f32(rng)) * (1.0 + 1e-10),
+        _ => f64::from_bits(rng.next_u64()),
+    }
+}
+
 /// A finite f32 with a moderate exponent (so arithmetic on it stays interesting).
 pub fn random_f32(rng: &mut Rng) -> f32 {
     let raw = rng.next_u32();
@@ -134,6 +164,7 @@ pub fn buffer_bytes(rng: &mut Rng, element: &DataType, count: usize) -> Vec<u8> 
             DataType::U32 => out.extend(u32_edge(rng).to_le_bytes()),
             DataType::I32 => out.extend(i32_edge(rng).to_le_bytes()),
             DataType::F32 => out.extend(f32_edge(rng).to_bits().to_le_bytes()),
+            DataType::F64 => out.extend(f64_edge(rng).to_bits().to_le_bytes()),
             DataType::Bool => {
                 // Raw words: the reference keeps a Bool element's raw value.
                 let word = match rng.below(8) {

@@ -127,9 +127,9 @@ impl<'p> Lowerer<'p> {
                 self.partials.len()
             ));
         }
-        let typings_to_know = self.typings_to_know();
+        let to_learn = self.take_learned();
         Ok(LoweredBody {
-            typings_to_know,
+            to_learn,
             libm_used: std::mem::take(&mut self.libm_used),
             decls,
             prologue,

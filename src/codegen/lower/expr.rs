@@ -237,11 +237,24 @@ impl<'p> Lowerer<'p> {
     ) -> Result<Val, CodegenError> {
         let p = self.put_condition(cond)?;
         // The reference evaluates both arms (side effects included), then picks.
-        let t = self.put_expr(true_val)?;
-        let f = self.put_expr(false_val)?;
-        // An f32 arm joins a half arm as a `Half` (no f32 value is the out-of-bounds mark).
+        let mut t = self.put_expr(true_val)?;
+        let mut f = self.put_expr(false_val)?;
+        // An f32 arm joins a half arm as a `Half` (no f32 value is the out-of-bounds mark),
+        // and an f64-held arm (a shuffle's value from an f64 lane) as an f64-held value.
         let kind = match (t.kind, f.kind) {
             (ValKind::Half, ValKind::F32) | (ValKind::F32, ValKind::Half) => ValKind::Half,
+            (ValKind::F64, ValKind::F32) | (ValKind::F32, ValKind::F64) => {
+                (t, f) = (self.widened_float(t), self.widened_float(f));
+                ValKind::F64
+            }
+            (ValKind::F64, ValKind::Half) => {
+                (t, f) = self.f64_and_half_arms(false_val, t, f)?;
+                ValKind::F64
+            }
+            (ValKind::Half, ValKind::F64) => {
+                (f, t) = self.f64_and_half_arms(true_val, f, t)?;
+                ValKind::F64
+            }
             (t, _) => t,
         };
         if t.kind != f.kind && kind != ValKind::Half {

@@ -49,7 +49,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 use std::collections::BTreeSet;
 pub(crate) use typed_lanes::lower_segment;
-use typed_lanes::Typings;
+use typed_lanes::Learned;
 use vyre_foundation::ir::{Expr, Node, Program};
 
 /// A lowered value: which reference variant it is and the register holding it.
@@ -212,11 +212,10 @@ pub(crate) struct Lowerer<'p> {
     /// While a branch is lowered as straight-line code, its condition: it guards the
     /// branch's faults, stores and assignments (see `speculate`).
     speculation: Option<Reg>,
-    /// The types each variable some subgroup operand reads is bound to so far, in a step
-    /// machine or a segment whose returned lanes stay (see `typed_lanes`).
-    typings: Typings,
+    /// What this lowering found out about its variables' types so far (see `typed_lanes`).
+    learned: Learned,
     /// The same, complete, from an earlier lowering of this entry.
-    known_typings: Typings,
+    known: Learned,
 }
 
 impl<'p> Lowerer<'p> {
@@ -293,8 +292,8 @@ impl<'p> Lowerer<'p> {
             steps: None,
             proven_loads: FxHashSet::default(),
             speculation: None,
-            typings: Typings::new(),
-            known_typings: Typings::new(),
+            learned: Learned::default(),
+            known: Learned::default(),
         }
     }
 
@@ -400,10 +399,10 @@ pub(crate) struct LoweredBody {
     pub(crate) prologue: String,
     pub(crate) body: String,
     pub(crate) fault_word: bool,
-    /// Set when variables that subgroup operands read turned out to be bound with several
-    /// types that this lowering did not know in advance: lower the entry again knowing
-    /// them (`typed_lanes::lower_segment`).
-    pub(crate) typings_to_know: Option<Typings>,
+    /// Set when this lowering found variable types it did not know in advance (several
+    /// types of a variable subgroup operands read, widened floats): lower the entry again
+    /// knowing them (`typed_lanes::lower_segment`).
+    pub(crate) to_learn: Option<Learned>,
 }
 
 /// The reference canonicalises every f32 literal: NaN to `0x7FC00000`, subnormals to ±0.

@@ -127,6 +127,11 @@ impl<'p> Lowerer<'p> {
             }
             _ => self.put_expr(value)?,
         };
+        let value = if self.is_wide_float(name) {
+            self.widened_float(value)
+        } else {
+            value
+        };
         // An f32 variable that may later be assigned a half load holds a `Half` (an f32
         // value never reads as the out-of-bounds mark).
         let kind = if value.kind == ValKind::F32 && self.facts.half_locals.contains(name) {
@@ -164,6 +169,7 @@ impl<'p> Lowerer<'p> {
                 "loop variables are immutable; copy it into a Let first",
             ));
         }
+        let value = self.assigned_float(name, local.val, value)?;
         let widens = local.val.kind == ValKind::Half && value.kind == ValKind::F32;
         if local.val.kind != value.kind && !widens {
             return Err(CodegenError::unsupported(

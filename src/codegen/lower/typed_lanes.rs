@@ -16,44 +16,66 @@
 //! Which types a variable gets is known only once its segment is lowered (a `Let` may
 //! follow the operation in the text: a later branch, a later iteration). An entry that
 //! binds such a variable with several is lowered again knowing them ([`lower_segment`]).
+//!
+//! A shuffle hands a lane's value over whole: where some lanes hold the operand as an
+//! f64 and this lane as an f32, this lane receives an f64-held value (the reference's one
+//! `Value::Float`). A variable declared with an f32 that is assigned such a value holds
+//! f64-held values from its `Let` on ([`Learned::wide_floats`]), which is likewise known
+//! only once the entry is lowered.
 
 use super::bytes::{ByteView, ViewLaneUse};
 use super::{Local, LoweredBody, Lowerer, Segment, Val};
 use crate::codegen::analysis::lockstep::vars_in;
 use crate::codegen::fault::DeviceFault;
 use crate::codegen::kind::{Typing, ValKind};
-use crate::codegen::writer::{emit, Reg};
+use crate::codegen::writer::{emit, Reg, RegClass};
 use crate::codegen::CodegenError;
 use smallvec::SmallVec;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use vyre_foundation::ir::Expr;
 
 /// The typings of each variable, in the order the lowering met them.
 pub(crate) type Typings = BTreeMap<String, SmallVec<[Typing; 2]>>;
 
+/// What lowering an entry finds out about its variables' types, for the next lowering.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct Learned {
+    /// The types each variable some subgroup operand reads is bound to, in a step machine
+    /// or a segment whose returned lanes stay.
+    typings: Typings,
+    /// Variables declared with an f32 and assigned an f64-held value (a shuffle's, from
+    /// lanes holding the operand as an f64): they hold f64-held values throughout.
+    wide_floats: BTreeSet<String>,
+}
+
+/// Lowerings of one entry after which its variables' types must have settled: each one
+/// learns of a variable bound or assigned with another type.
+const LOWERINGS: usize = 8;
+
 /// A variable of an operand and the typings lanes may hold it with.
 type TypedVar<'p> = (&'p str, SmallVec<[Typing; 2]>);
 
-/// Lower `segment` with lowerers from `make`: again, knowing every variable's typings,
-/// when the first lowering found some bound with several (see the module's header).
+/// Lower `segment` with lowerers from `make`: again, knowing what it learned, while a
+/// lowering finds variables bound with several typings or widened that it did not know
+/// (see the module's header).
 pub(crate) fn lower_segment<'p>(
     make: impl Fn() -> Lowerer<'p>,
     segment: &Segment<'p>,
 ) -> Result<LoweredBody, CodegenError> {
-    let body = make().lower_entry(segment)?;
-    let Some(typings) = body.typings_to_know else {
-        return Ok(body);
-    };
-    let mut again = make();
-    again.known_typings = typings;
-    let body = again.lower_entry(segment)?;
-    match body.typings_to_know {
-        None => Ok(body),
-        Some(_) => Err(CodegenError::invalid(
-            "a variable's types changed between two lowerings of one entry",
-            "report this vyre-cuda bug",
-        )),
+    let mut known = Learned::default();
+    for _ in 0..LOWERINGS {
+        let mut lowerer = make();
+        lowerer.known = known;
+        let body = lowerer.lower_entry(segment)?;
+        match body.to_learn {
+            None => return Ok(body),
+            Some(learned) => known = learned,
+        }
     }
+    Err(CodegenError::invalid(
+        format!("an entry's variable types did not settle in {LOWERINGS} lowerings"),
+        "report this vyre-cuda bug",
+    ))
 }
 
 /// Every combination of one typing per variable, the first variable's changing slowest.
@@ -96,17 +118,85 @@ impl<'p> Lowerer<'p> {
         if !lanes_apart || !self.facts.subgroup_operand_vars.contains(name) {
             return;
         }
-        let known = self.typings.entry(name.to_string()).or_default();
+        let known = self.learned.typings.entry(name.to_string()).or_default();
         if !known.contains(&typing) {
             known.push(typing);
         }
     }
 
-    /// The typings this lowering found that it did not know in advance, when some
-    /// variable has several.
-    pub(super) fn typings_to_know(&mut self) -> Option<Typings> {
-        let several = self.typings.values().any(|typings| typings.len() > 1);
-        (several && self.typings != self.known_typings).then(|| std::mem::take(&mut self.typings))
+    /// What this lowering found that it did not know in advance: typings when some
+    /// variable has several, widened variables.
+    pub(super) fn take_learned(&mut self) -> Option<Learned> {
+        let learned = &self.learned;
+        let several = learned.typings.values().any(|typings| typings.len() > 1);
+        let new_typings = several && learned.typings != self.known.typings;
+        let new_wide = !learned.wide_floats.is_subset(&self.known.wide_floats);
+        if !new_typings && !new_wide {
+            return None;
+        }
+        let mut learned = std::mem::take(&mut self.learned);
+        learned
+            .wide_floats
+            .extend(self.known.wide_floats.iter().cloned());
+        Some(learned)
+    }
+
+    /// Whether variable `name` holds f64-held values (see [`Learned::wide_floats`]).
+    pub(super) fn is_wide_float(&self, name: &str) -> bool {
+        self.known.wide_floats.contains(name)
+    }
+
+    /// `value`, assigned to `local` (`name`), as the variable holds it: an f32 widens
+    /// into an f64-held variable; an f64-held value assigned to an f32 variable makes it
+    /// one from its `Let` on, in the next lowering (this one's code is dropped).
+    pub(super) fn assigned_float(
+        &mut self,
+        name: &str,
+        local: Val,
+        value: Val,
+    ) -> Result<Val, CodegenError> {
+        Ok(match (local.kind, value.kind) {
+            (ValKind::F64, ValKind::F32) => self.widened_float(value),
+            // An f32 in a program with half buffers is held as a `Half` too; one still
+            // held so once known to be widened was declared with a half load.
+            (ValKind::F32 | ValKind::Half, ValKind::F64) => {
+                self.widen_variable(name)?;
+                Val::new(local.kind, self.w.reg(RegClass::F32))
+            }
+            (ValKind::F64, ValKind::Half) => {
+                return Err(f64_and_half(&format!("variable `{name}`")))
+            }
+            _ => value,
+        })
+    }
+
+    /// Learn that variable `name` holds f64-held values (its code in this lowering is
+    /// dropped). One known to be widened yet still held as an f32 or a half was declared
+    /// with a half load: it may hold an out-of-bounds half's bytes too.
+    fn widen_variable(&mut self, name: &str) -> Result<(), CodegenError> {
+        if self.is_wide_float(name) {
+            return Err(f64_and_half(&format!("variable `{name}`")));
+        }
+        self.learned.wide_floats.insert(name.to_string());
+        Ok(())
+    }
+
+    /// The arms of a `Select` of an f64-held value (`wide`) and a half (`half`, from
+    /// `half_arm`): an f32 variable held as a half holds f64-held values (see
+    /// [`Self::assigned_float`]), the values of this lowering being dropped; a half load
+    /// may be out of bounds, whose bytes no f64 register carries.
+    pub(super) fn f64_and_half_arms(
+        &mut self,
+        half_arm: &Expr,
+        wide: Val,
+        half: Val,
+    ) -> Result<(Val, Val), CodegenError> {
+        match half_arm {
+            Expr::Var(name) => self.widen_variable(name)?,
+            _ => return Err(f64_and_half("a half load")),
+        }
+        let settled = self.settle_half(half);
+        Ok((wide, self.widened_float(settled)))
     }
 
     /// The variables of `operand` that lanes may hold with several typings.
@@ -116,8 +206,8 @@ impl<'p> Lowerer<'p> {
         }
         (vars_in(operand).into_iter())
             .filter_map(|name| {
-                let known = self.known_typings.get(name);
-                let typings = known.or_else(|| self.typings.get(name))?;
+                let known = self.known.typings.get(name);
+                let typings = known.or_else(|| self.learned.typings.get(name))?;
                 (typings.len() > 1).then(|| (name, typings.clone()))
             })
             .collect()
@@ -376,7 +466,7 @@ impl<'p> Lowerer<'p> {
             emit!(self.w, "selp.u32 {flag}, 1, 0, {any}");
             return Ok(Val::new(ValKind::Bool, flag));
         }
-        let Some(kind) = combined_kind(wanted, here.kind, &lanes)? else {
+        let Some(kind) = combined_kind(here.kind, &lanes) else {
             // The reference combines no lanes of this kind: the operation fails anyway.
             return Ok(here);
         };
@@ -394,12 +484,8 @@ impl<'p> Lowerer<'p> {
                     )
                 }
                 ValKind::F32 if kind == ValKind::F64 => {
-                    emit!(
-                        self.w,
-                        "@{holding} cvt.f64.f32 {}, {}",
-                        merged.reg,
-                        lane.value.reg
-                    )
+                    let wide = self.widened_float(lane.value);
+                    emit!(self.w, "@{holding} mov.f64 {}, {}", merged.reg, wide.reg)
                 }
                 _ => self.fault_if(holding, DeviceFault::SubgroupLanesNotCombinable),
             }
@@ -408,32 +494,28 @@ impl<'p> Lowerer<'p> {
     }
 }
 
-/// The kind a shuffle or reduction combines its lanes as, given the lanes' kinds and the
-/// kind here (`None`: the reference combines no such lanes). Float lanes combine as the
-/// reference's one `Value::Float`: as f64 where some lane is one (f32s convert exactly; a
-/// reduction rounds every lane to f32 anyway).
-fn combined_kind(
-    wanted: ViewLaneUse,
-    here: ValKind,
-    lanes: &[Lanes],
-) -> Result<Option<ValKind>, CodegenError> {
-    let any_f64 = lanes.iter().any(|lane| lane.value.kind == ValKind::F64);
-    Ok(match here {
-        ValKind::U32 => Some(ValKind::U32),
-        ValKind::F64 => Some(ValKind::F64),
-        ValKind::F32 if !any_f64 => Some(ValKind::F32),
-        ValKind::F32 => match wanted {
-            ViewLaneUse::Reduced => Some(ValKind::F64),
-            _ => return Err(f64_shuffled_as_f32()),
-        },
-        _ => None,
-    })
+fn f64_and_half(what: &str) -> CodegenError {
+    CodegenError::unsupported(
+        "a value that is either an f16/bf16 load or a shuffle's f64 lane value",
+        format!(
+            "{what} may hold an out-of-bounds half's bytes or an f64, which no one register \
+             here carries"
+        ),
+        "Cast the shuffled variable to f32 in the lanes that bind it to an f64",
+    )
 }
 
-fn f64_shuffled_as_f32() -> CodegenError {
-    CodegenError::unsupported(
-        "subgroup shuffle of a variable some lanes bound to an f64 and this lane to an f32",
-        "the reference hands the f64 lane's value over whole, which this lane's f32 cannot hold",
-        "Cast the variable to one float type in every binding",
-    )
+/// The kind a shuffle or reduction combines its lanes as, given the lanes' kinds and the
+/// kind here (`None`: the reference combines no such lanes). Float lanes combine as the
+/// reference's one `Value::Float`: as f64 where some lane is one (f32s widen exactly; a
+/// reduction rounds every lane to f32 anyway, and a shuffle hands an f64 lane's value over
+/// whole, so that an f32 lane here then holds an f64-held value: see `Lowerer::wide_floats`).
+fn combined_kind(here: ValKind, lanes: &[Lanes]) -> Option<ValKind> {
+    let any_f64 = lanes.iter().any(|lane| lane.value.kind == ValKind::F64);
+    match here {
+        ValKind::U32 => Some(ValKind::U32),
+        ValKind::F32 if !any_f64 => Some(ValKind::F32),
+        ValKind::F32 | ValKind::F64 => Some(ValKind::F64),
+        _ => None,
+    }
 }

@@ -82,6 +82,19 @@ impl Lowerer<'_> {
         wide
     }
 
+    /// A float value as an f64-held one, for a place whose lanes may hold f64 values: the
+    /// same `Value::Float` (an f32 widens exactly, its NaN to the canonical f64 NaN as the
+    /// reference's).
+    pub(crate) fn widened_float(&mut self, value: Val) -> Val {
+        if value.kind != ValKind::F32 {
+            return value;
+        }
+        let bits = self.float_bytes(value);
+        let wide = self.w.reg(RegClass::F64);
+        emit!(self.w, "mov.b64 {wide}, {bits}");
+        Val::new(ValKind::F64, wide)
+    }
+
     /// A float operand as the reference's f32 operators see it: an f64 value is rounded
     /// to f32 (`as f32`) and canonicalised; an f16/bf16 load fails out of bounds.
     pub(crate) fn float_operand(&mut self, value: Val) -> Val {
