@@ -171,6 +171,8 @@ pub fn typed_lane_cases() -> Vec<Case> {
     {
         cases.push(f64_shuffled_at_f32(workgroup, after_return, half));
     }
+    cases.push(f64_shuffled_into_half(false));
+    cases.push(f64_shuffled_into_half(true).failing());
     cases
 }
 
@@ -332,7 +334,7 @@ fn f64_shuffled_at_f32(workgroup: u32, after_return: bool, half: bool) -> Case {
         Node::let_bind("y", Expr::f32(0.5)),
         Node::assign(
             "y",
-            Expr::select(modulo_is(var("lin"), 2, 0), var("g"), var("y")),
+            Expr::select(modulo_is(var("lin"), 2, 1), var("g"), var("y")),
         ),
         Node::store("signed", gid(), cast(DataType::I32, var("y"))),
         Node::assign("y", bin(BinOp::Mul, var("y"), Expr::f32(2.0))),
@@ -385,5 +387,91 @@ fn f64_shuffled_at_f32(workgroup: u32, after_return: bool, half: bool) -> Case {
         ),
         Program::wrapped(buffers, [workgroup, 1, 1], with_lane_ids(settled(body))),
         inputs,
+    )
+}
+
+/// `x` an f64 load where `v % 3 == 0` (whose lanes shuffle it too), an f16 load elsewhere;
+/// at the f16 lanes `y`, bound
+/// to an out-of-bounds f16 load (the reference's two zero bytes), is assigned in even
+/// lanes a shuffle of `x` from the next lane (an f64 lane's value whole), and `z` selects
+/// between such a shuffle and the out-of-bounds load: both hold either. Stored into f16
+/// buffers (rounded, or 0), tested for truth and cast to u32 they read as +0.0 where they
+/// are the bytes; with `multiplied`, `y * 1.0` fails there, as the reference's operator
+/// does on bytes.
+fn f64_shuffled_into_half(multiplied: bool) -> Case {
+    let (workgroup, n) = (64, 128);
+    let next_lane = || rem(bin(BinOp::Add, var("lin"), u(1)), 32);
+    let past_end = || Expr::load("h", bin(BinOp::Add, gid(), u(n)));
+    let shuffled = || shuffle(var("x"), next_lane());
+    // The shuffles of both sides are their second statements: the reference evaluates
+    // a lane's operand at its own step, and the f64 lanes' `x` ends with their branch.
+    let mut half_lanes = vec![
+        Node::let_bind("x", Expr::load("h", gid())),
+        Node::let_bind("s", shuffled()),
+        Node::let_bind("y", past_end()),
+        Node::if_then(
+            modulo_is(var("lin"), 2, 0),
+            vec![Node::assign("y", var("s"))],
+        ),
+        Node::let_bind(
+            "z",
+            Expr::select(modulo_is(var("lin"), 3, 1), var("s"), past_end()),
+        ),
+        Node::store("out", gid(), var("y")),
+        Node::store("zs", gid(), var("z")),
+        Node::store(
+            "ints",
+            gid(),
+            bin(
+                BinOp::Add,
+                cast(DataType::U32, cast(DataType::F32, var("z"))),
+                Expr::select(
+                    cast(DataType::Bool, cast(DataType::F32, var("y"))),
+                    u(1000),
+                    u(2000),
+                ),
+            ),
+        ),
+    ];
+    if multiplied {
+        let product = bin(BinOp::Mul, var("y"), Expr::load("h", gid()));
+        half_lanes.push(Node::store("zs", gid(), product));
+    }
+    let body = vec![Node::if_then_else(
+        modulo_is(var("v"), 3, 0),
+        vec![
+            Node::let_bind("x", Expr::load("d", gid())),
+            Node::store("bits", gid(), shuffled()),
+        ],
+        half_lanes,
+    )];
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(n),
+            BufferDecl::read("d", 1, DataType::F64).with_count(n),
+            BufferDecl::read("h", 2, DataType::F16).with_count(n),
+            BufferDecl::output("out", 3, DataType::F16).with_count(n),
+            BufferDecl::read_write("zs", 4, DataType::F16).with_count(n),
+            BufferDecl::read_write("ints", 5, DataType::U32).with_count(n),
+            BufferDecl::read_write("bits", 6, DataType::F64).with_count(n),
+        ],
+        [workgroup, 1, 1],
+        with_lane_ids(settled(body)),
+    );
+    let halves: Vec<u8> = (0..n)
+        .flat_map(|i| (0x3C00u16 + (i as u16 % 40) * 0x20).to_le_bytes())
+        .collect();
+    let tail = if multiplied { ", then multiplied" } else { "" };
+    Case::new(
+        format!("lanes of two types: f64 lanes shuffled into half variables{tail}, workgroup {workgroup}"),
+        program,
+        vec![
+            values(n),
+            f64_edges(n),
+            halves,
+            vec![0; n as usize * 2],
+            vec![0; n as usize * 4],
+            vec![0; n as usize * 8],
+        ],
     )
 }

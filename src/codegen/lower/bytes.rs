@@ -638,17 +638,18 @@ impl<'p> Lowerer<'p> {
         value: Val,
         dst: impl FnOnce(&mut Self) -> Result<ByteView, CodegenError>,
     ) -> Result<(), CodegenError> {
-        // An out-of-bounds half load is two zero bytes, not a Float's eight.
-        let float = match value.kind {
+        // An out-of-bounds half load is two zero bytes, not a Float's eight (an f64-held
+        // value's filled flag tells which it is).
+        let (float, filled) = match value.kind {
             ValKind::Half => {
                 let (oob, float) = (self.half_is_oob(value), self.pred());
                 emit!(self.w, "not.pred {float}, {oob}");
-                Some(float)
+                (Some(float), None)
             }
-            _ => None,
+            ValKind::F64 => (self.filled_pred(value), None),
+            // The empty bytes (an out-of-bounds load of a vector of lanes) write nothing.
+            _ => (None, self.filled_pred(value)),
         };
-        // The empty bytes (an out-of-bounds load of a vector of lanes) write nothing.
-        let filled = self.filled_pred(value);
         let low = self.bytes_b64(value);
         let upper = self.upper_of(value, value.kind.upper_words().max(1));
         let dst = dst(self)?;

@@ -239,20 +239,17 @@ impl<'p> Lowerer<'p> {
         // The reference evaluates both arms (side effects included), then picks.
         let mut t = self.put_expr(true_val)?;
         let mut f = self.put_expr(false_val)?;
-        // An f32 arm joins a half arm as a `Half` (no f32 value is the out-of-bounds mark),
-        // and an f64-held arm (a shuffle's value from an f64 lane) as an f64-held value.
+        // An f32 arm joins a half arm as a `Half` (no f32 value is the out-of-bounds mark);
+        // an f64-held arm (a shuffle's value from an f64 lane) makes the other f64-held
+        // (a half with its out-of-bounds flag, `half::half_as_wide`).
         let kind = match (t.kind, f.kind) {
             (ValKind::Half, ValKind::F32) | (ValKind::F32, ValKind::Half) => ValKind::Half,
             (ValKind::F64, ValKind::F32) | (ValKind::F32, ValKind::F64) => {
                 (t, f) = (self.widened_float(t), self.widened_float(f));
                 ValKind::F64
             }
-            (ValKind::F64, ValKind::Half) => {
-                (t, f) = self.f64_and_half_arms(false_val, t, f)?;
-                ValKind::F64
-            }
-            (ValKind::Half, ValKind::F64) => {
-                (f, t) = self.f64_and_half_arms(true_val, f, t)?;
+            (ValKind::F64, ValKind::Half) | (ValKind::Half, ValKind::F64) => {
+                (t, f) = (self.half_as_wide(t), self.half_as_wide(f));
                 ValKind::F64
             }
             (t, _) => t,

@@ -130,7 +130,7 @@ impl Lowerer<'_> {
         match value.kind {
             ValKind::F32 | ValKind::Half => self.half_bits(format, value.reg),
             ValKind::F64 => {
-                let f = self.float_operand(value).reg;
+                let f = self.rounded_f32(value).reg;
                 self.half_bits(format, f)
             }
             _ => self.imm_b32(0),
@@ -180,6 +180,35 @@ impl Lowerer<'_> {
             return value;
         }
         Val::new(ValKind::F32, self.flush_subnormal(value.reg))
+    }
+
+    /// A half as an f64-held value, for a place that also holds f64 values (a shuffle's
+    /// from an f64 lane): the f32 it reads as, widened, with a filled flag that is 0 where
+    /// it is an out-of-bounds load's bytes (and the value +0.0, as those read elsewhere).
+    pub(crate) fn half_as_wide(&mut self, value: Val) -> Val {
+        if value.kind != ValKind::Half {
+            return self.widened_float(value);
+        }
+        let oob = self.half_is_oob(value);
+        let settled = self.settle_half(value);
+        let wide = self.widened_float(settled);
+        let filled = self.b32();
+        emit!(self.w, "selp.u32 {filled}, 0, 1, {oob}");
+        self.filled.insert(wide.reg, filled);
+        wide
+    }
+
+    /// Where an f64-held value holds an out-of-bounds half's bytes, the fault of a float
+    /// operator or collective meeting them (as [`Self::half_operand`]'s).
+    pub(crate) fn fault_half_bytes(&mut self, value: Val) {
+        if value.kind != ValKind::F64 {
+            return;
+        }
+        if let Some(filled) = self.filled.get(&value.reg).copied() {
+            let oob = self.pred();
+            emit!(self.w, "setp.eq.u32 {oob}, {filled}, 0");
+            self.fault_if(oob, DeviceFault::HalfOutOfBounds);
+        }
     }
 
     /// Whether a [`ValKind::Half`] register holds the out-of-bounds bytes.

@@ -125,7 +125,7 @@ impl Lowerer<'_> {
             return match value.kind {
                 ValKind::F32 => self.canonical_f32_bits(value.reg),
                 ValKind::F64 => {
-                    let f = self.float_operand(value).reg;
+                    let f = self.rounded_f32(value).reg;
                     self.canonical_f32_bits(f)
                 }
                 ValKind::U32 => {

@@ -195,8 +195,12 @@ pub(crate) struct Lowerer<'p> {
     maybe_empty: bool,
     /// The filled flags of such values (`.b32`, 1 for the element's bytes, 0 for the empty
     /// bytes of an out-of-bounds load), keyed by their low register; a value without one
-    /// is filled.
+    /// is filled. An f64-held value's flag is 0 where it holds an out-of-bounds half
+    /// load's bytes instead (`half::half_as_wide`).
     filled: FxHashMap<Reg, Reg>,
+    /// Whether the program has F16/BF16 buffers: its f64-held variables carry a filled
+    /// flag, as they may be assigned a half load.
+    half_buffers: bool,
     partials: Vec<Partial<'p>>,
     /// Where the workgroup's partials are applied; `Return` jumps there instead of exiting.
     epilogue: Option<Label>,
@@ -242,6 +246,8 @@ impl<'p> Lowerer<'p> {
         let maybe_empty = buffers
             .values()
             .any(|slot| loads_may_be_empty(&slot.element));
+        let half_buffers =
+            (buffers.values()).any(|slot| half::HalfFormat::of(&slot.element).is_some());
         Self {
             w,
             facts,
@@ -285,6 +291,7 @@ impl<'p> Lowerer<'p> {
             upper: FxHashMap::default(),
             maybe_empty,
             filled: FxHashMap::default(),
+            half_buffers,
             partials: Vec::new(),
             epilogue,
             lanes: None,

@@ -777,11 +777,17 @@ impl Lowerer<'_> {
     fn cast_to_32(&mut self, kind: ValKind, v: Val) -> Result<Val, CodegenError> {
         let reg = match v.kind {
             ValKind::F32 | ValKind::F64 => {
-                // Truncate toward zero, saturate, NaN -> 0: exactly Rust's `as`.
+                // Truncate toward zero, saturate, NaN -> 0: exactly Rust's `as` (the H200
+                // converts an f64 NaN to 0x80000000, so that one is tested).
                 let reg = self.b32();
                 let sign = if kind == ValKind::U32 { "u32" } else { "s32" };
                 let from = if v.kind == ValKind::F32 { "f32" } else { "f64" };
                 emit!(self.w, "cvt.rzi.{sign}.{from} {reg}, {}", v.reg);
+                if v.kind == ValKind::F64 {
+                    let nan = self.pred();
+                    emit!(self.w, "testp.notanumber.f64 {nan}, {}", v.reg);
+                    emit!(self.w, "selp.b32 {reg}, 0, {reg}, {nan}");
+                }
                 reg
             }
             // i32 <-> u32 reinterpret the bits (`as`); the rest use try_as_u32.

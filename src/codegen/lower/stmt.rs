@@ -128,7 +128,7 @@ impl<'p> Lowerer<'p> {
             _ => self.put_expr(value)?,
         };
         let value = if self.is_wide_float(name) {
-            self.widened_float(value)
+            self.half_as_wide(value)
         } else {
             value
         };

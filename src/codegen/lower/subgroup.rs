@@ -178,7 +178,10 @@ impl<'p> Lowerer<'p> {
     fn half_lane(&mut self, value: Val) -> Val {
         match value.kind {
             ValKind::Half => self.float_operand(value),
-            _ => value,
+            _ => {
+                self.fault_half_bytes(value);
+                value
+            }
         }
     }
 

@@ -146,9 +146,10 @@ impl<'p> Lowerer<'p> {
         self.known.wide_floats.contains(name)
     }
 
-    /// `value`, assigned to `local` (`name`), as the variable holds it: an f32 widens
-    /// into an f64-held variable; an f64-held value assigned to an f32 variable makes it
-    /// one from its `Let` on, in the next lowering (this one's code is dropped).
+    /// `value`, assigned to `local` (`name`), as the variable holds it: an f32 or a half
+    /// widens into an f64-held variable (`half::half_as_wide`); an f64-held value
+    /// assigned to an f32 or half variable makes it one from its `Let` on, in the next
+    /// lowering (this one's code is dropped).
     pub(super) fn assigned_float(
         &mut self,
         name: &str,
@@ -157,46 +158,23 @@ impl<'p> Lowerer<'p> {
     ) -> Result<Val, CodegenError> {
         Ok(match (local.kind, value.kind) {
             (ValKind::F64, ValKind::F32) => self.widened_float(value),
-            // An f32 in a program with half buffers is held as a `Half` too; one still
-            // held so once known to be widened was declared with a half load.
+            // (An f32 in a program with half buffers is held as a `Half` too.)
             (ValKind::F32 | ValKind::Half, ValKind::F64) => {
-                self.widen_variable(name)?;
+                if self.is_wide_float(name) {
+                    return Err(CodegenError::invalid(
+                        format!(
+                            "variable `{name}` is f64-held yet bound as a {}",
+                            local.kind.name()
+                        ),
+                        "report this vyre-cuda bug",
+                    ));
+                }
+                self.learned.wide_floats.insert(name.to_string());
                 Val::new(local.kind, self.w.reg(RegClass::F32))
             }
-            (ValKind::F64, ValKind::Half) => {
-                return Err(f64_and_half(&format!("variable `{name}`")))
-            }
+            (ValKind::F64, ValKind::Half) => self.half_as_wide(value),
             _ => value,
         })
-    }
-
-    /// Learn that variable `name` holds f64-held values (its code in this lowering is
-    /// dropped). One known to be widened yet still held as an f32 or a half was declared
-    /// with a half load: it may hold an out-of-bounds half's bytes too.
-    fn widen_variable(&mut self, name: &str) -> Result<(), CodegenError> {
-        if self.is_wide_float(name) {
-            return Err(f64_and_half(&format!("variable `{name}`")));
-        }
-        self.learned.wide_floats.insert(name.to_string());
-        Ok(())
-    }
-
-    /// The arms of a `Select` of an f64-held value (`wide`) and a half (`half`, from
-    /// `half_arm`): an f32 variable held as a half holds f64-held values (see
-    /// [`Self::assigned_float`]), the values of this lowering being dropped; a half load
-    /// may be out of bounds, whose bytes no f64 register carries.
-    pub(super) fn f64_and_half_arms(
-        &mut self,
-        half_arm: &Expr,
-        wide: Val,
-        half: Val,
-    ) -> Result<(Val, Val), CodegenError> {
-        match half_arm {
-            Expr::Var(name) => self.widen_variable(name)?,
-            _ => return Err(f64_and_half("a half load")),
-        }
-        let settled = self.settle_half(half);
-        Ok((wide, self.widened_float(settled)))
     }
 
     /// The variables of `operand` that lanes may hold with several typings.
@@ -443,7 +421,10 @@ impl<'p> Lowerer<'p> {
             }
             ViewLaneUse::Shuffled | ViewLaneUse::Reduced => match value.kind {
                 ValKind::Half => self.float_operand(value),
-                _ => value,
+                _ => {
+                    self.fault_half_bytes(value);
+                    value
+                }
             },
         })
     }
@@ -492,17 +473,6 @@ impl<'p> Lowerer<'p> {
         }
         Ok(merged)
     }
-}
-
-fn f64_and_half(what: &str) -> CodegenError {
-    CodegenError::unsupported(
-        "a value that is either an f16/bf16 load or a shuffle's f64 lane value",
-        format!(
-            "{what} may hold an out-of-bounds half's bytes or an f64, which no one register \
-             here carries"
-        ),
-        "Cast the shuffled variable to f32 in the lanes that bind it to an f64",
-    )
 }
 
 /// The kind a shuffle or reduction combines its lanes as, given the lanes' kinds and the

@@ -96,11 +96,19 @@ impl Lowerer<'_> {
     }
 
     /// A float operand as the reference's f32 operators see it: an f64 value is rounded
-    /// to f32 (`as f32`) and canonicalised; an f16/bf16 load fails out of bounds.
+    /// to f32 (`as f32`) and canonicalised; an f16/bf16 load fails out of bounds (held
+    /// as a half or, where it may be an f64, an f64-held value: `half::half_as_wide`).
     pub(crate) fn float_operand(&mut self, value: Val) -> Val {
         if value.kind == ValKind::Half {
             return self.half_operand(value);
         }
+        self.fault_half_bytes(value);
+        self.rounded_f32(value)
+    }
+
+    /// An f64-held value rounded to f32 (`as f32`) and canonicalised, as stores into f32
+    /// and half buffers write it (an out-of-bounds half's bytes as +0.0); others unchanged.
+    pub(crate) fn rounded_f32(&mut self, value: Val) -> Val {
         if value.kind != ValKind::F64 {
             return value;
         }
@@ -130,7 +138,8 @@ impl Lowerer<'_> {
             self.upper.insert(low, words);
         }
         let may_be_empty = self.maybe_empty && matches!(kind, ValKind::Bytes(5..));
-        if may_be_empty && !self.filled.contains_key(&low) {
+        let may_be_half = self.half_buffers && kind == ValKind::F64;
+        if (may_be_empty || may_be_half) && !self.filled.contains_key(&low) {
             let filled = self.b32();
             self.filled.insert(low, filled);
         }
