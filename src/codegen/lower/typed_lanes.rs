@@ -19,9 +19,9 @@
 //!
 //! A shuffle hands a lane's value over whole: where some lanes hold the operand as an
 //! f64 and this lane as an f32, this lane receives an f64-held value (the reference's one
-//! `Value::Float`). A variable declared with an f32 that is assigned such a value holds
-//! f64-held values from its `Let` on ([`Learned::wide_floats`]), which is likewise known
-//! only once the entry is lowered.
+//! `Value::Float`). A variable declared with an f32 or a half that is assigned such a
+//! value holds f64-held values from its `Let` on ([`Learned::wide_floats`]), which is
+//! likewise known only once the entry is lowered.
 
 use super::bytes::{ByteView, ViewLaneUse};
 use super::{Local, LoweredBody, Lowerer, Segment, Val};
@@ -43,8 +43,9 @@ pub(crate) struct Learned {
     /// The types each variable some subgroup operand reads is bound to, in a step machine
     /// or a segment whose returned lanes stay.
     typings: Typings,
-    /// Variables declared with an f32 and assigned an f64-held value (a shuffle's, from
-    /// lanes holding the operand as an f64): they hold f64-held values throughout.
+    /// Variables declared with an f32 or a half and assigned an f64-held value (a
+    /// shuffle's, from lanes holding the operand as an f64): they hold f64-held values
+    /// throughout (a half's out-of-bounds bytes as a flag beside, `half::half_as_wide`).
     wide_floats: BTreeSet<String>,
 }
 
