@@ -136,6 +136,11 @@ impl<'p> Lowerer<'p> {
             return None;
         }
         let mut learned = std::mem::take(&mut self.learned);
+        if new_wide {
+            // Typings found while some variables were still held narrow (what a widened
+            // one gave, `let y = x`) do not hold once they are widened: found again.
+            learned.typings.clear();
+        }
         learned
             .wide_floats
             .extend(self.known.wide_floats.iter().cloned());
