@@ -49,9 +49,11 @@ pub(crate) struct Learned {
     wide_floats: BTreeSet<String>,
 }
 
-/// Lowerings of one entry after which its variables' types must have settled: each one
-/// learns of a variable bound or assigned with another type.
-const LOWERINGS: usize = 8;
+/// Lowerings of one entry after which its variables' types must have settled. One that
+/// does not settle them widens another variable (which only grows the set) or, the set
+/// unchanged, finds the typings once; a chain of 15 widenings (each shuffle handing the
+/// next an f64 it only holds once the one before is widened) fits.
+const LOWERINGS: usize = 32;
 
 /// A variable of an operand and the typings lanes may hold it with.
 type TypedVar<'p> = (&'p str, SmallVec<[Typing; 2]>);
