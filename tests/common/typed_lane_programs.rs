@@ -171,6 +171,7 @@ pub fn typed_lane_cases() -> Vec<Case> {
     {
         cases.push(f64_shuffled_at_f32(workgroup, after_return, half));
     }
+    cases.push(widened_chain());
     cases.push(f64_shuffled_into_half(false));
     cases.push(f64_shuffled_into_half(true).failing());
     cases
@@ -473,5 +474,46 @@ fn f64_shuffled_into_half(multiplied: bool) -> Case {
             vec![0; n as usize * 4],
             vec![0; n as usize * 8],
         ],
+    )
+}
+
+/// A chain of widened variables: `y` (an f32) is assigned a shuffle of `x` that hands the
+/// f64 lanes' values over whole, then `w` (an f32) is assigned `y`, which is f64-held only
+/// once `y` is known to be: the entry is lowered three times. `w` cast to u32 truncates
+/// the f64.
+fn widened_chain() -> Case {
+    let (workgroup, n) = (64, 128);
+    let next_lane = || rem(bin(BinOp::Add, var("lin"), u(1)), 32);
+    let f64_lanes = vec![
+        Node::let_bind("x", Expr::load("d", gid())),
+        Node::store("bits", gid(), shuffle(var("x"), next_lane())),
+    ];
+    let f32_lanes = vec![
+        Node::let_bind("x", cast(DataType::F32, var("v"))),
+        Node::let_bind("y", Expr::f32(0.0)),
+        Node::assign("y", shuffle(var("x"), next_lane())),
+        Node::let_bind("w", Expr::f32(1.0)),
+        Node::assign("w", var("y")),
+        Node::store("out", gid(), cast(DataType::U32, var("w"))),
+    ];
+    let body = vec![Node::if_then_else(
+        modulo_is(var("v"), 3, 0),
+        f64_lanes,
+        f32_lanes,
+    )];
+    let program = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::U32).with_count(n),
+            BufferDecl::read("d", 1, DataType::F64).with_count(n),
+            BufferDecl::output("out", 2, DataType::U32).with_count(n),
+            BufferDecl::read_write("bits", 3, DataType::F64).with_count(n),
+        ],
+        [workgroup, 1, 1],
+        with_lane_ids(settled(body)),
+    );
+    Case::new(
+        format!("lanes of two types: a chain of widened variables, workgroup {workgroup}"),
+        program,
+        vec![values(n), f64_edges(n), vec![0; n as usize * 8]],
     )
 }
