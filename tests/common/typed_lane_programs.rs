@@ -238,6 +238,11 @@ fn serial_round(workgroup: u32) -> Case {
     )
 }
 
+/// The lane after this one in its subgroup (wrapping).
+fn next_lane() -> Expr {
+    rem(bin(BinOp::Add, var("lin"), u(1)), 32)
+}
+
 /// `x` an f64 load where `v % 3 == 0`, an f32 elsewhere: both are the reference's one
 /// float, which reductions fold as f32s and a shuffle at the f64 lanes hands over whole.
 fn f32_and_f64(op: SubgroupReduceOp) -> Case {
@@ -249,11 +254,7 @@ fn f32_and_f64(op: SubgroupReduceOp) -> Case {
         vec![
             Node::let_bind("x", Expr::load("d", gid())),
             Node::store("wide", gid(), reduced()),
-            Node::store(
-                "shuffled",
-                gid(),
-                shuffle(var("x"), rem(bin(BinOp::Add, var("lin"), u(1)), 32)),
-            ),
+            Node::store("shuffled", gid(), shuffle(var("x"), next_lane())),
         ],
         vec![
             Node::let_bind("x", x_f32),
@@ -314,7 +315,6 @@ fn f64_edges(n: u32) -> Vec<u8> {
 /// as halves).
 fn f64_shuffled_at_f32(workgroup: u32, after_return: bool, half: bool) -> Case {
     let n = workgroup * 2;
-    let next_lane = || rem(bin(BinOp::Add, var("lin"), u(1)), 32);
     let f64_lanes = vec![
         Node::let_bind("x", Expr::load("d", gid())),
         Node::store("bits", gid(), shuffle(var("x"), next_lane())),
@@ -401,7 +401,6 @@ fn f64_shuffled_at_f32(workgroup: u32, after_return: bool, half: bool) -> Case {
 /// does on bytes.
 fn f64_shuffled_into_half(multiplied: bool) -> Case {
     let (workgroup, n) = (64, 128);
-    let next_lane = || rem(bin(BinOp::Add, var("lin"), u(1)), 32);
     let past_end = || Expr::load("h", bin(BinOp::Add, gid(), u(n)));
     let shuffled = || shuffle(var("x"), next_lane());
     // The shuffles of both sides are their second statements: the reference evaluates
@@ -483,7 +482,6 @@ fn f64_shuffled_into_half(multiplied: bool) -> Case {
 /// the f64.
 fn widened_chain() -> Case {
     let (workgroup, n) = (64, 128);
-    let next_lane = || rem(bin(BinOp::Add, var("lin"), u(1)), 32);
     let f64_lanes = vec![
         Node::let_bind("x", Expr::load("d", gid())),
         Node::store("bits", gid(), shuffle(var("x"), next_lane())),

@@ -244,11 +244,8 @@ impl<'p> Lowerer<'p> {
         // (a half with its out-of-bounds flag, `half::half_as_wide`).
         let kind = match (t.kind, f.kind) {
             (ValKind::Half, ValKind::F32) | (ValKind::F32, ValKind::Half) => ValKind::Half,
-            (ValKind::F64, ValKind::F32) | (ValKind::F32, ValKind::F64) => {
-                (t, f) = (self.widened_float(t), self.widened_float(f));
-                ValKind::F64
-            }
-            (ValKind::F64, ValKind::Half) | (ValKind::Half, ValKind::F64) => {
+            (ValKind::F64, ValKind::F32 | ValKind::Half)
+            | (ValKind::F32 | ValKind::Half, ValKind::F64) => {
                 (t, f) = (self.half_as_wide(t), self.half_as_wide(f));
                 ValKind::F64
             }

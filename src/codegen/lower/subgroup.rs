@@ -174,8 +174,9 @@ impl<'p> Lowerer<'p> {
     }
 
     /// A half lane value as the f32 it is; the reference fails the whole collective when a
-    /// lane holds an out-of-bounds half load's bytes (that lane records the fault).
-    fn half_lane(&mut self, value: Val) -> Val {
+    /// lane holds an out-of-bounds half load's bytes, as a half or beside an f64-held value
+    /// (that lane records the fault).
+    pub(super) fn half_lane(&mut self, value: Val) -> Val {
         match value.kind {
             ValKind::Half => self.float_operand(value),
             _ => {

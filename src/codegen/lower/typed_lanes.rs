@@ -427,13 +427,7 @@ impl<'p> Lowerer<'p> {
                 let lane = self.u32_checked(value, DeviceFault::SubgroupLaneNotU32)?;
                 Val::new(ValKind::U32, lane)
             }
-            ViewLaneUse::Shuffled | ViewLaneUse::Reduced => match value.kind {
-                ValKind::Half => self.float_operand(value),
-                _ => {
-                    self.fault_half_bytes(value);
-                    value
-                }
-            },
+            ViewLaneUse::Shuffled | ViewLaneUse::Reduced => self.half_lane(value),
         })
     }
 
