@@ -57,7 +57,7 @@ fn ids_are_unique_and_selected_by_the_libs_prefix() {
     let specs = build::specs();
     let ids: BTreeSet<&str> = specs.iter().map(|s| s.id).collect();
     assert_eq!(ids.len(), specs.len(), "duplicate ids");
-    assert_eq!(specs.len(), 13, "{} workloads", specs.len());
+    assert_eq!(specs.len(), 14, "{} workloads", specs.len());
     for s in &specs {
         assert!(s.id.starts_with(build::PREFIX), "{}", s.id);
         assert!(s.small < s.large, "{}: small size not smaller", s.id);
@@ -155,6 +155,24 @@ fn decode_base64(text: &[u8]) -> Vec<u8> {
         out.extend(bits.to_be_bytes()[1..4 - pad].iter());
     }
     out
+}
+
+#[test]
+fn conv1d_matches_a_host_clamped_convolution() {
+    let s = spec("libs_conv1d");
+    let data = (s.data)(s.small);
+    let (_, out) = run_small(&s);
+    let (input, weights) = (u32s(&data[0]), u32s(&data[2]));
+    let (n, r) = (input.len() as i64, i64::from(build::CONV1D_RADIUS));
+    let want: Vec<u32> = (0..n)
+        .map(|i| {
+            (0..=2 * r).fold(0u32, |acc, k| {
+                let src = (i + k - r).clamp(0, n - 1) as usize;
+                acc.wrapping_add(input[src].wrapping_mul(weights[k as usize]))
+            })
+        })
+        .collect();
+    assert_eq!(u32s(&out[0]), want);
 }
 
 #[test]

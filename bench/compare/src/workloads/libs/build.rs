@@ -15,6 +15,7 @@ use vyre_libs::nn::activation::{gelu, swiglu};
 use vyre_libs::nn::attention::{flash_attention, quest_paging, softmax};
 use vyre_libs::nn::norm::{layer_norm, rms_norm};
 use vyre_primitives::decode::base64::standard_decode_table_ref;
+use vyre_primitives::math::conv1d::conv1d_program;
 
 /// The id prefix every row of this family shares (what `--only libs` selects).
 pub const PREFIX: &str = "libs_";
@@ -28,6 +29,10 @@ pub const TILE: u32 = 16;
 
 /// The flash-attention head dimension.
 pub const HEAD_DIM: u32 = 64;
+
+/// The conv1d radius (17 taps): the kernel reads it from its `params` buffer, so its tap
+/// loop's trip count is known only at run time.
+pub const CONV1D_RADIUS: u32 = 8;
 
 /// Quest paging: pages selected, and the head dimension of a page's metadata.
 pub const QUEST_K: u32 = 16;
@@ -187,6 +192,28 @@ pub fn specs() -> Vec<Spec> {
                 vec![rng.f32_bytes(s as usize * s as usize), rng.f32_bytes(9)]
             },
             ops: Some(|s| 18.0 * f64::from(s) * f64::from(s)),
+            floor: None,
+        },
+        Spec {
+            id: "libs_conv1d",
+            call: "vyre_primitives::math::conv1d::conv1d_program (u32, wrapping, radius 8 from a params buffer)",
+            unit: "elements",
+            large: 1 << 24,
+            small: 1 << 12,
+            bound: Bound::Memory,
+            build: |n| Ok(conv1d_program(n, CONV1D_RADIUS)),
+            data: |n| {
+                let taps = 2 * CONV1D_RADIUS as usize + 1;
+                let mut rng = Rng::new(u64::from(n) ^ 0xc1);
+                let params = [n, 1, CONV1D_RADIUS, 0];
+                vec![
+                    rng.u32_bytes(n as usize),
+                    vec![0u8; n as usize * 4],
+                    rng.u32_bytes(taps),
+                    params.iter().flat_map(|w| w.to_le_bytes()).collect(),
+                ]
+            },
+            ops: Some(|n| 2.0 * f64::from(2 * CONV1D_RADIUS + 1) * f64::from(n)),
             floor: None,
         },
         Spec {
