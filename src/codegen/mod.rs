@@ -67,7 +67,9 @@ pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
-/// Version of the emitter's output format; part of every cache key. (39: loops of a
+/// Version of the emitter's output format; part of every cache key. (41: loops of a
+/// run-time trip whose body branches or holds an atomic carry `.pragma "nounroll"`;
+/// 40: a shuffle's f64 lane value at an f32 or half lane is held as f64; 39: loops of a
 /// short constant trip whose unrolled body would be large, or that hold other loops, carry
 /// `.pragma "nounroll"` (`analysis::unroll`); 38: a subgroup
 /// operand over a variable lanes hold with different types takes each lane's own
@@ -97,7 +99,7 @@ use vyre_foundation::ir::{Node, Program};
 /// entry where a lane that faults could be awaited there; 24: workgroup barriers of
 /// entries whose leaving lanes exit take the `.aligned` form; 23: repeated pure
 /// sub-expressions of a statement computed once; 22 was an unmerged experiment.)
-pub const EMITTER_VERSION: u32 = 40;
+pub const EMITTER_VERSION: u32 = 41;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;

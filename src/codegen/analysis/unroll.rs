@@ -8,8 +8,14 @@
 //! inner loops), where each iteration is long already and the copies buy no speed. The
 //! loops that unrolling makes fast (a dot product, a tile loop, a strided pass: small
 //! bodies, or trips too long to unroll whole) stay as they are.
+//!
+//! A trip known only at run time (a buffer length, a kernel parameter ptxas knows is
+//! invariant) ptxas unrolls 4x with a remainder loop. Rolling every such loop took 3% off
+//! the corpus' driver JIT but cost vyre-primitives' conv1d (a straight-line gather loop)
+//! 6.5% kernel time (2026-12-01, H200): only bodies that branch or hold an atomic, whose
+//! unrolled copies do not overlap, are kept rolled.
 
-use crate::codegen::visit::{any_node, children, for_each_child, for_each_expr};
+use crate::codegen::visit::{any_expr_in, any_node, children, for_each_child, for_each_expr};
 use vyre_foundation::ir::{Expr, Node};
 
 /// Longest constant trip ptxas unrolls whole; longer loops it unrolls a few iterations at
@@ -34,6 +40,7 @@ pub(crate) fn keeps_rolled(from: &Expr, to: &Expr, body: &[Node]) -> bool {
         Some(trip) if (2..=FULL_UNROLL_TRIP).contains(&trip) => {
             rolled(trip, body, unrolled_exprs(body))
         }
+        None => branches(body),
         _ => false,
     }
 }
@@ -43,6 +50,14 @@ pub(crate) fn keeps_rolled(from: &Expr, to: &Expr, body: &[Node]) -> bool {
 fn rolled(trip: u64, body: &[Node], exprs: u64) -> bool {
     let nests = any_node(body, &|node| matches!(node, Node::Loop { .. }));
     (nests && trip <= MAX_NESTING_TRIP) || trip * exprs > MAX_UNROLLED_EXPRS
+}
+
+/// Whether `body` branches or holds an atomic: ptxas's unrolled copies of such a body stay
+/// apart (the branches, the atomics' order), so unrolling buys them no overlap.
+fn branches(body: &[Node]) -> bool {
+    any_node(body, &|node| {
+        matches!(node, Node::If { .. } | Node::Loop { .. })
+    }) || any_expr_in(body, &|expr| matches!(expr, Expr::Atomic { .. }))
 }
 
 fn constant_trip(from: &Expr, to: &Expr) -> Option<u64> {
@@ -68,6 +83,7 @@ fn unrolled_exprs(nodes: &[Node]) -> u64 {
                     Some(trip) if trip > FULL_UNROLL_TRIP => PARTIAL_UNROLL,
                     Some(trip) if trip >= 2 && rolled(trip, body, nested) => 1,
                     Some(trip) => trip,
+                    None if branches(body) => 1,
                     None => PARTIAL_UNROLL,
                 },
                 _ => 1,
@@ -108,12 +124,34 @@ mod tests {
     }
 
     #[test]
-    fn small_unrolled_bodies_and_long_or_run_time_trips_are_left_to_ptxas() {
+    fn small_unrolled_bodies_and_long_trips_are_left_to_ptxas() {
         assert!(!is_rolled(&counted(16, vec![dot()])));
         assert!(!is_rolled(&counted(128, vec![dot()])));
         assert!(!is_rolled(&counted(4096, vec![dot(); 40])));
-        let run_time = Node::loop_for("i", Expr::u32(0), Expr::var("n"), vec![dot(); 40]);
-        assert!(!is_rolled(&run_time));
+    }
+
+    fn run_time(body: Vec<Node>) -> Node {
+        Node::loop_for("i", Expr::u32(0), Expr::var("n"), body)
+    }
+
+    #[test]
+    fn run_time_trips_stay_rolled_where_the_body_branches_or_holds_an_atomic() {
+        assert!(!is_rolled(&run_time(vec![dot(); 40])));
+        let guarded = Node::if_then(Expr::lt(Expr::var("i"), Expr::u32(7)), vec![dot()]);
+        assert!(is_rolled(&run_time(vec![guarded])));
+        let atomic = Node::let_bind("old", Expr::atomic_add("h", Expr::var("i"), Expr::u32(1)));
+        assert!(is_rolled(&run_time(vec![atomic])));
+        assert!(is_rolled(&run_time(vec![counted(4, vec![dot()])])));
+    }
+
+    /// A rolled run-time loop is one copy in its parent's unrolled size, a straight-line one
+    /// the 4 ptxas makes: 32 trips around ~20 expressions stay under the limit, around
+    /// 4 x 16 exceed it.
+    #[test]
+    fn run_time_loops_count_as_ptxas_copies_them() {
+        let guarded = Node::if_then(Expr::lt(Expr::var("i"), Expr::u32(7)), vec![dot(); 2]);
+        assert!(!is_rolled(&counted(32, vec![run_time(vec![guarded])])));
+        assert!(is_rolled(&counted(32, vec![run_time(vec![dot(); 2])])));
     }
 
     #[test]
