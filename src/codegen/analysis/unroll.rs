@@ -40,7 +40,7 @@ pub(crate) fn keeps_rolled(from: &Expr, to: &Expr, body: &[Node]) -> bool {
         Some(trip) if (2..=FULL_UNROLL_TRIP).contains(&trip) => {
             rolled(trip, body, unrolled_exprs(body))
         }
-        None => branches(body),
+        None => branches_or_atomics(body),
         _ => false,
     }
 }
@@ -52,9 +52,10 @@ fn rolled(trip: u64, body: &[Node], exprs: u64) -> bool {
     (nests && trip <= MAX_NESTING_TRIP) || trip * exprs > MAX_UNROLLED_EXPRS
 }
 
-/// Whether `body` branches or holds an atomic: ptxas's unrolled copies of such a body stay
-/// apart (the branches, the atomics' order), so unrolling buys them no overlap.
-fn branches(body: &[Node]) -> bool {
+/// Whether `body` branches (an `If`, a loop) or holds an atomic: ptxas's unrolled copies of
+/// such a body stay apart (the branches, the atomics' order), so unrolling buys them little
+/// (quest_paging's rolled run-time loops: no kernel time lost).
+fn branches_or_atomics(body: &[Node]) -> bool {
     any_node(body, &|node| {
         matches!(node, Node::If { .. } | Node::Loop { .. })
     }) || any_expr_in(body, &|expr| matches!(expr, Expr::Atomic { .. }))
@@ -83,7 +84,7 @@ fn unrolled_exprs(nodes: &[Node]) -> u64 {
                     Some(trip) if trip > FULL_UNROLL_TRIP => PARTIAL_UNROLL,
                     Some(trip) if trip >= 2 && rolled(trip, body, nested) => 1,
                     Some(trip) => trip,
-                    None if branches(body) => 1,
+                    None if branches_or_atomics(body) => 1,
                     None => PARTIAL_UNROLL,
                 },
                 _ => 1,
