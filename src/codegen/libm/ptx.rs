@@ -137,6 +137,7 @@ pub(crate) enum IOp {
     Shl,
     ShrU,
     ShrS,
+    MaxU,
 }
 
 impl IOp {
@@ -152,6 +153,7 @@ impl IOp {
             IOp::Shl => ("shl", 'b'),
             IOp::ShrU => ("shr", 'u'),
             IOp::ShrS => ("shr", 's'),
+            IOp::MaxU => ("max", 'u'),
         }
     }
 }
@@ -267,6 +269,9 @@ pub(crate) enum UOp {
     Sqrt,
     Neg,
     Abs,
+    /// The hardware's approximate reciprocal of an f64 (`rcp.approx.ftz.f64`): exact for
+    /// ±0, ±inf and NaN; only [`super::division`] uses it, and refines it.
+    RcpApprox,
 }
 
 impl UOp {
@@ -275,6 +280,7 @@ impl UOp {
             UOp::Sqrt => "sqrt.rn",
             UOp::Neg => "neg",
             UOp::Abs => "abs",
+            UOp::RcpApprox => "rcp.approx.ftz",
         }
     }
 }
@@ -286,6 +292,8 @@ pub(crate) enum Inst {
     F(FOp, R, Op, Op),
     /// `d = op(a)`.
     Unary(UOp, R, Op),
+    /// `d = a * b + c`, rounded once (`.rn`).
+    Fma(R, Op, Op, Op),
     /// `d = a op b` on integers of d's width.
     I(IOp, R, Op, Op),
     /// `d = a as _`.
@@ -371,9 +379,28 @@ impl Func {
 
     fn fop(&mut self, op: FOp, a: Op, b: Op) -> R {
         let class = Self::float_class(a, b);
+        if (op, class) == (FOp::Div, Class::F32) {
+            // `div.rn.f32` is a slow-path subroutine in every kernel that uses it (see
+            // `super::division`): the routine computes the same bits.
+            let args = [a, b].map(|v| self.materialize(v, class));
+            let d = self.reg(class);
+            let callee = super::division::SYMBOL;
+            self.body.push(Inst::Call(callee, args.to_vec(), vec![d]));
+            return d;
+        }
         let a = self.reg_operand(a, b, class);
         let d = self.reg(class);
         self.body.push(Inst::F(op, d, a, b));
+        d
+    }
+
+    /// `a * b + c` rounded once.
+    pub(crate) fn fma(&mut self, a: impl Into<Op>, b: impl Into<Op>, c: impl Into<Op>) -> R {
+        let (a, b, c) = (a.into(), b.into(), c.into());
+        let class = Self::float_class(a, b);
+        let a = self.reg_operand(a, b, class);
+        let d = self.reg(class);
+        self.body.push(Inst::Fma(d, a, b, c));
         d
     }
 
@@ -389,6 +416,7 @@ impl Func {
         shl => iop(IOp::Shl);
         shr_u => iop(IOp::ShrU);
         shr_s => iop(IOp::ShrS);
+        max_u => iop(IOp::MaxU);
     }
 
     /// Emit `e` (see [`E`]); a register stands for itself.
@@ -428,6 +456,10 @@ impl Func {
 
     pub(crate) fn abs(&mut self, a: impl Into<Op>) -> R {
         self.unary(UOp::Abs, a)
+    }
+
+    pub(crate) fn rcp_approx(&mut self, a: impl Into<Op>) -> R {
+        self.unary(UOp::RcpApprox, a)
     }
 
     fn iop(&mut self, op: IOp, a: impl Into<Op>, b: impl Into<Op>) -> R {
@@ -760,6 +792,7 @@ impl Func {
         let line = match *inst {
             Inst::F(op, d, a, b) => format!("{}.rn.{} {d}, {a}, {b};", op.name(), d.class.ty()),
             Inst::Unary(op, d, a) => format!("{}.{} {d}, {a};", op.name(), d.class.ty()),
+            Inst::Fma(d, a, b, c) => format!("fma.rn.{} {d}, {a}, {b}, {c};", d.class.ty()),
             Inst::I(op, d, a, b) => {
                 let (name, ty) = op.ptx();
                 format!("{name}.{ty}{} {d}, {a}, {b};", 8 * d.class.bytes())
