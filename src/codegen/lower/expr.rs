@@ -266,9 +266,9 @@ impl<'p> Lowerer<'p> {
         let b = self.put_expr(b)?;
         let c = self.put_expr(c)?;
         let (a, b, c) = (
-            self.float_operand(a),
-            self.float_operand(b),
-            self.float_operand(c),
+            self.fma_operand(a),
+            self.fma_operand(b),
+            self.fma_operand(c),
         );
         if [a.kind, b.kind, c.kind] != [ValKind::F32; 3] {
             return Err(CodegenError::unsupported(
@@ -280,6 +280,18 @@ impl<'p> Lowerer<'p> {
         let reg = self.w.reg(RegClass::F32);
         emit!(self.w, "fma.rn.f32 {reg}, {}, {}, {}", a.reg, b.reg, c.reg);
         Ok(Val::new(ValKind::F32, self.flush_subnormal(reg)))
+    }
+
+    /// An fma operand as the reference takes it: a float rounded to f32; under other
+    /// lanes' variable types, where the validator's static check did not look, also a u32
+    /// as the f32 with its bits (`Value::try_as_f32`; canonicalised: a subnormal flushed).
+    fn fma_operand(&mut self, value: Val) -> Val {
+        if value.kind != ValKind::U32 || !self.typing_elsewhere {
+            return self.float_operand(value);
+        }
+        let f = self.w.reg(RegClass::F32);
+        emit!(self.w, "mov.b32 {f}, {}", value.reg);
+        Val::new(ValKind::F32, self.flush_subnormal(f))
     }
 
     pub(super) fn put_ballot(&mut self, cond: &'p Expr) -> Result<Val, CodegenError> {

@@ -173,6 +173,10 @@ pub(crate) struct Lowerer<'p> {
     /// The subgroup operations being lowered, innermost last: the faults their operands
     /// raise, recorded once the whole subgroup has evaluated them (see `returned`).
     operand_faults: Vec<Vec<(Reg, DeviceFault)>>,
+    /// Lowering a subgroup operand under other lanes' variable types (`typed_lanes`):
+    /// what the validator's static types refuse is then judged by the reference's run-time
+    /// rules (an fma takes a u32's bits).
+    typing_elsewhere: bool,
     /// Results of subgroup operations that no branch steers by yet: the next branch
     /// steers by them too (see `checks::anchor`).
     unanchored: Vec<Reg>,
@@ -283,6 +287,7 @@ impl<'p> Lowerer<'p> {
             hoisted: FxHashMap::default(),
             shared_values: FxHashMap::default(),
             operand_faults: Vec::new(),
+            typing_elsewhere: false,
             unanchored: Vec::new(),
             anchored: Vec::new(),
             carried: Vec::new(),
