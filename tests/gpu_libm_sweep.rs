@@ -256,15 +256,26 @@ fn quotient_program(n: u32, divisor: Option<f32>) -> Program {
     )
 }
 
-/// 2^24 pairs (dividends over every sign and exponent, divisors hashed from them), then
-/// every pair of the classic special values.
+/// 2^24 pairs (dividends over every sign and exponent, divisors hashed from them); 2^21
+/// pairs whose divisor's mantissa is all ones or all zeros (the reciprocal closest to a tie
+/// of f32 rounding, and exact), or whose dividend's exponent is near where the emitter's
+/// fast path stops; then every pair of the classic special values.
 fn quotient_inputs() -> (Vec<u32>, Vec<u32>) {
+    let hash = |i: u32| i.wrapping_mul(0x9E37_79B1).rotate_left(13) ^ i.wrapping_mul(0x85EB_CA6B);
     let (mut a, mut b): (Vec<u32>, Vec<u32>) = (0..1u32 << 24)
-        .map(|i| {
-            let hashed = i.wrapping_mul(0x9E37_79B1).rotate_left(13) ^ i.wrapping_mul(0x85EB_CA6B);
-            ((i << 8) | (i & 0xFF), hashed)
-        })
+        .map(|i| ((i << 8) | (i & 0xFF), hash(i)))
         .unzip();
+    for i in 0..1u32 << 21 {
+        let h = hash(i ^ 0x5555_5555);
+        let (x, y) = match i % 3 {
+            0 => (h, (h.rotate_left(7) & 0xFF80_0000) | 0x7F_FFFF),
+            1 => (h, h.rotate_left(7) & 0xFF80_0000),
+            // biased exponent 16..48 around the fast path's lower bound 25
+            _ => ((h & 0x807F_FFFF) | ((16 + i % 32) << 23), h.rotate_left(11)),
+        };
+        a.push(x);
+        b.push(y);
+    }
     let magnitudes = [
         0,
         1,

@@ -103,13 +103,16 @@ fn gate(name: &str, program: &Program, symbols: &[&str], failures: &mut Vec<Stri
     }
 }
 
-/// A line of `ptx` with an approximate instruction, other than the reciprocal estimate the
+/// A line of `ptx` with an approximate instruction, other than the reciprocal estimates the
 /// exact f32 division refines (and only in a kernel that has that division inlined).
 fn approximate_instruction(ptx: &str) -> Option<&str> {
     let divides = ptx.contains("// vyre_div_rn_f32 inlined");
+    let estimate = |line: &str| {
+        line.starts_with("rcp.approx.ftz.f64 ") || line.starts_with("rcp.approx.ftz.f32 ")
+    };
     ptx.lines().map(str::trim).find(|line| {
         let approximate = line.contains(".approx") || line.contains(".ftz.f64");
-        approximate && !(divides && line.starts_with("rcp.approx.ftz.f64 "))
+        approximate && !(divides && estimate(line))
     })
 }
 

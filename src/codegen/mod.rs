@@ -67,10 +67,11 @@ pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
-/// Version of the emitter's output format; part of every cache key. (42: f32 division,
-/// `Reciprocal` and `InverseSqrt` (the libm ports' too) through an inlined exact division
-/// in f64 instead of `div.rn.f32`, and division by a power-of-two literal a multiply;
-/// 41: loops of a
+/// Version of the emitter's output format; part of every cache key. (43: the inlined
+/// division takes ptxas's f32 fast path where the operands' exponents allow it, the f64
+/// steps elsewhere; 42: f32 division, `Reciprocal` and `InverseSqrt` (the libm ports'
+/// too) through an inlined exact division in f64 instead of `div.rn.f32`, and division by
+/// a power-of-two literal a multiply; 41: loops of a
 /// run-time trip whose body branches or holds an atomic carry `.pragma "nounroll"`;
 /// 40: a shuffle's f64 lane value at an f32 or half lane is held as f64; 39: loops of a
 /// short constant trip whose unrolled body would be large, or that hold other loops, carry
@@ -102,7 +103,7 @@ use vyre_foundation::ir::{Node, Program};
 /// entry where a lane that faults could be awaited there; 24: workgroup barriers of
 /// entries whose leaving lanes exit take the `.aligned` form; 23: repeated pure
 /// sub-expressions of a statement computed once; 22 was an unmerged experiment.)
-pub const EMITTER_VERSION: u32 = 42;
+pub const EMITTER_VERSION: u32 = 43;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;

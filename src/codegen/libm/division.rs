@@ -1,16 +1,21 @@
 //! `a / b` on f32, correctly rounded (the bits of `div.rn.f32`), without `div.rn.f32`.
 //!
-//! ptxas lowers `div.rn.f32` to a fast path plus a call of a slow-path subroutine that it
+//! ptxas lowers `div.rn.f32` to a fast path and a call of a slow-path subroutine that it
 //! compiles into every kernel dividing at all: measured offline (ptxas 13.0, sm_90), that
-//! subroutine costs about 8 ms of JIT per dividing kernel. Here the quotient is computed in
-//! f64 instead: the hardware's reciprocal estimate, two Newton steps and one remainder
-//! correction give the f64 quotient within one f64 ulp, and `cvt.rn.f32.f64` rounds it to
-//! f32. That double rounding is exact: an f32 quotient that is not exactly an f32 midpoint
-//! lies at least 2^-49 (relative) away from one, far beyond the f64 error, and an exactly
-//! representable quotient (an f32 midpoint among them) comes out of the correction exactly.
-//! Both operands are exact in f64 (f32 subnormals are f64 normals), so nothing is flushed.
+//! subroutine costs about 8 ms of JIT per dividing kernel. This routine keeps ptxas's fast
+//! path (the hardware reciprocal estimate, one Newton step, the quotient and one remainder
+//! correction, all f32 fmas: ptxas's own sequence) where the operands' exponents keep every
+//! step normal and exact, and replaces the subroutine by an inlined computation in f64 for
+//! the rest: two Newton steps and one remainder correction give the f64 quotient within one
+//! f64 ulp, and `cvt.rn.f32.f64` rounds it to f32. That double rounding is exact: an f32
+//! quotient that is not exactly an f32 midpoint lies at least 2^-49 (relative) away from
+//! one, far beyond the f64 error, and an exactly representable quotient (an f32 midpoint
+//! among them) comes out of the correction exactly. Both operands are exact in f64 (f32
+//! subnormals are f64 normals), so nothing is flushed. (The f64 path alone is exact
+//! everywhere, but its three f32/f64 conversions run at a quarter of the fma rate: an
+//! elementwise kernel dividing every element, vyre-libs' swiglu, took 21% longer.)
 
-use super::ptx::{f64c, int, Class, Cmp, Cvt, Func, R};
+use super::ptx::{f32c, f64c, int, Class, Cmp, Cvt, Func, R};
 
 /// The routine's symbol (blocks inlined from it are labelled with it).
 pub(crate) const SYMBOL: &str = "vyre_div_rn_f32";
@@ -19,6 +24,57 @@ pub(crate) const SYMBOL: &str = "vyre_div_rn_f32";
 pub(super) fn div_rn_f32() -> Func {
     let mut f = Func::new(SYMBOL, &[Class::F32, Class::F32], &[Class::F32]);
     let [a, b] = [f.params[0], f.params[1]];
+    let fast = f32_steps_are_exact(&mut f, a, b);
+    f.when(fast, |f| {
+        let q = f32_quotient(f, a, b);
+        f.ret1(q);
+    });
+    let q = f64_quotient(&mut f, a, b);
+    f.ret1(q);
+    f
+}
+
+/// Set when a and b are normal, 1/b is normal, the quotient is normal with room to spare,
+/// and a is large enough that the remainder `a - b * q` is an exact f32: then the f32
+/// steps of [`f32_quotient`] give the correctly rounded quotient. With `ea`, `eb` the
+/// biased exponents: `eb` in 1..=252, `ea` in 25..=254, `ea - eb` in -120..=120, tested at
+/// once as the sign of the OR of the six differences that must not be negative.
+fn f32_steps_are_exact(f: &mut Func, a: R, b: R) -> R {
+    let ea = biased_exponent(f, a);
+    let eb = biased_exponent(f, b);
+    let d = f.isub(ea, eb);
+    let margins = [
+        f.isub(eb, int(1)),
+        f.isub(int(252), eb),
+        f.isub(ea, int(25)),
+        f.isub(int(254), ea),
+        f.iadd(d, int(120)),
+        f.isub(int(120), d),
+    ];
+    let all = margins.into_iter().reduce(|x, y| f.or(x, y)).expect("six");
+    f.scmp(Cmp::Ge, all, int(0))
+}
+
+fn biased_exponent(f: &mut Func, v: R) -> R {
+    let bits = f.bits(v);
+    let shifted = f.shr_u(bits, int(23));
+    f.and(shifted, int(0xFF))
+}
+
+/// ptxas's fast path of `div.rn.f32`: y = 1/b refined once, q = a * y, then q corrected by
+/// the exact remainder.
+fn f32_quotient(f: &mut Func, a: R, b: R) -> R {
+    let estimate = f.rcp_approx(b);
+    let minus_b = f.neg(b);
+    let e = f.fma(minus_b, estimate, f32c(1.0));
+    let y = f.fma(estimate, e, estimate);
+    let q = f.eval(a * y);
+    let rem = f.fma(minus_b, q, a);
+    f.fma(y, rem, q)
+}
+
+/// The quotient in f64, rounded once to f32: exact for every a and b.
+fn f64_quotient(f: &mut Func, a: R, b: R) -> R {
     let x = f.cvt(Cvt::F64F32, a);
     let y = f.cvt(Cvt::F64F32, b);
     let estimate = f.rcp_approx(y);
@@ -37,16 +93,14 @@ pub(super) fn div_rn_f32() -> Func {
     // sign, but the estimate is exact there (1/±0 = ±inf, 1/±inf = ±0, NaN stays NaN)
     // and so is x * estimate: 0/0, inf/inf and NaN give NaN, x/0 = ±inf, x/inf = ±0.
     let special = {
-        let a_edge = edge_rank(&mut f, a);
-        let b_edge = edge_rank(&mut f, b);
+        let a_edge = edge_rank(f, a);
+        let b_edge = edge_rank(f, b);
         let worst = f.max_u(a_edge, b_edge);
         f.ucmp(Cmp::Ge, worst, int(0x7F7F_FFFF))
     };
     let exact = f.eval(x * estimate);
     let q = f.selp(special, exact, q);
-    let out = f.cvt(Cvt::F32F64, q);
-    f.ret1(out);
-    f
+    f.cvt(Cvt::F32F64, q)
 }
 
 /// `|v|`'s bits minus one, unsigned: at least `0x7F7F_FFFF` exactly when v is ±0 (which
@@ -118,12 +172,54 @@ mod tests {
         assert_exact(&Machine::new(vec![div_rn_f32()]));
     }
 
-    /// The hardware estimate carries about 2^-22 relative error; the Newton steps must
-    /// absorb far more than that.
+    /// The f64 estimate carries about 2^-22 relative error; the two Newton steps absorb
+    /// far more.
     #[test]
-    fn division_is_correctly_rounded_with_a_coarse_estimate() {
-        for error in [2f64.powi(-12), -(2f64.powi(-12)), 2f64.powi(-20)] {
-            assert_exact(&Machine::new(vec![div_rn_f32()]).with_rcp_error(error));
+    fn division_is_correctly_rounded_with_a_coarse_f64_estimate() {
+        for f64_error in [2f64.powi(-12), -(2f64.powi(-12))] {
+            assert_exact(&Machine::new(vec![div_rn_f32()]).with_rcp_error(0.0, f64_error));
+        }
+    }
+
+    /// The f32 steps are ptxas's own fast path of `div.rn.f32`, which relies on the
+    /// hardware's estimate: one rounded the other way at b = 2 - 2^-23 (0.5 for
+    /// 0.5 + 2^-24) leaves 1/b a tie the steps round down. Modelled here by the rounded
+    /// reciprocal; the GPU sweep checks the hardware's for every b.
+    #[test]
+    fn the_f32_steps_need_the_estimate_of_the_hardware() {
+        let b = f32::from_bits(0x3FFF_FFFF);
+        let m = Machine::new(vec![div_rn_f32()]);
+        assert_eq!(quotient(&m, 1.0, b).to_bits(), (1.0 / b).to_bits());
+        let m = Machine::new(vec![div_rn_f32()]).with_rcp_error(-(2f64.powi(-25)), 0.0);
+        assert_ne!(quotient(&m, 1.0, b).to_bits(), (1.0 / b).to_bits());
+    }
+
+    /// The f32 steps on 300,000 random pairs of ordinary operands (exponents within 2^±40),
+    /// with the estimate rounded and 2^-25 off either way (ties of 1/b aside, see above,
+    /// which random mantissas do not meet).
+    #[test]
+    fn the_f32_steps_round_correctly_on_ordinary_operands() {
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let bits = state as u32;
+            // sign and mantissa random, biased exponent in 87..=166
+            f32::from_bits((bits & 0x807F_FFFF) | ((87 + (bits >> 23) % 80) << 23))
+        };
+        let pairs: Vec<(f32, f32)> = (0..100_000).map(|_| (next(), next())).collect();
+        let off = 2f64.powi(-25);
+        for f32_error in [0.0, off, -off] {
+            let m = Machine::new(vec![div_rn_f32()]).with_rcp_error(f32_error, 0.0);
+            for &(a, b) in &pairs {
+                let got = quotient(&m, a, b);
+                assert_eq!(
+                    got.to_bits(),
+                    (a / b).to_bits(),
+                    "{a:e} / {b:e} ({f32_error:e})"
+                );
+            }
         }
     }
 

@@ -8,8 +8,9 @@ use std::ops::{Add, Div, Mul, Sub};
 
 pub(crate) struct Machine {
     funcs: HashMap<&'static str, (Func, HashMap<u32, usize>)>,
-    /// Relative error given to `rcp.approx` results (the hardware's is unspecified).
-    rcp_error: f64,
+    /// Relative error given to `rcp.approx` results of f32 and of f64 (the hardware's is
+    /// unspecified).
+    rcp_error: [f64; 2],
 }
 
 impl Machine {
@@ -31,13 +32,14 @@ impl Machine {
             .collect();
         Machine {
             funcs,
-            rcp_error: 0.0,
+            rcp_error: [0.0; 2],
         }
     }
 
-    /// The machine with every `rcp.approx` result off by `error` (relative).
-    pub(crate) fn with_rcp_error(mut self, error: f64) -> Self {
-        self.rcp_error = error;
+    /// The machine with every `rcp.approx` result off by `f32_error` or `f64_error`
+    /// (relative).
+    pub(crate) fn with_rcp_error(mut self, f32_error: f64, f64_error: f64) -> Self {
+        self.rcp_error = [f32_error, f64_error];
         self
     }
 
@@ -85,11 +87,11 @@ impl Machine {
 struct Frame {
     regs: [Vec<u64>; 5],
     locals: Vec<Vec<u64>>,
-    rcp_error: f64,
+    rcp_error: [f64; 2],
 }
 
 impl Frame {
-    fn new(f: &Func, args: &[u64], rcp_error: f64) -> Self {
+    fn new(f: &Func, args: &[u64], rcp_error: [f64; 2]) -> Self {
         let mut frame = Frame {
             regs: Class::ALL.map(|class| vec![0; f.counts[class.slot()] as usize]),
             locals: f.locals.iter().map(|l| vec![0; l.len as usize]).collect(),
@@ -132,7 +134,8 @@ impl Frame {
                 (d, float_op(op, d.class, a, b))
             }
             Inst::Unary(UOp::RcpApprox, d, a) => {
-                (d, rcp_approx(self.val(a, d.class), self.rcp_error))
+                let error = self.rcp_error[usize::from(d.class == Class::F64)];
+                (d, rcp_approx(d.class, self.val(a, d.class), error))
             }
             Inst::Unary(op, d, a) => (d, unary(op, d.class, self.val(a, d.class))),
             Inst::Fma(d, a, b, c) => {
@@ -212,9 +215,29 @@ fn unary(op: UOp, class: Class, a: u64) -> u64 {
     }
 }
 
-/// `rcp.approx.ftz.f64`: exact on ±0, ±inf and NaN, else `1/a` off by `error` and
-/// truncated to its high word (the hardware estimates from the high word only).
-fn rcp_approx(a: u64, error: f64) -> u64 {
+/// `rcp.approx.ftz`: exact on ±0, ±inf and NaN, else `1/a` off by `error` (relative);
+/// an f64 result truncated to its high word (the hardware estimates from the high word
+/// only), an f32 one rounded to f32, subnormal inputs and results flushed.
+fn rcp_approx(class: Class, a: u64, error: f64) -> u64 {
+    if class == Class::F32 {
+        let x = f32::from_bits(a as u32);
+        let x = if x.is_subnormal() {
+            0.0 * x.signum()
+        } else {
+            x
+        };
+        let y = if x == 0.0 || !x.is_finite() {
+            1.0 / x
+        } else {
+            ((1.0 / f64::from(x)) * (1.0 + error)) as f32
+        };
+        let y = if y.is_subnormal() {
+            0.0 * y.signum()
+        } else {
+            y
+        };
+        return u64::from(y.to_bits());
+    }
     let a = f64::from_bits(a);
     if a == 0.0 || !a.is_finite() {
         return (1.0 / a).to_bits();
