@@ -67,7 +67,9 @@ pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
-/// Version of the emitter's output format; part of every cache key. (43: the inlined
+/// Version of the emitter's output format; part of every cache key. (44: the inlined
+/// division's f32 steps are checked by three comparisons after them, not fifteen integer
+/// operations on the exponents before; 43: the inlined
 /// division takes ptxas's f32 fast path where the operands' exponents allow it, the f64
 /// steps elsewhere; 42: f32 division, `Reciprocal` and `InverseSqrt` (the libm ports'
 /// too) through an inlined exact division in f64 instead of `div.rn.f32`, and division by
@@ -103,7 +105,7 @@ use vyre_foundation::ir::{Node, Program};
 /// entry where a lane that faults could be awaited there; 24: workgroup barriers of
 /// entries whose leaving lanes exit take the `.aligned` form; 23: repeated pure
 /// sub-expressions of a statement computed once; 22 was an unmerged experiment.)
-pub const EMITTER_VERSION: u32 = 43;
+pub const EMITTER_VERSION: u32 = 44;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;

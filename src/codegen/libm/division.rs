@@ -4,16 +4,18 @@
 //! compiles into every kernel dividing at all: measured offline (ptxas 13.0, sm_90), that
 //! subroutine costs about 8 ms of JIT per dividing kernel. This routine keeps ptxas's fast
 //! path (the hardware reciprocal estimate, one Newton step, the quotient and one remainder
-//! correction, all f32 fmas: ptxas's own sequence) where the operands' exponents keep every
-//! step normal and exact, and replaces the subroutine by an inlined computation in f64 for
-//! the rest: two Newton steps and one remainder correction give the f64 quotient within one
+//! correction, all f32 fmas: ptxas's own sequence) where three comparisons show every step
+//! stayed normal and exact (ptxas tests the operands with its `FCHK` instruction, which PTX
+//! does not expose), and replaces the subroutine by an inlined computation in f64 for the
+//! rest: two Newton steps and one remainder correction give the f64 quotient within one
 //! f64 ulp, and `cvt.rn.f32.f64` rounds it to f32. That double rounding is exact: an f32
 //! quotient that is not exactly an f32 midpoint lies at least 2^-49 (relative) away from
 //! one, far beyond the f64 error, and an exactly representable quotient (an f32 midpoint
 //! among them) comes out of the correction exactly. Both operands are exact in f64 (f32
 //! subnormals are f64 normals), so nothing is flushed. (The f64 path alone is exact
-//! everywhere, but its three f32/f64 conversions run at a quarter of the fma rate: an
-//! elementwise kernel dividing every element, vyre-libs' swiglu, took 21% longer.)
+//! everywhere, but an elementwise kernel dividing every element, vyre-libs' swiglu, took
+//! 21% longer with it; so it did with a guard of fifteen integer operations on the
+//! exponents before the f32 steps, which is why the guard is three comparisons after them.)
 
 use super::ptx::{f32c, f64c, int, Class, Cmp, Cvt, Func, R};
 
@@ -24,53 +26,39 @@ pub(crate) const SYMBOL: &str = "vyre_div_rn_f32";
 pub(super) fn div_rn_f32() -> Func {
     let mut f = Func::new(SYMBOL, &[Class::F32, Class::F32], &[Class::F32]);
     let [a, b] = [f.params[0], f.params[1]];
-    let fast = f32_steps_are_exact(&mut f, a, b);
-    f.when(fast, |f| {
-        let q = f32_quotient(f, a, b);
-        f.ret1(q);
-    });
+    let (q0, q) = f32_quotient(&mut f, a, b);
+    let exact = f32_steps_were_exact(&mut f, a, q0);
+    f.when(exact, |f| f.ret1(q));
     let q = f64_quotient(&mut f, a, b);
     f.ret1(q);
     f
 }
 
-/// Set when a and b are normal, 1/b is normal, the quotient is normal with room to spare,
-/// and a is large enough that the remainder `a - b * q` is an exact f32: then the f32
-/// steps of [`f32_quotient`] give the correctly rounded quotient. With `ea`, `eb` the
-/// biased exponents: `eb` in 1..=252, `ea` in 25..=254, `ea - eb` in -120..=120, tested at
-/// once as the sign of the OR of the six differences that must not be negative.
-fn f32_steps_are_exact(f: &mut Func, a: R, b: R) -> R {
-    let ea = biased_exponent(f, a);
-    let eb = biased_exponent(f, b);
-    let d = f.isub(ea, eb);
-    let margins = [
-        f.isub(eb, int(1)),
-        f.isub(int(252), eb),
-        f.isub(ea, int(25)),
-        f.isub(int(254), ea),
-        f.iadd(d, int(120)),
-        f.isub(int(120), d),
-    ];
-    let all = margins.into_iter().reduce(|x, y| f.or(x, y)).expect("six");
-    f.scmp(Cmp::Ge, all, int(0))
-}
-
-fn biased_exponent(f: &mut Func, v: R) -> R {
-    let bits = f.bits(v);
-    let shifted = f.shr_u(bits, int(23));
-    f.and(shifted, int(0xFF))
-}
-
-/// ptxas's fast path of `div.rn.f32`: y = 1/b refined once, q = a * y, then q corrected by
-/// the exact remainder.
-fn f32_quotient(f: &mut Func, a: R, b: R) -> R {
+/// ptxas's fast path of `div.rn.f32`: y = 1/b refined once, q0 = a * y, then q0 corrected
+/// by the exact remainder; returns q0 and the corrected quotient.
+fn f32_quotient(f: &mut Func, a: R, b: R) -> (R, R) {
     let estimate = f.rcp_approx(b);
     let minus_b = f.neg(b);
     let e = f.fma(minus_b, estimate, f32c(1.0));
     let y = f.fma(estimate, e, estimate);
-    let q = f.eval(a * y);
-    let rem = f.fma(minus_b, q, a);
-    f.fma(y, rem, q)
+    let q0 = f.eval(a * y);
+    let rem = f.fma(minus_b, q0, a);
+    (q0, f.fma(y, rem, q0))
+}
+
+/// Set when the f32 steps gave the correctly rounded quotient: `|a| >= 2^-100` (so the
+/// remainder `a - b * q0` is an exact f32: its grid, about ulp(a) * 2^-24, stays above the
+/// smallest subnormal) and `2^-120 <= |q0| <= 2^120` (the quotient, and with it 1/b, normal
+/// with room to spare). Three comparisons, which NaNs fail: a zero, infinite or NaN `b`
+/// makes q0 infinite, zero or NaN, as does a subnormal `b` (the estimate flushes it), and
+/// `a` zero, subnormal, infinite or NaN fails one of them too.
+fn f32_steps_were_exact(f: &mut Func, a: R, q0: R) -> R {
+    let (size_a, size_q) = (f.abs(a), f.abs(q0));
+    let a_large = f.fcmp(Cmp::Ge, size_a, f32c(2f32.powi(-100)));
+    let q_above = f.fcmp(Cmp::Ge, size_q, f32c(2f32.powi(-120)));
+    let q_below = f.fcmp(Cmp::Le, size_q, f32c(2f32.powi(120)));
+    let q_normal = f.and_pred(q_above, q_below);
+    f.and_pred(a_large, q_normal)
 }
 
 /// The quotient in f64, rounded once to f32: exact for every a and b.

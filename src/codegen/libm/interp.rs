@@ -153,6 +153,7 @@ impl Frame {
                 let (a, b) = (self.val(a, class), self.val(b, class));
                 (d, u64::from(setp(cmp, ty, class, a, b)))
             }
+            Inst::AndPred(d, p, q) => (d, self.get(p) & self.get(q)),
             Inst::Selp(d, a, b, p) => {
                 let chosen = if self.get(p) != 0 { a } else { b };
                 (d, self.val(chosen, d.class))

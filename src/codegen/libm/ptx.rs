@@ -304,6 +304,8 @@ pub(crate) enum Inst {
     Setp(Cmp, CmpTy, R, Op, Op),
     /// `d = if p { a } else { b }`: `(d, a, b, p)`.
     Selp(R, Op, Op, R),
+    /// `d = p && q` on predicates.
+    AndPred(R, R, R),
     /// Branch to a label, only when the predicate is `.1` (true) or `.0` (false) if given.
     Bra(u32, Option<(R, bool)>),
     Label(u32),
@@ -545,6 +547,13 @@ impl Func {
         let class = a.class().or(b.class()).unwrap_or(Class::B32);
         let d = self.reg(class);
         self.body.push(Inst::Selp(d, a, b, p));
+        d
+    }
+
+    /// `p && q`.
+    pub(crate) fn and_pred(&mut self, p: R, q: R) -> R {
+        let d = self.reg(Class::Pred);
+        self.body.push(Inst::AndPred(d, p, q));
         d
     }
 
@@ -816,6 +825,7 @@ impl Func {
                 format!("setp.{}.{t} {d}, {a}, {b};", cmp.name(ty))
             }
             Inst::Selp(d, a, b, p) => format!("selp.{} {d}, {a}, {b}, {p};", d.class.ty()),
+            Inst::AndPred(d, p, q) => format!("and.pred {d}, {p}, {q};"),
             Inst::Bra(to, when) => {
                 let to = site.label(to);
                 match when {
