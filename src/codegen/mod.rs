@@ -67,13 +67,9 @@ pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
-/// Version of the emitter's output format; part of every cache key. (44: the inlined
-/// division's f32 steps are checked by three comparisons after them, not fifteen integer
-/// operations on the exponents before; 43: the inlined
-/// division takes ptxas's f32 fast path where the operands' exponents allow it, the f64
-/// steps elsewhere; 42: f32 division, `Reciprocal` and `InverseSqrt` (the libm ports'
-/// too) through an inlined exact division in f64 instead of `div.rn.f32`, and division by
-/// a power-of-two literal a multiply; 41: loops of a
+/// Version of the emitter's output format; part of every cache key. (45: v41's division
+/// (`div.rn.f32`) again, 42-44 reverted (see CHANGELOG); under other lanes' variable types
+/// an fma takes a u32's bits; 41: loops of a
 /// run-time trip whose body branches or holds an atomic carry `.pragma "nounroll"`;
 /// 40: a shuffle's f64 lane value at an f32 or half lane is held as f64; 39: loops of a
 /// short constant trip whose unrolled body would be large, or that hold other loops, carry
@@ -105,7 +101,7 @@ use vyre_foundation::ir::{Node, Program};
 /// entry where a lane that faults could be awaited there; 24: workgroup barriers of
 /// entries whose leaving lanes exit take the `.aligned` form; 23: repeated pure
 /// sub-expressions of a statement computed once; 22 was an unmerged experiment.)
-pub const EMITTER_VERSION: u32 = 44;
+pub const EMITTER_VERSION: u32 = 45;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;

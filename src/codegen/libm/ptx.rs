@@ -137,7 +137,6 @@ pub(crate) enum IOp {
     Shl,
     ShrU,
     ShrS,
-    MaxU,
 }
 
 impl IOp {
@@ -153,7 +152,6 @@ impl IOp {
             IOp::Shl => ("shl", 'b'),
             IOp::ShrU => ("shr", 'u'),
             IOp::ShrS => ("shr", 's'),
-            IOp::MaxU => ("max", 'u'),
         }
     }
 }
@@ -269,9 +267,6 @@ pub(crate) enum UOp {
     Sqrt,
     Neg,
     Abs,
-    /// The hardware's approximate reciprocal of an f64 (`rcp.approx.ftz.f64`): exact for
-    /// ±0, ±inf and NaN; only [`super::division`] uses it, and refines it.
-    RcpApprox,
 }
 
 impl UOp {
@@ -280,7 +275,6 @@ impl UOp {
             UOp::Sqrt => "sqrt.rn",
             UOp::Neg => "neg",
             UOp::Abs => "abs",
-            UOp::RcpApprox => "rcp.approx.ftz",
         }
     }
 }
@@ -292,8 +286,6 @@ pub(crate) enum Inst {
     F(FOp, R, Op, Op),
     /// `d = op(a)`.
     Unary(UOp, R, Op),
-    /// `d = a * b + c`, rounded once (`.rn`).
-    Fma(R, Op, Op, Op),
     /// `d = a op b` on integers of d's width.
     I(IOp, R, Op, Op),
     /// `d = a as _`.
@@ -304,8 +296,6 @@ pub(crate) enum Inst {
     Setp(Cmp, CmpTy, R, Op, Op),
     /// `d = if p { a } else { b }`: `(d, a, b, p)`.
     Selp(R, Op, Op, R),
-    /// `d = p && q` on predicates.
-    AndPred(R, R, R),
     /// Branch to a label, only when the predicate is `.1` (true) or `.0` (false) if given.
     Bra(u32, Option<(R, bool)>),
     Label(u32),
@@ -381,28 +371,9 @@ impl Func {
 
     fn fop(&mut self, op: FOp, a: Op, b: Op) -> R {
         let class = Self::float_class(a, b);
-        if (op, class) == (FOp::Div, Class::F32) {
-            // `div.rn.f32` is a slow-path subroutine in every kernel that uses it (see
-            // `super::division`): the routine computes the same bits.
-            let args = [a, b].map(|v| self.materialize(v, class));
-            let d = self.reg(class);
-            let callee = super::division::SYMBOL;
-            self.body.push(Inst::Call(callee, args.to_vec(), vec![d]));
-            return d;
-        }
         let a = self.reg_operand(a, b, class);
         let d = self.reg(class);
         self.body.push(Inst::F(op, d, a, b));
-        d
-    }
-
-    /// `a * b + c` rounded once.
-    pub(crate) fn fma(&mut self, a: impl Into<Op>, b: impl Into<Op>, c: impl Into<Op>) -> R {
-        let (a, b, c) = (a.into(), b.into(), c.into());
-        let class = Self::float_class(a, b);
-        let a = self.reg_operand(a, b, class);
-        let d = self.reg(class);
-        self.body.push(Inst::Fma(d, a, b, c));
         d
     }
 
@@ -418,7 +389,6 @@ impl Func {
         shl => iop(IOp::Shl);
         shr_u => iop(IOp::ShrU);
         shr_s => iop(IOp::ShrS);
-        max_u => iop(IOp::MaxU);
     }
 
     /// Emit `e` (see [`E`]); a register stands for itself.
@@ -458,10 +428,6 @@ impl Func {
 
     pub(crate) fn abs(&mut self, a: impl Into<Op>) -> R {
         self.unary(UOp::Abs, a)
-    }
-
-    pub(crate) fn rcp_approx(&mut self, a: impl Into<Op>) -> R {
-        self.unary(UOp::RcpApprox, a)
     }
 
     fn iop(&mut self, op: IOp, a: impl Into<Op>, b: impl Into<Op>) -> R {
@@ -547,13 +513,6 @@ impl Func {
         let class = a.class().or(b.class()).unwrap_or(Class::B32);
         let d = self.reg(class);
         self.body.push(Inst::Selp(d, a, b, p));
-        d
-    }
-
-    /// `p && q`.
-    pub(crate) fn and_pred(&mut self, p: R, q: R) -> R {
-        let d = self.reg(Class::Pred);
-        self.body.push(Inst::AndPred(d, p, q));
         d
     }
 
@@ -801,7 +760,6 @@ impl Func {
         let line = match *inst {
             Inst::F(op, d, a, b) => format!("{}.rn.{} {d}, {a}, {b};", op.name(), d.class.ty()),
             Inst::Unary(op, d, a) => format!("{}.{} {d}, {a};", op.name(), d.class.ty()),
-            Inst::Fma(d, a, b, c) => format!("fma.rn.{} {d}, {a}, {b}, {c};", d.class.ty()),
             Inst::I(op, d, a, b) => {
                 let (name, ty) = op.ptx();
                 format!("{name}.{ty}{} {d}, {a}, {b};", 8 * d.class.bytes())
@@ -825,7 +783,6 @@ impl Func {
                 format!("setp.{}.{t} {d}, {a}, {b};", cmp.name(ty))
             }
             Inst::Selp(d, a, b, p) => format!("selp.{} {d}, {a}, {b}, {p};", d.class.ty()),
-            Inst::AndPred(d, p, q) => format!("and.pred {d}, {p}, {q};"),
             Inst::Bra(to, when) => {
                 let to = site.label(to);
                 match when {
