@@ -284,11 +284,13 @@ impl<'p> Lowerer<'p> {
         (vars.iter().zip(combination).zip(here))
             .try_for_each(|(((name, _), typing), here)| self.bind_typing(name, *typing, *here))
             .map_err(Unlowered::Bug)?;
-        self.typing_elsewhere = !is_here;
+        // (an operand nested in one lowered under other lanes' types is under them too)
+        let outer = self.typing_elsewhere;
+        self.typing_elsewhere = outer || !is_here;
         let value = self
             .put_one_typing_operand(operand, wanted)
             .and_then(|value| self.lane_value_as(wanted, value));
-        self.typing_elsewhere = false;
+        self.typing_elsewhere = outer;
         let raised = match self.operand_faults.last_mut() {
             Some(raised) => raised.split_off(raised_from.min(raised.len())),
             None => Vec::new(),
