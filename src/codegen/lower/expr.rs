@@ -289,9 +289,7 @@ impl<'p> Lowerer<'p> {
         if value.kind != ValKind::U32 || !self.typing_elsewhere {
             return self.float_operand(value);
         }
-        let f = self.w.reg(RegClass::F32);
-        emit!(self.w, "mov.b32 {f}, {}", value.reg);
-        Val::new(ValKind::F32, self.flush_subnormal(f))
+        Val::new(ValKind::F32, self.bits_as_f32(value.reg))
     }
 
     pub(super) fn put_ballot(&mut self, cond: &'p Expr) -> Result<Val, CodegenError> {

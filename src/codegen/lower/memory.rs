@@ -129,9 +129,7 @@ impl Lowerer<'_> {
                     self.canonical_f32_bits(f)
                 }
                 ValKind::U32 => {
-                    let f = self.w.reg(RegClass::F32);
-                    emit!(self.w, "mov.b32 {f}, {}", value.reg);
-                    let f = self.flush_subnormal(f);
+                    let f = self.bits_as_f32(value.reg);
                     self.canonical_f32_bits(f)
                 }
                 // The reference writes 0.0 for any other value variant.

@@ -298,6 +298,14 @@ impl Lowerer<'_> {
         self.flush_subnormal(d)
     }
 
+    /// A 32-bit word as the f32 with its bits, canonicalised (a subnormal flushed): the
+    /// reference's `Value::try_as_f32` of a u32, and an f32 element's raw word.
+    pub(super) fn bits_as_f32(&mut self, word: Reg) -> Reg {
+        let f = self.w.reg(RegClass::F32);
+        emit!(self.w, "mov.b32 {f}, {word}");
+        self.flush_subnormal(f)
+    }
+
     /// Flush a subnormal f32 to a zero of the same sign (the reference's canonical form).
     /// `x + -0.0` with `.ftz` is exact for every other input, including ±0 and infinities.
     pub(crate) fn flush_subnormal(&mut self, f: Reg) -> Reg {

@@ -355,11 +355,7 @@ impl<'p> Lowerer<'p> {
     /// A raw element word as the value a load of `kind` yields (as `put_load` would).
     pub(super) fn word_value(&mut self, kind: ValKind, word: Reg) -> Val {
         let reg = match kind {
-            ValKind::F32 => {
-                let f = self.w.reg(RegClass::F32);
-                emit!(self.w, "mov.b32 {f}, {word}");
-                self.flush_subnormal(f)
-            }
+            ValKind::F32 => self.bits_as_f32(word),
             ValKind::F64 => {
                 let f = self.w.reg(RegClass::F64);
                 emit!(self.w, "mov.b64 {f}, {word}");
