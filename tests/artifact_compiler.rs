@@ -8,7 +8,8 @@ use common::artifact::{
     compile, registration, request, request_with_symbols, reverse_chain, reverse_scale,
 };
 use common::corpus::fixtures;
-use common::ptxas::{assemble_all_targets, require_ptxas};
+use common::ptxas::{assemble_all_targets, require_ptxas, GATE_ARCHS};
+use common::ptxas_batch::{assemble_for_archs, Kernel};
 use vyre_cuda::codegen::{emit_ptx, emit_timed, reference_program, EmittedKernel, PtxTarget};
 use vyre_foundation::ir::{
     BufferAccess, DataType, GraphInput, GraphOutput, Program, ProgramGraph, ShapeDim,
@@ -78,6 +79,7 @@ fn every_corpus_fixture_the_dispatch_route_emits_compiles_as_an_artifact() {
     let ptxas = require_ptxas();
     let (mut compiled, mut both_reject) = (0, 0);
     let mut failures = Vec::new();
+    let mut kernels = Vec::new();
     for fixture in fixtures() {
         let program = (fixture.build)();
         let dispatch =
@@ -94,16 +96,18 @@ fn every_corpus_fixture_the_dispatch_route_emits_compiles_as_an_artifact() {
         match (compiler.compile(&artifact), dispatch.is_ok()) {
             (Ok(payload), _) => {
                 compiled += 1;
-                if let Some(ptxas) = &ptxas {
-                    let ptx = vyre_cuda::payload_ptx(&payload).unwrap();
-                    if let Err(error) = assemble_all_targets(ptxas, &ptx) {
-                        failures.push(format!("{}: ptxas: {error}", fixture.id));
-                    }
-                }
+                kernels.push(Kernel {
+                    id: fixture.id.to_string(),
+                    ptx: vyre_cuda::payload_ptx(&payload).unwrap(),
+                });
             }
             (Err(_), false) => both_reject += 1,
             (Err(error), true) => failures.push(format!("{}: {error}", fixture.id)),
         }
+    }
+    if let Some(ptxas) = &ptxas {
+        let refused = assemble_for_archs(ptxas, &kernels, &GATE_ARCHS);
+        failures.extend(refused.iter().map(|r| format!("ptxas: {r}")));
     }
     println!("{compiled} fixtures compiled as artifacts, {both_reject} rejected by both routes");
     assert!(

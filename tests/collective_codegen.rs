@@ -6,6 +6,7 @@
 mod common;
 
 use common::collective_programs::{transport_cases, world_cases};
+use common::ptxas_batch::{assert_all_assemble, Kernel};
 use vyre_cuda::codegen::{emit_peer_synced, emit_ptx, reference_program, PeerSync, PtxTarget};
 use vyre_driver::BackendError;
 use vyre_foundation::ir::Node;
@@ -101,6 +102,8 @@ fn rank_kernels_assemble() {
     use vyre_cuda::codegen::{split_collectives, RankStep};
     use vyre_foundation::ir::{BufferDecl, CollectiveOp, CommGroup, DataType, Expr, Node, Program};
     let ptxas = common::ptxas::require_ptxas();
+    // What lowers is assembled at the end, all kernels batched.
+    let kernels = std::cell::RefCell::new(Vec::new());
     let assemble = |name: &str, program: &Program| -> bool {
         let Ok(prepared) = reference_program(program) else {
             return false;
@@ -114,10 +117,10 @@ fn rank_kernels_assemble() {
             let Ok(kernel) = emit_ptx(program, None, target) else {
                 return false;
             };
-            if let Some(ptxas) = &ptxas {
-                common::ptxas::assemble_for(ptxas, &kernel.ptx)
-                    .unwrap_or_else(|e| panic!("{name} ({target}): {e}"));
-            }
+            kernels.borrow_mut().push(Kernel {
+                id: format!("{name} ({target})"),
+                ptx: kernel.ptx,
+            });
         }
         true
     };
@@ -220,10 +223,10 @@ fn rank_kernels_assemble() {
                                 kernel.unwrap_or_else(|e| panic!("{name} ({target}): {e}"));
                             let vector = kernel.vector_ptx.expect("a peer-synced vector entry");
                             assert!(vector.contains("st.release.sys.global.u64"), "{name}");
-                            if let Some(ptxas) = &ptxas {
-                                common::ptxas::assemble_for(ptxas, &vector)
-                                    .unwrap_or_else(|e| panic!("{name} ({target}): {e}"));
-                            }
+                            kernels.borrow_mut().push(Kernel {
+                                id: format!("{name} ({target})"),
+                                ptx: vector,
+                            });
                             synced += 1;
                         }
                     }
@@ -284,5 +287,8 @@ fn rank_kernels_assemble() {
             assemble(&format!("segment {index}"), segment),
             "segment {index}"
         );
+    }
+    if let Some(ptxas) = &ptxas {
+        assert_all_assemble(ptxas, &kernels.into_inner());
     }
 }

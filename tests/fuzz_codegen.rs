@@ -1,7 +1,8 @@
 //! CI mode of the differential fuzzer (no GPU needed): generate a few thousand random
 //! valid Programs from fixed seeds, emit PTX for sm_80 and sm_90, assemble every module
 //! the runtime would load (the vector entry's module too) with the pinned CUDA 13 ptxas
-//! and the CUDA 12 one at their default optimisation level, run vyre-reference (forward
+//! (and those of every fourth program with the CUDA 12 one) at their default
+//! optimisation level, run vyre-reference (forward
 //! and lane-reversed) on each, and assert that nothing panics, every kernel assembles
 //! (a ptxas crash is narrowed to its kernel and reported), and every rejection carries
 //! `Fix:`. Failures are shrunk and saved under `tests/fuzz_regressions/`.
@@ -20,13 +21,17 @@
 //! programs on which the reference fails to read a lane at another step (a subgroup
 //! operand, `check::missed_timing_error`) still fail it.
 //!
-//! `VYRE_CUDA_FUZZ_CI_PROGRAMS` (default 3000), `VYRE_CUDA_FUZZ_CI_LARGE_PROGRAMS`
-//! (default 1500), `VYRE_CUDA_FUZZ_CI_REPLICATED_PROGRAMS` (default 1000) and
-//! `VYRE_CUDA_FUZZ_COMPLETE_PROGRAMS` (default 1500) set the
+//! `VYRE_CUDA_FUZZ_CI_PROGRAMS` (default 1000), `VYRE_CUDA_FUZZ_CI_LARGE_PROGRAMS`
+//! (default 300), `VYRE_CUDA_FUZZ_CI_REPLICATED_PROGRAMS` (default 400) and
+//! `VYRE_CUDA_FUZZ_COMPLETE_PROGRAMS` (default 600) set the
 //! program counts, `VYRE_CUDA_FUZZ_SEED` the base seed (the other shapes use it xor a
-//! constant).
+//! constant). The counts keep the sweep near seven minutes on CI's two cores, almost all
+//! of it ptxas at -O3 (about 0.1 s a program of the default and replicated shapes, 0.25 s
+//! of the complete one and 0.55 s of the large one, both targets); the GPU sweep of
+//! `tests/gpu_fuzz.rs` runs tens of thousands each session.
 
 mod common;
+use common::ptxas_batch::{assemble_with_each, Kernel};
 #[path = "fuzz/mod.rs"]
 mod fuzz;
 
@@ -34,7 +39,6 @@ use fuzz::check::{cpu_check, cpu_still_fails, Failure};
 use fuzz::coverage::{unlowered_constructs, Coverage, RARE, UNLOWERED};
 use fuzz::gen::{generate, GenConfig};
 use fuzz::oracle::{judge, Outcome};
-use fuzz::ptxas_batch::{assemble_all, Kernel};
 use fuzz::rng::program_seed;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -45,20 +49,18 @@ use std::time::Instant;
 /// emitting them unoptimised is ~10x slower, and the release run of `scripts/test.sh`
 /// sweeps them all.
 const SWEEP_DIVISOR: usize = if cfg!(debug_assertions) { 10 } else { 1 };
-const DEFAULT_PROGRAMS: usize = 3000 / SWEEP_DIVISOR;
+const DEFAULT_PROGRAMS: usize = 1000 / SWEEP_DIVISOR;
 const DEFAULT_SEED: u64 = 0x5EED_C0DE_2024;
-const DEFAULT_LARGE_PROGRAMS: usize = 1500 / SWEEP_DIVISOR;
+const DEFAULT_LARGE_PROGRAMS: usize = 300 / SWEEP_DIVISOR;
 /// The large shape's seeds differ from the default shape's.
 const LARGE_SEED_XOR: u64 = 0x1A96_E000;
-const DEFAULT_REPLICATED_PROGRAMS: usize = 1000 / SWEEP_DIVISOR;
+const DEFAULT_REPLICATED_PROGRAMS: usize = 400 / SWEEP_DIVISOR;
 const REPLICATED_SEED_XOR: u64 = 0x5A3E_0000;
-/// About 26 s on two cores in release today, almost all of it ptxas: four in five of
-/// these programs are rejected before ptxas. As issue 17 lands and more of them
-/// assemble, the sweep grows towards the large shape's cost per program.
-const DEFAULT_COMPLETE_PROGRAMS: usize = 1500 / SWEEP_DIVISOR;
+/// Enough programs that every rare construct is expected (see the test).
+const DEFAULT_COMPLETE_PROGRAMS: usize = 600 / SWEEP_DIVISOR;
 const COMPLETE_SEED_XOR: u64 = 0xC0A1_7E00;
-/// Kernels per ptxas process.
-const BATCH: usize = 120;
+/// Every this many programs, the modules are also assembled with the CUDA 12 ptxas.
+const CU12_SAMPLE: usize = 4;
 
 struct Program {
     seed: u64,
@@ -129,28 +131,18 @@ fn fuzz_codegen_complete_programs_emit_assemble_and_never_panic() {
     // The rarest construct is in about 7% of the programs: from 150 programs on (the
     // debug default) every one is expected, whatever the seed (a miss has odds of about
     // 1 in 50000 per construct); a smaller sweep checks nothing here. The rare ones (about
-    // 2%) are expected from 1000 programs on.
+    // 2%) are expected from 600 programs on (a miss: about 1 in 180000 per construct).
     if programs >= 150 {
         let missing: Vec<&str> = UNLOWERED
             .iter()
             .copied()
-            .filter(|c| !held.contains_key(c) && (programs >= 1000 || !RARE.contains(c)))
+            .filter(|c| !held.contains_key(c) && (programs >= 600 || !RARE.contains(c)))
             .collect();
         assert!(
             missing.is_empty(),
             "the complete shape generated no program with {missing:?} in {programs} programs"
         );
     }
-}
-
-/// The compilers every kernel is assembled with: the pinned CUDA 13 `ptxas` and, when
-/// installed, the CUDA 12 one (for the modules whose ISA it reads).
-fn compilers(primary: &std::path::Path) -> Vec<(&'static str, std::path::PathBuf)> {
-    let mut list = vec![("cuda13", primary.to_path_buf())];
-    if let Some(cu12) = common::ptxas::cu12_ptxas() {
-        list.push(("cuda12", cu12));
-    }
-    list
 }
 
 /// Runs the sweep; returns, per issue 17 construct, how many programs held it.
@@ -206,62 +198,50 @@ fn sweep(
     results.sort_by_key(|(i, _)| *i);
     let phase1 = start.elapsed();
 
-    // Phase 2: assemble every module the runtime loads, batched, with every compiler,
-    // both targets, in parallel.
+    // Phase 2: assemble every module the runtime loads, batched, for both targets, in
+    // parallel: all with the pinned CUDA 13 ptxas, those of every CU12_SAMPLE-th program
+    // with the CUDA 12 one too.
     let mut assembled = [0usize; 2];
-    let mut modules_assembled = 0usize;
-    let compilers = ptxas.as_deref().map(compilers).unwrap_or_default();
-    let mut jobs: Vec<(usize, usize, Vec<Kernel>)> = Vec::new();
-    for (c, (label, _)) in compilers.iter().enumerate() {
-        for (t, _) in fuzz::check::targets().iter().enumerate() {
-            let modules: Vec<Kernel> = results
-                .iter()
-                .filter_map(|(_, p)| p.kernels[t].as_ref().map(|modules| (p.seed, modules)))
-                .flat_map(|(seed, modules)| {
-                    modules.iter().cloned().map(move |ptx| Kernel {
-                        id: format!("{seed:#x}"),
-                        ptx,
-                    })
-                })
-                .filter(|k| *label != "cuda12" || common::ptxas::cu12_reads(&k.ptx))
-                .collect();
-            if c == 0 {
-                assembled[t] = results
-                    .iter()
-                    .filter(|(_, p)| p.kernels[t].is_some())
-                    .count();
+    for (t, count) in assembled.iter_mut().enumerate() {
+        *count = results
+            .iter()
+            .filter(|(_, p)| p.kernels[t].is_some())
+            .count();
+    }
+    let (mut kernels, mut cu12_kernels) = (Vec::new(), Vec::new());
+    for (i, p) in &results {
+        for ptx in p.kernels.iter().flatten().flatten() {
+            let kernel = Kernel {
+                id: format!("{:#x}", p.seed),
+                ptx: ptx.clone(),
+            };
+            if i % CU12_SAMPLE == 0 {
+                cu12_kernels.push(kernel.clone());
             }
-            modules_assembled += modules.len();
-            let mut modules = modules.into_iter().peekable();
-            while modules.peek().is_some() {
-                jobs.push((c, t, modules.by_ref().take(BATCH).collect()));
-            }
+            kernels.push(kernel);
         }
     }
-    let next = AtomicUsize::new(0);
-    let found = Mutex::new(Vec::new());
-    std::thread::scope(|scope| {
-        for _ in 0..threads() {
-            scope.spawn(|| loop {
-                let j = next.fetch_add(1, Ordering::Relaxed);
-                let Some((c, t, kernels)) = jobs.get(j) else {
-                    break;
-                };
-                let (label, path) = &compilers[*c];
-                let arch = fuzz::check::targets()[*t].1;
-                for (id, error) in assemble_all(path, kernels, arch) {
-                    let seed = u64::from_str_radix(id.trim_start_matches("0x"), 16).unwrap_or(0);
-                    let kind = if *label == "cuda13" {
-                        arch.to_string()
-                    } else {
-                        format!("{arch}-{label}")
-                    };
-                    found.lock().unwrap().push((seed, kind, error));
-                }
-            });
-        }
-    });
-    let ptxas_failures: Vec<(u64, String, String)> = found.into_inner().unwrap();
+    let modules_assembled = [kernels.len(), cu12_kernels.len()];
+    let mut refused = Vec::new();
+    let mut labels = Vec::new();
+    if let Some(ptxas) = &ptxas {
+        let compilers = common::ptxas_batch::compilers(ptxas);
+        let (cuda13, cuda12) = compilers.split_at(1);
+        refused = assemble_with_each(cuda13, &kernels, &[]);
+        refused.extend(assemble_with_each(cuda12, &cu12_kernels, &[]));
+        labels = compilers.iter().map(|(label, _)| *label).collect();
+    }
+    let ptxas_failures: Vec<(u64, String, String)> = refused
+        .into_iter()
+        .map(|r| {
+            let seed = u64::from_str_radix(r.id.trim_start_matches("0x"), 16).unwrap_or(0);
+            let kind = match r.compiler {
+                "cuda13" => r.arch,
+                other => format!("{}-{other}", r.arch),
+            };
+            (seed, kind, r.error)
+        })
+        .collect();
     let phase2 = start.elapsed() - phase1;
 
     // Counts.
@@ -331,12 +311,10 @@ fn sweep(
     );
     match &ptxas {
         Some(_) => println!(
-            "  ptxas ({}): {modules_assembled} modules assembled at the default -O3, {} failed",
-            compilers
-                .iter()
-                .map(|(label, _)| *label)
-                .collect::<Vec<_>>()
-                .join(" + "),
+            "  ptxas ({}): {} modules assembled at the default -O3 ({} of them also with CUDA 12's where it reads them), {} failed",
+            labels.join(" + "),
+            modules_assembled[0],
+            modules_assembled[1],
             ptxas_failures.len()
         ),
         None => println!("  ptxas: not found, assembly skipped"),

@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::ptxas_batch::{assemble_everywhere, Kernel};
+
 use vyre_cuda::codegen::{emit_ptx, PtxIsa, PtxTarget};
 use vyre_foundation::ir::{BinOp, BufferDecl, DataType, Expr, Node, Program, UnOp};
 
@@ -66,55 +68,71 @@ fn targets() -> [PtxTarget; 3] {
     ]
 }
 
-/// Emits `program` for every target, checks the text, and assembles it.
-fn gate(name: &str, program: &Program, symbols: &[&str], failures: &mut Vec<String>) {
-    let ptxas = common::ptxas::require_ptxas();
-    for target in targets() {
-        let kernel = match emit_ptx(program, None, target) {
-            Ok(kernel) => kernel,
-            Err(error) => {
-                failures.push(format!("{name} for {target}: rejected: {error}"));
-                continue;
+/// Emits programs for every target and checks their text; [`Gate::finish`] assembles
+/// them all (batched) and fails the test with every finding.
+#[derive(Default)]
+struct Gate {
+    failures: Vec<String>,
+    kernels: Vec<Kernel>,
+}
+
+impl Gate {
+    fn check(&mut self, name: &str, program: &Program, symbols: &[&str]) {
+        for target in targets() {
+            let kernel = match emit_ptx(program, None, target) {
+                Ok(kernel) => kernel,
+                Err(error) => {
+                    self.failures
+                        .push(format!("{name} for {target}: rejected: {error}"));
+                    continue;
+                }
+            };
+            let ptx = &kernel.ptx;
+            for symbol in symbols {
+                if !ptx.contains(&format!("// {symbol} inlined")) {
+                    self.failures.push(format!(
+                        "{name} for {target}: {symbol} is not inlined into the kernel"
+                    ));
+                }
             }
-        };
-        let ptx = &kernel.ptx;
-        for symbol in symbols {
-            if !ptx.contains(&format!("// {symbol} inlined")) {
-                failures.push(format!(
-                    "{name} for {target}: {symbol} is not inlined into the kernel"
+            // ptxas may let a `.func` clobber the caller's uniform registers (see
+            // `fuzz::check::function_call`): the routines are inlined, never called.
+            if ptx.contains(".func") || ptx.lines().any(|l| l.trim_start().starts_with("call")) {
+                self.failures
+                    .push(format!("{name} for {target}: a .func or call in the PTX"));
+            }
+            if ptx.contains(".approx") || ptx.contains(".ftz.f64") {
+                self.failures.push(format!(
+                    "{name} for {target}: approximate instruction in the PTX"
                 ));
             }
+            self.kernels.push(Kernel {
+                id: format!("{name} for {target}"),
+                ptx: kernel.ptx,
+            });
         }
-        // ptxas may let a `.func` clobber the caller's uniform registers (see
-        // `fuzz::check::function_call`): the routines are inlined, never called.
-        if ptx.contains(".func") || ptx.lines().any(|l| l.trim_start().starts_with("call")) {
-            failures.push(format!("{name} for {target}: a .func or call in the PTX"));
+    }
+
+    fn finish(mut self) {
+        if let Some(ptxas) = common::ptxas::require_ptxas() {
+            let refused = assemble_everywhere(&ptxas, &self.kernels);
+            self.failures.extend(refused.iter().map(|r| r.to_string()));
         }
-        if ptx.contains(".approx") || ptx.contains(".ftz.f64") {
-            failures.push(format!(
-                "{name} for {target}: approximate instruction in the PTX"
-            ));
-        }
-        if let Some(ptxas) = &ptxas {
-            if let Err(error) = common::ptxas::assemble_for(ptxas, ptx) {
-                failures.push(format!("{name} for {target}: {error}"));
-            }
-        }
+        assert!(self.failures.is_empty(), "{}", self.failures.join("\n\n"));
     }
 }
 
 #[test]
 fn each_transcendental_lowers_and_assembles() {
-    let mut failures = Vec::new();
+    let mut gate = Gate::default();
     for (op, symbol) in transcendentals() {
-        gate(
+        gate.check(
             &format!("{op:?}"),
             &program(std::slice::from_ref(&op)),
             &[symbol],
-            &mut failures,
         );
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    gate.finish();
 }
 
 #[test]
@@ -122,9 +140,9 @@ fn all_transcendentals_in_one_kernel_inline_their_helpers_and_share_their_tables
     let all = transcendentals();
     let ops: Vec<UnOp> = all.iter().map(|(op, _)| op.clone()).collect();
     let symbols: Vec<&str> = all.iter().map(|(_, s)| *s).collect();
-    let mut failures = Vec::new();
-    gate("all", &program(&ops), &symbols, &mut failures);
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    let mut gate = Gate::default();
+    gate.check("all", &program(&ops), &symbols);
+    gate.finish();
     let ptx = emit_ptx(&program(&ops), None, PtxTarget::sm90())
         .expect("lowers")
         .ptx;
@@ -242,7 +260,7 @@ fn dead_loop_shapes(op: &UnOp) -> Vec<(&'static str, Vec<Node>)> {
 
 #[test]
 fn transcendentals_in_statically_dead_loops_assemble() {
-    let mut failures = Vec::new();
+    let mut gate = Gate::default();
     for (op, symbol) in transcendentals() {
         for (shape, nodes) in dead_loop_shapes(&op) {
             let program = Program::wrapped(
@@ -253,13 +271,8 @@ fn transcendentals_in_statically_dead_loops_assemble() {
                 [1, 1, 1],
                 nodes,
             );
-            gate(
-                &format!("{op:?} ({shape})"),
-                &program,
-                &[symbol],
-                &mut failures,
-            );
+            gate.check(&format!("{op:?} ({shape})"), &program, &[symbol]);
         }
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    gate.finish();
 }

@@ -181,3 +181,57 @@ fn ptx_without_target_is_an_error() {
         .expect_err("no .target");
     assert!(err.contains(".target"), "{err}");
 }
+
+/// The batched gate (`common::ptxas_batch`): kernels that each declare the same
+/// module-scope item, or one name with two texts, assemble together; a broken kernel
+/// among them is found and named with ptxas's message, and so is every kernel of the
+/// same text.
+#[test]
+fn batched_kernels_share_their_items_and_a_broken_one_is_named() {
+    use common::ptxas_batch::{assemble_everywhere, Kernel};
+    let Some(ptxas) = ptxas::require_ptxas() else {
+        return;
+    };
+    let zero_page = ".global .align 16 .b8 vyre_zero_page[16];";
+    let wider_page = ".global .align 16 .b8 vyre_zero_page[32];";
+    let kernel = |i: usize| {
+        let item = if i % 7 == 0 { wider_page } else { zero_page };
+        let ptx = VADD_SM80
+            .replace(".visible .entry", &format!("{item}\n\n.visible .entry"))
+            .replace(
+                "mov.u32             %r5, %tid.x;",
+                &format!("mov.u32             %r5, %tid.x;\n    add.u32 %r5, %r5, {i};"),
+            );
+        Kernel {
+            id: format!("k{i}"),
+            ptx,
+        }
+    };
+    let mut kernels: Vec<Kernel> = (0..40).map(kernel).collect();
+    assert_eq!(kernels[3].ptx.matches("add.u32 %r5, %r5, 3;").count(), 1);
+    let refused = assemble_everywhere(&ptxas, &kernels);
+    assert!(refused.is_empty(), "{refused:?}");
+
+    kernels[23].ptx = kernels[23].ptx.replace("%f1, %f2;", "%f1, %f99;");
+    assert_ne!(kernels[23].ptx, kernel(23).ptx);
+    kernels.push(Kernel {
+        id: "k23-again".into(),
+        ptx: kernels[23].ptx.clone(),
+    });
+    let refused = assemble_everywhere(&ptxas, &kernels);
+    let mut named: Vec<(&str, &str)> = refused
+        .iter()
+        .map(|r| (r.id.as_str(), r.compiler))
+        .collect();
+    named.sort();
+    let compilers = common::ptxas_batch::compilers(&ptxas);
+    let mut expected: Vec<(&str, &str)> = ["k23", "k23-again"]
+        .into_iter()
+        .flat_map(|id| compilers.iter().map(move |(label, _)| (id, *label)))
+        .collect();
+    expected.sort();
+    assert_eq!(named, expected);
+    assert!(refused
+        .iter()
+        .all(|r| r.error.contains("%f99") && r.arch == "sm_80"));
+}

@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::ptxas_batch::{assemble_everywhere, Kernel};
+
 use vyre_cuda::codegen::{emit_ptx, PtxIsa, PtxTarget};
 use vyre_foundation::ir::{BufferAccess, DataType};
 
@@ -21,19 +23,21 @@ fn every_semantic_case_lowers_and_assembles() {
         cases.len()
     );
     let mut failures = Vec::new();
+    let mut kernels = Vec::new();
     for case in &cases {
         for target in targets {
             match emit_ptx(&case.program, case.config.workgroup_override, target) {
-                Ok(kernel) => {
-                    if let Some(ptxas) = &ptxas {
-                        if let Err(error) = common::ptxas::assemble_for(ptxas, &kernel.ptx) {
-                            failures.push(format!("{} for {target}: {error}", case.name));
-                        }
-                    }
-                }
+                Ok(kernel) => kernels.push(Kernel {
+                    id: format!("{} for {target}", case.name),
+                    ptx: kernel.ptx,
+                }),
                 Err(error) => failures.push(format!("{} rejected: {error}", case.name)),
             }
         }
+    }
+    if let Some(ptxas) = &ptxas {
+        let refused = assemble_everywhere(ptxas, &kernels);
+        failures.extend(refused.iter().map(|r| r.to_string()));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

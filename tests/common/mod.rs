@@ -14,6 +14,7 @@ pub mod loop_programs;
 pub mod multirank;
 pub mod programs;
 pub mod ptxas;
+pub mod ptxas_batch;
 pub mod speculation_programs;
 pub mod step_programs;
 pub mod subgroup_programs;

@@ -46,6 +46,9 @@ const CU12_NEWEST_ISA: (u32, u32) = (8, 8);
 /// The targets every kernel must assemble for.
 pub const GATE_TARGETS: [u32; 2] = [80, 90];
 
+/// [`GATE_TARGETS`] as `-arch` values.
+pub const GATE_ARCHS: [&str; 2] = ["sm_80", "sm_90"];
+
 /// How many PTX lines an assembly error quotes.
 const LISTING_LINES: usize = 40;
 
@@ -200,7 +203,7 @@ pub fn assemble_arch(ptxas: &Path, ptx: &str, arch: &str) -> Result<(), String> 
 }
 
 /// One `ptxas -arch=<arch>` run.
-fn assemble_with(ptxas: &Path, ptx: &str, arch: &str) -> Result<(), String> {
+pub fn assemble_with(ptxas: &Path, ptx: &str, arch: &str) -> Result<(), String> {
     let scratch = Scratch::new();
     fs::write(&scratch.ptx, ptx)
         .map_err(|e| format!("cannot write {}: {e}", scratch.ptx.display()))?;

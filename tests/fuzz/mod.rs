@@ -7,7 +7,6 @@
 //! * [`check`]: what counts as a failure on the CPU and on the GPU;
 //! * [`shrink`]: test-case minimisation;
 //! * [`case`]: cases, the regression-file format, a pseudo-code printer;
-//! * [`ptxas_batch`]: assembling thousands of kernels with few ptxas runs;
 //! * [`coverage`]: which constructs a run exercised;
 //! * [`defined`]: definite assignment of a kernel's registers (a ptxas hazard gate);
 //! * [`rng`], [`values`]: randomness and edge values.
@@ -21,7 +20,6 @@ pub mod coverage;
 pub mod defined;
 pub mod gen;
 pub mod oracle;
-pub mod ptxas_batch;
 pub mod rng;
 pub mod shrink;
 pub mod values;
