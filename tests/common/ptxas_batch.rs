@@ -90,11 +90,50 @@ pub fn assemble_with_each(
         }
         ids.push(&k.id);
     }
-    let mut jobs: Vec<(usize, String, Vec<Kernel>)> = Vec::new();
+    let (jobs, no_target) = plan(compilers, &unique, archs);
+    let refused = Mutex::new(no_target);
+    let next = AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| {
+                while let Some(job) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let (label, path) = &compilers[job.compiler];
+                    for (kernel, error) in assemble_all(path, &job.kernels, &job.arch) {
+                        let ids = ids_of.get(kernel.ptx.as_str()).map_or(&[][..], |v| &v[..]);
+                        refused.lock().unwrap().extend(ids.iter().map(|id| Refusal {
+                            id: id.to_string(),
+                            compiler: label,
+                            arch: job.arch.clone(),
+                            error: error.clone(),
+                        }));
+                    }
+                }
+            });
+        }
+    });
+    refused.into_inner().unwrap()
+}
+
+/// Up to [`BATCH`] kernels for one compiler and `-arch`.
+struct Job {
+    compiler: usize,
+    arch: String,
+    kernels: Vec<Kernel>,
+}
+
+/// The jobs of [`assemble_with_each`], and a refusal for each kernel without a `.target`
+/// where `archs` is empty.
+fn plan(
+    compilers: &[(&'static str, PathBuf)],
+    unique: &[&Kernel],
+    archs: &[&str],
+) -> (Vec<Job>, Vec<Refusal>) {
+    let mut jobs = Vec::new();
     let mut no_target = Vec::new();
     for (c, (label, _)) in compilers.iter().enumerate() {
         let mut by_arch: Vec<(String, Vec<Kernel>)> = Vec::new();
-        for k in &unique {
+        for k in unique {
             if *label == "cuda12" && !cu12_reads(&k.ptx) {
                 continue;
             }
@@ -118,36 +157,14 @@ pub fn assemble_with_each(
             }
         }
         for (arch, list) in by_arch {
-            for batch in list.chunks(BATCH) {
-                jobs.push((c, arch.clone(), batch.to_vec()));
-            }
+            jobs.extend(list.chunks(BATCH).map(|batch| Job {
+                compiler: c,
+                arch: arch.clone(),
+                kernels: batch.to_vec(),
+            }));
         }
     }
-    let refused = Mutex::new(no_target);
-    let next = AtomicUsize::new(0);
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    std::thread::scope(|scope| {
-        for _ in 0..threads {
-            scope.spawn(|| {
-                while let Some((c, arch, batch)) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    let (label, path) = &compilers[*c];
-                    for (kernel, error) in assemble_all(path, batch, arch) {
-                        let mut refused = refused.lock().unwrap();
-                        let ids = ids_of.get(kernel.ptx.as_str()).map_or(&[][..], |v| &v[..]);
-                        for id in ids {
-                            refused.push(Refusal {
-                                id: (*id).to_string(),
-                                compiler: label,
-                                arch: arch.clone(),
-                                error: error.clone(),
-                            });
-                        }
-                    }
-                }
-            });
-        }
-    });
-    refused.into_inner().unwrap()
+    (jobs, no_target)
 }
 
 /// [`assemble_everywhere`], failing the test with every refusal.
