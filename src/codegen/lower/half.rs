@@ -147,11 +147,7 @@ impl Lowerer<'_> {
     ) -> Result<Val, CodegenError> {
         let f = match value.kind {
             ValKind::F32 | ValKind::F64 | ValKind::Half => self.float_operand(value).reg,
-            ValKind::U32 => {
-                let f = self.w.reg(RegClass::F32);
-                emit!(self.w, "mov.b32 {f}, {}", value.reg);
-                self.flush_subnormal(f)
-            }
+            ValKind::U32 => self.bits_as_f32(value.reg),
             other => {
                 return Err(CodegenError::unsupported(
                     format!("Cast from {} to {format:?}", other.name()),
