@@ -1,18 +1,17 @@
 //! Assemble many emitted kernels with few `ptxas` runs, on every core.
 //!
-//! A `ptxas` process costs tens of milliseconds before it reads a line, and the gate
-//! assembles thousands of kernels, each for two targets with two compilers. So kernels
-//! are merged: modules of the same header are concatenated with their entries renamed
-//! (registers, labels and `.shared` arrays are scoped to their entry) and the module-scope
-//! items they share (the zero page, libm `.func`s and tables, `malloc`'s declaration)
-//! written once; a kernel whose item of some name differs from the batch's starts a
+//! The gate assembles thousands of kernels, each for two targets with two compilers, and
+//! each `ptxas` process costs tens of milliseconds of its own. So kernels are merged:
+//! modules of the same header are concatenated with their entries renamed (registers,
+//! labels and `.shared` arrays are scoped to their entry) and the module-scope items they
+//! share (the zero page, libm tables, `malloc`'s declaration) written once; a kernel whose item of some name differs from the batch's starts a
 //! new batch. Identical texts are assembled once. A failing batch is bisected down to
 //! its failing kernels, which are assembled alone for their own error text.
 
 #![allow(dead_code)]
 
 use super::ptxas::{assemble_with, cu12_ptxas, cu12_reads, ptx_target};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -116,24 +115,24 @@ pub fn assemble_with_each(
 }
 
 /// Up to [`BATCH`] kernels for one compiler and `-arch`.
-struct Job {
+struct Job<'a> {
     compiler: usize,
     arch: String,
-    kernels: Vec<Kernel>,
+    kernels: Vec<&'a Kernel>,
 }
 
 /// The jobs of [`assemble_with_each`], and a refusal for each kernel without a `.target`
 /// where `archs` is empty.
-fn plan(
+fn plan<'a>(
     compilers: &[(&'static str, PathBuf)],
-    unique: &[&Kernel],
+    unique: &[&'a Kernel],
     archs: &[&str],
-) -> (Vec<Job>, Vec<Refusal>) {
+) -> (Vec<Job<'a>>, Vec<Refusal>) {
     let mut jobs = Vec::new();
     let mut no_target = Vec::new();
     for (c, (label, _)) in compilers.iter().enumerate() {
-        let mut by_arch: Vec<(String, Vec<Kernel>)> = Vec::new();
-        for k in unique {
+        let mut by_arch: Vec<(String, Vec<&Kernel>)> = Vec::new();
+        for &k in unique {
             if *label == "cuda12" && !cu12_reads(&k.ptx) {
                 continue;
             }
@@ -151,8 +150,8 @@ fn plan(
             }
             for arch in own {
                 match by_arch.iter_mut().find(|(a, _)| *a == arch) {
-                    Some((_, list)) => list.push((*k).clone()),
-                    None => by_arch.push((arch, vec![(*k).clone()])),
+                    Some((_, list)) => list.push(k),
+                    None => by_arch.push((arch, vec![k])),
                 }
             }
         }
@@ -183,23 +182,14 @@ pub fn assert_all_assemble(ptxas: &Path, kernels: &[Kernel]) {
     );
 }
 
-/// `ptxas -arch=<arch>` on one PTX text; `Err` carries ptxas's output.
-pub fn assemble_one(ptxas: &Path, ptx: &str, arch: &str) -> Result<(), String> {
-    assemble_with(ptxas, ptx, arch)
-}
-
-/// Assemble `kernels` for `arch` with `ptxas`; returns the kernels that fail, each with
-/// its error.
-pub fn assemble_all<'a>(
-    ptxas: &Path,
-    kernels: &'a [Kernel],
-    arch: &str,
-) -> Vec<(&'a Kernel, String)> {
+/// Assemble `kernels` for `arch` with `ptxas` in as few modules as their items allow;
+/// returns the kernels that fail, each with its error.
+fn assemble_all<'a>(ptxas: &Path, kernels: &[&'a Kernel], arch: &str) -> Vec<(&'a Kernel, String)> {
     let mut failures = Vec::new();
     let mut batches: Vec<Batch> = Vec::new();
-    for k in kernels {
+    for &k in kernels {
         let Some(module) = Module::parse(&k.ptx) else {
-            if let Err(e) = assemble_one(ptxas, &k.ptx, arch) {
+            if let Err(e) = assemble_with(ptxas, &k.ptx, arch) {
                 failures.push((k, e));
             }
             continue;
@@ -228,12 +218,12 @@ fn bisect<'a>(
     match members {
         [] => {}
         [(k, _)] => {
-            if let Err(e) = assemble_one(ptxas, &k.ptx, arch) {
+            if let Err(e) = assemble_with(ptxas, &k.ptx, arch) {
                 failures.push((k, e));
             }
         }
         _ => {
-            if assemble_one(ptxas, &combine(members), arch).is_ok() {
+            if assemble_with(ptxas, &combine(members), arch).is_ok() {
                 return;
             }
             let (a, b) = members.split_at(members.len() / 2);
@@ -255,8 +245,7 @@ impl<'a> Batch<'a> {
         let Some((_, first)) = self.members.first() else {
             return true;
         };
-        self.members.len() < BATCH
-            && first.header == module.header
+        first.header == module.header
             && module
                 .shared
                 .iter()
@@ -375,10 +364,10 @@ fn item_name(head: &str) -> Option<&str> {
 /// renamed by its member's index.
 fn combine(members: &[(&Kernel, Module)]) -> String {
     let mut out = String::from(members[0].1.header);
-    let mut written: HashMap<&str, ()> = HashMap::new();
+    let mut written: HashSet<&str> = HashSet::new();
     for (_, module) in members {
         for (name, text) in &module.shared {
-            if written.insert(name, ()).is_none() {
+            if written.insert(name) {
                 out.push_str(text);
                 out.push('\n');
             }

@@ -785,7 +785,7 @@ pub fn cpu_still_fails(
             return match (emit(case, target, name, valid), compiler) {
                 (Emitted::Kernel(k), Some(p)) => loaded_modules(&k)
                     .iter()
-                    .any(|m| crate::common::ptxas_batch::assemble_one(&p, m, arch).is_err()),
+                    .any(|m| crate::common::ptxas::assemble_with(&p, m, arch).is_err()),
                 _ => false,
             };
         }
