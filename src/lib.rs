@@ -36,7 +36,7 @@ pub use backend::{
     collective_fold_program, serve_jit_helper, CollectiveReduction, CudaBackend, CudaCluster,
     CudaDeviceBuffer, CudaOptions, CudaPendingDispatch, CudaPipeline, PeerBarrierKind, PoolKind,
     COLLECTIVE_PEER_FOLD_ENV, COLLECTIVE_REDUCTION_ENV, COLLECTIVE_TIMEOUT_ENV, JIT_HELPER_ENV,
-    PEER_BARRIER_ENV, SPLIT_COMPILE_ENV,
+    JIT_OPTIMIZATION_LEVEL_ENV, PEER_BARRIER_ENV, SPLIT_COMPILE_ENV,
 };
 pub use compat::{BACKEND_ID, PAYLOAD_FORMAT, TARGET_ID};
 pub use driver::nccl::NcclUniqueId;

@@ -21,7 +21,6 @@ use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use vyre_cuda::{CudaError, CudaOptions};
-use vyre_driver::DispatchConfig;
 use vyre_foundation::ir::{BufferDecl, DataType, Expr, Node, Program};
 
 const CRASHING_PTX: &str = include_str!("data/ptxas-crash-1.sm_90.ptx");
@@ -153,36 +152,11 @@ fn dispatch_through_the_helper_matches_the_reference() {
     }) else {
         return;
     };
-    let (mut cases, mut rejected) = (0usize, 0usize);
-    let mut failures = Vec::new();
-    for entry in common::corpus::fixtures() {
-        let Some(inputs) = entry.inputs else {
-            continue;
-        };
-        let program = (entry.build)();
-        let config = DispatchConfig::default();
-        if backend.emit(&program, &config).is_err() {
-            rejected += 1;
-            continue;
-        }
-        for case in inputs() {
-            cases += 1;
-            let want = common::gpu::reference(&program, &case);
-            let got = backend.dispatch(&program, &case, &config);
-            match (want, got) {
-                (Ok(want), Ok(got)) if want == got => {}
-                (Err(_), Err(e)) => {
-                    common::gpu::fix_text(e);
-                }
-                (want, got) => failures.push(format!(
-                    "{}: reference {:?} vs backend {:?}",
-                    entry.id,
-                    want.map(|_| "ok"),
-                    got.map(|_| "ok")
-                )),
-            }
-        }
-    }
+    let common::gpu::CorpusRun {
+        cases,
+        rejected,
+        failures,
+    } = common::gpu::run_fixture_corpus(&backend);
     println!("through the JIT helper: {cases} fixture cases run, {rejected} programs rejected, {} failing", failures.len());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(cases > 100, "too few fixture cases ran ({cases})");

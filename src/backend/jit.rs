@@ -18,7 +18,7 @@
 //! stdout: a request is a little-endian `u64` length and the PTX bytes; a reply is a tag
 //! byte (0: cubin, 1: error text), a little-endian `u64` length and the bytes.
 
-use crate::driver::{compile_to_cubin, Device, DriverError, Module};
+use crate::driver::{compile_to_cubin, Device, DriverError, JitSettings, Module};
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -59,14 +59,22 @@ impl std::fmt::Display for LoadError {
 
 /// Where PTX is compiled.
 pub(crate) enum Jit {
-    InProcess,
+    /// The driver's JIT in this process, at this `CU_JIT_OPTIMIZATION_LEVEL` (`None`: the
+    /// driver's default).
+    InProcess {
+        optimization_level: Option<u32>,
+    },
     Isolated(IsolatedJit),
 }
 
 impl Jit {
-    pub(crate) fn new(helper: Option<PathBuf>, device: usize) -> Self {
+    pub(crate) fn new(
+        helper: Option<PathBuf>,
+        device: usize,
+        optimization_level: Option<u32>,
+    ) -> Self {
         match helper {
-            None => Self::InProcess,
+            None => Self::InProcess { optimization_level },
             Some(path) => Self::Isolated(IsolatedJit {
                 helper: path,
                 device,
@@ -84,11 +92,13 @@ impl Jit {
         split: Option<u32>,
     ) -> Result<Arc<Module>, LoadError> {
         match self {
-            Self::InProcess => match split {
-                Some(threads) => Module::load_ptx_split(device, ptx, threads),
-                None => Module::load_ptx(device, ptx),
+            Self::InProcess { optimization_level } => {
+                let settings = JitSettings {
+                    split_threads: split,
+                    optimization_level: *optimization_level,
+                };
+                Module::load_ptx_with(device, ptx, settings).map_err(LoadError::Driver)
             }
-            .map_err(LoadError::Driver),
             Self::Isolated(isolated) => {
                 let cubin = isolated.compile(ptx)?;
                 Module::load_cubin(device, &cubin, ptx).map_err(LoadError::Driver)
@@ -335,7 +345,7 @@ mod tests {
     #[test]
     fn stop_ends_the_running_helper() {
         let (dir, script) = helper_script("vyre-cuda-jit-stop", "exec sleep 600");
-        let jit = Jit::new(Some(script), 0);
+        let jit = Jit::new(Some(script), 0, None);
         let Jit::Isolated(isolated) = &jit else {
             unreachable!("a helper path gives an isolated JIT")
         };

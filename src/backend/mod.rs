@@ -80,6 +80,8 @@ pub use jit::{serve as serve_jit_helper, JIT_HELPER_ENV};
 pub const VECTOR_MIN_INVOCATIONS_ENV: &str = "VYRE_CUDA_VECTOR_MIN_INVOCATIONS";
 /// Environment variable setting [`CudaOptions::vector_max_blocks`].
 pub const VECTOR_MAX_BLOCKS_ENV: &str = "VYRE_CUDA_VECTOR_MAX_BLOCKS";
+/// Environment variable setting [`CudaOptions::jit_optimization_level`] (0..=4).
+pub const JIT_OPTIMIZATION_LEVEL_ENV: &str = "VYRE_CUDA_JIT_OPT_LEVEL";
 /// Environment variable turning on blocking (sleeping) waits: `1` or `true`.
 pub const BLOCKING_WAIT_ENV: &str = "VYRE_CUDA_BLOCKING_WAIT";
 
@@ -130,6 +132,12 @@ pub struct CudaOptions {
     /// compiler crashes"): a crash of the driver's PTX compiler then fails one dispatch
     /// instead of killing the process. `None`: the driver's JIT runs in-process.
     pub jit_helper: Option<PathBuf>,
+    /// The driver JIT's optimisation level (`CU_JIT_OPTIMIZATION_LEVEL`, 0..=4;
+    /// `VYRE_CUDA_JIT_OPT_LEVEL`). `None`: the driver's default (4). Lower levels compile
+    /// faster and may run slower; results are the same bits at every level (the emitted
+    /// PTX fixes every rounding). Not applied by the JIT helper, which compiles at the
+    /// default.
+    pub jit_optimization_level: Option<u32>,
     /// Emit PTX for this SM architecture (e.g. `75`) instead of the device's own; it must
     /// not be newer than the device, whose driver JIT-compiles the older PTX for it. For
     /// testing the code paths of older GPUs (bf16 rounding below sm_80) on a newer one.
@@ -177,6 +185,7 @@ impl Default for CudaOptions {
             vector_max_blocks: 0,
             blocking_wait: false,
             jit_helper: None,
+            jit_optimization_level: None,
             emit_sm: None,
             collective_timeout: DEFAULT_COLLECTIVE_TIMEOUT,
             collective_reduction: CollectiveReduction::Exact,
@@ -190,7 +199,7 @@ impl CudaOptions {
     /// Defaults overridden by `VYRE_CUDA_DEVICE`, `VYRE_CUDA_POOL`,
     /// `VYRE_CUDA_RESIDENT_BUDGET`, `VYRE_CUDA_COPY_THREADS`, `VYRE_CUDA_SPLIT_GRID_SYNC`,
     /// `VYRE_CUDA_SMALL_DISPATCH_BYTES`, `VYRE_CUDA_BLOCKING_WAIT`,
-    /// `VYRE_CUDA_VECTOR_MIN_INVOCATIONS`, `VYRE_CUDA_VECTOR_MAX_BLOCKS`, `VYRE_CUDA_JIT_HELPER`, `VYRE_CUDA_COLLECTIVE_TIMEOUT_MS`,
+    /// `VYRE_CUDA_VECTOR_MIN_INVOCATIONS`, `VYRE_CUDA_VECTOR_MAX_BLOCKS`, `VYRE_CUDA_JIT_HELPER`, `VYRE_CUDA_JIT_OPT_LEVEL`, `VYRE_CUDA_COLLECTIVE_TIMEOUT_MS`,
     /// `VYRE_CUDA_COLLECTIVE_REDUCTION`, `VYRE_CUDA_COLLECTIVE_PEER_FOLD` and
     /// `VYRE_CUDA_PEER_BARRIER`.
     pub fn from_env() -> Result<Self, CudaError> {
@@ -206,6 +215,10 @@ impl CudaOptions {
         if let Some(helper) = std::env::var_os(JIT_HELPER_ENV).filter(|h| !h.is_empty()) {
             options.jit_helper = Some(PathBuf::from(helper));
         }
+        let level = |t: &str| t.parse::<u32>().ok().filter(|l| *l <= 4);
+        let levels = "an optimisation level from 0 to 4";
+        options.jit_optimization_level =
+            env_var(JIT_OPTIMIZATION_LEVEL_ENV, "a JIT level", levels, level)?;
         let kinds = "`size-classes` or `stream-ordered`";
         if let Some(pool) = env_var(POOL_ENV, "a pool kind", kinds, PoolKind::parse)? {
             options.pool = pool;
@@ -468,7 +481,11 @@ impl CudaBackend {
                 0 => u32::MAX,
                 blocks => blocks,
             },
-            jit: Arc::new(jit::Jit::new(options.jit_helper, options.device)),
+            jit: Arc::new(jit::Jit::new(
+                options.jit_helper,
+                options.device,
+                options.jit_optimization_level,
+            )),
             cooperative_capture_fails: AtomicBool::new(false),
             shut_down: AtomicBool::new(false),
             lost: Mutex::new(None),

@@ -29,7 +29,7 @@ pub(crate) use graph::GraphExec;
 pub use memory::{DeviceAlloc, PinnedHostBuffer};
 pub(crate) use memory::{StagingBuffer, StreamOrderedAlloc};
 pub(crate) use module::compile_to_cubin;
-pub use module::{Function, KernelArg, Module};
+pub use module::{Function, JitSettings, KernelArg, Module};
 pub use nccl::{NcclError, NcclVersion};
 pub(crate) use round_trip::{Exchange, RoundTripBuffer, Wait};
 pub use stream::{Event, Stream, StreamMemOp};

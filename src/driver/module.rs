@@ -18,6 +18,15 @@ const CU_JIT_SPLIT_COMPILE: u32 = 34;
 /// again.
 static SPLIT_COMPILE_UNSUPPORTED: AtomicBool = AtomicBool::new(false);
 
+/// How the driver's JIT compiles one module.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct JitSettings {
+    /// Compile the module's functions on up to this many threads (`CU_JIT_SPLIT_COMPILE`).
+    pub split_threads: Option<u32>,
+    /// `CU_JIT_OPTIMIZATION_LEVEL` (0..=4); `None`: the driver's default, 4.
+    pub optimization_level: Option<u32>,
+}
+
 /// A loaded CUDA module, unloaded on drop. `Send + Sync`.
 #[derive(Debug)]
 pub struct Module {
@@ -95,43 +104,48 @@ impl Module {
     /// the error ([`DriverError::log`]). PTX containing a NUL byte is rejected without a
     /// driver call.
     pub fn load_ptx(device: &Arc<Device>, ptx: &str) -> Result<Arc<Module>, DriverError> {
-        let image = ptx_image(ptx)?;
-        let raw = Self::jit(device, &image, None)?;
-        Ok(Module::wrap(device, raw, entry_signatures(ptx)))
+        Self::load_ptx_with(device, ptx, JitSettings::default())
     }
 
-    /// [`Module::load_ptx`] with the module's functions compiled on up to `threads`
-    /// threads (`CU_JIT_SPLIT_COMPILE`); serially where the driver (older than CUDA 12.8)
-    /// does not know the option.
-    pub fn load_ptx_split(
+    /// [`Module::load_ptx`] with `settings`. Split compilation falls back to serial where
+    /// the driver (older than CUDA 12.8) does not know the option.
+    pub fn load_ptx_with(
         device: &Arc<Device>,
         ptx: &str,
-        threads: u32,
+        settings: JitSettings,
     ) -> Result<Arc<Module>, DriverError> {
         let image = ptx_image(ptx)?;
-        let split = (!SPLIT_COMPILE_UNSUPPORTED.load(Ordering::Relaxed)).then_some(threads);
-        let raw = match Self::jit(device, &image, split) {
+        let mut settings = settings;
+        if SPLIT_COMPILE_UNSUPPORTED.load(Ordering::Relaxed) {
+            settings.split_threads = None;
+        }
+        let raw = match Self::jit(device, &image, settings) {
             Err(error)
-                if split.is_some()
+                if settings.split_threads.is_some()
                     && error.code() == Some(sys::CUresult::CUDA_ERROR_INVALID_VALUE as u32) =>
             {
                 SPLIT_COMPILE_UNSUPPORTED.store(true, Ordering::Relaxed);
-                Self::jit(device, &image, None)?
+                settings.split_threads = None;
+                Self::jit(device, &image, settings)?
             }
             loaded => loaded?,
         };
         Ok(Module::wrap(device, raw, entry_signatures(ptx)))
     }
 
-    /// One `cuModuleLoadDataEx` of `image`, its functions compiled on `split` threads.
+    /// One `cuModuleLoadDataEx` of `image` with `settings`.
     fn jit(
         device: &Arc<Device>,
         image: &CString,
-        split: Option<u32>,
+        settings: JitSettings,
     ) -> Result<sys::CUmodule, DriverError> {
         let mut log = JitLog::new();
-        if let Some(threads) = split {
+        if let Some(threads) = settings.split_threads {
             log.push(CU_JIT_SPLIT_COMPILE, threads as usize as *mut c_void);
+        }
+        if let Some(level) = settings.optimization_level {
+            let option = sys::CUjit_option::CU_JIT_OPTIMIZATION_LEVEL as u32;
+            log.push(option, level as usize as *mut c_void);
         }
         let mut raw: sys::CUmodule = std::ptr::null_mut();
         // SAFETY: `image` is a NUL-terminated PTX string; `options`/`values` have the same

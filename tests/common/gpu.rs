@@ -101,3 +101,49 @@ pub fn fix_text(error: impl Into<vyre_driver::BackendError>) -> String {
     assert_eq!(text.matches("Fix:").count(), 1, "not one Fix: in {text}");
     text
 }
+
+/// The fixture corpus (every case with inputs) through `backend`: cases run, programs the
+/// emitter rejected, and each case whose result differs from the reference's (bytes, or
+/// success against failure). A case on which both fail counts as matching; the backend's
+/// error must then carry one `Fix:` hint.
+pub struct CorpusRun {
+    pub cases: usize,
+    pub rejected: usize,
+    pub failures: Vec<String>,
+}
+
+pub fn run_fixture_corpus(backend: &CudaBackend) -> CorpusRun {
+    let config = vyre_driver::DispatchConfig::default();
+    let mut run = CorpusRun {
+        cases: 0,
+        rejected: 0,
+        failures: Vec::new(),
+    };
+    for entry in super::corpus::fixtures() {
+        let Some(inputs) = entry.inputs else {
+            continue;
+        };
+        let program = (entry.build)();
+        if backend.emit(&program, &config).is_err() {
+            run.rejected += 1;
+            continue;
+        }
+        for case in inputs() {
+            run.cases += 1;
+            let want = reference(&program, &case);
+            match (want, backend.dispatch(&program, &case, &config)) {
+                (Ok(want), Ok(got)) if want == got => {}
+                (Err(_), Err(e)) => {
+                    fix_text(e);
+                }
+                (want, got) => run.failures.push(format!(
+                    "{}: reference {:?} vs backend {:?}",
+                    entry.id,
+                    want.map(|_| "ok"),
+                    got.map(|_| "ok")
+                )),
+            }
+        }
+    }
+    run
+}
