@@ -16,6 +16,9 @@
 //! Before/after an emitter change: `--dump-ptx` with each build, then
 //! `--ptxas-time after/corpus/vyre_cuda,after/corpus/incumbent,before/corpus/vyre_cuda`.
 //!
+//! A directory named `DIR@O<n>` is `DIR` compiled at optimisation level n (`-O<n>` for
+//! ptxas, whose highest is 3; `CU_JIT_OPTIMIZATION_LEVEL` n for the driver, 0..=4).
+//!
 //! `--jit-time` (GPU) runs the same loop with the driver's own JIT in this process instead
 //! (`cuModuleLoadData` wall time, every text salted so no cache entry hits): ptxas in a child
 //! process and the driver's JIT disagree on some modules (the atomics: 1.5x offline, 3x in
@@ -95,14 +98,15 @@ impl Timer {
         }
     }
 
-    fn time(&mut self, file: &Path) -> (f64, f64) {
+    fn time(&mut self, file: &Path, level: Option<u32>) -> (f64, f64) {
         let (floor, salt) = match self {
-            Timer::Ptxas(ptxas) => return time_ptxas(ptxas, file),
+            Timer::Ptxas(ptxas) => return time_ptxas(ptxas, file, level),
             Timer::Driver { floor, salt } => (floor, salt),
         };
         *salt += 1;
         let text = std::fs::read_to_string(file).unwrap_or_default();
-        match floor.jit_time(&salted(&text, *salt), Jit::Load) {
+        let how = level.map_or(Jit::Load, Jit::Level);
+        match floor.jit_time(&salted(&text, *salt), how) {
             Ok(d) => {
                 let ms = d.as_secs_f64() * 1e3;
                 (ms, ms)
@@ -116,8 +120,10 @@ impl Timer {
 }
 
 pub fn run(args: &Args) {
-    let names = common_modules(&args.dirs, args.filter.as_deref());
-    if names.is_empty() || args.dirs.len() < 2 {
+    let (dirs, levels): (Vec<PathBuf>, Vec<Option<u32>>) =
+        args.dirs.iter().map(|d| split_level(d)).unzip();
+    let names = common_modules(&dirs, args.filter.as_deref());
+    if names.is_empty() || dirs.len() < 2 {
         eprintln!("--ptxas-time: need two or more directories holding the same <id>.ptx files");
         std::process::exit(2)
     }
@@ -126,8 +132,7 @@ pub fn run(args: &Args) {
     let mut cells: Vec<Vec<Cell>> = names
         .iter()
         .map(|name| {
-            args.dirs
-                .iter()
+            dirs.iter()
                 .map(|dir| Cell {
                     facts: facts(&args.ptxas, &dir.join(name)),
                     ..Cell::default()
@@ -137,15 +142,15 @@ pub fn run(args: &Args) {
         .collect();
     let mut timer = Timer::open(args);
     let mut fixed = Cell::default();
-    let n = args.dirs.len();
+    let n = dirs.len();
     for rep in 0..args.reps {
-        let (cpu, wall) = timer.time(&trivial);
+        let (cpu, wall) = timer.time(&trivial, None);
         fixed.cpu.push(cpu);
         fixed.wall.push(wall);
         for (name, row) in names.iter().zip(&mut cells) {
             for k in 0..n {
                 let d = (k + rep) % n;
-                let (cpu, wall) = timer.time(&args.dirs[d].join(name));
+                let (cpu, wall) = timer.time(&dirs[d].join(name), levels[d]);
                 row[d].cpu.push(cpu);
                 row[d].wall.push(wall);
             }
@@ -234,6 +239,18 @@ fn report(args: &Args, timer: &str, names: &[String], cells: &[Vec<Cell>], fixed
     println!("\nwrote {}", args.out.display());
 }
 
+/// `DIR@O<n>` as (`DIR`, Some(n)); any other path as itself with the default level.
+fn split_level(spec: &Path) -> (PathBuf, Option<u32>) {
+    let text = spec.to_string_lossy();
+    match text
+        .rsplit_once("@O")
+        .map(|(dir, n)| (dir, n.parse::<u32>()))
+    {
+        Some((dir, Ok(level))) => (PathBuf::from(dir), Some(level)),
+        _ => (spec.to_path_buf(), None),
+    }
+}
+
 /// A directory's name in the table: its last two components (`vyre_cuda` under `after/corpus`
 /// is `corpus/vyre_cuda`; the caller picks distinct names).
 fn label(dir: &Path) -> String {
@@ -279,12 +296,13 @@ fn children_cpu_ms() -> f64 {
     ms(usage.ru_utime) + ms(usage.ru_stime)
 }
 
-/// One `ptxas -arch=sm_90 -o /dev/null file`: (CPU ms, wall ms).
-fn time_ptxas(ptxas: &Path, file: &Path) -> (f64, f64) {
+/// One `ptxas -arch=sm_90 [-O<level>] -o /dev/null file`: (CPU ms, wall ms).
+fn time_ptxas(ptxas: &Path, file: &Path, level: Option<u32>) -> (f64, f64) {
     let before = children_cpu_ms();
     let started = Instant::now();
     let status = Command::new(ptxas)
         .args(["-arch=sm_90", "-o", "/dev/null"])
+        .args(level.map(|l| format!("-O{}", l.min(3))))
         .arg(file)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -350,5 +368,19 @@ fn median(v: &[f64]) -> f64 {
         s[n / 2]
     } else {
         (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_directory_names_its_level_after_at_o() {
+        let split = |s: &str| split_level(Path::new(s));
+        assert_eq!(split("ptx/v45@O1"), (PathBuf::from("ptx/v45"), Some(1)));
+        assert_eq!(split("a/b@O0"), (PathBuf::from("a/b"), Some(0)));
+        assert_eq!(split("ptx/v45"), (PathBuf::from("ptx/v45"), None));
+        assert_eq!(split("ptx/v45@Ox"), (PathBuf::from("ptx/v45@Ox"), None));
     }
 }
