@@ -8,7 +8,7 @@
 
 mod common;
 
-use vyre_cuda::{CudaOptions, JIT_OPTIMIZATION_LEVEL_ENV};
+use vyre_cuda::{CudaBackend, CudaOptions, JIT_OPTIMIZATION_LEVEL_ENV};
 
 #[test]
 fn jit_levels_parse_and_keep_the_bits() {
@@ -34,6 +34,14 @@ fn the_level_comes_from_the_environment() {
         assert_eq!(text.matches("Fix:").count(), 1, "{text}");
     }
     std::env::remove_var(JIT_OPTIMIZATION_LEVEL_ENV);
+    // Set directly, a level the driver does not know is refused before the device opens.
+    let refused = CudaBackend::with_options(CudaOptions {
+        jit_optimization_level: Some(5),
+        ..CudaOptions::default()
+    });
+    let text = refused.err().expect("level 5 is refused").to_string();
+    assert!(text.contains("jit_optimization_level"), "{text}");
+    assert_eq!(text.matches("Fix:").count(), 1, "{text}");
 }
 
 fn the_corpus_is_byte_identical_at_the_lowest_levels() {

@@ -215,7 +215,7 @@ impl CudaOptions {
         if let Some(helper) = std::env::var_os(JIT_HELPER_ENV).filter(|h| !h.is_empty()) {
             options.jit_helper = Some(PathBuf::from(helper));
         }
-        let level = |t: &str| t.parse::<u32>().ok().filter(|l| *l <= 4);
+        let level = |t: &str| t.parse::<u32>().ok().filter(|l| *l <= MAX_JIT_LEVEL);
         let levels = "an optimisation level from 0 to 4";
         options.jit_optimization_level =
             env_var(JIT_OPTIMIZATION_LEVEL_ENV, "a JIT level", levels, level)?;
@@ -291,6 +291,22 @@ fn env_var<T>(
         )
     })?;
     Ok(Some(parsed))
+}
+
+/// The highest `CU_JIT_OPTIMIZATION_LEVEL` (the driver's default).
+const MAX_JIT_LEVEL: u32 = 4;
+
+/// A level the driver accepts, checked before any device work: the driver answers another
+/// with `CUDA_ERROR_INVALID_VALUE` at every JIT, which would also read as a driver that does
+/// not know split compilation.
+fn check_jit_level(level: Option<u32>) -> Result<(), CudaError> {
+    match level {
+        Some(level) if level > MAX_JIT_LEVEL => Err(CudaError::invalid_input(
+            format!("CudaOptions::jit_optimization_level is {level}; the driver's levels are 0 to {MAX_JIT_LEVEL}"),
+            format!("set jit_optimization_level to a level from 0 to {MAX_JIT_LEVEL}, or to None"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// The compute capability to emit for: the device's, or `emit_sm` when that is not newer.
@@ -425,6 +441,7 @@ impl CudaBackend {
 
     /// Open a device with explicit options.
     pub fn with_options(options: CudaOptions) -> Result<Self, CudaError> {
+        check_jit_level(options.jit_optimization_level)?;
         let device = Device::open(options.device)?;
         let info = device.info();
         let (major, minor) = emitted_architecture(info.compute_capability, options.emit_sm)?;

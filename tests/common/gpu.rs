@@ -102,16 +102,20 @@ pub fn fix_text(error: impl Into<vyre_driver::BackendError>) -> String {
     text
 }
 
-/// The fixture corpus (every case with inputs) through `backend`: cases run, programs the
-/// emitter rejected, and each case whose result differs from the reference's (bytes, or
-/// success against failure). A case on which both fail counts as matching; the backend's
-/// error must then carry one `Fix:` hint.
+/// What [`run_fixture_corpus`] saw.
 pub struct CorpusRun {
+    /// Fixture cases dispatched.
     pub cases: usize,
+    /// Programs the emitter rejected (not dispatched).
     pub rejected: usize,
+    /// Each case whose result differs from the reference's (bytes, or success against
+    /// failure).
     pub failures: Vec<String>,
 }
 
+/// The fixture corpus (every case with inputs) through `backend`, each case against
+/// vyre-reference. A case on which both fail counts as matching; the backend's error must
+/// then carry one `Fix:` hint.
 pub fn run_fixture_corpus(backend: &CudaBackend) -> CorpusRun {
     let config = vyre_driver::DispatchConfig::default();
     let mut run = CorpusRun {
