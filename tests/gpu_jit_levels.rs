@@ -39,7 +39,10 @@ fn the_level_comes_from_the_environment() {
         jit_optimization_level: Some(5),
         ..CudaOptions::default()
     });
-    let text = refused.err().expect("level 5 is refused").to_string();
+    let Err(error) = refused else {
+        panic!("level 5 is refused")
+    };
+    let text = error.to_string();
     assert!(text.contains("jit_optimization_level"), "{text}");
     assert_eq!(text.matches("Fix:").count(), 1, "{text}");
 }
