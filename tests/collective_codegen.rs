@@ -47,8 +47,10 @@ fn world_collectives_lower_for_one_device_and_assemble() {
             let kernel = emit_ptx(&case.program, None, target)
                 .unwrap_or_else(|e| panic!("{} ({target}): {e}", case.name));
             if let Some(ptxas) = &ptxas {
-                common::ptxas::assemble_for(ptxas, &kernel.ptx)
-                    .unwrap_or_else(|e| panic!("{} ({target}): {e}", case.name));
+                for ptx in std::iter::once(&kernel.ptx).chain(&kernel.checked_ptx) {
+                    common::ptxas::assemble_for(ptxas, ptx)
+                        .unwrap_or_else(|e| panic!("{} ({target}): {e}", case.name));
+                }
             }
         }
     }
@@ -117,10 +119,13 @@ fn rank_kernels_assemble() {
             let Ok(kernel) = emit_ptx(program, None, target) else {
                 return false;
             };
-            kernels.borrow_mut().push(Kernel {
-                id: format!("{name} ({target})"),
-                ptx: kernel.ptx,
-            });
+            let modules = [Some(kernel.ptx), kernel.checked_ptx];
+            kernels
+                .borrow_mut()
+                .extend(modules.into_iter().flatten().map(|ptx| Kernel {
+                    id: format!("{name} ({target})"),
+                    ptx,
+                }));
         }
         true
     };

@@ -30,8 +30,10 @@ fn primitive_corpus_lowers_and_assembles() {
             match emit_ptx(&program, None, target) {
                 Ok(kernel) => {
                     emitted += 1;
-                    // The vector entry's module too: the runtime loads it separately.
-                    for ptx in std::iter::once(kernel.ptx).chain(kernel.vector_ptx) {
+                    // The vector entry's and the checked variant's modules too: the runtime
+                    // loads them separately.
+                    let modules = [Some(kernel.ptx), kernel.vector_ptx, kernel.checked_ptx];
+                    for ptx in modules.into_iter().flatten() {
                         kernels.push(Kernel {
                             id: format!("{} for {target}", entry.id),
                             ptx,

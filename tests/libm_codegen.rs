@@ -106,10 +106,12 @@ impl Gate {
                     "{name} for {target}: approximate instruction in the PTX"
                 ));
             }
-            self.kernels.push(Kernel {
-                id: format!("{name} for {target}"),
-                ptx: kernel.ptx,
-            });
+            let modules = [Some(kernel.ptx), kernel.checked_ptx];
+            self.kernels
+                .extend(modules.into_iter().flatten().map(|ptx| Kernel {
+                    id: format!("{name} for {target}"),
+                    ptx,
+                }));
         }
     }
 

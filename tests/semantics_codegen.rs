@@ -27,10 +27,13 @@ fn every_semantic_case_lowers_and_assembles() {
     for case in &cases {
         for target in targets {
             match emit_ptx(&case.program, case.config.workgroup_override, target) {
-                Ok(kernel) => kernels.push(Kernel {
-                    id: format!("{} for {target}", case.name),
-                    ptx: kernel.ptx,
-                }),
+                Ok(kernel) => {
+                    let modules = [Some(kernel.ptx), kernel.checked_ptx];
+                    kernels.extend(modules.into_iter().flatten().map(|ptx| Kernel {
+                        id: format!("{} for {target}", case.name),
+                        ptx,
+                    }))
+                }
                 Err(error) => failures.push(format!("{} rejected: {error}", case.name)),
             }
         }

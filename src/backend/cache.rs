@@ -5,7 +5,7 @@
 //! module loaded until it finishes, so eviction never unloads a module in use.
 
 use crate::codegen::{EmittedKernel, KernelAbi, PtxTarget, EMITTER_VERSION, VECTOR_ENTRY};
-use crate::driver::{Device, Function};
+use crate::driver::{Device, DriverError, Function};
 use rustc_hash::FxHashMap;
 use std::hash::Hash;
 use std::sync::{Arc, OnceLock};
@@ -58,6 +58,10 @@ pub(crate) struct LoadedKernel {
     /// The elementwise vector entry, when the ABI has one (`KernelAbi::vector_lanes`):
     /// its own module, JIT-compiled on first use.
     pub(crate) vector: Option<LazyVector>,
+    /// The entry with every load checked (`codegen::EmittedKernel::checked_ptx`), for
+    /// launches where a buffer is shorter than its binding's literal extent: its own module,
+    /// JIT-compiled on first need.
+    pub(crate) checked: Option<LazyChecked>,
     /// Whether it may be launched with a null fault area: a timed kernel that writes its
     /// area only to stamp the clock (`codegen::KernelEntries::fault_area_optional`).
     pub(crate) fault_area_optional: bool,
@@ -78,6 +82,7 @@ impl LoadedKernel {
             functions: Vec::new(),
             cooperative: None,
             vector: None,
+            checked: None,
             fault_area_optional: false,
         }
     }
@@ -92,6 +97,46 @@ impl LoadedKernel {
     /// or its module failed to load (logged; launches then use the scalar entry).
     pub(crate) fn vector_function(&self) -> Option<&Function> {
         self.vector.as_ref().and_then(LazyVector::function)
+    }
+
+    /// The entries a launch over buffers of `counts` elements runs, in order: the
+    /// kernel's, or its checked variant where a buffer is shorter than the elements the
+    /// kernel reads from it at literal indices (`KernelBinding::literal_extent`).
+    pub(crate) fn scalar_functions(&self, counts: &[u32]) -> Result<&[Function], DriverError> {
+        let short = (self.abi.bindings.iter().zip(counts)).any(|(b, &n)| n < b.literal_extent);
+        match &self.checked {
+            Some(checked) if short => checked.function().map(std::slice::from_ref),
+            _ => Ok(&self.functions),
+        }
+    }
+}
+
+/// The checked variant's module text and, once loaded, its entry.
+pub(crate) struct LazyChecked {
+    pub(crate) device: Arc<Device>,
+    pub(crate) jit: Arc<super::jit::Jit>,
+    pub(crate) ptx: String,
+    pub(crate) entry: String,
+    /// Set on the first launch that needs it (the error text when its module did not load).
+    pub(crate) function: OnceLock<Result<Function, String>>,
+}
+
+impl LazyChecked {
+    fn function(&self) -> Result<&Function, DriverError> {
+        self.function
+            .get_or_init(|| {
+                let _span = tracing::debug_span!("vyre_cuda.checked_module_load").entered();
+                match self.jit.load(&self.device, &self.ptx, None) {
+                    Ok(module) => module.function(&self.entry).map_err(|e| e.to_string()),
+                    Err(error) => Err(error.to_string()),
+                }
+            })
+            .as_ref()
+            .map_err(|error| {
+                DriverError::invalid_ptx_text(format!(
+                    "the kernel's bounds-checked variant (for a buffer shorter than the elements it reads at fixed indices) did not load: {error}"
+                ))
+            })
     }
 }
 

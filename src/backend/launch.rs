@@ -86,10 +86,11 @@ pub(crate) fn enqueue(
             None => {
                 // A program split at grid-wide barriers has one entry per segment; stream
                 // order makes each segment see every write of the one before.
-                for function in &kernel.functions {
+                let functions = kernel.scalar_functions(&args.counts)?;
+                for function in functions {
                     stream.launch(function, grid, abi.workgroup_size, &kernel_args)?;
                 }
-                if kernel.functions.len() > 1 {
+                if functions.len() > 1 {
                     Metrics::bump(&metrics.grid_sync_split);
                 }
             }

@@ -45,7 +45,7 @@ use crate::codegen::{emit_prepared, reference_program, CodegenError, EmittedKern
 use crate::compat::HandleNamespace;
 use crate::driver::{Device, DeviceAlloc, DeviceInfo, DriverError};
 use crate::error::CudaError;
-use cache::{CooperativeEntry, KernelCache, KernelKey, LazyVector, LoadedKernel, Lru};
+use cache::{CooperativeEntry, KernelCache, KernelKey, LazyChecked, LazyVector, LoadedKernel, Lru};
 use identity::ProgramIdentities;
 use launch::GridSyncLaunch;
 use metrics::Metrics;
@@ -954,12 +954,21 @@ impl Core {
     fn load(&self, key: KernelKey, emitted: &EmittedKernel) -> Result<LoadedKernel, CudaError> {
         self.check_shared_memory(&emitted.abi)?;
         let module = self.load_module(&emitted.ptx, None)?;
-        self.kernel_in(
+        let mut kernel = self.kernel_in(
             &module,
             key,
             emitted.abi.clone(),
             emitted.vector_ptx.as_ref(),
-        )
+        )?;
+        // The variant with every load checked, compiled only for a launch that needs it.
+        kernel.checked = emitted.checked_ptx.as_ref().map(|ptx| LazyChecked {
+            device: Arc::clone(&self.device),
+            jit: Arc::clone(&self.jit),
+            ptx: ptx.clone(),
+            entry: kernel.abi.entry_name(0),
+            function: OnceLock::new(),
+        });
+        Ok(kernel)
     }
 
     /// Loads one module holding several kernels' entries (an artifact's, see
@@ -1048,6 +1057,7 @@ impl Core {
             functions,
             cooperative,
             vector,
+            checked: None,
             fault_area_optional: false,
         })
     }

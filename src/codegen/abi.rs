@@ -170,6 +170,11 @@ pub struct KernelBinding {
     /// parameters). The vector entry reads it with ordinary bounds-checked loads, and a
     /// chunked dispatch binds the whole buffer, uploaded once, to every chunk.
     pub broadcast: bool,
+    /// Elements the scalar entries read at literal indices without a bounds check (the
+    /// largest such index + 1; 0: none). The host launches them only where the bound buffer
+    /// holds that many elements, and [`crate::codegen::EmittedKernel::checked_ptx`] (every
+    /// load checked) where it is shorter.
+    pub literal_extent: u32,
 }
 
 impl KernelBinding {
@@ -431,6 +436,7 @@ fn binding(decl_index: usize, decl: &BufferDecl, element_size: u32) -> KernelBin
         output_byte_range: decl.output_byte_range(),
         accumulated: false,
         broadcast: false,
+        literal_extent: 0,
     }
 }
 

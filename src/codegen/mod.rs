@@ -67,7 +67,9 @@ pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
-/// Version of the emitter's output format; part of every cache key. (45: v41's division
+/// Version of the emitter's output format; part of every cache key. (46: a single-entry
+/// kernel reads buffers at literal indices without bounds checks, the host launching its
+/// checked variant where a buffer is shorter (`KernelBinding::literal_extent`); 45: v41's division
 /// (`div.rn.f32`) again, 42-44 reverted (see CHANGELOG); under other lanes' variable types
 /// an fma takes a u32's bits; 41: loops of a
 /// run-time trip whose body branches or holds an atomic carry `.pragma "nounroll"`;
@@ -101,7 +103,7 @@ use vyre_foundation::ir::{Node, Program};
 /// entry where a lane that faults could be awaited there; 24: workgroup barriers of
 /// entries whose leaving lanes exit take the `.aligned` form; 23: repeated pure
 /// sub-expressions of a statement computed once; 22 was an unmerged experiment.)
-pub const EMITTER_VERSION: u32 = 45;
+pub const EMITTER_VERSION: u32 = 46;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;
@@ -117,6 +119,11 @@ pub struct EmittedKernel {
     /// the runtime loads it only when a dispatch is large enough to use it: small and
     /// one-off dispatches do not pay for a second entry's compilation.
     pub vector_ptx: Option<String>,
+    /// The entries of `ptx` with every load bounds-checked, as a module of its own, exactly
+    /// when a binding has a [`KernelBinding::literal_extent`]: the host launches it instead
+    /// where a bound buffer is shorter than that (rare: a buffer that does not hold the
+    /// elements the program reads at fixed indices), compiling it on first need.
+    pub checked_ptx: Option<String>,
     /// How to launch it.
     pub abi: KernelAbi,
     /// The target it was written for.
@@ -275,12 +282,28 @@ fn emit_entries(
         .into_iter()
         .map(|nodes| segment(program, &facts, nodes, workgroup_size))
         .collect::<Result<Vec<_>, _>>()?;
+    // One entry, no grid barrier, collective or clock: its literal-index loads may trust
+    // the host (`KernelBinding::literal_extent`), which has the checked variant below.
+    let trusting = segments.len() == 1 && peer.is_none() && !timed;
     let lowerer =
         || lower::Lowerer::new(program, &facts, &abi, &shared, target.sm()).stamping_clock(timed);
-    let bodies = segments
-        .iter()
-        .map(|segment| lower::lower_segment(lowerer, segment))
-        .collect::<Result<Vec<_>, _>>()?;
+    let trusting_lowerer = || lowerer().trusting_literal_extents(trusting);
+    let lower_all = |trust: bool| {
+        segments
+            .iter()
+            .map(|segment| match trust {
+                true => lower::lower_segment(trusting_lowerer, segment),
+                false => lower::lower_segment(lowerer, segment),
+            })
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let bodies = lower_all(trusting)?;
+    let trusted = bodies.iter().any(|body| !body.literal_extents.is_empty());
+    let checked = if trusted {
+        Some(lower_all(false)?)
+    } else {
+        None
+    };
     let cooperative = lower_cooperative(&segments, lowerer)?;
     let vector = match &facts.elementwise {
         Some(shape) => Some(lowerer().lower_vector_entry(&abi, program.entry(), shape)?),
@@ -308,10 +331,23 @@ fn emit_entries(
         clock: timed,
     };
     let composed = module::compose(program, &abi, target, &bodies);
+    for body in bodies.segments {
+        record_literal_extents(&mut abi, &body.literal_extents);
+    }
+    let checked_ptx = checked.map(|checked| {
+        let bodies = module::Bodies {
+            segments: &checked,
+            cooperative: &[],
+            vector: None,
+            clock: timed,
+        };
+        module::compose(program, &abi, target, &bodies).ptx
+    });
     let step_machine_segments = segments.iter().filter(|s| s.steps.is_some()).count() as u32;
     Ok(EmittedKernel {
         ptx: composed.ptx,
         vector_ptx: composed.vector_ptx,
+        checked_ptx,
         abi,
         target,
         timed,
@@ -320,6 +356,16 @@ fn emit_entries(
         entries_at: composed.entries_at,
         libm: composed.libm,
     })
+}
+
+/// Writes each binding's literal extent (the elements a trusting entry reads at literal
+/// indices) into `abi`, the largest over the entries.
+fn record_literal_extents(abi: &mut KernelAbi, extents: &[(String, u32)]) {
+    for (name, extent) in extents {
+        if let Some(binding) = abi.bindings.iter_mut().find(|b| &*b.name == name.as_str()) {
+            binding.literal_extent = binding.literal_extent.max(*extent);
+        }
+    }
 }
 
 /// How `nodes`, one launch's body, runs: in parallel or replicated, and as a step machine

@@ -578,11 +578,12 @@ fn through_opaque_zero(reg: &str, defs: &Definitions<'_>, zero: Option<&str>, de
             }))
 }
 
-/// The modules the runtime loads for an emitted kernel, in load order: its module, and
-/// the vector entry's when it has one.
+/// The modules the runtime may load for an emitted kernel, in order: its module, the
+/// vector entry's when it has one, and the bounds-checked variant's when it has one.
 pub fn loaded_modules(kernel: &EmittedKernel) -> Vec<String> {
     std::iter::once(kernel.ptx.clone())
         .chain(kernel.vector_ptx.clone())
+        .chain(kernel.checked_ptx.clone())
         .collect()
 }
 

@@ -11,6 +11,7 @@ use crate::codegen::clock::{self, EndRegs, CLOCK_END};
 use crate::codegen::module::{STORE_SINK, ZERO_PAGE};
 use crate::codegen::writer::{emit, PtxWriter, Reg, RegClass};
 use crate::codegen::CodegenError;
+use rustc_hash::FxHashMap;
 
 impl<'p> Lowerer<'p> {
     /// End every invocation by branching to `label` instead of exiting (the cooperative
@@ -25,6 +26,13 @@ impl<'p> Lowerer<'p> {
     /// around all of its segments).
     pub(crate) fn stamping_clock(mut self, timed: bool) -> Self {
         self.clock = timed;
+        self
+    }
+
+    /// Read buffers at literal indices without a bounds check, recording the elements each
+    /// must hold (`KernelBinding::literal_extent`), when `trusting`.
+    pub(crate) fn trusting_literal_extents(mut self, trusting: bool) -> Self {
+        self.literal_extents = trusting.then(FxHashMap::default);
         self
     }
 
@@ -135,6 +143,11 @@ impl<'p> Lowerer<'p> {
             prologue,
             body: self.w.into_body(),
             fault_word,
+            literal_extents: self
+                .literal_extents
+                .take()
+                .map(|extents| extents.into_iter().collect())
+                .unwrap_or_default(),
         })
     }
 

@@ -146,8 +146,39 @@ impl Lowerer<'_> {
         self.low_word(bytes)
     }
 
+    /// Whether a load of `buffer` at `index` skips its bounds check because the host
+    /// launches this entry only where the buffer holds the element: the entry trusts
+    /// literal extents, the index is a literal and the buffer a plain global one (the
+    /// loads `hoisted_bounds_test` may prove). Records the extent.
+    pub(super) fn trusted_literal(
+        &mut self,
+        buffer: &str,
+        index: &Expr,
+    ) -> Result<bool, CodegenError> {
+        let (Some(_), Expr::LitU32(k)) = (&self.literal_extents, index) else {
+            return Ok(false);
+        };
+        let slot = self.slot(buffer)?;
+        let plain = matches!(slot.space, Space::Global { .. })
+            && slot.counted.is_none()
+            && ValKind::of_load(&slot.element).is_some()
+            && odd_width(&slot.element).is_none()
+            && HalfFormat::of(&slot.element).is_none()
+            && unaddressed_width(&slot.element).is_none()
+            && !view_element(&slot.element);
+        let Some(extent) = k.checked_add(1).filter(|_| plain) else {
+            return Ok(false);
+        };
+        if let Some(extents) = &mut self.literal_extents {
+            let recorded = extents.entry(buffer.to_string()).or_insert(0);
+            *recorded = (*recorded).max(extent);
+        }
+        Ok(true)
+    }
+
     /// `buffer[index]`; `proven` where a test before the enclosing loop showed the index
-    /// in bounds (a plain global load then skips the check).
+    /// in bounds, or the host guarantees it ([`Self::trusted_literal`]): a plain global
+    /// load then skips the check.
     pub(super) fn put_load(
         &mut self,
         buffer: &str,

@@ -217,6 +217,10 @@ pub(crate) struct Lowerer<'p> {
     /// The loads of the loop copy being lowered whose bounds a test before the loop
     /// proved (see `analysis::loop_bounds`): they skip the per-access check.
     proven_loads: FxHashSet<*const Expr>,
+    /// Set for entries the host launches only where every buffer holds the elements they
+    /// read at literal indices (`KernelBinding::literal_extent`): those loads skip their
+    /// check, and each buffer's extent so far is recorded here.
+    literal_extents: Option<FxHashMap<String, u32>>,
     /// While a branch is lowered as straight-line code, its condition: it guards the
     /// branch's faults, stores and assignments (see `speculate`).
     speculation: Option<Reg>,
@@ -303,6 +307,7 @@ impl<'p> Lowerer<'p> {
             schedule: None,
             steps: None,
             proven_loads: FxHashSet::default(),
+            literal_extents: None,
             speculation: None,
             learned: Learned::default(),
             known: Learned::default(),
@@ -411,6 +416,9 @@ pub(crate) struct LoweredBody {
     pub(crate) prologue: String,
     pub(crate) body: String,
     pub(crate) fault_word: bool,
+    /// Each buffer read at literal indices without a check, and the elements it must hold
+    /// (see `Lowerer::literal_extents`).
+    pub(crate) literal_extents: Vec<(String, u32)>,
     /// Set when this lowering found variable types it did not know in advance (several
     /// types of a variable subgroup operands read, widened floats): lower the entry again
     /// knowing them (`typed_lanes::lower_segment`).
