@@ -196,24 +196,43 @@ pub fn buffer_abi(program: &Program, workgroup_size: [u32; 3]) -> Result<KernelA
 }
 
 /// Lower a [`reference_program`] to a PTX kernel for `target`; the effective workgroup
-/// size is `workgroup_override`, else the program's.
+/// size is `workgroup_override`, else the program's. A single-entry kernel may read
+/// buffers at literal indices unchecked ([`KernelBinding::literal_extent`]): launch
+/// [`EmittedKernel::checked_ptx`] instead where a bound buffer is shorter.
 pub fn emit_prepared(
     program: &Program,
     workgroup_override: Option<[u32; 3]>,
     target: PtxTarget,
 ) -> Result<EmittedKernel, CodegenError> {
-    emit_named(program, workgroup_override, target, KERNEL_ENTRY)
+    let route = Route::Dispatch;
+    emit_entries(program, workgroup_override, target, KERNEL_ENTRY, route)
+}
+
+/// Who launches an emitted kernel, which decides what its entries may assume.
+#[derive(Clone, Copy)]
+enum Route {
+    /// The backend's own dispatch ([`emit_prepared`]): it launches the checked variant
+    /// where a buffer is shorter than a literal extent, so loads at literal indices may
+    /// skip their checks.
+    Dispatch,
+    /// A kernel named to share a module with others ([`emit_named`]): every load checked.
+    Shared,
+    /// An artifact's kernel, stamping the clock ([`emit_timed`]): every load checked.
+    Timed,
+    /// A fold meeting the other ranks itself ([`emit_peer_synced`]).
+    PeerSynced(PeerSync),
 }
 
 /// [`emit_prepared`] with entries named `entry`, `entry_1`, ..., `entry_coop`, so that
-/// several kernels can share one module ([`compose_module`]).
+/// several kernels can share one module ([`compose_module`]); every load is checked (no
+/// [`KernelBinding::literal_extent`]: a shared module has no checked variant).
 pub fn emit_named(
     program: &Program,
     workgroup_override: Option<[u32; 3]>,
     target: PtxTarget,
     entry: &str,
 ) -> Result<EmittedKernel, CodegenError> {
-    emit_entries(program, workgroup_override, target, entry, false, None)
+    emit_entries(program, workgroup_override, target, entry, Route::Shared)
 }
 
 /// [`emit_named`] for a kernel that times itself (the artifact route's kernels): it always
@@ -229,7 +248,7 @@ pub fn emit_timed(
     target: PtxTarget,
     entry: &str,
 ) -> Result<EmittedKernel, CodegenError> {
-    emit_entries(program, workgroup_override, target, entry, true, None)
+    emit_entries(program, workgroup_override, target, entry, Route::Timed)
 }
 
 /// [`emit_prepared`] of a collective's fold kernel whose vector entry meets the other
@@ -241,7 +260,7 @@ pub fn emit_peer_synced(
     target: PtxTarget,
     sync: PeerSync,
 ) -> Result<EmittedKernel, CodegenError> {
-    let emitted = emit_entries(program, None, target, KERNEL_ENTRY, false, Some(sync))?;
+    let emitted = emit_entries(program, None, target, KERNEL_ENTRY, Route::PeerSynced(sync))?;
     if emitted.vector_ptx.is_none() || emitted.reports_faults || sync.rank >= sync.world {
         return Err(CodegenError::invalid(
             "a peer-synced fold must be elementwise, fault-free and of a rank in its world",
@@ -256,9 +275,13 @@ fn emit_entries(
     workgroup_override: Option<[u32; 3]>,
     target: PtxTarget,
     entry: &str,
-    timed: bool,
-    peer: Option<PeerSync>,
+    route: Route,
 ) -> Result<EmittedKernel, CodegenError> {
+    let timed = matches!(route, Route::Timed);
+    let peer = match route {
+        Route::PeerSynced(sync) => Some(sync),
+        _ => None,
+    };
     // PTX compilers mis-handle an entry named like one of its own parameters (ptxas 13.0
     // corrupts its heap), so a name that could be one is refused before any work.
     if entry.starts_with("vyre_p")
@@ -282,9 +305,9 @@ fn emit_entries(
         .into_iter()
         .map(|nodes| segment(program, &facts, nodes, workgroup_size))
         .collect::<Result<Vec<_>, _>>()?;
-    // One entry, no grid barrier, collective or clock: its literal-index loads may trust
-    // the host (`KernelBinding::literal_extent`), which has the checked variant below.
-    let trusting = segments.len() == 1 && peer.is_none() && !timed;
+    // The dispatch route's single entries (no grid barrier): their literal-index loads may
+    // trust the host (`KernelBinding::literal_extent`), which has the checked variant below.
+    let trusting = matches!(route, Route::Dispatch) && segments.len() == 1;
     let lowerer =
         || lower::Lowerer::new(program, &facts, &abi, &shared, target.sm()).stamping_clock(timed);
     let trusting_lowerer = || lowerer().trusting_literal_extents(trusting);
