@@ -157,10 +157,12 @@ fn a_buffer_with_no_value_of_its_name_is_rejected_with_a_fix() {
     );
 }
 
-/// The modules the runtime loads for a kernel: its module and its vector entry's.
+/// The modules the runtime may load for a kernel: its module, its vector entry's and its
+/// checked variant's.
 fn modules(kernel: &EmittedKernel) -> Vec<&str> {
     std::iter::once(kernel.ptx.as_str())
         .chain(kernel.vector_ptx.as_deref())
+        .chain(kernel.checked_ptx.as_deref())
         .collect()
 }
 
@@ -230,6 +232,11 @@ fn artifact_kernels_stamp_the_clock_in_every_entry_and_assemble() {
         let mut expected = dispatch.abi.clone();
         expected.entry = "vyre_node3".into();
         expected.fault_word = true;
+        // An artifact's kernel checks every load: no literal extents, no checked variant.
+        for binding in &mut expected.bindings {
+            binding.literal_extent = 0;
+        }
+        assert!(timed.checked_ptx.is_none(), "{name}");
         assert_eq!(timed.abi, expected, "{name}: only the fault area is added");
         let prepared = prepared.unwrap();
         assert_eq!(
