@@ -9,18 +9,11 @@
 mod common;
 
 use common::gpu::{backend, fresh, reference, Rng};
+use common::kernels::bin;
 use vyre_cuda::codegen::{emit_ptx, PtxTarget};
 use vyre_cuda::CudaOptions;
 use vyre_driver::{DispatchConfig, ResidentDispatchStep, ResidentReadRange, Resource};
 use vyre_foundation::ir::{BinOp, BufferAccess, BufferDecl, DataType, Expr, Node, Program};
-
-fn bin(op: BinOp, left: Expr, right: Expr) -> Expr {
-    Expr::BinOp {
-        op,
-        left: Box::new(left),
-        right: Box::new(right),
-    }
-}
 
 /// `out[i] = x[i] * p[0] + p[3]` over `n` invocations; bindings `p` (0), `x` (1),
 /// `out` (2), so resident handles go in that order.
