@@ -4,7 +4,7 @@
 //! Eviction only drops the cache's `Arc`: a dispatch that already holds a kernel keeps its
 //! module loaded until it finishes, so eviction never unloads a module in use.
 
-use crate::codegen::{EmittedKernel, KernelAbi, PtxTarget, EMITTER_VERSION, VECTOR_ENTRY};
+use crate::codegen::{EmittedKernel, KernelAbi, PtxTarget, EMITTER_VERSION};
 use crate::driver::{Device, DriverError, Function};
 use rustc_hash::FxHashMap;
 use std::hash::Hash;
@@ -61,7 +61,7 @@ pub(crate) struct LoadedKernel {
     /// The entry with every load checked (`codegen::EmittedKernel::checked_ptx`), for
     /// launches where a buffer is shorter than its binding's literal extent: its own module,
     /// JIT-compiled on first need.
-    pub(crate) checked: Option<LazyChecked>,
+    pub(crate) checked: Option<LazyEntry>,
     /// Whether it may be launched with a null fault area: a timed kernel that writes its
     /// area only to stamp the clock (`codegen::KernelEntries::fault_area_optional`).
     pub(crate) fault_area_optional: bool,
@@ -96,7 +96,7 @@ impl LoadedKernel {
     /// The vector entry, loading its module on first use; `None` when the kernel has none
     /// or its module failed to load (logged; launches then use the scalar entry).
     pub(crate) fn vector_function(&self) -> Option<&Function> {
-        self.vector.as_ref().and_then(LazyVector::function)
+        self.vector.as_ref()?.entry.function().ok()
     }
 
     /// The entries a launch over buffers of `counts` elements runs, in order: the
@@ -105,73 +105,74 @@ impl LoadedKernel {
     pub(crate) fn scalar_functions(&self, counts: &[u32]) -> Result<&[Function], DriverError> {
         let short = (self.abi.bindings.iter().zip(counts)).any(|(b, &n)| n < b.literal_extent);
         match &self.checked {
-            Some(checked) if short => checked.function().map(std::slice::from_ref),
+            Some(checked) if short => checked
+                .function()
+                .map(std::slice::from_ref)
+                .map_err(|error| {
+                    DriverError::invalid_ptx_text(format!(
+                        "the kernel's bounds-checked variant (for a buffer shorter than the elements it reads at fixed indices) did not load: {error}"
+                    ))
+                }),
             _ => Ok(&self.functions),
         }
     }
 }
 
-/// The checked variant's module text and, once loaded, its entry.
-pub(crate) struct LazyChecked {
+/// Which entry a [`LazyEntry`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LazyKind {
+    /// The elementwise vector entry ([`crate::codegen::VECTOR_ENTRY`]); launches fall back to the scalar
+    /// entry when it does not load.
+    Vector,
+    /// The entry with every load checked, named like the kernel's first entry; a launch
+    /// that needs it fails when it does not load.
+    Checked,
+}
+
+/// An entry in a module of its own, JIT-compiled on first use: the module text and, once
+/// loaded, the entry or why it did not load.
+pub(crate) struct LazyEntry {
     pub(crate) device: Arc<Device>,
     pub(crate) jit: Arc<super::jit::Jit>,
     pub(crate) ptx: String,
-    pub(crate) entry: String,
-    /// Set on the first launch that needs it (the error text when its module did not load).
+    pub(crate) kind: LazyKind,
+    /// The entry's name in `ptx`.
+    pub(crate) name: String,
+    /// Set on the first launch that uses the entry (the error text when it did not load).
     pub(crate) function: OnceLock<Result<Function, String>>,
 }
 
-impl LazyChecked {
-    fn function(&self) -> Result<&Function, DriverError> {
+impl LazyEntry {
+    /// The entry, its module loaded on the first call.
+    fn function(&self) -> Result<&Function, &str> {
         self.function
             .get_or_init(|| {
-                let _span = tracing::debug_span!("vyre_cuda.checked_module_load").entered();
-                match self.jit.load(&self.device, &self.ptx, None) {
-                    Ok(module) => module.function(&self.entry).map_err(|e| e.to_string()),
-                    Err(error) => Err(error.to_string()),
+                let _span = match self.kind {
+                    LazyKind::Vector => tracing::debug_span!("vyre_cuda.vector_module_load"),
+                    LazyKind::Checked => tracing::debug_span!("vyre_cuda.checked_module_load"),
                 }
+                .entered();
+                let loaded = match self.jit.load(&self.device, &self.ptx, None) {
+                    Ok(module) => module.function(&self.name).map_err(|e| e.to_string()),
+                    Err(error) => Err(error.to_string()),
+                };
+                if let (Err(error), LazyKind::Vector) = (&loaded, self.kind) {
+                    tracing::warn!(%error, "vyre-cuda: the vector entry's module did not load; this kernel keeps using its scalar entry");
+                }
+                loaded
             })
             .as_ref()
-            .map_err(|error| {
-                DriverError::invalid_ptx_text(format!(
-                    "the kernel's bounds-checked variant (for a buffer shorter than the elements it reads at fixed indices) did not load: {error}"
-                ))
-            })
+            .map_err(String::as_str)
     }
 }
 
-/// The vector entry's module text and, once loaded, the entry.
+/// The vector entry and how launches use it.
 pub(crate) struct LazyVector {
-    pub(crate) device: Arc<Device>,
-    pub(crate) jit: Arc<super::jit::Jit>,
-    pub(crate) ptx: String,
-    /// Set on the first launch that uses the entry (`None`: its module did not load).
-    pub(crate) function: OnceLock<Option<Function>>,
+    pub(crate) entry: LazyEntry,
     /// Launches of fewer invocations keep the scalar entry.
     pub(crate) min_invocations: u32,
     /// Most blocks of one launch (`CudaOptions::vector_max_blocks`).
     pub(crate) max_blocks: u32,
-}
-
-impl LazyVector {
-    fn function(&self) -> Option<&Function> {
-        self.function
-            .get_or_init(|| {
-                let _span = tracing::debug_span!("vyre_cuda.vector_module_load").entered();
-                let loaded = match self.jit.load(&self.device, &self.ptx, None) {
-                    Ok(module) => module.function(VECTOR_ENTRY).map_err(|e| e.to_string()),
-                    Err(error) => Err(error.to_string()),
-                };
-                match loaded {
-                    Ok(function) => Some(function),
-                    Err(error) => {
-                        tracing::warn!(%error, "vyre-cuda: the vector entry's module did not load; this kernel keeps using its scalar entry");
-                        None
-                    }
-                }
-            })
-            .as_ref()
-    }
 }
 
 /// A kernel's cooperative entry and the largest grid that is resident at once with it.

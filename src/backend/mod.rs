@@ -41,11 +41,15 @@ pub(crate) use plan::{binding_order, reference_grid_for};
 pub use pool::PoolKind;
 pub(crate) use sequence::{Fill, Read, ResidentBatch, Step, Upload};
 
-use crate::codegen::{emit_prepared, reference_program, CodegenError, EmittedKernel, PtxTarget};
+use crate::codegen::{
+    emit_prepared, reference_program, CodegenError, EmittedKernel, PtxTarget, VECTOR_ENTRY,
+};
 use crate::compat::HandleNamespace;
 use crate::driver::{Device, DeviceAlloc, DeviceInfo, DriverError};
 use crate::error::CudaError;
-use cache::{CooperativeEntry, KernelCache, KernelKey, LazyChecked, LazyVector, LoadedKernel, Lru};
+use cache::{
+    CooperativeEntry, KernelCache, KernelKey, LazyEntry, LazyKind, LazyVector, LoadedKernel, Lru,
+};
 use identity::ProgramIdentities;
 use launch::GridSyncLaunch;
 use metrics::Metrics;
@@ -961,14 +965,22 @@ impl Core {
             emitted.vector_ptx.as_ref(),
         )?;
         // The variant with every load checked, compiled only for a launch that needs it.
-        kernel.checked = emitted.checked_ptx.as_ref().map(|ptx| LazyChecked {
+        let entry = kernel.abi.entry_name(0);
+        kernel.checked = (emitted.checked_ptx.as_ref())
+            .map(|ptx| self.lazy_entry(ptx, LazyKind::Checked, &entry));
+        Ok(kernel)
+    }
+
+    /// `name` in the module `ptx`, compiled on first use.
+    fn lazy_entry(&self, ptx: &str, kind: LazyKind, name: &str) -> LazyEntry {
+        LazyEntry {
             device: Arc::clone(&self.device),
             jit: Arc::clone(&self.jit),
-            ptx: ptx.clone(),
-            entry: kernel.abi.entry_name(0),
+            ptx: ptx.to_owned(),
+            kind,
+            name: name.to_owned(),
             function: OnceLock::new(),
-        });
-        Ok(kernel)
+        }
     }
 
     /// Loads one module holding several kernels' entries (an artifact's, see
@@ -1034,10 +1046,7 @@ impl Core {
         // An elementwise program's vector entry is a module of its own, compiled by the
         // driver only when a dispatch large enough to use it comes (see `LazyVector`).
         let vector = vector_ptx.map(|ptx| LazyVector {
-            device: Arc::clone(&self.device),
-            jit: Arc::clone(&self.jit),
-            ptx: ptx.clone(),
-            function: OnceLock::new(),
+            entry: self.lazy_entry(ptx, LazyKind::Vector, VECTOR_ENTRY),
             min_invocations: self.vector_min_invocations,
             max_blocks: self.vector_max_blocks,
         });

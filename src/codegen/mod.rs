@@ -310,13 +310,11 @@ fn emit_entries(
     let trusting = matches!(route, Route::Dispatch) && segments.len() == 1;
     let lowerer =
         || lower::Lowerer::new(program, &facts, &abi, &shared, target.sm()).stamping_clock(timed);
-    let trusting_lowerer = || lowerer().trusting_literal_extents(trusting);
     let lower_all = |trust: bool| {
         segments
             .iter()
-            .map(|segment| match trust {
-                true => lower::lower_segment(trusting_lowerer, segment),
-                false => lower::lower_segment(lowerer, segment),
+            .map(|segment| {
+                lower::lower_segment(|| lowerer().trusting_literal_extents(trust), segment)
             })
             .collect::<Result<Vec<_>, _>>()
     };

@@ -162,10 +162,7 @@ impl Lowerer<'_> {
         let plain = matches!(slot.space, Space::Global { .. })
             && slot.counted.is_none()
             && ValKind::of_load(&slot.element).is_some()
-            && odd_width(&slot.element).is_none()
-            && HalfFormat::of(&slot.element).is_none()
-            && unaddressed_width(&slot.element).is_none()
-            && !view_element(&slot.element);
+            && plain_element(&slot);
         let Some(extent) = k.checked_add(1).filter(|_| plain) else {
             return Ok(false);
         };
