@@ -157,13 +157,9 @@ fn a_buffer_with_no_value_of_its_name_is_rejected_with_a_fix() {
     );
 }
 
-/// The modules the runtime may load for a kernel: its module, its vector entry's and its
-/// checked variant's.
+/// The modules the runtime may load for a kernel (`EmittedKernel::modules`).
 fn modules(kernel: &EmittedKernel) -> Vec<&str> {
-    std::iter::once(kernel.ptx.as_str())
-        .chain(kernel.vector_ptx.as_deref())
-        .chain(kernel.checked_ptx.as_deref())
-        .collect()
+    kernel.modules().collect()
 }
 
 /// Programs of every entry shape the emitter writes: plain and elementwise (a vector

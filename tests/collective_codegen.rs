@@ -47,7 +47,8 @@ fn world_collectives_lower_for_one_device_and_assemble() {
             let kernel = emit_ptx(&case.program, None, target)
                 .unwrap_or_else(|e| panic!("{} ({target}): {e}", case.name));
             if let Some(ptxas) = &ptxas {
-                for ptx in std::iter::once(&kernel.ptx).chain(&kernel.checked_ptx) {
+                let modules = [&kernel.checked_ptx, &kernel.cooperative_ptx];
+                for ptx in std::iter::once(&kernel.ptx).chain(modules.into_iter().flatten()) {
                     common::ptxas::assemble_for(ptxas, ptx)
                         .unwrap_or_else(|e| panic!("{} ({target}): {e}", case.name));
                 }
@@ -119,7 +120,7 @@ fn rank_kernels_assemble() {
             let Ok(kernel) = emit_ptx(program, None, target) else {
                 return false;
             };
-            let modules = [Some(kernel.ptx), kernel.checked_ptx];
+            let modules = [Some(kernel.ptx), kernel.checked_ptx, kernel.cooperative_ptx];
             kernels
                 .borrow_mut()
                 .extend(modules.into_iter().flatten().map(|ptx| Kernel {

@@ -30,10 +30,9 @@ fn primitive_corpus_lowers_and_assembles() {
             match emit_ptx(&program, None, target) {
                 Ok(kernel) => {
                     emitted += 1;
-                    // The vector entry's and the checked variant's modules too: the runtime
-                    // loads them separately.
-                    let modules = [Some(kernel.ptx), kernel.vector_ptx, kernel.checked_ptx];
-                    for ptx in modules.into_iter().flatten() {
+                    // The vector entry's, the checked variant's and the cooperative entry's
+                    // modules too: the runtime loads them separately.
+                    for ptx in kernel.modules().map(str::to_owned) {
                         kernels.push(Kernel {
                             id: format!("{} for {target}", entry.id),
                             ptx,

@@ -480,8 +480,13 @@ fn dump_case_ptx() {
             target,
         )
         .expect("emit");
-        let file = out.join(format!("{stem}.{arch}.ptx"));
-        std::fs::write(&file, kernel.ptx).expect("write");
-        println!("wrote {}", file.display());
+        for (index, ptx) in kernel.modules().enumerate() {
+            let file = match index {
+                0 => out.join(format!("{stem}.{arch}.ptx")),
+                _ => out.join(format!("{stem}.{arch}.{index}.ptx")),
+            };
+            std::fs::write(&file, ptx).expect("write");
+            println!("wrote {}", file.display());
+        }
     }
 }

@@ -14,6 +14,7 @@ use vyre_driver::{DispatchConfig, ResidentDispatchStep, ResidentReadRange, VyreB
 
 const COOPERATIVE: &str = "vyre_cuda_grid_sync_cooperative_launches_total";
 const SPLIT: &str = "vyre_cuda_grid_sync_split_launches_total";
+const MODULE_LOADS: &str = "vyre_cuda_module_loads_total";
 
 fn split_backend() -> CudaBackend {
     let mut options = CudaOptions::from_env().unwrap();
@@ -141,16 +142,42 @@ fn grids_too_large_to_be_resident_fall_back_to_split_launches() {
     // residency, so the cooperative launch cannot be used.
     let sms = backend.device_info().multiprocessor_count;
     let case = grid_programs::chained_passes(64 * 33 * sms);
+    let loads = backend.metric(MODULE_LOADS);
     assert!(
         !dynamic_fits(backend, &case),
         "{}: reported as fitting",
         case.name
     );
     assert_eq!(check(backend, &case), (0, 1), "{}", case.name);
+    // Over the device's residency bound for 64-invocation blocks the cooperative entry's
+    // module is never compiled: the segment entries' module is the one load.
+    assert_eq!(backend.metric(MODULE_LOADS) - loads, 1, "{}", case.name);
     println!(
         "{} invocations: split fallback, identical to the reference",
         64 * 33 * sms
     );
+}
+
+#[test]
+fn a_grid_that_fits_compiles_only_the_cooperative_module() {
+    let Some(backend) = backend() else { return };
+    // A size no other test dispatches: a kernel of its own.
+    let case = grid_programs::chained_passes(64 * 5);
+    let loads = backend.metric(MODULE_LOADS);
+    if backend.cooperative_grid_sync() {
+        assert!(dynamic_fits(backend, &case), "{}", case.name);
+        assert_eq!(check(backend, &case), (1, 0), "{}", case.name);
+    } else {
+        assert_eq!(check(backend, &case), (0, 1), "{}", case.name);
+    }
+    // One module either way: the cooperative entry's alone, or (without cooperative
+    // launches) the segment entries'.
+    assert_eq!(backend.metric(MODULE_LOADS) - loads, 1, "{}", case.name);
+    // A backend that always splits compiles the segment entries' module alone.
+    let split = split_backend();
+    let loads = split.metric(MODULE_LOADS);
+    assert_eq!(check(&split, &case), (0, 1), "{}", case.name);
+    assert_eq!(split.metric(MODULE_LOADS) - loads, 1, "{}", case.name);
 }
 
 #[test]

@@ -16,26 +16,34 @@ fn every_grid_case_assembles_with_a_cooperative_entry_where_exact() {
                 .unwrap_or_else(|e| panic!("{}: {e}", case.name));
             assert!(kernel.abi.segments > 1, "{}", case.name);
             assert_eq!(kernel.abi.cooperative, case.cooperative, "{}", case.name);
-            if !case.cooperative {
-                assert!(!kernel.ptx.contains(COOPERATIVE_ENTRY), "{}", case.name);
+            // The segment entries' module never holds the cooperative entry: the
+            // dispatch route gives it a module of its own.
+            assert!(!kernel.ptx.contains(COOPERATIVE_ENTRY), "{}", case.name);
+            let segment_entries = kernel.ptx.matches(".visible .entry ").count();
+            assert_eq!(segment_entries as u32, kernel.abi.segments, "{}", case.name);
+            let Some(cooperative) = &kernel.cooperative_ptx else {
+                assert!(!case.cooperative, "{}", case.name);
                 continue;
-            }
+            };
+            assert!(case.cooperative, "{}", case.name);
             assert!(
                 kernel.abi.fault_word,
                 "{}: the grid barrier lives in the fault area",
                 case.name
             );
             let entry = format!(".visible .entry {COOPERATIVE_ENTRY}(");
-            assert_eq!(kernel.ptx.matches(&entry).count(), 1, "{}", case.name);
+            assert_eq!(cooperative.matches(".visible .entry ").count(), 1);
+            assert_eq!(cooperative.matches(&entry).count(), 1, "{}", case.name);
             // One grid barrier per segment boundary, each left uniformly on a fault.
-            let barriers = kernel
-                .ptx
+            let barriers = cooperative
                 .matches("atom.acq_rel.gpu.global.add.u32")
                 .count();
             assert_eq!(barriers as u32, kernel.abi.segments - 1, "{}", case.name);
             if let Some(ptxas) = &ptxas {
-                common::ptxas::assemble_for(ptxas, &kernel.ptx)
-                    .unwrap_or_else(|e| panic!("{} ({target}): {e}", case.name));
+                for module in [&kernel.ptx, cooperative] {
+                    common::ptxas::assemble_for(ptxas, module)
+                        .unwrap_or_else(|e| panic!("{} ({target}): {e}", case.name));
+                }
             }
         }
     }
@@ -47,7 +55,11 @@ fn cooperative_segments_never_exit_early() {
     // that exits never reaches the next grid barrier, and every other block would wait.
     let case = grid_programs::return_inside_segment();
     let kernel = emit_ptx(&case.program, None, PtxTarget::sm90()).unwrap();
-    let coop = &kernel.ptx[kernel.ptx.find(COOPERATIVE_ENTRY).unwrap()..];
+    let coop = kernel
+        .cooperative_ptx
+        .as_deref()
+        .expect("a cooperative entry");
+    let coop = &coop[coop.find(COOPERATIVE_ENTRY).unwrap()..];
     assert!(!coop.contains("\texit;"), "{coop}");
     assert!(coop.contains("bra vyre_segment_end_0;"));
     assert!(coop.contains("bra vyre_segment_end_1;"));
@@ -78,6 +90,7 @@ fn return_beside_a_workgroup_barrier_keeps_only_the_split_form() {
     assert_eq!(kernel.abi.segments, 2);
     assert!(!kernel.abi.cooperative);
     assert!(!kernel.ptx.contains(COOPERATIVE_ENTRY));
+    assert!(kernel.cooperative_ptx.is_none());
 }
 
 #[test]

@@ -106,7 +106,7 @@ impl Gate {
                     "{name} for {target}: approximate instruction in the PTX"
                 ));
             }
-            let modules = [Some(kernel.ptx), kernel.checked_ptx];
+            let modules = [Some(kernel.ptx), kernel.checked_ptx, kernel.cooperative_ptx];
             self.kernels
                 .extend(modules.into_iter().flatten().map(|ptx| Kernel {
                     id: format!("{name} for {target}"),

@@ -28,7 +28,7 @@ fn every_semantic_case_lowers_and_assembles() {
         for target in targets {
             match emit_ptx(&case.program, case.config.workgroup_override, target) {
                 Ok(kernel) => {
-                    let modules = [Some(kernel.ptx), kernel.checked_ptx];
+                    let modules = [Some(kernel.ptx), kernel.checked_ptx, kernel.cooperative_ptx];
                     kernels.extend(modules.into_iter().flatten().map(|ptx| Kernel {
                         id: format!("{} for {target}", case.name),
                         ptx,

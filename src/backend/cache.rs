@@ -4,8 +4,8 @@
 //! Eviction only drops the cache's `Arc`: a dispatch that already holds a kernel keeps its
 //! module loaded until it finishes, so eviction never unloads a module in use.
 
-use crate::codegen::{EmittedKernel, KernelAbi, PtxTarget, EMITTER_VERSION};
-use crate::driver::{Device, DriverError, Function};
+use crate::codegen::{EmittedKernel, KernelAbi, PtxTarget, EMITTER_VERSION, VECTOR_ENTRY};
+use crate::driver::{Device, DriverError, Function, Module};
 use rustc_hash::FxHashMap;
 use std::hash::Hash;
 use std::sync::{Arc, OnceLock};
@@ -47,21 +47,21 @@ impl KernelKey {
     }
 }
 
-/// A kernel ready to launch. Holding it keeps its module loaded.
+/// A kernel ready to launch. Holding it keeps its modules loaded.
 pub(crate) struct LoadedKernel {
     pub(crate) key: KernelKey,
     pub(crate) abi: KernelAbi,
     /// One entry per segment, launched in order (see `KernelAbi::segments`).
-    pub(crate) functions: Vec<Function>,
+    pub(crate) segments: OnDemand<Vec<Function>>,
     /// The single-kernel form of a split program, where the device can launch it.
-    pub(crate) cooperative: Option<CooperativeEntry>,
+    pub(crate) cooperative: Option<CooperativeForm>,
     /// The elementwise vector entry, when the ABI has one (`KernelAbi::vector_lanes`):
-    /// its own module, JIT-compiled on first use.
+    /// its own module, JIT-compiled on first use (`None` once it failed to load).
     pub(crate) vector: Option<LazyVector>,
     /// The entry with every load checked (`codegen::EmittedKernel::checked_ptx`), for
     /// launches where a buffer is shorter than its binding's literal extent: its own module,
     /// JIT-compiled on first need.
-    pub(crate) checked: Option<LazyEntry>,
+    pub(crate) checked: Option<LazyModule<Function>>,
     /// Whether it may be launched with a null fault area: a timed kernel that writes its
     /// area only to stamp the clock (`codegen::KernelEntries::fault_area_optional`).
     pub(crate) fault_area_optional: bool,
@@ -79,7 +79,7 @@ impl LoadedKernel {
                 crate::codegen::PtxTarget::sm90(),
             ),
             abi,
-            functions: Vec::new(),
+            segments: OnDemand::Loaded(Vec::new()),
             cooperative: None,
             vector: None,
             checked: None,
@@ -94,9 +94,17 @@ impl LoadedKernel {
     }
 
     /// The vector entry, loading its module on first use; `None` when the kernel has none
-    /// or its module failed to load (logged; launches then use the scalar entry).
+    /// or its module failed to load (logged once; launches then use the scalar entry).
     pub(crate) fn vector_function(&self) -> Option<&Function> {
-        self.vector.as_ref()?.entry.function().ok()
+        let vector = self.vector.as_ref()?;
+        let loaded = vector.entry.get(|module| {
+            let function = module.and_then(|m| m.function(VECTOR_ENTRY));
+            if let Err(error) = &function {
+                tracing::warn!(%error, "vyre-cuda: the vector entry's module did not load; this kernel keeps using its scalar entry");
+            }
+            Ok(function.ok())
+        });
+        loaded.ok()?.as_ref()
     }
 
     /// The entries a launch over buffers of `counts` elements runs, in order: the
@@ -104,75 +112,147 @@ impl LoadedKernel {
     /// kernel reads from it at literal indices (`KernelBinding::literal_extent`).
     pub(crate) fn scalar_functions(&self, counts: &[u32]) -> Result<&[Function], DriverError> {
         let short = (self.abi.bindings.iter().zip(counts)).any(|(b, &n)| n < b.literal_extent);
-        match &self.checked {
-            Some(checked) if short => checked
-                .function()
-                .map(std::slice::from_ref)
-                .map_err(|error| {
-                    DriverError::invalid_ptx_text(format!(
-                        "the kernel's bounds-checked variant (for a buffer shorter than the elements it reads at fixed indices) did not load: {error}"
-                    ))
-                }),
-            _ => Ok(&self.functions),
+        if let (Some(checked), true) = (&self.checked, short) {
+            let name = self.abi.entry_name(0);
+            let function = checked.get(|module| module?.function(&name));
+            return function.map(std::slice::from_ref).map_err(|error| {
+                DriverError::invalid_ptx_text(format!(
+                    "the kernel's bounds-checked variant (for a buffer shorter than the elements it reads at fixed indices) did not load: {error}"
+                ))
+            });
+        }
+        let abi = &self.abi;
+        let segments = self.segments.get(|module| {
+            let module = module?;
+            (0..abi.segments)
+                .map(|segment| module.function(&abi.entry_name(segment)))
+                .collect()
+        });
+        segments.map(Vec::as_slice)
+    }
+
+    /// The cooperative entry when a launch of `blocks` blocks can use it: the kernel has
+    /// one and that many blocks are resident at once. A grid over the device's bound for
+    /// any kernel of this block size never loads the entry's module.
+    pub(crate) fn cooperative_for(
+        &self,
+        blocks: u64,
+    ) -> Result<Option<&CooperativeEntry>, DriverError> {
+        let Some(form) = &self.cooperative else {
+            return Ok(None);
+        };
+        if blocks > form.resident_bound {
+            return Ok(None);
+        }
+        let threads = self.abi.threads_per_workgroup();
+        let name = self.abi.cooperative_entry_name();
+        let entry = form
+            .entry
+            .get(|module| CooperativeEntry::find(&module?, &name, threads, form.multiprocessors))?;
+        Ok(entry.as_ref().filter(|entry| blocks <= entry.max_blocks))
+    }
+}
+
+/// Entries loaded with the kernel, or in a module of their own compiled on first need.
+pub(crate) enum OnDemand<T> {
+    Loaded(T),
+    Lazy(LazyModule<T>),
+}
+
+impl<T> OnDemand<T> {
+    fn get(
+        &self,
+        resolve: impl FnOnce(Result<Arc<Module>, DriverError>) -> Result<T, DriverError>,
+    ) -> Result<&T, DriverError> {
+        match self {
+            Self::Loaded(value) => Ok(value),
+            Self::Lazy(module) => module.get(resolve),
         }
     }
 }
 
-/// Which entry a [`LazyEntry`] holds.
+/// What a [`LazyModule`] holds (named in its load's span).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum LazyKind {
-    /// The elementwise vector entry ([`crate::codegen::VECTOR_ENTRY`]); launches fall back to the scalar
-    /// entry when it does not load.
+    /// The elementwise vector entry ([`crate::codegen::VECTOR_ENTRY`]).
     Vector,
-    /// The entry with every load checked, named like the kernel's first entry; a launch
-    /// that needs it fails when it does not load.
+    /// The entry with every load checked, named like the kernel's first entry.
     Checked,
+    /// The segment entries of a kernel whose cooperative entry is a module of its own.
+    Segments,
+    /// The cooperative entry alone (`codegen::EmittedKernel::cooperative_ptx`).
+    Cooperative,
 }
 
-/// An entry in a module of its own, JIT-compiled on first use: the module text and, once
-/// loaded, the entry or why it did not load.
-pub(crate) struct LazyEntry {
+impl LazyKind {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Vector => "vector",
+            Self::Checked => "checked",
+            Self::Segments => "segments",
+            Self::Cooperative => "cooperative",
+        }
+    }
+}
+
+/// A module text JIT-compiled on first use, and what launches need of it once loaded. A
+/// load that fails is not kept: the next launch that needs the module tries again.
+pub(crate) struct LazyModule<T> {
     pub(crate) device: Arc<Device>,
     pub(crate) jit: Arc<super::jit::Jit>,
     pub(crate) ptx: String,
     pub(crate) kind: LazyKind,
-    /// The entry's name in `ptx`.
-    pub(crate) name: String,
-    /// Set on the first launch that uses the entry (the error text when it did not load).
-    pub(crate) function: OnceLock<Result<Function, String>>,
+    pub(crate) loaded: OnceLock<T>,
+    /// Where the load is counted (`vyre_cuda_module_loads_total`).
+    pub(crate) metrics: Arc<super::metrics::Metrics>,
 }
 
-impl LazyEntry {
-    /// The entry, its module loaded on the first call.
-    fn function(&self) -> Result<&Function, &str> {
-        self.function
-            .get_or_init(|| {
-                let _span = match self.kind {
-                    LazyKind::Vector => tracing::debug_span!("vyre_cuda.vector_module_load"),
-                    LazyKind::Checked => tracing::debug_span!("vyre_cuda.checked_module_load"),
-                }
-                .entered();
-                let loaded = match self.jit.load(&self.device, &self.ptx, None) {
-                    Ok(module) => module.function(&self.name).map_err(|e| e.to_string()),
-                    Err(error) => Err(error.to_string()),
-                };
-                if let (Err(error), LazyKind::Vector) = (&loaded, self.kind) {
-                    tracing::warn!(%error, "vyre-cuda: the vector entry's module did not load; this kernel keeps using its scalar entry");
-                }
-                loaded
-            })
-            .as_ref()
-            .map_err(String::as_str)
+impl<T> LazyModule<T> {
+    /// What `resolve` makes of the module, loading it on the first call.
+    fn get(
+        &self,
+        resolve: impl FnOnce(Result<Arc<Module>, DriverError>) -> Result<T, DriverError>,
+    ) -> Result<&T, DriverError> {
+        if let Some(value) = self.loaded.get() {
+            return Ok(value);
+        }
+        let _span =
+            tracing::debug_span!("vyre_cuda.lazy_module_load", kind = self.kind.name()).entered();
+        let module = self
+            .jit
+            .load(&self.device, &self.ptx, None)
+            .map_err(|error| match error {
+                super::jit::LoadError::Driver(error) => error,
+                other => DriverError::invalid_ptx_text(other.to_string()),
+            });
+        if module.is_ok() {
+            super::metrics::Metrics::bump(&self.metrics.module_loads);
+        }
+        let value = resolve(module)?;
+        // Two launches may both compile it first; the first value set is kept.
+        Ok(self.loaded.get_or_init(|| value))
     }
 }
 
 /// The vector entry and how launches use it.
 pub(crate) struct LazyVector {
-    pub(crate) entry: LazyEntry,
+    pub(crate) entry: LazyModule<Option<Function>>,
     /// Launches of fewer invocations keep the scalar entry.
     pub(crate) min_invocations: u32,
     /// Most blocks of one launch (`CudaOptions::vector_max_blocks`).
     pub(crate) max_blocks: u32,
+}
+
+/// A kernel's cooperative entry, loaded or compiled on first need, and what decides
+/// whether a launch uses it.
+pub(crate) struct CooperativeForm {
+    /// The entry (`None`: not one block of it fits on a multiprocessor).
+    pub(crate) entry: OnDemand<Option<CooperativeEntry>>,
+    /// Most blocks of the kernel's size the device keeps resident at once, whatever its
+    /// registers and shared memory (`DeviceInfo::resident_blocks_bound`): a larger grid
+    /// never runs cooperatively, so its launches do not compile the entry.
+    pub(crate) resident_bound: u64,
+    pub(crate) multiprocessors: u32,
 }
 
 /// A kernel's cooperative entry and the largest grid that is resident at once with it.
@@ -181,6 +261,25 @@ pub(crate) struct CooperativeEntry {
     /// Occupancy (blocks per multiprocessor, for this kernel's block size, registers and
     /// shared memory) times the multiprocessor count.
     pub(crate) max_blocks: u64,
+}
+
+impl CooperativeEntry {
+    /// The entry `name` of `module` and how many of its blocks of `threads` fit resident
+    /// on `multiprocessors`; `None` when not one does.
+    pub(crate) fn find(
+        module: &Arc<Module>,
+        name: &str,
+        threads: u32,
+        multiprocessors: u32,
+    ) -> Result<Option<Self>, DriverError> {
+        let function = module.function(name)?;
+        let per_sm = function.max_active_blocks_per_multiprocessor(threads)?;
+        let max_blocks = u64::from(per_sm) * u64::from(multiprocessors);
+        Ok((max_blocks > 0).then_some(Self {
+            function,
+            max_blocks,
+        }))
+    }
 }
 
 /// A least-recently-used map bounded by entry count and total bytes (each entry states its

@@ -1,10 +1,10 @@
 //! The one place that enqueues kernels: arguments are built from the kernel's own ABI, so
 //! their number and types always match what the emitter declared.
 
-use super::cache::LoadedKernel;
+use super::cache::{CooperativeEntry, LoadedKernel};
 use super::metrics::Metrics;
 use crate::codegen::{KernelParam, VECTOR_LANES};
-use crate::driver::{DriverError, GraphExec, KernelArg, Stream};
+use crate::driver::{DriverError, Function, GraphExec, KernelArg, Stream};
 use std::ops::Range;
 
 /// Device addresses and element counts for one launch, in the kernel's declaration order.
@@ -62,31 +62,24 @@ pub(crate) fn enqueue(
 ) -> Result<(), DriverError> {
     let abi = &kernel.abi;
     check_args(abi, args)?;
-    if let Some(invocations) = vector_invocations(kernel, grid, args) {
-        launch_vector(stream, kernel, args, &invocations, launches, u32::MAX)?;
-        count_vector_launches(metrics, launches);
-        return Ok(());
-    }
     let kernel_args = kernel_args(abi.params(), args, &(0..0));
-    let blocks = grid.iter().map(|&d| u64::from(d)).product::<u64>();
-    let cooperative = kernel.cooperative.as_ref().filter(|entry| {
-        mode == GridSyncLaunch::CooperativeWhereItFits && blocks <= entry.max_blocks
-    });
-    for _ in 0..launches {
-        match cooperative {
-            Some(entry) => {
-                stream.launch_cooperative(
-                    &entry.function,
-                    grid,
-                    abi.workgroup_size,
-                    &kernel_args,
-                )?;
+    match choose(kernel, grid, args, mode)? {
+        Entries::Vector(invocations) => {
+            launch_vector(stream, kernel, args, &invocations, launches, u32::MAX)?;
+            count_vector_launches(metrics, launches);
+            return Ok(());
+        }
+        Entries::Cooperative(entry) => {
+            for _ in 0..launches {
+                let function = &entry.function;
+                stream.launch_cooperative(function, grid, abi.workgroup_size, &kernel_args)?;
                 Metrics::bump(&metrics.grid_sync_cooperative);
             }
-            None => {
+        }
+        Entries::Scalar(functions) => {
+            for _ in 0..launches {
                 // A program split at grid-wide barriers has one entry per segment; stream
                 // order makes each segment see every write of the one before.
-                let functions = kernel.scalar_functions(&args.counts)?;
                 for function in functions {
                     stream.launch(function, grid, abi.workgroup_size, &kernel_args)?;
                 }
@@ -98,6 +91,47 @@ pub(crate) fn enqueue(
     }
     Metrics::add(&metrics.launches, u64::from(launches));
     Ok(())
+}
+
+/// Compiles the modules a launch of `kernel` over `grid` and `args` would run that are not
+/// loaded yet (`cache::LazyModule`), without launching: before a stream capture, so that
+/// no module is loaded while the stream only records.
+pub(crate) fn load_entries(
+    kernel: &LoadedKernel,
+    grid: [u32; 3],
+    args: &LaunchArgs,
+    mode: GridSyncLaunch,
+) -> Result<(), DriverError> {
+    choose(kernel, grid, args, mode).map(drop)
+}
+
+/// The entries one launch runs.
+enum Entries<'k> {
+    /// The vector entry, over these invocations.
+    Vector(Range<u32>),
+    /// The single-kernel form of a split program, its grid resident at once.
+    Cooperative(&'k CooperativeEntry),
+    /// The segment entries (or the checked variant), in order.
+    Scalar(&'k [Function]),
+}
+
+/// What a launch of `kernel` over `grid` and `args` runs, loading its module if needed.
+fn choose<'k>(
+    kernel: &'k LoadedKernel,
+    grid: [u32; 3],
+    args: &LaunchArgs,
+    mode: GridSyncLaunch,
+) -> Result<Entries<'k>, DriverError> {
+    if let Some(invocations) = vector_invocations(kernel, grid, args) {
+        return Ok(Entries::Vector(invocations));
+    }
+    if mode == GridSyncLaunch::CooperativeWhereItFits {
+        let blocks = grid.iter().map(|&d| u64::from(d)).product::<u64>();
+        if let Some(entry) = kernel.cooperative_for(blocks)? {
+            return Ok(Entries::Cooperative(entry));
+        }
+    }
+    kernel.scalar_functions(&args.counts).map(Entries::Scalar)
 }
 
 /// `args` has one pointer and count per binding, and a fault word exactly when the kernel

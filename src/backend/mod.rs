@@ -41,14 +41,13 @@ pub(crate) use plan::{binding_order, reference_grid_for};
 pub use pool::PoolKind;
 pub(crate) use sequence::{Fill, Read, ResidentBatch, Step, Upload};
 
-use crate::codegen::{
-    emit_prepared, reference_program, CodegenError, EmittedKernel, PtxTarget, VECTOR_ENTRY,
-};
+use crate::codegen::{emit_prepared, reference_program, CodegenError, EmittedKernel, PtxTarget};
 use crate::compat::HandleNamespace;
 use crate::driver::{Device, DeviceAlloc, DeviceInfo, DriverError};
 use crate::error::CudaError;
 use cache::{
-    CooperativeEntry, KernelCache, KernelKey, LazyEntry, LazyKind, LazyVector, LoadedKernel, Lru,
+    CooperativeEntry, CooperativeForm, KernelCache, KernelKey, LazyKind, LazyModule, LazyVector,
+    LoadedKernel, Lru, OnDemand,
 };
 use identity::ProgramIdentities;
 use launch::GridSyncLaunch;
@@ -598,13 +597,13 @@ impl CudaBackend {
         let core = &self.core;
         core.usable()?;
         let kernel = core.kernel(program, config)?;
-        let Some(entry) = kernel.cooperative.as_ref() else {
-            return Ok(false);
-        };
         let input_lens: smallvec::SmallVec<[usize; 8]> = inputs.iter().map(|i| i.len()).collect();
         let plan = plan::DispatchPlan::new(program, &kernel.abi, &input_lens, config, core.limits)?;
         let blocks = plan.grid.iter().map(|&d| u64::from(d)).product::<u64>();
-        Ok(blocks <= entry.max_blocks)
+        let entry = kernel
+            .cooperative_for(blocks)
+            .map_err(|e| core.driver_error(e))?;
+        Ok(entry.is_some())
     }
 
     /// `(hits, misses)` of the loaded-kernel cache.
@@ -948,38 +947,50 @@ impl Core {
         let Ok(mut modules) = self.kernels.modules.lock() else {
             return Ok(kernel);
         };
-        let (kernel, evicted) = modules.insert(key, kernel, emitted.ptx.len());
+        // The kernel holds every module text it may still compile.
+        let bytes = emitted.modules().map(str::len).sum();
+        let (kernel, evicted) = modules.insert(key, kernel, bytes);
         drop(modules);
         Metrics::add(&self.metrics.module_evictions, evicted.len() as u64);
         Ok(kernel)
     }
 
-    /// Loads `emitted` as a module and looks its entries up.
+    /// Loads `emitted` as a module and looks its entries up. A kernel whose cooperative
+    /// entry is a module of its own (`EmittedKernel::cooperative_ptx`) loads neither that
+    /// nor its segment entries here: its first launch compiles the form it runs.
     fn load(&self, key: KernelKey, emitted: &EmittedKernel) -> Result<LoadedKernel, CudaError> {
         self.check_shared_memory(&emitted.abi)?;
-        let module = self.load_module(&emitted.ptx, None)?;
-        let mut kernel = self.kernel_in(
-            &module,
-            key,
-            emitted.abi.clone(),
-            emitted.vector_ptx.as_ref(),
-        )?;
+        let cooperative_ptx = emitted.cooperative_ptx.as_ref();
+        let mut kernel = match cooperative_ptx.filter(|_| self.grid_sync != GridSyncLaunch::Split) {
+            Some(cooperative) => {
+                let vector = emitted.vector_ptx.as_ref();
+                let mut kernel = self.kernel_parts(key, emitted.abi.clone(), vector);
+                kernel.segments = OnDemand::Lazy(self.lazy(&emitted.ptx, LazyKind::Segments));
+                let entry = OnDemand::Lazy(self.lazy(cooperative, LazyKind::Cooperative));
+                kernel.cooperative = Some(self.cooperative_form(&kernel.abi, entry));
+                kernel
+            }
+            None => {
+                let module = self.load_module(&emitted.ptx, None)?;
+                let vector = emitted.vector_ptx.as_ref();
+                self.kernel_in(&module, key, emitted.abi.clone(), vector)?
+            }
+        };
         // The variant with every load checked, compiled only for a launch that needs it.
-        let entry = kernel.abi.entry_name(0);
-        kernel.checked = (emitted.checked_ptx.as_ref())
-            .map(|ptx| self.lazy_entry(ptx, LazyKind::Checked, &entry));
+        kernel.checked =
+            (emitted.checked_ptx.as_ref()).map(|ptx| self.lazy(ptx, LazyKind::Checked));
         Ok(kernel)
     }
 
-    /// `name` in the module `ptx`, compiled on first use.
-    fn lazy_entry(&self, ptx: &str, kind: LazyKind, name: &str) -> LazyEntry {
-        LazyEntry {
+    /// The module `ptx`, compiled on first use.
+    fn lazy<T>(&self, ptx: &str, kind: LazyKind) -> LazyModule<T> {
+        LazyModule {
             device: Arc::clone(&self.device),
             jit: Arc::clone(&self.jit),
             ptx: ptx.to_owned(),
             kind,
-            name: name.to_owned(),
-            function: OnceLock::new(),
+            loaded: OnceLock::new(),
+            metrics: Arc::clone(&self.metrics),
         }
     }
 
@@ -1043,47 +1054,65 @@ impl Core {
         abi: crate::codegen::KernelAbi,
         vector_ptx: Option<&String>,
     ) -> Result<LoadedKernel, CudaError> {
-        // An elementwise program's vector entry is a module of its own, compiled by the
-        // driver only when a dispatch large enough to use it comes (see `LazyVector`).
-        let vector = vector_ptx.map(|ptx| LazyVector {
-            entry: self.lazy_entry(ptx, LazyKind::Vector, VECTOR_ENTRY),
-            min_invocations: self.vector_min_invocations,
-            max_blocks: self.vector_max_blocks,
-        });
         let functions = (0..abi.segments)
             .map(|segment| module.function(&abi.entry_name(segment)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| self.driver_error(e))?;
         let cooperative = if abi.cooperative && self.grid_sync != GridSyncLaunch::Split {
-            self.cooperative_entry(module, &abi)
-                .map_err(|e| self.driver_error(e))?
+            let multiprocessors = self.device.info().multiprocessor_count;
+            let (name, threads) = (abi.cooperative_entry_name(), abi.threads_per_workgroup());
+            let entry = CooperativeEntry::find(module, &name, threads, multiprocessors)
+                .map_err(|e| self.driver_error(e))?;
+            Some(self.cooperative_form(&abi, OnDemand::Loaded(entry)))
         } else {
             None
         };
         Ok(LoadedKernel {
-            key,
-            abi,
-            functions,
+            segments: OnDemand::Loaded(functions),
             cooperative,
-            vector,
-            checked: None,
-            fault_area_optional: false,
+            ..self.kernel_parts(key, abi, vector_ptx)
         })
     }
 
-    /// The cooperative entry of a loaded module and how many of its blocks fit resident.
-    fn cooperative_entry(
+    /// A kernel with no entries loaded but its vector entry's module (if any): an
+    /// elementwise program's vector entry is a module of its own, compiled by the driver
+    /// only when a dispatch large enough to use it comes (see `LazyVector`).
+    fn kernel_parts(
         &self,
-        module: &Arc<crate::driver::Module>,
+        key: KernelKey,
+        abi: crate::codegen::KernelAbi,
+        vector_ptx: Option<&String>,
+    ) -> LoadedKernel {
+        let vector = vector_ptx.map(|ptx| LazyVector {
+            entry: self.lazy(ptx, LazyKind::Vector),
+            min_invocations: self.vector_min_invocations,
+            max_blocks: self.vector_max_blocks,
+        });
+        LoadedKernel {
+            key,
+            abi,
+            segments: OnDemand::Loaded(Vec::new()),
+            cooperative: None,
+            vector,
+            checked: None,
+            fault_area_optional: false,
+        }
+    }
+
+    /// The cooperative form of a kernel of `abi` with `entry`, bounded by what the device
+    /// keeps resident.
+    fn cooperative_form(
+        &self,
         abi: &crate::codegen::KernelAbi,
-    ) -> Result<Option<CooperativeEntry>, DriverError> {
-        let function = module.function(&abi.cooperative_entry_name())?;
-        let per_sm = function.max_active_blocks_per_multiprocessor(abi.threads_per_workgroup())?;
-        let max_blocks = u64::from(per_sm) * u64::from(self.device.info().multiprocessor_count);
-        Ok((max_blocks > 0).then_some(CooperativeEntry {
-            function,
-            max_blocks,
-        }))
+        entry: OnDemand<Option<CooperativeEntry>>,
+    ) -> CooperativeForm {
+        let info = self.device.info();
+        CooperativeForm {
+            entry,
+            resident_bound: info
+                .resident_blocks_bound(abi.threads_per_workgroup(), abi.shared_bytes),
+            multiprocessors: info.multiprocessor_count,
+        }
     }
 
     fn emitted(

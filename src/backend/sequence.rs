@@ -726,6 +726,9 @@ impl Core {
         let fault_ptr = fault.as_ref().map(DeviceAlloc::ptr);
         // Launches made during capture are counted per replay (see `CachedGraph`).
         let capture = |mode: GridSyncLaunch, counted: &Metrics| -> Result<_, CudaError> {
+            for step in steps() {
+                launch::load_entries(&step.kernel, step.grid, &step.args, mode)?;
+            }
             let graph = stream.capture(|capturing| -> Result<(), CudaError> {
                 for step in steps() {
                     launch_step(capturing, step, fault_ptr, mode, counted)?;

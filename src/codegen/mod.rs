@@ -67,7 +67,9 @@ pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
-/// Version of the emitter's output format; part of every cache key. (46: a single-entry
+/// Version of the emitter's output format; part of every cache key. (47: the dispatch
+/// route's cooperative entry is a module of its own (`EmittedKernel::cooperative_ptx`), so
+/// a kernel with grid-wide barriers compiles only the form its launches use; 46: a single-entry
 /// kernel reads buffers at literal indices without bounds checks, the host launching its
 /// checked variant where a buffer is shorter (`KernelBinding::literal_extent`); 45: v41's division
 /// (`div.rn.f32`) again, 42-44 reverted (see CHANGELOG); under other lanes' variable types
@@ -103,7 +105,7 @@ use vyre_foundation::ir::{Node, Program};
 /// entry where a lane that faults could be awaited there; 24: workgroup barriers of
 /// entries whose leaving lanes exit take the `.aligned` form; 23: repeated pure
 /// sub-expressions of a statement computed once; 22 was an unmerged experiment.)
-pub const EMITTER_VERSION: u32 = 46;
+pub const EMITTER_VERSION: u32 = 47;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;
@@ -111,8 +113,8 @@ const MAX_THREADS_PER_BLOCK: u32 = 1024;
 /// A kernel ready to load: its PTX module texts plus its launch ABI.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EmittedKernel {
-    /// PTX module text (NUL-free) of every entry but the vector one: the segment entries
-    /// and the cooperative entry.
+    /// PTX module text (NUL-free) of the segment entries and, unless
+    /// [`Self::cooperative_ptx`] holds it, the cooperative entry.
     pub ptx: String,
     /// The [`VECTOR_ENTRY`] alone, as a module of its own (NUL-free), exactly when
     /// [`KernelAbi::vector_lanes`] > 0. The driver JIT-compiles a whole module at load, so
@@ -124,6 +126,12 @@ pub struct EmittedKernel {
     /// where a bound buffer is shorter than that (rare: a buffer that does not hold the
     /// elements the program reads at fixed indices), compiling it on first need.
     pub checked_ptx: Option<String>,
+    /// The cooperative entry alone, as a module of its own (NUL-free), when the dispatch
+    /// route ([`emit_prepared`]) emits a kernel with grid-wide barriers: a launch whose grid
+    /// fits resident runs it and never needs the segment entries of `ptx`, a larger one runs
+    /// those and never needs it, so the runtime compiles each on first need. Kernels made to
+    /// share a module ([`emit_named`], [`emit_timed`]) keep it in `ptx`.
+    pub cooperative_ptx: Option<String>,
     /// How to launch it.
     pub abi: KernelAbi,
     /// The target it was written for.
@@ -146,6 +154,15 @@ pub struct EmittedKernel {
 }
 
 impl EmittedKernel {
+    /// Every module text of the kernel: `ptx`, then the vector, checked and cooperative
+    /// modules it has.
+    pub fn modules(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.ptx.as_str())
+            .chain(self.vector_ptx.as_deref())
+            .chain(self.checked_ptx.as_deref())
+            .chain(self.cooperative_ptx.as_deref())
+    }
+
     /// The kernel's entries without the module header, to share a module with others.
     #[must_use]
     pub fn entries(&self) -> KernelEntries {
@@ -350,6 +367,7 @@ fn emit_entries(
         cooperative: &cooperative,
         vector: vector.as_ref(),
         clock: timed,
+        cooperative_alone: matches!(route, Route::Dispatch),
     };
     let composed = module::compose(program, &abi, target, &bodies);
     for body in bodies.segments {
@@ -361,6 +379,7 @@ fn emit_entries(
             cooperative: &[],
             vector: None,
             clock: timed,
+            cooperative_alone: false,
         };
         module::compose(program, &abi, target, &bodies).ptx
     });
@@ -369,6 +388,7 @@ fn emit_entries(
         ptx: composed.ptx,
         vector_ptx: composed.vector_ptx,
         checked_ptx,
+        cooperative_ptx: composed.cooperative_ptx,
         abi,
         target,
         timed,

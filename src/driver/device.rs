@@ -49,6 +49,12 @@ pub struct DeviceInfo {
     pub memory_clock_khz: u32,
     /// Memory bus width in bits (0 if the driver does not report it).
     pub memory_bus_width_bits: u32,
+    /// Most resident threads per multiprocessor (0 if the driver does not report it).
+    pub max_threads_per_multiprocessor: u32,
+    /// Most resident blocks per multiprocessor (0 if the driver does not report it).
+    pub max_blocks_per_multiprocessor: u32,
+    /// Shared memory per multiprocessor in bytes (0 if the driver does not report it).
+    pub max_shared_memory_per_multiprocessor: u32,
 }
 
 impl DeviceInfo {
@@ -58,6 +64,23 @@ impl DeviceInfo {
         2 * u64::from(self.memory_clock_khz) * 1000 * u64::from(self.memory_bus_width_bits)
             / 8
             / 1_000_000_000
+    }
+
+    /// An upper bound on how many blocks of `threads` threads and `shared_bytes` bytes of
+    /// static shared memory are resident on the device at once, whatever their registers:
+    /// the limits the driver reports (an unreported one bounds nothing).
+    pub fn resident_blocks_bound(&self, threads: u32, shared_bytes: u32) -> u64 {
+        let per_multiprocessor = [
+            (self.max_blocks_per_multiprocessor, 1),
+            (self.max_threads_per_multiprocessor, threads),
+            (self.max_shared_memory_per_multiprocessor, shared_bytes),
+        ]
+        .into_iter()
+        .filter(|&(limit, per_block)| limit > 0 && per_block > 0)
+        .map(|(limit, per_block)| u64::from(limit / per_block))
+        .min()
+        .unwrap_or(u64::MAX);
+        per_multiprocessor.saturating_mul(u64::from(self.multiprocessor_count))
     }
 
     fn probe(ordinal: usize, dev: sys::CUdevice) -> Result<Self, DriverError> {
@@ -103,6 +126,15 @@ impl DeviceInfo {
             cooperative_launch: soft(A::CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH) != 0,
             memory_clock_khz: soft(A::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE),
             memory_bus_width_bits: soft(A::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH),
+            max_threads_per_multiprocessor: soft(
+                A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR,
+            ),
+            max_blocks_per_multiprocessor: soft(
+                A::CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR,
+            ),
+            max_shared_memory_per_multiprocessor: soft(
+                A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR,
+            ),
         })
     }
 }

@@ -52,13 +52,16 @@ pub fn emit(case: &FuzzCase, target: PtxTarget, name: &str, valid: bool) -> Emit
             format!("emitter-panic: {}", panic_key(&p)),
             format!("emit_ptx for {name} panicked: {p}"),
         )),
-        Ok(Ok(kernel)) => match ptxas_hazard(&kernel.ptx) {
-            Some(hazard) => Emitted::Failed(Failure::new(
-                hazard.kind,
-                format!("emit_ptx for {name}: {}: {}", hazard.what, hazard.line),
-            )),
-            None => Emitted::Kernel(Box::new(kernel)),
-        },
+        Ok(Ok(kernel)) => {
+            let hazard = kernel.modules().find_map(ptxas_hazard);
+            match hazard {
+                Some(hazard) => Emitted::Failed(Failure::new(
+                    hazard.kind,
+                    format!("emit_ptx for {name}: {}: {}", hazard.what, hazard.line),
+                )),
+                None => Emitted::Kernel(Box::new(kernel)),
+            }
+        }
         Ok(Err(error)) => {
             let text = BackendError::from(CudaError::from(error.clone())).to_string();
             if text.matches("Fix:").count() != 1 {
@@ -578,13 +581,9 @@ fn through_opaque_zero(reg: &str, defs: &Definitions<'_>, zero: Option<&str>, de
             }))
 }
 
-/// The modules the runtime may load for an emitted kernel, in order: its module, the
-/// vector entry's when it has one, and the bounds-checked variant's when it has one.
+/// The modules the runtime may load for an emitted kernel (`EmittedKernel::modules`).
 pub fn loaded_modules(kernel: &EmittedKernel) -> Vec<String> {
-    std::iter::once(kernel.ptx.clone())
-        .chain(kernel.vector_ptx.clone())
-        .chain(kernel.checked_ptx.clone())
-        .collect()
+    kernel.modules().map(str::to_owned).collect()
 }
 
 /// The outcome of a GPU dispatch.

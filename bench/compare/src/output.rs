@@ -48,7 +48,10 @@ fn dump_corpus(dir: &Path) {
         let file = format!("{}.ptx", fixture.id.replace("::", "__"));
         let mut config = DispatchConfig::default();
         if let Ok(k) = vyre_cuda::codegen::emit_ptx(&program, None, target) {
-            let _ = std::fs::write(ours.join(&file), k.ptx);
+            // The module the fixture's first dispatch loads: a kernel with grid-wide
+            // barriers runs its cooperative module where the grid fits resident, as every
+            // fixture's does.
+            let _ = std::fs::write(ours.join(&file), k.cooperative_ptx.unwrap_or(k.ptx));
         }
         if programs::needs_ulp_budget(&program) {
             config.ulp_budget = Some(crate::engines::incumbent::ULP_BUDGET);
@@ -74,6 +77,9 @@ fn dump_libs(dir: &Path) {
             vyre_cuda::codegen::emit_ptx(&program, None, vyre_cuda::codegen::PtxTarget::sm90())
         {
             let _ = std::fs::write(ours.join(&file), k.ptx);
+            if let Some(cooperative) = k.cooperative_ptx {
+                let _ = std::fs::write(ours.join(format!("{}.coop.ptx", spec.id)), cooperative);
+            }
         }
         let mut config = DispatchConfig::default();
         if programs::needs_ulp_budget(&program) {

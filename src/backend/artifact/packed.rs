@@ -285,6 +285,10 @@ impl LoadedArtifact {
         let stream = Arc::clone(&slot.stream);
         // Launches made during capture are counted per replay.
         let capture = |mode: GridSyncLaunch, counted: &Metrics| {
+            for (node, launch) in self.nodes.iter().zip(&plan.launches) {
+                let args = node_args(plan, node, launch, base);
+                launch::load_entries(&node.kernel, launch.grid, &args, mode)?;
+            }
             exchange.capture(&stream, plan.transfer(base), |capturing: &Stream| {
                 if !plan.timed {
                     slot.start.record_captured(capturing)?;
@@ -338,16 +342,21 @@ impl LoadedArtifact {
         metrics: &Metrics,
     ) -> Result<(), DriverError> {
         for (node, launch) in self.nodes.iter().zip(launches) {
-            let fault = plan.fault.filter(|_| node.kernel.abi.fault_word);
-            let args = LaunchArgs {
-                pointers: launch.offsets.iter().map(|&o| base + o as u64).collect(),
-                counts: launch.counts.clone(),
-                fault: fault.map(|at| base + at as u64),
-                peer: None,
-            };
+            let args = node_args(plan, node, launch, base);
             launch::enqueue(stream, &node.kernel, launch.grid, &args, 1, mode, metrics)?;
         }
         Ok(())
+    }
+}
+
+/// The arguments of `node`'s `launch` over the arena at `base`.
+fn node_args(plan: &PackedPlan, node: &LoadedNode, launch: &NodeLaunch, base: u64) -> LaunchArgs {
+    let fault = plan.fault.filter(|_| node.kernel.abi.fault_word);
+    LaunchArgs {
+        pointers: launch.offsets.iter().map(|&o| base + o as u64).collect(),
+        counts: launch.counts.clone(),
+        fault: fault.map(|at| base + at as u64),
+        peer: None,
     }
 }
 

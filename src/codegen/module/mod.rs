@@ -28,6 +28,9 @@ pub(crate) struct Bodies<'a> {
     /// Whether the kernel is timed (`super::clock`): the cooperative entry then stamps the
     /// clock around its segments (the other entries' bodies stamp it themselves).
     pub(crate) clock: bool,
+    /// Whether the cooperative entry gets a module of its own (`Composed::cooperative_ptx`)
+    /// instead of following the segment entries.
+    pub(crate) cooperative_alone: bool,
 }
 
 impl Bodies<'_> {
@@ -41,19 +44,22 @@ impl Bodies<'_> {
 
 /// The composed texts of one kernel.
 pub(crate) struct Composed {
-    /// Header, then the segment and cooperative entries.
+    /// Header, then the segment entries and (unless `cooperative_ptx` holds it) the
+    /// cooperative entry.
     pub(crate) ptx: String,
     /// Header, then the vector entry alone.
     pub(crate) vector_ptx: Option<String>,
+    /// Header, then the cooperative entry alone (`Bodies::cooperative_alone`).
+    pub(crate) cooperative_ptx: Option<String>,
     /// Where the entries start in `ptx`.
     pub(crate) entries_at: usize,
     /// The libm routines the entries call.
     pub(crate) libm: BTreeSet<Libm>,
 }
 
-/// The kernel's modules: the segment and cooperative entries, and the vector entry
-/// alone. Both start with the same header (with the libm `.func`s of every entry), so the
-/// driver compiles each on its own.
+/// The kernel's modules: the segment and cooperative entries (or each alone), and the
+/// vector entry alone. Each starts with a header declaring what its entries use (the libm
+/// tables of every entry), so the driver compiles each on its own.
 pub(crate) fn compose(
     program: &Program,
     abi: &KernelAbi,
@@ -69,11 +75,18 @@ pub(crate) fn compose(
         "program {:02x}{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
         digest[0], digest[1], digest[2], digest[3], digest[4], digest[5], digest[6], digest[7]
     );
-    let main_uses = ModuleUses::of(
-        (bodies.segments.iter())
-            .chain(bodies.cooperative)
-            .flat_map(|b| [b.prologue.as_str(), b.body.as_str()]),
-    );
+    let texts = |list: &[&LoweredBody]| {
+        ModuleUses::of(
+            list.iter()
+                .flat_map(|b| [b.prologue.as_str(), b.body.as_str()]),
+        )
+    };
+    let alone = bodies.cooperative_alone && !bodies.cooperative.is_empty();
+    let main_bodies: Vec<&LoweredBody> = match alone {
+        true => bodies.segments.iter().collect(),
+        false => bodies.segments.iter().chain(bodies.cooperative).collect(),
+    };
+    let main_uses = texts(&main_bodies);
     let header_for = |uses| header(target, &libm, &provenance, uses);
     let shared = match abi.shared_bytes {
         0 => String::new(),
@@ -89,13 +102,19 @@ pub(crate) fn compose(
         let name = abi.entry_name(index as u32);
         put_entry(&mut ptx, &name, &params, abi, &shared, body);
     }
-    if !bodies.cooperative.is_empty() {
-        let cooperative = Cooperative {
-            params: &params,
-            abi,
-            shared: &shared,
-            clock: bodies.clock,
-        };
+    let cooperative = Cooperative {
+        params: &params,
+        abi,
+        shared: &shared,
+        clock: bodies.clock,
+    };
+    let mut cooperative_ptx = None;
+    if alone {
+        let coop_bodies: Vec<&LoweredBody> = bodies.cooperative.iter().collect();
+        let mut text = header_for(texts(&coop_bodies));
+        cooperative.put(&mut text, bodies.cooperative);
+        cooperative_ptx = Some(text);
+    } else if !bodies.cooperative.is_empty() {
         cooperative.put(&mut ptx, bodies.cooperative);
     }
     let vector_ptx = bodies.vector.map(|vector| {
@@ -110,6 +129,7 @@ pub(crate) fn compose(
     Composed {
         ptx,
         vector_ptx,
+        cooperative_ptx,
         entries_at,
         libm,
     }
