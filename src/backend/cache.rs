@@ -8,7 +8,7 @@ use crate::codegen::{EmittedKernel, KernelAbi, PtxTarget, EMITTER_VERSION, VECTO
 use crate::driver::{Device, DriverError, Function, Module};
 use rustc_hash::FxHashMap;
 use std::hash::Hash;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 /// blake3 over the program's exact identity (its fingerprint plus the signs of its zero
 /// literals, see `identity.rs`), the effective workgroup size, the PTX target, the
@@ -56,7 +56,7 @@ pub(crate) struct LoadedKernel {
     /// The single-kernel form of a split program, where the device can launch it.
     pub(crate) cooperative: Option<CooperativeForm>,
     /// The elementwise vector entry, when the ABI has one (`KernelAbi::vector_lanes`):
-    /// its own module, JIT-compiled on first use (`None` once it failed to load).
+    /// its own module, JIT-compiled on first use (loaded as no entry when it fails).
     pub(crate) vector: Option<LazyVector>,
     /// The entry with every load checked (`codegen::EmittedKernel::checked_ptx`), for
     /// launches where a buffer is shorter than its binding's literal extent: its own module,
@@ -203,6 +203,8 @@ pub(crate) struct LazyModule<T> {
     pub(crate) ptx: String,
     pub(crate) kind: LazyKind,
     pub(crate) loaded: OnceLock<T>,
+    /// Held while loading: launches that need the module at once compile it once.
+    pub(crate) loading: Mutex<()>,
     /// Where the load is counted (`vyre_cuda_module_loads_total`).
     pub(crate) metrics: Arc<super::metrics::Metrics>,
 }
@@ -213,6 +215,11 @@ impl<T> LazyModule<T> {
         &self,
         resolve: impl FnOnce(Result<Arc<Module>, DriverError>) -> Result<T, DriverError>,
     ) -> Result<&T, DriverError> {
+        if let Some(value) = self.loaded.get() {
+            return Ok(value);
+        }
+        // A poisoned lock only means another load panicked; loading again is sound.
+        let _loading = self.loading.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(value) = self.loaded.get() {
             return Ok(value);
         }
@@ -229,7 +236,6 @@ impl<T> LazyModule<T> {
             super::metrics::Metrics::bump(&self.metrics.module_loads);
         }
         let value = resolve(module)?;
-        // Two launches may both compile it first; the first value set is kept.
         Ok(self.loaded.get_or_init(|| value))
     }
 }

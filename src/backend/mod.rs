@@ -990,6 +990,7 @@ impl Core {
             ptx: ptx.to_owned(),
             kind,
             loaded: OnceLock::new(),
+            loading: std::sync::Mutex::new(()),
             metrics: Arc::clone(&self.metrics),
         }
     }

@@ -386,3 +386,52 @@ impl Drop for Device {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::DeviceInfo;
+
+    /// An H200's limits: 132 multiprocessors of 2048 threads, 32 blocks and 228 KiB of
+    /// shared memory each.
+    fn h200() -> DeviceInfo {
+        DeviceInfo {
+            ordinal: 0,
+            name: String::new(),
+            compute_capability: (9, 0),
+            multiprocessor_count: 132,
+            warp_size: 32,
+            max_threads_per_block: 1024,
+            max_block_dim: [1024, 1024, 64],
+            max_grid_dim: [u32::MAX >> 1, 65535, 65535],
+            max_shared_memory_per_block: 48 << 10,
+            max_shared_memory_per_block_optin: 227 << 10,
+            l2_cache_bytes: 0,
+            total_memory_bytes: 0,
+            driver_version: 13000,
+            cooperative_launch: true,
+            memory_clock_khz: 0,
+            memory_bus_width_bits: 0,
+            max_threads_per_multiprocessor: 2048,
+            max_blocks_per_multiprocessor: 32,
+            max_shared_memory_per_multiprocessor: 228 << 10,
+        }
+    }
+
+    #[test]
+    fn the_residency_bound_is_the_tightest_reported_limit() {
+        let info = h200();
+        // Threads bound 1024-invocation blocks, the block count 64-invocation ones, shared
+        // memory blocks that take 100 KiB of it.
+        assert_eq!(info.resident_blocks_bound(1024, 0), 2 * 132);
+        assert_eq!(info.resident_blocks_bound(64, 0), 32 * 132);
+        assert_eq!(info.resident_blocks_bound(256, 100 << 10), 2 * 132);
+        // A limit the driver did not report bounds nothing.
+        let unreported = DeviceInfo {
+            max_threads_per_multiprocessor: 0,
+            max_blocks_per_multiprocessor: 0,
+            max_shared_memory_per_multiprocessor: 0,
+            ..h200()
+        };
+        assert_eq!(unreported.resident_blocks_bound(1024, 4096), u64::MAX);
+    }
+}
