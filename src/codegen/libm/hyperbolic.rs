@@ -210,10 +210,13 @@ pub(super) fn tanhf(expm1f: &Func) -> Func {
     let x = f.bits(ix);
     let tt = f.reg(Class::F32);
     let done = f.label();
-    // |x| > 10 or nan (the source tests |x| > log(3)/2 first; this range lies inside it)
+    // |x| > 10 or nan (the source tests |x| > log(3)/2 first; this range lies inside it):
+    // the source's `1 + 0/x` is 1, or a NaN for a NaN, without a division's cost.
     let huge = f.ucmp(Cmp::Gt, ix, int(0x4120_0000));
     f.when(huge, |f| {
-        f.set(tt, ONE + f32c(0.0) / x);
+        let nan = f.ucmp(Cmp::Gt, ix, int(0x7f80_0000));
+        let one = f.selp(nan, x, ONE);
+        f.set(tt, one);
         f.bra(done);
     });
     // |x| is subnormal or zero
@@ -226,18 +229,19 @@ pub(super) fn tanhf(expm1f: &Func) -> Func {
         let c = f.selp(mid, f32c(2.0), f32c(-2.0));
         let a = f.eval(c * x);
         let t = f.call(expm1f, &[a.into()])[0];
-        // |x| > log(3)/2 ~= 0.5493
+        // |x| > log(3)/2 ~= 0.5493: 1 - 2/(t+2); else t/(t+2) above log(5/3)/2, -t/(t+2)
+        // below. Each range divides by t + 2, so one division of the range's numerator
+        // (the same operations, so the same bits, at one division site instead of three).
         let big = f.ucmp(Cmp::Gt, ix, int(0x3f0c_9f54));
-        f.when(big, |f| {
-            f.set(tt, ONE - TWO / (t + TWO));
-            f.bra(done);
-        });
-        f.when(mid, |f| {
-            f.set(tt, t / (t + TWO));
-            f.bra(done);
-        });
         let n = f.neg(t);
-        f.set(tt, n / (t + TWO));
+        let small_numerator = f.selp(mid, t, n);
+        let numerator = f.selp(big, TWO, small_numerator);
+        let q = f.eval(numerator / (t + TWO));
+        f.when(big, |f| {
+            f.set(tt, ONE - q);
+            f.bra(done);
+        });
+        f.set(tt, q);
         f.bra(done);
     });
     f.set(tt, x);
