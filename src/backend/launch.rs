@@ -62,7 +62,8 @@ pub(crate) fn enqueue(
 ) -> Result<(), DriverError> {
     let abi = &kernel.abi;
     check_args(abi, args)?;
-    let kernel_args = kernel_args(abi.params(), args, &(0..0));
+    // The scalar and cooperative entries' arguments (the vector entry builds its own).
+    let scalar_args = || kernel_args(abi.params(), args, &(0..0));
     match choose(kernel, grid, args, mode)? {
         Entries::Vector(invocations) => {
             launch_vector(stream, kernel, args, &invocations, launches, u32::MAX)?;
@@ -70,6 +71,7 @@ pub(crate) fn enqueue(
             return Ok(());
         }
         Entries::Cooperative(entry) => {
+            let kernel_args = scalar_args();
             for _ in 0..launches {
                 let function = &entry.function;
                 stream.launch_cooperative(function, grid, abi.workgroup_size, &kernel_args)?;
@@ -77,6 +79,7 @@ pub(crate) fn enqueue(
             }
         }
         Entries::Scalar(functions) => {
+            let kernel_args = scalar_args();
             for _ in 0..launches {
                 // A program split at grid-wide barriers has one entry per segment; stream
                 // order makes each segment see every write of the one before.

@@ -961,19 +961,17 @@ impl Core {
     fn load(&self, key: KernelKey, emitted: &EmittedKernel) -> Result<LoadedKernel, CudaError> {
         self.check_shared_memory(&emitted.abi)?;
         let cooperative_ptx = emitted.cooperative_ptx.as_ref();
+        let (abi, vector) = (emitted.abi.clone(), emitted.vector_ptx.as_ref());
         let mut kernel = match cooperative_ptx.filter(|_| self.grid_sync != GridSyncLaunch::Split) {
             Some(cooperative) => {
-                let vector = emitted.vector_ptx.as_ref();
-                let mut kernel = self.kernel_parts(key, emitted.abi.clone(), vector);
-                kernel.segments = OnDemand::Lazy(self.lazy(&emitted.ptx, LazyKind::Segments));
+                let segments = OnDemand::Lazy(self.lazy(&emitted.ptx, LazyKind::Segments));
                 let entry = OnDemand::Lazy(self.lazy(cooperative, LazyKind::Cooperative));
-                kernel.cooperative = Some(self.cooperative_form(&kernel.abi, entry));
-                kernel
+                let cooperative = Some(self.cooperative_form(&abi, entry));
+                self.kernel_of(key, abi, vector, segments, cooperative)
             }
             None => {
                 let module = self.load_module(&emitted.ptx, None)?;
-                let vector = emitted.vector_ptx.as_ref();
-                self.kernel_in(&module, key, emitted.abi.clone(), vector)?
+                self.kernel_in(&module, key, abi, vector)?
             }
         };
         // The variant with every load checked, compiled only for a launch that needs it.
@@ -1068,21 +1066,20 @@ impl Core {
         } else {
             None
         };
-        Ok(LoadedKernel {
-            segments: OnDemand::Loaded(functions),
-            cooperative,
-            ..self.kernel_parts(key, abi, vector_ptx)
-        })
+        let segments = OnDemand::Loaded(functions);
+        Ok(self.kernel_of(key, abi, vector_ptx, segments, cooperative))
     }
 
-    /// A kernel with no entries loaded but its vector entry's module (if any): an
-    /// elementwise program's vector entry is a module of its own, compiled by the driver
+    /// A kernel of `segments` and `cooperative`, with its vector entry's module (if any):
+    /// an elementwise program's vector entry is a module of its own, compiled by the driver
     /// only when a dispatch large enough to use it comes (see `LazyVector`).
-    fn kernel_parts(
+    fn kernel_of(
         &self,
         key: KernelKey,
         abi: crate::codegen::KernelAbi,
         vector_ptx: Option<&String>,
+        segments: OnDemand<Vec<crate::driver::Function>>,
+        cooperative: Option<CooperativeForm>,
     ) -> LoadedKernel {
         let vector = vector_ptx.map(|ptx| LazyVector {
             entry: self.lazy(ptx, LazyKind::Vector),
@@ -1092,8 +1089,8 @@ impl Core {
         LoadedKernel {
             key,
             abi,
-            segments: OnDemand::Loaded(Vec::new()),
-            cooperative: None,
+            segments,
+            cooperative,
             vector,
             checked: None,
             fault_area_optional: false,

@@ -75,18 +75,13 @@ pub(crate) fn compose(
         "program {:02x}{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
         digest[0], digest[1], digest[2], digest[3], digest[4], digest[5], digest[6], digest[7]
     );
-    let texts = |list: &[&LoweredBody]| {
-        ModuleUses::of(
-            list.iter()
-                .flat_map(|b| [b.prologue.as_str(), b.body.as_str()]),
-        )
+    // The cooperative entry's segments that follow the segment entries in `ptx`, and those
+    // that get a module of their own: one of the two is empty.
+    let (cooperative_beside, cooperative_own) = match bodies.cooperative_alone {
+        true => (&[][..], bodies.cooperative),
+        false => (bodies.cooperative, &[][..]),
     };
-    let alone = bodies.cooperative_alone && !bodies.cooperative.is_empty();
-    let main_bodies: Vec<&LoweredBody> = match alone {
-        true => bodies.segments.iter().collect(),
-        false => bodies.segments.iter().chain(bodies.cooperative).collect(),
-    };
-    let main_uses = texts(&main_bodies);
+    let main_uses = uses_of(bodies.segments.iter().chain(cooperative_beside));
     let header_for = |uses| header(target, &libm, &provenance, uses);
     let shared = match abi.shared_bytes {
         0 => String::new(),
@@ -108,20 +103,16 @@ pub(crate) fn compose(
         shared: &shared,
         clock: bodies.clock,
     };
-    let mut cooperative_ptx = None;
-    if alone {
-        let coop_bodies: Vec<&LoweredBody> = bodies.cooperative.iter().collect();
-        let mut text = header_for(texts(&coop_bodies));
-        cooperative.put(&mut text, bodies.cooperative);
-        cooperative_ptx = Some(text);
-    } else if !bodies.cooperative.is_empty() {
-        cooperative.put(&mut ptx, bodies.cooperative);
+    if !cooperative_beside.is_empty() {
+        cooperative.put(&mut ptx, cooperative_beside);
     }
+    let cooperative_ptx = (!cooperative_own.is_empty()).then(|| {
+        let mut text = header_for(uses_of(cooperative_own.iter()));
+        cooperative.put(&mut text, cooperative_own);
+        text
+    });
     let vector_ptx = bodies.vector.map(|vector| {
-        let mut text = header_for(ModuleUses::of([
-            vector.prologue.as_str(),
-            vector.body.as_str(),
-        ]));
+        let mut text = header_for(uses_of(std::iter::once(vector)));
         let params = param_list(abi.vector_params());
         put_entry(&mut text, VECTOR_ENTRY, &params, abi, &shared, vector);
         text
@@ -133,6 +124,11 @@ pub(crate) fn compose(
         entries_at,
         libm,
     }
+}
+
+/// What a module holding the entries `bodies` uses.
+fn uses_of<'b>(bodies: impl Iterator<Item = &'b LoweredBody>) -> ModuleUses {
+    ModuleUses::of(bodies.flat_map(|b| [b.prologue.as_str(), b.body.as_str()]))
 }
 
 /// The module's 16 zeroed bytes, which out-of-bounds global loads read (up to a `v2.u64`)
