@@ -67,7 +67,9 @@ pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
-/// Version of the emitter's output format; part of every cache key. (48: `tanhf` divides
+/// Version of the emitter's output format; part of every cache key. (49: the libm ports'
+/// divisions whose operands are in range take ptxas's fast path alone (`div_in_range`),
+/// their special-case divisions are constants; 48: `tanhf` divides
 /// once (the three ranges' numerators selected) and takes `1 + 0/x` as a select; 47: the dispatch
 /// route's cooperative entry is a module of its own (`EmittedKernel::cooperative_ptx`), so
 /// a kernel with grid-wide barriers compiles only the form its launches use; 46: a single-entry
@@ -106,7 +108,7 @@ use vyre_foundation::ir::{Node, Program};
 /// entry where a lane that faults could be awaited there; 24: workgroup barriers of
 /// entries whose leaving lanes exit take the `.aligned` form; 23: repeated pure
 /// sub-expressions of a statement computed once; 22 was an unmerged experiment.)
-pub const EMITTER_VERSION: u32 = 48;
+pub const EMITTER_VERSION: u32 = 49;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;

@@ -60,7 +60,10 @@ pub(super) fn expf() -> Func {
     // x is now in primary range
     let xx = f.eval(x * x);
     let c = f.eval(x - xx * (P1 + xx * P2));
-    let y = f.eval(ONE + (x * c / (f32c(2.0) - c) - lo + hi));
+    // In range (`div_in_range`): 2 - c lies in [1.67, 2.37] and |x * c| >= 3.6e-18 (the
+    // reduced |x| is above 2^-14, or near a multiple of ln2 no closer than 1.9e-9).
+    let q = f.div_in_range(x * c, f32c(2.0) - c);
+    let y = f.eval(ONE + (q - lo + hi));
     let k_zero = f.scmp(Cmp::Eq, k, int(0));
     f.when(k_zero, |f| f.ret1(y));
     let y = scalbn(&mut f, y, k);
@@ -217,9 +220,10 @@ fn log_reduce(f: &mut Func) -> (R, R) {
             // x < 2**-126
             let twice = f.shl(ix, int(1));
             let zero = f.scmp(Cmp::Eq, twice, int(0));
-            // log(+-0) = -inf, log(-#) = NaN
-            f.when(zero, |f| f.ret1(f32c(-1.0) / (x * x)));
-            f.when(negative, |f| f.ret1((x - x) / f32c(0.0)));
+            // log(+-0) = -inf, log(-#) = NaN (the source divides, -1/(x*x) and (x-x)/0,
+            // for those constants: a division here would cost the JIT a slow path)
+            f.when(zero, |f| f.ret1(f32c(f32::NEG_INFINITY)));
+            f.when(negative, |f| f.ret1(f32c(f32::NAN)));
             // subnormal number, scale up x
             f.set(k, int(-25));
             f.set(x, x * x1p25);
@@ -247,7 +251,8 @@ fn log_reduce(f: &mut Func) -> (R, R) {
 /// `(f, s, hfsq, r)` of the log kernels.
 fn log_kernel(f: &mut Func, x: R) -> (R, R, R, R) {
     let fm = f.eval(x - ONE);
-    let s = f.eval(fm / (f32c(2.0) + fm));
+    // In range: x in [sqrt(2)/2, sqrt(2)], so fm is +0 or at least 2^-24 in magnitude
+    let s = f.div_in_range(fm, f32c(2.0) + fm);
     let z = f.eval(s * s);
     let w = f.eval(z * z);
     let t1 = f.eval(w * (LG2 + w * LG4));

@@ -38,7 +38,10 @@ pub(super) fn expm1f() -> Func {
     let hxs = f.eval(x * hfx);
     let r1 = f.eval(ONE + hxs * (Q1 + hxs * Q2));
     let t = f.eval(f32c(3.0) - r1 * hfx);
-    let e = f.eval(hxs * ((r1 - t) / (f32c(6.0) - x * t)));
+    // In range: r1 ~ 1 and t ~ 3 for the reduced |x| <= 0.35, so r1 - t ~ -2 and the
+    // divisor ~ 6
+    let ratio = f.div_in_range(r1 - t, f32c(6.0) - x * t);
+    let e = f.eval(hxs * ratio);
     let k_zero = f.scmp(Cmp::Eq, k, int(0));
     f.when(k_zero, |f| f.ret1(x - (x * e - hxs)));
     // e = x * (e - c) - c; e -= hxs
@@ -162,7 +165,10 @@ pub(super) fn sinhf(expm1f: &Func, expf: &Func) -> Func {
         f.when(lt_one, |f| {
             let tiny = f.ucmp(Cmp::Lt, ix, int(0x3f80_0000 - (12 << 23)));
             f.when(tiny, |f| f.ret1(x));
-            f.ret1(h * (TWO * t - t * t / (t + ONE)));
+            // In range: 2^-12 <= |x| < 1, so t * t >= 2^-24 and t + 1 <= e
+            let tt = f.eval(t * t);
+            let q = f.div_in_range(tt, t + ONE);
+            f.ret1(h * (TWO * t - q));
         });
         f.ret1(h * (t + t / (t + ONE)));
     });
@@ -186,7 +192,10 @@ pub(super) fn coshf(expm1f: &Func, expf: &Func) -> Func {
         let tiny = f.ucmp(Cmp::Lt, ix, int(0x3f80_0000 - (12 << 23)));
         f.when(tiny, |f| f.ret1(f32c(1.0)));
         let t = f.call(expm1f, &[x.into()])[0];
-        f.ret1(ONE + t * t / (TWO * (ONE + t)));
+        // In range: 2^-12 <= |x| < log(2), so t * t >= 2^-24 and the divisor is in [2, 4]
+        let tt = f.eval(t * t);
+        let q = f.div_in_range(tt, TWO * (ONE + t));
+        f.ret1(ONE + q);
     });
     // |x| < log(FLT_MAX)
     let finite = f.ucmp(Cmp::Lt, ix, int(0x42b1_7217));
@@ -219,9 +228,11 @@ pub(super) fn tanhf(expm1f: &Func) -> Func {
         f.set(tt, one);
         f.bra(done);
     });
-    // |x| is subnormal or zero
-    let normal = f.ucmp(Cmp::Ge, ix, int(0x0080_0000));
-    f.when(normal, |f| {
+    // |x| <= 2^-25: tanhf(x) is x itself (the source returns a subnormal x as it is, and
+    // its formula rounds back to x for every normal |x| up to 2^-25, checked input by
+    // input against libm). Above it the division's numerator is at least 2^-24.
+    let beyond_identity = f.ucmp(Cmp::Gt, ix, int(0x3300_0000));
+    f.when(beyond_identity, |f| {
         // The source's three remaining ranges each call expm1f, of 2x above
         // log(5/3)/2 ~= 0.2554 and of -2x below: one call here with the same argument
         // (one inlined copy instead of three), then the range's formula.
@@ -236,7 +247,8 @@ pub(super) fn tanhf(expm1f: &Func) -> Func {
         let n = f.neg(t);
         let small_numerator = f.selp(mid, t, n);
         let numerator = f.selp(big, TWO, small_numerator);
-        let q = f.eval(numerator / (t + TWO));
+        // In range: |numerator| >= 2^-24 (above), t + 2 in [1, 4.9e8] (|x| <= 10)
+        let q = f.div_in_range(numerator, t + TWO);
         f.when(big, |f| {
             f.set(tt, ONE - q);
             f.bra(done);

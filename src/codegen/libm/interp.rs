@@ -119,6 +119,10 @@ impl Frame {
                 (d, float_op(op, d.class, a, b))
             }
             Inst::Unary(op, d, a) => (d, unary(op, d.class, self.val(a, d.class))),
+            Inst::Fma(d, a, b, c) => {
+                let [a, b, c] = [a, b, c].map(|v| self.val(v, d.class));
+                (d, fma(d.class, a, b, c))
+            }
             Inst::I(op, d, a, b) => {
                 let (a, b) = (self.val(a, d.class), self.val(b, d.class));
                 (d, int_op(op, d.class, a, b))
@@ -188,6 +192,33 @@ fn unary(op: UOp, class: Class, a: u64) -> u64 {
         UOp::Sqrt => f64::from_bits(a).sqrt().to_bits(),
         UOp::Neg => a ^ sign,
         UOp::Abs => a & !sign,
+        UOp::RcpApprox => {
+            assert_eq!(class, Class::F32, "rcp.approx.ftz is f32 here");
+            u64::from(reciprocal_estimate(f32::from_bits(a as u32)).to_bits())
+        }
+    }
+}
+
+/// `rcp.approx.ftz.f32`, modelled as the correctly rounded reciprocal with subnormals
+/// flushed (the hardware's is within an ulp; the GPU sweep checks the routines with it).
+fn reciprocal_estimate(a: f32) -> f32 {
+    let flush = |v: f32| {
+        if v.is_subnormal() {
+            0.0f32.copysign(v)
+        } else {
+            v
+        }
+    };
+    flush(1.0 / flush(a))
+}
+
+fn fma(class: Class, a: u64, b: u64, c: u64) -> u64 {
+    if class == Class::F32 {
+        let [a, b, c] = [a, b, c].map(|v| f32::from_bits(v as u32));
+        u64::from(a.mul_add(b, c).to_bits())
+    } else {
+        let [a, b, c] = [a, b, c].map(f64::from_bits);
+        a.mul_add(b, c).to_bits()
     }
 }
 

@@ -12,11 +12,12 @@ const ONE: Op = f32c(1.0);
 const TWO: Op = f32c(2.0);
 const HALF: Op = f32c(0.5);
 
-/// `r(z)` of asinf/acosf, in f32.
+/// `r(z)` of asinf/acosf, in f32. In range (`div_in_range`): z is +0 or at least 2^-52,
+/// so p is +0 or above 2^-56, and q lies in [0.82, 1].
 fn r(f: &mut Func, z: R) -> R {
     let p = f.eval(z * (P_S0 + z * (P_S1 + z * P_S2)));
     let q = f.eval(ONE + z * Q_S1);
-    f.eval(p / q)
+    f.div_in_range(p, q)
 }
 
 pub(super) fn asinf() -> Func {
@@ -35,8 +36,8 @@ pub(super) fn asinf() -> Func {
             let y = f.cvt(Cvt::F32F64, x64 * PIO2 + X1P_120);
             f.ret1(y);
         });
-        // asin(|x|>1) is NaN
-        f.ret1(f32c(0.0) / (x - x));
+        // asin(|x|>1) is NaN (the source's 0/(x-x))
+        f.ret1(f32c(f32::NAN));
     });
     let lt_half = f.ucmp(Cmp::Lt, ix, int(0x3f00_0000));
     f.when(lt_half, |f| {
@@ -82,7 +83,8 @@ pub(super) fn acosf() -> Func {
             f.when(sign, |f| f.ret1(TWO * PIO2_HI + X1P_120));
             f.ret1(f32c(0.0));
         });
-        f.ret1(f32c(0.0) / (x - x));
+        // acos(|x|>1) is NaN (the source's 0/(x-x))
+        f.ret1(f32c(f32::NAN));
     });
     // |x| < 0.5
     let lt_half = f.ucmp(Cmp::Lt, ix, int(0x3f00_0000));
@@ -108,7 +110,8 @@ pub(super) fn acosf() -> Func {
     let sb = f.bits(s);
     let dfb = f.and(sb, int(0xffff_f000));
     let df = f.bits(dfb);
-    let c = f.eval((z - df * df) / (s + df));
+    // In range: z >= 2^-25 here, so z - df * df is +0 or at least ~2^-48
+    let c = f.div_in_range(z - df * df, s + df);
     let t = r(&mut f, z);
     let w = f.eval(t * s + c);
     f.ret1(TWO * (df + w));
@@ -189,7 +192,10 @@ fn atan_reduce(f: &mut Func, x0: R, ix: R) -> (R, R) {
     let id = f.reg(Class::B32);
     let small = f.ucmp(Cmp::Lt, ix, int(0x3ee0_0000));
     // x = v; id = n
-    let reduced = |f: &mut Func, v: E, n: i64| {
+    // x = a / b; id = n. In range (`div_in_range`): each numerator is +0 or at least
+    // 2^-24 in magnitude, each divisor in [1, 2^26], each quotient within [2^-26, 1]
+    let reduced = |f: &mut Func, a: E, b: E, n: i64| {
+        let v = f.div_in_range(a, b);
         f.set(x, v);
         f.set(id, int(n));
     };
@@ -212,9 +218,9 @@ fn atan_reduce(f: &mut Func, x0: R, ix: R) -> (R, R) {
                     f.if_else(
                         lt_11_16,
                         // 7/16 <= |x| < 11/16
-                        |f| reduced(f, (TWO * x - ONE) / (TWO + x), 0),
+                        |f| reduced(f, TWO * x - ONE, TWO + x, 0),
                         // 11/16 <= |x| < 19/16
-                        |f| reduced(f, (x - ONE) / (x + ONE), 1),
+                        |f| reduced(f, x - ONE, x + ONE, 1),
                     );
                 },
                 |f| {
@@ -222,9 +228,9 @@ fn atan_reduce(f: &mut Func, x0: R, ix: R) -> (R, R) {
                     f.if_else(
                         lt_39_16,
                         // |x| < 2.4375
-                        |f| reduced(f, (x - f32c(1.5)) / (ONE + f32c(1.5) * x), 2),
+                        |f| reduced(f, x - f32c(1.5), ONE + f32c(1.5) * x, 2),
                         // 2.4375 <= |x| < 2**26
-                        |f| reduced(f, f32c(-1.0) / x, 3),
+                        |f| reduced(f, f32c(-1.0).into(), x.into(), 3),
                     );
                 },
             );

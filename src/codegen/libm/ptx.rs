@@ -267,6 +267,9 @@ pub(crate) enum UOp {
     Sqrt,
     Neg,
     Abs,
+    /// The hardware's reciprocal estimate (`rcp.approx.ftz`, f32 only): within an ulp of
+    /// 1/a, subnormal inputs and results flushed to zero.
+    RcpApprox,
 }
 
 impl UOp {
@@ -275,6 +278,7 @@ impl UOp {
             UOp::Sqrt => "sqrt.rn",
             UOp::Neg => "neg",
             UOp::Abs => "abs",
+            UOp::RcpApprox => "rcp.approx.ftz",
         }
     }
 }
@@ -286,6 +290,8 @@ pub(crate) enum Inst {
     F(FOp, R, Op, Op),
     /// `d = op(a)`.
     Unary(UOp, R, Op),
+    /// `d = a * b + c`, rounded once (`fma.rn`).
+    Fma(R, Op, Op, Op),
     /// `d = a op b` on integers of d's width.
     I(IOp, R, Op, Op),
     /// `d = a as _`.
@@ -428,6 +434,46 @@ impl Func {
 
     pub(crate) fn abs(&mut self, a: impl Into<Op>) -> R {
         self.unary(UOp::Abs, a)
+    }
+
+    /// `a * b + c` with one rounding.
+    pub(crate) fn fma(&mut self, a: impl Into<Op>, b: impl Into<Op>, c: impl Into<Op>) -> R {
+        let (a, b, c) = (a.into(), b.into(), c.into());
+        let class = Self::float_class(a, b);
+        let a = self.reg_operand(a, b, class);
+        let d = self.reg(class);
+        self.body.push(Inst::Fma(d, a, b, c));
+        d
+    }
+
+    /// `a / b` on f32, correctly rounded, for operands a port knows to be in range: ptxas's
+    /// own fast path of `div.rn.f32` (the reciprocal estimate refined by one Newton step,
+    /// the quotient, one correction by the exact remainder) without the `FCHK` test and the
+    /// slow-path subroutine ptxas adds for the rest. ptxas compiles that subroutine into
+    /// every kernel with a `div.rn.f32` at all, and it costs the driver's JIT more than the
+    /// routine around it (offline, silu 22.5 ms instead of 30.5 with neither division
+    /// taking it; a trivial module 15.3).
+    ///
+    /// In range means what `FCHK` checks: `b` normal with 1/b normal (|b| below 2^126), `a`
+    /// a normal of magnitude at least 2^-100 or +0 (so the remainder `a - b * q` is an exact
+    /// f32), and the quotient within 2^±120; -0 divides to +0 here. Every use states its
+    /// operands' range, and the exhaustive GPU sweep (`gpu_libm_sweep`, all 2^32 inputs of
+    /// each port) checks the hardware's estimate there.
+    pub(crate) fn div_in_range(&mut self, a: impl Into<E>, b: impl Into<E>) -> R {
+        let a = self.operand(a.into());
+        let b = self.eval(b);
+        assert_eq!(
+            (a.class(), b.class),
+            (Some(Class::F32), Class::F32),
+            "f32 division"
+        );
+        let estimate = self.unary(UOp::RcpApprox, b);
+        let minus_b = self.neg(b);
+        let error = self.fma(minus_b, estimate, f32c(1.0));
+        let y = self.fma(estimate, error, estimate);
+        let q0 = self.eval(a * y);
+        let remainder = self.fma(minus_b, q0, a);
+        self.fma(y, remainder, q0)
     }
 
     fn iop(&mut self, op: IOp, a: impl Into<Op>, b: impl Into<Op>) -> R {
@@ -760,6 +806,7 @@ impl Func {
         let line = match *inst {
             Inst::F(op, d, a, b) => format!("{}.rn.{} {d}, {a}, {b};", op.name(), d.class.ty()),
             Inst::Unary(op, d, a) => format!("{}.{} {d}, {a};", op.name(), d.class.ty()),
+            Inst::Fma(d, a, b, c) => format!("fma.rn.{} {d}, {a}, {b}, {c};", d.class.ty()),
             Inst::I(op, d, a, b) => {
                 let (name, ty) = op.ptx();
                 format!("{name}.{ty}{} {d}, {a}, {b};", 8 * d.class.bytes())

@@ -165,7 +165,15 @@ fn an_inlined_routine_brings_its_helpers_and_calls_nothing() {
     assert!(text.contains("// vyre_libm_coshf inlined"));
     assert!(text.contains("// vyre_libm_expf inlined"));
     assert!(text.contains("// vyre_libm_expm1f inlined"));
-    assert!(!text.contains("call") && !text.contains(".func") && !text.contains(".approx"));
+    assert!(!text.contains("call") && !text.contains(".func"));
+    // The only estimate is the reciprocal a range-checked division refines to exact.
+    let approximate: Vec<&str> = text.lines().filter(|l| l.contains(".approx")).collect();
+    assert!(
+        approximate
+            .iter()
+            .all(|l| l.trim_start().starts_with("rcp.approx.ftz.f32")),
+        "{approximate:?}"
+    );
     assert!(text.contains("mov.f32 %lmx0, %f1;") && text.contains("mov.f32 %f2, %lmx1;"));
     // Every instance, nested ones included, has its own tag: labels never collide.
     let again = inline_call(Libm::Cosh, "%f3", "%f4", &mut tags);
@@ -177,4 +185,41 @@ fn an_inlined_routine_brings_its_helpers_and_calls_nothing() {
     };
     assert!(labels(&text).is_disjoint(&labels(&again)));
     assert!(tags >= 4, "{tags}");
+}
+
+/// `div_in_range` is the correctly rounded quotient for operands in its range (with the
+/// estimate modelled as the rounded reciprocal; the GPU sweep checks the hardware's).
+#[test]
+fn a_division_in_range_is_correctly_rounded() {
+    use super::ptx::{Class, Func};
+    let mut f = Func::new("div", &[Class::F32, Class::F32], &[Class::F32]);
+    let [a, b] = [f.params[0], f.params[1]];
+    let q = f.div_in_range(a, b);
+    f.ret1(q);
+    let m = Machine::new(vec![f]);
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = |lowest: u32, span: u32| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let bits = state as u32;
+        // random sign and mantissa, biased exponent in lowest..lowest + span
+        f32::from_bits((bits & 0x807F_FFFF) | ((lowest + (bits >> 23) % span) << 23))
+    };
+    let mut pairs: Vec<(f32, f32)> = (0..200_000)
+        .map(|_| (next(27, 200), next(27, 200)))
+        .filter(|(a, b)| (a / b).abs() >= 2f32.powi(-120) && (a / b).abs() <= 2f32.powi(120))
+        .collect();
+    pairs.extend([
+        (0.0, 3.0),
+        (1.0, 3.0),
+        (2.0, 1.5),
+        (-1.0, 2.4375),
+        (0.5, 2.0),
+    ]);
+    for (a, b) in pairs {
+        let out = m.run("div", &[u64::from(a.to_bits()), u64::from(b.to_bits())]);
+        let got = f32::from_bits(out[0] as u32);
+        assert_eq!(got.to_bits(), (a / b).to_bits(), "{a:e} / {b:e}");
+    }
 }
