@@ -11,6 +11,10 @@
 //! differing inputs) and fails if a function the emitter lowers (a ported one) differs
 //! anywhere. Without a GPU it prints `skipped: no CUDA device`.
 //!
+//! `Reciprocal` and `InverseSqrt` are swept the same way, and f32 division (which the
+//! emitter computes through an inlined exact division in f64, not `div.rn.f32`) on 2^24
+//! pairs over every exponent plus every pair of the special values, and by literal divisors.
+//!
 //! With `VYRE_LIBM_SWEEP_EXHAUSTIVE=1`, a second test checks all 2^32 inputs of each
 //! function instead (a few minutes on an H200); `VYRE_LIBM_SWEEP_ONLY=sinf,cosf` limits
 //! it to the named functions.
@@ -26,8 +30,12 @@ const BATCH: u32 = 1 << 22;
 
 type Fun = fn(f32) -> f32;
 
-fn routines() -> [(UnOp, &'static str, Fun); 13] {
+/// The ported routines, and the two operators computed through the emitter's exact f32
+/// division (`1 / x`, `1 / sqrt(x)`, as `vyre_reference::ieee754` writes them).
+fn routines() -> [(UnOp, &'static str, Fun); 15] {
     [
+        (UnOp::Reciprocal, "reciprocal", |x| 1.0 / x),
+        (UnOp::InverseSqrt, "inverse_sqrt", |x| 1.0 / libm::sqrtf(x)),
         (UnOp::Sin, "sinf", libm::sinf),
         (UnOp::Cos, "cosf", libm::cosf),
         (UnOp::Tan, "tanf", libm::tanf),
@@ -217,6 +225,146 @@ fn libm_ports_match_the_reference_on_the_gpu() {
         }
         if !differing.is_empty() {
             failures.push(format!("{name}: {} differing inputs", differing.len()));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `out[i] = a[i] / b[i]` over `n` elements, or `a[i] / divisor` for a literal divisor.
+fn quotient_program(n: u32, divisor: Option<f32>) -> Program {
+    let gid = Expr::InvocationId { axis: 0 };
+    let right = match divisor {
+        Some(d) => Expr::f32(d),
+        None => Expr::load("b", gid.clone()),
+    };
+    Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::F32).with_count(n),
+            BufferDecl::read("b", 1, DataType::F32).with_count(n),
+            BufferDecl::output("out", 2, DataType::F32).with_count(n),
+        ],
+        [256, 1, 1],
+        vec![Node::store(
+            "out",
+            gid.clone(),
+            Expr::BinOp {
+                op: BinOp::Div,
+                left: Box::new(Expr::load("a", gid)),
+                right: Box::new(right),
+            },
+        )],
+    )
+}
+
+/// 2^24 pairs (dividends over every sign and exponent, divisors hashed from them); 2^21
+/// pairs whose divisor's mantissa is all ones or all zeros (the reciprocal closest to a tie
+/// of f32 rounding, and exact), or whose dividend's exponent is near where the emitter's
+/// fast path stops; then every pair of the classic special values.
+fn quotient_inputs() -> (Vec<u32>, Vec<u32>) {
+    let hash = |i: u32| i.wrapping_mul(0x9E37_79B1).rotate_left(13) ^ i.wrapping_mul(0x85EB_CA6B);
+    let (mut a, mut b): (Vec<u32>, Vec<u32>) = (0..1u32 << 24)
+        .map(|i| ((i << 8) | (i & 0xFF), hash(i)))
+        .unzip();
+    for i in 0..1u32 << 21 {
+        let h = hash(i ^ 0x5555_5555);
+        let (x, y) = match i % 3 {
+            0 => (h, (h.rotate_left(7) & 0xFF80_0000) | 0x7F_FFFF),
+            1 => (h, h.rotate_left(7) & 0xFF80_0000),
+            // biased exponent 16..48 around the fast path's lower bound 25
+            _ => ((h & 0x807F_FFFF) | ((16 + i % 32) << 23), h.rotate_left(11)),
+        };
+        a.push(x);
+        b.push(y);
+    }
+    let magnitudes = [
+        0,
+        1,
+        0x7F_FFFF,
+        0x80_0000,
+        0x80_0001,
+        0x3F80_0000,
+        0x4040_0000,
+        0x3EAA_AAAB,
+        0x7F7F_FFFE,
+        0x7F7F_FFFF,
+        0x7F80_0000,
+        0x7FC0_0000,
+        0x7F80_0001,
+    ];
+    let specials: Vec<u32> = magnitudes
+        .iter()
+        .flat_map(|&m: &u32| [m, m | 0x8000_0000])
+        .collect();
+    for &x in &specials {
+        for &y in &specials {
+            a.push(x);
+            b.push(y);
+        }
+    }
+    (a, b)
+}
+
+/// The GPU's `a / b` of every pair, in dispatches of `BATCH`.
+fn gpu_quotients(
+    backend: &vyre_cuda::CudaBackend,
+    program: &Program,
+    a: &[u32],
+    b: &[u32],
+) -> Vec<u32> {
+    let config = DispatchConfig::default();
+    let bytes = |words: &[u32]| {
+        let mut out: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        out.resize(BATCH as usize * 4, 0);
+        out
+    };
+    let mut got = Vec::with_capacity(a.len());
+    for (x, y) in a.chunks(BATCH as usize).zip(b.chunks(BATCH as usize)) {
+        let outputs = backend
+            .dispatch(program, &[bytes(x), bytes(y)], &config)
+            .unwrap_or_else(|e| panic!("division: dispatch failed: {e}"));
+        let words = outputs[0].chunks_exact(4).take(x.len());
+        got.extend(words.map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])));
+    }
+    got
+}
+
+/// Counts (and prints the first of) the pairs whose GPU quotient is not the reference's
+/// `canonical(canonical(a) / canonical(b))`.
+fn differing_quotients(what: &str, a: &[u32], b: &[u32], got: &[u32]) -> usize {
+    let f = f32::from_bits;
+    let differing: Vec<usize> = (0..a.len())
+        .filter(|&i| {
+            let want = canonical(canonical(f(a[i])) / canonical(f(b[i])));
+            canonical(f(got[i])).to_bits() != want.to_bits()
+        })
+        .collect();
+    println!("{what}: {} pairs, {} differing", a.len(), differing.len());
+    for &i in differing.iter().take(8) {
+        println!("    {:#010x} / {:#010x} got {:#010x}", a[i], b[i], got[i]);
+    }
+    differing.len()
+}
+
+#[test]
+fn f32_division_matches_the_reference_on_the_gpu() {
+    let Some(backend) = common::gpu::backend() else {
+        return;
+    };
+    let (a, b) = quotient_inputs();
+    let got = gpu_quotients(backend, &quotient_program(BATCH, None), &a, &b);
+    let mut failures = Vec::new();
+    if differing_quotients("f32 division", &a, &b, &got) > 0 {
+        failures.push("a / b".to_string());
+    }
+    // a power-of-two literal divisor is a multiply by its reciprocal; others divide
+    let dividends = inputs();
+    for divisor in [2.0f32, 0.5, -4.0, 3.0, 2f32.powi(-126), 2f32.powi(127)] {
+        let program = quotient_program(BATCH, Some(divisor));
+        let divisors = vec![divisor.to_bits(); dividends.len()];
+        let got = gpu_quotients(backend, &program, &dividends, &divisors);
+        let what = format!("f32 division by the literal {divisor:e}");
+        if differing_quotients(&what, &dividends, &divisors, &got) > 0 {
+            failures.push(what);
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -101,13 +101,7 @@ impl Gate {
                 self.failures
                     .push(format!("{name} for {target}: a .func or call in the PTX"));
             }
-            // The one estimate allowed is the reciprocal that a division of operands in
-            // range refines to the exact quotient (`div_in_range`).
-            let approximate = ptx.lines().map(str::trim_start).find(|l| {
-                (l.contains(".approx") && !l.starts_with("rcp.approx.ftz.f32 "))
-                    || l.contains(".ftz.f64")
-            });
-            if let Some(line) = approximate {
+            if let Some(line) = approximate_instruction(ptx) {
                 self.failures.push(format!(
                     "{name} for {target}: approximate instruction in the PTX: {line}"
                 ));
@@ -128,6 +122,19 @@ impl Gate {
         }
         assert!(self.failures.is_empty(), "{}", self.failures.join("\n\n"));
     }
+}
+
+/// A line of `ptx` with an approximate instruction, other than the reciprocal estimates the
+/// exact divisions refine: the f32 one of a division in range (`div_in_range`), and the f64
+/// one only in a kernel that has the exact division (`vyre_div_rn_f32`) inlined.
+fn approximate_instruction(ptx: &str) -> Option<&str> {
+    let divides = ptx.contains("// vyre_div_rn_f32 inlined");
+    ptx.lines().map(str::trim).find(|line| {
+        let approximate = line.contains(".approx") || line.contains(".ftz.f64");
+        let refined = line.starts_with("rcp.approx.ftz.f32 ")
+            || (divides && line.starts_with("rcp.approx.ftz.f64 "));
+        approximate && !refined
+    })
 }
 
 #[test]
@@ -163,6 +170,80 @@ fn all_transcendentals_in_one_kernel_inline_their_helpers_and_share_their_tables
         ptx.matches(".const .align 4 .b32 vyre_libm_ipio2[").count(),
         1
     );
+}
+
+#[test]
+fn f32_division_reciprocal_and_inverse_sqrt_inline_the_exact_division() {
+    let mut gate = Gate::default();
+    let quotient = Program::wrapped(
+        vec![
+            BufferDecl::read("a", 0, DataType::F32).with_count(N),
+            BufferDecl::output("out", 1, DataType::F32).with_count(N),
+        ],
+        [64, 1, 1],
+        vec![Node::store(
+            "out",
+            Expr::InvocationId { axis: 0 },
+            Expr::BinOp {
+                op: BinOp::Div,
+                left: Box::new(Expr::load("a", Expr::InvocationId { axis: 0 })),
+                right: Box::new(Expr::load("a", Expr::u32(0))),
+            },
+        )],
+    );
+    let cases = [
+        ("Div", quotient),
+        ("Reciprocal", program(&[UnOp::Reciprocal])),
+        ("InverseSqrt", program(&[UnOp::InverseSqrt])),
+    ];
+    for (name, program) in &cases {
+        gate.check(name, program, &["vyre_div_rn_f32"]);
+        let ptx = emit_ptx(program, None, PtxTarget::sm90())
+            .expect("lowers")
+            .ptx;
+        if ptx.contains("div.rn.f32") {
+            gate.failures.push(format!("{name}: div.rn.f32 in the PTX"));
+        }
+    }
+    gate.finish();
+}
+
+#[test]
+fn division_by_a_power_of_two_literal_is_a_multiply() {
+    let divide_by = |divisor: f32| {
+        let program = Program::wrapped(
+            vec![
+                BufferDecl::read("a", 0, DataType::F32).with_count(N),
+                BufferDecl::output("out", 1, DataType::F32).with_count(N),
+            ],
+            [64, 1, 1],
+            vec![Node::store(
+                "out",
+                Expr::InvocationId { axis: 0 },
+                Expr::BinOp {
+                    op: BinOp::Div,
+                    left: Box::new(Expr::load("a", Expr::InvocationId { axis: 0 })),
+                    right: Box::new(Expr::f32(divisor)),
+                },
+            )],
+        );
+        emit_ptx(&program, None, PtxTarget::sm90())
+            .expect("lowers")
+            .ptx
+    };
+    for divisor in [2.0f32, -0.25, f32::from_bits(0x0080_0000), 2f32.powi(127)] {
+        let ptx = divide_by(divisor);
+        assert!(!ptx.contains("vyre_div_rn_f32"), "{divisor:e}");
+        let inverse = format!("{}", (1.0 / divisor).to_bits());
+        assert!(ptx.contains(&inverse), "{divisor:e}: 1/c is not in the PTX");
+    }
+    // 3 has no exact f32 reciprocal; a subnormal's reciprocal overflows
+    for divisor in [3.0f32, f32::from_bits(0x0040_0000)] {
+        assert!(
+            divide_by(divisor).contains("// vyre_div_rn_f32 inlined"),
+            "{divisor:e}"
+        );
+    }
 }
 
 #[test]

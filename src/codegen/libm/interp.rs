@@ -8,6 +8,9 @@ use std::ops::{Add, Div, Mul, Sub};
 
 pub(crate) struct Machine {
     funcs: HashMap<&'static str, (Func, HashMap<u32, usize>)>,
+    /// Relative error given to `rcp.approx` results of f32 and of f64 (the hardware's is
+    /// unspecified).
+    rcp_error: [f64; 2],
 }
 
 impl Machine {
@@ -27,7 +30,17 @@ impl Machine {
                 (f.name, (f, labels))
             })
             .collect();
-        Machine { funcs }
+        Machine {
+            funcs,
+            rcp_error: [0.0; 2],
+        }
+    }
+
+    /// The machine with every `rcp.approx` result off by `f32_error` or `f64_error`
+    /// (relative).
+    pub(crate) fn with_rcp_error(mut self, f32_error: f64, f64_error: f64) -> Self {
+        self.rcp_error = [f32_error, f64_error];
+        self
     }
 
     /// Run the public routine `name` on one f32.
@@ -43,7 +56,7 @@ impl Machine {
             .funcs
             .get(name)
             .unwrap_or_else(|| panic!("no function {name}"));
-        let mut frame = Frame::new(f, args);
+        let mut frame = Frame::new(f, args, self.rcp_error);
         let mut pc = 0usize;
         for _ in 0..1_000_000 {
             let inst = f
@@ -74,13 +87,15 @@ impl Machine {
 struct Frame {
     regs: [Vec<u64>; 5],
     locals: Vec<Vec<u64>>,
+    rcp_error: [f64; 2],
 }
 
 impl Frame {
-    fn new(f: &Func, args: &[u64]) -> Self {
+    fn new(f: &Func, args: &[u64], rcp_error: [f64; 2]) -> Self {
         let mut frame = Frame {
             regs: Class::ALL.map(|class| vec![0; f.counts[class.slot()] as usize]),
             locals: f.locals.iter().map(|l| vec![0; l.len as usize]).collect(),
+            rcp_error,
         };
         for (p, &v) in f.params.iter().zip(args) {
             frame.put(*p, v);
@@ -118,6 +133,10 @@ impl Frame {
                 let (a, b) = (self.val(a, d.class), self.val(b, d.class));
                 (d, float_op(op, d.class, a, b))
             }
+            Inst::Unary(UOp::RcpApprox, d, a) => {
+                let error = self.rcp_error[usize::from(d.class == Class::F64)];
+                (d, rcp_approx(d.class, self.val(a, d.class), error))
+            }
             Inst::Unary(op, d, a) => (d, unary(op, d.class, self.val(a, d.class))),
             Inst::Fma(d, a, b, c) => {
                 let [a, b, c] = [a, b, c].map(|v| self.val(v, d.class));
@@ -134,6 +153,7 @@ impl Frame {
                 let (a, b) = (self.val(a, class), self.val(b, class));
                 (d, u64::from(setp(cmp, ty, class, a, b)))
             }
+            Inst::AndPred(d, p, q) => (d, self.get(p) & self.get(q)),
             Inst::Selp(d, a, b, p) => {
                 let chosen = if self.get(p) != 0 { a } else { b };
                 (d, self.val(chosen, d.class))
@@ -192,33 +212,47 @@ fn unary(op: UOp, class: Class, a: u64) -> u64 {
         UOp::Sqrt => f64::from_bits(a).sqrt().to_bits(),
         UOp::Neg => a ^ sign,
         UOp::Abs => a & !sign,
-        UOp::RcpApprox => {
-            assert_eq!(class, Class::F32, "rcp.approx.ftz is f32 here");
-            u64::from(reciprocal_estimate(f32::from_bits(a as u32)).to_bits())
-        }
+        UOp::RcpApprox => unreachable!("run by rcp_approx"),
     }
 }
 
-/// `rcp.approx.ftz.f32`, modelled as the correctly rounded reciprocal with subnormals
-/// flushed (the hardware's is within an ulp; the GPU sweep checks the routines with it).
-fn reciprocal_estimate(a: f32) -> f32 {
-    let flush = |v: f32| {
-        if v.is_subnormal() {
-            0.0f32.copysign(v)
+/// `rcp.approx.ftz`: exact on ±0, ±inf and NaN, else `1/a` off by `error` (relative);
+/// an f64 result truncated to its high word (the hardware estimates from the high word
+/// only), an f32 one rounded to f32, subnormal inputs and results flushed.
+fn rcp_approx(class: Class, a: u64, error: f64) -> u64 {
+    if class == Class::F32 {
+        let x = f32::from_bits(a as u32);
+        let x = if x.is_subnormal() {
+            0.0 * x.signum()
         } else {
-            v
-        }
-    };
-    flush(1.0 / flush(a))
+            x
+        };
+        let y = if x == 0.0 || !x.is_finite() {
+            1.0 / x
+        } else {
+            ((1.0 / f64::from(x)) * (1.0 + error)) as f32
+        };
+        let y = if y.is_subnormal() {
+            0.0 * y.signum()
+        } else {
+            y
+        };
+        return u64::from(y.to_bits());
+    }
+    let a = f64::from_bits(a);
+    if a == 0.0 || !a.is_finite() {
+        return (1.0 / a).to_bits();
+    }
+    ((1.0 / a) * (1.0 + error)).to_bits() & !0xFFFF_FFFF
 }
 
 fn fma(class: Class, a: u64, b: u64, c: u64) -> u64 {
     if class == Class::F32 {
-        let [a, b, c] = [a, b, c].map(|v| f32::from_bits(v as u32));
-        u64::from(a.mul_add(b, c).to_bits())
+        let f = |v: u64| f32::from_bits(v as u32);
+        u64::from(f(a).mul_add(f(b), f(c)).to_bits())
     } else {
-        let [a, b, c] = [a, b, c].map(f64::from_bits);
-        a.mul_add(b, c).to_bits()
+        let f = f64::from_bits;
+        f(a).mul_add(f(b), f(c)).to_bits()
     }
 }
 
@@ -236,6 +270,7 @@ fn int_op(op: IOp, class: Class, a: u64, b: u64) -> u64 {
         IOp::Shl => a.checked_shl(b as u32).unwrap_or(0),
         IOp::ShrU => a.checked_shr(b as u32).unwrap_or(0),
         IOp::ShrS => (signed(a) >> b.min(63 - u64::from(unused))) as u64,
+        IOp::MaxU => a.max(b),
     }
 }
 

@@ -11,6 +11,7 @@
 // an infinite or NaN x, else +0).
 #![allow(clippy::excessive_precision, clippy::approx_constant, clippy::eq_op)]
 
+mod division;
 mod exp_log;
 mod hyperbolic;
 #[cfg(test)]
@@ -103,7 +104,8 @@ fn functions(used: &BTreeSet<Libm>) -> Vec<Func> {
     let rem = || rem.get_or_init(rem_pio2::rem_pio2f);
     let expm1 = || expm1.get_or_init(hyperbolic::expm1f);
     let exp = || exp.get_or_init(exp_log::expf);
-    let mut out = Vec::new();
+    // Most ports divide in f32, and do it through the exact division.
+    let mut out = vec![division::div_rn_f32()];
     if any(&[Libm::Sin, Libm::Cos, Libm::Tan]) {
         out.push(rem().clone());
     }
@@ -162,4 +164,13 @@ pub(crate) fn tables_text(used: &BTreeSet<Libm>) -> String {
 pub(crate) fn inline_call(f: Libm, arg: &str, dest: &str, tags: &mut u32) -> String {
     let funcs = functions(&BTreeSet::from([f]));
     ptx::find(&funcs, f.symbol()).inline(&[arg.to_string()], &[dest.to_string()], &funcs, tags)
+}
+
+/// `dest = a / b` on f32, correctly rounded like `div.rn.f32` (subnormals kept), as a
+/// block inlined like [`inline_call`]'s: ptxas compiles `div.rn.f32` into a slow-path
+/// subroutine per kernel, which costs the JIT far more than this (see [`division`]).
+pub(crate) fn inline_division(a: &str, b: &str, dest: &str, tags: &mut u32) -> String {
+    let division = [division::div_rn_f32()];
+    let args = [a.to_string(), b.to_string()];
+    division[0].inline(&args, &[dest.to_string()], &division, tags)
 }

@@ -137,6 +137,7 @@ pub(crate) enum IOp {
     Shl,
     ShrU,
     ShrS,
+    MaxU,
 }
 
 impl IOp {
@@ -152,6 +153,7 @@ impl IOp {
             IOp::Shl => ("shl", 'b'),
             IOp::ShrU => ("shr", 'u'),
             IOp::ShrS => ("shr", 's'),
+            IOp::MaxU => ("max", 'u'),
         }
     }
 }
@@ -267,8 +269,9 @@ pub(crate) enum UOp {
     Sqrt,
     Neg,
     Abs,
-    /// The hardware's reciprocal estimate (`rcp.approx.ftz`, f32 only): within an ulp of
-    /// 1/a, subnormal inputs and results flushed to zero.
+    /// The hardware's reciprocal estimate (`rcp.approx.ftz`): within an ulp of 1/a (f32)
+    /// or from a's high word (f64), exact for ±0, ±inf and NaN, subnormals flushed; the
+    /// divisions refine it ([`Func::div_in_range`], [`super::division`]).
     RcpApprox,
 }
 
@@ -302,6 +305,8 @@ pub(crate) enum Inst {
     Setp(Cmp, CmpTy, R, Op, Op),
     /// `d = if p { a } else { b }`: `(d, a, b, p)`.
     Selp(R, Op, Op, R),
+    /// `d = p && q` on predicates.
+    AndPred(R, R, R),
     /// Branch to a label, only when the predicate is `.1` (true) or `.0` (false) if given.
     Bra(u32, Option<(R, bool)>),
     Label(u32),
@@ -377,9 +382,28 @@ impl Func {
 
     fn fop(&mut self, op: FOp, a: Op, b: Op) -> R {
         let class = Self::float_class(a, b);
+        if (op, class) == (FOp::Div, Class::F32) {
+            // `div.rn.f32` is a slow-path subroutine in every kernel that uses it (see
+            // `super::division`): the routine computes the same bits.
+            let args = [a, b].map(|v| self.materialize(v, class));
+            let d = self.reg(class);
+            let callee = super::division::SYMBOL;
+            self.body.push(Inst::Call(callee, args.to_vec(), vec![d]));
+            return d;
+        }
         let a = self.reg_operand(a, b, class);
         let d = self.reg(class);
         self.body.push(Inst::F(op, d, a, b));
+        d
+    }
+
+    /// `a * b + c` rounded once.
+    pub(crate) fn fma(&mut self, a: impl Into<Op>, b: impl Into<Op>, c: impl Into<Op>) -> R {
+        let (a, b, c) = (a.into(), b.into(), c.into());
+        let class = Self::float_class(a, b);
+        let a = self.reg_operand(a, b, class);
+        let d = self.reg(class);
+        self.body.push(Inst::Fma(d, a, b, c));
         d
     }
 
@@ -395,6 +419,7 @@ impl Func {
         shl => iop(IOp::Shl);
         shr_u => iop(IOp::ShrU);
         shr_s => iop(IOp::ShrS);
+        max_u => iop(IOp::MaxU);
     }
 
     /// Emit `e` (see [`E`]); a register stands for itself.
@@ -436,16 +461,6 @@ impl Func {
         self.unary(UOp::Abs, a)
     }
 
-    /// `a * b + c` with one rounding.
-    pub(crate) fn fma(&mut self, a: impl Into<Op>, b: impl Into<Op>, c: impl Into<Op>) -> R {
-        let (a, b, c) = (a.into(), b.into(), c.into());
-        let class = Self::float_class(a, b);
-        let a = self.reg_operand(a, b, class);
-        let d = self.reg(class);
-        self.body.push(Inst::Fma(d, a, b, c));
-        d
-    }
-
     /// `a / b` on f32, correctly rounded, for operands a port knows to be in range: ptxas's
     /// own fast path of `div.rn.f32` (the reciprocal estimate refined by one Newton step,
     /// the quotient, one correction by the exact remainder) without the `FCHK` test and the
@@ -467,13 +482,17 @@ impl Func {
             (Some(Class::F32), Class::F32),
             "f32 division"
         );
-        let estimate = self.unary(UOp::RcpApprox, b);
+        let estimate = self.rcp_approx(b);
         let minus_b = self.neg(b);
         let error = self.fma(minus_b, estimate, f32c(1.0));
         let y = self.fma(estimate, error, estimate);
         let q0 = self.eval(a * y);
         let remainder = self.fma(minus_b, q0, a);
         self.fma(y, remainder, q0)
+    }
+
+    pub(crate) fn rcp_approx(&mut self, a: impl Into<Op>) -> R {
+        self.unary(UOp::RcpApprox, a)
     }
 
     fn iop(&mut self, op: IOp, a: impl Into<Op>, b: impl Into<Op>) -> R {
@@ -559,6 +578,13 @@ impl Func {
         let class = a.class().or(b.class()).unwrap_or(Class::B32);
         let d = self.reg(class);
         self.body.push(Inst::Selp(d, a, b, p));
+        d
+    }
+
+    /// `p && q`.
+    pub(crate) fn and_pred(&mut self, p: R, q: R) -> R {
+        let d = self.reg(Class::Pred);
+        self.body.push(Inst::AndPred(d, p, q));
         d
     }
 
@@ -830,6 +856,7 @@ impl Func {
                 format!("setp.{}.{t} {d}, {a}, {b};", cmp.name(ty))
             }
             Inst::Selp(d, a, b, p) => format!("selp.{} {d}, {a}, {b}, {p};", d.class.ty()),
+            Inst::AndPred(d, p, q) => format!("and.pred {d}, {p}, {q};"),
             Inst::Bra(to, when) => {
                 let to = site.label(to);
                 match when {

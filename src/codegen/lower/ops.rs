@@ -148,18 +148,17 @@ fn cmp_suffix(op: BinOp) -> Option<&'static str> {
     })
 }
 
-/// f32 arithmetic: the instruction and whether its result is flushed afterwards.
+/// f32 arithmetic: the instruction and whether its result is flushed afterwards
+/// (division is [`Lowerer::f32_divide`]).
 ///
 /// A subnormal sum/difference of normal operands is exact, so flushing the result
-/// (`.ftz`) equals the reference's round-then-canonicalise. Products and quotients round
-/// first, then flush (never `.ftz`, which may flush a result that rounds up to the
-/// smallest normal).
+/// (`.ftz`) equals the reference's round-then-canonicalise. Products round first, then
+/// flush (never `.ftz`, which may flush a result that rounds up to the smallest normal).
 fn f32_arith(op: BinOp) -> Option<(&'static str, bool)> {
     Some(match op {
         BinOp::Add => ("add.rn.ftz.f32", false),
         BinOp::Sub => ("sub.rn.ftz.f32", false),
         BinOp::Mul => ("mul.rn.f32", true),
-        BinOp::Div => ("div.rn.f32", true),
         _ => return None,
     })
 }
@@ -387,8 +386,12 @@ impl Lowerer<'_> {
     /// multiplying (the general form hides the divisor behind the opaque zero and then
     /// tests it for zero, which costs a full software division in compile time and run
     /// time: 72 of them in vyre-libs' `partial_rope_backward`). The dividend still passes
-    /// through the opaque zero (see `div_rem`).
+    /// through the opaque zero (see `div_rem`). An f32 divided by a power-of-two literal
+    /// is a multiply (`f32_divide_by_power_of_two`).
     pub(crate) fn put_div_by_literal(&mut self, op: BinOp, l: Val, right: &Expr) -> Option<Val> {
+        if let (BinOp::Div, ValKind::F32, Expr::LitF32(c)) = (op, l.kind, right) {
+            return self.f32_divide_by_power_of_two(l.reg, *c);
+        }
         let opcode = match op {
             BinOp::Div => "div",
             BinOp::Mod => "rem",
@@ -415,6 +418,18 @@ impl Lowerer<'_> {
             emit!(self.w, "{opcode}.{} {d}, {a}, {divisor}", t.ty);
         }
         Some(Val::new(t.kind, d))
+    }
+
+    /// `a / c` as `a * (1 / c)` when `c` is a normal power of two: 1/c is then an exact
+    /// f32, so the product is the same real number as the quotient, rounded the same way.
+    fn f32_divide_by_power_of_two(&mut self, a: Reg, c: f32) -> Option<Val> {
+        if !c.is_normal() || c.to_bits() & 0x7F_FFFF != 0 {
+            return None;
+        }
+        let inverse = self.f32_const((1.0 / c).to_bits());
+        let d = self.w.reg(RegClass::F32);
+        emit!(self.w, "mul.rn.f32 {d}, {a}, {inverse}");
+        Some(Val::new(ValKind::F32, self.flush_subnormal(d)))
     }
 
     /// `d = a / b` or `a % b` (`opcode` `div` or `rem`): i32 division by zero and
@@ -521,6 +536,7 @@ impl Lowerer<'_> {
                     d
                 }
             }
+            (BinOp::Div, None) => self.f32_divide(a, b),
             (BinOp::Min | BinOp::Max, None) => {
                 // Rust f32::min/max on x86-64: the other operand when one is NaN, and the
                 // first operand on ties (so min(+0, -0) = +0).
@@ -624,13 +640,9 @@ impl Lowerer<'_> {
             UnOp::InverseSqrt => {
                 let root = self.w.reg(RegClass::F32);
                 emit!(self.w, "sqrt.rn.f32 {root}, {a}");
-                emit!(self.w, "div.rn.f32 {d}, {one}, {root}");
-                self.flush_subnormal(d)
+                self.f32_divide(one, root)
             }
-            UnOp::Reciprocal => {
-                emit!(self.w, "div.rn.f32 {d}, {one}, {a}");
-                self.flush_subnormal(d)
-            }
+            UnOp::Reciprocal => self.f32_divide(one, a),
             UnOp::Round => self.f32_round(a, d),
             UnOp::Sign => self.f32_sign(a, d, one),
             _ => match (f32_unop_inst(op), Libm::for_unop(op)) {

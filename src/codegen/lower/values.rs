@@ -306,6 +306,20 @@ impl Lowerer<'_> {
         self.flush_subnormal(f)
     }
 
+    /// `a / b` rounded like `div.rn.f32`, then flushed like every f32 result; through the
+    /// inlined exact division (see `libm::inline_division`), not `div.rn.f32`.
+    pub(crate) fn f32_divide(&mut self, a: Reg, b: Reg) -> Reg {
+        let d = self.w.reg(RegClass::F32);
+        let block = libm::inline_division(
+            &a.to_string(),
+            &b.to_string(),
+            &d.to_string(),
+            &mut self.libm_inlines,
+        );
+        self.w.raw(&block);
+        self.flush_subnormal(d)
+    }
+
     /// Flush a subnormal f32 to a zero of the same sign (the reference's canonical form).
     /// `x + -0.0` with `.ftz` is exact for every other input, including ±0 and infinities.
     pub(crate) fn flush_subnormal(&mut self, f: Reg) -> Reg {
