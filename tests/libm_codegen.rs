@@ -172,10 +172,9 @@ fn all_transcendentals_in_one_kernel_inline_their_helpers_and_share_their_tables
     );
 }
 
-#[test]
-fn f32_division_reciprocal_and_inverse_sqrt_inline_the_exact_division() {
-    let mut gate = Gate::default();
-    let quotient = Program::wrapped(
+/// `out[i] = a[i] / divisor`.
+fn quotient_program(divisor: Expr) -> Program {
+    Program::wrapped(
         vec![
             BufferDecl::read("a", 0, DataType::F32).with_count(N),
             BufferDecl::output("out", 1, DataType::F32).with_count(N),
@@ -187,12 +186,17 @@ fn f32_division_reciprocal_and_inverse_sqrt_inline_the_exact_division() {
             Expr::BinOp {
                 op: BinOp::Div,
                 left: Box::new(Expr::load("a", Expr::InvocationId { axis: 0 })),
-                right: Box::new(Expr::load("a", Expr::u32(0))),
+                right: Box::new(divisor),
             },
         )],
-    );
+    )
+}
+
+#[test]
+fn f32_division_reciprocal_and_inverse_sqrt_inline_the_exact_division() {
+    let mut gate = Gate::default();
     let cases = [
-        ("Div", quotient),
+        ("Div", quotient_program(Expr::load("a", Expr::u32(0)))),
         ("Reciprocal", program(&[UnOp::Reciprocal])),
         ("InverseSqrt", program(&[UnOp::InverseSqrt])),
     ];
@@ -211,25 +215,13 @@ fn f32_division_reciprocal_and_inverse_sqrt_inline_the_exact_division() {
 #[test]
 fn division_by_a_power_of_two_literal_is_a_multiply() {
     let divide_by = |divisor: f32| {
-        let program = Program::wrapped(
-            vec![
-                BufferDecl::read("a", 0, DataType::F32).with_count(N),
-                BufferDecl::output("out", 1, DataType::F32).with_count(N),
-            ],
-            [64, 1, 1],
-            vec![Node::store(
-                "out",
-                Expr::InvocationId { axis: 0 },
-                Expr::BinOp {
-                    op: BinOp::Div,
-                    left: Box::new(Expr::load("a", Expr::InvocationId { axis: 0 })),
-                    right: Box::new(Expr::f32(divisor)),
-                },
-            )],
-        );
-        emit_ptx(&program, None, PtxTarget::sm90())
-            .expect("lowers")
-            .ptx
+        emit_ptx(
+            &quotient_program(Expr::f32(divisor)),
+            None,
+            PtxTarget::sm90(),
+        )
+        .expect("lowers")
+        .ptx
     };
     for divisor in [2.0f32, -0.25, f32::from_bits(0x0080_0000), 2f32.powi(127)] {
         let ptx = divide_by(divisor);

@@ -26,24 +26,12 @@ pub(crate) const SYMBOL: &str = "vyre_div_rn_f32";
 pub(super) fn div_rn_f32() -> Func {
     let mut f = Func::new(SYMBOL, &[Class::F32, Class::F32], &[Class::F32]);
     let [a, b] = [f.params[0], f.params[1]];
-    let (q0, q) = f32_quotient(&mut f, a, b);
+    let (q0, q) = f.fast_quotient(a.into(), b);
     let exact = f32_steps_were_exact(&mut f, a, q0);
     f.when(exact, |f| f.ret1(q));
     let q = f64_quotient(&mut f, a, b);
     f.ret1(q);
     f
-}
-
-/// ptxas's fast path of `div.rn.f32`: y = 1/b refined once, q0 = a * y, then q0 corrected
-/// by the exact remainder; returns q0 and the corrected quotient.
-fn f32_quotient(f: &mut Func, a: R, b: R) -> (R, R) {
-    let estimate = f.rcp_approx(b);
-    let minus_b = f.neg(b);
-    let e = f.fma(minus_b, estimate, f32c(1.0));
-    let y = f.fma(estimate, e, estimate);
-    let q0 = f.eval(a * y);
-    let rem = f.fma(minus_b, q0, a);
-    (q0, f.fma(y, rem, q0))
 }
 
 /// Set when the f32 steps gave the correctly rounded quotient: `|a| >= 2^-100` (so the

@@ -104,7 +104,8 @@ fn functions(used: &BTreeSet<Libm>) -> Vec<Func> {
     let rem = || rem.get_or_init(rem_pio2::rem_pio2f);
     let expm1 = || expm1.get_or_init(hyperbolic::expm1f);
     let exp = || exp.get_or_init(exp_log::expf);
-    // Most ports divide in f32, and do it through the exact division.
+    // The ports' divisions not known to be in range (sinhf's, coshf's) go through the
+    // exact division; it is inlined only where called.
     let mut out = vec![division::div_rn_f32()];
     if any(&[Libm::Sin, Libm::Cos, Libm::Tan]) {
         out.push(rem().clone());

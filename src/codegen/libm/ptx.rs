@@ -477,6 +477,13 @@ impl Func {
     pub(crate) fn div_in_range(&mut self, a: impl Into<E>, b: impl Into<E>) -> R {
         let a = self.operand(a.into());
         let b = self.eval(b);
+        self.fast_quotient(a, b).1
+    }
+
+    /// ptxas's fast path of `div.rn.f32` for f32 `a / b`: y = 1/b's estimate refined once,
+    /// q0 = a * y, then q0 corrected by the exact remainder; returns q0 (which
+    /// [`super::division`] tests) and the corrected quotient.
+    pub(crate) fn fast_quotient(&mut self, a: Op, b: R) -> (R, R) {
         assert_eq!(
             (a.class(), b.class),
             (Some(Class::F32), Class::F32),
@@ -488,7 +495,7 @@ impl Func {
         let y = self.fma(estimate, error, estimate);
         let q0 = self.eval(a * y);
         let remainder = self.fma(minus_b, q0, a);
-        self.fma(y, remainder, q0)
+        (q0, self.fma(y, remainder, q0))
     }
 
     pub(crate) fn rcp_approx(&mut self, a: impl Into<Op>) -> R {
