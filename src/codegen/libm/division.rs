@@ -20,7 +20,7 @@
 use super::ptx::{f32c, f64c, int, Class, Cmp, Cvt, Func, R};
 
 /// The routine's symbol (blocks inlined from it are labelled with it).
-pub(crate) const SYMBOL: &str = "vyre_div_rn_f32";
+pub(crate) use super::ptx::EXACT_DIVISION as SYMBOL;
 
 /// `div_rn_f32(a, b) = a / b` as IEEE round-to-nearest-even, subnormals kept.
 pub(super) fn div_rn_f32() -> Func {

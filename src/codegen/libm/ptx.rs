@@ -68,6 +68,10 @@ pub(crate) const fn int(v: i64) -> Op {
     Op::Int(v)
 }
 
+/// The symbol of the exact f32 division routine (the `division` module builds it): an f32
+/// `/` in a port calls it, as `div.rn.f32` would cost a kernel ptxas's slow-path subroutine.
+pub(crate) const EXACT_DIVISION: &str = "vyre_div_rn_f32";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FOp {
     Add,
@@ -271,7 +275,7 @@ pub(crate) enum UOp {
     Abs,
     /// The hardware's reciprocal estimate (`rcp.approx.ftz`): within an ulp of 1/a (f32)
     /// or from a's high word (f64), exact for ±0, ±inf and NaN, subnormals flushed; the
-    /// divisions refine it ([`Func::div_in_range`], [`super::division`]).
+    /// divisions refine it ([`Func::div_in_range`] and the exact division).
     RcpApprox,
 }
 
@@ -384,10 +388,10 @@ impl Func {
         let class = Self::float_class(a, b);
         if (op, class) == (FOp::Div, Class::F32) {
             // `div.rn.f32` is a slow-path subroutine in every kernel that uses it (see
-            // `super::division`): the routine computes the same bits.
+            // the `division` module): the routine computes the same bits.
             let args = [a, b].map(|v| self.materialize(v, class));
             let d = self.reg(class);
-            let callee = super::division::SYMBOL;
+            let callee = EXACT_DIVISION;
             self.body.push(Inst::Call(callee, args.to_vec(), vec![d]));
             return d;
         }
@@ -482,7 +486,7 @@ impl Func {
 
     /// ptxas's fast path of `div.rn.f32` for f32 `a / b`: y = 1/b's estimate refined once,
     /// q0 = a * y, then q0 corrected by the exact remainder; returns q0 (which
-    /// [`super::division`] tests) and the corrected quotient.
+    /// the exact division tests) and the corrected quotient.
     pub(crate) fn fast_quotient(&mut self, a: Op, b: R) -> (R, R) {
         assert_eq!(
             (a.class(), b.class),
