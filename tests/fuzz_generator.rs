@@ -120,7 +120,7 @@ fn cases_survive_the_regression_file_round_trip() {
 
 #[test]
 fn the_shrinker_minimises_while_the_predicate_holds() {
-    // A stand-in failure: "the sm_90 kernel contains a correctly rounded f32 division".
+    // A stand-in failure: "the sm_90 kernel inlines the exact f32 division".
     let config = GenConfig::default();
     let mut predicate = |case: &fuzz::case::FuzzCase| {
         validate(&case.program).is_ok()
@@ -129,7 +129,7 @@ fn the_shrinker_minimises_while_the_predicate_holds() {
                 case.config.workgroup_override,
                 vyre_cuda::codegen::PtxTarget::sm90(),
             )
-            .is_ok_and(|k| k.ptx.contains("div.rn.f32"))
+            .is_ok_and(|k| k.ptx.contains("// vyre_div_rn_f32 inlined"))
     };
     let mut shrunk = 0;
     for i in 0..400 {
