@@ -67,21 +67,22 @@ pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
-/// Version of the emitter's output format; part of every cache key. (50: f32 division, `Reciprocal` and `InverseSqrt` (and the
-/// libm ports' divisions not known to be in range) through v44's inlined exact division
-/// again (ptxas's fast path checked by three comparisons, exact f64 steps elsewhere), and
-/// a power-of-two literal divisor a multiply; 49: the libm ports'
-/// divisions whose operands are in range take ptxas's fast path alone (`div_in_range`),
-/// their special-case divisions are constants; 48: `tanhf` divides
-/// once (the three ranges' numerators selected) and takes `1 + 0/x` as a select; 47: the dispatch
-/// route's cooperative entry is a module of its own (`EmittedKernel::cooperative_ptx`), so
-/// a kernel with grid-wide barriers compiles only the form its launches use; 46: a single-entry
-/// kernel reads buffers at literal indices without bounds checks, the host launching its
-/// checked variant where a buffer is shorter (`KernelBinding::literal_extent`); 44: the inlined division's f32 steps checked by three comparisons after them;
-/// 43: ptxas's f32 fast path where the exponents allow it; 42: f32 division through an
-/// inlined exact f64 division; 45: v41's division
-/// (`div.rn.f32`) again, 42-44 reverted (see CHANGELOG); under other lanes' variable types
-/// an fma takes a u32's bits; 41: loops of a
+/// Version of the emitter's output format; part of every cache key. (50: f32 division,
+/// `Reciprocal` and `InverseSqrt` (and the libm ports' divisions not known to be in range)
+/// through v44's inlined exact division again (ptxas's fast path checked by three
+/// comparisons, exact f64 steps elsewhere), and a power-of-two literal divisor a multiply;
+/// 49: the libm ports' divisions whose operands are in range take ptxas's fast path alone
+/// (`div_in_range`), their special-case divisions are constants; 48: `tanhf` divides once
+/// (the three ranges' numerators selected) and takes `1 + 0/x` as a select; 47: the
+/// dispatch route's cooperative entry is a module of its own
+/// (`EmittedKernel::cooperative_ptx`), so a kernel with grid-wide barriers compiles only
+/// the form its launches use; 46: a single-entry kernel reads buffers at literal indices
+/// without bounds checks, the host launching its checked variant where a buffer is shorter
+/// (`KernelBinding::literal_extent`); 45: v41's division (`div.rn.f32`) again, 42-44
+/// reverted (see CHANGELOG); under other lanes' variable types an fma takes a u32's bits;
+/// 44: the inlined division's f32 steps checked by three comparisons after them; 43:
+/// ptxas's f32 fast path where the exponents allow it; 42: f32 division through an inlined
+/// exact f64 division; 41: loops of a
 /// run-time trip whose body branches or holds an atomic carry `.pragma "nounroll"`;
 /// 40: a shuffle's f64 lane value at an f32 or half lane is held as f64; 39: loops of a
 /// short constant trip whose unrolled body would be large, or that hold other loops, carry

@@ -93,7 +93,21 @@ fn edge_rank(f: &mut Func, v: R) -> R {
 #[cfg(test)]
 mod tests {
     use super::super::interp::Machine;
+    use super::super::ptx::{Class, Func};
     use super::{div_rn_f32, SYMBOL};
+
+    /// Random f32s (xorshift): sign and mantissa random, biased exponent in
+    /// `lowest..lowest + span`.
+    fn random_f32s(lowest: u32, span: u32) -> impl FnMut() -> f32 {
+        let mut state = 0x2545_F491_4F6C_DD1Du64;
+        move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let bits = state as u32;
+            f32::from_bits((bits & 0x807F_FFFF) | ((lowest + (bits >> 23) % span) << 23))
+        }
+    }
 
     fn quotient(m: &Machine, a: f32, b: f32) -> f32 {
         let out = m.run(SYMBOL, &[u64::from(a.to_bits()), u64::from(b.to_bits())]);
@@ -178,15 +192,8 @@ mod tests {
     /// which random mantissas do not meet).
     #[test]
     fn the_f32_steps_round_correctly_on_ordinary_operands() {
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let bits = state as u32;
-            // sign and mantissa random, biased exponent in 87..=166
-            f32::from_bits((bits & 0x807F_FFFF) | ((87 + (bits >> 23) % 80) << 23))
-        };
+        // biased exponents 87..=166
+        let mut next = random_f32s(87, 80);
         let pairs: Vec<(f32, f32)> = (0..100_000).map(|_| (next(), next())).collect();
         let off = 2f64.powi(-25);
         for f32_error in [0.0, off, -off] {
@@ -220,6 +227,37 @@ mod tests {
             (f32::INFINITY, -2.0),
         ] {
             let got = quotient(&m, a, b);
+            assert_eq!(got.to_bits(), (a / b).to_bits(), "{a:e} / {b:e}");
+        }
+    }
+
+    /// `Func::div_in_range` (the f32 steps alone, no test) is the correctly rounded
+    /// quotient for operands in its range: |a| >= 2^-100 or +0, the quotient within
+    /// 2^±120 (with the estimate modelled as the rounded reciprocal; the GPU sweep checks
+    /// the hardware's).
+    #[test]
+    fn a_division_in_range_is_correctly_rounded() {
+        let mut f = Func::new("div", &[Class::F32, Class::F32], &[Class::F32]);
+        let [a, b] = [f.params[0], f.params[1]];
+        let q = f.div_in_range(a, b);
+        f.ret1(q);
+        let m = Machine::new(vec![f]);
+        // biased exponents 27..=226: magnitudes 2^-100 ..= 2^99
+        let mut next = random_f32s(27, 200);
+        let mut pairs: Vec<(f32, f32)> = (0..200_000)
+            .map(|_| (next(), next()))
+            .filter(|(a, b)| (a / b).abs() >= 2f32.powi(-120) && (a / b).abs() <= 2f32.powi(120))
+            .collect();
+        pairs.extend([
+            (0.0, 3.0),
+            (1.0, 3.0),
+            (2.0, 1.5),
+            (-1.0, 2.4375),
+            (0.5, 2.0),
+        ]);
+        for (a, b) in pairs {
+            let out = m.run("div", &[u64::from(a.to_bits()), u64::from(b.to_bits())]);
+            let got = f32::from_bits(out[0] as u32);
             assert_eq!(got.to_bits(), (a / b).to_bits(), "{a:e} / {b:e}");
         }
     }

@@ -24,9 +24,10 @@ mod scalbn;
 mod tests;
 mod trig;
 
-use ptx::Func;
+use ptx::{Func, EXACT_DIVISION};
 use std::cell::OnceCell;
 use std::collections::BTreeSet;
+use std::sync::OnceLock;
 use vyre_foundation::ir::UnOp;
 
 /// A transcendental routine of the reference.
@@ -104,9 +105,7 @@ fn functions(used: &BTreeSet<Libm>) -> Vec<Func> {
     let rem = || rem.get_or_init(rem_pio2::rem_pio2f);
     let expm1 = || expm1.get_or_init(hyperbolic::expm1f);
     let exp = || exp.get_or_init(exp_log::expf);
-    // The ports' divisions not known to be in range (sinhf's, coshf's) go through the
-    // exact division; it is inlined only where called.
-    let mut out = vec![division::div_rn_f32()];
+    let mut out = Vec::new();
     if any(&[Libm::Sin, Libm::Cos, Libm::Tan]) {
         out.push(rem().clone());
     }
@@ -134,7 +133,19 @@ fn functions(used: &BTreeSet<Libm>) -> Vec<Func> {
             Libm::Log2 => exp_log::log2f(),
         });
     }
+    // The ports' divisions not known to be in range (sinhf's and coshf's) call the exact
+    // division: a callee, so it goes first.
+    if out.iter().any(|f| f.calls(EXACT_DIVISION)) {
+        out.insert(0, exact_division().clone());
+    }
     out
+}
+
+/// The exact f32 division routine, built once: every f32 division site of a kernel
+/// inlines it, and most kernels use no other libm routine.
+fn exact_division() -> &'static Func {
+    static DIVISION: OnceLock<Func> = OnceLock::new();
+    DIVISION.get_or_init(division::div_rn_f32)
 }
 
 /// The `.const` tables the routines in `used` read, each once, ready to be placed before
@@ -171,7 +182,12 @@ pub(crate) fn inline_call(f: Libm, arg: &str, dest: &str, tags: &mut u32) -> Str
 /// block inlined like [`inline_call`]'s: ptxas compiles `div.rn.f32` into a slow-path
 /// subroutine per kernel, which costs the JIT far more than this (see [`division`]).
 pub(crate) fn inline_division(a: &str, b: &str, dest: &str, tags: &mut u32) -> String {
-    let division = [division::div_rn_f32()];
+    let division = exact_division();
     let args = [a.to_string(), b.to_string()];
-    division[0].inline(&args, &[dest.to_string()], &division, tags)
+    division.inline(
+        &args,
+        &[dest.to_string()],
+        std::slice::from_ref(division),
+        tags,
+    )
 }

@@ -767,6 +767,13 @@ impl Func {
         self.body.push(Inst::St(at, v));
     }
 
+    /// Whether the body calls the routine `name`.
+    pub(crate) fn calls(&self, name: &str) -> bool {
+        self.body
+            .iter()
+            .any(|inst| matches!(inst, Inst::Call(callee, ..) if *callee == name))
+    }
+
     /// The `.const` tables the body reads, in order, with repeats.
     pub(crate) fn tables(&self) -> impl Iterator<Item = &'static Table> + '_ {
         self.body.iter().filter_map(|inst| match inst {
