@@ -12,8 +12,9 @@
 //! anywhere. Without a GPU it prints `skipped: no CUDA device`.
 //!
 //! `Reciprocal` and `InverseSqrt` are swept the same way, and f32 division (which the
-//! emitter computes through an inlined exact division in f64, not `div.rn.f32`) on 2^24
-//! pairs over every exponent plus every pair of the special values, and by literal divisors.
+//! emitter computes through its inlined exact division, not `div.rn.f32`: ptxas's fast path
+//! where three comparisons allow it, exact f64 steps elsewhere) on 2^24 pairs over every
+//! exponent plus every pair of the special values, and by literal divisors.
 //!
 //! With `VYRE_LIBM_SWEEP_EXHAUSTIVE=1`, a second test checks all 2^32 inputs of each
 //! function instead (a few minutes on an H200); `VYRE_LIBM_SWEEP_ONLY=sinf,cosf` limits
@@ -270,7 +271,7 @@ fn quotient_inputs() -> (Vec<u32>, Vec<u32>) {
         let (x, y) = match i % 3 {
             0 => (h, (h.rotate_left(7) & 0xFF80_0000) | 0x7F_FFFF),
             1 => (h, h.rotate_left(7) & 0xFF80_0000),
-            // biased exponent 16..48 around the fast path's lower bound 25
+            // biased exponent 16..48 around the fast path's lower bound (|a| >= 2^-100: 27)
             _ => ((h & 0x807F_FFFF) | ((16 + i % 32) << 23), h.rotate_left(11)),
         };
         a.push(x);
