@@ -15,6 +15,7 @@ pub(crate) mod shared;
 pub(crate) mod steps;
 pub(crate) mod uniform;
 pub(crate) mod unroll;
+pub(crate) mod warp_tree;
 
 use super::libm::Libm;
 use super::visit::{any_expr_in, for_each_node};
@@ -61,6 +62,9 @@ pub(crate) struct ProgramFacts<'p> {
     /// Variables a `Let` or `Assign` gives a literal unsigned zero: compared as one (see
     /// [`is_unsigned_zero`]), ptxas knows their value.
     pub(crate) zero_vars: FxHashSet<&'p str>,
+    /// Workgroup tree reductions whose last levels run in warp 0 (see [`warp_tree`]),
+    /// keyed by their first replaced statement.
+    pub(crate) warp_trees: FxHashMap<*const Node, warp_tree::WarpTree<'p>>,
 }
 
 impl<'p> ProgramFacts<'p> {
@@ -94,8 +98,14 @@ impl<'p> ProgramFacts<'p> {
             Some(_) => None,
         };
         let subgroup_operand_vars = lockstep::subgroup_operand_vars(entry);
+        let uniformity = Uniformity::analyse(program);
+        // Over the entry only, as the hoisted checks.
+        let warp_trees = match flattened {
+            None => warp_tree::warp_trees(program, workgroup_size, &uniformity),
+            Some(_) => FxHashMap::default(),
+        };
         Self {
-            uniformity: Uniformity::analyse(program),
+            uniformity,
             bytes: BytesFacts::analyse(program, &subgroup_operand_vars),
             subgroup_operand_vars,
             read_vars,
@@ -111,6 +121,7 @@ impl<'p> ProgramFacts<'p> {
             shared,
             hoisted_checks,
             zero_vars: zero_vars(entry),
+            warp_trees,
         }
     }
 

@@ -116,7 +116,7 @@ impl Lowerer<'_> {
     /// elements canonicalise floats (and reinterpret u32 bits); every other element
     /// receives the value's little-endian bytes truncated or zero-padded to the element
     /// width (a Float contributes its f64 bytes).
-    fn store_payload(&mut self, element: &DataType, value: Val) -> Reg {
+    pub(super) fn store_payload(&mut self, element: &DataType, value: Val) -> Reg {
         if let Some(format) = HalfFormat::of(element) {
             return self.half_store_bits(format, value);
         }

@@ -28,6 +28,7 @@ mod subgroup;
 mod typed_lanes;
 mod values;
 mod vector;
+mod warp_tree;
 
 use super::abi::{KernelAbi, SharedBuffer};
 use super::analysis::replicated::Replication;

@@ -18,8 +18,18 @@ impl<'p> Lowerer<'p> {
     }
 
     pub(super) fn put_block(&mut self, nodes: &'p [Node]) -> Result<(), CodegenError> {
-        for node in nodes {
-            self.put_node(node)?;
+        let mut rest = nodes;
+        while let Some((node, after)) = rest.split_first() {
+            rest = match self.warp_tree_at(node) {
+                Some(tree) => {
+                    self.put_warp_tree(&tree)?;
+                    &rest[tree.statements..]
+                }
+                None => {
+                    self.put_node(node)?;
+                    after
+                }
+            };
         }
         Ok(())
     }
