@@ -24,7 +24,7 @@ struct Levels<'t> {
 impl<'p> Lowerer<'p> {
     /// The warp form starting at `node`, where every lane of the workgroup runs this code
     /// together: uniform control flow, each lane its own invocation (no lane schedule, step
-    /// machine, speculated branch or vector lanes).
+    /// machine, speculated branch or vector lanes), its variable in scope.
     pub(super) fn warp_tree_at(&self, node: &Node) -> Option<WarpTree<'p>> {
         let together = self.divergence == 0
             && self.schedule.is_none()
@@ -33,7 +33,8 @@ impl<'p> Lowerer<'p> {
             && self.lanes.is_none()
             && self.returned.is_none();
         let tree = *self.facts.warp_trees.get(&(node as *const Node))?;
-        together.then_some(tree)
+        let bound = self.locals.contains_key(tree.local);
+        (together && bound).then_some(tree)
     }
 
     /// Every warp runs the levels (straight-line: ptxas compiles that faster than a
