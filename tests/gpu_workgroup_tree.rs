@@ -1,6 +1,7 @@
 //! Workgroup tree reductions (vyre-primitives' `workgroup_tree`, under softmax, the norms,
-//! cross entropy, mean and dot): their levels of stride 16 .. 1 run as shuffles in warp 0
-//! with one barrier (emitter v51, `analysis::warp_tree`). Without a device: which shapes
+//! cross entropy, mean and dot), lowered as one construct (emitters v51-v52,
+//! `analysis::tree_reduction`): the levels of stride over 16 as straight-line code, those
+//! of stride 16 .. 1 as shuffles in warp 0 with one barrier. Without a device: which shapes
 //! take that form, and that every kernel here assembles with `ptxas` for sm_80 and sm_90.
 //! With one: every shape against vyre-reference, byte for byte, over data that exposes
 //! the combination order and the float conversions (NaN payloads, signed zeros,

@@ -67,9 +67,10 @@ pub use target::{PtxIsa, PtxTarget, NEWEST_CHECKED_ISA, OLDEST_SM};
 use std::borrow::Cow;
 use vyre_foundation::ir::{Node, Program};
 
-/// Version of the emitter's output format; part of every cache key. (51: the levels
-/// `s <= 16` of a workgroup tree reduction run as shuffles in warp 0 with one barrier
-/// (`analysis::warp_tree`); 50: f32 division,
+/// Version of the emitter's output format; part of every cache key. (52: a workgroup
+/// tree reduction's levels of stride over 16 as straight-line code; 51: its levels
+/// `s <= 16` run as shuffles in warp 0 with one barrier (`analysis::tree_reduction`);
+/// 50: f32 division,
 /// `Reciprocal` and `InverseSqrt` (and the libm ports' divisions not known to be in range)
 /// through v44's inlined exact division again (ptxas's fast path checked by three
 /// comparisons, exact f64 steps elsewhere), and a power-of-two literal divisor a multiply;
@@ -116,7 +117,7 @@ use vyre_foundation::ir::{Node, Program};
 /// entry where a lane that faults could be awaited there; 24: workgroup barriers of
 /// entries whose leaving lanes exit take the `.aligned` form; 23: repeated pure
 /// sub-expressions of a statement computed once; 22 was an unmerged experiment.)
-pub const EMITTER_VERSION: u32 = 51;
+pub const EMITTER_VERSION: u32 = 52;
 
 /// Largest block CUDA launches on any architecture we target.
 const MAX_THREADS_PER_BLOCK: u32 = 1024;

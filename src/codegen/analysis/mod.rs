@@ -13,9 +13,9 @@ pub(crate) mod nesting;
 pub(crate) mod replicated;
 pub(crate) mod shared;
 pub(crate) mod steps;
+pub(crate) mod tree_reduction;
 pub(crate) mod uniform;
 pub(crate) mod unroll;
-pub(crate) mod warp_tree;
 
 use super::libm::Libm;
 use super::visit::{any_expr_in, for_each_node};
@@ -62,9 +62,9 @@ pub(crate) struct ProgramFacts<'p> {
     /// Variables a `Let` or `Assign` gives a literal unsigned zero: compared as one (see
     /// [`is_unsigned_zero`]), ptxas knows their value.
     pub(crate) zero_vars: FxHashSet<&'p str>,
-    /// Workgroup tree reductions whose last levels run in warp 0 (see [`warp_tree`]),
+    /// Workgroup tree reductions lowered as one construct (see [`tree_reduction`]),
     /// keyed by their first replaced statement.
-    pub(crate) warp_trees: FxHashMap<*const Node, warp_tree::WarpTree<'p>>,
+    pub(crate) tree_reductions: FxHashMap<*const Node, tree_reduction::TreeReduction<'p>>,
 }
 
 impl<'p> ProgramFacts<'p> {
@@ -100,8 +100,8 @@ impl<'p> ProgramFacts<'p> {
         let subgroup_operand_vars = lockstep::subgroup_operand_vars(entry);
         let uniformity = Uniformity::analyse(program);
         // Over the entry only, as the hoisted checks.
-        let warp_trees = match flattened {
-            None => warp_tree::warp_trees(program, workgroup_size, &uniformity),
+        let tree_reductions = match flattened {
+            None => tree_reduction::tree_reductions(program, workgroup_size, &uniformity),
             Some(_) => FxHashMap::default(),
         };
         Self {
@@ -121,7 +121,7 @@ impl<'p> ProgramFacts<'p> {
             shared,
             hoisted_checks,
             zero_vars: zero_vars(entry),
-            warp_trees,
+            tree_reductions,
         }
     }
 

@@ -25,10 +25,10 @@ mod speculate;
 mod steps;
 mod stmt;
 mod subgroup;
+mod tree_reduction;
 mod typed_lanes;
 mod values;
 mod vector;
-mod warp_tree;
 
 use super::abi::{KernelAbi, SharedBuffer};
 use super::analysis::replicated::Replication;

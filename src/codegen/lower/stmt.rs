@@ -20,9 +20,9 @@ impl<'p> Lowerer<'p> {
     pub(super) fn put_block(&mut self, nodes: &'p [Node]) -> Result<(), CodegenError> {
         let mut rest = nodes;
         while let Some((node, after)) = rest.split_first() {
-            rest = match self.warp_tree_at(node) {
+            rest = match self.tree_reduction_at(node) {
                 Some(tree) => {
-                    self.put_warp_tree(&tree)?;
+                    self.put_tree_reduction(&tree)?;
                     &rest[tree.statements..]
                 }
                 None => {

@@ -1,16 +1,17 @@
-//! Workgroup tree reductions whose last levels run in one warp.
+//! Workgroup tree reductions, lowered as one construct.
 //!
 //! vyre-primitives' `workgroup_tree` (used by softmax, the norms, cross entropy, mean and
 //! dot) reduces a workgroup buffer in levels `s = top, top/2 .. 1`, each
 //! `if local < s { if local + s < tile { scratch[local] = scratch[local] op
-//! scratch[local + s] } }` followed by a barrier. The levels `s <= 16` read and write only
-//! elements below 32: lane `i` of warp 0 holds element `i` in a register and combines it
-//! with lane `i + s`'s (a shuffle). The lowering runs them so, with one barrier after them
-//! instead of five: ptxas compiles that much faster than barrier-separated shared-memory
-//! levels (cross entropy's two trees were most of its compile time). The wider levels
-//! stay: run in warp 0 from registers too (lane `i` holding elements `i + 32 k`), each
-//! lane combines more values than the shared-memory level's invocation does, and ptxas
-//! took longer over that (cross entropy, tile 256: 10% more than this form).
+//! scratch[local + s] } }` followed by a barrier. Lowered statement by statement, each
+//! level is two nested branches around bounds-checked loads, and those levels were most of
+//! cross entropy's compile time. The lowering runs the tree as one construct instead: the
+//! levels `s > 16` as straight-line code (loads, the operator, a predicated store; the
+//! barrier after each stays), and the levels `s <= 16`, which read and write only elements
+//! below 32, in warp 0: lane `i` holds element `i` in a register and combines it with lane
+//! `i + s`'s (a shuffle), with one barrier after them instead of five. (Running the wider
+//! levels in warp 0 too, lane `i` holding elements `i + 32 k`, took ptxas longer: each
+//! lane combines more values than a level's invocation does.)
 //!
 //! Exact: in the reference each level's lanes read only elements no lane of that level
 //! writes (`local + s >= s`), so a level's result does not depend on lane order; each
@@ -24,9 +25,9 @@ use crate::codegen::visit::{children, for_each_node, has_return};
 use rustc_hash::{FxHashMap, FxHashSet};
 use vyre_foundation::ir::{BinOp, BufferAccess, DataType, Expr, Node, Program};
 
-/// The levels `top .. 1` of one tree, replaced by their warp form.
+/// The levels `top .. 1` of one tree.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct WarpTree<'p> {
+pub(crate) struct TreeReduction<'p> {
     pub(crate) scratch: &'p str,
     /// The variable bound to the local invocation id (x): the lane's element.
     pub(crate) local: &'p str,
@@ -34,7 +35,7 @@ pub(crate) struct WarpTree<'p> {
     /// The workgroup-uniform condition each level's lanes also test (the
     /// `FirstWorkgroup` scope: `workgroup_id.x == k`).
     pub(crate) guard: Option<&'p Expr>,
-    /// The widest stride replaced (the first level's, at most 16).
+    /// The widest stride (the first level's).
     pub(crate) top: u32,
     /// Elements taking part: a lane combines only with a partner below `tile`.
     pub(crate) tile: u32,
@@ -54,14 +55,14 @@ struct Level<'p> {
     tile: u32,
 }
 
-/// Every tree tail the lowering may run in warp 0, keyed by its first statement.
-/// `workgroup_size` is the effective one; the warp form needs a one-dimensional
+/// Every tree the lowering may run as one construct, keyed by its first statement.
+/// `workgroup_size` is the effective one; the shuffles need a one-dimensional
 /// workgroup (lane `i` of warp 0 is invocation `i`) with every lane it shuffles from.
-pub(crate) fn warp_trees<'p>(
+pub(crate) fn tree_reductions<'p>(
     program: &'p Program,
     workgroup_size: [u32; 3],
     uniformity: &Uniformity<'_>,
-) -> FxHashMap<*const Node, WarpTree<'p>> {
+) -> FxHashMap<*const Node, TreeReduction<'p>> {
     let mut trees = FxHashMap::default();
     let entry = program.entry();
     // A returned lane has exited and cannot hand its element over.
@@ -92,7 +93,7 @@ impl<'p> Finder<'p, '_> {
         &self,
         nodes: &'p [Node],
         after_barrier: bool,
-        trees: &mut FxHashMap<*const Node, WarpTree<'p>>,
+        trees: &mut FxHashMap<*const Node, TreeReduction<'p>>,
     ) {
         let mut i = 0;
         while i < nodes.len() {
@@ -114,11 +115,11 @@ impl<'p> Finder<'p, '_> {
         }
     }
 
-    /// The tree's tail starting at `nodes[0]`: levels `s, s/2, .., 1` (`s <= 16`), each
-    /// followed by a barrier, over one scratch buffer, variable, operator and tile.
-    fn tree_at(&self, nodes: &'p [Node]) -> Option<WarpTree<'p>> {
+    /// The tree starting at `nodes[0]`: levels `s, s/2, .., 1`, each followed by a
+    /// barrier, over one scratch buffer, variable, operator and tile.
+    fn tree_at(&self, nodes: &'p [Node]) -> Option<TreeReduction<'p>> {
         let first = self.level(nodes.first()?)?;
-        if first.stride > 16 || !first.stride.is_power_of_two() {
+        if !first.stride.is_power_of_two() {
             return None;
         }
         let mut stride = first.stride;
@@ -134,9 +135,10 @@ impl<'p> Finder<'p, '_> {
             stride /= 2;
             at += 2;
         }
-        // Every lane a shuffle reads from must be in the warp.
-        let shuffled = (2 * first.stride).min(first.tile);
-        (self.lanes >= shuffled).then_some(WarpTree {
+        // Every lane a shuffle reads from must be in the warp (the wider levels' lanes
+        // are the tree's own).
+        let shuffled = (2 * first.stride.min(16)).min(first.tile);
+        (self.lanes >= shuffled).then_some(TreeReduction {
             scratch: first.scratch,
             local: first.local,
             op: first.op,
