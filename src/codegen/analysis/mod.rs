@@ -98,14 +98,13 @@ impl<'p> ProgramFacts<'p> {
             Some(_) => None,
         };
         let subgroup_operand_vars = lockstep::subgroup_operand_vars(entry);
-        let uniformity = Uniformity::analyse(program);
         // Over the entry only, as the hoisted checks.
         let tree_reductions = match flattened {
-            None => tree_reduction::tree_reductions(program, workgroup_size, &uniformity),
+            None => tree_reduction::tree_reductions(program, workgroup_size),
             Some(_) => FxHashMap::default(),
         };
         Self {
-            uniformity,
+            uniformity: Uniformity::analyse(program),
             bytes: BytesFacts::analyse(program, &subgroup_operand_vars),
             subgroup_operand_vars,
             read_vars,

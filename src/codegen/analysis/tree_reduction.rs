@@ -20,7 +20,6 @@
 //! back. Found here (pure IR facts); the lowering adds what depends on where it stands
 //! (uniform control flow, each lane its own invocation).
 
-use super::uniform::Uniformity;
 use crate::codegen::visit::{children, for_each_node, has_return};
 use rustc_hash::{FxHashMap, FxHashSet};
 use vyre_foundation::ir::{BinOp, BufferAccess, DataType, Expr, Node, Program};
@@ -61,7 +60,6 @@ struct Level<'p> {
 pub(crate) fn tree_reductions<'p>(
     program: &'p Program,
     workgroup_size: [u32; 3],
-    uniformity: &Uniformity<'_>,
 ) -> FxHashMap<*const Node, TreeReduction<'p>> {
     let mut trees = FxHashMap::default();
     let entry = program.entry();
@@ -73,20 +71,18 @@ pub(crate) fn tree_reductions<'p>(
         program,
         lanes: workgroup_size[0],
         local_ids: local_id_vars(entry),
-        uniformity,
     };
     finder.scan(entry, false, &mut trees);
     trees
 }
 
-struct Finder<'p, 'u> {
+struct Finder<'p> {
     program: &'p Program,
     lanes: u32,
     local_ids: FxHashSet<&'p str>,
-    uniformity: &'u Uniformity<'u>,
 }
 
-impl<'p> Finder<'p, '_> {
+impl<'p> Finder<'p> {
     /// Trees in `nodes` and the statement lists nested in them; `after_barrier` says
     /// whether a barrier runs just before `nodes` (scopes are transparent).
     fn scan(
@@ -154,9 +150,7 @@ impl<'p> Finder<'p, '_> {
     fn level(&self, node: &'p Node) -> Option<Level<'p>> {
         let (cond, then) = sole_branch(node)?;
         let (guard, lane_test) = match binop(cond) {
-            Some((BinOp::And, guard, lane_test)) if self.is_guard(guard) => {
-                (Some(guard), lane_test)
-            }
+            Some((BinOp::And, guard, lane_test)) if is_guard(guard) => (Some(guard), lane_test),
             _ => (None, cond),
         };
         let (BinOp::Lt, Expr::Var(local), Expr::LitU32(stride)) = binop(lane_test)? else {
@@ -199,14 +193,6 @@ impl<'p> Finder<'p, '_> {
         })
     }
 
-    /// `workgroup_id.x == k`: the same in every lane, and free of faults.
-    fn is_guard(&self, expr: &Expr) -> bool {
-        matches!(
-            binop(expr),
-            Some((BinOp::Eq, Expr::WorkgroupId { axis: 0 }, Expr::LitU32(_)))
-        ) && self.uniformity.is_uniform(expr)
-    }
-
     /// A workgroup buffer of u32 or f32 elements.
     fn reducible(&self, scratch: &str) -> bool {
         self.program.buffers().iter().any(|decl| {
@@ -234,6 +220,14 @@ fn local_id_vars(entry: &[Node]) -> FxHashSet<&str> {
         .filter(|&(_, (count, local_id))| count == 1 && local_id)
         .map(|(name, _)| name)
         .collect()
+}
+
+/// `workgroup_id.x == k`: the same in every lane of a workgroup, and free of faults.
+fn is_guard(expr: &Expr) -> bool {
+    matches!(
+        binop(expr),
+        Some((BinOp::Eq, Expr::WorkgroupId { axis: 0 }, Expr::LitU32(_)))
+    )
 }
 
 fn is_barrier(node: &Node) -> bool {
