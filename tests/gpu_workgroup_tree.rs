@@ -222,6 +222,15 @@ fn the_last_levels_of_one_dimensional_trees_run_as_shuffles() {
     // with the staging stores); the next one follows a barrier.
     let unsynchronised = every_workgroup_with("sum_f32", 2, 32, 32, false);
     assert_eq!(shuffles(&unsynchronised, PtxTarget::sm90()), 4);
+    // Nor in a program that may return lanes: a returned lane cannot hand its element on.
+    let returning = every_workgroup("sum_f32", 2, 64, 64);
+    let mut entry = vec![Node::if_then(
+        Expr::gt(Expr::LocalId { axis: 0 }, Expr::u32(1 << 20)),
+        vec![Node::Return],
+    )];
+    entry.extend(returning.entry().iter().cloned());
+    let returning = Program::wrapped(returning.buffers().to_vec(), [64, 1, 1], entry);
+    assert_eq!(shuffles(&returning, PtxTarget::sm90()), 0);
 }
 
 #[test]
