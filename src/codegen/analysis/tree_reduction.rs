@@ -43,6 +43,14 @@ pub(crate) struct TreeReduction<'p> {
     pub(crate) statements: usize,
 }
 
+impl TreeReduction<'_> {
+    /// The lanes that combine at level `stride`: `local < stride && local + stride <
+    /// tile` is `local` below this.
+    pub(crate) fn combining_below(&self, stride: u32) -> u32 {
+        stride.min(self.tile.saturating_sub(stride))
+    }
+}
+
 /// One level, as the tree builds it.
 #[derive(Clone, Copy, PartialEq)]
 struct Level<'p> {
@@ -97,7 +105,7 @@ impl<'p> Finder<'p> {
                 0 => after_barrier,
                 _ => is_barrier(&nodes[i - 1]),
             };
-            if let Some(tree) = self.tree_at(&nodes[i..]).filter(|_| after) {
+            if let Some(tree) = after.then(|| self.tree_at(&nodes[i..])).flatten() {
                 trees.insert(&nodes[i] as *const Node, tree);
                 i += tree.statements;
                 continue;

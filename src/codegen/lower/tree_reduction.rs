@@ -87,15 +87,10 @@ impl<'p> Lowerer<'p> {
         let local = levels.local;
         let partner = self.b32();
         emit!(self.w, "add.u32 {partner}, {local}, {stride}");
-        let [(held, addr, own), (_, _, other)] = [local, partner].map(|index| {
-            let (held, addr) = self.element_address(&levels.slot, index);
-            let bits = self.b32();
-            emit!(self.w, "mov.b32 {bits}, 0");
-            emit!(self.w, "@{held} ld.shared.b32 {bits}, [{addr}]");
-            (held, addr, bits)
-        });
+        let [(held, addr, own), (_, _, other)] =
+            [local, partner].map(|index| self.element_or_zero(levels, index));
         let value = self.combined_bits(levels, own, other)?;
-        let stores = self.stores_below(levels, stride.min(levels.tree.tile.saturating_sub(stride)));
+        let stores = self.stores_below(levels, levels.tree.combining_below(stride));
         emit!(self.w, "and.pred {stores}, {stores}, {held}");
         emit!(self.w, "@{stores} st.shared.b32 [{addr}], {value}");
         Ok(())
@@ -105,11 +100,7 @@ impl<'p> Lowerer<'p> {
     /// level shuffles its partner's in, and the lanes below `top` write theirs back (only
     /// warp 0's lanes are below it). Every warp runs them: no branch around them.
     fn warp_levels(&mut self, levels: &Levels<'_>, top: u32) -> Result<(), CodegenError> {
-        let local = levels.local;
-        let (held, addr) = self.element_address(&levels.slot, local);
-        let mut bits = self.b32();
-        emit!(self.w, "mov.b32 {bits}, 0");
-        emit!(self.w, "@{held} ld.shared.b32 {bits}, [{addr}]");
+        let (held, addr, mut bits) = self.element_or_zero(levels, levels.local);
         let mut stride = top;
         while stride > 0 {
             bits = self.shuffle_level(levels, bits, stride)?;
@@ -139,12 +130,21 @@ impl<'p> Lowerer<'p> {
         // (see `checks::anchor`).
         self.unanchored.push(partner);
         let value = self.combined_bits(levels, bits, partner)?;
-        let bound = stride.min(levels.tree.tile.saturating_sub(stride));
+        let bound = levels.tree.combining_below(stride);
         let stores = self.pred();
         emit!(self.w, "setp.lt.u32 {stores}, {}, {bound}", levels.local);
         let next = self.b32();
         emit!(self.w, "selp.b32 {next}, {value}, {bits}, {stores}");
         Ok(next)
+    }
+
+    /// `scratch[index]`'s bits (zero past the buffer, as the tree's load reads), with
+    /// whether it is in the buffer and its address.
+    fn element_or_zero(&mut self, levels: &Levels<'_>, index: Reg) -> (Reg, Reg, Reg) {
+        let (held, addr) = self.element_address(&levels.slot, index);
+        let bits = self.b32();
+        self.load_or_zero(levels.slot.space, Some(held), addr, "b32", &[bits]);
+        (held, addr, bits)
     }
 
     /// The bits the tree's statement stores for elements holding `own` and `other`: both
